@@ -1,0 +1,175 @@
+"""Every shared-memory layout of the broker, declared once, with its version number.
+
+The supervisor, the disk workers, the network workers and the local mmap readers (Spark, tools)
+all map the same POSIX shared-memory objects. Their byte layouts live here and nowhere else: each
+is a :class:`Layout` — an ordered list of (field, struct code) — from which offsets and sizes are
+derived. Bump :data:`LAYOUT_VERSION` whenever any of them changes; a process that finds another
+version in an existing object refuses to attach rather than misread it.
+
+Byte order is native (these objects never leave the host). Every 8-byte field sits on an 8-byte
+boundary so that a single aligned store publishes it whole (x86-64 keeps aligned 8-byte stores
+atomic and does not reorder stores with stores, which the seqlock and the rings rely on).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+__all__ = [
+    "LAYOUT_VERSION", "Layout", "TABLE_HEADER", "WORKER_SLOT", "PARTITION_SLOT", "RING_HEADER",
+    "RING_MESSAGE", "REQUEST", "COMPLETION", "MAX_WORKERS", "TOPIC_NAME_MAX", "SlotState",
+    "WorkerState", "MsgType", "TABLE_MAGIC", "RING_MAGIC", "table_size", "shm_names",
+]
+
+LAYOUT_VERSION = 1
+TABLE_MAGIC = 0x41504C54  # "APLT"
+RING_MAGIC = 0x41504C52  # "APLR"
+MAX_WORKERS = 64  # disk + network workers per broker; far above what a box has disks/cores for
+TOPIC_NAME_MAX = 249  # Kafka's limit on topic name length
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A fixed-size record: field names and struct codes, in order, native byte order."""
+
+    name: str
+    fields: tuple[tuple[str, str], ...]
+
+    def __post_init__(self) -> None:
+        fmt = "=" + "".join(code for _, code in self.fields)
+        object.__setattr__(self, "struct", struct.Struct(fmt))
+        offsets, pos = {}, 0
+        for fname, code in self.fields:
+            size = struct.calcsize("=" + code)
+            if code in ("q", "Q", "d") and pos % 8:
+                raise TypeError(f"{self.name}.{fname} is not 8-byte aligned (offset {pos})")
+            offsets[fname] = pos
+            pos += size
+        object.__setattr__(self, "offsets", offsets)
+        object.__setattr__(self, "size", pos)
+
+    def offset(self, field: str) -> int:
+        return self.offsets[field]  # type: ignore[attr-defined]
+
+
+# -- the partition table ---------------------------------------------------------------------
+# One object per broker: a header, MAX_WORKERS worker slots, then `capacity` partition slots.
+
+TABLE_HEADER = Layout("table_header", (
+    ("magic", "I"),
+    ("version", "I"),
+    ("capacity", "I"),            # number of partition slots
+    ("broker_id", "i"),
+    ("supervisor_pid", "q"),      # who created it: a later broker reclaims it only if this is dead
+    ("generation", "q"),          # bumped on every slot allocation or release: readers re-index
+    ("next_producer_id", "q"),    # InitProducerId counter (allocated under the table lock)
+    ("controller_id", "i"),
+    ("num_disks", "i"),
+    ("started_ms", "q"),
+    ("reserved", "40x"),
+))
+
+WORKER_SLOT = Layout("worker_slot", (
+    ("pid", "q"),
+    ("heartbeat", "d"),           # time.monotonic() of the worker's last loop (same host clock)
+    ("state", "i"),               # WorkerState
+    ("kind", "i"),                # 0 disk, 1 network
+    ("incarnation", "q"),         # bumped by the supervisor at every (re)spawn of this slot
+))
+
+PARTITION_SLOT = Layout("partition_slot", (
+    ("seq", "Q"),                 # seqlock: odd while the owning disk worker writes the slot
+    ("state", "i"),               # SlotState
+    ("disk", "i"),                # index of the log.dir (= disk worker) that holds the partition
+    ("partition", "i"),
+    ("num_partitions", "i"),      # partitions of the topic, so metadata needs no other lookup
+    ("log_end_offset", "q"),
+    ("high_watermark", "q"),
+    ("log_start_offset", "q"),
+    ("topic_len", "H"),
+    ("topic", f"{TOPIC_NAME_MAX}s"),
+    ("pad", "5x"),
+))
+
+
+class SlotState:
+    FREE = 0
+    CREATING = 1   # allocated by a network worker, not yet opened by its disk worker
+    ONLINE = 2
+    OFFLINE = 3    # its disk worker is down or recovering
+    DELETING = 4
+
+
+class WorkerState:
+    EMPTY = 0
+    STARTING = 1
+    READY = 2
+    STOPPING = 3
+    DEAD = 4
+
+
+def table_size(capacity: int) -> int:
+    return TABLE_HEADER.size + MAX_WORKERS * WORKER_SLOT.size + capacity * PARTITION_SLOT.size
+
+
+# -- request rings ---------------------------------------------------------------------------
+# One object per (network worker, disk worker) pair holding two single-producer single-consumer
+# rings: requests (network -> disk) and completions (disk -> network). head is written only by the
+# consumer, tail only by the producer; each on its own cache line so the two sides don't false-share.
+
+RING_HEADER = Layout("ring_header", (
+    ("magic", "I"),
+    ("version", "I"),
+    ("capacity", "Q"),            # bytes of the data area (a multiple of 8)
+    ("pad0", "48x"),
+    ("head", "Q"),                # consumer position (monotonic byte count)
+    ("pad1", "56x"),
+    ("tail", "Q"),                # producer position (monotonic byte count)
+    ("pad2", "56x"),
+))
+
+# Every message starts with this frame; a length of 0 with type PAD means "skip to the ring's start".
+RING_MESSAGE = Layout("ring_message", (
+    ("length", "I"),              # bytes after this frame header
+    ("type", "I"),                # MsgType
+))
+
+
+class MsgType:
+    PAD = 0
+    PRODUCE = 1
+    CREATE_PARTITION = 2
+    DELETE_PARTITION = 3
+    ALTER_CONFIG = 4
+    DELETE_RECORDS = 5
+    COMPLETION = 16
+
+
+# The fixed part of a request; produce payloads (record batches) or JSON (control) follow it.
+REQUEST = Layout("request", (
+    ("request_id", "Q"),
+    ("slot", "i"),
+    ("acks", "h"),
+    ("flags", "h"),
+    ("timeout_ms", "i"),
+    ("reserved", "4x"),
+))
+
+COMPLETION = Layout("completion", (
+    ("request_id", "Q"),
+    ("base_offset", "q"),
+    ("log_append_time", "q"),
+    ("log_start_offset", "q"),
+    ("slot", "i"),
+    ("error_code", "h"),
+    ("reserved", "2x"),
+))
+
+
+def shm_names(base: str, num_net: int, num_disk: int) -> dict[str, object]:
+    """POSIX names of one broker's objects, all derived from its base name."""
+    return {
+        "table": f"/{base}-table",
+        "rings": {(n, d): f"/{base}-ring-n{n}-d{d}" for n in range(num_net) for d in range(num_disk)},
+    }

@@ -1,0 +1,286 @@
+"""The broker's shared partition table: one POSIX shared-memory object per broker.
+
+Holds, per partition, where it lives (disk index) and its offsets (log-end offset, high watermark,
+log start offset), plus one slot per worker process (pid, heartbeat, state). Layouts are in
+:mod:`appliance.shm.layout`.
+
+Concurrency rules:
+
+- A partition slot's offsets are written only by the disk worker that owns the partition, under a
+  seqlock: readers (network workers, Spark, tools) never block the writer and retry on a torn read.
+- Allocating or releasing slots (topic creation/deletion, a disk worker registering the partitions
+  it found on disk) happens under an exclusive ``flock`` on the shared-memory object itself, which
+  the kernel drops if the holder dies, so a crashed worker can never wedge the table.
+- A worker slot is written by its worker (heartbeat, state) and by the supervisor (pid, incarnation).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import mmap
+import os
+import struct
+import time
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import posix_ipc
+
+from appliance.shm.layout import (
+    LAYOUT_VERSION,
+    MAX_WORKERS,
+    PARTITION_SLOT,
+    TABLE_HEADER,
+    TABLE_MAGIC,
+    TOPIC_NAME_MAX,
+    WORKER_SLOT,
+    SlotState,
+    table_size,
+)
+
+__all__ = ["PartitionTable", "PartitionInfo", "TableVersionError"]
+
+_SLOTS_BASE = TABLE_HEADER.size + MAX_WORKERS * WORKER_SLOT.size
+_Q = struct.Struct("=Q")
+_q = struct.Struct("=q")
+_i = struct.Struct("=i")
+_d = struct.Struct("=d")
+_OFFSETS = struct.Struct("=qqq")  # log_end_offset, high_watermark, log_start_offset: contiguous
+_P = PARTITION_SLOT.offsets  # type: ignore[attr-defined]
+_H = TABLE_HEADER.offsets  # type: ignore[attr-defined]
+_W = WORKER_SLOT.offsets  # type: ignore[attr-defined]
+assert _P["high_watermark"] == _P["log_end_offset"] + 8 == _P["log_start_offset"] - 8
+
+
+class TableVersionError(RuntimeError):
+    """The object exists but was made by another layout version (or is not a table at all)."""
+
+
+class PartitionInfo(NamedTuple):
+    slot: int
+    state: int
+    disk: int
+    topic: str
+    partition: int
+    num_partitions: int
+    log_end_offset: int
+    high_watermark: int
+    log_start_offset: int
+
+
+class PartitionTable:
+    """A mapping of the table. Create with :meth:`create` (supervisor) or :meth:`attach`."""
+
+    def __init__(self, shm: posix_ipc.SharedMemory, buf: mmap.mmap, owner: bool) -> None:
+        self._shm = shm
+        self._buf = buf
+        self._owner = owner
+        self.name = shm.name
+        self.capacity = struct.unpack_from("=I", buf, _H["capacity"])[0]
+        self._slot_base = _SLOTS_BASE
+
+    # -- lifecycle ------------------------------------------------------------------------
+    @classmethod
+    def create(cls, name: str, capacity: int, broker_id: int, num_disks: int) -> PartitionTable:
+        """Create (exclusively) and initialise the table. Raises posix_ipc.ExistentialError if it exists."""
+        size = table_size(capacity)
+        shm = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600, size=size)
+        buf = mmap.mmap(shm.fd, size)
+        TABLE_HEADER.struct.pack_into(  # type: ignore[attr-defined]
+            buf, 0, TABLE_MAGIC, LAYOUT_VERSION, capacity, broker_id, os.getpid(), 0,
+            int(time.time() * 1000) << 8, broker_id, num_disks, int(time.time() * 1000))
+        return cls(shm, buf, owner=True)
+
+    @classmethod
+    def attach(cls, name: str) -> PartitionTable:
+        """Map an existing table. Raises posix_ipc.ExistentialError, TableVersionError."""
+        shm = posix_ipc.SharedMemory(name)
+        if shm.size < TABLE_HEADER.size:
+            raise TableVersionError(f"{name} is too small to be a partition table")
+        buf = mmap.mmap(shm.fd, shm.size)
+        magic, version = struct.unpack_from("=II", buf, 0)
+        if magic != TABLE_MAGIC or version != LAYOUT_VERSION:
+            buf.close()
+            raise TableVersionError(
+                f"{name} has layout magic {magic:#x} version {version}; this build reads "
+                f"{TABLE_MAGIC:#x} version {LAYOUT_VERSION}")
+        return cls(shm, buf, owner=False)
+
+    @staticmethod
+    def creator_pid(name: str) -> int | None:
+        """The supervisor pid recorded in an existing table, or None if there is none."""
+        try:
+            shm = posix_ipc.SharedMemory(name)
+        except posix_ipc.ExistentialError:
+            return None
+        try:
+            if shm.size < TABLE_HEADER.size:
+                return 0
+            with mmap.mmap(shm.fd, TABLE_HEADER.size) as buf:
+                return _q.unpack_from(buf, _H["supervisor_pid"])[0]
+        finally:
+            shm.close_fd()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._buf.close()
+        with contextlib.suppress(Exception):
+            self._shm.close_fd()
+
+    def unlink(self) -> None:
+        with contextlib.suppress(posix_ipc.ExistentialError):
+            self._shm.unlink()
+
+    # -- header ---------------------------------------------------------------------------
+    @property
+    def generation(self) -> int:
+        return _q.unpack_from(self._buf, _H["generation"])[0]
+
+    @property
+    def broker_id(self) -> int:
+        return _i.unpack_from(self._buf, _H["broker_id"])[0]
+
+    @property
+    def num_disks(self) -> int:
+        return _i.unpack_from(self._buf, _H["num_disks"])[0]
+
+    def _bump_generation(self) -> None:
+        _q.pack_into(self._buf, _H["generation"], self.generation + 1)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Exclusive table lock for slot allocation (dropped by the kernel if the holder dies)."""
+        fcntl.flock(self._shm.fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._shm.fd, fcntl.LOCK_UN)
+
+    def next_producer_id(self) -> int:
+        """A producer id unique on this broker (seeded from the clock so restarts don't reuse ids)."""
+        with self.locked():
+            pid = _q.unpack_from(self._buf, _H["next_producer_id"])[0]
+            _q.pack_into(self._buf, _H["next_producer_id"], pid + 1)
+            return pid
+
+    # -- worker slots ---------------------------------------------------------------------
+    def _wpos(self, index: int) -> int:
+        if not 0 <= index < MAX_WORKERS:
+            raise IndexError(f"worker slot {index} outside 0..{MAX_WORKERS - 1}")
+        return TABLE_HEADER.size + index * WORKER_SLOT.size
+
+    def set_worker(self, index: int, *, pid: int, kind: int, state: int, incarnation: int) -> None:
+        WORKER_SLOT.struct.pack_into(  # type: ignore[attr-defined]
+            self._buf, self._wpos(index), pid, time.monotonic(), state, kind, incarnation)
+
+    def set_worker_state(self, index: int, state: int) -> None:
+        _i.pack_into(self._buf, self._wpos(index) + _W["state"], state)
+
+    def heartbeat(self, index: int) -> None:
+        _d.pack_into(self._buf, self._wpos(index) + _W["heartbeat"], time.monotonic())
+
+    def worker(self, index: int) -> tuple[int, float, int, int, int]:
+        """(pid, heartbeat, state, kind, incarnation)."""
+        return WORKER_SLOT.struct.unpack_from(self._buf, self._wpos(index))  # type: ignore[attr-defined]
+
+    # -- partition slots ------------------------------------------------------------------
+    def _spos(self, slot: int) -> int:
+        if not 0 <= slot < self.capacity:
+            raise IndexError(f"partition slot {slot} outside 0..{self.capacity - 1}")
+        return self._slot_base + slot * PARTITION_SLOT.size
+
+    def read(self, slot: int) -> PartitionInfo:
+        """A consistent snapshot of one slot (seqlock read; retries while the writer is inside)."""
+        pos = self._spos(slot)
+        buf = self._buf
+        unpack = PARTITION_SLOT.struct.unpack_from  # type: ignore[attr-defined]
+        while True:
+            s1 = _Q.unpack_from(buf, pos)[0]
+            if s1 & 1:
+                continue
+            (_, state, disk, part, nparts, leo, hw, lso, tlen, topic) = unpack(buf, pos)
+            if _Q.unpack_from(buf, pos)[0] == s1:
+                return PartitionInfo(slot, state, disk, topic[:tlen].decode(), part, nparts,
+                                     leo, hw, lso)
+
+    def offsets(self, slot: int) -> tuple[int, int, int]:
+        """(log_end_offset, high_watermark, log_start_offset), consistent, without the topic decode."""
+        pos = self._spos(slot)
+        buf = self._buf
+        off = pos + _P["log_end_offset"]
+        while True:
+            s1 = _Q.unpack_from(buf, pos)[0]
+            if s1 & 1:
+                continue
+            vals = _OFFSETS.unpack_from(buf, off)
+            if _Q.unpack_from(buf, pos)[0] == s1:
+                return vals
+
+    def state(self, slot: int) -> int:
+        return _i.unpack_from(self._buf, self._spos(slot) + _P["state"])[0]
+
+    def publish(self, slot: int, log_end_offset: int, high_watermark: int,
+                log_start_offset: int) -> None:
+        """Owner only: publish new offsets under the seqlock."""
+        pos = self._spos(slot)
+        buf = self._buf
+        seq = _Q.unpack_from(buf, pos)[0]
+        _Q.pack_into(buf, pos, seq + 1)
+        _OFFSETS.pack_into(buf, pos + _P["log_end_offset"], log_end_offset, high_watermark,
+                           log_start_offset)
+        _Q.pack_into(buf, pos, seq + 2)
+
+    def set_state(self, slot: int, state: int) -> None:
+        pos = self._spos(slot)
+        seq = _Q.unpack_from(self._buf, pos)[0]
+        _Q.pack_into(self._buf, pos, seq + 1)
+        _i.pack_into(self._buf, pos + _P["state"], state)
+        _Q.pack_into(self._buf, pos, seq + 2)
+        self._bump_generation()
+
+    def slots(self) -> Iterator[PartitionInfo]:
+        """Every used slot (state != FREE)."""
+        for slot in range(self.capacity):
+            if self.state(slot) != SlotState.FREE:
+                yield self.read(slot)
+
+    def find(self, topic: str, partition: int) -> int:
+        """Slot of (topic, partition), or -1. O(capacity): callers cache by generation."""
+        for info in self.slots():
+            if info.partition == partition and info.topic == topic:
+                return info.slot
+        return -1
+
+    def allocate(self, topic: str, partition: int, num_partitions: int, disk: int,
+                 state: int = SlotState.CREATING) -> int:
+        """Take a free slot for (topic, partition). Caller holds :meth:`locked`.
+
+        Raises ValueError for a bad topic name, MemoryError when the table is full.
+        """
+        raw = topic.encode()
+        if not raw or len(raw) > TOPIC_NAME_MAX:
+            raise ValueError(f"topic name length {len(raw)} outside 1..{TOPIC_NAME_MAX}")
+        for slot in range(self.capacity):
+            if self.state(slot) == SlotState.FREE:
+                pos = self._spos(slot)
+                seq = _Q.unpack_from(self._buf, pos)[0]
+                _Q.pack_into(self._buf, pos, seq + 1)
+                PARTITION_SLOT.struct.pack_into(  # type: ignore[attr-defined]
+                    self._buf, pos, seq + 1, state, disk, partition, num_partitions, 0, 0, 0,
+                    len(raw), raw)
+                _Q.pack_into(self._buf, pos, seq + 2)
+                self._bump_generation()
+                return slot
+        raise MemoryError(f"partition table {self.name} is full ({self.capacity} slots)")
+
+    def release(self, slot: int) -> None:
+        """Free a slot. Caller holds :meth:`locked`."""
+        self.set_state(slot, SlotState.FREE)
+
+    def partitions_per_disk(self) -> list[int]:
+        counts = [0] * max(self.num_disks, 1)
+        for info in self.slots():
+            if 0 <= info.disk < len(counts):
+                counts[info.disk] += 1
+        return counts

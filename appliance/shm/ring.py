@@ -1,0 +1,200 @@
+"""Single-producer single-consumer message rings in POSIX shared memory.
+
+A :class:`Channel` is one shared-memory object holding two rings: requests (network worker ->
+disk worker, or IPC producer -> disk worker) and completions (back). Each ring has exactly one
+writer and one reader, so it needs no lock: the producer writes the message bytes, then publishes
+the new ``tail``; the consumer reads up to ``tail``, processes the message in place (a produce
+payload is appended to the segment straight from the ring, no copy), then publishes ``head``.
+
+Positions are monotonic byte counts (they never wrap in 2^64); the slot of a position is
+``pos % capacity``. A message never straddles the end of the data area: when it does not fit
+before the end, the producer writes a PAD frame and starts over at 0.
+
+Wake-ups are not here: the rings carry data, a doorbell (an eventfd) says "look".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import struct
+
+import posix_ipc
+
+from appliance.shm.layout import LAYOUT_VERSION, RING_HEADER, RING_MAGIC, RING_MESSAGE, MsgType
+
+__all__ = ["Ring", "Channel", "RingFormatError"]
+
+_Q = struct.Struct("=Q")
+_FRAME = RING_MESSAGE.struct  # type: ignore[attr-defined]
+_FRAME_SIZE = RING_MESSAGE.size
+_HEAD = RING_HEADER.offset("head")
+_TAIL = RING_HEADER.offset("tail")
+
+
+class RingFormatError(RuntimeError):
+    """The ring's bytes do not hold a valid frame: a misbehaving producer wrote garbage."""
+
+
+def _align8(n: int) -> int:
+    return (n + 7) & ~7
+
+
+class Ring:
+    """One SPSC ring inside ``buf`` at ``base``: a RING_HEADER then ``capacity`` data bytes.
+
+    Not thread-safe: one producer thread/process and one consumer thread/process.
+    """
+
+    def __init__(self, buf: mmap.mmap, base: int, capacity: int | None = None) -> None:
+        self._buf = buf
+        self._mv = memoryview(buf)
+        self._base = base
+        self._data = base + RING_HEADER.size
+        if capacity is not None:  # initialise
+            if capacity % 8:
+                raise ValueError("ring capacity must be a multiple of 8")
+            RING_HEADER.struct.pack_into(buf, base, RING_MAGIC, LAYOUT_VERSION, capacity, 0, 0)  # type: ignore[attr-defined]
+        magic, version, cap = struct.unpack_from("=IIQ", buf, base)
+        if magic != RING_MAGIC or version != LAYOUT_VERSION:
+            raise RingFormatError(f"no ring of layout version {LAYOUT_VERSION} at {base}")
+        self.capacity = cap
+        self._pending = 0  # consumer: bytes of the message handed out by peek(), not yet released
+
+    @staticmethod
+    def footprint(capacity: int) -> int:
+        return RING_HEADER.size + capacity
+
+    # positions ---------------------------------------------------------------------------
+    @property
+    def head(self) -> int:
+        return _Q.unpack_from(self._buf, self._base + _HEAD)[0]
+
+    @property
+    def tail(self) -> int:
+        return _Q.unpack_from(self._buf, self._base + _TAIL)[0]
+
+    def used(self) -> int:
+        return self.tail - self.head
+
+    def discard_all(self) -> None:
+        """Consumer: drop everything queued (after the peer that queued it died)."""
+        _Q.pack_into(self._buf, self._base + _HEAD, self.tail)
+        self._pending = 0
+
+    # producer ----------------------------------------------------------------------------
+    def max_message(self) -> int:
+        """The largest payload that can ever fit (half the ring, so a PAD skip always fits too)."""
+        return self.capacity // 2 - _FRAME_SIZE
+
+    def put(self, msg_type: int, *parts: bytes | bytearray | memoryview) -> bool:
+        """Append one message made of ``parts``. False when the ring has no room now.
+
+        Raises ValueError when the message could never fit (see :meth:`max_message`).
+        """
+        length = 0
+        for p in parts:
+            length += len(p)
+        if length > self.max_message():
+            raise ValueError(f"message of {length} bytes exceeds ring limit {self.max_message()}")
+        total = _align8(_FRAME_SIZE + length)
+        cap = self.capacity
+        tail = self.tail
+        free = cap - (tail - self.head)
+        idx = tail % cap
+        skip = cap - idx if idx + total > cap else 0
+        if skip + total > free:
+            return False
+        buf, data = self._buf, self._data
+        if skip:
+            _FRAME.pack_into(buf, data + idx, 0, MsgType.PAD)
+            tail += skip
+            idx = 0
+        pos = data + idx
+        _FRAME.pack_into(buf, pos, length, msg_type)
+        pos += _FRAME_SIZE
+        mv = self._mv
+        for p in parts:
+            n = len(p)
+            mv[pos:pos + n] = p
+            pos += n
+        # publish after the bytes: x86 does not reorder these stores
+        _Q.pack_into(buf, self._base + _TAIL, tail + total)
+        return True
+
+    # consumer ----------------------------------------------------------------------------
+    def peek(self) -> tuple[int, memoryview] | None:
+        """The next message as (type, payload view into the ring), or None if empty.
+
+        The view stays valid until :meth:`release`. Raises RingFormatError on a frame that
+        cannot be right (the caller should then :meth:`discard_all`).
+        """
+        if self._pending:
+            raise RuntimeError("release() the previous message first")
+        head = self.head
+        tail = self.tail
+        cap = self.capacity
+        while head < tail:
+            idx = head % cap
+            length, msg_type = _FRAME.unpack_from(self._buf, self._data + idx)
+            if msg_type == MsgType.PAD:
+                head += cap - idx
+                _Q.pack_into(self._buf, self._base + _HEAD, head)
+                continue
+            total = _align8(_FRAME_SIZE + length)
+            if idx + total > cap or head + total > tail:
+                raise RingFormatError(
+                    f"frame at {head} claims {length} bytes, past the ring end or the tail")
+            start = self._data + idx + _FRAME_SIZE
+            self._pending = total
+            return msg_type, self._mv[start:start + length]
+        return None
+
+    def release(self) -> None:
+        """Consumer: done with the message from :meth:`peek`; its space may be reused."""
+        head = self.head + self._pending
+        self._pending = 0
+        _Q.pack_into(self._buf, self._base + _HEAD, head)
+
+
+class Channel:
+    """A shared-memory object holding a request ring and a completion ring."""
+
+    def __init__(self, shm: posix_ipc.SharedMemory, buf: mmap.mmap, create_capacity: tuple[int, int] | None):
+        self._shm = shm
+        self._buf = buf
+        self.name = shm.name
+        if create_capacity:
+            req_cap, comp_cap = create_capacity
+            self.requests = Ring(buf, 0, req_cap)
+            self.completions = Ring(buf, Ring.footprint(req_cap), comp_cap)
+        else:
+            self.requests = Ring(buf, 0)
+            self.completions = Ring(buf, Ring.footprint(self.requests.capacity))
+
+    @classmethod
+    def create(cls, name: str, request_capacity: int, completion_capacity: int,
+               mode: int = 0o600) -> Channel:
+        size = Ring.footprint(request_capacity) + Ring.footprint(completion_capacity)
+        shm = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=mode, size=size)
+        buf = mmap.mmap(shm.fd, size)
+        return cls(shm, buf, (request_capacity, completion_capacity))
+
+    @classmethod
+    def attach(cls, name: str) -> Channel:
+        shm = posix_ipc.SharedMemory(name)
+        buf = mmap.mmap(shm.fd, shm.size)
+        return cls(shm, buf, None)
+
+    def close(self) -> None:
+        for ring in (getattr(self, "requests", None), getattr(self, "completions", None)):
+            if ring is not None:
+                ring._mv.release()
+        with contextlib.suppress(Exception):
+            self._buf.close()
+        with contextlib.suppress(Exception):
+            self._shm.close_fd()
+
+    def unlink(self) -> None:
+        with contextlib.suppress(posix_ipc.ExistentialError):
+            self._shm.unlink()

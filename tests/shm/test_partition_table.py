@@ -1,0 +1,83 @@
+"""The shared partition table: allocation, seqlock publication, attach/version checks."""
+
+import os
+import uuid
+
+import posix_ipc
+import pytest
+
+from appliance.shm.layout import SlotState
+from appliance.shm.partition_table import PartitionTable, TableVersionError
+
+
+@pytest.fixture
+def table():
+    t = PartitionTable.create(f"/appliance-test-{uuid.uuid4().hex[:12]}", 64, broker_id=7, num_disks=2)
+    yield t
+    t.unlink()
+    t.close()
+
+
+def test_allocate_publish_read(table):
+    with table.locked():
+        s0 = table.allocate("orders", 0, 2, disk=0)
+        s1 = table.allocate("orders", 1, 2, disk=1)
+    assert s0 != s1
+    table.publish(s1, 100, 90, 5)
+    other = PartitionTable.attach(table.name)
+    info = other.read(s1)
+    assert (info.topic, info.partition, info.num_partitions, info.disk) == ("orders", 1, 2, 1)
+    assert (info.log_end_offset, info.high_watermark, info.log_start_offset) == (100, 90, 5)
+    assert other.offsets(s1) == (100, 90, 5)
+    assert other.find("orders", 0) == s0 and other.find("orders", 9) == -1
+    assert other.broker_id == 7
+    assert table.partitions_per_disk() == [1, 1]
+    g = other.generation
+    with table.locked():
+        table.release(s0)
+    assert other.generation > g and other.state(s0) == SlotState.FREE
+    other.close()
+
+
+def test_full_table_and_bad_names(table):
+    with table.locked():
+        for i in range(64):
+            table.allocate("t", i, 64, disk=0)
+        with pytest.raises(MemoryError):
+            table.allocate("t", 64, 65, disk=0)
+        with pytest.raises(ValueError):
+            table.allocate("x" * 250, 0, 1, disk=0)
+
+
+def test_producer_ids_unique_across_processes(table):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        t = PartitionTable.attach(table.name)
+        ids = [t.next_producer_id() for _ in range(500)]
+        os.write(w, ",".join(map(str, ids)).encode())
+        os._exit(0)
+    os.close(w)
+    mine = [table.next_producer_id() for _ in range(500)]
+    os.waitpid(pid, 0)
+    theirs = b""
+    while chunk := os.read(r, 65536):
+        theirs += chunk
+    all_ids = mine + [int(x) for x in theirs.decode().split(",")]
+    assert len(set(all_ids)) == 1000
+
+
+def test_attach_refuses_other_layouts():
+    name = f"/appliance-test-{uuid.uuid4().hex[:12]}"
+    shm = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, size=4096)
+    try:
+        with pytest.raises(TableVersionError):
+            PartitionTable.attach(name)
+    finally:
+        shm.unlink()
+        shm.close_fd()
+
+
+def test_creator_pid(table):
+    assert PartitionTable.creator_pid(table.name) == os.getpid()
+    assert PartitionTable.creator_pid("/appliance-test-none-here") is None
