@@ -1,0 +1,588 @@
+"""``server.properties`` with Kafka's key names: every key declared once, typed and validated.
+
+The broker table (:data:`BROKER_KEYS`) and the topic table (:data:`TOPIC_KEYS`) are the only
+places a key, its type, its default, its validator and its meaning are written. A topic key names
+the broker keys it defaults from (Kafka's ``LogConfig`` synonyms), in precedence order, with the
+unit factor that turns the broker value into the topic value (``log.retention.hours`` -> ms).
+
+Keys marked "ours" are not Kafka's; they tune this appliance (write-back of page cache, shared
+memory naming).
+
+Thread-safety: :class:`BrokerConfig` and :class:`TopicConfig` are immutable after construction and
+may be shared freely.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from appliance.errors import InvalidConfigError
+
+__all__ = [
+    "ConfigError", "ConfigKey", "TopicKey", "BROKER_KEYS", "TOPIC_KEYS", "BrokerConfig",
+    "TopicConfig", "parse_properties", "render_server_properties", "validate_topic_name",
+    "LONG_MAX", "INT_MAX",
+]
+
+log = logging.getLogger(__name__)
+
+INT_MAX = 2**31 - 1
+INT_MIN = -(2**31)
+LONG_MAX = 2**63 - 1
+LONG_MIN = -(2**63)
+DOUBLE_MAX = 1.7976931348623157e308
+
+
+class ConfigError(InvalidConfigError):
+    """A configuration value that cannot be used; ``str(e)`` names the key and the value.
+
+    Attributes: ``key``, ``value`` (the raw string or object given), ``reason``.
+    """
+
+    def __init__(self, key: str, value: object, reason: str) -> None:
+        self.key = key
+        self.value = value
+        self.reason = reason
+        super().__init__(f"Invalid value {value!r} for configuration {key}: {reason}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Types: each parses a string (or passes through an already-typed value) and checks its range.
+
+def _parse_int(raw: object, lo: int, hi: int, what: str) -> int:
+    if isinstance(raw, bool):
+        raise ValueError(f"expected {what}, got a boolean")
+    if isinstance(raw, int):
+        v = raw
+    else:
+        s = str(raw).strip()
+        if not re.fullmatch(r"[+-]?\d+", s):
+            raise ValueError(f"expected {what}")
+        v = int(s)
+    if not lo <= v <= hi:
+        raise ValueError(f"out of range for {what} [{lo}, {hi}]")
+    return v
+
+
+def _parse_double(raw: object) -> float:
+    if isinstance(raw, int | float) and not isinstance(raw, bool):
+        return float(raw)
+    try:
+        return float(str(raw).strip())
+    except ValueError:
+        raise ValueError("expected a number") from None
+
+
+def _parse_bool(raw: object) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    s = str(raw).strip().lower()
+    if s in ("true", "false"):
+        return s == "true"
+    raise ValueError("expected true or false")
+
+
+def _parse_list(raw: object) -> list[str]:
+    if isinstance(raw, list | tuple):
+        return [str(x).strip() for x in raw if str(x).strip()]
+    s = str(raw).strip()
+    return [p.strip() for p in s.split(",") if p.strip()] if s else []
+
+
+PARSERS: dict[str, Callable[[object], Any]] = {
+    "int": lambda r: _parse_int(r, INT_MIN, INT_MAX, "a 32-bit integer"),
+    "long": lambda r: _parse_int(r, LONG_MIN, LONG_MAX, "a 64-bit integer"),
+    "double": _parse_double,
+    "bool": _parse_bool,
+    "string": lambda r: str(r).strip(),
+    "list": _parse_list,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Validators: return None when fine, else the reason.
+
+Validator = Callable[[Any], str | None]
+
+
+def at_least(lo: float) -> Validator:
+    def check(v: Any) -> str | None:
+        return None if v >= lo else f"must be at least {lo}"
+    check.__doc__ = f"[{lo},...]"
+    return check
+
+
+def between(lo: float, hi: float) -> Validator:
+    def check(v: Any) -> str | None:
+        return None if lo <= v <= hi else f"must be between {lo} and {hi}"
+    check.__doc__ = f"[{lo},...,{hi}]"
+    return check
+
+
+def one_of(*choices: str, case_insensitive: bool = False) -> Validator:
+    def check(v: Any) -> str | None:
+        vals = v if isinstance(v, list) else [v]
+        norm = (lambda x: x.lower()) if case_insensitive else (lambda x: x)
+        allowed = {norm(c) for c in choices}
+        bad = [x for x in vals if norm(x) not in allowed]
+        return f"must be one of {', '.join(choices)}" if bad else None
+    check.__doc__ = "[" + ", ".join(choices) + "]"
+    return check
+
+
+def _listener_list(v: list[str]) -> str | None:
+    for item in v:
+        if _LISTENER_RE.fullmatch(item) is None:
+            return f"listener {item!r} is not NAME://host:port"
+    return None
+
+
+_LISTENER_RE = re.compile(r"([A-Za-z0-9_]+)://(\[[0-9a-fA-F:.]*\]|[^:/\s]*):(\d{1,5})")
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """One broker key: Kafka's name, type, default (None = unset), validator, one-line doc."""
+
+    name: str
+    type: str
+    default: Any
+    doc: str
+    validator: Validator | None = None
+    ours: bool = False
+
+    def parse(self, raw: object) -> Any:
+        """Typed value of ``raw``. Raises ConfigError naming the key and the raw value."""
+        try:
+            v = PARSERS[self.type](raw)
+        except ValueError as e:
+            raise ConfigError(self.name, raw, str(e)) from None
+        if self.validator is not None:
+            reason = self.validator(v)
+            if reason:
+                raise ConfigError(self.name, raw, reason)
+        return v
+
+
+@dataclass(frozen=True)
+class TopicKey(ConfigKey):
+    """A topic-level key; ``synonyms`` are (broker key, unit factor) pairs, first set one wins."""
+
+    synonyms: tuple[tuple[str, int], ...] = field(default=())
+
+
+H = 3_600_000  # ms per hour
+M = 60_000     # ms per minute
+_COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+_TS_TYPES = ("CreateTime", "LogAppendTime")
+
+# fmt: off
+BROKER_KEYS: tuple[ConfigKey, ...] = (
+    ConfigKey("broker.id", "int", 0, "Id of this broker in the cluster.", at_least(0)),
+    ConfigKey("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"], "Addresses to listen on, NAME://host:port, comma separated.", _listener_list),
+    ConfigKey("advertised.listeners", "list", None, "Addresses given to clients in metadata; defaults to listeners.", _listener_list),
+    ConfigKey("log.dirs", "list", None, "Directories holding the partition logs (one disk each); wins over log.dir."),
+    ConfigKey("log.dir", "string", "./data", "Log directory used when log.dirs is not set."),
+    # Kafka's default is 3; the appliance's reference machine has 2 cores, and a network worker
+    # per core keeps both busy without a third process stealing time from the disk worker.
+    ConfigKey("num.network.threads", "int", 2, "Network worker processes (Kafka: threads; default 3 there, 2 here for 2-core machines).", at_least(1)),
+    ConfigKey("num.io.threads", "int", 8, "Kafka's request handler threads; kept for compatibility (disk workers are one per log dir).", at_least(1)),
+    ConfigKey("num.partitions", "int", 1, "Default partition count of auto-created topics.", at_least(1)),
+    ConfigKey("default.replication.factor", "int", 1, "Default replication factor of auto-created topics.", at_least(1)),
+    ConfigKey("auto.create.topics.enable", "bool", True, "Create a topic on first metadata/produce request naming it."),
+    ConfigKey("delete.topic.enable", "bool", True, "Allow DeleteTopics."),
+    ConfigKey("message.max.bytes", "int", 1048588, "Largest record batch accepted (after compression).", at_least(0)),
+    ConfigKey("socket.request.max.bytes", "int", 104857600, "Largest request accepted on a socket.", at_least(1)),
+    ConfigKey("socket.send.buffer.bytes", "int", 102400, "SO_SNDBUF of client sockets (-1: OS default)."),
+    ConfigKey("socket.receive.buffer.bytes", "int", 102400, "SO_RCVBUF of client sockets (-1: OS default)."),
+    ConfigKey("queued.max.requests", "int", 500, "Requests queued per network worker before it stops reading sockets.", at_least(1)),
+    ConfigKey("fetch.max.bytes", "int", 57671680, "Largest fetch response the broker builds.", at_least(1024)),
+    ConfigKey("log.segment.bytes", "int", 1073741824, "Segment file size before a roll.", at_least(14)),
+    ConfigKey("log.roll.ms", "long", None, "Time before a segment is rolled; wins over log.roll.hours."),
+    ConfigKey("log.roll.hours", "int", 168, "Time before a segment is rolled, in hours.", at_least(1)),
+    ConfigKey("log.roll.jitter.ms", "long", None, "Largest random jitter subtracted from the roll time; wins over hours."),
+    ConfigKey("log.roll.jitter.hours", "int", 0, "Largest random jitter subtracted from the roll time, in hours.", at_least(0)),
+    ConfigKey("log.retention.ms", "long", None, "Time a segment is kept (-1: forever); wins over minutes and hours.", at_least(-1)),
+    ConfigKey("log.retention.minutes", "int", None, "Time a segment is kept, minutes; wins over hours.", at_least(-1)),
+    ConfigKey("log.retention.hours", "int", 168, "Time a segment is kept, hours.", at_least(-1)),
+    ConfigKey("log.retention.bytes", "long", -1, "Largest partition size before old segments are deleted (-1: no limit)."),
+    ConfigKey("log.retention.check.interval.ms", "long", 300000, "How often retention is applied.", at_least(1)),
+    ConfigKey("log.cleanup.policy", "list", ["delete"], "delete and/or compact.", one_of("delete", "compact")),
+    ConfigKey("log.index.size.max.bytes", "int", 10485760, "Preallocated size of each index file.", at_least(4)),
+    ConfigKey("log.index.interval.bytes", "int", 4096, "Log bytes between two offset index entries.", at_least(0)),
+    ConfigKey("log.flush.interval.messages", "long", LONG_MAX, "Messages appended before a forced fsync.", at_least(1)),
+    ConfigKey("log.flush.interval.ms", "long", None, "Time a message may stay unflushed; defaults to log.flush.scheduler.interval.ms.", at_least(0)),
+    ConfigKey("log.flush.scheduler.interval.ms", "long", LONG_MAX, "How often the flush policy is checked.", at_least(0)),
+    ConfigKey("log.flush.offset.checkpoint.interval.ms", "int", 60000, "How often the recovery point checkpoint is written.", at_least(0)),
+    ConfigKey("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, "How often the log start offset checkpoint is written.", at_least(0)),
+    ConfigKey("log.segment.delete.delay.ms", "long", 60000, "Delay before a .deleted segment is removed from disk.", at_least(0)),
+    ConfigKey("log.preallocate", "bool", False, "Preallocate new segment files."),
+    ConfigKey("log.message.timestamp.type", "string", "CreateTime", "CreateTime or LogAppendTime.", one_of(*_TS_TYPES)),
+    ConfigKey("log.message.timestamp.difference.max.ms", "long", LONG_MAX, "Largest allowed |timestamp - broker time| for CreateTime.", at_least(0)),
+    ConfigKey("log.message.downconversion.enable", "bool", True, "Down-convert batches for old fetch versions."),
+    ConfigKey("log.cleaner.enable", "bool", True, "Run the log cleaner (needed for compacted topics)."),
+    ConfigKey("log.cleaner.threads", "int", 1, "Cleaner threads.", at_least(0)),
+    ConfigKey("log.cleaner.io.max.bytes.per.second", "double", DOUBLE_MAX, "Cleaner I/O throttle."),
+    ConfigKey("log.cleaner.dedupe.buffer.size", "long", 134217728, "Memory for the cleaner's offset map.", at_least(0)),
+    ConfigKey("log.cleaner.io.buffer.size", "int", 524288, "Cleaner read/write buffer size.", at_least(0)),
+    ConfigKey("log.cleaner.backoff.ms", "long", 15000, "Cleaner sleep when there is nothing to clean.", at_least(0)),
+    ConfigKey("log.cleaner.min.cleanable.ratio", "double", 0.5, "Dirty ratio above which a log is cleaned.", between(0, 1)),
+    ConfigKey("log.cleaner.delete.retention.ms", "long", 86400000, "How long tombstones are kept in compacted topics.", at_least(0)),
+    ConfigKey("log.cleaner.min.compaction.lag.ms", "long", 0, "Minimum age of a message before it may be compacted.", at_least(0)),
+    ConfigKey("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX, "Maximum age before a message must be compacted.", at_least(1)),
+    ConfigKey("compression.type", "string", "producer", "Compression of stored batches; producer keeps the producer's.", one_of(*_COMPRESSION)),
+    ConfigKey("num.recovery.threads.per.data.dir", "int", 1, "Threads per log dir for recovery at start.", at_least(1)),
+    ConfigKey("offsets.topic.num.partitions", "int", 50, "Partitions of __consumer_offsets.", at_least(1)),
+    ConfigKey("offsets.topic.replication.factor", "int", 3, "Replication factor of __consumer_offsets (capped at the live broker count).", at_least(1)),
+    ConfigKey("offsets.topic.segment.bytes", "int", 104857600, "Segment size of __consumer_offsets.", at_least(1)),
+    ConfigKey("offsets.retention.minutes", "int", 10080, "How long committed offsets of an empty group are kept.", at_least(1)),
+    ConfigKey("offsets.retention.check.interval.ms", "long", 600000, "How often stale offsets are removed.", at_least(1)),
+    ConfigKey("offsets.commit.timeout.ms", "int", 5000, "Wait for an offset commit to be replicated.", at_least(1)),
+    ConfigKey("group.initial.rebalance.delay.ms", "int", 3000, "Wait for more members before the first rebalance of a group."),
+    ConfigKey("group.min.session.timeout.ms", "int", 6000, "Smallest session timeout a consumer may ask for."),
+    ConfigKey("group.max.session.timeout.ms", "int", 1800000, "Largest session timeout a consumer may ask for."),
+    ConfigKey("zookeeper.connect", "string", "", "ZooKeeper connection string; empty = standalone single broker."),
+    ConfigKey("zookeeper.session.timeout.ms", "int", 18000, "ZooKeeper session timeout."),
+    ConfigKey("zookeeper.connection.timeout.ms", "int", None, "Wait for a ZooKeeper connection; defaults to the session timeout."),
+    ConfigKey("replica.lag.time.max.ms", "long", 30000, "A follower not caught up for this long leaves the ISR."),
+    ConfigKey("replica.fetch.max.bytes", "int", 1048576, "Bytes a follower fetches per partition.", at_least(0)),
+    ConfigKey("replica.fetch.wait.max.ms", "int", 500, "Long-poll time of follower fetches."),
+    ConfigKey("num.replica.fetchers", "int", 1, "Replica fetcher threads per source broker.", at_least(1)),
+    ConfigKey("min.insync.replicas", "int", 1, "Replicas that must acknowledge an acks=all produce.", at_least(1)),
+    ConfigKey("unclean.leader.election.enable", "bool", False, "Allow an out-of-sync replica to become leader."),
+    ConfigKey("controlled.shutdown.enable", "bool", True, "Move leadership away before shutting down."),
+    ConfigKey("auto.leader.rebalance.enable", "bool", True, "Move leadership back to preferred replicas periodically."),
+    # Ours.
+    ConfigKey("log.writeback.mode", "string", "auto", "Ours: page-cache write-back per log dir: auto (writeback on rotational disks), os, writeback.", one_of("auto", "os", "writeback"), ours=True),
+    # 8 MiB: large enough that a SATA disk writes it as one sequential run, small enough that the
+    # dirty pages of a hundred active partitions stay far below vm.dirty_background_bytes.
+    ConfigKey("log.writeback.chunk.bytes", "long", 8388608, "Ours: bytes of a segment written back per sync_file_range chunk.", at_least(4096), ours=True),
+    ConfigKey("appliance.shm.name", "string", "", "Ours: POSIX shared memory name; empty = derived from broker.id and port.", ours=True),
+)
+
+TOPIC_KEYS: tuple[TopicKey, ...] = (
+    TopicKey("cleanup.policy", "list", None, "delete and/or compact.", one_of("delete", "compact"), synonyms=(("log.cleanup.policy", 1),)),
+    TopicKey("compression.type", "string", None, "Compression of stored batches.", one_of(*_COMPRESSION), synonyms=(("compression.type", 1),)),
+    TopicKey("delete.retention.ms", "long", None, "Tombstone retention of compacted topics.", at_least(0), synonyms=(("log.cleaner.delete.retention.ms", 1),)),
+    TopicKey("file.delete.delay.ms", "long", None, "Delay before a deleted segment leaves the disk.", at_least(0), synonyms=(("log.segment.delete.delay.ms", 1),)),
+    TopicKey("flush.messages", "long", None, "Messages between forced fsyncs.", at_least(1), synonyms=(("log.flush.interval.messages", 1),)),
+    TopicKey("flush.ms", "long", None, "Time between forced fsyncs.", at_least(0), synonyms=(("log.flush.interval.ms", 1), ("log.flush.scheduler.interval.ms", 1))),
+    TopicKey("index.interval.bytes", "int", None, "Log bytes between offset index entries.", at_least(0), synonyms=(("log.index.interval.bytes", 1),)),
+    TopicKey("max.compaction.lag.ms", "long", None, "Maximum age before a message must be compacted.", at_least(1), synonyms=(("log.cleaner.max.compaction.lag.ms", 1),)),
+    TopicKey("max.message.bytes", "int", None, "Largest record batch accepted.", at_least(0), synonyms=(("message.max.bytes", 1),)),
+    TopicKey("message.downconversion.enable", "bool", None, "Down-convert for old fetch versions.", synonyms=(("log.message.downconversion.enable", 1),)),
+    TopicKey("message.timestamp.difference.max.ms", "long", None, "Largest allowed timestamp skew (CreateTime).", at_least(0), synonyms=(("log.message.timestamp.difference.max.ms", 1),)),
+    TopicKey("message.timestamp.type", "string", None, "CreateTime or LogAppendTime.", one_of(*_TS_TYPES), synonyms=(("log.message.timestamp.type", 1),)),
+    TopicKey("min.cleanable.dirty.ratio", "double", None, "Dirty ratio above which the log is cleaned.", between(0, 1), synonyms=(("log.cleaner.min.cleanable.ratio", 1),)),
+    TopicKey("min.compaction.lag.ms", "long", None, "Minimum age before compaction.", at_least(0), synonyms=(("log.cleaner.min.compaction.lag.ms", 1),)),
+    TopicKey("min.insync.replicas", "int", None, "Replicas needed for acks=all.", at_least(1), synonyms=(("min.insync.replicas", 1),)),
+    TopicKey("preallocate", "bool", None, "Preallocate segment files.", synonyms=(("log.preallocate", 1),)),
+    TopicKey("retention.bytes", "long", None, "Largest partition size (-1: no limit).", synonyms=(("log.retention.bytes", 1),)),
+    TopicKey("retention.ms", "long", None, "Time a segment is kept (-1: forever).", at_least(-1), synonyms=(("log.retention.ms", 1), ("log.retention.minutes", M), ("log.retention.hours", H))),
+    TopicKey("segment.bytes", "int", None, "Segment size before a roll.", at_least(14), synonyms=(("log.segment.bytes", 1),)),
+    TopicKey("segment.index.bytes", "int", None, "Preallocated index file size.", at_least(4), synonyms=(("log.index.size.max.bytes", 1),)),
+    TopicKey("segment.jitter.ms", "long", None, "Largest random jitter of the roll time.", at_least(0), synonyms=(("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", H))),
+    TopicKey("segment.ms", "long", None, "Time before a segment is rolled.", at_least(1), synonyms=(("log.roll.ms", 1), ("log.roll.hours", H))),
+    TopicKey("unclean.leader.election.enable", "bool", None, "Allow unclean leader election.", synonyms=(("unclean.leader.election.enable", 1),)),
+)
+# fmt: on
+
+_BROKER_BY_NAME = {k.name: k for k in BROKER_KEYS}
+_TOPIC_BY_NAME = {k.name: k for k in TOPIC_KEYS}
+assert len(_BROKER_BY_NAME) == len(BROKER_KEYS) and len(_TOPIC_BY_NAME) == len(TOPIC_KEYS)
+assert all(b in _BROKER_BY_NAME for k in TOPIC_KEYS for b, _ in k.synonyms)
+
+
+# ---------------------------------------------------------------------------------------------
+# Java .properties parsing
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _logical_lines(text: str) -> Iterable[str]:
+    """Join continuation lines (an odd number of trailing backslashes) the way Java does."""
+    buf: str | None = None
+    for raw in text.splitlines():
+        line = raw.lstrip(" \t\f") if buf is not None else raw
+        if buf is None:
+            stripped = line.lstrip(" \t\f")
+            if not stripped or stripped[0] in "#!":
+                continue
+            line = stripped
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:
+            buf = (buf or "") + line[:-1]
+            continue
+        yield (buf or "") + line
+        buf = None
+    if buf is not None:
+        yield buf
+
+
+def _unescape(s: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(s):
+        c = s[i]
+        if c == "\\" and i + 1 < len(s):
+            n = s[i + 1]
+            if n == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", s[i + 2:i + 6] or ""):
+                out.append(chr(int(s[i + 2:i + 6], 16)))
+                i += 6
+                continue
+            out.append(_ESCAPES.get(n, n))
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java ``.properties`` text into a dict (later keys win).
+
+    Comments start with ``#`` or ``!``; a pair is ``key=value``, ``key:value`` or ``key value``;
+    a line ending in an odd number of backslashes continues on the next line (its leading
+    whitespace dropped); ``\\t \\n \\r \\f \\uXXXX`` and ``\\<char>`` escapes are decoded.
+    """
+    out: dict[str, str] = {}
+    for line in _logical_lines(text):
+        i = 0
+        key_chars: list[str] = []
+        while i < len(line):
+            c = line[i]
+            if c == "\\" and i + 1 < len(line):
+                key_chars.append(line[i:i + 2])
+                i += 2
+                continue
+            if c in "=: \t\f":
+                break
+            key_chars.append(c)
+            i += 1
+        # skip whitespace, then at most one separator, then whitespace
+        while i < len(line) and line[i] in " \t\f":
+            i += 1
+        if i < len(line) and line[i] in "=:":
+            i += 1
+            while i < len(line) and line[i] in " \t\f":
+                i += 1
+        out[_unescape("".join(key_chars))] = _unescape(line[i:])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+
+class BrokerConfig:
+    """The broker's typed configuration.
+
+    Build with :meth:`load`. Unknown keys are kept (as strings) and logged as a warning.
+    Immutable; safe to share between threads.
+    """
+
+    def __init__(self, values: Mapping[str, Any], raw: Mapping[str, str]) -> None:
+        self._values = dict(values)
+        self._raw = dict(raw)
+
+    @classmethod
+    def load(cls, path: str | None = None, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
+        """Read ``path`` (a server.properties file) if given, apply ``overrides``, validate.
+
+        Raises ConfigError (a bad value, naming the key and value); OSError if ``path`` cannot
+        be read.
+        """
+        raw: dict[str, str] = {}
+        if path is not None:
+            with open(path, encoding="latin-1") as f:  # Java reads .properties as ISO-8859-1
+                raw.update(parse_properties(f.read()))
+        if overrides:
+            raw.update({str(k): str(v) for k, v in overrides.items()})
+        values: dict[str, Any] = {}
+        for key in BROKER_KEYS:
+            values[key.name] = key.parse(raw[key.name]) if key.name in raw else key.default
+        for name in raw:
+            if name not in _BROKER_BY_NAME:
+                log.warning("unknown configuration key %s (value %r) ignored", name, raw[name])
+        cfg = cls(values, raw)
+        cfg._check_cross_key()
+        return cfg
+
+    def _check_cross_key(self) -> None:
+        lo, hi = self["group.min.session.timeout.ms"], self["group.max.session.timeout.ms"]
+        if lo > hi:
+            raise ConfigError("group.min.session.timeout.ms", lo,
+                              f"must not exceed group.max.session.timeout.ms ({hi})")
+        if not self.listeners:
+            raise ConfigError("listeners", self._raw.get("listeners", ""), "needs at least one listener")
+
+    def get(self, key: str) -> Any:
+        """Typed value of a declared key, or the raw string of an unknown one. KeyError if absent."""
+        if key in self._values:
+            return self._values[key]
+        return self._raw[key]
+
+    __getitem__ = get
+
+    def is_set(self, key: str) -> bool:
+        """True when the key was given explicitly (file or override)."""
+        return key in self._raw
+
+    @property
+    def log_dirs(self) -> list[str]:
+        """log.dirs if set (Kafka: it wins), else [log.dir]."""
+        dirs = self._values["log.dirs"]
+        return list(dirs) if dirs else [self._values["log.dir"]]
+
+    @staticmethod
+    def _host_ports(items: list[str]) -> list[tuple[str, int]]:
+        out = []
+        for item in items:
+            m = _LISTENER_RE.fullmatch(item)
+            assert m is not None  # validated at load
+            host = m.group(2).strip("[]")
+            out.append((host, int(m.group(3))))
+        return out
+
+    @property
+    def listeners(self) -> list[tuple[str, int]]:
+        """(host, port) of each listener; an empty host means all interfaces."""
+        return self._host_ports(self._values["listeners"])
+
+    @property
+    def advertised_listeners(self) -> list[tuple[str, int]]:
+        """advertised.listeners, defaulting to listeners (Kafka)."""
+        adv = self._values["advertised.listeners"]
+        return self._host_ports(adv) if adv else self.listeners
+
+    @property
+    def zookeeper_connection_timeout_ms(self) -> int:
+        v = self._values["zookeeper.connection.timeout.ms"]
+        return v if v is not None else self._values["zookeeper.session.timeout.ms"]
+
+    @property
+    def standalone(self) -> bool:
+        """True when no zookeeper.connect is configured (single broker)."""
+        return not self._values["zookeeper.connect"]
+
+    def topic_defaults(self) -> TopicConfig:
+        """The topic configuration a topic without overrides gets."""
+        return TopicConfig.from_overrides(self, {})
+
+    def items(self) -> dict[str, Any]:
+        """All declared keys with their typed values."""
+        return dict(self._values)
+
+
+def _topic_default(broker: BrokerConfig, key: TopicKey) -> Any:
+    for name, factor in key.synonyms:
+        v = broker.get(name)
+        if v is None:
+            continue
+        if factor != 1:
+            # Kafka: a negative retention/roll in minutes or hours means "no limit" = -1 ms.
+            return -1 if v < 0 else v * factor
+        return v
+    raise AssertionError(f"no default for topic key {key.name}")  # every chain ends in a default
+
+
+class TopicConfig:
+    """A topic's typed configuration: broker defaults plus the topic's own overrides.
+
+    Values are reachable as ``cfg["segment.bytes"]`` or ``cfg.segment_bytes``. Immutable.
+    """
+
+    def __init__(self, values: Mapping[str, Any], overrides: Mapping[str, str]) -> None:
+        object.__setattr__(self, "_values", dict(values))
+        object.__setattr__(self, "_overrides", dict(overrides))
+
+    @classmethod
+    def from_overrides(cls, broker: BrokerConfig, overrides: Mapping[str, str]) -> TopicConfig:
+        """Validate ``overrides`` (topic key -> string) over the broker's defaults.
+
+        Raises ConfigError for an unknown topic key or a bad value.
+        """
+        values: dict[str, Any] = {}
+        clean: dict[str, str] = {}
+        for name, raw in overrides.items():
+            if name not in _TOPIC_BY_NAME:
+                raise ConfigError(name, raw, "unknown topic configuration key")
+        for key in TOPIC_KEYS:
+            if key.name in overrides:
+                values[key.name] = key.parse(overrides[key.name])
+                clean[key.name] = str(overrides[key.name]).strip()
+            else:
+                values[key.name] = _topic_default(broker, key)
+        return cls(values, clean)
+
+    @classmethod
+    def defaults(cls, **values: Any) -> TopicConfig:
+        """Kafka's defaults with some typed values replaced (keys with underscores); for tests/tools."""
+        base = BrokerConfig.load().topic_defaults()
+        merged = dict(base._values)
+        for attr, v in values.items():
+            name = attr.replace("_", ".")
+            if name not in _TOPIC_BY_NAME:
+                raise ConfigError(name, v, "unknown topic configuration key")
+            merged[name] = _TOPIC_BY_NAME[name].parse(v)
+        return cls(merged, {k: _format(v) for k, v in merged.items() if base._values[k] != v})
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        try:
+            return self._values[attr.replace("_", ".")]
+        except KeyError:
+            raise AttributeError(attr) from None
+
+    def __setattr__(self, attr: str, value: Any) -> None:
+        raise AttributeError("TopicConfig is immutable")
+
+    def to_properties(self) -> dict[str, str]:
+        """The overrides only, as strings (what a topic.properties file holds)."""
+        return dict(self._overrides)
+
+    def __repr__(self) -> str:
+        return f"TopicConfig({self._overrides!r})"
+
+
+def _format(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, list):
+        return ",".join(v)
+    return str(v)
+
+
+_TOPIC_NAME_RE = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's rule: 1..249 chars of [a-zA-Z0-9._-], not '.' or '..'. Raises InvalidTopicError."""
+    from appliance.errors import InvalidTopicError
+
+    if not isinstance(name, str) or _TOPIC_NAME_RE.fullmatch(name) is None or name in (".", ".."):
+        raise InvalidTopicError(f"invalid topic name {name!r}: 1-249 characters of [a-zA-Z0-9._-]")
+
+
+def render_server_properties() -> str:
+    """server.properties text with every broker key at its default, documented (from the table)."""
+    lines = [
+        "# appliance broker configuration: Kafka's key names and defaults.",
+        "# Generated from appliance/config.py (BROKER_KEYS) by render_server_properties().",
+        "# Keys marked 'Ours' are specific to this appliance.",
+        "",
+    ]
+    for key in BROKER_KEYS:
+        lines.append(f"# {key.doc}")
+        if key.default is None:
+            lines.append(f"#{key.name}=")
+        else:
+            lines.append(f"{key.name}={_format(key.default)}")
+        lines.append("")
+    return "\n".join(lines)
