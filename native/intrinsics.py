@@ -1,0 +1,70 @@
+"""LLVM-level helpers for the numba kernels: unaligned loads and the SSE4.2 ``crc32`` instruction.
+
+Each is a ``numba.extending.intrinsic``: it only emits IR, so it is inlined into the calling
+kernel and works with ``cache=True`` (the cached object code contains the instruction).
+
+The SSE4.2 intrinsics may only be *called* from code compiled when :data:`native.cpu.HAS_SSE42`
+is true; LLVM cannot lower them for a target without the feature.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+__all__ = ["load_u64_le", "sse42_crc32_u64", "sse42_crc32_u8"]
+
+_I8 = ir.IntType(8)
+_I32 = ir.IntType(32)
+_I64 = ir.IntType(64)
+
+
+@intrinsic
+def load_u64_le(typingctx, arr, idx):
+    """``uint64`` from the 8 bytes at ``arr[idx:idx+8]`` (host order, i.e. little-endian on x86).
+
+    No bounds check: the caller guarantees ``idx + 8 <= len(arr)``.
+    """
+    if not (isinstance(arr, types.Array) and arr.dtype == types.uint8 and arr.ndim == 1):
+        return None
+    sig = types.uint64(arr, types.intp)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        # Byte arrays from the kernels' wrappers are contiguous, so data + idx is the address.
+        idx = context.cast(builder, args[1], signature.args[1], types.intp)
+        ptr = builder.gep(ary.data, [idx])
+        return builder.load(builder.bitcast(ptr, _I64.as_pointer()), align=1)
+
+    return sig, codegen
+
+
+@intrinsic
+def sse42_crc32_u64(typingctx, crc, word):
+    """One ``crc32 r64, r64`` step (CRC32C polynomial, raw state: no pre/post inversion)."""
+    sig = types.uint64(types.uint64, types.uint64)
+
+    def codegen(context, builder, signature, args):
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(_I64, [_I64, _I64]), "llvm.x86.sse42.crc32.64.64"
+        )
+        return builder.call(fn, [args[0], args[1]])
+
+    return sig, codegen
+
+
+@intrinsic
+def sse42_crc32_u8(typingctx, crc, byte):
+    """One ``crc32 r32, r8`` step (CRC32C polynomial, raw state)."""
+    sig = types.uint64(types.uint64, types.uint8)
+
+    def codegen(context, builder, signature, args):
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(_I32, [_I32, _I8]), "llvm.x86.sse42.crc32.32.8"
+        )
+        res = builder.call(fn, [builder.trunc(args[0], _I32), args[1]])
+        return builder.zext(res, _I64)
+
+    return sig, codegen

@@ -1,0 +1,218 @@
+"""Walk a buffer of Kafka v2 RecordBatches: the log-recovery scan and the fetch/Spark walker.
+
+:func:`scan_batches` validates each batch header (and, optionally, its CRC32C with the fast
+kernel from :mod:`native.crc`) and reports where every batch starts, its offsets, max timestamp,
+size and record count, plus where and why the walk stopped. It never raises for bad *data*:
+corruption is reported through ``stop_reason``/``stop_position`` so recovery can truncate there.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from native.batch_layout import (
+    BASE_OFFSET_OFFSET,
+    CRC_OFFSET,
+    CRC_START,
+    CURRENT_MAGIC,
+    HEADER_SIZE,
+    LAST_OFFSET_DELTA_OFFSET,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
+    MIN_BATCH_LENGTH,
+    RECORDS_COUNT_OFFSET,
+)
+from native.buffers import as_u8, byte_range
+from native.crc import crc32c_raw
+
+__all__ = [
+    "scan_batches", "ScanResult", "ScanStop", "DEFAULT_MAX_BATCH_SIZE",
+    "SCAN_END", "SCAN_PARTIAL", "SCAN_BAD_HEADER", "SCAN_BAD_CRC", "SCAN_OFFSET_BACKWARDS",
+    "SCAN_LIMIT",
+]
+
+SCAN_END = 0  # clean end of the buffer (or of [start, end))
+SCAN_PARTIAL = 1  # a batch header or body runs past `end`
+SCAN_BAD_HEADER = 2  # magic != 2, batchLength out of range, negative offset/delta/count
+SCAN_BAD_CRC = 3  # the last reported batch failed its CRC32C
+SCAN_OFFSET_BACKWARDS = 4  # baseOffset <= previous lastOffset, or < expect_offset
+SCAN_LIMIT = 5  # max_batches reached
+_SCAN_FULL = -1  # kernel only: output arrays are full; the wrapper grows them and resumes
+
+
+class ScanStop(IntEnum):
+    """Why :func:`scan_batches` stopped (compares equal to the ``SCAN_*`` ints)."""
+
+    END = SCAN_END
+    PARTIAL = SCAN_PARTIAL
+    BAD_HEADER = SCAN_BAD_HEADER
+    BAD_CRC = SCAN_BAD_CRC
+    OFFSET_BACKWARDS = SCAN_OFFSET_BACKWARDS
+    LIMIT = SCAN_LIMIT
+
+
+#: Default upper bound on a batch's total size; a larger batchLength is treated as garbage.
+#: Kafka segments default to 1 GiB, so no real batch is bigger.
+DEFAULT_MAX_BATCH_SIZE = 1 << 30
+
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
+
+
+class ScanResult(NamedTuple):
+    """One entry per batch walked, in buffer order (arrays have exactly ``count`` entries)."""
+
+    positions: np.ndarray  # int64: batch start, absolute index into the buffer
+    base_offsets: np.ndarray  # int64
+    last_offsets: np.ndarray  # int64: baseOffset + lastOffsetDelta
+    max_timestamps: np.ndarray  # int64
+    sizes: np.ndarray  # int32: total bytes, including the 12-byte offset+length prefix
+    record_counts: np.ndarray  # int32
+    crc_ok: np.ndarray  # bool: only the last entry can be False (then stop_reason is BAD_CRC)
+    count: int
+    stop_position: int  # first byte not covered by a valid batch (where to truncate)
+    stop_reason: ScanStop
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _be_i32(a, p):
+    v = (
+        (np.int64(a[p]) << 24) | (np.int64(a[p + 1]) << 16)
+        | (np.int64(a[p + 2]) << 8) | np.int64(a[p + 3])
+    )
+    return v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _be_u32(a, p):
+    return (
+        (np.int64(a[p]) << 24) | (np.int64(a[p + 1]) << 16)
+        | (np.int64(a[p + 2]) << 8) | np.int64(a[p + 3])
+    )
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _be_i64(a, p):
+    hi = _be_u32(a, p)
+    lo = _be_u32(a, p + 4)
+    # Two's complement from the high word's sign; no unsigned 64-bit arithmetic needed.
+    if hi >= (np.int64(1) << 31):
+        hi -= np.int64(1) << 32
+    return (hi << 32) | lo
+
+
+@njit(nogil=True, cache=True)
+def _scan_kernel(a, pos, end, verify, limit, prev_last, max_size, n,
+                 positions, base_offsets, last_offsets, max_ts, sizes, counts, crc_ok):
+    """Walk batches from ``pos``; append entries at index ``n``.
+
+    Returns (n, stop_position, reason, prev_last). ``limit`` is the total entry count allowed
+    (-1: no limit). Reason _SCAN_FULL means the arrays are full and the walk can resume.
+    """
+    cap = positions.shape[0]
+    while True:
+        if pos == end:
+            return n, pos, SCAN_END, prev_last
+        if limit >= 0 and n >= limit:
+            return n, pos, SCAN_LIMIT, prev_last
+        if n >= cap:
+            return n, pos, _SCAN_FULL, prev_last
+        avail = end - pos
+        if avail < LOG_OVERHEAD:
+            return n, pos, SCAN_PARTIAL, prev_last
+        length = _be_i32(a, pos + LENGTH_OFFSET)
+        base = _be_i64(a, pos + BASE_OFFSET_OFFSET)
+        if length < MIN_BATCH_LENGTH or length > max_size - LOG_OVERHEAD or base < 0:
+            return n, pos, SCAN_BAD_HEADER, prev_last
+        if avail > MAGIC_OFFSET and a[pos + MAGIC_OFFSET] != CURRENT_MAGIC:
+            return n, pos, SCAN_BAD_HEADER, prev_last
+        delta = np.int64(0)
+        if avail >= LAST_OFFSET_DELTA_OFFSET + 4:
+            delta = _be_i32(a, pos + LAST_OFFSET_DELTA_OFFSET)
+            if delta < 0 or base > _INT64_MAX - delta:
+                return n, pos, SCAN_BAD_HEADER, prev_last
+        if avail >= HEADER_SIZE and _be_i32(a, pos + RECORDS_COUNT_OFFSET) < 0:
+            return n, pos, SCAN_BAD_HEADER, prev_last
+        total = length + LOG_OVERHEAD
+        if avail < total:
+            return n, pos, SCAN_PARTIAL, prev_last
+        if base <= prev_last:
+            return n, pos, SCAN_OFFSET_BACKWARDS, prev_last
+        ok = True
+        if verify:
+            stored = _be_u32(a, pos + CRC_OFFSET)
+            computed = crc32c_raw(0xFFFFFFFF, a, pos + CRC_START, pos + total) ^ 0xFFFFFFFF
+            ok = np.int64(computed) == stored
+        positions[n] = pos
+        base_offsets[n] = base
+        last_offsets[n] = base + delta
+        max_ts[n] = _be_i64(a, pos + MAX_TIMESTAMP_OFFSET)
+        sizes[n] = total
+        counts[n] = _be_i32(a, pos + RECORDS_COUNT_OFFSET)
+        crc_ok[n] = ok
+        n += 1
+        if not ok:
+            return n, pos, SCAN_BAD_CRC, prev_last
+        prev_last = base + delta
+        pos += total
+
+
+def _arrays(cap: int) -> list[np.ndarray]:
+    return [
+        np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64),
+        np.empty(cap, np.int64), np.empty(cap, np.int32), np.empty(cap, np.int32),
+        np.empty(cap, np.bool_),
+    ]
+
+
+def scan_batches(buf: object, start: int = 0, end: int = -1, verify_crc: bool = True,
+                 max_batches: int = -1, expect_offset: int = -1,
+                 max_batch_size: int = DEFAULT_MAX_BATCH_SIZE) -> ScanResult:
+    """Walk v2 RecordBatches in ``buf[start:end]`` until the first invalid or partial batch.
+
+    ``buf``: bytes, bytearray, memoryview, mmap or contiguous numpy array (not copied).
+    ``end == -1``: end of buffer. ``verify_crc``: check each batch's CRC32C (else every
+    ``crc_ok`` is True). ``max_batches``: stop after this many (-1: no limit).
+    ``expect_offset``: the first batch's baseOffset must be >= this (-1: no constraint);
+    every later batch must start after the previous one's last offset.
+    ``max_batch_size``: a batch claiming to be larger is a bad header.
+
+    Positions are absolute indexes into ``buf``. A batch failing its CRC is the last entry, with
+    ``crc_ok`` False, ``stop_reason`` BAD_CRC and ``stop_position`` at its start.
+    Raises ValueError/TypeError for bad arguments, never for bad data. Thread-safe (no shared
+    state); the kernel releases the GIL.
+    """
+    a = as_u8(buf)
+    s, e = byte_range(a.shape[0], start, end)
+    if max_batches < -1:
+        raise ValueError(f"max_batches must be >= 0 or -1, got {max_batches}")
+    if expect_offset < -1:
+        raise ValueError(f"expect_offset must be >= 0 or -1, got {expect_offset}")
+    if max_batch_size < HEADER_SIZE:
+        raise ValueError(f"max_batch_size must be >= {HEADER_SIZE}, got {max_batch_size}")
+    max_batch_size = min(int(max_batch_size), _INT64_MAX)
+    prev_last = expect_offset - 1 if expect_offset >= 0 else _INT64_MIN
+    # Most callers scan batches of several KiB; start there and grow if the guess is short.
+    cap = max(16, min((e - s) // 4096, (e - s) // HEADER_SIZE + 1))
+    if max_batches >= 0:
+        cap = max(1, min(cap, max_batches))
+    out = _arrays(cap)
+    n, pos = 0, s
+    while True:
+        n, pos, reason, prev_last = _scan_kernel(
+            a, pos, e, bool(verify_crc), int(max_batches), prev_last, max_batch_size, n, *out
+        )
+        if reason != _SCAN_FULL:
+            break
+        grown = _arrays(2 * out[0].shape[0])
+        for new, old in zip(grown, out, strict=True):
+            new[:n] = old
+        out = grown
+    return ScanResult(*(arr[:n] for arr in out), count=int(n), stop_position=int(pos),
+                      stop_reason=ScanStop(reason))
