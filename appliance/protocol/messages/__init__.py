@@ -1,0 +1,37 @@
+"""Every API message we speak, one class per API (see :mod:`appliance.protocol.schema`)."""
+
+from __future__ import annotations
+
+from appliance.protocol.messages.admin import (
+    AlterConfigs,
+    CreatePartitions,
+    CreateTopics,
+    DeleteTopics,
+    DescribeConfigs,
+)
+from appliance.protocol.messages.core import (
+    ApiVersions,
+    Fetch,
+    InitProducerId,
+    ListOffsets,
+    Metadata,
+    Produce,
+)
+from appliance.protocol.messages.group import (
+    DescribeGroups,
+    FindCoordinator,
+    Heartbeat,
+    JoinGroup,
+    LeaveGroup,
+    ListGroups,
+    OffsetCommit,
+    OffsetFetch,
+    SyncGroup,
+)
+
+__all__ = [
+    "ApiVersions", "Metadata", "Produce", "Fetch", "ListOffsets", "InitProducerId",
+    "FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit",
+    "OffsetFetch", "DescribeGroups", "ListGroups",
+    "CreateTopics", "DeleteTopics", "CreatePartitions", "DescribeConfigs", "AlterConfigs",
+]

@@ -1,0 +1,145 @@
+"""The admin APIs: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, AlterConfigs.
+Field lists follow Kafka's clients/src/main/resources/common/message/*.json, restricted to the
+versions we advertise."""
+
+from __future__ import annotations
+
+from appliance.protocol.schema import ApiMessage, Field, Struct
+from appliance.protocol.types import Array, Boolean, Int8, Int16, Int32, NullableString, String
+
+__all__ = ["CreateTopics", "DeleteTopics", "CreatePartitions", "DescribeConfigs", "AlterConfigs"]
+
+
+class CreateTopics(ApiMessage):
+    """CreateTopics (key 19); Kafka: valid 2-7, flexible 5+."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 19, 2, 3
+    REQUEST = (
+        Field("topics", Array(Struct(
+            Field("name", String),
+            Field("num_partitions", Int32),
+            Field("replication_factor", Int16),
+            Field("assignments", Array(Struct(
+                Field("partition_index", Int32),
+                Field("broker_ids", Array(Int32)),
+            ))),
+            Field("configs", Array(Struct(
+                Field("name", String),
+                Field("value", NullableString),
+            ))),
+        ))),
+        Field("timeout_ms", Int32, default=60000),
+        Field("validate_only", Boolean),
+    )
+    RESPONSE = (
+        Field("throttle_time_ms", Int32),
+        Field("topics", Array(Struct(
+            Field("name", String),
+            Field("error_code", Int16),
+            Field("error_message", NullableString),
+        ))),
+    )
+
+
+class DeleteTopics(ApiMessage):
+    """DeleteTopics (key 20); Kafka: valid 1-6, flexible 4+."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 20, 1, 3
+    REQUEST = (
+        Field("topic_names", Array(String)),
+        Field("timeout_ms", Int32),
+    )
+    RESPONSE = (
+        Field("throttle_time_ms", Int32),
+        Field("responses", Array(Struct(
+            Field("name", String),
+            Field("error_code", Int16),
+        ))),
+    )
+
+
+class CreatePartitions(ApiMessage):
+    """CreatePartitions (key 37); Kafka: valid 0-3, flexible 2+."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 37, 0, 1
+    REQUEST = (
+        Field("topics", Array(Struct(
+            Field("name", String),
+            Field("count", Int32),
+            Field("assignments", Array(Struct(
+                Field("broker_ids", Array(Int32)),
+            )), nullable=True),
+        ))),
+        Field("timeout_ms", Int32),
+        Field("validate_only", Boolean),
+    )
+    RESPONSE = (
+        Field("throttle_time_ms", Int32),
+        Field("results", Array(Struct(
+            Field("name", String),
+            Field("error_code", Int16),
+            Field("error_message", NullableString),
+        ))),
+    )
+
+
+class DescribeConfigs(ApiMessage):
+    """DescribeConfigs (key 32); Kafka: valid 1-4, flexible 4+."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 32, 0, 2
+    REQUEST = (
+        Field("resources", Array(Struct(
+            Field("resource_type", Int8),
+            Field("resource_name", String),
+            Field("configuration_keys", Array(String), nullable=True),
+        ))),
+        Field("include_synonyms", Boolean, versions="1+"),
+    )
+    RESPONSE = (
+        Field("throttle_time_ms", Int32),
+        Field("results", Array(Struct(
+            Field("error_code", Int16),
+            Field("error_message", NullableString),
+            Field("resource_type", Int8),
+            Field("resource_name", String),
+            Field("configs", Array(Struct(
+                Field("name", String),
+                Field("value", NullableString),
+                Field("read_only", Boolean),
+                Field("config_source", Int8, versions="1+", default=-1),
+                Field("is_default", Boolean, versions="0"),
+                Field("is_sensitive", Boolean),
+                Field("synonyms", Array(Struct(
+                    Field("name", String),
+                    Field("value", NullableString),
+                    Field("source", Int8),
+                )), versions="1+"),
+            ))),
+        ))),
+    )
+
+
+class AlterConfigs(ApiMessage):
+    """AlterConfigs (key 33); Kafka: valid 0-2, flexible 2+."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 33, 0, 1
+    REQUEST = (
+        Field("resources", Array(Struct(
+            Field("resource_type", Int8),
+            Field("resource_name", String),
+            Field("configs", Array(Struct(
+                Field("name", String),
+                Field("value", NullableString),
+            ))),
+        ))),
+        Field("validate_only", Boolean),
+    )
+    RESPONSE = (
+        Field("throttle_time_ms", Int32),
+        Field("responses", Array(Struct(
+            Field("error_code", Int16),
+            Field("error_message", NullableString),
+            Field("resource_type", Int8),
+            Field("resource_name", String),
+        ))),
+    )

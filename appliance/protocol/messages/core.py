@@ -1,0 +1,198 @@
+"""The data-path and bootstrap APIs: ApiVersions, Metadata, Produce, Fetch, ListOffsets,
+InitProducerId. Field lists follow Kafka's clients/src/main/resources/common/message/*.json,
+restricted to the (non-flexible) versions we advertise."""
+
+from __future__ import annotations
+
+from appliance.protocol.schema import ApiMessage, Field, Struct
+from appliance.protocol.types import (
+    Array,
+    Boolean,
+    Int8,
+    Int16,
+    Int32,
+    Int64,
+    NullableString,
+    Records,
+    String,
+)
+
+__all__ = ["ApiVersions", "Metadata", "Produce", "Fetch", "ListOffsets", "InitProducerId"]
+
+
+class ApiVersions(ApiMessage):
+    """ApiVersions (key 18); Kafka: valid 0-4, flexible 3+."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 18, 0, 2
+    REQUEST = ()
+    RESPONSE = (
+        Field("error_code", Int16),
+        Field("api_keys", Array(Struct(
+            Field("api_key", Int16),
+            Field("min_version", Int16),
+            Field("max_version", Int16),
+        ))),
+        Field("throttle_time_ms", Int32, versions="1+"),
+    )
+
+
+class Metadata(ApiMessage):
+    """Metadata (key 3); Kafka: valid 0-13, flexible 9+."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 3, 1, 4
+    REQUEST = (
+        Field("topics", Array(Struct(
+            Field("name", String),
+        )), nullable=True),
+        Field("allow_auto_topic_creation", Boolean, versions="4+", default=True),
+    )
+    RESPONSE = (
+        Field("throttle_time_ms", Int32, versions="3+"),
+        Field("brokers", Array(Struct(
+            Field("node_id", Int32),
+            Field("host", String),
+            Field("port", Int32),
+            Field("rack", NullableString),
+        ))),
+        Field("cluster_id", NullableString, versions="2+"),
+        Field("controller_id", Int32, default=-1),
+        Field("topics", Array(Struct(
+            Field("error_code", Int16),
+            Field("name", String),
+            Field("is_internal", Boolean),
+            Field("partitions", Array(Struct(
+                Field("error_code", Int16),
+                Field("partition_index", Int32),
+                Field("leader_id", Int32),
+                Field("replica_nodes", Array(Int32)),
+                Field("isr_nodes", Array(Int32)),
+            ))),
+        ))),
+    )
+
+
+class Produce(ApiMessage):
+    """Produce (key 0); Kafka: valid 3-13, flexible 9+."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 0, 3, 7
+    REQUEST = (
+        Field("transactional_id", NullableString),
+        Field("acks", Int16),
+        Field("timeout_ms", Int32),
+        Field("topic_data", Array(Struct(
+            Field("name", String),
+            Field("partition_data", Array(Struct(
+                Field("index", Int32),
+                Field("records", Records),
+            ))),
+        ))),
+    )
+    RESPONSE = (
+        Field("responses", Array(Struct(
+            Field("name", String),
+            Field("partition_responses", Array(Struct(
+                Field("index", Int32),
+                Field("error_code", Int16),
+                Field("base_offset", Int64),
+                Field("log_append_time_ms", Int64, default=-1),
+                Field("log_start_offset", Int64, versions="5+", default=-1),
+            ))),
+        ))),
+        Field("throttle_time_ms", Int32),
+    )
+
+
+class Fetch(ApiMessage):
+    """Fetch (key 1); Kafka: valid 4-18, flexible 12+."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 1, 4, 11
+    REQUEST = (
+        Field("replica_id", Int32, default=-1),
+        Field("max_wait_ms", Int32),
+        Field("min_bytes", Int32),
+        Field("max_bytes", Int32, default=2147483647),
+        Field("isolation_level", Int8),
+        Field("session_id", Int32, versions="7+"),
+        Field("session_epoch", Int32, versions="7+", default=-1),
+        Field("topics", Array(Struct(
+            Field("topic", String),
+            Field("partitions", Array(Struct(
+                Field("partition", Int32),
+                Field("current_leader_epoch", Int32, versions="9+", default=-1),
+                Field("fetch_offset", Int64),
+                Field("log_start_offset", Int64, versions="5+", default=-1),
+                Field("partition_max_bytes", Int32),
+            ))),
+        ))),
+        Field("forgotten_topics_data", Array(Struct(
+            Field("topic", String),
+            Field("partitions", Array(Int32)),
+        )), versions="7+"),
+        Field("rack_id", String, versions="11+"),
+    )
+    RESPONSE = (
+        Field("throttle_time_ms", Int32),
+        Field("error_code", Int16, versions="7+"),
+        Field("session_id", Int32, versions="7+"),
+        Field("responses", Array(Struct(
+            Field("topic", String),
+            Field("partitions", Array(Struct(
+                Field("partition_index", Int32),
+                Field("error_code", Int16),
+                Field("high_watermark", Int64),
+                Field("last_stable_offset", Int64, default=-1),
+                Field("log_start_offset", Int64, versions="5+", default=-1),
+                Field("aborted_transactions", Array(Struct(
+                    Field("producer_id", Int64),
+                    Field("first_offset", Int64),
+                )), nullable=True),
+                Field("preferred_read_replica", Int32, versions="11+", default=-1),
+                Field("records", Records),
+            ))),
+        ))),
+    )
+
+
+class ListOffsets(ApiMessage):
+    """ListOffsets (key 2); Kafka: valid 1-11, flexible 6+."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 2, 1, 2
+    REQUEST = (
+        Field("replica_id", Int32, default=-1),  # -1: an ordinary consumer, not a follower
+        Field("isolation_level", Int8, versions="2+"),
+        Field("topics", Array(Struct(
+            Field("name", String),
+            Field("partitions", Array(Struct(
+                Field("partition_index", Int32),
+                Field("timestamp", Int64),
+            ))),
+        ))),
+    )
+    RESPONSE = (
+        Field("throttle_time_ms", Int32, versions="2+"),
+        Field("topics", Array(Struct(
+            Field("name", String),
+            Field("partitions", Array(Struct(
+                Field("partition_index", Int32),
+                Field("error_code", Int16),
+                Field("timestamp", Int64, default=-1),
+                Field("offset", Int64, default=-1),
+            ))),
+        ))),
+    )
+
+
+class InitProducerId(ApiMessage):
+    """InitProducerId (key 22); Kafka: valid 0-6, flexible 2+."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 22, 0, 1
+    REQUEST = (
+        Field("transactional_id", NullableString),
+        Field("transaction_timeout_ms", Int32),
+    )
+    RESPONSE = (
+        Field("throttle_time_ms", Int32),
+        Field("error_code", Int16),
+        Field("producer_id", Int64, default=-1),
+        Field("producer_epoch", Int16),
+    )

@@ -1,0 +1,218 @@
+"""The consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+OffsetCommit, OffsetFetch, DescribeGroups, ListGroups. Field lists follow Kafka's
+clients/src/main/resources/common/message/*.json, restricted to the versions we advertise."""
+
+from __future__ import annotations
+
+from appliance.protocol.schema import ApiMessage, Field, Struct
+from appliance.protocol.types import (
+    Array,
+    Boolean,
+    Bytes,
+    Int8,
+    Int16,
+    Int32,
+    Int64,
+    NullableString,
+    String,
+)
+
+__all__ = ["FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit", "OffsetFetch", "DescribeGroups", "ListGroups"]
+
+
+class FindCoordinator(ApiMessage):
+    """FindCoordinator (key 10); Kafka: valid 0-6, flexible 3+."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 10, 0, 1
+    REQUEST = (
+        Field("key", String),
+        Field("key_type", Int8, versions="1+"),
+    )
+    RESPONSE = (
+        Field("throttle_time_ms", Int32, versions="1+"),
+        Field("error_code", Int16),
+        Field("error_message", NullableString, versions="1-3"),
+        Field("node_id", Int32),
+        Field("host", String),
+        Field("port", Int32),
+    )
+
+
+class JoinGroup(ApiMessage):
+    """JoinGroup (key 11); Kafka: valid 0-9, flexible 6+."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 11, 0, 5
+    REQUEST = (
+        Field("group_id", String),
+        Field("session_timeout_ms", Int32),
+        Field("rebalance_timeout_ms", Int32, versions="1+", default=-1),
+        Field("member_id", String),
+        Field("group_instance_id", NullableString, versions="5+"),
+        Field("protocol_type", String),
+        Field("protocols", Array(Struct(
+            Field("name", String),
+            Field("metadata", Bytes),
+        ))),
+    )
+    RESPONSE = (
+        Field("throttle_time_ms", Int32, versions="2+"),
+        Field("error_code", Int16),
+        Field("generation_id", Int32, default=-1),
+        Field("protocol_name", String),
+        Field("leader", String),
+        Field("member_id", String),
+        Field("members", Array(Struct(
+            Field("member_id", String),
+            Field("group_instance_id", NullableString, versions="5+"),
+            Field("metadata", Bytes),
+        ))),
+    )
+
+
+class SyncGroup(ApiMessage):
+    """SyncGroup (key 14); Kafka: valid 0-5, flexible 4+."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 14, 0, 3
+    REQUEST = (
+        Field("group_id", String),
+        Field("generation_id", Int32),
+        Field("member_id", String),
+        Field("group_instance_id", NullableString, versions="3+"),
+        Field("assignments", Array(Struct(
+            Field("member_id", String),
+            Field("assignment", Bytes),
+        ))),
+    )
+    RESPONSE = (
+        Field("throttle_time_ms", Int32, versions="1+"),
+        Field("error_code", Int16),
+        Field("assignment", Bytes),
+    )
+
+
+class Heartbeat(ApiMessage):
+    """Heartbeat (key 12); Kafka: valid 0-4, flexible 4+."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 12, 0, 1
+    REQUEST = (
+        Field("group_id", String),
+        Field("generation_id", Int32),
+        Field("member_id", String),
+    )
+    RESPONSE = (
+        Field("throttle_time_ms", Int32, versions="1+"),
+        Field("error_code", Int16),
+    )
+
+
+class LeaveGroup(ApiMessage):
+    """LeaveGroup (key 13); Kafka: valid 0-5, flexible 4+."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 13, 0, 1
+    REQUEST = (
+        Field("group_id", String),
+        Field("member_id", String),
+    )
+    RESPONSE = (
+        Field("throttle_time_ms", Int32, versions="1+"),
+        Field("error_code", Int16),
+    )
+
+
+class OffsetCommit(ApiMessage):
+    """OffsetCommit (key 8); Kafka: valid 2-10, flexible 8+."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 8, 2, 3
+    REQUEST = (
+        Field("group_id", String),
+        Field("generation_id_or_member_epoch", Int32, default=-1),
+        Field("member_id", String),
+        Field("retention_time_ms", Int64, default=-1),
+        Field("topics", Array(Struct(
+            Field("name", String),
+            Field("partitions", Array(Struct(
+                Field("partition_index", Int32),
+                Field("committed_offset", Int64),
+                Field("committed_metadata", NullableString),
+            ))),
+        ))),
+    )
+    RESPONSE = (
+        Field("throttle_time_ms", Int32, versions="3+"),
+        Field("topics", Array(Struct(
+            Field("name", String),
+            Field("partitions", Array(Struct(
+                Field("partition_index", Int32),
+                Field("error_code", Int16),
+            ))),
+        ))),
+    )
+
+
+class OffsetFetch(ApiMessage):
+    """OffsetFetch (key 9); Kafka: valid 1-10, flexible 6+."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 9, 1, 3
+    REQUEST = (
+        Field("group_id", String),
+        Field("topics", Array(Struct(
+            Field("name", String),
+            Field("partition_indexes", Array(Int32)),
+        )), nullable="2-7"),
+    )
+    RESPONSE = (
+        Field("throttle_time_ms", Int32, versions="3+"),
+        Field("topics", Array(Struct(
+            Field("name", String),
+            Field("partitions", Array(Struct(
+                Field("partition_index", Int32),
+                Field("committed_offset", Int64),
+                Field("metadata", NullableString),
+                Field("error_code", Int16),
+            ))),
+        ))),
+        Field("error_code", Int16, versions="2-7"),
+    )
+
+
+class DescribeGroups(ApiMessage):
+    """DescribeGroups (key 15); Kafka: valid 0-6, flexible 5+."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 15, 0, 3
+    REQUEST = (
+        Field("groups", Array(String)),
+        Field("include_authorized_operations", Boolean, versions="3+"),
+    )
+    RESPONSE = (
+        Field("throttle_time_ms", Int32, versions="1+"),
+        Field("groups", Array(Struct(
+            Field("error_code", Int16),
+            Field("group_id", String),
+            Field("group_state", String),
+            Field("protocol_type", String),
+            Field("protocol_data", String),
+            Field("members", Array(Struct(
+                Field("member_id", String),
+                Field("client_id", String),
+                Field("client_host", String),
+                Field("member_metadata", Bytes),
+                Field("member_assignment", Bytes),
+            ))),
+            Field("authorized_operations", Int32, versions="3+", default=-2147483648),
+        ))),
+    )
+
+
+class ListGroups(ApiMessage):
+    """ListGroups (key 16); Kafka: valid 0-5, flexible 3+."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 16, 0, 1
+    REQUEST = ()
+    RESPONSE = (
+        Field("throttle_time_ms", Int32, versions="1+"),
+        Field("error_code", Int16),
+        Field("groups", Array(Struct(
+            Field("group_id", String),
+            Field("protocol_type", String),
+        ))),
+    )

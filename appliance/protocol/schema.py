@@ -1,0 +1,464 @@
+"""Declarative message schemas, compiled once per version into fast encoders/decoders.
+
+A message is declared once, the way Kafka's ``*Request.json`` files do it::
+
+    class Heartbeat(ApiMessage):
+        API_KEY, MIN_VERSION, MAX_VERSION = 12, 0, 1
+        REQUEST = (Field("group_id", String), Field("generation_id", Int32), ...)
+        RESPONSE = (Field("throttle_time_ms", Int32, versions="1+"), Field("error_code", Int16))
+
+Defining the class checks the declaration (field version ranges must meet the message's
+range, nullable ranges must lie inside the field's, no duplicate names) and compiles, for
+every version, a decoder and an encoder as generated Python functions: runs of fixed-size
+fields become one ``struct.unpack_from``/``pack`` call on a memoryview, no BytesIO.
+
+Decoded values are instances of generated slotted classes (``Heartbeat.Request``,
+``Fetch.Response.Responses.Partitions`` ...) holding every field of every version; fields
+absent from the decoded version hold their defaults. Encoders accept those instances, any
+object with the attributes, or plain dicts; missing fields take their defaults.
+
+Everything compiled here is immutable after import and safe to use from many threads.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from typing import Any, ClassVar
+
+from appliance.errors import UnsupportedVersionError
+from appliance.protocol.errors import ProtocolDecodeError, ProtocolEncodeError
+from appliance.protocol.types import (
+    Array,
+    decode_array_count,
+    truncated,
+    write_records,
+)
+
+__all__ = ["Field", "Struct", "Data", "ApiMessage", "SchemaError", "parse_versions"]
+
+_MAX_VERSION = 0x7FFF
+_MISSING: Any = object()
+_pack_i32 = struct.Struct(">i").pack
+_NULL32 = _pack_i32(-1)
+
+
+class SchemaError(TypeError):
+    """A message declaration is inconsistent (raised at import time)."""
+
+
+def parse_versions(spec: str) -> tuple[int, int]:
+    """Kafka's version-range syntax: "3", "3+", "2-7" -> inclusive (lo, hi)."""
+    m = re.fullmatch(r"\s*(\d+)\s*(?:(\+)|-\s*(\d+))?\s*", spec)
+    if not m:
+        raise SchemaError(f"bad version range {spec!r}")
+    lo = int(m.group(1))
+    hi = _MAX_VERSION if m.group(2) else int(m.group(3) or lo)
+    if hi < lo:
+        raise SchemaError(f"empty version range {spec!r}")
+    return lo, hi
+
+
+def _camel(name: str) -> str:
+    return "".join(p[:1].upper() + p[1:] for p in name.split("_"))
+
+
+class Field:
+    """One field: name, wire type (a WireType, a Struct, or Array(Struct)), the versions it
+    exists in, optionally the versions it is nullable in (``nullable=True`` = all), and the
+    default used when encoding a value that lacks it / decoding a version without it."""
+
+    __slots__ = ("name", "type", "versions", "nullable_versions", "default", "ignorable")
+
+    def __init__(self, name: str, type: Any, versions: str = "0+", *, nullable: bool | str = False,
+                 default: Any = _MISSING, ignorable: bool = False) -> None:
+        if not name.isidentifier() or name.startswith("_"):
+            raise SchemaError(f"bad field name {name!r}")
+        self.name = name
+        self.type = type
+        self.versions = parse_versions(versions)
+        if nullable is True:
+            self.nullable_versions: tuple[int, int] | None = self.versions
+        elif nullable:
+            self.nullable_versions = parse_versions(nullable)
+            lo, hi = self.nullable_versions
+            if lo < self.versions[0] or hi > self.versions[1]:
+                raise SchemaError(f"field {name}: nullable versions {nullable!r} outside its versions")
+        else:
+            self.nullable_versions = None
+        if default is _MISSING:
+            default = None if isinstance(type, Struct) else type.default
+        self.default = default
+        # Kafka's "ignorable": may be dropped when encoding an older version. We keep it as
+        # documentation; encoders always drop fields the target version lacks.
+        self.ignorable = ignorable
+
+    def in_version(self, v: int) -> bool:
+        return self.versions[0] <= v <= self.versions[1]
+
+    def type_for(self, v: int) -> Any:
+        nv = self.nullable_versions
+        if nv is not None and nv[0] <= v <= nv[1]:
+            return self.type if isinstance(self.type, Struct) else self.type.as_nullable()
+        return self.type
+
+    def __repr__(self) -> str:
+        return f"Field({self.name!r}, {self.type!r}, versions={self.versions})"
+
+
+class Struct:
+    """A nested group of fields; ``Array(Struct(...))`` is Kafka's struct array.
+
+    After its message compiles, ``data_class`` is the generated class for its values.
+    """
+
+    def __init__(self, *fields: Field, name: str | None = None) -> None:
+        seen: set[str] = set()
+        for f in fields:
+            if not isinstance(f, Field):
+                raise SchemaError(f"Struct members must be Field, got {f!r}")
+            if f.name in seen:
+                raise SchemaError(f"duplicate field name {f.name!r}")
+            seen.add(f.name)
+        self.fields = fields
+        self.name = name
+        self.data_class: type[Data] | None = None
+        self._decoders: dict[int, Any] = {}
+        self._encoders: dict[int, Any] = {}
+        self._min_sizes: dict[int, int] = {}
+
+    def __repr__(self) -> str:
+        return f"Struct({self.name or '?'})"
+
+    # -- compile ---------------------------------------------------------------------------
+
+    def _compile(self, qualname: str, lo: int, hi: int) -> None:
+        """Check versions, build the data class and one encoder/decoder per version in lo..hi."""
+        for f in self.fields:
+            if f.versions[1] < lo or f.versions[0] > hi:
+                raise SchemaError(f"{qualname}.{f.name}: versions {f.versions} outside {lo}-{hi}")
+        self.name = qualname
+        self.data_class = _make_data_class(qualname, self.fields)
+        for f in self.fields:
+            sub = _struct_of(f.type)
+            if sub is not None:
+                sub._compile(f"{qualname}.{_camel(f.name)}", max(lo, f.versions[0]), min(hi, f.versions[1]))
+                setattr(self.data_class, _camel(f.name), sub.data_class)
+        for v in range(lo, hi + 1):
+            self._decoders[v] = _gen_decoder(self, v)
+            self._encoders[v] = _gen_encoder(self, v)
+
+    def min_size(self, v: int) -> int:
+        if v not in self._min_sizes:
+            total = 0
+            for f in self.fields:
+                if f.in_version(v):
+                    t = f.type_for(v)
+                    total += t.min_size(v) if isinstance(t, Struct) else t.min_size
+            self._min_sizes[v] = total
+        return self._min_sizes[v]
+
+
+def _struct_of(t: Any) -> Struct | None:
+    if isinstance(t, Struct):
+        return t
+    if isinstance(t, Array) and isinstance(t.element, Struct):
+        return t.element
+    return None
+
+
+# --- generated data classes -----------------------------------------------------------------
+
+class Data:
+    """Base of generated value classes: slotted, compared by value, printable."""
+
+    __slots__ = ()
+    _fields: ClassVar[tuple[str, ...]] = ()
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, f) == getattr(other, f) for f in self._fields)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{f}={getattr(self, f)!r}" for f in self._fields)
+        return f"{type(self).__qualname__}({inner})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain nested dict/list copy (Records/bytes values are kept as they are)."""
+        def conv(x: Any) -> Any:
+            if isinstance(x, Data):
+                return x.to_dict()
+            if isinstance(x, list):
+                return [conv(e) for e in x]
+            return x
+        return {f: conv(getattr(self, f)) for f in self._fields}
+
+
+def _is_mutable_default(f: Field) -> bool:
+    return isinstance(f.default, list | dict) or (isinstance(f.type, Array) and f.default == ())
+
+
+def _make_data_class(qualname: str, fields: tuple[Field, ...]) -> type[Data]:
+    ns: dict[str, Any] = {"_MISSING": _MISSING}
+    params, body = [], []
+    for i, f in enumerate(fields):
+        if _is_mutable_default(f):
+            # fresh list per instance: never share a mutable default
+            params.append(f"{f.name}=_MISSING")
+            body.append(f"    self.{f.name} = [] if {f.name} is _MISSING else {f.name}")
+        else:
+            ns[f"_d{i}"] = f.default
+            params.append(f"{f.name}=_d{i}")
+            body.append(f"    self.{f.name} = {f.name}")
+    src = f"def __init__(self, {', '.join(params)}):\n" + ("\n".join(body) or "    pass") + "\n"
+    if not params:
+        src = "def __init__(self):\n    pass\n"
+    exec(compile(src, f"<schema {qualname}.__init__>", "exec"), ns)
+    names = tuple(f.name for f in fields)
+    cls = type(qualname.rsplit(".", 1)[-1], (Data,), {
+        "__slots__": names, "_fields": names, "__init__": ns["__init__"], "__qualname__": qualname,
+        "__module__": "appliance.protocol.messages",
+    })
+    return cls
+
+
+# --- code generation ------------------------------------------------------------------------
+
+def _gen_decoder(s: Struct, v: int) -> Any:
+    ns: dict[str, Any] = {"_count": decode_array_count, "_Cls": s.data_class, "_unpack": struct.unpack_from}
+    lines = ["def _dec(buf, pos):"]
+    run: list[tuple[str, str]] = []  # (var, fmt) of pending fixed-size fields
+    values: list[str] = []
+
+    def flush() -> None:
+        if not run:
+            return
+        st = struct.Struct(">" + "".join(fm for _, fm in run))
+        k = f"_u{len(ns)}"
+        ns[k] = st.unpack_from
+        names = ", ".join(var for var, _ in run)
+        lines.append(f"    {names}, = {k}(buf, pos)")
+        lines.append(f"    pos += {st.size}")
+        run.clear()
+
+    for i, f in enumerate(s.fields):
+        var = f"x{i}"
+        if not f.in_version(v):
+            if _is_mutable_default(f):
+                values.append("[]")
+            else:
+                ns[f"_d{i}"] = f.default
+                values.append(f"_d{i}")
+            continue
+        values.append(var)
+        t = f.type_for(v)
+        if getattr(t, "fmt", None) is not None:
+            run.append((var, t.fmt))
+            continue
+        flush()
+        sub = _struct_of(t)
+        if isinstance(t, Struct):
+            ns[f"_s{i}"] = sub._decoders[v]
+            lines.append(f"    {var}, pos = _s{i}(buf, pos)")
+        elif sub is not None:
+            ns[f"_s{i}"] = sub._decoders[v]
+            lines += [
+                f"    n, pos = _count(buf, pos, {sub.min_size(v)}, {t.nullable})",
+                "    if n < 0:",
+                f"        {var} = None",
+                "    else:",
+                f"        {var} = []",
+                f"        app = {var}.append",
+                "        for _ in range(n):",
+                f"            e, pos = _s{i}(buf, pos)",
+                "            app(e)",
+            ]
+        elif isinstance(t, Array) and t.element.fmt is not None:
+            # array of numbers: one unpack for the whole array
+            lines += [
+                f"    n, pos = _count(buf, pos, {t.element.size}, {t.nullable})",
+                "    if n < 0:",
+                f"        {var} = None",
+                "    else:",
+                f"        {var} = list(_unpack('>%d{t.element.fmt}' % n, buf, pos))",
+                f"        pos += n * {t.element.size}",
+            ]
+        else:
+            ns[f"_t{i}"] = t.decode
+            lines.append(f"    {var}, pos = _t{i}(buf, pos)")
+    flush()
+    lines.append(f"    return _Cls({', '.join(values)}), pos")
+    exec(compile("\n".join(lines) + "\n", f"<decode {s.name} v{v}>", "exec"), ns)
+    return ns["_dec"]
+
+
+def _gen_encoder(s: Struct, v: int) -> Any:
+    from appliance.protocol.types import Records  # local: avoid a name clash in this module
+
+    ns: dict[str, Any] = {"_pack_i32": _pack_i32, "_NULL32": _NULL32, "_records": write_records,
+                          "_enc_error": ProtocolEncodeError}
+    present = [(i, f) for i, f in enumerate(s.fields) if f.in_version(v)]
+    lines = ["def _enc(v, out, parts):"]
+    if present:
+        lines.append("    if v.__class__ is dict:")
+        lines.append("        g = v.get")
+        for i, f in present:
+            ns[f"_d{i}"] = f.default
+            lines.append(f"        x{i} = g({f.name!r}, _d{i})")
+        lines.append("    elif v is None:")
+        lines.append(f"        raise _enc_error('{s.name} v{v}: None where a struct is required')")
+        lines.append("    else:")
+        for i, f in present:
+            lines.append(f"        x{i} = getattr(v, {f.name!r}, _d{i})")
+    run: list[tuple[str, str]] = []
+
+    def flush() -> None:
+        if not run:
+            return
+        st = struct.Struct(">" + "".join(fm for _, fm in run))
+        k = f"_p{len(ns)}"
+        ns[k] = st.pack
+        lines.append(f"    out += {k}({', '.join(var for var, _ in run)})")
+        run.clear()
+
+    for i, f in present:
+        var = f"x{i}"
+        t = f.type_for(v)
+        if getattr(t, "fmt", None) is not None:
+            run.append((var, t.fmt))
+            continue
+        flush()
+        sub = _struct_of(t)
+        if t is Records:
+            lines.append(f"    _records({var}, out, parts)")
+        elif isinstance(t, Struct):
+            ns[f"_s{i}"] = sub._encoders[v]
+            lines.append(f"    _s{i}({var}, out, parts)")
+        elif sub is not None:
+            ns[f"_s{i}"] = sub._encoders[v]
+            null = ("out += _NULL32" if t.nullable
+                    else f"raise _enc_error('{s.name}.{f.name}: None in a non-nullable array')")
+            lines += [
+                f"    if {var} is None:",
+                f"        {null}",
+                "    else:",
+                f"        out += _pack_i32(len({var}))",
+                f"        for e in {var}:",
+                f"            _s{i}(e, out, parts)",
+            ]
+        else:
+            ns[f"_t{i}"] = t.write
+            lines.append(f"    _t{i}({var}, out)")
+    flush()
+    if len(lines) == 1:
+        lines.append("    pass")
+    exec(compile("\n".join(lines) + "\n", f"<encode {s.name} v{v}>", "exec"), ns)
+    return ns["_enc"]
+
+
+# --- API messages -----------------------------------------------------------------------------
+
+class ApiMessage:
+    """Base for one Kafka API: declare API_KEY, MIN_VERSION, MAX_VERSION (the range we
+    advertise), REQUEST and RESPONSE field tuples. Subclassing compiles both for every version
+    in range; ``cls.Request`` and ``cls.Response`` are then the generated value classes."""
+
+    API_KEY: ClassVar[int]
+    MIN_VERSION: ClassVar[int]
+    MAX_VERSION: ClassVar[int]
+    REQUEST: ClassVar[tuple[Field, ...]] = ()
+    RESPONSE: ClassVar[tuple[Field, ...]] = ()
+    Request: ClassVar[type[Data]]
+    Response: ClassVar[type[Data]]
+    _request_struct: ClassVar[Struct]
+    _response_struct: ClassVar[Struct]
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        lo, hi = cls.MIN_VERSION, cls.MAX_VERSION
+        if not 0 <= lo <= hi <= _MAX_VERSION:
+            raise SchemaError(f"{cls.__name__}: bad version range {lo}-{hi}")
+        cls._request_struct = Struct(*cls.REQUEST)
+        cls._request_struct._compile(f"{cls.__name__}.Request", lo, hi)
+        cls._response_struct = Struct(*cls.RESPONSE)
+        cls._response_struct._compile(f"{cls.__name__}.Response", lo, hi)
+        cls.Request = cls._request_struct.data_class
+        cls.Response = cls._response_struct.data_class
+
+    @classmethod
+    def _check_version(cls, version: int) -> None:
+        if not cls.MIN_VERSION <= version <= cls.MAX_VERSION:
+            raise UnsupportedVersionError(
+                f"{cls.__name__} v{version} not supported (we support {cls.MIN_VERSION}-{cls.MAX_VERSION})")
+
+    @classmethod
+    def _decode(cls, s: Struct, what: str, version: int, data: Any, pos: int, whole: bool) -> Any:
+        cls._check_version(version)
+        buf = data if isinstance(data, memoryview) else memoryview(data)
+        try:
+            value, end = s._decoders[version](buf, pos)
+        except struct.error:
+            raise truncated(f"{cls.__name__} {what} v{version}", pos) from None
+        if whole and end != len(buf):
+            raise ProtocolDecodeError(
+                f"{cls.__name__} {what} v{version}: {len(buf) - end} unexpected trailing bytes")
+        return value, end
+
+    @classmethod
+    def decode_request(cls, version: int, data: bytes | bytearray | memoryview, pos: int = 0) -> Any:
+        """Decode a request body that fills ``data[pos:]`` exactly. Records fields are
+        memoryview slices of ``data`` (keep ``data`` immutable while they live).
+
+        Raises UnsupportedVersionError for a version outside our range, ProtocolDecodeError
+        for malformed bytes (including trailing bytes)."""
+        return cls._decode(cls._request_struct, "request", version, data, pos, True)[0]
+
+    @classmethod
+    def decode_response(cls, version: int, data: bytes | bytearray | memoryview, pos: int = 0) -> Any:
+        """Decode a response body that fills ``data[pos:]`` exactly (errors as decode_request)."""
+        return cls._decode(cls._response_struct, "response", version, data, pos, True)[0]
+
+    @classmethod
+    def _write(cls, s: Struct, what: str, version: int, body: Any, out: bytearray, parts: list) -> None:
+        cls._check_version(version)
+        try:
+            s._encoders[version](body, out, parts)
+        except (struct.error, TypeError) as e:
+            raise ProtocolEncodeError(f"{cls.__name__} {what} v{version}: {e}") from None
+
+    @classmethod
+    def write_request(cls, version: int, body: Any, out: bytearray, parts: list) -> None:
+        """Append the encoded request body to ``out``; large Records values / FileSlices are
+        flushed into ``parts`` (see types.write_records). Raises ProtocolEncodeError,
+        UnsupportedVersionError."""
+        cls._write(cls._request_struct, "request", version, body, out, parts)
+
+    @classmethod
+    def write_response(cls, version: int, body: Any, out: bytearray, parts: list) -> None:
+        """As write_request, for the response body."""
+        cls._write(cls._response_struct, "response", version, body, out, parts)
+
+    @classmethod
+    def encode_request(cls, version: int, body: Any) -> bytes:
+        """The request body as bytes (no header, no size). Raises ProtocolEncodeError (also for
+        a FileSlice value), UnsupportedVersionError."""
+        return cls._join(cls.write_request, version, body)
+
+    @classmethod
+    def encode_response(cls, version: int, body: Any) -> bytes:
+        """The response body as bytes (no header, no size); errors as encode_request."""
+        return cls._join(cls.write_response, version, body)
+
+    @staticmethod
+    def _join(writer: Any, version: int, body: Any) -> bytes:
+        out = bytearray()
+        parts: list = []
+        writer(version, body, out, parts)
+        if not parts:
+            return bytes(out)
+        if any(not isinstance(p, bytes | bytearray | memoryview) for p in parts):
+            raise ProtocolEncodeError("a FileSlice cannot be encoded to bytes; use the frame encoder")
+        return b"".join([*parts, out])

@@ -1,0 +1,447 @@
+"""Kafka's primitive wire types (non-flexible encodings only).
+
+Every type offers ``encode(value) -> bytes``, ``write(value, out: bytearray)`` and
+``decode(buf: memoryview, pos: int) -> (value, new_pos)``. Decoding is bounds-checked and
+raises :class:`~appliance.protocol.errors.ProtocolDecodeError` on truncated input, illegal
+negative lengths, element counts the remaining bytes cannot hold, or invalid UTF-8 — never a
+MemoryError and never an unbounded loop, whatever a hostile peer sends.
+
+Fixed-size types expose their ``struct`` format character (``fmt``) so the schema compiler
+can merge runs of them into a single ``unpack_from``/``pack`` call.
+
+All objects here are immutable and safe to share between threads.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from appliance.protocol.errors import ProtocolDecodeError, ProtocolEncodeError
+
+__all__ = [
+    "WireType", "FixedType", "Int8", "Int16", "Int32", "Int64", "UInt16", "UInt32", "Float64",
+    "Boolean", "String", "NullableString", "Bytes", "NullableBytes", "Records", "Array",
+    "VarInt", "VarLong", "FileSlice", "RECORDS_INLINE_LIMIT",
+    "decode_string", "decode_nullable_string", "decode_bytes", "decode_nullable_bytes",
+    "decode_records", "write_string", "write_nullable_string", "write_bytes",
+    "write_nullable_bytes", "write_records", "truncated",
+]
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_pack_i16 = _I16.pack
+_pack_i32 = _I32.pack
+_unpack_i16 = _I16.unpack_from
+_unpack_i32 = _I32.unpack_from
+
+_NULL16 = _pack_i16(-1)
+_NULL32 = _pack_i32(-1)
+
+# Records values at least this large are handed on as their own chunk instead of being
+# copied into the surrounding buffer (the I/O shell can write them with writev / sendmsg).
+RECORDS_INLINE_LIMIT = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class FileSlice:
+    """A Records value that still lives in a file: ``length`` bytes at ``position``.
+
+    The encoder never reads it; it accounts ``length`` bytes in the frame size and hands the
+    slice through so the I/O shell can ``sendfile`` it. ``fd_or_path`` is an open file
+    descriptor or a path.
+    """
+
+    fd_or_path: int | str
+    position: int
+    length: int
+
+    def __post_init__(self) -> None:
+        if self.position < 0 or self.length < 0 or self.length > 0x7FFFFFFF:
+            raise ProtocolEncodeError(f"bad FileSlice position/length: {self.position}/{self.length}")
+
+
+def truncated(what: str, pos: int) -> ProtocolDecodeError:
+    """The error for input that ends inside ``what`` (which starts at ``pos``)."""
+    return ProtocolDecodeError(f"truncated input: {what} at offset {pos} runs past the end")
+
+
+class WireType:
+    """Base of all wire types. ``min_size`` is the fewest bytes any value encodes to."""
+
+    name: str = "?"
+    fmt: str | None = None  # struct format char for fixed-size types
+    size: int | None = None  # fixed encoded size, None if variable
+    min_size: int = 1
+    nullable: bool = False
+    default: Any = None
+
+    def write(self, value: Any, out: bytearray) -> None:
+        raise NotImplementedError
+
+    def encode(self, value: Any) -> bytes:
+        """Encode one value. Raises ProtocolEncodeError if it does not fit the type."""
+        out = bytearray()
+        self.write(value, out)
+        return bytes(out)
+
+    def decode(self, buf: memoryview, pos: int) -> tuple[Any, int]:
+        raise NotImplementedError
+
+    def as_nullable(self) -> WireType:
+        """The nullable variant of this type (for fields nullable only in some versions)."""
+        if self.nullable:
+            return self
+        raise TypeError(f"{self.name} has no nullable variant")
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class FixedType(WireType):
+    """A fixed-size number (or boolean) packed big-endian with ``struct``."""
+
+    def __init__(self, name: str, fmt: str, default: Any = 0) -> None:
+        self.name = name
+        self.fmt = fmt
+        self._st = struct.Struct(">" + fmt)
+        self.size = self.min_size = self._st.size
+        self.default = default
+
+    def write(self, value: Any, out: bytearray) -> None:
+        try:
+            out += self._st.pack(value)
+        except struct.error as e:
+            raise ProtocolEncodeError(f"{self.name}: cannot encode {value!r}: {e}") from None
+
+    def decode(self, buf: memoryview, pos: int) -> tuple[Any, int]:
+        try:
+            (v,) = self._st.unpack_from(buf, pos)
+        except struct.error:
+            raise truncated(self.name, pos) from None
+        return v, pos + self.size
+
+
+Int8 = FixedType("Int8", "b")
+Int16 = FixedType("Int16", "h")
+Int32 = FixedType("Int32", "i")
+Int64 = FixedType("Int64", "q")
+UInt16 = FixedType("UInt16", "H")
+UInt32 = FixedType("UInt32", "I")
+Float64 = FixedType("Float64", "d", 0.0)
+# struct's "?" packs True as 1 and reads any non-zero byte as True, as Kafka's reader does.
+Boolean = FixedType("Boolean", "?", False)
+
+
+# --- strings -------------------------------------------------------------------------------
+
+def decode_nullable_string(buf: memoryview, pos: int) -> tuple[str | None, int]:
+    """Decode an int16-length UTF-8 string; length -1 is None."""
+    try:
+        (n,) = _unpack_i16(buf, pos)
+    except struct.error:
+        raise truncated("string length", pos) from None
+    start = pos + 2
+    if n < 0:
+        if n == -1:
+            return None, start
+        raise ProtocolDecodeError(f"invalid string length {n} at offset {pos}")
+    end = start + n
+    if end > len(buf):
+        raise truncated(f"string of {n} bytes", pos)
+    try:
+        return str(buf[start:end], "utf-8"), end
+    except UnicodeDecodeError as e:
+        raise ProtocolDecodeError(f"invalid UTF-8 in string at offset {pos}: {e.reason}") from None
+
+
+def decode_string(buf: memoryview, pos: int) -> tuple[str, int]:
+    """Decode a non-nullable string: length -1 is an error here."""
+    s, end = decode_nullable_string(buf, pos)
+    if s is None:
+        raise ProtocolDecodeError(f"null in non-nullable string at offset {pos}")
+    return s, end
+
+
+def write_nullable_string(value: str | None, out: bytearray) -> None:
+    if value is None:
+        out += _NULL16
+        return
+    write_string(value, out)
+
+
+def write_string(value: str, out: bytearray) -> None:
+    try:
+        raw = value.encode("utf-8")
+    except AttributeError:
+        raise ProtocolEncodeError(f"String: expected str, got {type(value).__name__}") from None
+    except UnicodeEncodeError as e:
+        raise ProtocolEncodeError(f"String: not encodable as UTF-8: {e.reason}") from None
+    if len(raw) > 0x7FFF:
+        raise ProtocolEncodeError(f"String: {len(raw)} bytes exceeds the int16 length limit")
+    out += _pack_i16(len(raw))
+    out += raw
+
+
+class _StringType(WireType):
+    min_size = 2
+
+    def __init__(self, nullable: bool) -> None:
+        self.nullable = nullable
+        self.name = "NullableString" if nullable else "String"
+        self.default = None if nullable else ""
+        self.write = write_nullable_string if nullable else write_string  # type: ignore[method-assign]
+        self.decode = decode_nullable_string if nullable else decode_string  # type: ignore[method-assign]
+
+    def as_nullable(self) -> WireType:
+        return NullableString
+
+
+String = _StringType(False)
+NullableString = _StringType(True)
+
+
+# --- bytes and records ---------------------------------------------------------------------
+
+def _bytes_span(buf: memoryview, pos: int, what: str) -> tuple[int, int]:
+    """(start, length) of an int32-length blob at pos; length -1 means null."""
+    try:
+        (n,) = _unpack_i32(buf, pos)
+    except struct.error:
+        raise truncated(f"{what} length", pos) from None
+    start = pos + 4
+    if n < -1:
+        raise ProtocolDecodeError(f"invalid {what} length {n} at offset {pos}")
+    if n > len(buf) - start:
+        raise truncated(f"{what} of {n} bytes", pos)
+    return start, n
+
+
+def decode_nullable_bytes(buf: memoryview, pos: int) -> tuple[bytes | None, int]:
+    start, n = _bytes_span(buf, pos, "bytes")
+    if n < 0:
+        return None, start
+    return bytes(buf[start:start + n]), start + n
+
+
+def decode_bytes(buf: memoryview, pos: int) -> tuple[bytes, int]:
+    start, n = _bytes_span(buf, pos, "bytes")
+    if n < 0:
+        raise ProtocolDecodeError(f"null in non-nullable bytes at offset {pos}")
+    return bytes(buf[start:start + n]), start + n
+
+
+def decode_records(buf: memoryview, pos: int) -> tuple[memoryview | None, int]:
+    """Records: a zero-copy slice of ``buf`` (None for length -1)."""
+    start, n = _bytes_span(buf, pos, "records")
+    if n < 0:
+        return None, start
+    return buf[start:start + n], start + n
+
+
+def _blob(value: Any, what: str) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return value
+    if isinstance(value, memoryview):
+        if value.ndim == 1 and value.format in ("B", "b", "c") and value.c_contiguous:
+            return value
+        return memoryview(value.tobytes())
+    raise ProtocolEncodeError(f"{what}: expected bytes-like, got {type(value).__name__}")
+
+
+def write_nullable_bytes(value: Any, out: bytearray) -> None:
+    if value is None:
+        out += _NULL32
+        return
+    write_bytes(value, out)
+
+
+def write_bytes(value: Any, out: bytearray) -> None:
+    if value is None:
+        raise ProtocolEncodeError("Bytes: None in a non-nullable field")
+    b = _blob(value, "Bytes")
+    out += _pack_i32(len(b) if not isinstance(b, memoryview) else b.nbytes)
+    out += b
+
+
+def write_records(value: Any, out: bytearray, parts: list) -> None:
+    """Write a Records value. Large blobs and FileSlices become their own entries in ``parts``
+    (after flushing ``out`` into ``parts``) so they are neither copied nor read here."""
+    if value is None:
+        out += _NULL32
+        return
+    if isinstance(value, FileSlice):
+        out += _pack_i32(value.length)
+        parts.append(bytes(out))
+        out.clear()
+        parts.append(value)
+        return
+    b = _blob(value, "Records")
+    n = b.nbytes if isinstance(b, memoryview) else len(b)
+    if n > 0x7FFFFFFF:
+        raise ProtocolEncodeError(f"Records: {n} bytes exceeds the int32 length limit")
+    out += _pack_i32(n)
+    if n >= RECORDS_INLINE_LIMIT:
+        parts.append(bytes(out))
+        out.clear()
+        parts.append(b)
+    else:
+        out += b
+
+
+class _BytesType(WireType):
+    min_size = 4
+
+    def __init__(self, nullable: bool) -> None:
+        self.nullable = nullable
+        self.name = "NullableBytes" if nullable else "Bytes"
+        self.default = None if nullable else b""
+        self.write = write_nullable_bytes if nullable else write_bytes  # type: ignore[method-assign]
+        self.decode = decode_nullable_bytes if nullable else decode_bytes  # type: ignore[method-assign]
+
+    def as_nullable(self) -> WireType:
+        return NullableBytes
+
+
+Bytes = _BytesType(False)
+NullableBytes = _BytesType(True)
+
+
+class _RecordsType(WireType):
+    """Always nullable; decodes to a memoryview slice of the input (zero copy)."""
+
+    name = "Records"
+    min_size = 4
+    nullable = True
+    default = None
+
+    def decode(self, buf: memoryview, pos: int) -> tuple[memoryview | None, int]:
+        return decode_records(buf, pos)
+
+    def write(self, value: Any, out: bytearray) -> None:
+        if isinstance(value, FileSlice):
+            raise ProtocolEncodeError("Records: a FileSlice can only be written by a frame encoder")
+        parts: list = []
+        write_records(value, out, parts)
+        if parts:  # a large blob was split off: join back, the caller wants one buffer
+            parts.append(bytes(out))
+            out.clear()
+            for p in parts:
+                out += p
+
+
+Records = _RecordsType()
+
+
+# --- arrays --------------------------------------------------------------------------------
+
+class Array(WireType):
+    """An int32 count followed by that many elements; count -1 is null (if nullable).
+
+    ``Array(Struct(...))`` is compiled by :mod:`appliance.protocol.schema`; the generic
+    ``encode``/``decode`` here handle arrays of primitive types.
+    """
+
+    min_size = 4
+
+    def __init__(self, element: Any, nullable: bool = False) -> None:
+        self.element = element
+        self.nullable = nullable
+        self.name = f"Array({getattr(element, 'name', element)!s}{', nullable' if nullable else ''})"
+        self.default = None if nullable else ()
+
+    def as_nullable(self) -> Array:
+        return self if self.nullable else Array(self.element, nullable=True)
+
+    def decode(self, buf: memoryview, pos: int) -> tuple[list | None, int]:
+        n, start = decode_array_count(buf, pos, self.element.min_size, self.nullable)
+        if n < 0:
+            return None, start
+        el = self.element
+        if el.fmt is not None:
+            end = start + n * el.size
+            return list(struct.unpack_from(f">{n}{el.fmt}", buf, start)), end
+        out = []
+        dec = el.decode
+        for _ in range(n):
+            v, start = dec(buf, start)
+            out.append(v)
+        return out, start
+
+    def write(self, value: Any, out: bytearray) -> None:
+        if value is None:
+            if not self.nullable:
+                raise ProtocolEncodeError(f"{self.name}: None in a non-nullable array")
+            out += _NULL32
+            return
+        el = self.element
+        if el.fmt is not None:
+            try:
+                out += struct.pack(f">i{len(value)}{el.fmt}", len(value), *value)
+            except (struct.error, TypeError) as e:
+                raise ProtocolEncodeError(f"{self.name}: cannot encode {value!r}: {e}") from None
+            return
+        out += _pack_i32(len(value))
+        for v in value:
+            el.write(v, out)
+
+
+def decode_array_count(buf: memoryview, pos: int, min_size: int, nullable: bool) -> tuple[int, int]:
+    """Read an array count at pos and check the rest of buf could hold that many elements
+    of at least ``min_size`` bytes each (so a hostile count cannot make us allocate or loop).
+    Returns (count, position after the count); count is -1 for a null array."""
+    try:
+        (n,) = _unpack_i32(buf, pos)
+    except struct.error:
+        raise truncated("array count", pos) from None
+    start = pos + 4
+    if n < 0:
+        if n == -1 and nullable:
+            return -1, start
+        raise ProtocolDecodeError(f"invalid array count {n} at offset {pos}")
+    if n * max(min_size, 1) > len(buf) - start:
+        raise ProtocolDecodeError(
+            f"array count {n} at offset {pos} needs more bytes than remain ({len(buf) - start})")
+    return n, start
+
+
+# --- varints (used by record batches, kept here so all wire encodings live in one place) ---
+
+class _VarIntType(WireType):
+    """Zig-zag varint as in Kafka's records (``bits`` = 32 or 64)."""
+
+    def __init__(self, name: str, bits: int) -> None:
+        self.name = name
+        self.bits = bits
+        self.max_bytes = (bits + 6) // 7
+        self.default = 0
+        self._lo, self._hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+
+    def write(self, value: int, out: bytearray) -> None:
+        if not isinstance(value, int) or not self._lo <= value <= self._hi:
+            raise ProtocolEncodeError(f"{self.name}: {value!r} out of range")
+        z = ((value << 1) ^ (value >> (self.bits - 1))) & ((1 << self.bits) - 1)
+        while z >= 0x80:
+            out.append((z & 0x7F) | 0x80)
+            z >>= 7
+        out.append(z)
+
+    def decode(self, buf: memoryview, pos: int) -> tuple[int, int]:
+        z = shift = 0
+        end = len(buf)
+        for i in range(self.max_bytes):
+            if pos + i >= end:
+                raise truncated(self.name, pos)
+            b = buf[pos + i]
+            z |= (b & 0x7F) << shift
+            if b < 0x80:
+                if z >> self.bits:
+                    raise ProtocolDecodeError(f"{self.name} at offset {pos} overflows {self.bits} bits")
+                return (z >> 1) ^ -(z & 1), pos + i + 1
+            shift += 7
+        raise ProtocolDecodeError(f"{self.name} at offset {pos} is longer than {self.max_bytes} bytes")
+
+
+VarInt = _VarIntType("VarInt", 32)
+VarLong = _VarIntType("VarLong", 64)
