@@ -1,0 +1,132 @@
+"""A network worker's side of the rings: send requests to disk workers, await their completions.
+
+Each request gets an id and a future. Completions come back on the completion ring and resolve
+the futures. When a disk worker dies (its incarnation in the shared table changes), every request
+still pending on it fails with NOT_LEADER_OR_FOLLOWER, a retriable error: the client refreshes its
+metadata and sends again, so nothing acknowledged is lost and nothing hangs.
+
+Runs inside the network worker's asyncio loop; not thread-safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import NamedTuple
+
+from appliance.broker.plumbing import Plumbing, drain_doorbell, ring_doorbell
+from appliance.errors import ErrorCode
+from appliance.shm.layout import COMPLETION, REQUEST, MsgType, WorkerState
+from appliance.shm.partition_table import PartitionTable
+from appliance.shm.ring import Channel, RingFormatError
+
+__all__ = ["DiskClient", "Completion"]
+
+_REQ = REQUEST.struct  # type: ignore[attr-defined]
+_COMP = COMPLETION.struct  # type: ignore[attr-defined]
+
+
+class Completion(NamedTuple):
+    error_code: int
+    base_offset: int
+    log_append_time: int
+    log_start_offset: int
+
+
+class DiskClient:
+    def __init__(self, net_index: int, plumbing: Plumbing, table: PartitionTable) -> None:
+        self.net_index = net_index
+        self.plumbing = plumbing
+        self.table = table
+        self.channels = [Channel.attach(plumbing.channel_names[(net_index, d)])
+                         for d in range(plumbing.num_disks)]
+        for ch in self.channels:
+            ch.completions.discard_all()  # answers meant for this slot's previous process
+        self._ids = itertools.count(1)
+        self._pending: dict[int, tuple[asyncio.Future, int]] = {}
+        self._incarnations = [self._incarnation(d) for d in range(plumbing.num_disks)]
+        self._space_waiters: list[asyncio.Future] = []
+        self._to_ring: set[int] = set()
+
+    def _incarnation(self, disk: int) -> int:
+        return self.table.worker(self.plumbing.disk_slot(disk))[4]
+
+    def max_payload(self) -> int:
+        return self.channels[0].requests.max_message() - REQUEST.size
+
+    async def submit(self, disk: int, msg_type: int, slot: int, payload: bytes | memoryview,
+                     acks: int = 1, timeout_ms: int = 30000) -> Completion | None:
+        """Queue a request on ``disk``'s ring; await its completion (None when acks == 0)."""
+        request_id = next(self._ids)
+        header = _REQ.pack(request_id, slot, acks, 0, timeout_ms)
+        ring = self.channels[disk].requests
+        loop = asyncio.get_running_loop()
+        while not ring.put(msg_type, header, payload):
+            # ring full: the disk worker is behind; wait until it completes something
+            fut = loop.create_future()
+            self._space_waiters.append(fut)
+            ring_doorbell(self.plumbing.disk_bells[disk])
+            try:
+                await asyncio.wait_for(fut, 0.05)
+            except TimeoutError:
+                pass
+            if self._incarnation(disk) != self._incarnations[disk]:
+                return Completion(ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1, -1)
+        self._schedule_ring(disk)
+        if acks == 0 and msg_type == MsgType.PRODUCE:
+            return None
+        fut = loop.create_future()
+        self._pending[request_id] = (fut, disk)
+        return await fut
+
+    def _schedule_ring(self, disk: int) -> None:
+        # coalesce doorbells: one eventfd write per disk per loop iteration
+        if not self._to_ring:
+            asyncio.get_running_loop().call_soon(self._ring_all)
+        self._to_ring.add(disk)
+
+    def _ring_all(self) -> None:
+        for d in self._to_ring:
+            ring_doorbell(self.plumbing.disk_bells[d])
+        self._to_ring.clear()
+
+    def on_doorbell(self) -> None:
+        """Drain every completion ring; called when our eventfd fires."""
+        drain_doorbell(self.plumbing.net_bells[self.net_index])
+        for d, ch in enumerate(self.channels):
+            ring = ch.completions
+            while True:
+                try:
+                    msg = ring.peek()
+                except RingFormatError:
+                    ring.discard_all()
+                    break
+                if msg is None:
+                    break
+                _, payload = msg
+                request_id, base, lat, lso, _slot, err = _COMP.unpack_from(payload, 0)
+                ring.release()
+                entry = self._pending.pop(request_id, None)
+                if entry is not None and not entry[0].done():
+                    entry[0].set_result(Completion(err, base, lat, lso))
+        waiters, self._space_waiters = self._space_waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+        self.check_disks()
+
+    def check_disks(self) -> None:
+        """Fail what a dead disk worker held (its successor discards its request ring)."""
+        for d in range(self.plumbing.num_disks):
+            _, _, state, _, inc = self.table.worker(self.plumbing.disk_slot(d))
+            if inc != self._incarnations[d] or state == WorkerState.DEAD:
+                self._incarnations[d] = inc
+                for rid, (fut, disk) in list(self._pending.items()):
+                    if disk == d:
+                        del self._pending[rid]
+                        if not fut.done():
+                            fut.set_result(Completion(ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1, -1))
+
+    def close(self) -> None:
+        for ch in self.channels:
+            ch.close()

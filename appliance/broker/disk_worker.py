@@ -1,0 +1,284 @@
+"""The disk worker: the only process that writes the partitions of one log.dir.
+
+It recovers its log dir at start, registers every partition in the shared table, then loops:
+wait on its doorbell, drain every request ring (one per network worker), apply each request to the
+storage library (append / create / delete), post a completion, publish the new offsets under the
+seqlock, and ring the network workers. Between rounds it runs the storage periodic work
+(retention, flush policy, checkpoints) and stamps its heartbeat.
+
+One writer per partition, one thread: no locks on the data path.
+SIGTERM: finish the current round, close the log dir cleanly (flush, checkpoints, clean-shutdown
+marker) and exit. SIGQUIT: exit at once (the next start recovers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import select
+import signal
+import time
+
+from appliance.broker.plumbing import Plumbing, drain_doorbell, ring_doorbell
+from appliance.config import BrokerConfig, ConfigError, TopicConfig
+from appliance.errors import ErrorCode, KafkaError
+from appliance.shm.layout import COMPLETION, REQUEST, MsgType, SlotState, WorkerState
+from appliance.shm.partition_table import PartitionTable
+from appliance.shm.ring import Channel, RingFormatError
+
+__all__ = ["DiskWorker"]
+
+log = logging.getLogger("appliance.disk")
+
+ROUND_LIMIT = 256  # requests taken from one ring per round, so no network worker starves the others
+IDLE_WAIT_S = 0.1  # the longest the loop sleeps: bounds heartbeat and periodic-task latency
+_REQ = REQUEST.struct  # type: ignore[attr-defined]
+_COMP = COMPLETION.struct  # type: ignore[attr-defined]
+
+
+class DiskWorker:
+    def __init__(self, index: int, path: str, config: BrokerConfig, plumbing: Plumbing) -> None:
+        self.index = index
+        self.path = path
+        self.config = config
+        self.plumbing = plumbing
+        self.alive = True
+        self.quit_now = False
+        self.slot = plumbing.disk_slot(index)
+        self.logs: dict[int, object] = {}  # table slot -> PartitionLog
+        self.slot_of: dict[tuple[str, int], int] = {}
+
+    # -- start ----------------------------------------------------------------------------
+    def run(self) -> int:
+        from appliance.broker.supervisor import EXIT_BOOT_ERROR
+        _name_process(f"appliance: disk worker {self.index} [{self.path}]")
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGQUIT, self._on_quit)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor, which stops us in order
+        self.table = PartitionTable.attach(self.plumbing.table_name)
+        self.channels = [Channel.attach(self.plumbing.channel_names[(n, self.index)])
+                         for n in range(self.plumbing.num_net)]
+        for ch in self.channels:
+            # requests queued while no disk worker ran were failed by their network workers
+            ch.requests.discard_all()
+        try:
+            self._open_log_dir()
+        except OSError as e:
+            log.error("log dir %s unusable: %s", self.path, e)
+            return EXIT_BOOT_ERROR
+        self.table.set_worker_state(self.slot, WorkerState.READY)
+        self.table.heartbeat(self.slot)
+        try:
+            self._loop()
+        finally:
+            if not self.quit_now:
+                self._shutdown()
+        return 0
+
+    def _open_log_dir(self) -> None:
+        from appliance.storage.log_dir import LogDir
+        started = time.monotonic()
+        self.log_dir = LogDir.open(self.path, self.config, self._topic_config_for)
+        with self.table.locked():
+            for (topic, partition), plog in self.log_dir.partitions.items():
+                slot = self.table.find(topic, partition)
+                if slot < 0:
+                    slot = self.table.allocate(topic, partition, self._num_partitions(topic),
+                                               self.index, SlotState.OFFLINE)
+                self._register(slot, topic, partition, plog)
+            # slots assigned to this disk whose create request died with the previous worker
+            for info in list(self.table.slots()):
+                if info.disk == self.index and info.slot not in self.logs:
+                    if info.state in (SlotState.CREATING, SlotState.OFFLINE):
+                        plog = self.log_dir.create_partition(
+                            info.topic, info.partition, self.config.topic_defaults())
+                        self._register(info.slot, info.topic, info.partition, plog)
+                    elif info.state == SlotState.DELETING:
+                        self.table.release(info.slot)
+        log.info("log dir %s open: %d partitions in %.2f s", self.path, len(self.logs),
+                 time.monotonic() - started)
+
+    def _num_partitions(self, topic: str) -> int:
+        """Partitions of a topic, counted over every log dir (a topic may span disks)."""
+        count = 0
+        for d in self.config.log_dirs:
+            with contextlib.suppress(OSError):
+                for name in os.listdir(d):
+                    t, _, p = name.rpartition("-")
+                    if t == topic and p.isdigit():
+                        count = max(count, int(p) + 1)
+        return max(count, 1)
+
+    def _topic_config_for(self, topic: str) -> TopicConfig:
+        return self.config.topic_defaults()
+
+    def _register(self, slot: int, topic: str, partition: int, plog: object) -> None:
+        self.logs[slot] = plog
+        self.slot_of[(topic, partition)] = slot
+        self._publish(slot, plog)
+        self.table.set_state(slot, SlotState.ONLINE)
+
+    def _publish(self, slot: int, plog) -> None:
+        self.table.publish(slot, plog.log_end_offset, plog.high_watermark, plog.log_start_offset)
+
+    # -- loop -----------------------------------------------------------------------------
+    def _on_term(self, signum, frame) -> None:
+        self.alive = False
+
+    def _on_quit(self, signum, frame) -> None:
+        self.quit_now = True
+        os._exit(0)
+
+    def _loop(self) -> None:
+        bell = self.plumbing.disk_bells[self.index]
+        poller = select.poll()
+        poller.register(bell, select.POLLIN)
+        next_periodic = 0.0
+        while self.alive:
+            busy = self._drain_rings()
+            if not busy:
+                with contextlib.suppress(InterruptedError):
+                    poller.poll(IDLE_WAIT_S * 1000)
+                drain_doorbell(bell)
+            now = time.monotonic()
+            self.table.heartbeat(self.slot)
+            if now >= next_periodic:
+                next_periodic = now + 0.25
+                self._periodic()
+
+    def _periodic(self) -> None:
+        try:
+            self.log_dir.run_periodic(int(time.time() * 1000))
+        except Exception:
+            log.exception("periodic log maintenance failed")
+        for slot, plog in self.logs.items():  # retention may have moved log start offsets
+            lso = plog.log_start_offset
+            if self.table.offsets(slot)[2] != lso:
+                self._publish(slot, plog)
+
+    def _drain_rings(self) -> bool:
+        """One round over every ring. True if any request was handled."""
+        handled = 0
+        rung = set()
+        for n, ch in enumerate(self.channels):
+            ring = ch.requests
+            for _ in range(ROUND_LIMIT):
+                try:
+                    msg = ring.peek()
+                except RingFormatError as e:
+                    log.error("request ring of network worker %d is corrupt (%s): discarding it", n, e)
+                    ring.discard_all()
+                    break
+                if msg is None:
+                    break
+                msg_type, payload = msg
+                try:
+                    comp = self._handle(msg_type, payload)
+                finally:
+                    del payload
+                    ring.release()
+                handled += 1
+                if comp is not None:
+                    while not ch.completions.put(MsgType.COMPLETION, comp):
+                        # the network worker drains completions constantly; wait for room
+                        ring_doorbell(self.plumbing.net_bells[n])
+                        time.sleep(0.0005)
+                    rung.add(n)
+        if handled:
+            # appends wake long-poll fetches on every network worker, not only the requesters
+            for fd in self.plumbing.net_bells:
+                ring_doorbell(fd)
+        return handled > 0
+
+    def _handle(self, msg_type: int, payload: memoryview) -> bytes | None:
+        request_id, slot, acks, flags, timeout_ms = _REQ.unpack_from(payload, 0)
+        body = payload[REQUEST.size:]
+        base_offset = log_append_time = -1
+        log_start = -1
+        error = ErrorCode.NONE
+        try:
+            if msg_type == MsgType.PRODUCE:
+                plog = self.logs.get(slot)
+                if plog is None:
+                    raise _NotHere()
+                info = plog.append(body)
+                base_offset = info.first_offset
+                log_append_time = info.log_append_time
+                log_start = plog.log_start_offset
+                plog.high_watermark = plog.log_end_offset  # one broker: the leader is the ISR
+                self._publish(slot, plog)
+            elif msg_type == MsgType.CREATE_PARTITION:
+                self._create(slot, json.loads(bytes(body)))
+            elif msg_type == MsgType.DELETE_PARTITION:
+                self._delete(slot)
+            elif msg_type == MsgType.ALTER_CONFIG:
+                self._alter(slot, json.loads(bytes(body)))
+            else:
+                error = ErrorCode.INVALID_REQUEST
+        except _NotHere:
+            error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        except KafkaError as e:
+            error = e.code
+        except OSError as e:
+            log.error("I/O error on %s: %s", self.path, e)
+            error = ErrorCode.KAFKA_STORAGE_ERROR
+        except Exception:
+            log.exception("request type %d for slot %d failed", msg_type, slot)
+            error = ErrorCode.UNKNOWN_SERVER_ERROR
+        if acks == 0 and msg_type == MsgType.PRODUCE:
+            return None
+        return _COMP.pack(request_id, base_offset, log_append_time, log_start, slot, int(error))
+
+    def _create(self, slot: int, spec: dict) -> None:
+        info = self.table.read(slot)
+        if info.disk != self.index or info.state not in (SlotState.CREATING, SlotState.ONLINE):
+            raise _NotHere()
+        if slot in self.logs:
+            return
+        try:
+            cfg = TopicConfig.from_overrides(self.config, spec.get("configs", {}))
+        except ConfigError:
+            cfg = self.config.topic_defaults()  # validated by the network worker already
+        plog = self.log_dir.create_partition(info.topic, info.partition, cfg)
+        self._register(slot, info.topic, info.partition, plog)
+
+    def _delete(self, slot: int) -> None:
+        info = self.table.read(slot)
+        plog = self.logs.pop(slot, None)
+        if plog is not None:
+            self.slot_of.pop((info.topic, info.partition), None)
+            self.log_dir.delete_partition(info.topic, info.partition)
+        with self.table.locked():
+            self.table.release(slot)
+
+    def _alter(self, slot: int, spec: dict) -> None:
+        plog = self.logs.get(slot)
+        if plog is None:
+            raise _NotHere()
+        cfg = TopicConfig.from_overrides(self.config, spec.get("configs", {}))
+        self.log_dir.update_config(plog.topic, cfg)
+
+    def _shutdown(self) -> None:
+        self.table.set_worker_state(self.slot, WorkerState.STOPPING)
+        for slot in self.logs:
+            self.table.set_state(slot, SlotState.OFFLINE)
+        try:
+            self.log_dir.close(clean=True)
+            log.info("log dir %s closed cleanly", self.path)
+        except Exception:
+            log.exception("clean close of %s failed; the next start will recover it", self.path)
+        self.table.set_worker_state(self.slot, WorkerState.DEAD)
+
+
+class _NotHere(Exception):
+    """The slot is not (or no longer) a partition of this disk worker."""
+
+
+def _name_process(title: str) -> None:
+    try:
+        import setproctitle
+        setproctitle.setproctitle(title)
+    except ImportError:
+        pass

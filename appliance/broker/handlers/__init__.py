@@ -1,0 +1,50 @@
+"""Request handlers, one module per API family; ``dispatch`` routes by API key.
+
+A handler is ``async def handler(ctx, request) -> body`` where body is a dict (or object) the
+protocol module encodes for the request's version, or ``NO_RESPONSE``. Handlers never touch
+sockets: they read the shared table, read segment files, and submit work to disk workers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from appliance.broker.broker_context import NO_RESPONSE, BrokerContext
+from appliance.broker.handlers import (
+    api_versions,
+    configs,
+    fetch,
+    list_offsets,
+    metadata,
+    produce,
+    producer_id,
+    topics,
+)
+from appliance.protocol import connection as pconn
+
+__all__ = ["dispatch", "HANDLERS"]
+
+HANDLERS = {
+    18: api_versions.handle,
+    3: metadata.handle,
+    0: produce.handle,
+    1: fetch.handle,
+    2: list_offsets.handle,
+    19: topics.handle_create,
+    20: topics.handle_delete,
+    37: topics.handle_create_partitions,
+    32: configs.handle_describe,
+    33: configs.handle_alter,
+    22: producer_id.handle,
+}
+
+
+async def dispatch(ctx: BrokerContext, request: Any) -> Any:
+    """The encoded response chunks for one request, or None when it gets no response."""
+    handler = HANDLERS.get(request.api_key)
+    if handler is None:
+        raise pconn.CloseConnection(f"no handler for API key {request.api_key}")
+    body = await handler(ctx, request)
+    if body is NO_RESPONSE:
+        return None
+    return pconn.encode_response(request, body)

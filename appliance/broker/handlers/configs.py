@@ -1,0 +1,117 @@
+"""DescribeConfigs and AlterConfigs for topics (resource type 2) and this broker (type 4)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from appliance.config import TOPIC_KEYS, ConfigError, TopicConfig
+from appliance.errors import ErrorCode
+from appliance.shm.layout import MsgType
+
+__all__ = ["handle_describe", "handle_alter"]
+
+TOPIC, BROKER = 2, 4
+# DescribeConfigs config_source values (Kafka's ConfigSource)
+DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+
+
+def _fmt(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, list | tuple):
+        return ",".join(map(str, v))
+    return str(v)
+
+
+def _topic_entries(ctx: Any, name: str, keys: list[str] | None) -> list[dict]:
+    parts = ctx.index.partitions(name)
+    overrides = ctx.readers.topic_overrides(parts[0].disk, name)
+    cfg = TopicConfig.from_overrides(ctx.config, overrides)
+    out = []
+    for key in TOPIC_KEYS:
+        if keys is not None and key.name not in keys:
+            continue
+        overridden = key.name in overrides
+        out.append({"name": key.name, "value": _fmt(cfg[key.name]), "read_only": False,
+                    "config_source": DYNAMIC_TOPIC_CONFIG if overridden else DEFAULT_CONFIG,
+                    "is_default": not overridden, "is_sensitive": False, "synonyms": []})
+    return out
+
+
+def _broker_entries(ctx: Any, keys: list[str] | None) -> list[dict]:
+    out = []
+    for name, value in sorted(ctx.config.items().items()):
+        if keys is not None and name not in keys:
+            continue
+        explicit = ctx.config.is_set(name)
+        out.append({"name": name, "value": _fmt(value), "read_only": True,
+                    "config_source": STATIC_BROKER_CONFIG if explicit else DEFAULT_CONFIG,
+                    "is_default": not explicit, "is_sensitive": False, "synonyms": []})
+    return out
+
+
+async def handle_describe(ctx: Any, request: Any) -> dict:
+    results = []
+    for res in request.body.resources:
+        r = {"error_code": 0, "error_message": None, "resource_type": res.resource_type,
+             "resource_name": res.resource_name, "configs": []}
+        keys = list(res.configuration_keys) if res.configuration_keys is not None else None
+        if res.resource_type == TOPIC:
+            if not ctx.index.partitions(res.resource_name):
+                r.update(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                         error_message=f"Topic '{res.resource_name}' does not exist.")
+            else:
+                r["configs"] = _topic_entries(ctx, res.resource_name, keys)
+        elif res.resource_type == BROKER:
+            if res.resource_name not in ("", str(ctx.broker_id)):
+                r.update(error_code=ErrorCode.INVALID_REQUEST,
+                         error_message=f"Unexpected broker id {res.resource_name!r}")
+            else:
+                r["configs"] = _broker_entries(ctx, keys)
+        else:
+            r.update(error_code=ErrorCode.INVALID_REQUEST,
+                     error_message=f"Unsupported resource type {res.resource_type}")
+        results.append(r)
+    return {"throttle_time_ms": 0, "results": results}
+
+
+async def _alter_topic(ctx: Any, name: str, configs: dict[str, str], validate_only: bool) -> tuple[int, str | None]:
+    parts = ctx.index.partitions(name)
+    if not parts:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist."
+    try:
+        TopicConfig.from_overrides(ctx.config, configs)
+    except ConfigError as e:
+        return ErrorCode.INVALID_CONFIG, str(e)
+    if validate_only:
+        return 0, None
+    payload = json.dumps({"configs": configs}).encode()
+    results = await asyncio.gather(*(
+        ctx.disks.submit(i.disk, MsgType.ALTER_CONFIG, i.slot, payload) for i in parts))
+    for c in results:
+        if c.error_code:
+            return c.error_code, None
+    return 0, None
+
+
+async def handle_alter(ctx: Any, request: Any) -> dict:
+    body = request.body
+    out = []
+    for res in body.resources:
+        r = {"error_code": 0, "error_message": None, "resource_type": res.resource_type,
+             "resource_name": res.resource_name}
+        if res.resource_type == TOPIC:
+            # AlterConfigs replaces the whole set of overrides (Kafka's semantics, unlike
+            # IncrementalAlterConfigs)
+            configs = {c.name: c.value for c in res.configs if c.value is not None}
+            r["error_code"], r["error_message"] = await _alter_topic(
+                ctx, res.resource_name, configs, body.validate_only)
+        else:
+            r.update(error_code=ErrorCode.INVALID_REQUEST,
+                     error_message="only topic configs can be altered; broker configs are static")
+        out.append(r)
+    return {"throttle_time_ms": 0, "responses": out}

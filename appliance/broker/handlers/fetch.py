@@ -1,0 +1,79 @@
+"""Fetch: byte ranges of segment files, bounded by the high watermark, sent with sendfile.
+
+Long poll: when less than min_bytes is available the request waits (without blocking anything)
+until a disk worker reports an append or max_wait_ms passes. Only the first partition with data
+may exceed the byte limits (KIP-74: at least one whole batch, so a consumer always progresses).
+Fetch sessions (v7+) are answered sessionless (session id 0): clients then send full requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from appliance.errors import ErrorCode, OffsetOutOfRangeError
+from appliance.protocol.types import FileSlice
+from appliance.shm.layout import SlotState
+
+__all__ = ["handle"]
+
+
+def _read_all(ctx: Any, body: Any) -> tuple[list[dict], int, bool]:
+    total = 0
+    max_bytes = body.max_bytes if body.max_bytes > 0 else 2**31 - 1
+    any_error = False
+    responses = []
+    for t in body.topics:
+        parts = []
+        for p in t.partitions:
+            r = {"partition_index": p.partition, "error_code": 0, "high_watermark": -1,
+                 "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
+                 "preferred_read_replica": -1, "records": b""}
+            parts.append(r)
+            info = ctx.index.lookup(t.topic, p.partition)
+            if info is None:
+                r["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                any_error = True
+                continue
+            if ctx.table.state(info.slot) != SlotState.ONLINE:
+                r["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                any_error = True
+                continue
+            leo, hw, lso = ctx.table.offsets(info.slot)
+            r.update(high_watermark=hw, last_stable_offset=hw, log_start_offset=lso)
+            offset = p.fetch_offset
+            if offset < lso or offset > leo:
+                r["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
+                any_error = True
+                continue
+            if offset >= hw:
+                continue
+            limit = min(p.partition_max_bytes, max_bytes - total)
+            if limit <= 0 and total > 0:
+                continue
+            reader = ctx.readers.reader(info.disk, t.topic, p.partition)
+            try:
+                sl = reader.read(offset, max(limit, 1), max_offset=hw, min_one_batch=(total == 0))
+            except OffsetOutOfRangeError:  # retention moved the start since we read the table
+                r["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
+                any_error = True
+                continue
+            if sl is None or sl.length == 0:
+                continue
+            ctx.readers.file(sl.path)  # open now: a segment deleted from here on stays readable
+            r["records"] = FileSlice(sl.path, sl.position, sl.length)
+            total += sl.length
+        responses.append({"topic": t.topic, "partitions": parts})
+    return responses, total, any_error
+
+
+async def handle(ctx: Any, request: Any) -> dict:
+    body = request.body
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(body.max_wait_ms, 0) / 1000
+    while True:
+        responses, total, any_error = _read_all(ctx, body)
+        remaining = deadline - loop.time()
+        if total >= max(body.min_bytes, 1) or any_error or remaining <= 0:
+            return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
+        await ctx.wait_for_data(remaining)

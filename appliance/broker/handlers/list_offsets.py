@@ -1,0 +1,43 @@
+"""ListOffsets: earliest (-2), latest (-1, the high watermark), or the first offset at a time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from appliance.errors import ErrorCode
+from appliance.shm.layout import SlotState
+
+__all__ = ["handle"]
+
+LATEST, EARLIEST = -1, -2
+
+
+def _one(ctx: Any, topic: str, partition: int, ts: int) -> dict:
+    r = {"partition_index": partition, "error_code": 0, "timestamp": -1, "offset": -1}
+    info = ctx.index.lookup(topic, partition)
+    if info is None:
+        r["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return r
+    if ctx.table.state(info.slot) != SlotState.ONLINE:
+        r["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return r
+    leo, hw, lso = ctx.table.offsets(info.slot)
+    if ts == LATEST:
+        r["offset"] = hw
+    elif ts == EARLIEST:
+        r["offset"] = lso
+    elif ts < 0:
+        r["error_code"] = ErrorCode.INVALID_REQUEST
+    else:
+        found = ctx.readers.reader(info.disk, topic, partition).offset_for_timestamp(ts)
+        if found is not None and found[0] < hw:
+            r["offset"] = max(found[0], lso)
+            r["timestamp"] = found[1]
+    return r
+
+
+async def handle(ctx: Any, request: Any) -> dict:
+    return {"throttle_time_ms": 0, "topics": [
+        {"name": t.name, "partitions": [_one(ctx, t.name, p.partition_index, p.timestamp)
+                                        for p in t.partitions]}
+        for t in request.body.topics]}

@@ -1,0 +1,61 @@
+"""Metadata: this broker, the topics and their partitions (auto-creating topics as configured)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from appliance.broker.topic_admin import OFFSETS_TOPIC, create_topic
+from appliance.errors import ErrorCode
+from appliance.shm.layout import SlotState
+
+__all__ = ["handle", "topic_metadata"]
+
+
+def topic_metadata(ctx: Any, name: str) -> dict:
+    parts = ctx.index.partitions(name)
+    if not parts:
+        return {"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name,
+                "is_internal": False, "partitions": []}
+    me = [ctx.broker_id]
+    out = []
+    for info in parts:
+        online = ctx.table.state(info.slot) == SlotState.ONLINE
+        out.append({
+            "error_code": 0 if online else ErrorCode.LEADER_NOT_AVAILABLE,
+            "partition_index": info.partition,
+            "leader_id": ctx.broker_id if online else -1,
+            "replica_nodes": me,
+            "isr_nodes": me if online else [],
+        })
+    return {"error_code": 0, "name": name, "is_internal": name == OFFSETS_TOPIC, "partitions": out}
+
+
+async def handle(ctx: Any, request: Any) -> dict:
+    body = request.body
+    if body.topics is None:
+        names = sorted(ctx.index.topics())
+    else:
+        names = [t.name for t in body.topics]
+        auto = bool(ctx.config["auto.create.topics.enable"]) and (
+            request.api_version < 4 or body.allow_auto_topic_creation)
+        for name in names:
+            if auto and not ctx.index.partitions(name) and name != OFFSETS_TOPIC:
+                await create_topic(ctx, name)  # errors (bad names) show below as per-topic codes
+    topics = []
+    for name in names:
+        md = topic_metadata(ctx, name)
+        if md["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            from appliance.config import validate_topic_name
+            try:
+                validate_topic_name(name)
+            except Exception:
+                md["error_code"] = ErrorCode.INVALID_TOPIC_EXCEPTION
+        topics.append(md)
+    host, port = ctx.advertised
+    return {
+        "throttle_time_ms": 0,
+        "brokers": [{"node_id": ctx.broker_id, "host": host, "port": port, "rack": None}],
+        "cluster_id": ctx.cluster_id,
+        "controller_id": ctx.broker_id,
+        "topics": topics,
+    }

@@ -1,0 +1,19 @@
+"""InitProducerId: producer ids for idempotent producers (transactions are not supported)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from appliance.errors import ErrorCode
+
+__all__ = ["handle"]
+
+
+async def handle(ctx: Any, request: Any) -> dict:
+    if request.body.transactional_id is not None:
+        # no transaction coordinator: say so with the error Kafka gives when the coordinator
+        # for a transactional id cannot be found
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                "producer_id": -1, "producer_epoch": -1}
+    return {"throttle_time_ms": 0, "error_code": 0, "producer_id": ctx.table.next_producer_id(),
+            "producer_epoch": 0}

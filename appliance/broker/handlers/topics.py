@@ -1,0 +1,45 @@
+"""CreateTopics, DeleteTopics, CreatePartitions."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from appliance.broker.topic_admin import add_partitions, create_topic, delete_topic
+
+__all__ = ["handle_create", "handle_delete", "handle_create_partitions"]
+
+
+async def handle_create(ctx: Any, request: Any) -> dict:
+    body = request.body
+    seen: dict[str, int] = {}
+    for t in body.topics:
+        seen[t.name] = seen.get(t.name, 0) + 1
+
+    async def one(t: Any) -> dict:
+        if seen[t.name] > 1:
+            return {"name": t.name, "error_code": 42,  # INVALID_REQUEST, as Kafka for duplicates
+                    "error_message": f"Create topics request from client contains topic {t.name} more than once"}
+        code, msg = await create_topic(
+            ctx, t.name, t.num_partitions, t.replication_factor,
+            {c.name: c.value for c in t.configs}, t.assignments, body.validate_only, body.timeout_ms)
+        return {"name": t.name, "error_code": code, "error_message": msg}
+
+    return {"throttle_time_ms": 0, "topics": list(await asyncio.gather(*(one(t) for t in body.topics)))}
+
+
+async def handle_delete(ctx: Any, request: Any) -> dict:
+    body = request.body
+    results = await asyncio.gather(*(delete_topic(ctx, n, body.timeout_ms) for n in body.topic_names))
+    return {"throttle_time_ms": 0, "responses": [
+        {"name": n, "error_code": r[0]} for n, r in zip(body.topic_names, results, strict=True)]}
+
+
+async def handle_create_partitions(ctx: Any, request: Any) -> dict:
+    body = request.body
+    results = await asyncio.gather(*(
+        add_partitions(ctx, t.name, t.count, t.assignments, body.validate_only, body.timeout_ms)
+        for t in body.topics))
+    return {"throttle_time_ms": 0, "results": [
+        {"name": t.name, "error_code": r[0], "error_message": r[1]}
+        for t, r in zip(body.topics, results, strict=True)]}

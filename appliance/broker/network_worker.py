@@ -1,0 +1,198 @@
+"""The network worker: the asyncio I/O shell around the sans-I/O protocol module (model: uvicorn).
+
+Every network worker listens on the same port (SO_REUSEPORT: the kernel spreads connections).
+A :class:`KafkaConnection` feeds received bytes to a protocol ``ServerConnection``, runs one task
+per request (so a producer's pipelined requests proceed together) and writes the responses back
+strictly in request order, as Kafka clients require. Fetch responses go out with ``sendfile``
+straight from the segment files.
+
+SIGTERM: stop accepting, let in-flight requests finish (bounded), exit. SIGQUIT: exit at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import signal
+import socket
+import time
+
+from appliance.broker.broker_context import BrokerContext
+from appliance.broker.disk_client import DiskClient
+from appliance.broker.plumbing import Plumbing
+from appliance.config import BrokerConfig
+from appliance.protocol import connection as pconn
+from appliance.shm.layout import WorkerState
+from appliance.shm.partition_table import PartitionTable
+
+__all__ = ["NetworkWorker", "KafkaConnection"]
+
+log = logging.getLogger("appliance.network")
+
+MAX_IN_FLIGHT = 64  # per connection; past it we stop reading (backpressure, uvicorn's FlowControl)
+STOP_GRACE_S = 5.0
+
+
+class KafkaConnection(asyncio.Protocol):
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+        self.conn = pconn.ServerConnection(max_request_size=int(ctx.config["socket.request.max.bytes"]))
+        self.transport: asyncio.Transport | None = None
+        self._responses: collections.deque[asyncio.Future] = collections.deque()
+        self._writer: asyncio.Task | None = None
+        self._paused = False
+        self._closing = False
+
+    # asyncio.Protocol ---------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.ctx.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        self.ctx.connections.discard(self)
+        for fut in self._responses:
+            fut.cancel()
+        self._responses.clear()
+        if self._writer is not None:
+            self._writer.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.conn.receive_data(data)
+            while not self._closing:
+                event = self.conn.next_event()
+                if event is pconn.NEED_DATA:
+                    break
+                self._dispatch(event)
+        except pconn.RemoteProtocolError as e:
+            log.info("closing connection from %s: %s", self._peer(), e)
+            self._close_after_responses()
+
+    def _peer(self) -> str:
+        peer = self.transport.get_extra_info("peername") if self.transport else None
+        return f"{peer[0]}:{peer[1]}" if peer else "?"
+
+    # requests -----------------------------------------------------------------------------
+    def _dispatch(self, event) -> None:
+        fut = asyncio.ensure_future(self.ctx.handle(event))
+        self._responses.append(fut)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.ensure_future(self._write_responses())
+        if len(self._responses) >= MAX_IN_FLIGHT and not self._paused:
+            self._paused = True
+            self.transport.pause_reading()
+
+    async def _write_responses(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._responses and not self._closing:
+            fut = self._responses[0]
+            try:
+                chunks = await fut
+            except asyncio.CancelledError:
+                return
+            except pconn.CloseConnection as e:
+                log.info("closing connection from %s: %s", self._peer(), e)
+                self._closing = True
+                self.transport.close()
+                return
+            except Exception:
+                log.exception("request handler failed; closing the connection")
+                self._closing = True
+                self.transport.close()
+                return
+            if self._responses and self._responses[0] is fut:
+                self._responses.popleft()
+            if chunks is None:  # acks=0 produce: no response at all
+                continue
+            if isinstance(chunks, bytes | bytearray):
+                chunks = [chunks]
+            for chunk in chunks:
+                if self._closing:
+                    return
+                if isinstance(chunk, bytes | bytearray | memoryview):
+                    self.transport.write(chunk)
+                else:  # a file slice: zero-copy from the page cache to the socket
+                    f = self.ctx.readers.file(chunk.fd_or_path)
+                    try:
+                        await loop.sendfile(self.transport, f, chunk.position, chunk.length)
+                    except (ConnectionError, OSError) as e:
+                        log.info("sendfile to %s failed: %s", self._peer(), e)
+                        self._closing = True
+                        self.transport.close()
+                        return
+            if self._paused and len(self._responses) < MAX_IN_FLIGHT // 2:
+                self._paused = False
+                self.transport.resume_reading()
+
+    def _close_after_responses(self) -> None:
+        self._closing = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+class NetworkWorker:
+    def __init__(self, index: int, config: BrokerConfig, plumbing: Plumbing, log_dirs: list[str]) -> None:
+        self.index = index
+        self.config = config
+        self.plumbing = plumbing
+        self.log_dirs = log_dirs
+        self.slot = plumbing.net_slot(index)
+
+    def run(self) -> int:
+        try:
+            import setproctitle
+            setproctitle.setproctitle(f"appliance: network worker {self.index}")
+        except ImportError:
+            pass
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        asyncio.run(self._main())
+        return 0
+
+    async def _main(self) -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        loop.add_signal_handler(signal.SIGQUIT, lambda: os._exit(0))
+        table = PartitionTable.attach(self.plumbing.table_name)
+        disks = DiskClient(self.index, self.plumbing, table)
+        ctx = BrokerContext(self.index, self.config, table, disks, self.log_dirs)
+        host, port = self.config.listeners[0]
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+        sock.setblocking(False)
+        server = await loop.create_server(lambda: KafkaConnection(ctx), sock=sock)
+        bell = self.plumbing.net_bells[self.index]
+        loop.add_reader(bell, ctx.on_doorbell)
+        table.set_worker_state(self.slot, WorkerState.READY)
+        beat = asyncio.ensure_future(self._heartbeat(table, disks, ctx))
+        await stop.wait()
+        # graceful: no new connections, finish what is in flight, then go
+        server.close()
+        deadline = time.monotonic() + STOP_GRACE_S
+        while any(c._responses for c in ctx.connections) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        for c in list(ctx.connections):
+            if c.transport is not None:
+                c.transport.close()
+        beat.cancel()
+        loop.remove_reader(bell)
+        table.set_worker_state(self.slot, WorkerState.DEAD)
+        ctx.close()
+
+    async def _heartbeat(self, table: PartitionTable, disks: DiskClient, ctx: BrokerContext) -> None:
+        while True:
+            table.heartbeat(self.slot)
+            disks.check_disks()
+            ctx.periodic()
+            await asyncio.sleep(0.25)

@@ -1,0 +1,87 @@
+"""What the supervisor creates before forking and every worker inherits: names, doorbells, channels.
+
+A :class:`Plumbing` is made once by the supervisor (``create``) and then forked into every worker;
+each worker keeps its own view of it. Doorbells are eventfds (one per worker): writing to one wakes
+that worker's loop; the data itself travels through the shared-memory rings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from dataclasses import dataclass, field
+
+import posix_ipc
+
+from appliance.shm.partition_table import PartitionTable
+from appliance.shm.ring import Channel
+
+__all__ = ["Plumbing", "shm_base_name", "ring_doorbell", "drain_doorbell", "unlink_stale"]
+
+PARTITION_TABLE_CAPACITY = 8192  # slots; 2.6 MiB of shared memory, far above one box's partitions
+REQUEST_RING_BYTES = 64 << 20  # per (network, disk) pair: holds a full produce request's batches
+COMPLETION_RING_BYTES = 1 << 20  # completions are 40 bytes each
+
+
+def shm_base_name(configured: str, broker_id: int, port: int) -> str:
+    """The prefix of every POSIX object of one broker: two brokers on a host never collide."""
+    base = configured or f"appliance-b{broker_id}-p{port}"
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", base):
+        raise ValueError(f"appliance.shm.name={configured!r}: use 1-64 of [A-Za-z0-9_.-]")
+    return base
+
+
+def ring_doorbell(fd: int) -> None:
+    with contextlib.suppress(BlockingIOError, OSError):
+        os.eventfd_write(fd, 1)
+
+
+def drain_doorbell(fd: int) -> None:
+    with contextlib.suppress(BlockingIOError, OSError):
+        os.eventfd_read(fd)
+
+
+def unlink_stale(base: str) -> list[str]:
+    """Remove every POSIX shm object of ``base`` (after checking its supervisor is gone)."""
+    removed = []
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir("/dev/shm"):
+            if name == f"{base}-table" or name.startswith(f"{base}-ring-"):
+                with contextlib.suppress(posix_ipc.ExistentialError):
+                    posix_ipc.unlink_shared_memory("/" + name)
+                    removed.append(name)
+    return removed
+
+
+@dataclass
+class Plumbing:
+    base: str
+    num_disks: int
+    num_net: int
+    table_name: str
+    disk_bells: list[int] = field(default_factory=list)
+    net_bells: list[int] = field(default_factory=list)
+    channel_names: dict[tuple[int, int], str] = field(default_factory=dict)
+
+    @classmethod
+    def create(cls, base: str, num_disks: int, num_net: int, broker_id: int) -> tuple[Plumbing, PartitionTable]:
+        table = PartitionTable.create(f"/{base}-table", PARTITION_TABLE_CAPACITY, broker_id, num_disks)
+        p = cls(base, num_disks, num_net, table.name)
+        p.disk_bells = [os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) for _ in range(num_disks)]
+        p.net_bells = [os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) for _ in range(num_net)]
+        for n in range(num_net):
+            for d in range(num_disks):
+                name = f"/{base}-ring-n{n}-d{d}"
+                Channel.create(name, REQUEST_RING_BYTES, COMPLETION_RING_BYTES).close()
+                p.channel_names[(n, d)] = name
+        return p, table
+
+    def disk_slot(self, disk: int) -> int:
+        return disk
+
+    def net_slot(self, net: int) -> int:
+        return self.num_disks + net
+
+    def unlink(self) -> None:
+        unlink_stale(self.base)

@@ -1,0 +1,74 @@
+"""Read-only access to the partitions' files from a network worker.
+
+Network workers never write a partition; they read the segment files (through the storage
+library's read-only :class:`~appliance.storage.reader.LogReader`) to answer Fetch and ListOffsets,
+bounded by the high watermark the owning disk worker publishes in the shared table. Open files are
+cached so a fetch costs a dict lookup and a ``sendfile``, not an ``open``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+from typing import BinaryIO
+
+from appliance.storage.reader import LogReader
+
+__all__ = ["Readers"]
+
+MAX_OPEN_FILES = 512  # per network worker; an LRU beyond it (segments of cold partitions close)
+
+
+class Readers:
+    def __init__(self, log_dirs: list[str]) -> None:
+        self.log_dirs = log_dirs
+        self._readers: dict[tuple[int, str, int], LogReader] = {}
+        self._files: collections.OrderedDict[str, BinaryIO] = collections.OrderedDict()
+
+    def reader(self, disk: int, topic: str, partition: int) -> LogReader:
+        key = (disk, topic, partition)
+        r = self._readers.get(key)
+        if r is None:
+            r = LogReader(os.path.join(self.log_dirs[disk], f"{topic}-{partition}"))
+            self._readers[key] = r
+        return r
+
+    def forget(self, topic: str) -> None:
+        """Drop cached readers of a deleted topic."""
+        for key in [k for k in self._readers if k[1] == topic]:
+            with contextlib.suppress(Exception):
+                self._readers.pop(key).close()
+        # a re-created topic reuses the same paths: never serve the old inodes
+        marker = os.sep + topic + "-"
+        for path in [p for p in self._files if marker in p]:
+            self.invalidate_file(path)
+
+    def file(self, path_or_fd: str | int) -> BinaryIO:
+        """An open file object for sendfile (cached; LRU-closed past MAX_OPEN_FILES)."""
+        if isinstance(path_or_fd, int):
+            return os.fdopen(os.dup(path_or_fd), "rb")
+        f = self._files.get(path_or_fd)
+        if f is not None:
+            self._files.move_to_end(path_or_fd)
+            return f
+        f = open(path_or_fd, "rb")  # noqa: SIM115 - cached, closed on eviction
+        self._files[path_or_fd] = f
+        if len(self._files) > MAX_OPEN_FILES:
+            _, old = self._files.popitem(last=False)
+            old.close()
+        return f
+
+    def invalidate_file(self, path: str) -> None:
+        f = self._files.pop(path, None)
+        if f is not None:
+            f.close()
+
+    def close(self) -> None:
+        for r in self._readers.values():
+            with contextlib.suppress(Exception):
+                r.close()
+        for f in self._files.values():
+            f.close()
+        self._readers.clear()
+        self._files.clear()

@@ -1,0 +1,356 @@
+"""The supervisor: forks one disk worker per log.dir and the network workers, keeps them alive.
+
+Shape (gunicorn's Arbiter): signal handlers only enqueue; one short loop handles queued signals,
+then checks heartbeats, then reconciles the workers against the fixed slots. A worker that exits
+with :data:`EXIT_BOOT_ERROR` could not start (bad log dir, port taken): respawning would only loop,
+so the supervisor halts instead.
+
+Only the supervisor talks to systemd (sd_notify READY / STOPPING / WATCHDOG).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+
+from appliance.broker.plumbing import Plumbing, ring_doorbell, shm_base_name, unlink_stale
+from appliance.config import BrokerConfig
+from appliance.shm.layout import SlotState, WorkerState
+from appliance.shm.partition_table import PartitionTable
+
+__all__ = ["Supervisor", "EXIT_BOOT_ERROR", "HaltServer"]
+
+log = logging.getLogger("appliance.supervisor")
+
+EXIT_BOOT_ERROR = 3
+HEARTBEAT_TIMEOUT_S = 30.0  # a worker loop never blocks this long; past it the worker is wedged
+GRACEFUL_TIMEOUT_S = 30.0
+READY_TIMEOUT_S = 600.0  # recovery of a large unclean log dir can take minutes: progress is logged
+DISK, NETWORK = 0, 1
+
+
+class HaltServer(Exception):
+    def __init__(self, reason: str, exit_status: int = 1) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.exit_status = exit_status
+
+
+@dataclass
+class _Worker:
+    kind: int
+    index: int
+    slot: int
+    pid: int = 0
+    incarnation: int = 0
+    started: float = 0.0
+
+
+def sd_notify(message: str) -> None:
+    """Tell systemd (Type=notify) about our state; a no-op outside systemd."""
+    addr = os.environ.get("NOTIFY_SOCKET")
+    if not addr:
+        return
+    if addr.startswith("@"):
+        addr = "\0" + addr[1:]
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.sendto(message.encode(), addr)
+
+
+class Supervisor:
+    """Owns the shared memory and the worker processes of one broker."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGCHLD, signal.SIGHUP)
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.log_dirs: list[str] = config.log_dirs
+        host, port = config.listeners[0]
+        self.host, self.port = host, port
+        self.num_net = int(config["num.network.threads"])
+        self.base = shm_base_name(config["appliance.shm.name"], int(config["broker.id"]), port)
+        self.workers: list[_Worker] = []
+        self._sig_queue: list[int] = []
+        self._wake_r, self._wake_w = -1, -1
+        self.plumbing: Plumbing | None = None
+        self.table: PartitionTable | None = None
+        self._stopping = False
+
+    # -- signals: enqueue only ------------------------------------------------------------
+    def _signal(self, signum: int, frame: object) -> None:
+        self._sig_queue.append(signum)
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"\0")
+
+    def _install_signals(self) -> None:
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        for sig in self.SIGNALS:
+            signal.signal(sig, self._signal)
+
+    # -- start ----------------------------------------------------------------------------
+    def _check_port(self) -> None:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((self.host, self.port))
+            except OSError as e:
+                raise HaltServer(f"cannot listen on {self.host}:{self.port}: {e.strerror}",
+                                 EXIT_BOOT_ERROR) from e
+
+    def _reclaim_shared_memory(self) -> None:
+        pid = PartitionTable.creator_pid(f"/{self.base}-table")
+        if pid is None:
+            return
+        if pid and _process_alive(pid) and pid != os.getpid():
+            raise HaltServer(f"another broker (pid {pid}) owns shared memory '{self.base}'; "
+                             f"stop it or set appliance.shm.name", EXIT_BOOT_ERROR)
+        removed = unlink_stale(self.base)
+        log.warning("reclaimed %d shared-memory objects left by a crashed broker (pid %s)",
+                    len(removed), pid)
+
+    def run(self) -> int:
+        try:
+            self._check_port()
+            for d in self.log_dirs:
+                os.makedirs(d, exist_ok=True)
+            self._reclaim_shared_memory()
+            self.plumbing, self.table = Plumbing.create(
+                self.base, len(self.log_dirs), self.num_net, int(self.config["broker.id"]))
+            self._install_signals()
+            self.workers = [_Worker(DISK, d, self.plumbing.disk_slot(d)) for d in range(len(self.log_dirs))]
+            self.workers += [_Worker(NETWORK, n, self.plumbing.net_slot(n)) for n in range(self.num_net)]
+            for w in self.workers:
+                if w.kind == DISK:
+                    self._spawn(w)
+            self._wait_disks_ready()
+            for w in self.workers:
+                if w.kind == NETWORK:
+                    self._spawn(w)
+            sd_notify("READY=1")
+            log.info("broker %s listening on %s:%d (%d disk workers, %d network workers, shm %s)",
+                     self.config["broker.id"], self.host, self.port, len(self.log_dirs),
+                     self.num_net, self.base)
+            while True:
+                self._sleep(1.0)
+                self._handle_signals()
+                if self._stopping:
+                    break
+                self._murder_stale_workers()
+                self._respawn_missing()
+            return 0
+        except HaltServer as e:
+            log.error("%s", e.reason)
+            self._stop(graceful=False)
+            return e.exit_status
+        finally:
+            self._cleanup()
+
+    def _wait_disks_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        last_report = time.monotonic()
+        while True:
+            pending = [w for w in self.workers if w.kind == DISK
+                       and self.table.worker(w.slot)[2] != WorkerState.READY]
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise HaltServer("disk workers did not become ready in time")
+            self._sleep(0.05)
+            self._handle_signals()
+            if self._stopping:
+                raise HaltServer("stopped during start-up", 0)
+            if time.monotonic() - last_report > 5:
+                last_report = time.monotonic()
+                log.info("waiting for disk workers to recover their logs: %s",
+                         ", ".join(self.log_dirs[w.index] for w in pending))
+
+    def _spawn(self, w: _Worker) -> None:
+        w.incarnation += 1
+        self.table.set_worker(w.slot, pid=0, kind=w.kind, state=WorkerState.STARTING,
+                              incarnation=w.incarnation)
+        pid = os.fork()
+        if pid:
+            w.pid, w.started = pid, time.monotonic()
+            self.table.set_worker(w.slot, pid=pid, kind=w.kind, state=WorkerState.STARTING,
+                                  incarnation=w.incarnation)
+            return
+        # child
+        code = 1
+        try:
+            for sig in self.SIGNALS:
+                signal.signal(sig, signal.SIG_DFL)
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            code = self._worker_main(w)
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        except BaseException:
+            logging.getLogger("appliance.worker").exception("worker crashed")
+            code = 1
+        finally:
+            with contextlib.suppress(Exception):
+                logging.shutdown()
+            os._exit(code)
+
+    def _worker_main(self, w: _Worker) -> int:
+        if w.kind == DISK:
+            from appliance.broker.disk_worker import DiskWorker
+            return DiskWorker(w.index, self.log_dirs[w.index], self.config, self.plumbing).run()
+        from appliance.broker.network_worker import NetworkWorker
+        return NetworkWorker(w.index, self.config, self.plumbing, self.log_dirs).run()
+
+    # -- the loop -------------------------------------------------------------------------
+    def _sleep(self, timeout: float) -> None:
+        import select
+        with contextlib.suppress(InterruptedError):
+            r, _, _ = select.select([self._wake_r], [], [], timeout)
+            if r:
+                with contextlib.suppress(BlockingIOError):
+                    while os.read(self._wake_r, 4096):
+                        pass
+
+    def _handle_signals(self) -> None:
+        while self._sig_queue:
+            sig = self._sig_queue.pop(0)
+            if sig == signal.SIGCHLD:
+                self._reap()
+            elif sig in (signal.SIGTERM, signal.SIGINT):
+                log.info("%s: shutting down (flushing logs, writing checkpoints)",
+                         signal.Signals(sig).name)
+                sd_notify("STOPPING=1")
+                self._stop(graceful=True)
+                self._stopping = True
+            elif sig == signal.SIGQUIT:
+                sd_notify("STOPPING=1")
+                self._stop(graceful=False)
+                self._stopping = True
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            code = os.waitstatus_to_exitcode(status)
+            for w in self.workers:
+                if w.pid == pid:
+                    w.pid = 0
+                    self._on_worker_exit(w, code)
+
+    def _on_worker_exit(self, w: _Worker, code: int) -> None:
+        kind = "disk worker" if w.kind == DISK else "network worker"
+        self.table.set_worker(w.slot, pid=0, kind=w.kind, state=WorkerState.DEAD,
+                              incarnation=w.incarnation)
+        if w.kind == DISK:
+            # its partitions are unavailable until the new worker has recovered them
+            for info in self.table.slots():
+                if info.disk == w.index and info.state == SlotState.ONLINE:
+                    self.table.set_state(info.slot, SlotState.OFFLINE)
+            for fd in self.plumbing.net_bells:
+                ring_doorbell(fd)  # network workers fail the requests it held
+        if self._stopping:
+            return
+        log.warning("%s %d exited with %s", kind, w.index,
+                    f"signal {-code}" if code < 0 else f"code {code}")
+        if code == EXIT_BOOT_ERROR:
+            raise HaltServer(f"{kind} {w.index} could not boot; stopping the broker", EXIT_BOOT_ERROR)
+
+    def _respawn_missing(self) -> None:
+        for w in self.workers:
+            if w.pid == 0:
+                if time.monotonic() - w.started < 1.0:
+                    continue  # back off a worker that dies at once
+                log.info("restarting %s worker %d", "disk" if w.kind == DISK else "network", w.index)
+                self._spawn(w)
+
+    def _murder_stale_workers(self) -> None:
+        now = time.monotonic()
+        for w in self.workers:
+            if not w.pid:
+                continue
+            pid, beat, state, _, _ = self.table.worker(w.slot)
+            if state == WorkerState.READY and now - beat > HEARTBEAT_TIMEOUT_S:
+                log.error("worker pid %d missed heartbeats for %.0f s: killing it", w.pid, now - beat)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(w.pid, signal.SIGKILL)
+        sd_notify("WATCHDOG=1")
+
+    # -- stop -----------------------------------------------------------------------------
+    def _stop(self, graceful: bool) -> None:
+        """Network workers first (no new requests), then disk workers (flush + checkpoints)."""
+        self._stopping = True
+        sig = signal.SIGTERM if graceful else signal.SIGQUIT
+        for kind in (NETWORK, DISK):
+            group = [w for w in self.workers if w.kind == kind and w.pid]
+            for w in group:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(w.pid, sig)
+            deadline = time.monotonic() + (GRACEFUL_TIMEOUT_S if graceful else 2.0)
+            while any(w.pid for w in group) and time.monotonic() < deadline:
+                self._reap_blocking(0.05)
+            for w in group:
+                if w.pid:
+                    log.error("pid %d did not stop in time: SIGKILL", w.pid)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(w.pid, signal.SIGKILL)
+            while any(w.pid for w in group):
+                self._reap_blocking(0.05)
+
+    def _reap_blocking(self, timeout: float) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                for w in self.workers:
+                    w.pid = 0
+                return
+            if pid == 0:
+                time.sleep(0.01)
+                continue
+            for w in self.workers:
+                if w.pid == pid:
+                    w.pid = 0
+
+    def _cleanup(self) -> None:
+        if self.table is not None:
+            self.table.close()
+        if self.plumbing is not None:
+            self.plumbing.unlink()
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"appliance" in f.read()
+    except OSError as e:
+        return e.errno != errno.ENOENT
+
+
+def serve(config: BrokerConfig) -> int:
+    """Run a broker in this process until SIGTERM/SIGINT; returns the exit status."""
+    try:
+        import setproctitle
+        setproctitle.setproctitle(f"appliance: supervisor [broker {config['broker.id']}]")
+    except ImportError:
+        pass
+    return Supervisor(config).run()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(serve(BrokerConfig.load()))

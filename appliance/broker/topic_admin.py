@@ -1,0 +1,155 @@
+"""Creating and deleting topics from a network worker (CreateTopics, DeleteTopics, auto-create).
+
+Placement: each new partition goes to the log.dir (disk worker) that holds the fewest partitions.
+Slots are allocated under the table lock, so two network workers creating the same topic at
+once cannot both succeed; then each disk worker is asked to create its partitions and the call
+returns when every one is ONLINE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from appliance.config import ConfigError, TopicConfig, validate_topic_name
+from appliance.errors import ErrorCode, KafkaError
+from appliance.shm.layout import MsgType, SlotState
+
+__all__ = ["create_topic", "delete_topic", "add_partitions", "TopicResult"]
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+class TopicResult(tuple):
+    """(error_code, error_message)."""
+
+    def __new__(cls, code: int = 0, message: str | None = None) -> TopicResult:
+        return super().__new__(cls, (int(code), message))
+
+
+def _check_replication(ctx: Any, rf: int, assignments: Any) -> None:
+    if rf not in (-1, 1):
+        raise _Refused(ErrorCode.INVALID_REPLICATION_FACTOR,
+                       f"Replication factor {rf} is larger than the 1 available broker")
+    for a in assignments or ():
+        ids = list(getattr(a, "broker_ids", None) or a.get("broker_ids", []))
+        if ids != [ctx.broker_id]:
+            raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                           f"replica assignment {ids} names brokers other than {ctx.broker_id}")
+
+
+class _Refused(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+async def create_topic(ctx: Any, name: str, num_partitions: int = -1, replication_factor: int = -1,
+                       configs: dict[str, str | None] | None = None, assignments: Any = None,
+                       validate_only: bool = False, timeout_ms: int = 60000) -> TopicResult:
+    try:
+        try:
+            validate_topic_name(name)
+        except KafkaError as e:
+            raise _Refused(ErrorCode.INVALID_TOPIC_EXCEPTION, str(e)) from e
+        if num_partitions == -1:
+            num_partitions = int(ctx.config["num.partitions"])
+        if num_partitions <= 0:
+            raise _Refused(ErrorCode.INVALID_PARTITIONS,
+                           f"Number of partitions must be larger than 0 (got {num_partitions})")
+        _check_replication(ctx, replication_factor, assignments)
+        overrides = {k: v for k, v in (configs or {}).items() if v is not None}
+        try:
+            TopicConfig.from_overrides(ctx.config, overrides)
+        except ConfigError as e:
+            raise _Refused(ErrorCode.INVALID_CONFIG, str(e)) from e
+        if validate_only:
+            if ctx.index.partitions(name):
+                raise _Refused(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+            return TopicResult()
+        with ctx.table.locked():
+            if ctx.table.find(name, 0) >= 0:
+                raise _Refused(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+            placed = _place(ctx, name, range(num_partitions), num_partitions)
+        return await _create_on_disks(ctx, placed, overrides, timeout_ms)
+    except _Refused as e:
+        return TopicResult(e.code, e.message)
+
+
+def _place(ctx: Any, name: str, partitions: range, total: int) -> list[tuple[int, int]]:
+    """Allocate slots (caller holds the table lock): [(slot, disk)], fewest-partitions-first."""
+    counts = ctx.table.partitions_per_disk()
+    placed = []
+    try:
+        for p in partitions:
+            disk = min(range(len(counts)), key=counts.__getitem__)
+            placed.append((ctx.table.allocate(name, p, total, disk, SlotState.CREATING), disk))
+            counts[disk] += 1
+    except MemoryError as e:
+        for slot, _ in placed:
+            ctx.table.release(slot)
+        raise _Refused(ErrorCode.POLICY_VIOLATION, str(e)) from e
+    return placed
+
+
+async def _create_on_disks(ctx: Any, placed: list[tuple[int, int]], overrides: dict[str, str],
+                           timeout_ms: int) -> TopicResult:
+    payload = json.dumps({"configs": overrides}).encode()
+    try:
+        results = await asyncio.wait_for(asyncio.gather(*(
+            ctx.disks.submit(disk, MsgType.CREATE_PARTITION, slot, payload) for slot, disk in placed)),
+            max(timeout_ms, 1) / 1000)
+    except TimeoutError:
+        return TopicResult(ErrorCode.REQUEST_TIMED_OUT, "timed out waiting for the partitions to open")
+    for r in results:
+        if r.error_code:
+            return TopicResult(r.error_code, f"creating a partition failed: {ErrorCode(r.error_code).name}")
+    ctx.index.refresh()
+    return TopicResult()
+
+
+async def add_partitions(ctx: Any, name: str, count: int, assignments: Any = None,
+                         validate_only: bool = False, timeout_ms: int = 60000) -> TopicResult:
+    """CreatePartitions: grow ``name`` to ``count`` partitions (never shrink, as Kafka)."""
+    try:
+        parts = ctx.index.partitions(name)
+        if not parts:
+            raise _Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+        current = len(parts)
+        if count <= current:
+            raise _Refused(ErrorCode.INVALID_PARTITIONS,
+                           f"Topic currently has {current} partitions, {count} would not increase it")
+        _check_replication(ctx, -1, assignments)
+        if validate_only:
+            return TopicResult()
+        with ctx.table.locked():
+            placed = _place(ctx, name, range(current, count), count)
+        overrides = ctx.readers.topic_overrides(parts[0].disk, name)
+        return await _create_on_disks(ctx, placed, overrides, timeout_ms)
+    except _Refused as e:
+        return TopicResult(e.code, e.message)
+
+
+async def delete_topic(ctx: Any, name: str, timeout_ms: int = 60000) -> TopicResult:
+    if not bool(ctx.config["delete.topic.enable"]):
+        return TopicResult(ErrorCode.TOPIC_DELETION_DISABLED, "delete.topic.enable is false")
+    parts = ctx.index.partitions(name)
+    if not parts:
+        return TopicResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+    with ctx.table.locked():
+        for info in parts:
+            ctx.table.set_state(info.slot, SlotState.DELETING)
+    try:
+        results = await asyncio.wait_for(asyncio.gather(*(
+            ctx.disks.submit(info.disk, MsgType.DELETE_PARTITION, info.slot, b"") for info in parts)),
+            max(timeout_ms, 1) / 1000)
+    except TimeoutError:
+        return TopicResult(ErrorCode.REQUEST_TIMED_OUT, "timed out deleting the partitions")
+    ctx.readers.forget(name)
+    ctx.index.refresh()
+    for r in results:
+        if r.error_code:
+            return TopicResult(r.error_code, None)
+    return TopicResult()

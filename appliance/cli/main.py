@@ -1,0 +1,70 @@
+"""`appliance` — the command line, with subcommands named after Kafka's tools.
+
+Errors print as one line without a traceback (exit status 2 for usage/configuration errors, 1 for
+runtime failures); ``--verbose`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+__all__ = ["main", "CliError"]
+
+# subcommand -> module under appliance.cli that defines add_arguments(parser) and run(args) -> int
+COMMANDS = {
+    "serve": ("serve", "run a broker (standalone on its embedded defaults with no arguments)"),
+    "topics": ("topics", "create, list, describe, alter and delete topics"),
+    "console-producer": ("console_producer", "send lines from stdin as messages"),
+    "console-consumer": ("console_consumer", "print messages of a topic"),
+    "dump-log": ("dump_log", "decode segment files (.log), with --verify-crc"),
+}
+
+
+class CliError(Exception):
+    """An error for the user: printed as one line, exit status ``status``."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="appliance", description=__doc__.splitlines()[0])
+    parser.add_argument("--verbose", "-v", action="store_true", help="debug logging and tracebacks")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS,
+                       help="debug logging and tracebacks")
+        mod = importlib.import_module(f"appliance.cli.{module}")
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # the user sees one line; --verbose shows where
+        if args.verbose:
+            raise
+        status = getattr(e, "status", 1)
+        print(f"error: {e}", file=sys.stderr)
+        return status
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs everything the broker and its tests need, idempotently: Debian packages (kcat), a
+# virtualenv in .venv with the project and its test dependencies, and warm numba caches.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${need_apt[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.setup-stamp
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "setup: installing Python packages into .venv"
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -e '.[test]'
+  touch "$stamp"
+fi
+# compile the numba kernels once, so the first broker start and the first test don't pay for it
+.venv/bin/python -c "import native.warmup as w; w.warmup()" 2>/dev/null || true
