@@ -20,15 +20,15 @@ import signal
 import socket
 import time
 
+import appliance.protocol as proto
 from appliance.broker.broker_context import BrokerContext
 from appliance.broker.disk_client import DiskClient
 from appliance.broker.plumbing import Plumbing
 from appliance.config import BrokerConfig
-from appliance.protocol import connection as pconn
 from appliance.shm.layout import WorkerState
 from appliance.shm.partition_table import PartitionTable
 
-__all__ = ["NetworkWorker", "KafkaConnection"]
+__all__ = ["NetworkWorker", "KafkaConnection", "CloseConnection"]
 
 log = logging.getLogger("appliance.network")
 
@@ -36,10 +36,14 @@ MAX_IN_FLIGHT = 64  # per connection; past it we stop reading (backpressure, uvi
 STOP_GRACE_S = 5.0
 
 
+class CloseConnection(Exception):
+    """Raised by a handler (or queued for a rejected request): answer nothing, close."""
+
+
 class KafkaConnection(asyncio.Protocol):
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
-        self.conn = pconn.ServerConnection(max_request_size=int(ctx.config["socket.request.max.bytes"]))
+        self.conn = proto.ServerConnection(max_request_size=int(ctx.config["socket.request.max.bytes"]))
         self.transport: asyncio.Transport | None = None
         self._responses: collections.deque[asyncio.Future] = collections.deque()
         self._writer: asyncio.Task | None = None
@@ -69,10 +73,16 @@ class KafkaConnection(asyncio.Protocol):
             self.conn.receive_data(data)
             while not self._closing:
                 event = self.conn.next_event()
-                if event is pconn.NEED_DATA:
+                if event is proto.NEED_DATA:
                     break
+                if event is proto.PEER_CLOSED:
+                    self._close_after_responses()
+                    break
+                if isinstance(event, proto.RejectedRequest):
+                    self._reject(event)
+                    continue
                 self._dispatch(event)
-        except pconn.RemoteProtocolError as e:
+        except (proto.RemoteProtocolError, proto.LocalProtocolError) as e:
             log.info("closing connection from %s: %s", self._peer(), e)
             self._close_after_responses()
 
@@ -81,8 +91,21 @@ class KafkaConnection(asyncio.Protocol):
         return f"{peer[0]}:{peer[1]}" if peer else "?"
 
     # requests -----------------------------------------------------------------------------
-    def _dispatch(self, event) -> None:
-        fut = asyncio.ensure_future(self.ctx.handle(event))
+    def _reject(self, event: proto.RejectedRequest) -> None:
+        """A request we do not serve: answer it if the protocol says how, close if it says so."""
+        log.info("%s from %s: api key %d version %d (%s)", type(event).__name__, self._peer(),
+                 event.api_key, event.api_version, event.error.name)
+        fut = asyncio.get_running_loop().create_future()
+        if event.close_connection:
+            fut.set_exception(CloseConnection(f"api key {event.api_key} v{event.api_version}"))
+        else:
+            fut.set_result([event.response] if event.response is not None else None)
+        self._queue(fut)
+
+    def _dispatch(self, event: proto.Request) -> None:
+        self._queue(asyncio.ensure_future(self.ctx.handle(event)))
+
+    def _queue(self, fut: asyncio.Future) -> None:
         self._responses.append(fut)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.ensure_future(self._write_responses())
@@ -98,7 +121,7 @@ class KafkaConnection(asyncio.Protocol):
                 chunks = await fut
             except asyncio.CancelledError:
                 return
-            except pconn.CloseConnection as e:
+            except CloseConnection as e:
                 log.info("closing connection from %s: %s", self._peer(), e)
                 self._closing = True
                 self.transport.close()

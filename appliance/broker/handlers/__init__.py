@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import appliance.protocol as proto
 from appliance.broker.broker_context import NO_RESPONSE, BrokerContext
 from appliance.broker.handlers import (
     api_versions,
@@ -20,7 +21,6 @@ from appliance.broker.handlers import (
     producer_id,
     topics,
 )
-from appliance.protocol import connection as pconn
 
 __all__ = ["dispatch", "HANDLERS"]
 
@@ -43,8 +43,9 @@ async def dispatch(ctx: BrokerContext, request: Any) -> Any:
     """The encoded response chunks for one request, or None when it gets no response."""
     handler = HANDLERS.get(request.api_key)
     if handler is None:
-        raise pconn.CloseConnection(f"no handler for API key {request.api_key}")
+        from appliance.broker.network_worker import CloseConnection
+        raise CloseConnection(f"no handler for API key {request.api_key}")
     body = await handler(ctx, request)
     if body is NO_RESPONSE:
         return None
-    return pconn.encode_response(request, body)
+    return proto.encode_response(request, body)

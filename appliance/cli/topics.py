@@ -1,0 +1,97 @@
+"""`appliance topics`: --create / --list / --describe / --alter / --delete, as kafka-topics.sh."""
+
+from __future__ import annotations
+
+import argparse
+
+from appliance.cli.common import add_bootstrap, check, connect, metadata, parse_properties_args
+from appliance.cli.main import CliError
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_bootstrap(p)
+    action = p.add_mutually_exclusive_group(required=True)
+    for name in ("create", "list", "describe", "alter", "delete"):
+        action.add_argument(f"--{name}", action="store_true", help=f"{name} topics")
+    p.add_argument("--topic", help="topic name")
+    p.add_argument("--partitions", type=int, help="number of partitions (--create, --alter)")
+    p.add_argument("--replication-factor", type=int, default=-1, help="replicas (--create)")
+    p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                   help="a topic config override (repeatable)")
+    p.add_argument("--if-not-exists", action="store_true")
+    p.add_argument("--if-exists", action="store_true")
+
+
+def _need_topic(args: argparse.Namespace) -> str:
+    if not args.topic:
+        raise CliError("--topic is required for this action", 2)
+    return args.topic
+
+
+def run(args: argparse.Namespace) -> int:
+    configs = parse_properties_args(args.config, "--config")
+    with connect(args) as conn:
+        if args.list:
+            for t in sorted(metadata(conn, None).topics, key=lambda t: t.name):
+                print(t.name)
+        elif args.create:
+            name = _need_topic(args)
+            resp = conn.request(19, {"topics": [{
+                "name": name, "num_partitions": args.partitions if args.partitions else -1,
+                "replication_factor": args.replication_factor, "assignments": [],
+                "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
+                "timeout_ms": int(args.timeout * 1000), "validate_only": False})
+            r = resp.topics[0]
+            if r.error_code == 36 and args.if_not_exists:
+                return 0
+            check(r.error_code, f"creating topic {name}", r.error_message)
+            print(f"Created topic {name}.")
+        elif args.delete:
+            name = _need_topic(args)
+            resp = conn.request(20, {"topic_names": [name], "timeout_ms": int(args.timeout * 1000)})
+            r = resp.responses[0]
+            if r.error_code == 3 and args.if_exists:
+                return 0
+            check(r.error_code, f"deleting topic {name}")
+            print(f"Deleted topic {name}.")
+        elif args.alter:
+            name = _need_topic(args)
+            if args.partitions is None and not configs:
+                raise CliError("--alter needs --partitions and/or --config", 2)
+            if args.partitions is not None:
+                r = conn.request(37, {"topics": [{"name": name, "count": args.partitions,
+                                                  "assignments": None}],
+                                      "timeout_ms": int(args.timeout * 1000),
+                                      "validate_only": False}).results[0]
+                check(r.error_code, f"adding partitions to {name}", r.error_message)
+            if configs:
+                r = conn.request(33, {"resources": [{
+                    "resource_type": 2, "resource_name": name,
+                    "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
+                    "validate_only": False}).responses[0]
+                check(r.error_code, f"altering configs of {name}", r.error_message)
+            print(f"Altered topic {name}.")
+        elif args.describe:
+            names = [args.topic] if args.topic else None
+            md = metadata(conn, names)
+            for t in sorted(md.topics, key=lambda t: t.name):
+                check(t.error_code, f"describing topic {t.name}")
+                overrides = ""
+                try:
+                    res = conn.request(32, {"resources": [{
+                        "resource_type": 2, "resource_name": t.name,
+                        "configuration_keys": None}], "include_synonyms": False}).results[0]
+                    overrides = ",".join(f"{c.name}={c.value}" for c in res.configs
+                                         if not c.is_default and c.config_source in (-1, 1))
+                except Exception:  # configs are extra information; the topic is still described
+                    pass
+                rf = len(t.partitions[0].replica_nodes) if t.partitions else 0
+                print(f"Topic: {t.name}\tPartitionCount: {len(t.partitions)}\t"
+                      f"ReplicationFactor: {rf}\tConfigs: {overrides}")
+                for p in sorted(t.partitions, key=lambda p: p.partition_index):
+                    print(f"\tTopic: {t.name}\tPartition: {p.partition_index}\tLeader: {p.leader_id}\t"
+                          f"Replicas: {','.join(map(str, p.replica_nodes))}\t"
+                          f"Isr: {','.join(map(str, p.isr_nodes))}")
+    return 0
