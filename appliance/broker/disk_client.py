@@ -93,7 +93,7 @@ class DiskClient:
     def on_doorbell(self) -> None:
         """Drain every completion ring; called when our eventfd fires."""
         drain_doorbell(self.plumbing.net_bells[self.net_index])
-        for d, ch in enumerate(self.channels):
+        for ch in self.channels:
             ring = ch.completions
             while True:
                 try:

@@ -1,0 +1,116 @@
+"""Start and stop a real broker process (`appliance serve`) for tests, on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["BrokerProcess", "free_port"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class BrokerProcess:
+    """One `appliance serve` subprocess; every worker it forks dies with it (stop/kill)."""
+
+    def __init__(self, workdir: Path, num_log_dirs: int = 1, overrides: dict[str, str] | None = None,
+                 port: int | None = None) -> None:
+        self.workdir = Path(workdir)
+        self.port = port or free_port()
+        self.log_dirs = [str(self.workdir / f"disk{i}") for i in range(num_log_dirs)]
+        self.overrides = {
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "log.dirs": ",".join(self.log_dirs),
+            "appliance.shm.name": f"appliance-test-{self.port}",
+            **(overrides or {}),
+        }
+        self.proc: subprocess.Popen | None = None
+        self.log_path = self.workdir / f"broker-{self.port}.log"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> BrokerProcess:
+        args = [sys.executable, "-m", "appliance.cli.main", "serve"]
+        for k, v in self.overrides.items():
+            args += ["--override", f"{k}={v}"]
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT,
+                                     cwd=self.workdir, start_new_session=True)
+        self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise TimeoutError(f"broker not ready in {timeout} s:\n{self.log()}")
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-20000:]
+        except OSError:
+            return ""
+
+    def worker_pids(self, title: str) -> list[int]:
+        """Children whose process title contains ``title`` (e.g. 'disk worker 0')."""
+        out = []
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+                with open(f"/proc/{pid}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            if ppid == self.proc.pid and title in cmd:
+                out.append(int(pid))
+        return out
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+    def kill(self) -> None:
+        """SIGKILL the supervisor and every worker (its whole session)."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(10)
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.stop()
+        finally:
+            self.kill()
+            self._log.close()
