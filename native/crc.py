@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from native.buffers import as_u8, byte_range
+from native.buffers import u8_range
 from native.cpu import HAS_SSE42
 from native.crc_tables import CRC32_POLY, CRC32C_POLY, shift_table, slice8_table
 from native.intrinsics import load_u64_le, sse42_crc32_u8, sse42_crc32_u64
@@ -128,12 +128,6 @@ crc32c_raw = _crc32c_raw_sse42 if HAS_SSE42 else _crc32c_raw_table
 CRC32C_IMPL: str = "sse4.2" if HAS_SSE42 else "table"
 
 
-def _check_crc(crc: int) -> int:
-    if not 0 <= crc <= 0xFFFFFFFF:
-        raise ValueError(f"crc must be an unsigned 32-bit value, got {crc}")
-    return crc
-
-
 def crc32c_update(crc: int, buf: object, start: int = 0, end: int = -1) -> int:
     """Continue CRC32C ``crc`` (a previous result, 0 to begin) over ``buf[start:end]``.
 
@@ -141,10 +135,10 @@ def crc32c_update(crc: int, buf: object, start: int = 0, end: int = -1) -> int:
     contiguous numpy array, read without copying. Raises TypeError for other buffer types and
     ValueError for a bad range or a ``crc`` outside 0..2**32-1. Thread-safe; releases the GIL.
     """
-    a = as_u8(buf)
-    s, e = byte_range(a.shape[0], start, end)
-    raw = crc32c_raw(_check_crc(crc) ^ 0xFFFFFFFF, a, s, e)
-    return int(raw) ^ 0xFFFFFFFF
+    a, s, e = u8_range(buf, start, end)
+    if not 0 <= crc <= 0xFFFFFFFF:
+        raise ValueError(f"crc must be an unsigned 32-bit value, got {crc}")
+    return crc32c_raw(crc ^ 0xFFFFFFFF, a, s, e) ^ 0xFFFFFFFF
 
 
 def crc32c(buf: object, start: int = 0, end: int = -1) -> int:
@@ -152,7 +146,8 @@ def crc32c(buf: object, start: int = 0, end: int = -1) -> int:
 
     Same arguments and errors as :func:`crc32c_update`.
     """
-    return crc32c_update(0, buf, start, end)
+    a, s, e = u8_range(buf, start, end)
+    return crc32c_raw(0xFFFFFFFF, a, s, e) ^ 0xFFFFFFFF
 
 
 def crc32_update(crc: int, buf: object, start: int = 0, end: int = -1) -> int:
@@ -160,9 +155,10 @@ def crc32_update(crc: int, buf: object, start: int = 0, end: int = -1) -> int:
 
     Same arguments and errors as :func:`crc32c_update`.
     """
-    a = as_u8(buf)
-    s, e = byte_range(a.shape[0], start, end)
-    return int(_crc32_raw_table(_check_crc(crc) ^ 0xFFFFFFFF, a, s, e)) ^ 0xFFFFFFFF
+    a, s, e = u8_range(buf, start, end)
+    if not 0 <= crc <= 0xFFFFFFFF:
+        raise ValueError(f"crc must be an unsigned 32-bit value, got {crc}")
+    return _crc32_raw_table(crc ^ 0xFFFFFFFF, a, s, e) ^ 0xFFFFFFFF
 
 
 def crc32(buf: object, start: int = 0, end: int = -1) -> int:
@@ -170,11 +166,11 @@ def crc32(buf: object, start: int = 0, end: int = -1) -> int:
 
     Same arguments and errors as :func:`crc32c_update`.
     """
-    return crc32_update(0, buf, start, end)
+    a, s, e = u8_range(buf, start, end)
+    return _crc32_raw_table(0xFFFFFFFF, a, s, e) ^ 0xFFFFFFFF
 
 
 def crc32c_table(buf: object, start: int = 0, end: int = -1) -> int:
     """CRC32C with the portable slice-by-8 kernel, whatever the CPU (tests and benchmarks)."""
-    a = as_u8(buf)
-    s, e = byte_range(a.shape[0], start, end)
-    return int(_crc32c_raw_table(0xFFFFFFFF, a, s, e)) ^ 0xFFFFFFFF
+    a, s, e = u8_range(buf, start, end)
+    return (_crc32c_raw_table(0xFFFFFFFF, a, s, e)) ^ 0xFFFFFFFF
