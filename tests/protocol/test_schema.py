@@ -1,0 +1,180 @@
+"""Schema declaration checks and round trips of every message of every version."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from appliance.errors import UnsupportedVersionError
+from appliance.protocol import messages as M
+from appliance.protocol.errors import ProtocolDecodeError, ProtocolEncodeError
+from appliance.protocol.registry import API_BY_KEY, SUPPORTED_VERSIONS, api_versions_entries
+from appliance.protocol.schema import ApiMessage, Field, SchemaError, Struct, parse_versions
+from appliance.protocol.types import Array, Int16, Int32, Records, String
+from tests.protocol.schema_values import message_strategy, normalize, project, walk_versions
+
+ADVERTISED = {
+    18: (0, 2), 3: (1, 4), 0: (3, 7), 1: (4, 11), 2: (1, 2), 19: (2, 3), 20: (1, 3), 22: (0, 1),
+    10: (0, 1), 11: (0, 5), 14: (0, 3), 12: (0, 1), 13: (0, 1), 8: (2, 3), 9: (1, 3), 15: (0, 3),
+    16: (0, 1), 37: (0, 1), 32: (0, 2), 33: (0, 1),
+}
+
+
+def test_registry_advertises_exactly_the_agreed_ranges():
+    assert SUPPORTED_VERSIONS == dict(sorted(ADVERTISED.items()))
+    assert all(API_BY_KEY[k].API_KEY == k for k in ADVERTISED)
+    entries = api_versions_entries()
+    assert [(e.api_key, e.min_version, e.max_version) for e in entries] == [
+        (k, lo, hi) for k, (lo, hi) in sorted(ADVERTISED.items())]
+
+
+@pytest.mark.parametrize("spec,expected", [("0+", (0, 0x7FFF)), ("3", (3, 3)), ("2-7", (2, 7))])
+def test_parse_versions(spec, expected):
+    assert parse_versions(spec) == expected
+
+
+@pytest.mark.parametrize("spec", ["", "x", "3-1", "-1", "1+2"])
+def test_parse_versions_rejects(spec):
+    with pytest.raises(SchemaError):
+        parse_versions(spec)
+
+
+def test_duplicate_field_name_is_rejected():
+    with pytest.raises(SchemaError, match="duplicate"):
+        class Bad(ApiMessage):
+            API_KEY, MIN_VERSION, MAX_VERSION = 999, 0, 1
+            REQUEST = (Field("a", Int32), Field("a", Int16))
+
+
+def test_duplicate_nested_field_name_is_rejected():
+    with pytest.raises(SchemaError, match="duplicate"):
+        Struct(Field("x", String), Field("x", String))
+
+
+def test_field_versions_outside_message_range_are_rejected():
+    with pytest.raises(SchemaError, match="outside"):
+        class Bad(ApiMessage):
+            API_KEY, MIN_VERSION, MAX_VERSION = 999, 0, 3
+            REQUEST = (Field("a", Int32, versions="4+"),)
+    with pytest.raises(SchemaError, match="outside"):
+        class Bad2(ApiMessage):
+            API_KEY, MIN_VERSION, MAX_VERSION = 999, 3, 5
+            RESPONSE = (Field("t", Array(Struct(Field("b", Int32, versions="0-2")))),)
+
+
+def test_nullable_versions_must_lie_inside_field_versions():
+    with pytest.raises(SchemaError, match="nullable"):
+        Field("a", String, versions="2+", nullable="1+")
+
+
+def test_bad_message_range_is_rejected():
+    with pytest.raises(SchemaError):
+        class Bad(ApiMessage):
+            API_KEY, MIN_VERSION, MAX_VERSION = 999, 3, 2
+
+
+def test_unsupported_version_raises():
+    with pytest.raises(UnsupportedVersionError):
+        M.Produce.decode_request(2, b"")
+    with pytest.raises(UnsupportedVersionError):
+        M.Fetch.encode_response(12, {})
+
+
+def test_decoded_objects_hold_every_field_with_defaults():
+    wire = M.Fetch.encode_request(4, {"max_wait_ms": 500, "min_bytes": 1, "topics": [
+        {"topic": "t", "partitions": [{"partition": 3, "fetch_offset": 42, "partition_max_bytes": 9}]}]})
+    req = M.Fetch.decode_request(4, wire)
+    assert req.replica_id == -1 and req.max_bytes == 0x7FFFFFFF  # declared defaults
+    assert req.session_epoch == -1 and req.forgotten_topics_data == [] and req.rack_id == ""
+    p = req.topics[0].partitions[0]
+    assert (p.partition, p.fetch_offset, p.log_start_offset, p.current_leader_epoch) == (3, 42, -1, -1)
+    assert type(p) is M.Fetch.Request.Topics.Partitions
+    # fresh mutable defaults per instance
+    a, b = M.Fetch.Request(), M.Fetch.Request()
+    a.topics.append(1)
+    assert b.topics == []
+
+
+def test_objects_and_dicts_encode_identically():
+    obj = M.Produce.Request(acks=1, timeout_ms=100, topic_data=[
+        M.Produce.Request.TopicData(name="t", partition_data=[
+            M.Produce.Request.TopicData.PartitionData(index=2, records=b"xyz")])])
+    as_dict = {"acks": 1, "timeout_ms": 100, "topic_data": [
+        {"name": "t", "partition_data": [{"index": 2, "records": b"xyz"}]}]}
+    for v in range(3, 8):
+        assert M.Produce.encode_request(v, obj) == M.Produce.encode_request(v, as_dict)
+        assert M.Produce.decode_request(v, M.Produce.encode_request(v, obj)) == obj
+
+
+def test_encoding_drops_fields_the_version_lacks():
+    body = {"throttle_time_ms": 7, "error_code": 0, "api_keys": []}
+    assert M.ApiVersions.encode_response(0, body) == b"\x00\x00\x00\x00\x00\x00"
+    assert M.ApiVersions.encode_response(1, body) == b"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x07"
+
+
+def test_version_dependent_nullability():
+    # OffsetFetch topics: null allowed from v2 (= all partitions), not in v1
+    assert M.OffsetFetch.encode_request(2, {"group_id": "g", "topics": None}).endswith(b"\xff\xff\xff\xff")
+    with pytest.raises(ProtocolEncodeError):
+        M.OffsetFetch.encode_request(1, {"group_id": "g", "topics": None})
+    with pytest.raises(ProtocolDecodeError):
+        M.OffsetFetch.decode_request(1, b"\x00\x01g\xff\xff\xff\xff")
+    assert M.OffsetFetch.decode_request(2, b"\x00\x01g\xff\xff\xff\xff").topics is None
+
+
+def test_trailing_bytes_are_rejected():
+    wire = M.Heartbeat.encode_request(0, {"group_id": "g", "generation_id": 1, "member_id": "m"})
+    with pytest.raises(ProtocolDecodeError, match="trailing"):
+        M.Heartbeat.decode_request(0, wire + b"\x00")
+
+
+def test_truncated_body_is_a_decode_error_at_every_cut():
+    wire = M.Metadata.encode_response(4, {"brokers": [{"node_id": 1, "host": "h", "port": 9092}],
+                                          "cluster_id": "c", "topics": [{"name": "t", "partitions": [
+                                              {"partition_index": 0, "replica_nodes": [1], "isr_nodes": [1]}]}]})
+    for cut in range(len(wire)):
+        with pytest.raises(ProtocolDecodeError):
+            M.Metadata.decode_response(4, wire[:cut])
+
+
+def test_encode_errors_name_the_message():
+    with pytest.raises(ProtocolEncodeError, match="Produce request v7"):
+        M.Produce.encode_request(7, {"acks": 1 << 20})
+    with pytest.raises(ProtocolEncodeError):
+        M.Produce.encode_request(7, {"topic_data": [None]})
+    with pytest.raises(ProtocolEncodeError):
+        M.Produce.encode_request(7, None)
+
+
+def test_records_decode_without_copy():
+    wire = M.Produce.encode_request(3, {"acks": -1, "timeout_ms": 1, "topic_data": [
+        {"name": "t", "partition_data": [{"index": 0, "records": b"R" * 100}]}]})
+    buf = bytearray(wire)
+    req = M.Produce.decode_request(3, memoryview(buf))
+    rec = req.topic_data[0].partition_data[0].records
+    assert isinstance(rec, memoryview) and rec.obj is buf
+
+
+@pytest.mark.parametrize("api,kind,v", walk_versions(),
+                         ids=lambda x: getattr(x, "__name__", str(x)))
+@settings(max_examples=12, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_round_trip_every_message_every_version(api, kind, v, data):
+    value = data.draw(message_strategy(api, kind, v))
+    enc = api.encode_request if kind == "request" else api.encode_response
+    dec = api.decode_request if kind == "request" else api.decode_response
+    struct_ = api._request_struct if kind == "request" else api._response_struct
+    wire = enc(v, value)
+    decoded = dec(v, wire)
+    assert project(normalize(decoded), struct_, v) == normalize(value)
+    assert enc(v, decoded) == wire  # decoded objects re-encode to the same bytes
+
+
+def test_records_none_and_empty_differ():
+    for records, tail in ((None, b"\xff\xff\xff\xff"), (b"", b"\x00\x00\x00\x00")):
+        wire = M.Produce.encode_request(3, {"topic_data": [{"name": "t", "partition_data": [
+            {"index": 0, "records": records}]}]})
+        assert wire.endswith(tail)
+    assert Records.nullable
