@@ -111,6 +111,10 @@ def read_header(buf, pos: int = 0) -> BatchHeader:
 
 def _checked_header(buf, pos: int) -> tuple[BatchHeader, int]:
     """Header at ``pos`` plus the batch's end, checking magic and that batchLength fits."""
+    # Magic first: a short legacy message is better named by its magic than called truncated.
+    if 0 <= pos and pos + L.MAGIC_OFFSET < len(buf) and buf[pos + L.MAGIC_OFFSET] != MAGIC:
+        raise CorruptRecordError(
+            f"batch at byte {pos} has magic {buf[pos + L.MAGIC_OFFSET]}, expected {MAGIC}")
     h = read_header(buf, pos)
     if h.magic != MAGIC:
         raise CorruptRecordError(f"batch at byte {pos} has magic {h.magic}, expected {MAGIC}")
