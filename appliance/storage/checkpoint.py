@@ -1,0 +1,94 @@
+"""Kafka's offset checkpoint files: ``recovery-point-offset-checkpoint`` and friends.
+
+Text format (Kafka's ``CheckpointFile``): a version line ``0``, a count line, then one
+``<topic> <partition> <offset>`` line per partition. Written atomically: a ``.tmp`` file is
+written and fsynced, renamed over the old file, and the directory is fsynced so the rename
+itself survives a crash.
+
+Thread-safety: functions are stateless; concurrent writers of the same file must be serialized
+by the caller (the disk worker is the only writer of its log dir).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from appliance.errors import KafkaStorageError
+
+__all__ = [
+    "read_checkpoint", "write_checkpoint", "fsync_dir", "CHECKPOINT_VERSION",
+    "RECOVERY_POINT_CHECKPOINT", "REPLICATION_OFFSET_CHECKPOINT", "LOG_START_OFFSET_CHECKPOINT",
+]
+
+CHECKPOINT_VERSION = 0
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+
+
+def fsync_dir(path: str) -> None:
+    """fsync a directory so renames/creations in it are durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_checkpoint(path: str, entries: Mapping[tuple[str, int], int]) -> None:
+    """Atomically replace ``path`` with ``entries``. Raises KafkaStorageError on I/O failure."""
+    lines = [str(CHECKPOINT_VERSION), str(len(entries))]
+    lines += [f"{t} {p} {o}" for (t, p), o in sorted(entries.items())]
+    data = ("\n".join(lines) + "\n").encode()
+    tmp = path + ".tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        fsync_dir(os.path.dirname(os.path.abspath(path)))
+    except OSError as e:
+        raise KafkaStorageError(f"cannot write checkpoint {path}: {e}") from e
+
+
+def read_checkpoint(path: str) -> dict[tuple[str, int], int]:
+    """Entries of ``path``; {} when it does not exist.
+
+    Raises KafkaStorageError when the file is malformed (wrong version, count mismatch, bad line).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        raise KafkaStorageError(f"cannot read checkpoint {path}: {e}") from e
+
+    def bad(why: str) -> KafkaStorageError:
+        return KafkaStorageError(f"malformed checkpoint {path}: {why}")
+
+    if len(lines) < 2:
+        raise bad("missing version or count line")
+    if lines[0].strip() != str(CHECKPOINT_VERSION):
+        raise bad(f"unknown version {lines[0]!r}")
+    try:
+        count = int(lines[1])
+    except ValueError:
+        raise bad(f"bad count line {lines[1]!r}") from None
+    body = [ln for ln in lines[2:] if ln.strip()]
+    if len(body) != count:
+        raise bad(f"expected {count} entries, found {len(body)}")
+    out: dict[tuple[str, int], int] = {}
+    for ln in body:
+        parts = ln.split()
+        if len(parts) != 3:
+            raise bad(f"bad line {ln!r}")
+        try:
+            out[(parts[0], int(parts[1]))] = int(parts[2])
+        except ValueError:
+            raise bad(f"bad line {ln!r}") from None
+    return out

@@ -1,0 +1,155 @@
+"""Flush policy (Kafka's flush.messages / flush.ms) and page-cache write-back for spinning disks.
+
+Kafka leaves durability to replication and the OS by default (flush.messages and flush.ms are
+Long.MAX). On a JBOD of SATA disks that default lets the page cache pile up gigabytes of dirty
+pages, which the kernel then writes in one burst that stalls every writer of the disk. The
+``writeback`` mode avoids that: as a segment grows, each completed ``log.writeback.chunk.bytes``
+chunk gets asynchronous write-back started (``sync_file_range(SYNC_FILE_RANGE_WRITE)``) and the
+chunk before it is waited for, so at most about two chunks per active segment are dirty, and the
+disk sees long sequential writes. It is not a durability guarantee (no metadata is synced); the
+recovery point only advances on :meth:`PartitionLog.flush`.
+
+Thread-safety: stateless functions; a :class:`ChunkedWriteback` belongs to its segment's writer.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+
+__all__ = [
+    "SYNC_FILE_RANGE_WAIT_BEFORE", "SYNC_FILE_RANGE_WRITE", "SYNC_FILE_RANGE_WAIT_AFTER",
+    "sync_file_range", "have_sync_file_range", "ChunkedWriteback", "choose_writeback_mode",
+    "flush_due", "WRITEBACK_OS", "WRITEBACK_CHUNKED",
+]
+
+SYNC_FILE_RANGE_WAIT_BEFORE = 1
+SYNC_FILE_RANGE_WRITE = 2
+SYNC_FILE_RANGE_WAIT_AFTER = 4
+
+WRITEBACK_OS = "os"
+WRITEBACK_CHUNKED = "writeback"
+
+
+def _load_sync_file_range():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        fn = libc.sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_sync_file_range = _load_sync_file_range()
+
+
+def have_sync_file_range() -> bool:
+    """True when libc exposes sync_file_range (Linux)."""
+    return _sync_file_range is not None
+
+
+def sync_file_range(fd: int, offset: int, nbytes: int, flags: int) -> None:
+    """Call Linux sync_file_range(2). Raises OSError (errno set) on failure or if unavailable."""
+    if _sync_file_range is None:
+        raise OSError("sync_file_range is not available on this platform")
+    if _sync_file_range(fd, offset, nbytes, flags) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+class ChunkedWriteback:
+    """Start write-back of each completed chunk of a growing file; wait for the one before.
+
+    ``started`` is the end of the last chunk whose write-back was started. Not thread-safe.
+    """
+
+    def __init__(self, chunk_bytes: int) -> None:
+        if chunk_bytes < 4096:
+            raise ValueError(f"chunk_bytes must be >= 4096, got {chunk_bytes}")
+        self.chunk = chunk_bytes
+        self.started = 0
+
+    def reset(self, position: int = 0) -> None:
+        """Start over (new segment, or the file was truncated below ``started``)."""
+        self.started = position - position % self.chunk
+
+    def after_append(self, fd: int, size: int) -> int:
+        """Called after the file grew to ``size``; returns the number of chunks started.
+
+        Raises OSError if sync_file_range fails.
+        """
+        n = 0
+        while size >= self.started + self.chunk:
+            sync_file_range(fd, self.started, self.chunk, SYNC_FILE_RANGE_WRITE)
+            if self.started >= self.chunk:
+                # Wait for the previous chunk: bounds dirty pages to ~2 chunks per segment.
+                sync_file_range(fd, self.started - self.chunk, self.chunk,
+                                SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE
+                                | SYNC_FILE_RANGE_WAIT_AFTER)
+            self.started += self.chunk
+            n += 1
+        return n
+
+
+def flush_due(unflushed_messages: int, last_flush_ms: int, now_ms: int,
+              flush_messages: int, flush_ms: int) -> bool:
+    """Kafka's rule: flush when flush.messages are unflushed or flush.ms passed since the last."""
+    if unflushed_messages <= 0:
+        return False
+    return unflushed_messages >= flush_messages or now_ms - last_flush_ms >= flush_ms
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _block_device_dir(path: str) -> str | None:
+    """/sys/block/<disk> directory of the disk holding ``path`` (parent disk of a partition)."""
+    st = os.stat(path)
+    major, minor = os.major(st.st_dev), os.minor(st.st_dev)
+    if major == 0:
+        return None  # tmpfs, overlay, btrfs subvolume...: no single block device
+    sys_dir = f"/sys/dev/block/{major}:{minor}"
+    if not os.path.exists(sys_dir):
+        return None
+    real = os.path.realpath(sys_dir)
+    if os.path.exists(os.path.join(real, "partition")):
+        real = os.path.dirname(real)
+    return real
+
+
+def choose_writeback_mode(log_dir: str, configured: str) -> tuple[str, str]:
+    """(mode, reason) for ``log_dir``: ``os`` or ``writeback``.
+
+    ``configured`` is log.writeback.mode: ``os``/``writeback`` force the mode; ``auto`` picks
+    ``writeback`` when the disk reports itself rotational (``queue/rotational`` = 1) and
+    sync_file_range exists, else ``os``. The reason names the device and the dirty-page limits.
+    """
+    if configured in (WRITEBACK_OS, WRITEBACK_CHUNKED):
+        if configured == WRITEBACK_CHUNKED and not have_sync_file_range():
+            return WRITEBACK_OS, "writeback configured but sync_file_range is unavailable"
+        return configured, f"configured log.writeback.mode={configured}"
+    if configured != "auto":
+        raise ValueError(f"unknown log.writeback.mode {configured!r}")
+    dirty = ", ".join(
+        f"{k}={_read('/proc/sys/vm/' + k)}"
+        for k in ("dirty_bytes", "dirty_ratio", "dirty_background_bytes", "dirty_background_ratio")
+    )
+    try:
+        dev = _block_device_dir(log_dir)
+    except OSError as e:
+        return WRITEBACK_OS, f"cannot stat {log_dir}: {e}"
+    if dev is None:
+        return WRITEBACK_OS, f"{log_dir} is not on a block device; {dirty}"
+    rot = _read(os.path.join(dev, "queue", "rotational"))
+    name = os.path.basename(dev)
+    if rot == "1" and have_sync_file_range():
+        return WRITEBACK_CHUNKED, f"{name} is rotational; {dirty}"
+    return WRITEBACK_OS, f"{name} rotational={rot}; {dirty}"

@@ -1,0 +1,240 @@
+"""The abstract mmap'd index of fixed-width entries (Kafka's ``AbstractIndex``).
+
+An index file is preallocated to ``segment.index.bytes`` (rounded down to whole entries) while its
+segment is active, memory-mapped, and appended to in place; when the segment rolls it is trimmed
+to its valid entries (:meth:`AbstractIndex.trim_to_valid_size`). Entries are sparse and
+disposable: they carry no checksum, and recovery rebuilds them from the log.
+
+Entry count on open: a trimmed file holds exactly ``length / entry_size`` entries; an untrimmed
+(preallocated, e.g. after a crash) file is a prefix of entries followed by zeros, so the count is
+found by a binary search for the last non-zero entry (entry 0 may legitimately be all zeros; an
+all-zero entry 0 means "offset base at position 0", which is what an empty index answers too, so
+the two are interchangeable). Truncation zeroes the dropped entries to keep that rule true.
+
+Writers (the disk worker) open indexes writable. Readers in other processes open them read-only:
+the count is found with ``pread`` (a read past the end of a file that the writer just trimmed
+returns short instead of raising SIGBUS), and only ``[0, entries * entry_size)`` is mapped, a range
+the writer never cuts (trimming keeps every entry; only replication truncation removes entries).
+
+Thread-safety: none; one thread uses an index object at a time.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from typing import ClassVar
+
+import numpy as np
+
+from native.index_layout import WARM_SECTION_BYTES
+
+__all__ = ["AbstractIndex", "IndexError_", "IndexFullError"]
+
+
+class IndexError_(Exception):
+    """An index operation that breaks the index's invariants (a caller bug, not bad data)."""
+
+
+class IndexFullError(IndexError_):
+    """Append to an index that has no free slot; the segment must roll first."""
+
+
+class AbstractIndex:
+    """Fixed-width big-endian entries in a preallocated, memory-mapped file.
+
+    Subclasses set ``ENTRY`` (the struct), ``DTYPE`` (the same layout as a numpy dtype) and
+    implement ``_floor(buf, n, key)`` (the native floor kernel), ``sanity_check`` and
+    ``_key_of_offset_column``.
+    """
+
+    ENTRY: ClassVar[struct.Struct]
+    DTYPE: ClassVar[np.dtype]
+
+    def __init__(self, path: str, base_offset: int, max_index_size: int = -1, *,
+                 writable: bool = True) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.writable = writable
+        self._esize = self.ENTRY.size
+        self._zero = bytes(self._esize)
+        self._mm: mmap.mmap | None = None
+        self.corrupt_reason: str | None = None
+        flags = os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY
+        self._fd = os.open(path, flags, 0o644)
+        length = os.fstat(self._fd).st_size
+        if length % self._esize:
+            self.corrupt_reason = f"length {length} is not a multiple of {self._esize}"
+        if writable:
+            if length == 0:
+                length = self._round(max_index_size)
+                os.ftruncate(self._fd, length)
+            self._map(length)
+            self.entries = self._count(self._entry_is_nonzero_mm, length // self._esize)
+        else:
+            self.entries = 0
+            self.refresh()
+
+    # -- sizing -----------------------------------------------------------------------------
+
+    def _round(self, size: int) -> int:
+        return max(0, size) // self._esize * self._esize
+
+    def _map(self, length: int) -> None:
+        if self._mm is not None:
+            self._mm.close()
+            self._mm = None
+        if length > 0:
+            access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
+            self._mm = mmap.mmap(self._fd, length, access=access)
+        self._mapped = length
+
+    @property
+    def max_entries(self) -> int:
+        return self._mapped // self._esize
+
+    @property
+    def is_full(self) -> bool:
+        return self.entries >= self.max_entries
+
+    @property
+    def size_bytes(self) -> int:
+        return self.entries * self._esize
+
+    def resize(self, new_size: int) -> None:
+        """Grow or shrink the file (never below the valid entries) and remap it."""
+        length = max(self._round(new_size), self.entries * self._esize)
+        if length == self._mapped and os.fstat(self._fd).st_size == length:
+            return
+        if self._mm is not None:
+            self._mm.flush()
+            self._mm.close()
+            self._mm = None
+        os.ftruncate(self._fd, length)
+        self._map(length)
+
+    def trim_to_valid_size(self) -> None:
+        """Shrink the file to exactly its entries (Kafka does this when the segment rolls)."""
+        self.resize(self.entries * self._esize)
+
+    # -- counting ---------------------------------------------------------------------------
+
+    def _entry_is_nonzero_mm(self, i: int) -> bool:
+        e = self._esize
+        return self._mm[i * e:(i + 1) * e] != self._zero
+
+    def _entry_is_nonzero_pread(self, i: int) -> bool:
+        b = os.pread(self._fd, self._esize, i * self._esize)
+        return len(b) == self._esize and b != self._zero
+
+    @staticmethod
+    def _count(nonzero, n_max: int) -> int:
+        """Entries = 1 + last non-zero slot; slots >= 1 are a non-zero prefix then zeros."""
+        if n_max <= 0:
+            return 0
+        lo, hi = 1, n_max  # find the first zero slot in [1, n_max)
+        if hi > lo and nonzero(hi - 1):
+            return n_max
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if nonzero(mid):
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == 1:
+            return 1 if nonzero(0) else 0
+        return lo
+
+    def refresh(self) -> int:
+        """Read-only indexes: re-count the entries the writer has added, remap. Returns entries."""
+        if self.writable:
+            return self.entries
+        n_max = os.fstat(self._fd).st_size // self._esize
+        n = self._count(self._entry_is_nonzero_pread, n_max)
+        if n != self.entries or self._mm is None and n:
+            self.entries = n
+            self._map(n * self._esize)
+        return n
+
+    # -- entries ----------------------------------------------------------------------------
+
+    def entry(self, slot: int) -> tuple[int, ...]:
+        """The raw entry at ``slot`` (IndexError_ if out of range)."""
+        if not 0 <= slot < self.entries:
+            raise IndexError_(f"slot {slot} out of range (0..{self.entries - 1}) in {self.path}")
+        return self.ENTRY.unpack_from(self._mm, slot * self._esize)
+
+    def _array(self) -> np.ndarray:
+        """The valid entries as a structured array view (drop it before resize/close)."""
+        if not self.entries:
+            return np.zeros(0, dtype=self.DTYPE)
+        return np.frombuffer(self._mm, dtype=self.DTYPE, count=self.entries)
+
+    def _append_raw(self, *fields: int) -> None:
+        if self.entries >= self.max_entries:
+            raise IndexFullError(f"index {self.path} is full ({self.entries} entries)")
+        self.ENTRY.pack_into(self._mm, self.entries * self._esize, *fields)
+        self.entries += 1
+
+    def _floor_slot(self, key: int) -> int:
+        """Largest slot whose key <= ``key`` (-1: none); searches the warm tail first."""
+        n = self.entries
+        if n == 0:
+            return -1
+        warm = WARM_SECTION_BYTES // self._esize
+        if n > warm:
+            first_warm = n - warm
+            if self.ENTRY.unpack_from(self._mm, first_warm * self._esize)[self._KEY] <= key:
+                view = memoryview(self._mm)[first_warm * self._esize:n * self._esize]
+                try:
+                    return first_warm + self._floor(view, warm, key)
+                finally:
+                    view.release()
+            n = first_warm
+        return self._floor(self._mm, n, key)
+
+    _KEY: ClassVar[int] = 0
+
+    def _floor(self, buf: object, n: int, key: int) -> int:
+        raise NotImplementedError
+
+    def truncate_to_entries(self, n: int) -> None:
+        """Keep the first ``n`` entries; zero the rest (so a re-open counts right)."""
+        n = max(0, min(n, self.entries))
+        if self.writable and self._mm is not None and n < self.entries:
+            self._mm[n * self._esize:self.entries * self._esize] = bytes(
+                (self.entries - n) * self._esize)
+        self.entries = n
+
+    def reset(self) -> None:
+        """Drop every entry (recovery rebuilds from here)."""
+        self.truncate_to_entries(0)
+
+    def flush(self) -> None:
+        """msync the mapped entries to disk."""
+        if self._mm is not None and self.writable:
+            self._mm.flush()
+
+    def rename(self, new_path: str) -> None:
+        os.rename(self.path, new_path)
+        self.path = new_path
+
+    def close(self, trim: bool = True) -> None:
+        """Trim (writable, Kafka does this on close too), unmap, close. Idempotent."""
+        if self._fd < 0:
+            return
+        if self.writable and trim:
+            self.trim_to_valid_size()
+        if self._mm is not None:
+            self._mm.close()
+            self._mm = None
+        os.close(self._fd)
+        self._fd = -1
+
+    def sanity_check(self, log_size: int | None = None) -> str | None:
+        """None if the index looks right, else why not. Subclasses add their checks."""
+        return self.corrupt_reason
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.path!r}, entries={self.entries})"

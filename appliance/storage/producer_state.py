@@ -1,0 +1,222 @@
+"""Idempotent-producer state of one partition (a subset of Kafka's ProducerStateManager).
+
+For each producer id: its epoch and the metadata of its last five batches (Kafka keeps five
+because a producer has at most five requests in flight). An append is checked against it:
+
+- a batch equal to a cached one (same epoch, first and last sequence) is a duplicate: the append
+  is skipped and the cached offsets are returned (Kafka answers a retried batch this way);
+- an older epoch is refused (InvalidProducerEpochError);
+- a new epoch must start at sequence 0 (OutOfOrderSequenceError otherwise);
+- an unknown producer id must start at sequence 0 (UNKNOWN_PRODUCER_ID otherwise);
+- otherwise the first sequence must follow the last one (wrapping after 2**31 - 1), else
+  OutOfOrderSequenceError.
+
+The state is rebuilt from batch headers when a log opens (from a snapshot written at clean close,
+then the log after it), so dedupe survives restarts. Snapshots are JSON (``<offset>.snapshot`` in
+the partition dir); Kafka's are binary with a CRC — ours are our own format, rebuilt from the
+log when missing or unreadable.
+
+Thread-safety: none; owned by the partition's writer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from appliance.errors import (
+    ErrorCode,
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    error_for_code,
+)
+
+__all__ = [
+    "BatchMetadata", "ProducerEntry", "ProducerStateManager", "ProducerAppend",
+    "UnknownProducerIdError", "SNAPSHOT_SUFFIX", "NUM_BATCHES_TO_RETAIN",
+]
+
+NUM_BATCHES_TO_RETAIN = 5
+SNAPSHOT_SUFFIX = ".snapshot"
+INT32_MAX = 0x7FFFFFFF
+UnknownProducerIdError = error_for_code(int(ErrorCode.UNKNOWN_PRODUCER_ID))
+
+
+class BatchMetadata(NamedTuple):
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+
+
+@dataclass
+class ProducerEntry:
+    producer_id: int
+    epoch: int
+    batches: deque = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else -1
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        if epoch != self.epoch:
+            return None
+        for b in self.batches:
+            if b.first_seq == first_seq and b.last_seq == last_seq:
+                return b
+        return None
+
+
+def _last_seq(base_sequence: int, last_offset_delta: int) -> int:
+    # Sequences wrap from Int.MAX to 0 (Kafka's DefaultRecordBatch.incrementSequence).
+    s = base_sequence + last_offset_delta
+    return s - INT32_MAX - 1 if s > INT32_MAX else s
+
+
+def _in_sequence(last_seq: int, first_seq: int) -> bool:
+    return first_seq == last_seq + 1 or (first_seq == 0 and last_seq == INT32_MAX)
+
+
+class ProducerAppend:
+    """Pending updates of one append: checks batches in order, applied by :meth:`commit`."""
+
+    def __init__(self, mgr: ProducerStateManager) -> None:
+        self._mgr = mgr
+        self._pending: dict[int, ProducerEntry] = {}
+        self._updates: list[tuple[int, int, int, int]] = []  # pid, epoch, first_seq, last_seq
+
+    def _entry(self, pid: int) -> ProducerEntry | None:
+        if pid in self._pending:
+            return self._pending[pid]
+        return self._mgr.producers.get(pid)
+
+    def check(self, pid: int, epoch: int, base_seq: int, last_offset_delta: int) -> BatchMetadata | None:
+        """Check one batch; returns the cached batch if it is a duplicate, else None.
+
+        Raises InvalidProducerEpochError, OutOfOrderSequenceError, UnknownProducerIdError.
+        """
+        first_seq = base_seq
+        last_seq = _last_seq(base_seq, last_offset_delta)
+        entry = self._entry(pid)
+        if entry is not None:
+            dup = entry.find_duplicate(epoch, first_seq, last_seq)
+            if dup is not None:
+                return dup
+            if epoch < entry.epoch:
+                raise InvalidProducerEpochError(
+                    f"producer {pid}: epoch {epoch} is older than the current epoch {entry.epoch}")
+            if epoch > entry.epoch:
+                if first_seq != 0:
+                    raise OutOfOrderSequenceError(
+                        f"producer {pid}: new epoch {epoch} must start at sequence 0, got {first_seq}")
+            elif not _in_sequence(entry.last_seq, first_seq):
+                raise OutOfOrderSequenceError(
+                    f"producer {pid} epoch {epoch}: sequence {first_seq} does not follow "
+                    f"{entry.last_seq}")
+        elif first_seq != 0:
+            raise UnknownProducerIdError(
+                f"producer {pid} is unknown to this partition and its first sequence is "
+                f"{first_seq}, not 0")
+        new = ProducerEntry(pid, epoch)
+        if entry is not None and entry.epoch == epoch:
+            new.batches.extend(entry.batches)
+        new.batches.append(BatchMetadata(first_seq, last_seq, -1, -1))
+        self._pending[pid] = new
+        self._updates.append((pid, epoch, first_seq, last_seq))
+        return None
+
+    def commit(self, offsets: list[tuple[int, int]]) -> None:
+        """Apply the checked batches; ``offsets`` are their (first, last) offsets in order."""
+        for (pid, epoch, fs, ls), (fo, lo) in zip(self._updates, offsets, strict=True):
+            self._mgr.update(pid, epoch, fs, ls, fo, lo)
+
+
+class ProducerStateManager:
+    """producer id -> ProducerEntry of one partition."""
+
+    def __init__(self) -> None:
+        self.producers: dict[int, ProducerEntry] = {}
+
+    def begin(self) -> ProducerAppend:
+        return ProducerAppend(self)
+
+    def update(self, pid: int, epoch: int, first_seq: int, last_seq: int,
+               first_offset: int, last_offset: int) -> None:
+        """Record a batch that is now in the log (from an append or a log scan)."""
+        entry = self.producers.get(pid)
+        if entry is None or epoch != entry.epoch:
+            entry = ProducerEntry(pid, epoch)
+            self.producers[pid] = entry
+        entry.batches.append(BatchMetadata(first_seq, last_seq, first_offset, last_offset))
+
+    def load_batch(self, pid: int, epoch: int, base_seq: int, last_offset_delta: int,
+                   base_offset: int) -> None:
+        """Replay one batch header found in the log (no checks: the log is the truth)."""
+        if pid < 0 or base_seq < 0:
+            return
+        self.update(pid, epoch, base_seq, _last_seq(base_seq, last_offset_delta),
+                    base_offset, base_offset + last_offset_delta)
+
+    def clear(self) -> None:
+        self.producers.clear()
+
+    # -- snapshots --------------------------------------------------------------------------
+
+    def write_snapshot(self, dir_: str, offset: int) -> str:
+        """Write ``<offset>.snapshot`` (state up to ``offset``), remove older ones; returns path."""
+        data = {"offset": offset, "producers": [
+            {"pid": e.producer_id, "epoch": e.epoch, "batches": [list(b) for b in e.batches]}
+            for e in self.producers.values()]}
+        path = os.path.join(dir_, f"{offset:020d}{SNAPSHOT_SUFFIX}")
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(data, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        for name in os.listdir(dir_):
+            if name.endswith(SNAPSHOT_SUFFIX) and os.path.join(dir_, name) != path:
+                os.unlink(os.path.join(dir_, name))
+        return path
+
+    def load_snapshot(self, dir_: str, max_offset: int) -> int | None:
+        """Load the newest snapshot at or below ``max_offset``; returns its offset or None.
+
+        Unreadable or too new snapshots are deleted (the log is scanned instead).
+        """
+        snaps = []
+        for name in os.listdir(dir_):
+            if name.endswith(SNAPSHOT_SUFFIX) and name[:20].isdigit():
+                snaps.append((int(name[:20]), os.path.join(dir_, name)))
+        for off, path in sorted(snaps, reverse=True):
+            if off > max_offset:
+                os.unlink(path)
+                continue
+            try:
+                with open(path) as f:
+                    data = json.load(f)
+                producers = {}
+                for p in data["producers"]:
+                    e = ProducerEntry(int(p["pid"]), int(p["epoch"]))
+                    e.batches.extend(BatchMetadata(*map(int, b)) for b in p["batches"])
+                    producers[e.producer_id] = e
+            except (OSError, ValueError, KeyError, TypeError):
+                os.unlink(path)
+                continue
+            self.producers = producers
+            return off
+        return None
+
+    def truncate_after(self, offset: int) -> None:
+        """Forget batches at or after ``offset`` (producers left without batches are dropped)."""
+        for pid in list(self.producers):
+            e = self.producers[pid]
+            kept = [b for b in e.batches if b.last_offset < offset]
+            if not kept:
+                del self.producers[pid]
+            else:
+                e.batches = deque(kept, maxlen=NUM_BATCHES_TO_RETAIN)

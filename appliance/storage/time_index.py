@@ -1,0 +1,103 @@
+"""The time index (``.timeindex``): timestamp -> relative offset, 12-byte entries.
+
+An entry ``(timestamp, offset - base_offset)`` says that the largest timestamp seen up to offset
+``offset`` is ``timestamp`` (Kafka's ``TimeIndex``). Entries are added only when the timestamp grows.
+One slot is always kept free so that the entry written when the segment rolls fits (Kafka).
+
+Thread-safety: none (see :mod:`appliance.storage.index`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from appliance.storage.index import AbstractIndex, IndexError_, IndexFullError
+from native.index_layout import TIME_INDEX_ENTRY
+from native.index_search import time_index_floor
+
+__all__ = ["TimeIndex", "NO_TIMESTAMP"]
+
+NO_TIMESTAMP = -1
+
+
+class TimeIndex(AbstractIndex):
+    """Sparse map from timestamps to offsets of one segment."""
+
+    ENTRY = TIME_INDEX_ENTRY
+    DTYPE = np.dtype([("ts", ">i8"), ("rel", ">i4")])
+    _KEY = 0
+
+    def _floor(self, buf: object, n: int, key: int) -> int:
+        return time_index_floor(buf, n, key)
+
+    @property
+    def is_full(self) -> bool:
+        # Kafka leaves the last slot for the entry appended when the segment rolls.
+        return self.entries >= self.max_entries - 1
+
+    def last_entry(self) -> tuple[int, int]:
+        """(timestamp, offset) of the last entry, or (NO_TIMESTAMP, base_offset) when empty."""
+        if not self.entries:
+            return NO_TIMESTAMP, self.base_offset
+        ts, rel = self.entry(self.entries - 1)
+        return ts, self.base_offset + rel
+
+    def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
+        """Append when ``timestamp`` is larger than the last entry's.
+
+        Raises IndexFullError (unless ``skip_full_check`` and a slot is left) or IndexError_
+        when the offset or timestamp goes backwards.
+        """
+        if not skip_full_check and self.is_full:
+            raise IndexFullError(f"time index {self.path} is full")
+        rel = offset - self.base_offset
+        if not 0 <= rel <= 0x7FFFFFFF:
+            raise IndexError_(f"offset {offset} does not fit time index {self.path}")
+        if self.entries:
+            last_ts, last_rel = self.entry(self.entries - 1)
+            if rel < last_rel:
+                raise IndexError_(f"offset {offset} is before the last entry of {self.path}")
+            if timestamp < last_ts:
+                raise IndexError_(f"timestamp {timestamp} is before the last entry of {self.path}")
+            if timestamp == last_ts:
+                return
+        self._append_raw(timestamp, rel)
+
+    def lookup(self, target_ts: int) -> tuple[int, int]:
+        """(timestamp, offset) of the entry with the largest timestamp <= ``target_ts``;
+        (NO_TIMESTAMP, base_offset) if none."""
+        slot = self._floor_slot(target_ts)
+        if slot < 0:
+            return NO_TIMESTAMP, self.base_offset
+        ts, rel = self.entry(slot)
+        return ts, self.base_offset + rel
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop entries for offsets >= ``offset`` (same three cases as the offset index)."""
+        rel = offset - self.base_offset
+        arr = self._array()
+        rels = arr["rel"].astype(np.int64)
+        del arr
+        slot = int(np.searchsorted(rels, rel, side="right")) - 1
+        if slot < 0:
+            keep = 0
+        elif rels[slot] == rel:
+            keep = int(np.searchsorted(rels, rel, side="left"))
+        else:
+            keep = slot + 1
+        self.truncate_to_entries(keep)
+
+    def sanity_check(self, log_size: int | None = None) -> str | None:
+        """None if sound; else the reason (length, timestamps or offsets going backwards)."""
+        reason = super().sanity_check(log_size)
+        if reason or not self.entries:
+            return reason
+        arr = self._array()
+        ts = arr["ts"].astype(np.int64)
+        rel = arr["rel"].astype(np.int64)
+        del arr
+        if np.any(np.diff(ts) < 0):
+            return "timestamps go backwards"
+        if rel[0] < 0 or np.any(np.diff(rel) < 0):
+            return "relative offsets go backwards"
+        return None
