@@ -8,14 +8,18 @@ import platform
 from llvmlite import binding as _llvm
 from numba.core import config as _numba_config
 
-__all__ = ["HAS_SSE42", "FORCE_TABLE_ENV"]
+__all__ = ["HAS_SSE42", "FORCE_TABLE_ENV", "TABLE_FORCED"]
 
 #: Set this environment variable to 1 to force the portable table kernels (testing, debugging).
 FORCE_TABLE_ENV = "APPLIANCE_NATIVE_NO_SSE42"
 
 
+#: True when the environment forced the table kernels for this process.
+TABLE_FORCED: bool = os.environ.get(FORCE_TABLE_ENV, "") not in ("", "0")
+
+
 def _detect_sse42() -> bool:
-    if os.environ.get(FORCE_TABLE_ENV, "") not in ("", "0"):
+    if TABLE_FORCED:
         return False
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return False

@@ -29,6 +29,7 @@ from native.batch_layout import (
     RECORDS_COUNT_OFFSET,
 )
 from native.buffers import as_u8, byte_range
+from native.cpu import TABLE_FORCED
 from native.crc import crc32c_raw
 
 __all__ = [
@@ -63,6 +64,8 @@ DEFAULT_MAX_BATCH_SIZE = 1 << 30
 
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
+# Typed (not a literal) so the kernel calls the same crc32c_raw specialization as the wrappers.
+_CRC_INIT = np.int64(0xFFFFFFFF)
 
 
 class ScanResult(NamedTuple):
@@ -107,7 +110,9 @@ def _be_i64(a, p):
     return (hi << 32) | lo
 
 
-@njit(nogil=True, cache=True)
+# numba's on-disk cache is keyed by CPU, not by which CRC kernel the global `crc32c_raw` named at
+# compile time; so when the table kernel is forced on a CPU that has SSE4.2, compile afresh.
+@njit(nogil=True, cache=not TABLE_FORCED)
 def _scan_kernel(a, pos, end, verify, limit, prev_last, max_size, n,
                  positions, base_offsets, last_offsets, max_ts, sizes, counts, crc_ok):
     """Walk batches from ``pos``; append entries at index ``n``.
@@ -147,7 +152,7 @@ def _scan_kernel(a, pos, end, verify, limit, prev_last, max_size, n,
         ok = True
         if verify:
             stored = _be_u32(a, pos + CRC_OFFSET)
-            computed = crc32c_raw(0xFFFFFFFF, a, pos + CRC_START, pos + total) ^ 0xFFFFFFFF
+            computed = crc32c_raw(_CRC_INIT, a, pos + CRC_START, pos + total) ^ _CRC_INIT
             ok = np.int64(computed) == stored
         positions[n] = pos
         base_offsets[n] = base

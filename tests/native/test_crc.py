@@ -150,6 +150,10 @@ def test_cached_kernels_work_in_fresh_processes() -> None:
 def test_forced_table_fallback_in_fresh_process() -> None:
     code = (
         "import crc32c, os; from native import crc32c as c; from native.crc import CRC32C_IMPL; "
-        "d = os.urandom(70001); print(CRC32C_IMPL, c(d) == crc32c.crc32c(d))"
+        "d = os.urandom(70001); print(CRC32C_IMPL, c(d) == crc32c.crc32c(d)); "
+        "from tests.native.batches import make_log; from native import scan_batches; "
+        "log, _ = make_log(3); bad = log[:-1] + bytes([log[-1] ^ 1]); "
+        "print(scan_batches(log).count, scan_batches(bad).stop_reason.name)"
     )
-    assert _fresh_python(code, **{FORCE_TABLE_ENV: "1"}) == "table True"
+    out = _fresh_python(code, **{FORCE_TABLE_ENV: "1"})
+    assert out.splitlines() == ["table True", "3 BAD_CRC"]
