@@ -146,96 +146,133 @@ def _records_section(buf, pos: int, end: int, h: BatchHeader, max_decompressed: 
     return data, 0, len(data)
 
 
-def _slow_uvarint(data, p: int, max_bytes: int) -> tuple[int, int]:
-    return decode_unsigned(data, p, max_bytes)
-
-
 def _walk_records(data, p: int, end: int, count: int) -> int:
     """Check that ``count`` records exactly fill data[p:end]; return the last offsetDelta (-1 if none).
 
-    The hot loop of the produce path: locals only, no per-record objects, one-byte varints
-    decoded inline (zigzag: (u >> 1) ^ -(u & 1)).
+    The hot loop of the produce path: locals only, no per-record objects, and every varint's
+    one- and two-byte forms (all that realistic records use) decoded inline; longer ones go to
+    decode_unsigned. u is the raw (zigzag) value: (u >> 1) ^ -(u & 1) decodes it, u & 1 means
+    negative, u == 1 means -1 (null).
     """
-    uv = _slow_uvarint
+    uv = decode_unsigned
     prev = -1
     i = 0
     try:
         while i < count:
             if p >= end:
                 raise InvalidRecordError(f"recordsCount is {count} but the batch holds only {i} records")
+            # length
             b = data[p]
             if b < 0x80:
                 u = b
                 p += 1
             else:
-                u, p = uv(data, p, 5)
+                c = data[p + 1]
+                if c < 0x80:
+                    u = (b & 0x7F) | (c << 7)
+                    p += 2
+                else:
+                    u, p = uv(data, p, 5)
             length = (u >> 1) ^ -(u & 1)
             rec_end = p + length
             # 6 = the smallest body: attributes + five one-byte varints
             if length < 6 or rec_end > end:
                 raise InvalidRecordError(f"record {i} has an impossible length {length}")
-            p += 1  # attributes: unused in v2
-            if data[p] < 0x80:  # timestampDelta varlong: only its extent matters here
-                p += 1
+            # attributes (unused in v2), then timestampDelta: only its extent matters
+            if data[p + 1] < 0x80:
+                p += 2
+            elif data[p + 2] < 0x80:
+                p += 3
             else:
-                p = uv(data, p, 10)[1]
+                p = uv(data, p + 1, 10)[1]
+            # offsetDelta
             b = data[p]
             if b < 0x80:
                 u = b
                 p += 1
             else:
-                u, p = uv(data, p, 5)
+                c = data[p + 1]
+                if c < 0x80:
+                    u = (b & 0x7F) | (c << 7)
+                    p += 2
+                else:
+                    u, p = uv(data, p, 5)
             od = (u >> 1) ^ -(u & 1)
             if od <= prev:
                 raise InvalidRecordError(f"record {i} has offsetDelta {od} after {prev}")
             prev = od
-            for _ in range(2):  # key, then value: length -1 means null
-                b = data[p]
-                if b < 0x80:
-                    u = b
-                    p += 1
-                else:
-                    u, p = uv(data, p, 5)
-                if u > 1:
-                    if u & 1:
-                        raise InvalidRecordError(f"record {i} has a negative key/value length")
-                    p += u >> 1
+            # key
             b = data[p]
             if b < 0x80:
                 u = b
                 p += 1
             else:
-                u, p = uv(data, p, 5)
-            if u & 1:
-                raise InvalidRecordError(f"record {i} has a negative header count")
-            for _ in range(u >> 1):
-                b = data[p]
+                c = data[p + 1]
+                if c < 0x80:
+                    u = (b & 0x7F) | (c << 7)
+                    p += 2
+                else:
+                    u, p = uv(data, p, 5)
+            if u > 1:
+                if u & 1:
+                    raise InvalidRecordError(f"record {i} has a negative key length")
+                p += u >> 1
+            # value
+            b = data[p]
+            if b < 0x80:
+                u = b
+                p += 1
+            else:
+                c = data[p + 1]
+                if c < 0x80:
+                    u = (b & 0x7F) | (c << 7)
+                    p += 2
+                else:
+                    u, p = uv(data, p, 5)
+            if u > 1:
+                if u & 1:
+                    raise InvalidRecordError(f"record {i} has a negative value length")
+                p += u >> 1
+            # headers
+            b = data[p]
+            if b == 0:
+                p += 1
+            else:
                 if b < 0x80:
                     u = b
                     p += 1
                 else:
                     u, p = uv(data, p, 5)
                 if u & 1:
-                    raise InvalidRecordError(f"record {i} has a header with a null or negative key")
-                p += u >> 1
-                b = data[p]
-                if b < 0x80:
-                    u = b
-                    p += 1
-                else:
-                    u, p = uv(data, p, 5)
-                if u > 1:
+                    raise InvalidRecordError(f"record {i} has a negative header count")
+                for _ in range(u >> 1):
+                    b = data[p]
+                    if b < 0x80:
+                        u = b
+                        p += 1
+                    else:
+                        u, p = uv(data, p, 5)
                     if u & 1:
-                        raise InvalidRecordError(f"record {i} has a header value length below -1")
+                        raise InvalidRecordError(f"record {i} has a header with a null or negative key")
                     p += u >> 1
-                if p > rec_end:
-                    break
+                    b = data[p]
+                    if b < 0x80:
+                        u = b
+                        p += 1
+                    else:
+                        u, p = uv(data, p, 5)
+                    if u > 1:
+                        if u & 1:
+                            raise InvalidRecordError(f"record {i} has a header value length below -1")
+                        p += u >> 1
+                    if p > rec_end:
+                        break
             if p != rec_end:
                 raise InvalidRecordError(
                     f"record {i}: fields take {p - rec_end + length} bytes but its length says {length}")
             i += 1
     except IndexError:
-        raise InvalidRecordError(f"record {i} runs past the end of the batch") from None
+        raise InvalidRecordError(f"record {i} is truncated: a varint or field runs past the end of the batch") from None
     if p != end:
         raise InvalidRecordError(f"{end - p} trailing bytes after the {count} records of the batch")
     return prev
