@@ -1,0 +1,26 @@
+"""Compile (or load from numba's on-disk cache) every kernel once, e.g. at install time.
+
+The first call of a kernel in a process costs its compilation (seconds) unless the cache holds
+it; calling this once after install makes broker start-up and the first test fast.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["warmup"]
+
+
+def warmup() -> None:
+    from native import crc32, crc32c, offset_index_floor, scan_batches, time_index_floor
+
+    buf = np.zeros(64, dtype=np.uint8)
+    crc32c(buf)
+    crc32(buf)
+    scan_batches(buf)
+    offset_index_floor(buf, 0, 0)
+    time_index_floor(buf, 0, 0)
+
+
+if __name__ == "__main__":
+    warmup()
