@@ -386,52 +386,87 @@ def _decode_records_section(data, p: int, end: int, h: BatchHeader, pos: int) ->
     base_ts = h.base_timestamp
     log_append = bool(h.attributes & L.TIMESTAMP_TYPE_BIT)
     out: list[Record] = []
+    append = out.append
     prev = -1
-    dv = decode_varint
+    slow_varint = decode_varint
+
+    def rv(p: int) -> tuple[int, int]:
+        # one- and two-byte varints inline; longer (or truncated) ones go the checked way
+        if p + 1 < end:
+            b = data[p]
+            if b < 0x80:
+                return (b >> 1) ^ -(b & 1), p + 1
+            c = data[p + 1]
+            if c < 0x80:
+                u = (b & 0x7F) | (c << 7)
+                return (u >> 1) ^ -(u & 1), p + 2
+        return slow_varint(data, p)
+
     try:
         for i in range(h.records_count):
             if p >= end:
                 raise InvalidRecordError(
                     f"batch at byte {pos}: recordsCount {h.records_count} but only {i} records")
-            length, p = dv(data, p)
+            length, p = rv(p)
             rec_end = p + length
             if length < 6 or rec_end > end:
                 raise InvalidRecordError(f"record {i} has an impossible length {length}")
-            p += 1
-            ts_delta, p = decode_varlong(data, p)
-            od, p = dv(data, p)
+            b = data[p + 1]  # p is the record's attributes byte; timestampDelta follows
+            if b < 0x80:
+                ts_delta = (b >> 1) ^ -(b & 1)
+                p += 2
+            else:
+                ts_delta, p = decode_varlong(data, p + 1)
+            od, p = rv(p)
             if od <= prev:
                 raise InvalidRecordError(f"record {i} has offsetDelta {od} after {prev}")
             prev = od
-            kl, p = dv(data, p)
-            if kl < -1 or p + kl > rec_end:
-                raise InvalidRecordError(f"record {i} has a bad key length {kl}")
-            key = None if kl < 0 else bytes(data[p:p + kl])
-            p += max(kl, 0)
-            vl, p = dv(data, p)
-            if vl < -1 or p + vl > rec_end:
-                raise InvalidRecordError(f"record {i} has a bad value length {vl}")
-            value = None if vl < 0 else bytes(data[p:p + vl])
-            p += max(vl, 0)
-            hc, p = dv(data, p)
-            if hc < 0:
-                raise InvalidRecordError(f"record {i} has a negative header count")
-            headers = []
-            for _ in range(hc):
-                hkl, p = dv(data, p)
-                if hkl < 0 or p + hkl > rec_end:
-                    raise InvalidRecordError(f"record {i} has a bad header key length {hkl}")
-                hkey = bytes(data[p:p + hkl]).decode("utf-8")
-                p += hkl
-                hvl, p = dv(data, p)
-                if hvl < -1 or p + hvl > rec_end:
-                    raise InvalidRecordError(f"record {i} has a bad header value length {hvl}")
-                headers.append((hkey, None if hvl < 0 else bytes(data[p:p + hvl])))
-                p += max(hvl, 0)
+            kl, p = rv(p)
+            if kl < 0:
+                if kl != -1:
+                    raise InvalidRecordError(f"record {i} has a bad key length {kl}")
+                key = None
+            else:
+                if p + kl > rec_end:
+                    raise InvalidRecordError(f"record {i} has a bad key length {kl}")
+                key = bytes(data[p:p + kl])
+                p += kl
+            vl, p = rv(p)
+            if vl < 0:
+                if vl != -1:
+                    raise InvalidRecordError(f"record {i} has a bad value length {vl}")
+                value = None
+            else:
+                if p + vl > rec_end:
+                    raise InvalidRecordError(f"record {i} has a bad value length {vl}")
+                value = bytes(data[p:p + vl])
+                p += vl
+            hc, p = rv(p)
+            if hc == 0:
+                headers = ()
+            else:
+                if hc < 0:
+                    raise InvalidRecordError(f"record {i} has a negative header count")
+                hl = []
+                for _ in range(hc):
+                    hkl, p = rv(p)
+                    if hkl < 0 or p + hkl > rec_end:
+                        raise InvalidRecordError(f"record {i} has a bad header key length {hkl}")
+                    hkey = bytes(data[p:p + hkl]).decode("utf-8")
+                    p += hkl
+                    hvl, p = rv(p)
+                    if hvl < -1 or p + hvl > rec_end:
+                        raise InvalidRecordError(f"record {i} has a bad header value length {hvl}")
+                    if hvl < 0:
+                        hl.append((hkey, None))
+                    else:
+                        hl.append((hkey, bytes(data[p:p + hvl])))
+                        p += hvl
+                headers = tuple(hl)
             if p != rec_end:
                 raise InvalidRecordError(f"record {i}: fields do not add up to its length {length}")
-            ts = h.max_timestamp if log_append else base_ts + ts_delta
-            out.append(Record(base_offset + od, ts, key, value, tuple(headers)))
+            append(Record(base_offset + od, h.max_timestamp if log_append else base_ts + ts_delta,
+                          key, value, headers))
     except UnicodeDecodeError as e:
         raise InvalidRecordError(f"batch at byte {pos}: header key is not UTF-8: {e}") from None
     if p != end:
