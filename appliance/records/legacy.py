@@ -82,7 +82,7 @@ class LegacyEntry:
 def _parse(buf, pos: int, end: int) -> tuple[int, int, int, int, bytes | None, bytes | None]:
     """(offset, magic, attributes, timestamp, key, value) of the message in buf[pos:end]."""
     size = end - pos - LOG_OVERHEAD
-    if size < _MIN_SIZE[0] + 0:
+    if size < _MIN_SIZE[0]:
         raise CorruptRecordError(f"message at byte {pos}: messageSize {size} is too small")
     magic = buf[pos + _MAGIC_OFFSET]
     if magic > 1:
