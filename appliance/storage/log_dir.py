@@ -1,0 +1,271 @@
+"""LogDir: every partition of one ``log.dir`` (one disk), its checkpoints and periodic tasks.
+
+On open: read the three checkpoint files and the clean-shutdown marker, delete the marker (so a
+crash from now on is detected at the next start), open and recover every ``<topic>-<partition>``
+directory, and remove directories of deleted topics (``<topic>-<p>.<uuid>-delete``).
+
+Per-topic configuration: each partition directory holds the topic's overrides in
+``topic.properties`` so that a restarted disk worker knows them. Kafka keeps them in ZooKeeper;
+we keep them next to the data because the standalone appliance has no ZooKeeper.
+
+Thread-safety: none; the disk worker of this log dir is the only user (single writer).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from appliance.config import BrokerConfig, TopicConfig, parse_properties, validate_topic_name
+from appliance.errors import (
+    KafkaStorageError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from appliance.storage.checkpoint import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    fsync_dir,
+    read_checkpoint,
+    write_checkpoint,
+)
+from appliance.storage.flush import WRITEBACK_CHUNKED, choose_writeback_mode
+from appliance.storage.log import (
+    PartitionLog,
+    parse_partition_dir_name,
+    partition_dir_name,
+    wall_ms,
+)
+
+__all__ = ["LogDir", "CLEAN_SHUTDOWN_FILE", "TOPIC_PROPERTIES_FILE", "DELETE_DIR_SUFFIX"]
+
+log = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanShutdown"
+TOPIC_PROPERTIES_FILE = "topic.properties"
+DELETE_DIR_SUFFIX = "-delete"
+
+
+def _escape_prop(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def read_topic_properties(part_dir: str) -> dict[str, str]:
+    """The overrides saved in a partition directory ({} when none)."""
+    try:
+        with open(os.path.join(part_dir, TOPIC_PROPERTIES_FILE), encoding="utf-8") as f:
+            return parse_properties(f.read())
+    except FileNotFoundError:
+        return {}
+
+
+def write_topic_properties(part_dir: str, overrides: dict[str, str]) -> None:
+    path = os.path.join(part_dir, TOPIC_PROPERTIES_FILE)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("".join(f"{k}={_escape_prop(v)}\n" for k, v in sorted(overrides.items())))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class LogDir:
+    """All partitions stored in one log directory.
+
+    Attributes: ``path``, ``partitions`` ((topic, partition) -> PartitionLog),
+    ``had_clean_shutdown``, ``writeback_mode`` and ``writeback_reason``.
+    """
+
+    def __init__(self, path: str, broker_config: BrokerConfig,
+                 topic_configs: Callable[[str], TopicConfig], now_ms: Callable[[], int]) -> None:
+        self.path = path
+        self.broker_config = broker_config
+        self.topic_configs = topic_configs
+        self.partitions: dict[tuple[str, int], PartitionLog] = {}
+        self._now_ms = now_ms
+        self.had_clean_shutdown = False
+        self.writeback_mode = "os"
+        self.writeback_reason = ""
+        self.checkpointed_high_watermarks: dict[tuple[str, int], int] = {}
+        self._chunk: int | None = None
+        now = now_ms()
+        self._last = {"retention": now, "recovery_cp": now, "start_cp": now, "flush": now}
+
+    @classmethod
+    def open(cls, path: str, broker_config: BrokerConfig,
+             topic_configs: Callable[[str], TopicConfig] | None = None, *,
+             now_ms: Callable[[], int] = wall_ms) -> LogDir:
+        """Open (creating) the log dir and recover its partitions.
+
+        ``topic_configs(topic)`` gives a topic's config; by default the broker's topic defaults
+        plus the ``topic.properties`` overrides saved in the partition directory.
+        Raises KafkaStorageError on I/O failure.
+        """
+        if topic_configs is None:
+            topic_configs = lambda topic: broker_config.topic_defaults()  # noqa: E731
+        self = cls(path, broker_config, topic_configs, now_ms)
+        try:
+            os.makedirs(path, exist_ok=True)
+            self._open()
+        except OSError as e:
+            self.close(clean=False)
+            raise KafkaStorageError(f"cannot open log dir {path}: {e}") from e
+        return self
+
+    def _config_for(self, topic: str, part_dir: str) -> TopicConfig:
+        overrides = read_topic_properties(part_dir)
+        if overrides:
+            return TopicConfig.from_overrides(self.broker_config, overrides)
+        return self.topic_configs(topic)
+
+    def _open(self) -> None:
+        marker = os.path.join(self.path, CLEAN_SHUTDOWN_FILE)
+        self.had_clean_shutdown = os.path.exists(marker)
+        rp = read_checkpoint(os.path.join(self.path, RECOVERY_POINT_CHECKPOINT))
+        hw = read_checkpoint(os.path.join(self.path, REPLICATION_OFFSET_CHECKPOINT))
+        lso = read_checkpoint(os.path.join(self.path, LOG_START_OFFSET_CHECKPOINT))
+        if self.had_clean_shutdown:
+            os.unlink(marker)
+            fsync_dir(self.path)
+        mode, reason = choose_writeback_mode(self.path, self.broker_config["log.writeback.mode"])
+        self.writeback_mode, self.writeback_reason = mode, reason
+        log.info("%s: write-back mode %s (%s)", self.path, mode, reason)
+        chunk = int(self.broker_config["log.writeback.chunk.bytes"]) if mode == WRITEBACK_CHUNKED else None
+        self._chunk = chunk
+        for name in sorted(os.listdir(self.path)):
+            full = os.path.join(self.path, name)
+            if not os.path.isdir(full):
+                continue
+            if name.endswith(DELETE_DIR_SUFFIX):
+                log.info("%s: removing deleted partition dir %s", self.path, name)
+                shutil.rmtree(full, ignore_errors=True)
+                continue
+            tp = parse_partition_dir_name(name)
+            if tp is None:
+                log.warning("%s: ignoring directory %s (not <topic>-<partition>)", self.path, name)
+                continue
+            cfg = self._config_for(tp[0], full)
+            plog = PartitionLog.open(
+                full, cfg, recovery_point=rp.get(tp, 0), log_start_offset=lso.get(tp, 0),
+                clean_shutdown=self.had_clean_shutdown, now_ms=self._now_ms,
+                writeback_chunk_bytes=chunk)
+            self.partitions[tp] = plog
+        # Single broker: the HW follows the LEO; replication reads the checkpointed value here.
+        self.checkpointed_high_watermarks = hw
+
+    # -- partitions -------------------------------------------------------------------------
+
+    def create_partition(self, topic: str, partition: int, config: TopicConfig) -> PartitionLog:
+        """Create an empty partition (its dir and first segment) with ``config``; the config's
+        overrides are saved in ``topic.properties``. Raises InvalidTopicError,
+        TopicAlreadyExistsError, KafkaStorageError."""
+        validate_topic_name(topic)
+        if partition < 0:
+            raise UnknownTopicOrPartitionError(f"partition {partition} of {topic} is negative")
+        key = (topic, partition)
+        if key in self.partitions:
+            raise TopicAlreadyExistsError(f"partition {topic}-{partition} already exists in {self.path}")
+        part_dir = os.path.join(self.path, partition_dir_name(topic, partition))
+        try:
+            os.makedirs(part_dir, exist_ok=False)
+            write_topic_properties(part_dir, config.to_properties())
+            plog = PartitionLog.open(part_dir, config, clean_shutdown=True, now_ms=self._now_ms,
+                                     writeback_chunk_bytes=self._chunk)
+            fsync_dir(self.path)
+        except FileExistsError:
+            raise TopicAlreadyExistsError(f"directory {part_dir} already exists") from None
+        except OSError as e:
+            raise KafkaStorageError(f"cannot create {part_dir}: {e}") from e
+        self.partitions[key] = plog
+        return plog
+
+    def update_topic_config(self, topic: str, config: TopicConfig) -> None:
+        """Apply a new config to every partition of ``topic`` here and save its overrides."""
+        for (t, _), plog in self.partitions.items():
+            if t == topic:
+                plog.config = config
+                write_topic_properties(plog.path, config.to_properties())
+
+    def delete_partition(self, topic: str, partition: int) -> None:
+        """Close the partition and rename its dir to ``<topic>-<p>.<uuid>-delete``; the files
+        are removed now if possible, else at the next open. Raises UnknownTopicOrPartitionError."""
+        plog = self.partitions.pop((topic, partition), None)
+        if plog is None:
+            raise UnknownTopicOrPartitionError(f"{topic}-{partition} is not in {self.path}")
+        plog.close()
+        target = f"{plog.path}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        try:
+            os.rename(plog.path, target)
+            fsync_dir(self.path)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot delete {plog.path}: {e}") from e
+        shutil.rmtree(target, ignore_errors=True)
+
+    # -- checkpoints and periodic work ------------------------------------------------------
+
+    def write_checkpoints(self) -> None:
+        """Write the recovery point, high watermark and log start offset checkpoints."""
+        self._write_recovery_points()
+        self._write_start_offsets()
+        write_checkpoint(os.path.join(self.path, REPLICATION_OFFSET_CHECKPOINT),
+                         {k: p.high_watermark for k, p in self.partitions.items()})
+
+    def _write_recovery_points(self) -> None:
+        write_checkpoint(os.path.join(self.path, RECOVERY_POINT_CHECKPOINT),
+                         {k: p.recovery_point for k, p in self.partitions.items()})
+
+    def _write_start_offsets(self) -> None:
+        write_checkpoint(os.path.join(self.path, LOG_START_OFFSET_CHECKPOINT),
+                         {k: p.log_start_offset for k, p in self.partitions.items()})
+
+    def run_periodic(self, now_ms: int) -> None:
+        """Retention (every log.retention.check.interval.ms), flush policy, checkpoints (their
+        intervals), purge of expired ``.deleted`` files. Call it often (e.g. every 100 ms)."""
+        bc = self.broker_config
+        last = self._last
+        if now_ms - last["retention"] >= int(bc["log.retention.check.interval.ms"]):
+            last["retention"] = now_ms
+            for plog in self.partitions.values():
+                plog.apply_retention(now_ms)
+        for plog in self.partitions.values():
+            plog.maybe_flush(now_ms)
+            plog.purge_deleted(now_ms)
+        if now_ms - last["recovery_cp"] >= int(bc["log.flush.offset.checkpoint.interval.ms"]):
+            last["recovery_cp"] = now_ms
+            self._write_recovery_points()
+            write_checkpoint(os.path.join(self.path, REPLICATION_OFFSET_CHECKPOINT),
+                             {k: p.high_watermark for k, p in self.partitions.items()})
+        if now_ms - last["start_cp"] >= int(bc["log.flush.start.offset.checkpoint.interval.ms"]):
+            last["start_cp"] = now_ms
+            self._write_start_offsets()
+
+    def close(self, clean: bool = True) -> None:
+        """Flush every partition (clean), write checkpoints, close, then write the
+        clean-shutdown marker (clean only, and only if everything before it succeeded)."""
+        ok = True
+        for plog in self.partitions.values():
+            try:
+                if clean:
+                    plog.flush()
+            except KafkaStorageError as e:
+                ok = False
+                log.error("%s: flush at shutdown failed: %s", plog.path, e)
+            plog.close()
+        if clean and ok:
+            self.write_checkpoints()
+            with open(os.path.join(self.path, CLEAN_SHUTDOWN_FILE), "w"):
+                pass
+            fsync_dir(self.path)
+
+    def __getitem__(self, key: tuple[str, int]) -> PartitionLog:
+        return self.partitions[key]
+
+    def info(self) -> dict[str, Any]:
+        return {"path": self.path, "partitions": len(self.partitions),
+                "writeback": self.writeback_mode, "writeback_reason": self.writeback_reason,
+                "clean_shutdown": self.had_clean_shutdown}
