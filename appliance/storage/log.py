@@ -8,8 +8,9 @@ deleted, and a deleted segment's files stay open (renamed ``.deleted``) for
 ``file.delete.delay.ms`` so slices already handed out can still be sent. Readers in other
 processes use :class:`appliance.storage.reader.LogReader`.
 
-Departures from Kafka, on purpose: a segment's roll clock starts at its first append (Kafka
-uses the first batch's timestamp; on reopen we use that timestamp too); producer-state snapshots
+Departures from Kafka, on purpose: a segment's roll clock starts at its first append, in broker
+time, and restarts when the log is reopened (Kafka measures from the first batch's timestamp,
+which a producer with a skewed clock controls); producer-state snapshots
 are JSON; ``preallocate`` is accepted but segment files are not preallocated.
 """
 
@@ -263,6 +264,8 @@ class PartitionLog:
             seg.on_become_inactive()
         active = segs[-1]
         active.resize_indexes(int(self.config.segment_index_bytes))
+        if active.size and active.first_append_ms is None:
+            active.first_append_ms = self._now_ms()  # the roll clock restarts with the process
         self._attach_writeback(active)
         self._set_segments(tuple(segs))
         self.log_end_offset = active.next_offset

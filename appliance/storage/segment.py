@@ -188,10 +188,6 @@ class LogSegment:
             if int(r.max_timestamps[i]) > self.max_timestamp:
                 self.max_timestamp = int(r.max_timestamps[i])
                 self.offset_of_max_timestamp = int(r.last_offsets[i])
-        if self.first_append_ms is None:
-            first = self._scan(0, self.size, verify_crc=False, max_batches=1)
-            if first.count and int(first.max_timestamps[0]) >= 0:
-                self.first_append_ms = int(first.max_timestamps[0])
 
     # -- data access ------------------------------------------------------------------------
 
