@@ -23,7 +23,7 @@ import time
 
 from appliance.broker.plumbing import Plumbing, drain_doorbell, ring_doorbell
 from appliance.config import BrokerConfig, ConfigError, TopicConfig
-from appliance.errors import ErrorCode, KafkaError
+from appliance.errors import ErrorCode, KafkaError, KafkaStorageError
 from appliance.shm.layout import COMPLETION, REQUEST, MsgType, SlotState, WorkerState
 from appliance.shm.partition_table import PartitionTable
 from appliance.shm.ring import Channel, RingFormatError
@@ -65,7 +65,7 @@ class DiskWorker:
             ch.requests.discard_all()
         try:
             self._open_log_dir()
-        except OSError as e:
+        except (OSError, KafkaStorageError) as e:
             log.error("log dir %s unusable: %s", self.path, e)
             return EXIT_BOOT_ERROR
         self.table.set_worker_state(self.slot, WorkerState.READY)
@@ -258,7 +258,7 @@ class DiskWorker:
         if plog is None:
             raise _NotHere()
         cfg = TopicConfig.from_overrides(self.config, spec.get("configs", {}))
-        self.log_dir.update_config(plog.topic, cfg)
+        self.log_dir.update_topic_config(plog.topic, cfg)
 
     def _shutdown(self) -> None:
         self.table.set_worker_state(self.slot, WorkerState.STOPPING)

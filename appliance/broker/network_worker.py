@@ -93,7 +93,8 @@ class KafkaConnection(asyncio.Protocol):
     # requests -----------------------------------------------------------------------------
     def _reject(self, event: proto.RejectedRequest) -> None:
         """A request we do not serve: answer it if the protocol says how, close if it says so."""
-        log.info("%s from %s: api key %d version %d (%s)", type(event).__name__, self._peer(),
+        # DEBUG: clients probe ApiVersions above our range on every connect; that is normal
+        log.debug("%s from %s: api key %d version %d (%s)", type(event).__name__, self._peer(),
                  event.api_key, event.api_version, event.error.name)
         fut = asyncio.get_running_loop().create_future()
         if event.close_connection:

@@ -44,6 +44,11 @@ class Readers:
         for path in [p for p in self._files if marker in p]:
             self.invalidate_file(path)
 
+    def topic_overrides(self, disk: int, topic: str) -> dict[str, str]:
+        """The topic's config overrides as saved beside its partition 0 (or the first found)."""
+        from appliance.storage.log_dir import read_topic_properties
+        return read_topic_properties(os.path.join(self.log_dirs[disk], f"{topic}-0"))
+
     def file(self, path_or_fd: str | int) -> BinaryIO:
         """An open file object for sendfile (cached; LRU-closed past MAX_OPEN_FILES)."""
         if isinstance(path_or_fd, int):
