@@ -155,7 +155,7 @@ class _Connection:
         err.__cause__ = cause
         return err
 
-    def _next_frame(self) -> bytes | None:
+    def _next_frame(self) -> memoryview | None:
         """Next frame, None if more data is needed; handles EOF and framing errors."""
         self._check_usable()
         try:
@@ -197,7 +197,7 @@ class ServerConnection(_Connection):
                              f"(correlation id {correlation_id}): {e}", e) from None
         return Request(api_key, api_version, correlation_id, client_id, body, size)
 
-    def _reject(self, api: type[ApiMessage] | None, frame: bytes, api_key: int, api_version: int,
+    def _reject(self, api: type[ApiMessage] | None, frame: memoryview, api_key: int, api_version: int,
                 correlation_id: int) -> RejectedRequest:
         try:  # header v1 and v2 both start with client_id as int16 string; best effort
             client_id = parse_request_header(frame)[3]
@@ -278,7 +278,7 @@ class ClientConnection(_Connection):
         return Response(correlation_id, api_key, api_version, body, len(frame))
 
     @staticmethod
-    def _api_versions_fallback(api_key: int, api_version: int, frame: bytes) -> Any:
+    def _api_versions_fallback(api_key: int, api_version: int, frame: memoryview) -> Any:
         """A broker that does not support our ApiVersions version answers in the v0 layout
         with UNSUPPORTED_VERSION (as we do); decode that instead of failing."""
         if api_key != ApiVersions.API_KEY or api_version == 0:

@@ -140,8 +140,9 @@ class FrameBuffer:
     """Accumulates received bytes and cuts them into size-prefixed frames.
 
     Consumed bytes are tracked by an offset and compacted only occasionally, so total work is
-    linear in the bytes received however they are chunked. Each frame is returned as its own
-    immutable ``bytes`` (one copy), so zero-copy slices of it stay valid. Not thread-safe.
+    linear in the bytes received however they are chunked. Frames are returned as read-only
+    memoryviews that never alias bytes the buffer will reuse, so zero-copy slices of them
+    (Records) stay valid for as long as they are held. Not thread-safe.
     """
 
     __slots__ = ("_buf", "_pos", "_max", "eof")
@@ -164,10 +165,14 @@ class FrameBuffer:
         """Bytes received but not yet returned in a frame."""
         return len(self._buf) - self._pos
 
-    def next_frame(self) -> bytes | None:
-        """The next whole frame's payload (without its size prefix), or None if more bytes
-        are needed. Raises RemoteProtocolError for a size <= 0 or above the maximum (checked
-        as soon as the 4 size bytes arrive) and for a stream that ended inside a frame."""
+    def next_frame(self) -> memoryview | None:
+        """The next whole frame's payload (without its size prefix) as a read-only
+        memoryview that stays valid however the buffer changes later, or None if more bytes
+        are needed. When the frame ends the buffered data (the usual case) the buffer itself is
+        handed over without copying; otherwise the frame is copied out once.
+
+        Raises RemoteProtocolError for a size <= 0 or above the maximum (checked as soon as
+        the 4 size bytes arrive) and for a stream that ended inside a frame."""
         buf, pos = self._buf, self._pos
         avail = len(buf) - pos
         if avail < SIZE.size:
@@ -183,14 +188,16 @@ class FrameBuffer:
                 raise RemoteProtocolError(
                     f"connection closed inside a frame ({avail - SIZE.size} of {size} bytes)")
             return None
+        if end == len(buf):
+            # Hand the whole buffer to the frame (its view pins it) and start a new one.
+            self._buf = bytearray()
+            self._pos = 0
+            return memoryview(buf)[pos + SIZE.size:end].toreadonly()
         with memoryview(buf) as view:
             frame = view[pos + SIZE.size:end].tobytes()
-        if end == len(buf):
-            buf.clear()
-            self._pos = 0
-        elif end >= _COMPACT_AT and end * 2 >= len(buf):
+        if end >= _COMPACT_AT and end * 2 >= len(buf):
             del buf[:end]
             self._pos = 0
         else:
             self._pos = end
-        return frame
+        return memoryview(frame)

@@ -28,12 +28,7 @@ from typing import Any, ClassVar
 
 from appliance.errors import UnsupportedVersionError
 from appliance.protocol.errors import ProtocolDecodeError, ProtocolEncodeError
-from appliance.protocol.types import (
-    Array,
-    decode_array_count,
-    truncated,
-    write_records,
-)
+from appliance.protocol.types import Array, truncated, write_records
 
 __all__ = ["Field", "Struct", "Data", "ApiMessage", "SchemaError", "parse_versions"]
 
@@ -132,8 +127,9 @@ class Struct:
 
     # -- compile ---------------------------------------------------------------------------
 
-    def _compile(self, qualname: str, lo: int, hi: int) -> None:
-        """Check versions, build the data class and one encoder/decoder per version in lo..hi."""
+    def _compile(self, qualname: str, lo: int, hi: int, top: bool = True) -> None:
+        """Check versions and build the data classes; for the top-level struct also one
+        encoder and decoder per version in lo..hi (nested structs are inlined into them)."""
         for f in self.fields:
             if f.versions[1] < lo or f.versions[0] > hi:
                 raise SchemaError(f"{qualname}.{f.name}: versions {f.versions} outside {lo}-{hi}")
@@ -142,8 +138,11 @@ class Struct:
         for f in self.fields:
             sub = _struct_of(f.type)
             if sub is not None:
-                sub._compile(f"{qualname}.{_camel(f.name)}", max(lo, f.versions[0]), min(hi, f.versions[1]))
+                sub._compile(f"{qualname}.{_camel(f.name)}", max(lo, f.versions[0]),
+                             min(hi, f.versions[1]), top=False)
                 setattr(self.data_class, _camel(f.name), sub.data_class)
+        if not top:
+            return
         for v in range(lo, hi + 1):
             self._decoders[v] = _gen_decoder(self, v)
             self._encoders[v] = _gen_encoder(self, v)
@@ -226,137 +225,223 @@ def _make_data_class(qualname: str, fields: tuple[Field, ...]) -> type[Data]:
 
 
 # --- code generation ------------------------------------------------------------------------
+#
+# One decoder and one encoder function per top-level message and version, with nested structs
+# inlined (no call per element). Decoders keep every safety check: lengths and counts are
+# validated against the bytes that remain before anything is sliced, allocated or looped.
+# struct.error (short fixed-size read) and UnicodeDecodeError are caught by the caller.
 
-def _gen_decoder(s: Struct, v: int) -> Any:
-    ns: dict[str, Any] = {"_count": decode_array_count, "_Cls": s.data_class, "_unpack": struct.unpack_from}
-    lines = ["def _dec(buf, pos):"]
-    run: list[tuple[str, str]] = []  # (var, fmt) of pending fixed-size fields
-    values: list[str] = []
+class _Gen:
+    """Accumulates generated source lines and the constants they reference."""
 
-    def flush() -> None:
-        if not run:
-            return
-        st = struct.Struct(">" + "".join(fm for _, fm in run))
-        k = f"_u{len(ns)}"
-        ns[k] = st.unpack_from
-        names = ", ".join(var for var, _ in run)
-        lines.append(f"    {names}, = {k}(buf, pos)")
-        lines.append(f"    pos += {st.size}")
-        run.clear()
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.ns: dict[str, Any] = {}
+        self._n = 0
 
-    for i, f in enumerate(s.fields):
-        var = f"x{i}"
-        if not f.in_version(v):
-            if _is_mutable_default(f):
-                values.append("[]")
-            else:
-                ns[f"_d{i}"] = f.default
-                values.append(f"_d{i}")
-            continue
-        values.append(var)
-        t = f.type_for(v)
-        if getattr(t, "fmt", None) is not None:
-            run.append((var, t.fmt))
-            continue
-        flush()
-        sub = _struct_of(t)
-        if isinstance(t, Struct):
-            ns[f"_s{i}"] = sub._decoders[v]
-            lines.append(f"    {var}, pos = _s{i}(buf, pos)")
-        elif sub is not None:
-            ns[f"_s{i}"] = sub._decoders[v]
-            lines += [
-                f"    n, pos = _count(buf, pos, {sub.min_size(v)}, {t.nullable})",
-                "    if n < 0:",
-                f"        {var} = None",
-                "    else:",
-                f"        {var} = []",
-                f"        app = {var}.append",
-                "        for _ in range(n):",
-                f"            e, pos = _s{i}(buf, pos)",
-                "            app(e)",
-            ]
-        elif isinstance(t, Array) and t.element.fmt is not None:
-            # array of numbers: one unpack for the whole array
-            lines += [
-                f"    n, pos = _count(buf, pos, {t.element.size}, {t.nullable})",
-                "    if n < 0:",
-                f"        {var} = None",
-                "    else:",
-                f"        {var} = list(_unpack('>%d{t.element.fmt}' % n, buf, pos))",
-                f"        pos += n * {t.element.size}",
-            ]
-        else:
-            ns[f"_t{i}"] = t.decode
-            lines.append(f"    {var}, pos = _t{i}(buf, pos)")
-    flush()
-    lines.append(f"    return _Cls({', '.join(values)}), pos")
-    exec(compile("\n".join(lines) + "\n", f"<decode {s.name} v{v}>", "exec"), ns)
-    return ns["_dec"]
+    def var(self, stem: str = "x") -> str:
+        self._n += 1
+        return f"{stem}{self._n}"
+
+    def const(self, value: Any, stem: str = "_k") -> str:
+        name = self.var(stem)
+        self.ns[name] = value
+        return name
+
+    def emit(self, indent: int, line: str) -> None:
+        self.lines.append("    " * indent + line)
+
+    def build(self, name: str, label: str) -> Any:
+        src = "\n".join(self.lines) + "\n"
+        exec(compile(src, f"<{label}>", "exec"), self.ns)
+        return self.ns[name]
 
 
-def _gen_encoder(s: Struct, v: int) -> Any:
-    from appliance.protocol.types import Records  # local: avoid a name clash in this module
+def _decode_error(kind: str, value: int, pos: int, remaining: int = -1) -> ProtocolDecodeError:
+    if kind == "null":
+        return ProtocolDecodeError(f"null (length -1) in a non-nullable field at offset {pos}")
+    if kind == "count":
+        return ProtocolDecodeError(
+            f"array count {value} at offset {pos} needs more bytes than remain ({remaining})")
+    if kind == "short":
+        return truncated(f"field of {value} bytes", pos)
+    return ProtocolDecodeError(f"invalid {kind} {value} at offset {pos}")
 
-    ns: dict[str, Any] = {"_pack_i32": _pack_i32, "_NULL32": _NULL32, "_records": write_records,
-                          "_enc_error": ProtocolEncodeError}
-    present = [(i, f) for i, f in enumerate(s.fields) if f.in_version(v)]
-    lines = ["def _enc(v, out, parts):"]
-    if present:
-        lines.append("    if v.__class__ is dict:")
-        lines.append("        g = v.get")
-        for i, f in present:
-            ns[f"_d{i}"] = f.default
-            lines.append(f"        x{i} = g({f.name!r}, _d{i})")
-        lines.append("    elif v is None:")
-        lines.append(f"        raise _enc_error('{s.name} v{v}: None where a struct is required')")
-        lines.append("    else:")
-        for i, f in present:
-            lines.append(f"        x{i} = getattr(v, {f.name!r}, _d{i})")
+
+def _emit_decode_struct(g: _Gen, s: Struct, v: int, target: str, ind: int) -> None:
+    """Emit code that decodes struct s (version v) into a new object bound to ``target``."""
+    cls = g.const(s.data_class, "_C")
+    g.emit(ind, f"{target} = _new({cls})")
     run: list[tuple[str, str]] = []
 
     def flush() -> None:
-        if not run:
-            return
-        st = struct.Struct(">" + "".join(fm for _, fm in run))
-        k = f"_p{len(ns)}"
-        ns[k] = st.pack
-        lines.append(f"    out += {k}({', '.join(var for var, _ in run)})")
-        run.clear()
+        if run:
+            st = struct.Struct(">" + "".join(fm for _, fm in run))
+            u = g.const(st.unpack_from, "_u")
+            targets = ", ".join(f"{target}.{n}" for n, _ in run)
+            g.emit(ind, f"{targets}, = {u}(buf, pos)")
+            g.emit(ind, f"pos += {st.size}")
+            run.clear()
 
-    for i, f in present:
-        var = f"x{i}"
+    for f in s.fields:
+        dst = f"{target}.{f.name}"
+        if not f.in_version(v):
+            g.emit(ind, f"{dst} = []" if _is_mutable_default(f) else f"{dst} = {g.const(f.default, '_d')}")
+            continue
         t = f.type_for(v)
         if getattr(t, "fmt", None) is not None:
-            run.append((var, t.fmt))
+            run.append((f.name, t.fmt))
             continue
         flush()
-        sub = _struct_of(t)
-        if t is Records:
-            lines.append(f"    _records({var}, out, parts)")
-        elif isinstance(t, Struct):
-            ns[f"_s{i}"] = sub._encoders[v]
-            lines.append(f"    _s{i}({var}, out, parts)")
-        elif sub is not None:
-            ns[f"_s{i}"] = sub._encoders[v]
-            null = ("out += _NULL32" if t.nullable
-                    else f"raise _enc_error('{s.name}.{f.name}: None in a non-nullable array')")
-            lines += [
-                f"    if {var} is None:",
-                f"        {null}",
-                "    else:",
-                f"        out += _pack_i32(len({var}))",
-                f"        for e in {var}:",
-                f"            _s{i}(e, out, parts)",
-            ]
-        else:
-            ns[f"_t{i}"] = t.write
-            lines.append(f"    _t{i}({var}, out)")
+        _emit_decode_value(g, t, v, dst, ind)
     flush()
-    if len(lines) == 1:
-        lines.append("    pass")
-    exec(compile("\n".join(lines) + "\n", f"<encode {s.name} v{v}>", "exec"), ns)
-    return ns["_enc"]
+
+
+def _emit_decode_value(g: _Gen, t: Any, v: int, dst: str, ind: int) -> None:
+    from appliance.protocol.types import Bytes, NullableBytes, NullableString, Records, String
+
+    if isinstance(t, Struct):
+        tmp = g.var("o")
+        _emit_decode_struct(g, t, v, tmp, ind)
+        g.emit(ind, f"{dst} = {tmp}")
+        return
+    if t in (String, NullableString, Bytes, NullableBytes, Records):
+        is_str = t in (String, NullableString)
+        n = g.var("n")
+        g.emit(ind, f"{n}, = {'_h' if is_str else '_i'}(buf, pos)")
+        g.emit(ind, f"pos += {2 if is_str else 4}")
+        g.emit(ind, f"if {n} < 0:")
+        if t.nullable:
+            g.emit(ind + 1, f"if {n} != -1: raise _err('length', {n}, pos)")
+            g.emit(ind + 1, f"{dst} = None")
+        else:
+            g.emit(ind + 1, f"raise _err('null' if {n} == -1 else 'length', {n}, pos)")
+        g.emit(ind, f"elif pos + {n} > end:")
+        g.emit(ind + 1, f"raise _err('short', {n}, pos)")
+        g.emit(ind, "else:")
+        piece = f"buf[pos:pos + {n}]"
+        conv = f"_str({piece}, 'utf-8')" if is_str else (piece if t is Records else f"bytes({piece})")
+        g.emit(ind + 1, f"{dst} = {conv}")
+        g.emit(ind + 1, f"pos += {n}")
+        return
+    if isinstance(t, Array):
+        el = t.element
+        n = g.var("n")
+        min_size = el.min_size(v) if isinstance(el, Struct) else el.min_size
+        g.emit(ind, f"{n}, = _i(buf, pos)")
+        g.emit(ind, "pos += 4")
+        g.emit(ind, f"if {n} < 0:")
+        if t.nullable:
+            g.emit(ind + 1, f"if {n} != -1: raise _err('array count', {n}, pos)")
+            g.emit(ind + 1, f"{dst} = None")
+        else:
+            g.emit(ind + 1, f"raise _err('array count', {n}, pos)")
+        g.emit(ind, f"elif {n} * {max(min_size, 1)} > end - pos:")
+        g.emit(ind + 1, f"raise _err('count', {n}, pos, end - pos)")
+        g.emit(ind, "else:")
+        if getattr(el, "fmt", None) is not None:  # numbers: one unpack for the whole array
+            g.emit(ind + 1, f"{dst} = list(_unpack('>%d{el.fmt}' % {n}, buf, pos))")
+            g.emit(ind + 1, f"pos += {n} * {el.size}")
+            return
+        lst, item = g.var("l"), g.var("e")
+        g.emit(ind + 1, f"{lst} = []")
+        g.emit(ind + 1, f"for _ in range({n}):")
+        if isinstance(el, Struct):
+            _emit_decode_struct(g, el, v, item, ind + 2)
+        else:
+            _emit_decode_value(g, el, v, item, ind + 2)
+        g.emit(ind + 2, f"{lst}.append({item})")
+        g.emit(ind + 1, f"{dst} = {lst}")
+        return
+    dec = g.const(t.decode, "_t")  # any other type: its own bounds-checked decoder
+    g.emit(ind, f"{dst}, pos = {dec}(buf, pos)")
+
+
+def _gen_decoder(s: Struct, v: int) -> Any:
+    g = _Gen()
+    g.ns.update({"_new": object.__new__, "_h": struct.Struct(">h").unpack_from,
+                 "_i": struct.Struct(">i").unpack_from, "_unpack": struct.unpack_from,
+                 "_str": str, "_err": _decode_error})
+    g.emit(0, "def _dec(buf, pos):")
+    g.emit(1, "end = len(buf)")
+    _emit_decode_struct(g, s, v, "obj", 1)
+    g.emit(1, "return obj, pos")
+    return g.build("_dec", f"decode {s.name} v{v}")
+
+
+def _emit_encode_struct(g: _Gen, s: Struct, v: int, src: str, ind: int) -> None:
+    """Emit code writing the struct held in variable ``src`` (our object, a dict, or any
+    object with the attributes) to ``out``."""
+    present = [f for f in s.fields if f.in_version(v)]
+    if not present:
+        return
+    names = {f.name: g.var("x") for f in present}
+    cls = g.const(s.data_class, "_C")
+    g.emit(ind, f"if {src}.__class__ is {cls}:")
+    for f in present:
+        g.emit(ind + 1, f"{names[f.name]} = {src}.{f.name}")
+    g.emit(ind, f"elif {src}.__class__ is dict:")
+    defaults = {f.name: g.const(f.default, "_d") for f in present}
+    for f in present:
+        g.emit(ind + 1, f"{names[f.name]} = {src}.get({f.name!r}, {defaults[f.name]})")
+    g.emit(ind, f"elif {src} is None:")
+    g.emit(ind + 1, f"raise _enc_error('{s.name} v{v}: None where a struct is required')")
+    g.emit(ind, "else:")
+    for f in present:
+        g.emit(ind + 1, f"{names[f.name]} = getattr({src}, {f.name!r}, {defaults[f.name]})")
+    run: list[str] = []
+    fmts: list[str] = []
+
+    def flush() -> None:
+        if run:
+            p = g.const(struct.Struct(">" + "".join(fmts)).pack, "_p")
+            g.emit(ind, f"out += {p}({', '.join(run)})")
+            run.clear()
+            fmts.clear()
+
+    for f in present:
+        x = names[f.name]
+        t = f.type_for(v)
+        if getattr(t, "fmt", None) is not None:
+            run.append(x)
+            fmts.append(t.fmt)
+            continue
+        flush()
+        _emit_encode_value(g, t, v, x, ind, f"{s.name}.{f.name}")
+    flush()
+
+
+def _emit_encode_value(g: _Gen, t: Any, v: int, x: str, ind: int, label: str) -> None:
+    from appliance.protocol.types import Records
+
+    if t is Records:
+        g.emit(ind, f"_records({x}, out, parts)")
+    elif isinstance(t, Struct):
+        _emit_encode_struct(g, t, v, x, ind)
+    elif isinstance(t, Array) and isinstance(t.element, Struct):
+        g.emit(ind, f"if {x} is None:")
+        g.emit(ind + 1, "out += _NULL32" if t.nullable
+               else f"raise _enc_error('{label}: None in a non-nullable array')")
+        g.emit(ind, "else:")
+        g.emit(ind + 1, f"out += _pack_i32(len({x}))")
+        e = g.var("e")
+        g.emit(ind + 1, f"for {e} in {x}:")
+        _emit_encode_struct(g, t.element, v, e, ind + 2)
+        if not any(f.in_version(v) for f in t.element.fields):
+            g.emit(ind + 2, "pass")
+    else:
+        w = g.const(t.write, "_w")
+        g.emit(ind, f"{w}({x}, out)")
+
+
+def _gen_encoder(s: Struct, v: int) -> Any:
+    g = _Gen()
+    g.ns.update({"_pack_i32": _pack_i32, "_NULL32": _NULL32, "_records": write_records,
+                 "_enc_error": ProtocolEncodeError})
+    g.emit(0, "def _enc(v, out, parts):")
+    _emit_encode_struct(g, s, v, "v", 1)
+    g.emit(1, "return None")
+    return g.build("_enc", f"encode {s.name} v{v}")
 
 
 # --- API messages -----------------------------------------------------------------------------
@@ -402,6 +487,9 @@ class ApiMessage:
             value, end = s._decoders[version](buf, pos)
         except struct.error:
             raise truncated(f"{cls.__name__} {what} v{version}", pos) from None
+        except UnicodeDecodeError as e:
+            raise ProtocolDecodeError(
+                f"{cls.__name__} {what} v{version}: invalid UTF-8 in a string: {e.reason}") from None
         if whole and end != len(buf):
             raise ProtocolDecodeError(
                 f"{cls.__name__} {what} v{version}: {len(buf) - end} unexpected trailing bytes")

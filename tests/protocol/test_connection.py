@@ -360,3 +360,27 @@ def test_client_rejects_unknown_api_and_version():
     with pytest.raises(UnsupportedVersionError):
         client.send_request(1, 12, {})
     assert client.in_flight == 0
+
+
+def _produce_frame(corr: int, payload: bytes) -> bytes:
+    return encode_request_frame(0, 7, corr, "c", {"acks": 1, "topic_data": [
+        {"name": "t", "partition_data": [{"index": 0, "records": payload}]}]})
+
+
+def test_records_views_stay_valid_while_the_buffer_is_reused():
+    conn = ServerConnection()
+    held = []
+    # frames arriving exactly (buffer handed over), several per chunk (copied out), and
+    # big enough that the buffer gets compacted in between
+    payloads = [bytes([i]) * (40_000 + i) for i in range(12)]
+    frames = [_produce_frame(i, p) for i, p in enumerate(payloads)]
+    conn.receive_data(frames[0])
+    held.append(conn.next_event())
+    stream = b"".join(frames[1:])
+    for i in range(0, len(stream), 50_000):
+        conn.receive_data(stream[i:i + 50_000])
+        held += drain(conn)
+    assert [e.correlation_id for e in held] == list(range(12))
+    for e, p in zip(held, payloads, strict=True):
+        rec = e.body.topic_data[0].partition_data[0].records
+        assert isinstance(rec, memoryview) and rec.readonly and rec == p
