@@ -72,6 +72,10 @@ class LogReader:
 
     def _segment(self, base: int) -> LogSegment | None:
         seg = self._open.get(base)
+        if seg is not None and not os.path.exists(seg.log_path):
+            # Deleted (renamed .deleted) by the writer: retire it; the caller re-lists.
+            self._retired.append((time.monotonic() + self.retire_delay_s, self._open.pop(base)))
+            return None
         if seg is None:
             try:
                 seg = LogSegment.open(self.path, base, None, writable=False)

@@ -1,0 +1,116 @@
+"""LogDir: checkpoints, clean-shutdown marker, topic.properties, partition delete; checkpoints."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from appliance.config import BrokerConfig, TopicConfig
+from appliance.errors import InvalidTopicError, KafkaStorageError, TopicAlreadyExistsError
+from appliance.storage.checkpoint import read_checkpoint, write_checkpoint
+from appliance.storage.log_dir import CLEAN_SHUTDOWN_FILE, LogDir
+
+from .conftest import Clock, all_records, batch
+
+
+def test_checkpoint_round_trip_and_format(tmp_path):
+    p = str(tmp_path / "recovery-point-offset-checkpoint")
+    entries = {("a", 0): 5, ("my-topic", 12): 2**40, ("b.c_d", 3): 0}
+    write_checkpoint(p, entries)
+    assert read_checkpoint(p) == entries
+    lines = open(p).read().splitlines()
+    assert lines[:2] == ["0", "3"] and "my-topic 12 1099511627776" in lines
+    assert read_checkpoint(str(tmp_path / "missing")) == {}
+    with open(p, "w") as f:
+        f.write("0\n2\na 0 1\n")
+    with pytest.raises(KafkaStorageError):
+        read_checkpoint(p)
+
+
+def _broker(tmp_path, **kw):
+    return BrokerConfig.load(overrides={"log.dirs": str(tmp_path / "d"),
+                                        "log.writeback.mode": "os", **kw})
+
+
+def test_create_append_close_reopen(tmp_path):
+    bc = _broker(tmp_path)
+    clock = Clock()
+    d = LogDir.open(str(tmp_path / "d"), bc, now_ms=clock)
+    assert not d.had_clean_shutdown
+    topic_cfg = TopicConfig.from_overrides(bc, {"segment.bytes": "4096", "retention.ms": "1000"})
+    lg = d.create_partition("my-topic", 3, topic_cfg)
+    with pytest.raises(TopicAlreadyExistsError):
+        d.create_partition("my-topic", 3, topic_cfg)
+    with pytest.raises(InvalidTopicError):
+        d.create_partition("bad/name", 0, topic_cfg)
+    for i in range(30):
+        lg.append(batch(n=2, ts=clock.now))
+    assert len(lg.segments()) > 1
+    d.close()
+    root = str(tmp_path / "d")
+    assert os.path.exists(os.path.join(root, CLEAN_SHUTDOWN_FILE))
+    assert read_checkpoint(os.path.join(root, "recovery-point-offset-checkpoint")) == {("my-topic", 3): 60}
+    assert read_checkpoint(os.path.join(root, "replication-offset-checkpoint")) == {("my-topic", 3): 60}
+    assert read_checkpoint(os.path.join(root, "log-start-offset-checkpoint")) == {("my-topic", 3): 0}
+
+    d = LogDir.open(root, bc, now_ms=clock)
+    assert d.had_clean_shutdown and not os.path.exists(os.path.join(root, CLEAN_SHUTDOWN_FILE))
+    lg = d.partitions[("my-topic", 3)]
+    assert lg.config.segment_bytes == 4096 and lg.config.retention_ms == 1000  # topic.properties
+    assert [r.offset for r in all_records(lg)] == list(range(60))
+    # periodic retention deletes by time once the check interval has passed
+    clock.now += 10_000
+    d.run_periodic(clock.now + bc["log.retention.check.interval.ms"])
+    assert lg.log_start_offset > 0
+    d.close(clean=False)
+    assert not os.path.exists(os.path.join(root, CLEAN_SHUTDOWN_FILE))
+
+
+def test_delete_partition_and_leftover_delete_dirs(tmp_path):
+    bc = _broker(tmp_path)
+    root = str(tmp_path / "d")
+    d = LogDir.open(root, bc)
+    d.create_partition("t", 0, bc.topic_defaults()).append(batch())
+    d.create_partition("t", 1, bc.topic_defaults())
+    d.delete_partition("t", 0)
+    assert ("t", 0) not in d.partitions
+    assert not any(n.startswith("t-0") for n in os.listdir(root))
+    d.close()
+    os.makedirs(os.path.join(root, "t-7.abc-delete"))
+    d = LogDir.open(root, bc)
+    assert set(d.partitions) == {("t", 1)}
+    assert not os.path.exists(os.path.join(root, "t-7.abc-delete"))
+    d.close()
+
+
+def test_topic_names_with_dashes_split_on_last(tmp_path):
+    bc = _broker(tmp_path)
+    root = str(tmp_path / "d")
+    d = LogDir.open(root, bc)
+    d.create_partition("a-b-c", 12, bc.topic_defaults())
+    d.close()
+    d = LogDir.open(root, bc)
+    assert set(d.partitions) == {("a-b-c", 12)}
+    d.close()
+
+
+def test_unclean_open_recovers_from_checkpointed_recovery_point(tmp_path):
+    bc = _broker(tmp_path)
+    root = str(tmp_path / "d")
+    d = LogDir.open(root, bc)
+    lg = d.create_partition("t", 0, bc.topic_defaults())
+    for _ in range(5):
+        lg.append(batch())
+    lg.flush()
+    d.write_checkpoints()
+    log_file = lg.segments()[0].path
+    for p in d.partitions.values():
+        p.close()  # crash: no marker
+    with open(log_file, "ab") as f:
+        f.write(b"\x00" * 100)
+    d = LogDir.open(root, bc)
+    assert not d.had_clean_shutdown
+    assert d.partitions[("t", 0)].log_end_offset == 15
+    assert os.path.getsize(log_file) == 15 // 3 * len(batch())
+    d.close()
