@@ -44,7 +44,7 @@ def test_create_append_close_reopen(tmp_path):
         d.create_partition("my-topic", 3, topic_cfg)
     with pytest.raises(InvalidTopicError):
         d.create_partition("bad/name", 0, topic_cfg)
-    for i in range(30):
+    for _ in range(30):
         lg.append(batch(n=2, ts=clock.now))
     assert len(lg.segments()) > 1
     d.close()

@@ -1,0 +1,136 @@
+"""appliance.config: .properties parsing, typed defaults, validation, topic synonyms."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from appliance.config import (
+    BROKER_KEYS,
+    LONG_MAX,
+    BrokerConfig,
+    ConfigError,
+    TopicConfig,
+    parse_properties,
+    render_server_properties,
+)
+from appliance.errors import ErrorCode
+
+
+def test_parse_properties_syntax():
+    text = "\n".join([
+        "# comment",
+        "! another comment",
+        "   ",
+        "a=1",
+        "b : two",
+        "c three four",
+        "  d=  spaced value  ",
+        "e=line one \\",
+        "    continued",
+        "f=tab\\there\\nnewline \\u0041 back\\\\slash",
+        "key\\ with\\ spaces=x",
+        "g=ends with backslash\\\\",
+        "h=",
+        "a=override",
+    ])
+    p = parse_properties(text)
+    assert p["a"] == "override"
+    assert p["b"] == "two"
+    assert p["c"] == "three four"
+    assert p["d"] == "spaced value  "
+    assert p["e"] == "line one continued"
+    assert p["f"] == "tab\there\nnewline A back\\slash"
+    assert p["key with spaces"] == "x"
+    assert p["g"] == "ends with backslash\\"
+    assert p["h"] == ""
+    assert "# comment" not in p and len(p) == 9
+
+
+def test_defaults_are_kafkas():
+    c = BrokerConfig.load()
+    assert c["broker.id"] == 0
+    assert c["num.network.threads"] == 2
+    assert c["message.max.bytes"] == 1048588
+    assert c["log.segment.bytes"] == 1 << 30
+    assert c["offsets.topic.num.partitions"] == 50
+    assert c["log.flush.interval.messages"] == LONG_MAX
+    assert c.log_dirs == ["./data"]
+    assert c.listeners == [("127.0.0.1", 9092)]
+    assert c.standalone
+    t = c.topic_defaults()
+    assert t.retention_ms == 168 * 3600_000 and t.segment_ms == 168 * 3600_000
+    assert t.flush_ms == LONG_MAX and t.segment_jitter_ms == 0
+    assert t["cleanup.policy"] == ["delete"] and t.max_message_bytes == 1048588
+    assert t.to_properties() == {}
+
+
+def test_file_and_overrides(tmp_path):
+    p = tmp_path / "server.properties"
+    p.write_text("log.dirs=/a, /b\nlog.dir=/ignored\nlisteners=PLAINTEXT://:9093,SSL://[::1]:9094\n"
+                 "log.retention.minutes=30\nnum.partitions=4\n")
+    c = BrokerConfig.load(str(p), {"num.partitions": "8"})
+    assert c.log_dirs == ["/a", "/b"]  # log.dirs wins over log.dir
+    assert c.listeners == [("", 9093), ("::1", 9094)]
+    assert c["num.partitions"] == 8
+    assert c.topic_defaults().retention_ms == 30 * 60_000  # minutes win over hours
+    c = BrokerConfig.load(overrides={"log.retention.ms": "5", "log.retention.minutes": "30"})
+    assert c.topic_defaults().retention_ms == 5  # ms wins over minutes
+    c = BrokerConfig.load(overrides={"log.retention.hours": "-1"})
+    assert c.topic_defaults().retention_ms == -1
+    c = BrokerConfig.load(overrides={"log.roll.hours": "2", "log.flush.interval.ms": "700"})
+    assert c.topic_defaults().segment_ms == 7200_000 and c.topic_defaults().flush_ms == 700
+
+
+@pytest.mark.parametrize("key,value", [
+    ("log.segment.bytes", "abc"),
+    ("num.partitions", "0"),
+    ("log.retention.hours", "-5"),
+    ("log.cleanup.policy", "delete,shred"),
+    ("auto.create.topics.enable", "yes"),
+    ("broker.id", "99999999999"),
+    ("listeners", "localhost:9092"),
+    ("log.cleaner.min.cleanable.ratio", "1.5"),
+    ("log.writeback.mode", "sometimes"),
+])
+def test_bad_values_name_key_and_value(key, value):
+    with pytest.raises(ConfigError) as ei:
+        BrokerConfig.load(overrides={key: value})
+    e = ei.value
+    assert e.key == key and e.value == value
+    assert key in str(e) and repr(value) in str(e)
+    assert e.code == ErrorCode.INVALID_CONFIG
+
+
+def test_unknown_broker_key_warns(caplog):
+    with caplog.at_level(logging.WARNING):
+        c = BrokerConfig.load(overrides={"no.such.key": "1"})
+    assert "no.such.key" in caplog.text
+    assert c.get("no.such.key") == "1"
+
+
+def test_topic_overrides():
+    b = BrokerConfig.load(overrides={"log.segment.bytes": "2048"})
+    t = TopicConfig.from_overrides(b, {"retention.ms": "1000", "cleanup.policy": "compact,delete"})
+    assert t.segment_bytes == 2048  # from the broker key
+    assert t.retention_ms == 1000 and t["cleanup.policy"] == ["compact", "delete"]
+    assert t.to_properties() == {"retention.ms": "1000", "cleanup.policy": "compact,delete"}
+    with pytest.raises(ConfigError, match="segment.bytes"):
+        TopicConfig.from_overrides(b, {"segment.bytes": "10"})
+    with pytest.raises(ConfigError, match="unknown topic configuration key"):
+        TopicConfig.from_overrides(b, {"log.segment.bytes": "4096"})
+    with pytest.raises(ConfigError, match="message.timestamp.type"):
+        TopicConfig.from_overrides(b, {"message.timestamp.type": "Whenever"})
+    with pytest.raises(AttributeError):
+        t.retention_ms = 5
+
+
+def test_server_properties_file_matches_table():
+    import pathlib
+    text = (pathlib.Path(__file__).parent.parent / "config" / "server.properties").read_text()
+    assert text == render_server_properties()
+    parsed = parse_properties(text)
+    c = BrokerConfig.load(overrides=parsed)
+    for k in BROKER_KEYS:
+        assert c[k.name] == k.default
