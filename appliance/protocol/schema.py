@@ -63,15 +63,18 @@ class Field:
     exists in, optionally the versions it is nullable in (``nullable=True`` = all), and the
     default used when encoding a value that lacks it / decoding a version without it."""
 
-    __slots__ = ("name", "type", "versions", "nullable_versions", "default", "ignorable")
+    __slots__ = ("name", "type", "versions", "nullable_versions", "default")
 
     def __init__(self, name: str, type: Any, versions: str = "0+", *, nullable: bool | str = False,
-                 default: Any = _MISSING, ignorable: bool = False) -> None:
+                 default: Any = _MISSING) -> None:
         if not name.isidentifier() or name.startswith("_"):
             raise SchemaError(f"bad field name {name!r}")
         self.name = name
         self.type = type
         self.versions = parse_versions(versions)
+        if nullable and isinstance(type, Struct):
+            # Kafka marks null structs only in flexible versions, which we do not speak.
+            raise SchemaError(f"field {name}: a plain struct cannot be nullable")
         if nullable is True:
             self.nullable_versions: tuple[int, int] | None = self.versions
         elif nullable:
@@ -84,9 +87,6 @@ class Field:
         if default is _MISSING:
             default = None if isinstance(type, Struct) else type.default
         self.default = default
-        # Kafka's "ignorable": may be dropped when encoding an older version. We keep it as
-        # documentation; encoders always drop fields the target version lacks.
-        self.ignorable = ignorable
 
     def in_version(self, v: int) -> bool:
         return self.versions[0] <= v <= self.versions[1]
@@ -94,7 +94,7 @@ class Field:
     def type_for(self, v: int) -> Any:
         nv = self.nullable_versions
         if nv is not None and nv[0] <= v <= nv[1]:
-            return self.type if isinstance(self.type, Struct) else self.type.as_nullable()
+            return self.type.as_nullable()
         return self.type
 
     def __repr__(self) -> str:
@@ -107,7 +107,7 @@ class Struct:
     After its message compiles, ``data_class`` is the generated class for its values.
     """
 
-    def __init__(self, *fields: Field, name: str | None = None) -> None:
+    def __init__(self, *fields: Field) -> None:
         seen: set[str] = set()
         for f in fields:
             if not isinstance(f, Field):
@@ -116,7 +116,7 @@ class Struct:
                 raise SchemaError(f"duplicate field name {f.name!r}")
             seen.add(f.name)
         self.fields = fields
-        self.name = name
+        self.name: str | None = None  # the qualified name, set when its message compiles
         self.data_class: type[Data] | None = None
         self._decoders: dict[int, Any] = {}
         self._encoders: dict[int, Any] = {}

@@ -230,3 +230,21 @@ def test_same_bytes_as_kafka_python_old_classes(api, old_req, old_resp, req, res
     got = client.next_event()
     assert got.correlation_id == 17
     assert project(normalize(got.body), api._response_struct, v) == project(resp, api._response_struct, v)
+
+
+def test_kafka_python_api_versions_v4_gets_a_fallback_it_understands():
+    from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+    from appliance.protocol.connection import UnsupportedVersion
+    from appliance.protocol.registry import SUPPORTED_VERSIONS
+
+    req = ApiVersionsRequest(version=4, client_software_name="kafka-python", client_software_version="3.0")
+    req.with_header(correlation_id=11, client_id="kp")
+    server = ServerConnection()
+    server.receive_data(req.encode(header=True, framed=True))  # flexible header v2 + compact body
+    ev = server.next_event()
+    assert isinstance(ev, UnsupportedVersion) and not ev.close_connection and ev.client_id == "kp"
+    resp = ApiVersionsResponse.decode(ev.response[4:], version=4, header=True)
+    assert resp.header.correlation_id == 11 and resp.error_code == 35
+    assert {(k.api_key, k.min_version, k.max_version) for k in resp.api_keys} == {
+        (k, lo, hi) for k, (lo, hi) in SUPPORTED_VERSIONS.items()}
