@@ -177,6 +177,16 @@ class AbstractIndex:
         self.ENTRY.pack_into(self._mm, self.entries * self._esize, *fields)
         self.entries += 1
 
+    def _write_entries(self, entries: np.ndarray) -> None:
+        """Append a structured array of entries (``DTYPE``) in one copy; the caller checked
+        ordering and capacity."""
+        n = len(entries)
+        if self.entries + n > self.max_entries:
+            raise IndexFullError(f"index {self.path}: {n} entries do not fit")
+        e = self._esize
+        self._mm[self.entries * e:(self.entries + n) * e] = entries.tobytes()
+        self.entries += n
+
     def _floor_slot(self, key: int) -> int:
         """Largest slot whose key <= ``key`` (-1: none); searches the warm tail first."""
         n = self.entries
