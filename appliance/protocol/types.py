@@ -26,7 +26,7 @@ __all__ = [
     "VarInt", "VarLong", "FileSlice", "RECORDS_INLINE_LIMIT",
     "decode_string", "decode_nullable_string", "decode_bytes", "decode_nullable_bytes",
     "decode_records", "write_string", "write_nullable_string", "write_bytes",
-    "write_nullable_bytes", "write_records", "truncated",
+    "write_nullable_bytes", "write_records", "truncated", "decode_array_count",
 ]
 
 _I16 = struct.Struct(">h")
