@@ -61,6 +61,7 @@ class AbstractIndex:
         self._zero = bytes(self._esize)
         self._mm: mmap.mmap | None = None
         self.corrupt_reason: str | None = None
+        self._last: tuple[int, ...] | None = None  # cached last entry (appends check it)
         flags = os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY
         self._fd = os.open(path, flags, 0o644)
         length = os.fstat(self._fd).st_size
@@ -154,6 +155,7 @@ class AbstractIndex:
         n = self._count(self._entry_is_nonzero_pread, n_max)
         if n != self.entries or self._mm is None and n:
             self.entries = n
+            self._last = None
             self._map(n * self._esize)
         return n
 
@@ -164,6 +166,12 @@ class AbstractIndex:
         if not 0 <= slot < self.entries:
             raise IndexError_(f"slot {slot} out of range (0..{self.entries - 1}) in {self.path}")
         return self.ENTRY.unpack_from(self._mm, slot * self._esize)
+
+    def _last_raw(self) -> tuple[int, ...]:
+        """The last entry (cached; callers check ``entries`` first)."""
+        if self._last is None:
+            self._last = self.entry(self.entries - 1)
+        return self._last
 
     def _array(self) -> np.ndarray:
         """The valid entries as a structured array view (drop it before resize/close)."""
@@ -176,6 +184,7 @@ class AbstractIndex:
             raise IndexFullError(f"index {self.path} is full ({self.entries} entries)")
         self.ENTRY.pack_into(self._mm, self.entries * self._esize, *fields)
         self.entries += 1
+        self._last = fields
 
     def _write_entries(self, entries: np.ndarray) -> None:
         """Append a structured array of entries (``DTYPE``) in one copy; the caller checked
@@ -186,6 +195,7 @@ class AbstractIndex:
         e = self._esize
         self._mm[self.entries * e:(self.entries + n) * e] = entries.tobytes()
         self.entries += n
+        self._last = None
 
     def _floor_slot(self, key: int) -> int:
         """Largest slot whose key <= ``key`` (-1: none); searches the warm tail first."""
@@ -216,6 +226,7 @@ class AbstractIndex:
             self._mm[n * self._esize:self.entries * self._esize] = bytes(
                 (self.entries - n) * self._esize)
         self.entries = n
+        self._last = None
 
     def reset(self) -> None:
         """Drop every entry (recovery rebuilds from here)."""

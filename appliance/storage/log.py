@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from appliance.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -161,6 +163,7 @@ class PartitionLog:
         if tp is None:
             raise KafkaStorageError(f"{path}: not a <topic>-<partition> directory")
         self.topic, self.partition = tp
+        self._segs: tuple[LogSegment, ...] = ()
         self.config = config
         self._now_ms = now_ms
         self._segs: tuple[LogSegment, ...] = ()
@@ -286,10 +289,17 @@ class PartitionLog:
             if loc is None:
                 continue
             r = seg.batches_from(loc.position)
+            if r.count == 0:
+                continue
             buf = seg._data(seg.size)
-            for k in range(r.count):
-                h = _unpack_header(buf, int(r.positions[k]))
-                if h[9] >= 0 and h[11] >= 0:  # producer_id, base_sequence
+            # Gather producerId of every batch with numpy; replay only idempotent batches.
+            a = np.frombuffer(buf, dtype=np.uint8)
+            pos = r.positions[:r.count]
+            pid = a[pos[:, None] + (L.PRODUCER_ID_OFFSET + np.arange(8))].copy().view(">i8")[:, 0]
+            del a
+            for k in np.flatnonzero(pid >= 0).tolist():
+                h = _unpack_header(buf, int(pos[k]))
+                if h[11] >= 0:  # base sequence
                     self.producers.load_batch(h[9], h[10], h[11], h[6], h[0])
             del buf
 
@@ -314,6 +324,22 @@ class PartitionLog:
         self._segs = segs
 
     # -- state ------------------------------------------------------------------------------
+
+    @property
+    def config(self) -> Any:
+        return self._config
+
+    @config.setter
+    def config(self, config: Any) -> None:
+        """Switch to a new topic config (AlterConfigs); segments follow."""
+        self._config = config
+        # Plain attributes for the append path (TopicConfig lookups cost ~1 us each).
+        self._max_message_bytes = int(config.max_message_bytes)
+        self._log_append_time = config.message_timestamp_type == "LogAppendTime"
+        self._ts_diff_max = int(config.message_timestamp_difference_max_ms)
+        self._flush_messages = int(config.flush_messages)
+        for seg in self._segs:
+            seg.apply_config(config)
 
     @property
     def active_segment(self) -> LogSegment:
@@ -361,71 +387,62 @@ class PartitionLog:
         mv = memoryview(records)
         if mv.ndim != 1 or mv.itemsize != 1:
             mv = mv.cast("B")
-        cfg = self.config
-        max_msg = int(cfg.max_message_bytes)
+        max_msg = self._max_message_bytes
         if validate:
             heads = validate_records(mv, max_batch_bytes=max_msg)
         else:
             heads = _headers_unvalidated(mv)
-            for h in heads:
-                if h[1] + L.LOG_OVERHEAD > max_msg:
-                    raise MessageTooLargeError(
-                        f"batch of {h[1] + L.LOG_OVERHEAD} bytes is over max.message.bytes {max_msg}")
         now = self._now_ms()
         nb = len(heads)
-        # Per-batch columns (header tuple order: see batch_layout.FIELDS).
-        sizes = [h[1] + 12 for h in heads]
-        deltas = [h[6] for h in heads]
-        max_ts = [h[8] for h in heads]
-        rel_positions = [0] * nb
-        p = 0
-        for i in range(nb):
-            rel_positions[i] = p
-            p += sizes[i]
-        num_records = sum(h[12] for h in heads)
-
-        lat = cfg.message_timestamp_type == "LogAppendTime"
-        diff_max = int(cfg.message_timestamp_difference_max_ms)
-        if not lat and diff_max < LONG_MAX:
-            for h in heads:
+        lat = self._log_append_time
+        diff_max = self._ts_diff_max if not lat else LONG_MAX
+        leo = self.log_end_offset
+        # One pass over the headers (tuple order: batch_layout.FIELDS): per-batch columns,
+        # limits, offsets, producer checks. Nothing is modified until every check passed.
+        rel_positions, sizes, bases, last_offsets, max_ts = [], [], [], [], []
+        pos = 0
+        nxt = leo
+        num_records = 0
+        pa = None
+        need_offsets = False
+        for h in heads:
+            size = h[1] + 12
+            if size > max_msg:
+                raise MessageTooLargeError(
+                    f"batch of {size} bytes is over max.message.bytes {max_msg}")
+            if diff_max < LONG_MAX:
                 for ts in (h[7], h[8]):
                     if ts >= 0 and abs(ts - now) > diff_max:
                         raise InvalidTimestampError(
                             f"timestamp {ts} is more than {diff_max} ms from broker time {now}")
-
-        # Idempotent producers.
-        pa = None
-        for h in heads:
-            if h[9] >= 0 and h[11] >= 0:
+            if assign_offsets:
+                base = nxt
+            else:
+                base = h[0]
+                if base < nxt:
+                    raise InvalidRecordError(
+                        f"batch at byte {pos}: base offset {base} is below the next offset {nxt}")
+            if base != h[0]:
+                need_offsets = True
+            if h[9] >= 0 and h[11] >= 0:  # producer id, base sequence: idempotent producer
                 if pa is None:
                     pa = self.producers.begin()
                 dup = pa.check(h[9], h[10], h[11], h[6])
                 if dup is not None:
                     return AppendInfo(dup.first_offset, dup.last_offset, -1, -1,
-                                      self.log_start_offset, nb, num_records, True)
-
-        # Offsets.
-        if assign_offsets:
-            bases = [0] * nb
-            nxt = self.log_end_offset
-            for i in range(nb):
-                bases[i] = nxt
-                nxt += deltas[i] + 1
-        else:
-            bases = [h[0] for h in heads]
-            if bases[0] < self.log_end_offset:
-                raise InvalidRecordError(
-                    f"first offset {bases[0]} is below the log end offset {self.log_end_offset}")
-            for i in range(1, nb):
-                if bases[i] <= bases[i - 1] + deltas[i - 1]:
-                    raise InvalidRecordError(
-                        f"batch {i}: base offset {bases[i]} does not follow the previous batch")
-        last_offsets = [bases[i] + deltas[i] for i in range(nb)]
+                                      self.log_start_offset, nb, sum(x[12] for x in heads), True)
+            rel_positions.append(pos)
+            sizes.append(size)
+            bases.append(base)
+            last_offsets.append(base + h[6])
+            max_ts.append(h[8])
+            nxt = base + h[6] + 1
+            num_records += h[12]
+            pos += size
         first_offset, last_offset = bases[0], last_offsets[-1]
 
         # Rewrite headers (the CRC does not cover baseOffset; LogAppendTime recomputes it).
         buf = mv
-        need_offsets = any(bases[i] != heads[i][0] for i in range(nb))
         if need_offsets or lat:
             if mv.readonly:
                 buf = memoryview(bytearray(mv))
@@ -451,7 +468,7 @@ class PartitionLog:
         if pa is not None:
             pa.commit([(bases[i], last_offsets[i]) for i in range(nb)
                        if heads[i][9] >= 0 and heads[i][11] >= 0])
-        if self.log_end_offset - self.recovery_point >= int(cfg.flush_messages):
+        if self.log_end_offset - self.recovery_point >= self._flush_messages:
             self.flush()
         return AppendInfo(first_offset, last_offset, max(max_ts), lat_ts, self.log_start_offset,
                           nb, num_records, False)

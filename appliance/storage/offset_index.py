@@ -33,13 +33,13 @@ class OffsetIndex(AbstractIndex):
         """Largest indexed offset, or the base offset when the index is empty."""
         if not self.entries:
             return self.base_offset
-        return self.base_offset + self.entry(self.entries - 1)[0]
+        return self.base_offset + self._last_raw()[0]
 
     def last_entry(self) -> tuple[int, int]:
         """(offset, position) of the last entry, or (base_offset, 0) when empty."""
         if not self.entries:
             return self.base_offset, 0
-        rel, pos = self.entry(self.entries - 1)
+        rel, pos = self._last_raw()
         return self.base_offset + rel, pos
 
     def append(self, offset: int, position: int) -> None:
@@ -48,7 +48,7 @@ class OffsetIndex(AbstractIndex):
         rel = offset - self.base_offset
         if not 0 <= rel <= 0x7FFFFFFF:
             raise IndexError_(f"offset {offset} does not fit index {self.path} (base {self.base_offset})")
-        if self.entries and rel <= self.entry(self.entries - 1)[0]:
+        if self.entries and rel <= self._last_raw()[0]:
             raise IndexError_(
                 f"offset {offset} is not larger than the last entry of {self.path}")
         self._append_raw(rel, position)

