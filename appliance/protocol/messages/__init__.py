@@ -18,6 +18,7 @@ from appliance.protocol.messages.core import (
     Produce,
 )
 from appliance.protocol.messages.group import (
+    DeleteGroups,
     DescribeGroups,
     FindCoordinator,
     Heartbeat,
@@ -32,6 +33,6 @@ from appliance.protocol.messages.group import (
 __all__ = [
     "ApiVersions", "Metadata", "Produce", "Fetch", "ListOffsets", "InitProducerId",
     "FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit",
-    "OffsetFetch", "DescribeGroups", "ListGroups",
+    "OffsetFetch", "DescribeGroups", "ListGroups", "DeleteGroups",
     "CreateTopics", "DeleteTopics", "CreatePartitions", "DescribeConfigs", "AlterConfigs",
 ]

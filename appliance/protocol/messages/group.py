@@ -17,7 +17,7 @@ from appliance.protocol.types import (
     String,
 )
 
-__all__ = ["FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit", "OffsetFetch", "DescribeGroups", "ListGroups"]
+__all__ = ["FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit", "OffsetFetch", "DescribeGroups", "ListGroups", "DeleteGroups"]
 
 
 class FindCoordinator(ApiMessage):
@@ -214,5 +214,21 @@ class ListGroups(ApiMessage):
         Field("groups", Array(Struct(
             Field("group_id", String),
             Field("protocol_type", String),
+        ))),
+    )
+
+
+class DeleteGroups(ApiMessage):
+    """DeleteGroups (key 42); Kafka: valid 0-2, flexible 2+. Used by consumer-groups --delete."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 42, 0, 1
+    REQUEST = (
+        Field("groups_names", Array(String)),
+    )
+    RESPONSE = (
+        Field("throttle_time_ms", Int32),
+        Field("results", Array(Struct(
+            Field("group_id", String),
+            Field("error_code", Int16),
         ))),
     )
