@@ -67,9 +67,9 @@ class BrokerContext:
         pass
 
     # dispatch ---------------------------------------------------------------------------
-    async def handle(self, request: Any) -> Any:
+    async def handle(self, request: Any, client_host: str = "") -> Any:
         from appliance.broker.handlers import dispatch
-        return await dispatch(self, request)
+        return await dispatch(self, request, client_host)
 
     def close(self) -> None:
         self.readers.close()

@@ -31,6 +31,7 @@ class Completion(NamedTuple):
     base_offset: int
     log_append_time: int
     log_start_offset: int
+    body: bytes = b""  # an encoded response body (GROUP requests)
 
 
 class DiskClient:
@@ -55,13 +56,13 @@ class DiskClient:
         return self.channels[0].requests.max_message() - REQUEST.size
 
     async def submit(self, disk: int, msg_type: int, slot: int, payload: bytes | memoryview,
-                     acks: int = 1, timeout_ms: int = 30000) -> Completion | None:
+                     acks: int = 1, timeout_ms: int = 30000, *more: bytes | memoryview) -> Completion | None:
         """Queue a request on ``disk``'s ring; await its completion (None when acks == 0)."""
         request_id = next(self._ids)
         header = _REQ.pack(request_id, slot, acks, 0, timeout_ms)
         ring = self.channels[disk].requests
         loop = asyncio.get_running_loop()
-        while not ring.put(msg_type, header, payload):
+        while not ring.put(msg_type, header, payload, *more):
             # ring full: the disk worker is behind; wait until it completes something
             fut = loop.create_future()
             self._space_waiters.append(fut)
@@ -105,10 +106,12 @@ class DiskClient:
                     break
                 _, payload = msg
                 request_id, base, lat, lso, _slot, err = _COMP.unpack_from(payload, 0)
+                body = bytes(payload[COMPLETION.size:]) if len(payload) > COMPLETION.size else b""
+                del payload
                 ring.release()
                 entry = self._pending.pop(request_id, None)
                 if entry is not None and not entry[0].done():
-                    entry[0].set_result(Completion(err, base, lat, lso))
+                    entry[0].set_result(Completion(err, base, lat, lso, body))
         waiters, self._space_waiters = self._space_waiters, []
         for fut in waiters:
             if not fut.done():

@@ -24,7 +24,7 @@ import time
 from appliance.broker.plumbing import Plumbing, drain_doorbell, ring_doorbell
 from appliance.config import BrokerConfig, ConfigError, TopicConfig
 from appliance.errors import ErrorCode, KafkaError, KafkaStorageError
-from appliance.shm.layout import COMPLETION, REQUEST, MsgType, SlotState, WorkerState
+from appliance.shm.layout import COMPLETION, GROUP_HEADER, REQUEST, MsgType, SlotState, WorkerState
 from appliance.shm.partition_table import PartitionTable
 from appliance.shm.ring import Channel, RingFormatError
 
@@ -36,6 +36,8 @@ ROUND_LIMIT = 256  # requests taken from one ring per round, so no network worke
 IDLE_WAIT_S = 0.1  # the longest the loop sleeps: bounds heartbeat and periodic-task latency
 _REQ = REQUEST.struct  # type: ignore[attr-defined]
 _COMP = COMPLETION.struct  # type: ignore[attr-defined]
+_GROUP = GROUP_HEADER.struct  # type: ignore[attr-defined]
+OFFSETS_TOPIC = "__consumer_offsets"
 
 
 class DiskWorker:
@@ -93,12 +95,83 @@ class DiskWorker:
                 if info.disk == self.index and info.slot not in self.logs:
                     if info.state in (SlotState.CREATING, SlotState.OFFLINE):
                         plog = self.log_dir.create_partition(
-                            info.topic, info.partition, self.config.topic_defaults())
+                            info.topic, info.partition, self._creation_config(info.topic))
                         self._register(info.slot, info.topic, info.partition, plog)
                     elif info.state == SlotState.DELETING:
                         self.table.release(info.slot)
+        self._start_coordinator()
         log.info("log dir %s open: %d partitions in %.2f s", self.path, len(self.logs),
                  time.monotonic() - started)
+
+    # -- the group coordinator ------------------------------------------------------------
+    def _start_coordinator(self) -> None:
+        from appliance.broker.partition_index import PartitionIndex
+        from appliance.coordinator.coordinator import GroupCoordinator
+        self._index = PartitionIndex(self.table)
+        self.coordinator = GroupCoordinator(
+            self.config, int(self.config["offsets.topic.num.partitions"]),
+            append=self._append_offsets, respond=self._respond_later,
+            partition_exists=lambda t, p: self._index.lookup(t, p) is not None)
+        for (topic, partition), plog in self.log_dir.partitions.items():
+            if topic == OFFSETS_TOPIC:
+                self._load_offsets(partition, plog)
+
+    def _load_offsets(self, partition: int, plog) -> None:
+        from appliance.records.batch import decode_records
+        def records():
+            offset = plog.log_start_offset
+            while offset < plog.log_end_offset:
+                data = plog.read_bytes(offset, 4 << 20, max_offset=plog.log_end_offset)
+                if not data:
+                    break
+                batch = decode_records(data)
+                yield from batch
+                offset = max(offset + 1, batch[-1].offset + 1) if batch else plog.log_end_offset
+        self.coordinator.load(partition, records())
+
+    def _append_offsets(self, partition: int, batch: bytes) -> None:
+        slot = self.slot_of.get((OFFSETS_TOPIC, partition))
+        if slot is None:
+            from appliance.errors import error_for_code
+            raise error_for_code(ErrorCode.NOT_COORDINATOR)(f"{OFFSETS_TOPIC}-{partition} is not here")
+        plog = self.logs[slot]
+        plog.append(batch)
+        plog.high_watermark = plog.log_end_offset
+        self._publish(slot, plog)
+
+    def _respond_later(self, token: tuple, body: dict) -> None:
+        """Answer a group request the coordinator held (a JoinGroup waiting for a rebalance)."""
+        n, request_id, api_key, api_version = token
+        data = self._encode_group_response(api_key, api_version, body)
+        comp = _COMP.pack(request_id, -1, -1, -1, -1, 0) + data
+        ch = self.channels[n]
+        while not ch.completions.put(MsgType.COMPLETION, comp):
+            ring_doorbell(self.plumbing.net_bells[n])
+            time.sleep(0.0005)
+        ring_doorbell(self.plumbing.net_bells[n])
+
+    @staticmethod
+    def _encode_group_response(api_key: int, api_version: int, body: dict) -> bytes:
+        from appliance.protocol.registry import API_BY_KEY
+        return API_BY_KEY[api_key].encode_response(api_version, body)
+
+    def _handle_group(self, n: int, request_id: int, body: memoryview) -> bytes:
+        from appliance.protocol.registry import API_BY_KEY
+        api_key, api_version, cid_len, host_len = _GROUP.unpack_from(body, 0)
+        pos = GROUP_HEADER.size
+        client_id = bytes(body[pos:pos + cid_len]).decode(errors="replace")
+        pos += cid_len
+        client_host = bytes(body[pos:pos + host_len]).decode(errors="replace")
+        pos += host_len
+        request = API_BY_KEY[api_key].decode_request(api_version, bytes(body[pos:]))
+        token = (n, request_id, api_key, api_version)
+        answer = self.coordinator.handle(api_key, api_version, request, token, client_id, client_host)
+        return b"" if answer is None else self._encode_group_response(api_key, api_version, answer)
+
+    def _creation_config(self, topic: str) -> TopicConfig:
+        if topic == OFFSETS_TOPIC:
+            return TopicConfig.from_overrides(self.config, OFFSETS_TOPIC_CONFIG)
+        return self.config.topic_defaults()
 
     def _num_partitions(self, topic: str) -> int:
         """Partitions of a topic, counted over every log dir (a topic may span disks)."""
@@ -138,9 +211,11 @@ class DiskWorker:
         next_periodic = 0.0
         while self.alive:
             busy = self._drain_rings()
+            next_ms = self.coordinator.poll()
             if not busy:
+                wait_ms = min(IDLE_WAIT_S * 1000, max(next_ms - int(time.time() * 1000), 0))
                 with contextlib.suppress(InterruptedError):
-                    poller.poll(IDLE_WAIT_S * 1000)
+                    poller.poll(wait_ms)
                 drain_doorbell(bell)
             now = time.monotonic()
             self.table.heartbeat(self.slot)
@@ -175,7 +250,7 @@ class DiskWorker:
                     break
                 msg_type, payload = msg
                 try:
-                    comp = self._handle(msg_type, payload)
+                    comp = self._handle(n, msg_type, payload)
                 finally:
                     del payload
                     ring.release()
@@ -192,14 +267,19 @@ class DiskWorker:
                 ring_doorbell(fd)
         return handled > 0
 
-    def _handle(self, msg_type: int, payload: memoryview) -> bytes | None:
+    def _handle(self, n: int, msg_type: int, payload: memoryview) -> bytes | None:
         request_id, slot, acks, flags, timeout_ms = _REQ.unpack_from(payload, 0)
         body = payload[REQUEST.size:]
         base_offset = log_append_time = -1
         log_start = -1
         error = ErrorCode.NONE
+        extra = b""
         try:
-            if msg_type == MsgType.PRODUCE:
+            if msg_type == MsgType.GROUP:
+                extra = self._handle_group(n, request_id, body)
+                if not extra:
+                    return None  # held by the coordinator; answered by _respond_later
+            elif msg_type == MsgType.PRODUCE:
                 plog = self.logs.get(slot)
                 if plog is None:
                     raise _NotHere()
@@ -229,7 +309,7 @@ class DiskWorker:
             error = ErrorCode.UNKNOWN_SERVER_ERROR
         if acks == 0 and msg_type == MsgType.PRODUCE:
             return None
-        return _COMP.pack(request_id, base_offset, log_append_time, log_start, slot, int(error))
+        return _COMP.pack(request_id, base_offset, log_append_time, log_start, slot, int(error)) + extra
 
     def _create(self, slot: int, spec: dict) -> None:
         info = self.table.read(slot)
@@ -243,6 +323,8 @@ class DiskWorker:
             cfg = self.config.topic_defaults()  # validated by the network worker already
         plog = self.log_dir.create_partition(info.topic, info.partition, cfg)
         self._register(slot, info.topic, info.partition, plog)
+        if info.topic == OFFSETS_TOPIC:
+            self.coordinator.load(info.partition, ())
 
     def _delete(self, slot: int) -> None:
         info = self.table.read(slot)
@@ -270,6 +352,10 @@ class DiskWorker:
         except Exception:
             log.exception("clean close of %s failed; the next start will recover it", self.path)
         self.table.set_worker_state(self.slot, WorkerState.DEAD)
+
+
+# Kafka's settings for the offsets topic (offsets.topic.segment.bytes, compacted)
+OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
 
 
 class _NotHere(Exception):

@@ -49,6 +49,7 @@ class KafkaConnection(asyncio.Protocol):
         self._writer: asyncio.Task | None = None
         self._paused = False
         self._closing = False
+        self._client_host = ""
 
     # asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -58,6 +59,8 @@ class KafkaConnection(asyncio.Protocol):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.ctx.connections.add(self)
+        peer = transport.get_extra_info("peername")
+        self._client_host = f"/{peer[0]}" if peer else ""  # Kafka's form, as DescribeGroups shows it
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
@@ -104,7 +107,7 @@ class KafkaConnection(asyncio.Protocol):
         self._queue(fut)
 
     def _dispatch(self, event: proto.Request) -> None:
-        self._queue(asyncio.ensure_future(self.ctx.handle(event)))
+        self._queue(asyncio.ensure_future(self.ctx.handle(event, self._client_host)))
 
     def _queue(self, fut: asyncio.Future) -> None:
         self._responses.append(fut)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "LAYOUT_VERSION", "Layout", "TABLE_HEADER", "WORKER_SLOT", "PARTITION_SLOT", "RING_HEADER",
-    "RING_MESSAGE", "REQUEST", "COMPLETION", "MAX_WORKERS", "TOPIC_NAME_MAX", "SlotState",
+    "RING_MESSAGE", "REQUEST", "COMPLETION", "GROUP_HEADER", "MAX_WORKERS", "TOPIC_NAME_MAX", "SlotState",
     "WorkerState", "MsgType", "TABLE_MAGIC", "RING_MAGIC", "table_size", "shm_names",
 ]
 
@@ -143,6 +143,7 @@ class MsgType:
     DELETE_PARTITION = 3
     ALTER_CONFIG = 4
     DELETE_RECORDS = 5
+    GROUP = 6            # a consumer-group API request for the coordinator in the disk worker
     COMPLETION = 16
 
 
@@ -156,6 +157,15 @@ REQUEST = Layout("request", (
     ("reserved", "4x"),
 ))
 
+# Follows REQUEST in a GROUP message; then client_id, client_host, and the encoded request body.
+GROUP_HEADER = Layout("group_header", (
+    ("api_key", "h"),
+    ("api_version", "h"),
+    ("client_id_len", "H"),
+    ("client_host_len", "H"),
+))
+
+# A completion may be followed by an encoded response body (GROUP requests).
 COMPLETION = Layout("completion", (
     ("request_id", "Q"),
     ("base_offset", "q"),

@@ -7,6 +7,7 @@ sockets: they read the shared table, read segment files, and submit work to disk
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import appliance.protocol as proto
@@ -15,6 +16,7 @@ from appliance.broker.handlers import (
     api_versions,
     configs,
     fetch,
+    groups,
     list_offsets,
     metadata,
     produce,
@@ -36,16 +38,32 @@ HANDLERS = {
     32: configs.handle_describe,
     33: configs.handle_alter,
     22: producer_id.handle,
+    10: groups.find_coordinator,
+}
+
+# group APIs also need the client's address (DescribeGroups shows it, as Kafka does)
+GROUP_HANDLERS = {
+    11: groups.route, 14: groups.route, 12: groups.route, 13: groups.route,
+    8: groups.route, 9: groups.route,
+    16: groups.list_groups, 15: groups.describe_groups, 42: groups.delete_groups,
 }
 
 
-async def dispatch(ctx: BrokerContext, request: Any) -> Any:
+async def dispatch(ctx: BrokerContext, request: Any, client_host: str = "") -> Any:
     """The encoded response chunks for one request, or None when it gets no response."""
     handler = HANDLERS.get(request.api_key)
-    if handler is None:
+    if handler is not None:
+        body = await handler(ctx, request)
+    elif request.api_key in GROUP_HANDLERS:
+        body = await GROUP_HANDLERS[request.api_key](ctx, request, client_host)
+    else:
         from appliance.broker.network_worker import CloseConnection
         raise CloseConnection(f"no handler for API key {request.api_key}")
-    body = await handler(ctx, request)
     if body is NO_RESPONSE:
         return None
+    if isinstance(body, groups.RawBody):  # encoded by the coordinator: add the frame header
+        return [_FRAME_HEAD.pack(len(body) + 4, request.correlation_id) + body]
     return proto.encode_response(request, body)
+
+
+_FRAME_HEAD = struct.Struct(">ii")  # size, correlation id (response header v0)

@@ -29,10 +29,9 @@ def _one(ctx: Any, topic: str, partition: int, ts: int) -> dict:
     elif ts < 0:
         r["error_code"] = ErrorCode.INVALID_REQUEST
     else:
-        found = ctx.readers.reader(info.disk, topic, partition).offset_for_timestamp(ts)
-        if found is not None and found[0] < hw:
-            r["offset"] = max(found[0], lso)
-            r["timestamp"] = found[1]
+        found = ctx.readers.offset_for_timestamp(info.disk, topic, partition, ts, lso, hw)
+        if found is not None:
+            r["offset"], r["timestamp"] = found
     return r
 
 

@@ -1,0 +1,191 @@
+"""Consumer-group APIs on the network side: find the coordinator, route to it, merge answers.
+
+The coordinator of group G is the leader of ``__consumer_offsets`` partition
+abs(hash(G)) % offsets.topic.num.partitions; it runs in the disk worker holding that partition.
+A group request travels to that disk worker through the ring as its encoded body and comes back
+as an encoded response body (``RawBody``), so the coordinator owns every decision. ListGroups,
+DescribeGroups and DeleteGroups may span coordinators: they are split per disk and merged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from appliance.broker.topic_admin import create_topic
+from appliance.coordinator.routing import OFFSETS_TOPIC, offsets_partition_for
+from appliance.errors import ErrorCode
+from appliance.protocol.registry import API_BY_KEY
+from appliance.shm.layout import GROUP_HEADER, MsgType, SlotState
+
+__all__ = ["RawBody", "find_coordinator", "route", "list_groups", "describe_groups", "delete_groups"]
+
+_GROUP = GROUP_HEADER.struct  # type: ignore[attr-defined]
+OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
+KEY_TYPE_GROUP = 0
+
+
+class RawBody(bytes):
+    """A response body already encoded (by the coordinator) for the request's version."""
+
+
+def _num_offsets_partitions(ctx: Any) -> int:
+    parts = ctx.index.partitions(OFFSETS_TOPIC)
+    return len(parts) if parts else int(ctx.config["offsets.topic.num.partitions"])
+
+
+def _coordinator_slot(ctx: Any, group_id: str) -> tuple[Any, int]:
+    """(PartitionInfo of the group's offsets partition, error code)."""
+    parts = ctx.index.partitions(OFFSETS_TOPIC)
+    if not parts:
+        return None, ErrorCode.COORDINATOR_NOT_AVAILABLE
+    info = ctx.index.lookup(OFFSETS_TOPIC, offsets_partition_for(group_id, len(parts)))
+    if info is None or ctx.table.state(info.slot) != SlotState.ONLINE:
+        return None, ErrorCode.COORDINATOR_NOT_AVAILABLE
+    return info, 0
+
+
+async def find_coordinator(ctx: Any, request: Any) -> dict:
+    body = request.body
+    host, port = ctx.advertised
+
+    def answer(code: int, msg: str | None = None) -> dict:
+        ok = code == 0
+        return {"throttle_time_ms": 0, "error_code": code, "error_message": msg,
+                "node_id": ctx.broker_id if ok else -1, "host": host if ok else "", "port": port if ok else -1}
+
+    if request.api_version >= 1 and body.key_type != KEY_TYPE_GROUP:
+        return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported")
+    if not body.key:
+        return answer(ErrorCode.INVALID_GROUP_ID, "empty group id")
+    if not ctx.index.partitions(OFFSETS_TOPIC):
+        # Kafka creates the offsets topic on the first FindCoordinator
+        code, msg = await create_topic(ctx, OFFSETS_TOPIC,
+                                       int(ctx.config["offsets.topic.num.partitions"]), -1,
+                                       OFFSETS_TOPIC_CONFIG)
+        if code not in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
+            return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, msg)
+    _, code = _coordinator_slot(ctx, body.key)
+    return answer(code)
+
+
+async def _submit(ctx: Any, request: Any, info: Any, client_host: str, body: Any = None) -> Any:
+    api = API_BY_KEY[request.api_key]
+    encoded = api.encode_request(request.api_version, request.body if body is None else body)
+    cid = (request.client_id or "").encode()[:1024]
+    host = client_host.encode()[:255]
+    header = _GROUP.pack(request.api_key, request.api_version, len(cid), len(host))
+    return await ctx.disks.submit(info.disk, MsgType.GROUP, info.slot, header, 1, 30000, cid, host, encoded)
+
+
+def _error_body(api_key: int, code: int, request: Any) -> dict:
+    """The whole-request error answer of each group API (when no coordinator could answer)."""
+    b = request.body
+    if api_key == 11:
+        return {"error_code": code, "generation_id": -1, "protocol_name": "", "leader": "",
+                "member_id": b.member_id, "members": []}
+    if api_key == 14:
+        return {"error_code": code, "assignment": b""}
+    if api_key in (12, 13):
+        return {"error_code": code}
+    if api_key == 8:
+        return {"topics": [{"name": t.name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": code} for p in t.partitions]}
+            for t in b.topics]}
+    if api_key == 9:
+        return {"error_code": code, "topics": [{"name": t.name, "partitions": [
+            {"partition_index": p, "committed_offset": -1, "metadata": "", "error_code": code}
+            for p in t.partition_indexes]} for t in (b.topics or [])]}
+    raise ValueError(api_key)
+
+
+async def route(ctx: Any, request: Any, client_host: str) -> Any:
+    """JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch: one coordinator."""
+    info, code = _coordinator_slot(ctx, request.body.group_id)
+    if info is not None:
+        comp = await _submit(ctx, request, info, client_host)
+        if comp.body:
+            return RawBody(comp.body)
+        code = comp.error_code or ErrorCode.UNKNOWN_SERVER_ERROR
+    return _error_body(request.api_key, code, request)
+
+
+def _by_disk(ctx: Any, group_ids: list[str]) -> tuple[dict[Any, list[str]], list[str]]:
+    split: dict[Any, list[str]] = {}
+    missing = []
+    for gid in group_ids:
+        info, _ = _coordinator_slot(ctx, gid)
+        if info is None:
+            missing.append(gid)
+        else:
+            split.setdefault((info.disk, info.slot), []).append(gid)
+    return split, missing
+
+
+def _online_disks(ctx: Any) -> dict[int, Any]:
+    out = {}
+    for info in ctx.index.partitions(OFFSETS_TOPIC) or []:
+        if ctx.table.state(info.slot) == SlotState.ONLINE:
+            out.setdefault(info.disk, info)
+    return out
+
+
+async def list_groups(ctx: Any, request: Any, client_host: str) -> dict:
+    disks = _online_disks(ctx)
+    comps = await asyncio.gather(*(_submit(ctx, request, info, client_host) for info in disks.values()))
+    groups, error = [], 0
+    api = API_BY_KEY[request.api_key]
+    for comp in comps:
+        if not comp.body:
+            error = comp.error_code
+            continue
+        for g in api.decode_response(request.api_version, comp.body).groups:
+            groups.append({"group_id": g.group_id, "protocol_type": g.protocol_type})
+    if not ctx.index.partitions(OFFSETS_TOPIC):
+        error = 0  # no offsets topic yet: there are simply no groups
+    return {"throttle_time_ms": 0, "error_code": error, "groups": groups}
+
+
+async def describe_groups(ctx: Any, request: Any, client_host: str) -> dict:
+    split, missing = _by_disk(ctx, list(request.body.groups))
+    api = API_BY_KEY[request.api_key]
+    jobs = [_submit(ctx, request, _Info(disk, slot), client_host,
+                    {"groups": gids, "include_authorized_operations": False})
+            for (disk, slot), gids in split.items()]
+    found: dict[str, Any] = {}
+    for comp in await asyncio.gather(*jobs):
+        if comp.body:
+            for g in api.decode_response(request.api_version, comp.body).groups:
+                found[g.group_id] = g
+    out = []
+    for gid in request.body.groups:
+        g = found.get(gid)
+        if g is None:
+            out.append({"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "group_id": gid,
+                        "group_state": "", "protocol_type": "", "protocol_data": "", "members": []})
+        else:
+            out.append(g)
+    del missing
+    return {"throttle_time_ms": 0, "groups": out}
+
+
+async def delete_groups(ctx: Any, request: Any, client_host: str) -> dict:
+    split, _ = _by_disk(ctx, list(request.body.groups_names))
+    api = API_BY_KEY[request.api_key]
+    jobs = [_submit(ctx, request, _Info(disk, slot), client_host, {"groups_names": gids})
+            for (disk, slot), gids in split.items()]
+    found: dict[str, int] = {}
+    for comp in await asyncio.gather(*jobs):
+        if comp.body:
+            for r in api.decode_response(request.api_version, comp.body).results:
+                found[r.group_id] = r.error_code
+    return {"throttle_time_ms": 0, "results": [
+        {"group_id": gid, "error_code": found.get(gid, ErrorCode.COORDINATOR_NOT_AVAILABLE)}
+        for gid in request.body.groups_names]}
+
+
+class _Info:
+    """The (disk, slot) a group request is sent to."""
+
+    def __init__(self, disk: int, slot: int) -> None:
+        self.disk, self.slot = disk, slot

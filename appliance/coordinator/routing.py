@@ -1,0 +1,24 @@
+"""Group -> ``__consumer_offsets`` partition, exactly as Kafka computes it.
+
+Kafka: ``Utils.abs(groupId.hashCode) % offsets.topic.num.partitions`` with Java's String.hashCode
+(over UTF-16 code units, int32 arithmetic) and ``Utils.abs(n) = n & 0x7fffffff``. Matching it keeps
+the same group on the same partition as a Kafka cluster would put it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["java_string_hash", "offsets_partition_for", "OFFSETS_TOPIC"]
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def java_string_hash(s: str) -> int:
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def offsets_partition_for(group_id: str, num_partitions: int) -> int:
+    return (java_string_hash(group_id) & 0x7FFFFFFF) % num_partitions
