@@ -122,9 +122,17 @@ def run_all(d: str, total: int, args) -> None:
         chunks = make_chunks(total, per_call)
         nbytes = sum(map(len, chunks))
         mb = nbytes / 1e6
-        plain = med([bench_plain(d, chunks) for _ in range(args.runs)])
-        val = med([bench_append(d, chunks, True) for _ in range(args.runs)])
-        noval = med([bench_append(d, chunks, False) for _ in range(args.runs)])
+        # Interleaved, each after os.sync(): dirty pages left by one run would otherwise slow
+        # the next (measured: the later runs of a block were up to 2x slower).
+        ps, vs, ns = [], [], []
+        for _ in range(args.runs):
+            os.sync()
+            ps.append(bench_plain(d, chunks))
+            os.sync()
+            vs.append(bench_append(d, chunks, True))
+            os.sync()
+            ns.append(bench_append(d, chunks, False))
+        plain, val, noval = med(ps), med(vs), med(ns)
         print(f"\n{per_call} batch(es) per append call ({len(chunks)} calls, "
               f"{nbytes / len(chunks) / 1024:.1f} KiB each):")
         print(f"  plain os.write          {mb / plain:8.0f} MB/s")
@@ -144,6 +152,7 @@ def run_all(d: str, total: int, args) -> None:
     def recover():
         lg = PartitionLog.open(path, cfg, clean_shutdown=False, recovery_point=0)
         lg.close()
+    os.sync()
     rec = med([timed(recover) for _ in range(args.runs)])
 
     def crc_all():
