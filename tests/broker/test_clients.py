@@ -1,0 +1,341 @@
+"""Real Kafka clients (kcat, kafka-python, confluent-kafka, aiokafka) against the real broker
+process over TCP: produce/consume, metadata, offsets, admin, and 100k messages per codec."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
+
+from appliance.client.connection import BrokerConnection
+from appliance.records.batch import decode_batch, iter_batches, read_header
+from tests.broker.clients import (
+    check_numbered,
+    consume_confluent,
+    consume_kafka_python,
+    consume_kcat,
+    create_topic,
+    produce_numbered,
+)
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def kcat(bootstrap: str, *args: str, stdin: bytes | None = None) -> str:
+    res = subprocess.run(["kcat", "-b", bootstrap, *args], input=stdin, capture_output=True,
+                         timeout=60)
+    assert res.returncode == 0, res.stderr.decode(errors="replace")
+    return res.stdout.decode()
+
+
+def fetch_raw(bootstrap: str, topic: str, partition: int, offset: int = 0) -> bytes:
+    """The record bytes a plain Fetch returns (our client; no library decoding in between)."""
+    host, port = bootstrap.rsplit(":", 1)
+    with BrokerConnection(host, int(port)) as c:
+        resp = c.request(1, {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+                             "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                             "topics": [{"topic": topic, "partitions": [
+                                 {"partition": partition, "fetch_offset": offset,
+                                  "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
+                             "forgotten_topics_data": [], "rack_id": ""})
+    pr = resp.responses[0].partitions[0]
+    assert pr.error_code == 0
+    return bytes(pr.records or b"")
+
+
+# -- kcat -----------------------------------------------------------------------------------
+
+def test_kcat_produce_consume_keys_headers_offsets(module_broker):
+    bs = module_broker.bootstrap
+    create_topic(bs, "kc-basic")
+    kcat(bs, "-P", "-t", "kc-basic", "-p", "0", "-K", ":", "-H", "h1=v1", "-H", "h2=v2",
+         stdin=b"a:one\nb:two\nc:three\n")
+    out = kcat(bs, "-C", "-t", "kc-basic", "-o", "beginning", "-e", "-q",
+               "-f", "%p|%o|%k|%s|%h\n")
+    assert out.splitlines() == ["0|0|a|one|h1=v1,h2=v2", "0|1|b|two|h1=v1,h2=v2",
+                                "0|2|c|three|h1=v1,h2=v2"]
+    # a consumer starting at an offset sees only the rest
+    out = kcat(bs, "-C", "-t", "kc-basic", "-o", "1", "-e", "-q", "-f", "%o %s\n")
+    assert out.splitlines() == ["1 two", "2 three"]
+
+
+def test_kcat_metadata_lists_broker_and_partitions(module_broker):
+    bs = module_broker.bootstrap
+    create_topic(bs, "kc-meta", partitions=4)
+    out = kcat(bs, "-L", "-t", "kc-meta")
+    assert f"broker 0 at 127.0.0.1:{module_broker.port}" in out
+    assert 'topic "kc-meta" with 4 partitions' in out
+    for p in range(4):
+        assert f"partition {p}, leader 0, replicas: 0, isrs: 0" in out
+    full = kcat(bs, "-L")
+    assert 'topic "kc-meta"' in full and 'topic "kc-basic"' in full or 'topic "kc-meta"' in full
+
+
+def test_kcat_query_offset_by_timestamp(module_broker):
+    bs = module_broker.bootstrap
+    create_topic(bs, "kc-times")
+    p = Producer({"bootstrap.servers": bs})
+    base = 1_700_000_000_000
+    for i in range(5):  # timestamps base, base+1000, ... at offsets 0..4
+        p.produce("kc-times", b"m%d" % i, partition=0, timestamp=base + 1000 * i)
+    assert p.flush(10) == 0
+    out = kcat(bs, "-Q", "-t", f"kc-times:0:{base + 1500}")
+    assert "offset 2" in out, out  # first message at or after the time
+    out = kcat(bs, "-Q", "-t", f"kc-times:0:{base}")
+    assert "offset 0" in out, out
+    out = kcat(bs, "-Q", "-t", f"kc-times:0:{base + 10_000}")
+    assert "offset -1" in out, out  # after the last message: none (Kafka answers -1)
+
+
+# -- kafka-python ---------------------------------------------------------------------------
+
+def test_kafka_python_default_producer_is_idempotent(module_broker):
+    from kafka import KafkaProducer
+    bs = module_broker.bootstrap
+    create_topic(bs, "kp-idem")
+    prod = KafkaProducer(bootstrap_servers=bs)
+    try:
+        assert prod.config["enable_idempotence"] is True
+        assert prod.config["acks"] in (-1, "all")
+        metas = [prod.send("kp-idem", value=b"v%d" % i, key=b"k", partition=0).get(timeout=20)
+                 for i in range(3)]
+        pid = prod._transaction_manager.producer_id_and_epoch.producer_id
+    finally:
+        prod.close(timeout=10)
+    assert [m.offset for m in metas] == [0, 1, 2]
+    assert pid >= 0  # it asked the broker (InitProducerId) for a producer id
+    data = fetch_raw(bs, "kp-idem", 0)
+    headers = [read_header(data, pos) for pos, _ in iter_batches(data)]
+    # the stored batches carry that id and consecutive sequences: idempotence really was on
+    assert {h.producer_id for h in headers} == {pid}
+    seqs = []
+    for h in headers:
+        seqs.extend(range(h.base_sequence, h.base_sequence + h.records_count))
+    assert seqs == [0, 1, 2]
+
+
+def test_kafka_python_acks1_and_groupless_consumer(module_broker):
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTP
+    bs = module_broker.bootstrap
+    create_topic(bs, "kp-acks1", partitions=2)
+    prod = KafkaProducer(bootstrap_servers=bs, acks=1, enable_idempotence=False)
+    try:
+        for i in range(20):
+            prod.send("kp-acks1", value=b"val-%d" % i, key=b"key-%d" % i, partition=i % 2,
+                      headers=[("n", b"%d" % i)])
+        prod.flush(20)
+    finally:
+        prod.close(timeout=10)
+    cons = KafkaConsumer(bootstrap_servers=bs, group_id=None, auto_offset_reset="earliest",
+                         enable_auto_commit=False)
+    try:
+        tps = [KTP("kp-acks1", 0), KTP("kp-acks1", 1)]
+        cons.assign(tps)
+        got = []
+        deadline = time.monotonic() + 20
+        while len(got) < 20 and time.monotonic() < deadline:
+            for msgs in cons.poll(timeout_ms=500).values():
+                got.extend(msgs)
+    finally:
+        cons.close()
+    assert sorted((m.partition, m.offset, m.key, m.value, tuple(m.headers)) for m in got) == sorted(
+        (i % 2, i // 2, b"key-%d" % i, b"val-%d" % i, (("n", b"%d" % i),)) for i in range(20))
+
+
+# -- confluent-kafka and aiokafka -----------------------------------------------------------
+
+def test_confluent_binary_values_round_trip(module_broker):
+    """All 256 byte values, a null key, empty and null values, many headers: byte-identical."""
+    bs = module_broker.bootstrap
+    create_topic(bs, "ck-bin")
+    msgs = [(None, bytes(range(256))), (b"\x00\xff", b""), (b"k", None),
+            (b"big", bytes(range(256)) * 400)]
+    p = Producer({"bootstrap.servers": bs, "enable.idempotence": True})
+    for k, v in msgs:
+        p.produce("ck-bin", v, k, partition=0, headers=[("a", b"\x00\x01"), ("b", None), ("a", b"2")])
+    assert p.flush(10) == 0
+    got = consume_confluent(bs, "ck-bin", 1, len(msgs))[0]
+    assert [(k, v) for _, k, v, _ in got] == msgs
+    assert all(h == [("a", b"\x00\x01"), ("b", None), ("a", b"2")] for *_, h in got)
+
+
+def test_aiokafka_producer_consumer(module_broker):
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.structs import TopicPartition as ATP
+    bs = module_broker.bootstrap
+    create_topic(bs, "aio", partitions=2)
+
+    async def run() -> list:
+        prod = AIOKafkaProducer(bootstrap_servers=bs, enable_idempotence=True)
+        await prod.start()
+        try:
+            for i in range(30):
+                await prod.send_and_wait("aio", b"v%d" % i, key=b"k%d" % i, partition=i % 2,
+                                         headers=[("i", b"%d" % i)])
+        finally:
+            await prod.stop()
+        cons = AIOKafkaConsumer(bootstrap_servers=bs, group_id=None, auto_offset_reset="earliest",
+                                enable_auto_commit=False)
+        await cons.start()
+        try:
+            cons.assign([ATP("aio", 0), ATP("aio", 1)])
+            got = []
+            deadline = time.monotonic() + 20
+            while len(got) < 30 and time.monotonic() < deadline:
+                batch = await cons.getmany(timeout_ms=500)
+                for msgs in batch.values():
+                    got.extend(msgs)
+            return got
+        finally:
+            await cons.stop()
+
+    got = asyncio.run(run())
+    assert sorted((m.partition, m.offset, m.key, m.value, tuple(m.headers)) for m in got) == sorted(
+        (i % 2, i // 2, b"k%d" % i, b"v%d" % i, (("i", b"%d" % i),)) for i in range(30))
+
+
+# -- 100,000 messages per codec -------------------------------------------------------------
+
+COUNT = 100_000
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_100k_messages_per_codec(module_broker, codec):
+    bs = module_broker.bootstrap
+    topic = f"bulk-{codec}"
+    create_topic(bs, topic, partitions=3)
+    produce_numbered(bs, topic, COUNT, 3, compression=codec)
+    check_numbered(consume_confluent(bs, topic, 3, COUNT), COUNT, 3)
+    # the stored batches really use the codec (the broker keeps the producer's compression)
+    data = fetch_raw(bs, topic, 0)
+    assert read_header(data, 0).compression.name.lower() == codec
+    if codec == "zstd":
+        check_numbered(consume_kcat(bs, topic, 3), COUNT, 3)
+    if codec == "lz4":
+        check_numbered(consume_kafka_python(bs, topic, 3, COUNT), COUNT, 3)
+
+
+# -- admin ----------------------------------------------------------------------------------
+
+def test_kafka_python_admin(module_broker):
+    from kafka.admin import ConfigResource as KCR
+    from kafka.admin import ConfigResourceType, KafkaAdminClient
+    from kafka.admin import NewPartitions as KNP
+    from kafka.admin import NewTopic as KNT
+    from kafka.errors import (
+        InvalidPartitionsError,
+        InvalidReplicationFactorError,
+        InvalidTopicError,
+        TopicAlreadyExistsError,
+        UnknownTopicOrPartitionError,
+    )
+    bs = module_broker.bootstrap
+    admin = KafkaAdminClient(bootstrap_servers=bs)
+    try:
+        admin.create_topics([KNT("kpa-1", 2, 1, topic_configs={"retention.ms": "123456"})])
+        assert "kpa-1" in admin.list_topics()
+        res = admin.describe_configs([KCR(ConfigResourceType.TOPIC, "kpa-1")], config_filter=None)
+        entries = {e["config_names"]: e for e in res[0].to_object()["resources"][0]["configs"]}
+        assert entries["retention.ms"]["config_value"] == "123456"
+        assert entries["retention.ms"]["is_default"] is False
+        with pytest.raises(TopicAlreadyExistsError):
+            admin.create_topics([KNT("kpa-1", 1, 1)])
+        with pytest.raises(InvalidTopicError):
+            admin.create_topics([KNT("bad/name", 1, 1)])
+        with pytest.raises(InvalidPartitionsError):
+            admin.create_topics([KNT("kpa-zero", 0, 1)])
+        with pytest.raises(InvalidReplicationFactorError):
+            admin.create_topics([KNT("kpa-rf3", 1, 3)])
+        admin.create_partitions({"kpa-1": KNP(total_count=5)})
+        md = admin.describe_topics(["kpa-1"])
+        assert len(md[0]["partitions"]) == 5
+        with pytest.raises(InvalidPartitionsError):  # never shrink
+            admin.create_partitions({"kpa-1": KNP(total_count=3)})
+        admin.delete_topics(["kpa-1"])
+        assert "kpa-1" not in admin.list_topics()
+        with pytest.raises(UnknownTopicOrPartitionError):
+            admin.delete_topics(["kpa-1"])
+    finally:
+        admin.close()
+
+
+def _admin_error(fut) -> int:
+    with pytest.raises(KafkaException) as ei:
+        fut.result(timeout=20)
+    return ei.value.args[0].code()
+
+
+def test_confluent_admin(module_broker):
+    bs = module_broker.bootstrap
+    admin = AdminClient({"bootstrap.servers": bs})
+    fs = admin.create_topics([NewTopic("cka-1", 3, 1, config={"retention.ms": "98765",
+                                                               "cleanup.policy": "delete"})])
+    fs["cka-1"].result(timeout=20)
+    desc = admin.describe_configs([ConfigResource("topic", "cka-1")])
+    cfg = next(iter(desc.values())).result(timeout=20)
+    assert cfg["retention.ms"].value == "98765"
+    assert not cfg["retention.ms"].is_default
+    assert cfg["segment.bytes"].is_default
+    assert admin.list_topics(timeout=10).topics["cka-1"].partitions.keys() == {0, 1, 2}
+    assert _admin_error(admin.create_topics([NewTopic("cka-1", 1, 1)])["cka-1"]) == \
+        KafkaError.TOPIC_ALREADY_EXISTS
+    assert _admin_error(admin.create_topics([NewTopic("x" * 250, 1, 1)])["x" * 250]) == \
+        KafkaError.INVALID_TOPIC_EXCEPTION
+    assert _admin_error(admin.create_topics([NewTopic("cka-rf", 1, 3)])["cka-rf"]) == \
+        KafkaError.INVALID_REPLICATION_FACTOR
+    assert _admin_error(admin.create_topics(
+        [NewTopic("cka-cfg", 1, 1, config={"retention.ms": "soon"})])["cka-cfg"]) == \
+        KafkaError.INVALID_CONFIG
+    admin.create_partitions([NewPartitions("cka-1", 4)])["cka-1"].result(timeout=20)
+    assert len(admin.list_topics(timeout=10).topics["cka-1"].partitions) == 4
+    admin.delete_topics(["cka-1"])["cka-1"].result(timeout=20)
+    assert "cka-1" not in admin.list_topics(timeout=10).topics
+    assert _admin_error(admin.delete_topics(["cka-1"])["cka-1"]) == \
+        KafkaError.UNKNOWN_TOPIC_OR_PART
+    # a deleted topic's name can be used again, and starts empty
+    admin.create_topics([NewTopic("cka-1", 1, 1)])["cka-1"].result(timeout=20)
+    c = Consumer({"bootstrap.servers": bs, "group.id": "unused"})
+    try:
+        assert c.get_watermark_offsets(TopicPartition("cka-1", 0), timeout=10) == (0, 0)
+    finally:
+        c.close()
+
+
+# -- ListOffsets ----------------------------------------------------------------------------
+
+def test_confluent_list_offsets(module_broker):
+    bs = module_broker.bootstrap
+    create_topic(bs, "lo", partitions=2)
+    p = Producer({"bootstrap.servers": bs})
+    base = 1_600_000_000_000
+    for i in range(10):  # partition 0: offsets 0..9 at base + 10*i
+        p.produce("lo", b"x", partition=0, timestamp=base + 10 * i)
+    assert p.flush(10) == 0
+    c = Consumer({"bootstrap.servers": bs, "group.id": "unused"})
+    try:
+        assert c.get_watermark_offsets(TopicPartition("lo", 0), timeout=10) == (0, 10)
+        assert c.get_watermark_offsets(TopicPartition("lo", 1), timeout=10) == (0, 0)
+        res = c.offsets_for_times([TopicPartition("lo", 0, base + 35), TopicPartition("lo", 0, base),
+                                   TopicPartition("lo", 1, base)], timeout=10)
+        assert [r.offset for r in res[:2]] == [4, 0]
+        assert res[2].offset == -1  # empty partition: no such message
+        res = c.offsets_for_times([TopicPartition("lo", 0, base + 1000)], timeout=10)
+        assert res[0].offset == -1
+    finally:
+        c.close()
+
+
+def test_records_decode_with_our_reader_too(module_broker):
+    """What the clients wrote decodes with our own batch reader (same keys, values, headers)."""
+    bs = module_broker.bootstrap
+    create_topic(bs, "ours")
+    kcat(bs, "-P", "-t", "ours", "-p", "0", "-K", ":", "-H", "x=y", stdin=b"k1:v1\nk2:v2\n")
+    data = fetch_raw(bs, "ours", 0)
+    recs = [r for pos, _ in iter_batches(data) for r in decode_batch(data, pos)[1]]
+    assert [(r.offset, r.key, r.value, list(r.headers)) for r in recs] == [
+        (0, b"k1", b"v1", [("x", b"y")]), (1, b"k2", b"v2", [("x", b"y")])]
