@@ -20,6 +20,7 @@ COMMANDS = {
     "console-producer": ("console_producer", "send lines from stdin as messages"),
     "console-consumer": ("console_consumer", "print messages of a topic"),
     "dump-log": ("dump_log", "decode segment files (.log), with --verify-crc"),
+    "consumer-groups": ("consumer_groups", "list, describe, reset offsets of and delete consumer groups"),
 }
 
 

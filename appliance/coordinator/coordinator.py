@@ -77,10 +77,12 @@ class GroupCoordinator:
             try:
                 key = schema.decode_key(rec.key)
                 if isinstance(key, schema.OffsetKey):
-                    group = self.groups.get(key.group) or self._new_group(key.group)
+                    group = self.groups.get(key.group)
                     if rec.value is None:
-                        group.offsets.pop((key.topic, key.partition), None)
+                        if group is not None:
+                            group.offsets.pop((key.topic, key.partition), None)
                     else:
+                        group = group or self._new_group(key.group)
                         group.offsets[(key.topic, key.partition)] = schema.decode_offset_value(rec.value)
                 else:
                     if rec.value is None:
@@ -88,12 +90,17 @@ class GroupCoordinator:
                         if g is not None:
                             g.members.clear()
                             g.state = S.EMPTY
+                        loaded += 1
                         continue
                     self._restore_group(key.group, schema.decode_group_value(rec.value), now)
                 loaded += 1
             except (schema.SchemaError, UnicodeDecodeError) as e:
                 log.warning("skipping unreadable __consumer_offsets record at offset %s: %s",
                             getattr(rec, "offset", "?"), e)
+        # a group with neither members nor offsets left is gone (deleted or expired)
+        for gid in [gid for gid, g in self.groups.items()
+                    if self.partition_for(gid) == partition and not g.members and not g.offsets]:
+            del self.groups[gid]
         log.log(logging.INFO if loaded else logging.DEBUG,
                 "loaded __consumer_offsets-%d: %d records, %d groups now cached", partition,
                  loaded, len(self.groups))
