@@ -35,6 +35,7 @@ from appliance.records.varint import (
     write_varlong,
 )
 from native import crc32c
+from native.records_walk import walk_records
 
 __all__ = [
     "Compression", "TimestampType", "Record", "BatchHeader", "HEADER_SIZE", "MAGIC",
@@ -278,6 +279,19 @@ def _walk_records(data, p: int, end: int, count: int) -> int:
     return prev
 
 
+_NATIVE_WALK_MIN = 8  # below this many records the kernel's call overhead exceeds the Python walk
+
+
+def _walk(data, start: int, stop: int, count: int) -> int:
+    """The record walk: the numba kernel when it pays, the Python walk (its twin) otherwise and
+    whenever the kernel finds a problem, so the error raised carries the precise message."""
+    if count >= _NATIVE_WALK_MIN:
+        status, _, last = walk_records(data, start, stop, count)
+        if status == 0:
+            return last
+    return _walk_records(data, start, stop, count)
+
+
 def _check_batch(buf, pos: int, verify_records: bool, max_decompressed: int,
                  contiguous_offsets: bool) -> BatchHeader:
     h, end = _checked_header(buf, pos)
@@ -292,7 +306,7 @@ def _check_batch(buf, pos: int, verify_records: bool, max_decompressed: int,
         raise InvalidRecordError(
             f"batch at byte {pos}: recordsCount {count}, lastOffsetDelta {h.last_offset_delta}")
     data, start, stop = _records_section(buf, pos, end, h, max_decompressed)
-    last = _walk_records(data, start, stop, count)
+    last = _walk(data, start, stop, count)
     if count:
         if last != h.last_offset_delta:
             raise InvalidRecordError(

@@ -1,0 +1,137 @@
+"""Walk the records of an uncompressed (or decompressed) v2 batch: the produce path's hot loop.
+
+Checks that ``count`` records exactly fill ``buf[start:end]``: every record's length varint
+matches its fields, offsetDeltas strictly increase, key/value/header lengths are sane, no
+trailing bytes. Returns a status and never raises, so the caller decides what to say; its twin
+is :func:`appliance.records.batch._walk_records`, which raises with a precise message and is
+what the caller runs (only) when this kernel reports a problem.
+
+Measured reason it exists: the Python walk costs ~1 µs per record, which capped a disk worker at
+about 1 M records/s before anything else; this kernel walks ~100 M records/s.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from native.buffers import as_u8
+
+__all__ = ["walk_records", "WALK_OK", "WALK_STATUS"]
+
+WALK_OK = 0
+WALK_STATUS = {
+    0: "ok",
+    1: "fewer records than recordsCount",
+    2: "a record has an impossible length",
+    3: "offsetDelta does not increase",
+    4: "a negative key length",
+    5: "a negative value length",
+    6: "a negative header count",
+    7: "a header with a null or negative key",
+    8: "a header value length below -1",
+    9: "a record's fields do not add up to its length",
+    10: "a varint or field runs past the end",
+    11: "trailing bytes after the records",
+}
+
+
+@nb.njit(nogil=True, cache=True, inline="always")
+def _uvarint(buf, p, end, max_bytes):
+    """(raw zigzag value, new position); position -1 when truncated or overlong."""
+    result = 0
+    shift = 0
+    for _ in range(max_bytes):
+        if p >= end:
+            return 0, -1
+        b = np.int64(buf[p])
+        p += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, p
+        shift += 7
+    return 0, -1
+
+
+@nb.njit(nogil=True, cache=True, inline="always")
+def _zz(u):
+    return (u >> 1) ^ -(u & 1)
+
+
+@nb.njit(nogil=True, cache=True)
+def _walk(buf, p, end, count):
+    prev = -1
+    for i in range(count):
+        if p >= end:
+            return 1, i, prev
+        u, p = _uvarint(buf, p, end, 5)
+        if p < 0:
+            return 10, i, prev
+        length = _zz(u)
+        rec_end = p + length
+        if length < 6 or rec_end > end:
+            return 2, i, prev
+        p += 1  # attributes
+        u, p = _uvarint(buf, p, rec_end, 10)  # timestampDelta
+        if p < 0:
+            return 10, i, prev
+        u, p = _uvarint(buf, p, rec_end, 5)  # offsetDelta
+        if p < 0:
+            return 10, i, prev
+        od = _zz(u)
+        if od <= prev:
+            return 3, i, prev
+        prev = od
+        u, p = _uvarint(buf, p, rec_end, 5)  # key length
+        if p < 0:
+            return 10, i, prev
+        if u > 1:
+            if u & 1:
+                return 4, i, prev
+            p += u >> 1
+        if p > rec_end:
+            return 10, i, prev
+        u, p = _uvarint(buf, p, rec_end, 5)  # value length
+        if p < 0:
+            return 10, i, prev
+        if u > 1:
+            if u & 1:
+                return 5, i, prev
+            p += u >> 1
+        if p > rec_end:
+            return 10, i, prev
+        u, p = _uvarint(buf, p, rec_end, 5)  # header count
+        if p < 0:
+            return 10, i, prev
+        if u & 1:
+            return 6, i, prev
+        for _ in range(u >> 1):
+            u, p = _uvarint(buf, p, rec_end, 5)
+            if p < 0:
+                return 10, i, prev
+            if u & 1:
+                return 7, i, prev
+            p += u >> 1
+            u, p = _uvarint(buf, p, rec_end, 5)
+            if p < 0:
+                return 10, i, prev
+            if u > 1:
+                if u & 1:
+                    return 8, i, prev
+                p += u >> 1
+            if p > rec_end:
+                return 10, i, prev
+        if p != rec_end:
+            return 9, i, prev
+    if p != end:
+        return 11, count, prev
+    return 0, count, prev
+
+
+def walk_records(buf, start: int, end: int, count: int) -> tuple[int, int, int]:
+    """(status, index of the offending record, last offsetDelta seen). status 0 = all good."""
+    arr = as_u8(buf)
+    if not 0 <= start <= end <= arr.shape[0] or count < 0:
+        raise ValueError(f"bad walk range {start}..{end} of {arr.shape[0]} bytes, count {count}")
+    status, index, last = _walk(arr, start, end, count)
+    return int(status), int(index), int(last)

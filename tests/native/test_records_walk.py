@@ -1,0 +1,66 @@
+"""The record-walk kernel against its pure-Python twin (appliance.records.batch._walk_records)."""
+
+import random
+
+import pytest
+
+from appliance.errors import InvalidRecordError
+from appliance.records.batch import HEADER_SIZE, build_batch, read_header
+from appliance.records.batch import _walk_records as python_walk
+from native.records_walk import walk_records
+
+
+def _records_of(batch: bytes):
+    h = read_header(batch)
+    return batch, HEADER_SIZE, len(batch), h.records_count
+
+
+def _python_ok(data, start, end, count):
+    try:
+        return True, python_walk(data, start, end, count)
+    except InvalidRecordError:
+        return False, None
+
+
+@pytest.mark.parametrize("n", [1, 8, 300])
+def test_valid_batches_agree(n):
+    rng = random.Random(n)
+    recs = []
+    for _ in range(n):
+        key = None if rng.random() < 0.3 else rng.randbytes(rng.randint(0, 300))
+        value = None if rng.random() < 0.1 else rng.randbytes(rng.randint(0, 2000))
+        headers = tuple((f"h{j}", None if rng.random() < 0.2 else rng.randbytes(rng.randint(0, 50)))
+                        for j in range(rng.randint(0, 3)))
+        recs.append((key, value, headers))
+    data, start, end, count = _records_of(build_batch(recs))
+    status, index, last = walk_records(data, start, end, count)
+    assert (status, index) == (0, count)
+    assert last == python_walk(data, start, end, count) == n - 1
+
+
+def test_mutations_agree_with_the_twin():
+    rng = random.Random(7)
+    base = build_batch([(b"k%d" % i, b"v" * rng.randint(0, 200), (("h", b"x"),)) for i in range(40)])
+    data, start, end, count = _records_of(base)
+    disagreements = 0
+    for _trial in range(3000):
+        buf = bytearray(data)
+        for _ in range(rng.randint(1, 3)):
+            buf[rng.randrange(start, end)] = rng.randrange(256)
+        cut = end if rng.random() < 0.8 else rng.randrange(start, end)
+        n = count if rng.random() < 0.9 else rng.randint(0, count + 3)
+        ok_py, last_py = _python_ok(buf, start, cut, n)
+        status, _, last = walk_records(buf, start, cut, n)
+        if ok_py != (status == 0) or (ok_py and last_py != last):
+            disagreements += 1
+    assert disagreements == 0
+
+
+def test_each_problem_is_reported():
+    good = build_batch([(b"k", b"v")] * 10)
+    data, start, end, count = _records_of(good)
+    assert walk_records(data, start, end, count + 1)[0] == 1          # too few records
+    assert walk_records(data, start, end, count - 1)[0] == 11         # trailing bytes
+    assert walk_records(data, start, end - 1, count)[0] != 0          # truncated
+    with pytest.raises(ValueError):
+        walk_records(data, start, len(data) + 1, count)
