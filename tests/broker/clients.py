@@ -137,8 +137,11 @@ def check_numbered(got: dict[int, list], count: int, partitions: int) -> None:
     for p, rows in got.items():
         expect_seqs = list(range(p, count, partitions))
         seqs = [int(v[:8]) for _, _, v, _ in rows]
-        assert seqs == expect_seqs, f"partition {p}: {len(seqs)} messages, first mismatch at " \
-            f"{next((i for i, (a, b) in enumerate(zip(seqs, expect_seqs)) if a != b), min(len(seqs), len(expect_seqs)))}"
+        if seqs != expect_seqs:
+            first = next((i for i, (a, b) in enumerate(zip(seqs, expect_seqs, strict=False)) if a != b),
+                         min(len(seqs), len(expect_seqs)))
+            raise AssertionError(f"partition {p}: {len(seqs)} of {len(expect_seqs)} messages, "
+                                 f"first mismatch at index {first}")
         offsets = [o for o, _, _, _ in rows]
         assert offsets == list(range(len(rows))), f"partition {p}: offsets not dense from 0"
         for _off, key, value, headers in rows:

@@ -8,10 +8,11 @@ import subprocess
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 
 from appliance.client.connection import BrokerConnection
+from appliance.errors import ErrorCode
 from appliance.records.batch import decode_batch, iter_batches, read_header
 from tests.broker.clients import (
     check_numbered,
@@ -239,10 +240,13 @@ def test_kafka_python_admin(module_broker):
     try:
         admin.create_topics([KNT("kpa-1", 2, 1, topic_configs={"retention.ms": "123456"})])
         assert "kpa-1" in admin.list_topics()
-        res = admin.describe_configs([KCR(ConfigResourceType.TOPIC, "kpa-1")], config_filter=None)
-        entries = {e["config_names"]: e for e in res[0].to_object()["resources"][0]["configs"]}
-        assert entries["retention.ms"]["config_value"] == "123456"
-        assert entries["retention.ms"]["is_default"] is False
+        res = admin.describe_configs([KCR(ConfigResourceType.TOPIC, "kpa-1")])
+        modified = res["topic"]["kpa-1"]  # kafka-python's default filter: overrides only
+        assert list(modified) == ["retention.ms"], modified
+        assert modified["retention.ms"]["value"] == "123456"
+        everything = admin.describe_configs([KCR(ConfigResourceType.TOPIC, "kpa-1")],
+                                            config_filter="all")["topic"]["kpa-1"]
+        assert everything["segment.bytes"]["config_source"] == "DEFAULT_CONFIG"
         with pytest.raises(TopicAlreadyExistsError):
             admin.create_topics([KNT("kpa-1", 1, 1)])
         with pytest.raises(InvalidTopicError):
@@ -283,20 +287,22 @@ def test_confluent_admin(module_broker):
     assert cfg["segment.bytes"].is_default
     assert admin.list_topics(timeout=10).topics["cka-1"].partitions.keys() == {0, 1, 2}
     assert _admin_error(admin.create_topics([NewTopic("cka-1", 1, 1)])["cka-1"]) == \
-        KafkaError.TOPIC_ALREADY_EXISTS
+        ErrorCode.TOPIC_ALREADY_EXISTS
     assert _admin_error(admin.create_topics([NewTopic("x" * 250, 1, 1)])["x" * 250]) == \
-        KafkaError.INVALID_TOPIC_EXCEPTION
+        ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert _admin_error(admin.create_topics([NewTopic("cka-0", 0, 1)])["cka-0"]) == \
+        ErrorCode.INVALID_PARTITIONS
     assert _admin_error(admin.create_topics([NewTopic("cka-rf", 1, 3)])["cka-rf"]) == \
-        KafkaError.INVALID_REPLICATION_FACTOR
+        ErrorCode.INVALID_REPLICATION_FACTOR
     assert _admin_error(admin.create_topics(
         [NewTopic("cka-cfg", 1, 1, config={"retention.ms": "soon"})])["cka-cfg"]) == \
-        KafkaError.INVALID_CONFIG
+        ErrorCode.INVALID_CONFIG
     admin.create_partitions([NewPartitions("cka-1", 4)])["cka-1"].result(timeout=20)
     assert len(admin.list_topics(timeout=10).topics["cka-1"].partitions) == 4
     admin.delete_topics(["cka-1"])["cka-1"].result(timeout=20)
     assert "cka-1" not in admin.list_topics(timeout=10).topics
     assert _admin_error(admin.delete_topics(["cka-1"])["cka-1"]) == \
-        KafkaError.UNKNOWN_TOPIC_OR_PART
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     # a deleted topic's name can be used again, and starts empty
     admin.create_topics([NewTopic("cka-1", 1, 1)])["cka-1"].result(timeout=20)
     c = Consumer({"bootstrap.servers": bs, "group.id": "unused"})
@@ -320,12 +326,18 @@ def test_confluent_list_offsets(module_broker):
     try:
         assert c.get_watermark_offsets(TopicPartition("lo", 0), timeout=10) == (0, 10)
         assert c.get_watermark_offsets(TopicPartition("lo", 1), timeout=10) == (0, 0)
-        res = c.offsets_for_times([TopicPartition("lo", 0, base + 35), TopicPartition("lo", 0, base),
-                                   TopicPartition("lo", 1, base)], timeout=10)
-        assert [r.offset for r in res[:2]] == [4, 0]
-        assert res[2].offset == -1  # empty partition: no such message
-        res = c.offsets_for_times([TopicPartition("lo", 0, base + 1000)], timeout=10)
-        assert res[0].offset == -1
+        def at(ts: int, partition: int = 0) -> int:
+            (r,) = c.offsets_for_times([TopicPartition("lo", partition, ts)], timeout=10)
+            assert r.error is None
+            return r.offset
+
+        assert at(base + 35) == 4  # first message at or after the time
+        assert at(base + 40) == 4
+        assert at(base) == 0
+        assert at(0) == 0
+        assert at(base + 90) == 9
+        assert at(base + 91) == -1  # after the last message: none
+        assert at(base, partition=1) == -1  # empty partition
     finally:
         c.close()
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import appliance.protocol as proto
 
-__all__ = ["RawConnection", "request_frame", "read_frame"]
+__all__ = ["RawConnection", "request_frame", "read_frame", "produce_body", "fetch_body", "metadata_body"]
 
 _SIZE = struct.Struct(">i")
 
@@ -88,3 +88,27 @@ class RawConnection:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def produce_body(topic: str, partition: int, records: bytes | None, acks: int = 1,
+                 timeout_ms: int = 10000) -> dict:
+    """A Produce request body with one partition's record bytes."""
+    return {"transactional_id": None, "acks": acks, "timeout_ms": timeout_ms,
+            "topic_data": [{"name": topic, "partition_data": [{"index": partition,
+                                                                "records": records}]}]}
+
+
+def fetch_body(topic: str, partition: int, offset: int, max_wait_ms: int = 0,
+               min_bytes: int = 1, max_bytes: int = 1 << 20) -> dict:
+    """A Fetch request body for one partition (sessionless)."""
+    return {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes,
+            "max_bytes": max_bytes, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": topic, "partitions": [
+                {"partition": partition, "fetch_offset": offset, "log_start_offset": -1,
+                 "partition_max_bytes": max_bytes}]}],
+            "forgotten_topics_data": [], "rack_id": ""}
+
+
+def metadata_body(topics: list[str] | None = None) -> dict:
+    return {"topics": None if topics is None else [{"name": t} for t in topics],
+            "allow_auto_topic_creation": False}
