@@ -1,0 +1,214 @@
+"""Read one partition's offset range [start, end) from its segment files into Arrow batches.
+
+The walk: :class:`appliance.storage.reader.LogReader` finds the byte range of whole batches from
+an offset (offset index + native scan), the range is mmap'd read-only, :func:`native.scan_batches`
+checks every batch's CRC32C, compressed records sections are inflated, and
+:func:`spark.decode_kernel.decode_records` turns the records into Arrow buffers. Control batches
+are skipped, as Kafka consumers skip them; offset gaps (compacted topics) need no special case.
+
+A batch that fails its CRC or does not decode raises CorruptRecordError naming the segment file
+and the byte position of the batch. Offsets removed by retention (below the oldest segment, or
+a segment deleted between two reads) raise OffsetOutOfRangeError with ``fail_on_data_loss``,
+otherwise the reader logs a warning and continues from the oldest offset still on disk.
+
+Thread-safety: a generator per task; nothing is shared.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from appliance.errors import CorruptRecordError, OffsetOutOfRangeError
+from appliance.records import batch_layout as L
+from appliance.records.compression import DEFAULT_MAX_DECOMPRESSED, decompress
+from appliance.storage.reader import LogReader
+from native import SCAN_END, scan_batches
+from spark.decode_kernel import DECODE_ERRORS, DECODE_OK, DecodeOutput, decode_records
+from spark.schema import arrow_schema
+
+__all__ = ["read_range", "DataLossWarning"]
+
+log = logging.getLogger(__name__)
+
+_PAGE = mmap.ALLOCATIONGRANULARITY
+_BINARY = pa.binary()
+_ATTR = np.dtype(">i2")
+_I64 = np.dtype(">i8")
+_STOP_WHY = {1: "a batch runs past the end of the data", 2: "bad batch header",
+             3: "CRC32C mismatch", 4: "offsets go backwards"}
+
+
+class DataLossWarning(UserWarning):
+    """Offsets were skipped because retention removed them (failOnDataLoss=false)."""
+
+
+def _binary(n: int, offsets: np.ndarray, valid: np.ndarray, data: np.ndarray,
+            typ: pa.DataType = _BINARY) -> pa.Array:
+    nulls = n - int(np.count_nonzero(valid)) if n else 0
+    bitmap = None if nulls == 0 else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(typ, n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)],
+                                 null_count=nulls)
+
+
+def _constant_string(value: str, n: int) -> pa.Array:
+    raw = value.encode()
+    offsets = np.arange(0, len(raw) * (n + 1), len(raw) or 1, dtype=np.int32)[:n + 1]
+    if not raw:
+        offsets = np.zeros(n + 1, np.int32)
+    data = np.frombuffer(raw * n, np.uint8) if raw else np.empty(0, np.uint8)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _to_record_batch(out: DecodeOutput, topic: str, partition: int, schema: pa.Schema,
+                     include_headers: bool) -> pa.RecordBatch:
+    n = out.rows
+    cols = [
+        _binary(n, out.key_offsets, out.key_valid, out.key_data),
+        _binary(n, out.value_offsets, out.value_valid, out.value_data),
+        _constant_string(topic, n),
+        pa.array(np.full(n, partition, np.int32), pa.int32()),
+        pa.array(out.offsets, pa.int64()),
+        pa.Array.from_buffers(schema.field("timestamp").type, n,
+                              [None, pa.py_buffer(out.timestamps_us)]),
+        pa.array(out.timestamp_types, pa.int32()),
+    ]
+    if include_headers:
+        nh = len(out.hkey_offsets) - 1
+        htype = schema.field("headers").type
+        struct_type = htype.value_type
+        keys = _binary(nh, out.hkey_offsets, np.ones(nh, np.uint8), out.hkey_data, pa.string())
+        vals = _binary(nh, out.hvalue_offsets, out.hvalue_valid, out.hvalue_data)
+        structs = pa.StructArray.from_arrays([keys, vals], fields=list(struct_type))
+        cols.append(pa.ListArray.from_arrays(pa.array(out.header_offsets, pa.int32()), structs,
+                                             type=htype))
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def _decode_chunk(buf: np.ndarray, base_pos: int, scan, path: str, file_pos0: int,
+                  lo: int, hi: int, include_headers: bool) -> DecodeOutput | None:
+    """Decode the batches ``scan`` found in ``buf``; None when all of them are control batches."""
+    pos = scan.positions
+    attrs = buf[(pos + L.ATTRIBUTES_OFFSET)[:, None] + np.arange(2)].view(_ATTR).ravel()
+    attrs = attrs.astype(np.int64)
+    data_batches = (attrs & L.CONTROL_BIT) == 0
+    if not data_batches.all():
+        keep = np.flatnonzero(data_batches)
+        if keep.size == 0:
+            return None
+    else:
+        keep = None
+    base_ts = buf[(pos + L.BASE_TIMESTAMP_OFFSET)[:, None] + np.arange(8)].view(_I64).ravel()
+    codecs = attrs & L.COMPRESSION_MASK
+    sec_start = pos + L.HEADER_SIZE
+    sec_end = pos + scan.sizes.astype(np.int64)
+    work = buf
+    if codecs.any():
+        # Inflate compressed sections and copy the plain ones next to them: one kernel call.
+        parts, starts, ends, at = [], [], [], 0
+        for i in range(scan.count):
+            raw = memoryview(buf)[int(sec_start[i]):int(sec_end[i])]
+            if codecs[i]:
+                try:
+                    raw = decompress(int(codecs[i]), raw, DEFAULT_MAX_DECOMPRESSED)
+                except Exception as e:  # noqa: BLE001 - every codec failure means corrupt data
+                    raise CorruptRecordError(
+                        f"{path}: batch at byte {file_pos0 + int(pos[i]) - base_pos} does not "
+                        f"decompress: {e}") from None
+            parts.append(raw)
+            starts.append(at)
+            at += len(raw)
+            ends.append(at)
+        work = np.frombuffer(b"".join(parts), np.uint8)
+        sec_start = np.array(starts, np.int64)
+        sec_end = np.array(ends, np.int64)
+    log_append = ((attrs & L.TIMESTAMP_TYPE_BIT) != 0).astype(np.uint8)
+    arrays = [sec_start, sec_end, scan.base_offsets, base_ts.astype(np.int64),
+              scan.max_timestamps, log_append, scan.record_counts]
+    if keep is not None:
+        arrays = [a[keep] for a in arrays]
+    out, status, bad = decode_records(work, *arrays, lo, hi, include_headers)
+    if status != DECODE_OK:
+        i = int(keep[bad]) if keep is not None else bad
+        raise CorruptRecordError(
+            f"{path}: batch at byte {file_pos0 + int(pos[i]) - base_pos} "
+            f"(offsets {int(scan.base_offsets[i])}..{int(scan.last_offsets[i])}): "
+            f"{DECODE_ERRORS.get(status, f'decode status {status}')}")
+    return out
+
+
+def _data_loss(what: str, fail: bool) -> None:
+    if fail:
+        raise OffsetOutOfRangeError(
+            f"{what}. Records were removed by retention before they were read; set "
+            "failOnDataLoss=false to skip them")
+    log.warning("%s; skipping the lost records (failOnDataLoss=false)", what)
+
+
+def read_range(path: str, topic: str, partition: int, start: int, end: int, *,
+               include_headers: bool = False, fail_on_data_loss: bool = True,
+               chunk_bytes: int = 8 << 20, schema: pa.Schema | None = None
+               ) -> Iterator[pa.RecordBatch]:
+    """Yield Arrow batches of the records with ``start <= offset < end`` of one partition.
+
+    ``end`` must not exceed the high watermark (the caller's bound). Raises CorruptRecordError
+    (naming the file and batch position), OffsetOutOfRangeError (data loss with
+    ``fail_on_data_loss``), KafkaStorageError (I/O).
+    """
+    if schema is None:
+        schema = arrow_schema(include_headers)
+    if start >= end:
+        return
+    reader = LogReader(path)
+    try:
+        offset = start
+        while offset < end:
+            try:
+                sl = reader.read(offset, chunk_bytes, max_offset=end)
+            except OffsetOutOfRangeError:
+                oldest = reader.log_start_offset_on_disk
+                _data_loss(f"{topic}-{partition}: offset {offset} is no longer on disk "
+                           f"(oldest segment starts at {oldest})", fail_on_data_loss)
+                if oldest is None or oldest <= offset:
+                    return
+                offset = oldest
+                continue
+            if sl is None:
+                if not reader.refresh() and offset < end:
+                    _data_loss(f"{topic}-{partition}: the partition's segments vanished at "
+                               f"offset {offset}", fail_on_data_loss)
+                return  # compaction may leave no batch between offset and end
+            aligned = sl.position - sl.position % _PAGE
+            skew = sl.position - aligned
+            # Not closed explicitly: numpy views (and an exception's frames) may still export
+            # the map; it is unmapped when the last reference goes.
+            mm = mmap.mmap(sl.fd, sl.length + skew, access=mmap.ACCESS_READ, offset=aligned)
+            buf = np.frombuffer(mm, np.uint8)
+            scan = scan_batches(buf, skew, skew + sl.length, verify_crc=True)
+            if scan.stop_reason != SCAN_END:
+                bad = scan.stop_position - skew + sl.position
+                why = _STOP_WHY.get(int(scan.stop_reason), str(scan.stop_reason))
+                raise CorruptRecordError(f"{_file_name(sl)}: corrupt batch at byte {bad}: {why}")
+            if scan.count == 0:
+                return
+            out = _decode_chunk(buf, skew, scan, _file_name(sl), sl.position, start, end,
+                                include_headers)
+            nxt = int(scan.last_offsets[scan.count - 1]) + 1
+            del scan, buf, mm
+            if out is not None and out.rows:
+                rb = _to_record_batch(out, topic, partition, schema, include_headers)
+                del out
+                yield rb
+            offset = max(nxt, offset + 1)
+    finally:
+        reader.close()
+
+
+def _file_name(sl) -> str:
+    # The path may have been renamed .deleted by now; it still names the segment.
+    return sl.path if os.path.exists(sl.path) else sl.path + " (deleted since)"

@@ -1,0 +1,156 @@
+"""A small blocking producer over :class:`appliance.client.connection.BrokerConnection`.
+
+Used by the data source's writers: records are grouped per partition into v2 batches
+(:func:`appliance.records.batch.build_batch`) and sent to each partition's leader with Produce
+(api key 0). Partitions are chosen as Kafka's default partitioner does: an explicit partition,
+else murmur2 of the key, else one sticky partition per flushed batch.
+
+Not thread-safe: one producer per task.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from appliance.client.connection import BrokerConnection, ConnectionFailed, parse_bootstrap
+from appliance.client.partitioner import StickyPartitioner, partition_for
+from appliance.errors import (
+    ErrorCode,
+    InvalidConfigError,
+    KafkaError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
+from appliance.records.batch import build_batch
+from appliance.records.record_types import Compression
+
+__all__ = ["Producer"]
+
+_CODECS = {"none": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
+           "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
+_RETRY_METADATA = (ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+
+class Producer:
+    """Buffers records per (topic, partition) and produces them in batches of ``batch_records``.
+
+    Raises ConnectionFailed (no bootstrap server reachable), UnknownTopicOrPartitionError,
+    InvalidConfigError (a partition number outside the topic), and the KafkaError subclass of
+    any error code a Produce answer carries.
+    """
+
+    def __init__(self, bootstrap_servers: str, *, acks: int = -1, compression: str = "none",
+                 batch_records: int = 4096, timeout_ms: int = 30000) -> None:
+        try:
+            self._servers = parse_bootstrap(bootstrap_servers)
+        except ValueError as e:
+            raise InvalidConfigError(f"option kafka.bootstrap.servers: {e}") from None
+        self.acks = acks
+        self.codec = _CODECS[compression]
+        self.batch_records = batch_records
+        self.timeout_ms = timeout_ms
+        self._boot: BrokerConnection | None = None
+        self._conns: dict[int, BrokerConnection] = {}
+        self._brokers: dict[int, tuple[str, int]] = {}
+        self._topics: dict[str, list[int]] = {}  # topic -> leader id per partition
+        self._pending: dict[tuple[str, int], list] = {}
+        self._sticky = StickyPartitioner()
+        self.sent = 0
+
+    def _bootstrap(self) -> BrokerConnection:
+        if self._boot is None:
+            errors = []
+            for host, port in self._servers:
+                try:
+                    self._boot = BrokerConnection(host, port, timeout=self.timeout_ms / 1000,
+                                                  client_id="appliance-spark")
+                    break
+                except ConnectionFailed as e:
+                    errors.append(str(e))
+            else:
+                raise ConnectionFailed("; ".join(errors))
+        return self._boot
+
+    def _metadata(self, topic: str) -> list[int]:
+        leaders = self._topics.get(topic)
+        if leaders is not None:
+            return leaders
+        conn = self._bootstrap()
+        deadline = time.monotonic() + self.timeout_ms / 1000
+        while True:
+            md = conn.request(3, {"topics": [{"name": topic}], "allow_auto_topic_creation": True})
+            for b in md.brokers:
+                self._brokers[b.node_id] = (b.host, b.port)
+            t = md.topics[0]
+            if t.error_code == 0 and t.partitions and all(p.leader_id >= 0 for p in t.partitions):
+                leaders = [-1] * len(t.partitions)
+                for p in t.partitions:
+                    leaders[p.partition_index] = p.leader_id
+                self._topics[topic] = leaders
+                return leaders
+            if t.error_code not in (0, *_RETRY_METADATA) or time.monotonic() > deadline:
+                if t.error_code in (0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+                    raise UnknownTopicOrPartitionError(
+                        f"topic {topic!r} does not exist on {conn.address} (and was not created)")
+                raise error_for_code(t.error_code)(f"metadata for topic {topic!r}")
+            time.sleep(0.1)
+
+    def _conn(self, node: int) -> BrokerConnection:
+        c = self._conns.get(node)
+        if c is None:
+            host, port = self._brokers[node]
+            c = self._conns[node] = BrokerConnection(host, port, timeout=self.timeout_ms / 1000,
+                                                     client_id="appliance-spark")
+        return c
+
+    def send(self, topic: str, key: bytes | None, value: bytes | None,
+             headers: Sequence[tuple[str, bytes | None]] = (), partition: int | None = None) -> None:
+        """Queue one record (sent when its partition's buffer is full or on :meth:`flush`)."""
+        n = len(self._metadata(topic))
+        if partition is None:
+            partition = (partition_for(key, n) if key is not None
+                         else self._sticky.partition(topic, n))
+        elif not 0 <= partition < n:
+            raise InvalidConfigError(f"partition {partition} is outside topic {topic!r} "
+                                     f"(it has {n} partitions)")
+        buf = self._pending.setdefault((topic, partition), [])
+        buf.append((key, value, tuple(headers)))
+        if len(buf) >= self.batch_records:
+            self.flush()
+            self._sticky.next(topic, n)
+
+    def flush(self) -> None:
+        """Send everything queued and wait for the acknowledgements (acks option)."""
+        by_leader: dict[int, dict[str, list]] = {}
+        for (topic, part), recs in self._pending.items():
+            if not recs:
+                continue
+            leader = self._metadata(topic)[part]
+            by_leader.setdefault(leader, {}).setdefault(topic, []).append(
+                {"index": part, "records": build_batch(recs, compression=self.codec)})
+            self.sent += len(recs)
+        self._pending = {}
+        for leader, topics in by_leader.items():
+            resp = self._conn(leader).request(0, {
+                "transactional_id": None, "acks": self.acks, "timeout_ms": self.timeout_ms,
+                "topic_data": [{"name": t, "partition_data": d} for t, d in topics.items()]})
+            if resp is None:  # acks=0
+                continue
+            for t in resp.responses:
+                for pr in t.partition_responses:
+                    if pr.error_code:
+                        raise error_for_code(pr.error_code)(
+                            f"producing to {t.name}-{pr.index}: "
+                            f"{ErrorCode(pr.error_code).name}")
+
+    def close(self) -> None:
+        for c in self._conns.values():
+            c.close()
+        if self._boot is not None:
+            self._boot.close()
+        self._conns.clear()
+        self._boot = None
+
+
+assert issubclass(UnknownTopicOrPartitionError, KafkaError)
