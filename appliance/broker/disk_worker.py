@@ -19,6 +19,7 @@ import logging
 import os
 import select
 import signal
+import socket
 import time
 
 from appliance.broker.plumbing import Plumbing, drain_doorbell, ring_doorbell
@@ -65,6 +66,7 @@ class DiskWorker:
         for ch in self.channels:
             # requests queued while no disk worker ran were failed by their network workers
             ch.requests.discard_all()
+        self._attach_ipc()
         try:
             self._open_log_dir()
         except (OSError, KafkaStorageError) as e:
@@ -102,6 +104,68 @@ class DiskWorker:
         self._start_coordinator()
         log.info("log dir %s open: %d partitions in %.2f s", self.path, len(self.logs),
                  time.monotonic() - started)
+
+    # -- local IPC producers --------------------------------------------------------------
+    def _attach_ipc(self) -> None:
+        from appliance.shm.ipc_directory import IpcDirectory
+        from appliance.shm.layout import IPC_CHANNELS, disk_wake_address, ipc_channel_name
+        base = self.plumbing.base
+        self.ipc_dir = IpcDirectory.attach(base, self.index)
+        self.ipc_channels = [Channel.attach(ipc_channel_name(base, self.index, k))
+                             for k in range(IPC_CHANNELS)]
+        for ch in self.ipc_channels:
+            # a producer fails what it queued for our dead predecessor (it watches the incarnation)
+            ch.requests.discard_all()
+        self.ipc_dir.set_worker_incarnation(self.table.worker(self.slot)[4])
+        self.wake_sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.wake_sock.bind(disk_wake_address(base, self.index))
+        self.wake_sock.setblocking(False)
+
+    def _drain_ipc(self) -> int:
+        handled = 0
+        for k, ch in enumerate(self.ipc_channels):
+            ring = ch.requests
+            if ring.head == ring.tail:
+                continue
+            answered = False
+            for _ in range(ROUND_LIMIT):
+                if ch.completions.capacity - ch.completions.used() < 4096:
+                    # its producer is not reading its acknowledgements: leave its requests queued
+                    # rather than block this worker (and every other producer) on it
+                    break
+                try:
+                    msg = ring.peek()
+                except RingFormatError as e:
+                    log.warning("IPC channel %d: producer pid %d wrote garbage (%s): discarding its queue",
+                                k, self.ipc_dir.slot(k)[0], e)
+                    ring.discard_all()
+                    break
+                if msg is None:
+                    break
+                msg_type, payload = msg
+                try:
+                    comp = self._handle(None, msg_type, payload) if msg_type == MsgType.PRODUCE \
+                        else self._refuse(payload)
+                finally:
+                    del payload
+                    ring.release()
+                handled += 1
+                if comp is not None:
+                    ch.completions.put(MsgType.COMPLETION, comp)  # room was checked above
+                    answered = True
+            if answered:
+                self._wake_producer(k)
+        return handled
+
+    def _refuse(self, payload: memoryview) -> bytes:
+        request_id, slot = _REQ.unpack_from(payload, 0)[:2] if len(payload) >= REQUEST.size else (0, -1)
+        return _COMP.pack(request_id, -1, -1, -1, slot, int(ErrorCode.INVALID_REQUEST))
+
+    def _wake_producer(self, k: int) -> None:
+        pid, _, name = self.ipc_dir.slot(k)
+        if pid and name:
+            with contextlib.suppress(OSError):  # gone, or its socket buffer is full: it will poll
+                self.wake_sock.sendto(b"\0", name)
 
     # -- the group coordinator ------------------------------------------------------------
     def _start_coordinator(self) -> None:
@@ -208,6 +272,7 @@ class DiskWorker:
         bell = self.plumbing.disk_bells[self.index]
         poller = select.poll()
         poller.register(bell, select.POLLIN)
+        poller.register(self.wake_sock, select.POLLIN)
         next_periodic = 0.0
         while self.alive:
             busy = self._drain_rings()
@@ -217,6 +282,9 @@ class DiskWorker:
                 with contextlib.suppress(InterruptedError):
                     poller.poll(wait_ms)
                 drain_doorbell(bell)
+                with contextlib.suppress(BlockingIOError, OSError):
+                    while self.wake_sock.recv(64):
+                        pass
             now = time.monotonic()
             self.table.heartbeat(self.slot)
             if now >= next_periodic:
@@ -261,6 +329,7 @@ class DiskWorker:
                         ring_doorbell(self.plumbing.net_bells[n])
                         time.sleep(0.0005)
                     rung.add(n)
+        handled += self._drain_ipc()
         if handled:
             # appends wake long-poll fetches on every network worker, not only the requesters
             for fd in self.plumbing.net_bells:

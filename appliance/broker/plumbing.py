@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import posix_ipc
 
+from appliance.shm.ipc_directory import IpcDirectory
 from appliance.shm.partition_table import PartitionTable
 from appliance.shm.ring import Channel
 
@@ -22,6 +23,7 @@ __all__ = ["Plumbing", "shm_base_name", "ring_doorbell", "drain_doorbell", "unli
 PARTITION_TABLE_CAPACITY = 8192  # slots; 2.6 MiB of shared memory, far above one box's partitions
 REQUEST_RING_BYTES = 64 << 20  # per (network, disk) pair: holds a full produce request's batches
 COMPLETION_RING_BYTES = 1 << 20  # completions are 40 bytes each
+IPC_REQUEST_RING_BYTES = 32 << 20  # per local producer channel; tmpfs pages are used only when touched
 
 
 def shm_base_name(configured: str, broker_id: int, port: int) -> str:
@@ -47,7 +49,7 @@ def unlink_stale(base: str) -> list[str]:
     removed = []
     with contextlib.suppress(FileNotFoundError):
         for name in os.listdir("/dev/shm"):
-            if name == f"{base}-table" or name.startswith(f"{base}-ring-"):
+            if name == f"{base}-table" or name.startswith((f"{base}-ring-", f"{base}-ipc-")):
                 with contextlib.suppress(posix_ipc.ExistentialError):
                     posix_ipc.unlink_shared_memory("/" + name)
                     removed.append(name)
@@ -75,6 +77,8 @@ class Plumbing:
                 name = f"/{base}-ring-n{n}-d{d}"
                 Channel.create(name, REQUEST_RING_BYTES, COMPLETION_RING_BYTES).close()
                 p.channel_names[(n, d)] = name
+        for d in range(num_disks):
+            IpcDirectory.create(base, d, IPC_REQUEST_RING_BYTES, COMPLETION_RING_BYTES).close()
         return p, table
 
     def disk_slot(self, disk: int) -> int:

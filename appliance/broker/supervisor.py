@@ -124,6 +124,9 @@ class Supervisor:
             self.plumbing, self.table = Plumbing.create(
                 self.base, len(self.log_dirs), self.num_net, int(self.config["broker.id"]))
             self._install_signals()
+            for d in self.log_dirs:  # so local IPC producers and tools can find our shared memory
+                with open(os.path.join(d, ".appliance-shm-name"), "w") as f:
+                    f.write(self.base + "\n")
             self.workers = [_Worker(DISK, d, self.plumbing.disk_slot(d)) for d in range(len(self.log_dirs))]
             self.workers += [_Worker(NETWORK, n, self.plumbing.net_slot(n)) for n in range(self.num_net)]
             for w in self.workers:

@@ -20,6 +20,8 @@ __all__ = [
     "LAYOUT_VERSION", "Layout", "TABLE_HEADER", "WORKER_SLOT", "PARTITION_SLOT", "RING_HEADER",
     "RING_MESSAGE", "REQUEST", "COMPLETION", "GROUP_HEADER", "MAX_WORKERS", "TOPIC_NAME_MAX", "SlotState",
     "WorkerState", "MsgType", "TABLE_MAGIC", "RING_MAGIC", "table_size", "shm_names",
+    "IPC_CHANNELS", "IPC_DIR_HEADER", "IPC_SLOT", "IPC_MAGIC", "ipc_dir_name", "ipc_channel_name",
+    "disk_wake_address",
 ]
 
 LAYOUT_VERSION = 1
@@ -177,9 +179,48 @@ COMPLETION = Layout("completion", (
 ))
 
 
+# -- local IPC producers ---------------------------------------------------------------------
+# Per disk worker: a directory object with IPC_CHANNELS slots, and one Channel per slot
+# (requests from the producer, completions back). A producer claims slot k by taking an exclusive
+# flock on channel k's object (the kernel drops it if the producer dies) and then stamps the slot.
+
+IPC_CHANNELS = 8  # producers that can attach to one disk worker at once
+IPC_DIR_HEADER = Layout("ipc_dir_header", (
+    ("magic", "I"),
+    ("version", "I"),
+    ("channels", "I"),
+    ("disk", "i"),
+    ("worker_incarnation", "q"),  # the disk worker that last drained these channels
+))
+IPC_SLOT = Layout("ipc_slot", (
+    ("owner_pid", "q"),           # 0 = free
+    ("claim", "q"),               # bumped at every claim; request ids carry it in their top bits
+    ("wake_len", "i"),            # the producer's abstract socket name, to wake it on completions
+    ("pad", "4x"),
+    ("wake_name", "104s"),
+))
+IPC_MAGIC = 0x41504C49  # "APLI"
+
+
 def shm_names(base: str, num_net: int, num_disk: int) -> dict[str, object]:
     """POSIX names of one broker's objects, all derived from its base name."""
     return {
         "table": f"/{base}-table",
         "rings": {(n, d): f"/{base}-ring-n{n}-d{d}" for n in range(num_net) for d in range(num_disk)},
+        "ipc_dirs": {d: ipc_dir_name(base, d) for d in range(num_disk)},
+        "ipc_channels": {(d, k): ipc_channel_name(base, d, k)
+                         for d in range(num_disk) for k in range(IPC_CHANNELS)},
     }
+
+
+def ipc_dir_name(base: str, disk: int) -> str:
+    return f"/{base}-ipc-d{disk}"
+
+
+def ipc_channel_name(base: str, disk: int, k: int) -> str:
+    return f"/{base}-ipc-d{disk}-c{k}"
+
+
+def disk_wake_address(base: str, disk: int) -> bytes:
+    """The abstract Unix datagram socket a disk worker listens on for IPC producers' doorbells."""
+    return f"\0{base}-disk{disk}".encode()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import mmap
+import os
 import struct
 
 import posix_ipc
@@ -177,6 +178,7 @@ class Channel:
                mode: int = 0o600) -> Channel:
         size = Ring.footprint(request_capacity) + Ring.footprint(completion_capacity)
         shm = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=mode, size=size)
+        os.fchmod(shm.fd, mode)  # shm_open applies the umask; the mode is the access policy
         buf = mmap.mmap(shm.fd, size)
         return cls(shm, buf, (request_capacity, completion_capacity))
 
