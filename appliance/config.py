@@ -261,6 +261,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     # 8 MiB: large enough that a SATA disk writes it as one sequential run, small enough that the
     # dirty pages of a hundred active partitions stay far below vm.dirty_background_bytes.
     ConfigKey("log.writeback.chunk.bytes", "long", 8388608, "Ours: bytes of a segment written back per sync_file_range chunk.", at_least(4096), ours=True),
+    ConfigKey("log.writeback.window.bytes", "long", 134217728, "Ours: dirty bytes an active segment may run ahead of the disk in writeback mode (bursts up to this go at memory speed).", at_least(4096), ours=True),
     ConfigKey("appliance.shm.name", "string", "", "Ours: POSIX shared memory name; empty = derived from broker.id and port.", ours=True),
 )
 

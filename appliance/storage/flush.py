@@ -61,15 +61,22 @@ def sync_file_range(fd: int, offset: int, nbytes: int, flags: int) -> None:
 
 
 class ChunkedWriteback:
-    """Start write-back of each completed chunk of a growing file; wait for the one before.
+    """Start write-back of each completed chunk of a growing file at once (so the disk streams
+    sequentially), and wait only for the chunk that falls ``window_bytes`` behind the head.
 
-    ``started`` is the end of the last chunk whose write-back was started. Not thread-safe.
+    The window lets the page cache absorb bursts at memory speed while dirty data per active
+    segment stays bounded; a sustained stream then runs at the disk's rate with no stalls and
+    no flush ever writing more than a window at once. Measured reason: waiting on the previous
+    chunk (a 2-chunk window) held every append to the disk's ~100 MB/s even for bursts that
+    fit easily in memory. ``started`` is the end of the last chunk whose write-back was started.
+    Not thread-safe.
     """
 
-    def __init__(self, chunk_bytes: int) -> None:
+    def __init__(self, chunk_bytes: int, window_bytes: int = 0) -> None:
         if chunk_bytes < 4096:
             raise ValueError(f"chunk_bytes must be >= 4096, got {chunk_bytes}")
         self.chunk = chunk_bytes
+        self.window_chunks = max(1, window_bytes // chunk_bytes)
         self.started = 0
 
     def reset(self, position: int = 0) -> None:
@@ -84,11 +91,11 @@ class ChunkedWriteback:
         n = 0
         while size >= self.started + self.chunk:
             sync_file_range(fd, self.started, self.chunk, SYNC_FILE_RANGE_WRITE)
-            if self.started >= self.chunk:
-                # Wait for the previous chunk: bounds dirty pages to ~2 chunks per segment.
-                sync_file_range(fd, self.started - self.chunk, self.chunk,
-                                SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE
-                                | SYNC_FILE_RANGE_WAIT_AFTER)
+            behind = self.started - self.window_chunks * self.chunk
+            if behind >= 0:
+                # the chunk a window behind must be on disk before we dirty more
+                sync_file_range(fd, behind, self.chunk, SYNC_FILE_RANGE_WAIT_BEFORE
+                                | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER)
             self.started += self.chunk
             n += 1
         return n

@@ -177,6 +177,7 @@ class PartitionLog:
         self.auto_high_watermark = True  # single broker: HW follows LEO
         self.last_flush_ms = now_ms()
         self.writeback_chunk_bytes: int | None = None
+        self.writeback_window_bytes = 0
         self._dir_dirty = False
         self._closed = False
         self._rng = random.Random()
@@ -186,18 +187,20 @@ class PartitionLog:
     @classmethod
     def open(cls, path: str, config: Any, *, recovery_point: int = 0, log_start_offset: int = 0,
              clean_shutdown: bool = False, now_ms: Callable[[], int] = wall_ms,
-             writeback_chunk_bytes: int | None = None) -> PartitionLog:
+             writeback_chunk_bytes: int | None = None,
+             writeback_window_bytes: int = 0) -> PartitionLog:
         """Open (creating if needed) the partition directory ``path`` and recover it.
 
         Without ``clean_shutdown`` every segment from the one holding ``recovery_point`` on is
         walked with CRC checks and cut at the first invalid or partial batch (later segments are
         deleted); missing or insane indexes are rebuilt in any case. Leftover ``.deleted``,
         ``.cleaned``, ``.swap`` and ``.tmp`` files are removed. ``writeback_chunk_bytes`` turns on
-        chunked write-back of the active segment (see :mod:`appliance.storage.flush`).
-        Raises KafkaStorageError on I/O failure.
+        chunked write-back of the active segment, ``writeback_window_bytes`` ahead of the disk at
+        most (see :mod:`appliance.storage.flush`). Raises KafkaStorageError on I/O failure.
         """
         self = cls(path, config, now_ms)
         self.writeback_chunk_bytes = writeback_chunk_bytes
+        self.writeback_window_bytes = writeback_window_bytes
         try:
             os.makedirs(path, exist_ok=True)
             self._load(recovery_point, log_start_offset, clean_shutdown)
@@ -315,7 +318,7 @@ class PartitionLog:
 
     def _attach_writeback(self, seg: LogSegment) -> None:
         if self.writeback_chunk_bytes:
-            seg.writeback = ChunkedWriteback(self.writeback_chunk_bytes)
+            seg.writeback = ChunkedWriteback(self.writeback_chunk_bytes, self.writeback_window_bytes)
             seg.writeback.reset(seg.size)
 
     def _set_segments(self, segs: tuple[LogSegment, ...]) -> None:

@@ -137,6 +137,7 @@ class LogDir:
         log.info("%s: write-back mode %s (%s)", self.path, mode, reason)
         chunk = int(self.broker_config["log.writeback.chunk.bytes"]) if mode == WRITEBACK_CHUNKED else None
         self._chunk = chunk
+        self._window = int(self.broker_config["log.writeback.window.bytes"])
         for name in sorted(os.listdir(self.path)):
             full = os.path.join(self.path, name)
             if not os.path.isdir(full):
@@ -153,7 +154,7 @@ class LogDir:
             plog = PartitionLog.open(
                 full, cfg, recovery_point=rp.get(tp, 0), log_start_offset=lso.get(tp, 0),
                 clean_shutdown=self.had_clean_shutdown, now_ms=self._now_ms,
-                writeback_chunk_bytes=chunk)
+                writeback_chunk_bytes=chunk, writeback_window_bytes=self._window)
             self.partitions[tp] = plog
         # Single broker: the HW follows the LEO; replication reads the checkpointed value here.
         self.checkpointed_high_watermarks = hw
@@ -175,7 +176,8 @@ class LogDir:
             os.makedirs(part_dir, exist_ok=False)
             write_topic_properties(part_dir, config.to_properties())
             plog = PartitionLog.open(part_dir, config, clean_shutdown=True, now_ms=self._now_ms,
-                                     writeback_chunk_bytes=self._chunk)
+                                     writeback_chunk_bytes=self._chunk,
+                                     writeback_window_bytes=self._window)
             fsync_dir(self.path)
         except FileExistsError:
             raise TopicAlreadyExistsError(f"directory {part_dir} already exists") from None
