@@ -1,0 +1,122 @@
+"""Build a RecordBatch v2 from many keys/values at once: the bulk producer's hot loop.
+
+Input is columnar: one buffer of all values plus offsets (n+1), optionally the same for keys
+with a mask of null keys. Every record gets the batch's timestamp, offsetDelta i,
+no headers; the output is byte-identical to :func:`appliance.records.build_batch` for the same
+records (its twin, which the tests compare against).
+
+Measured reason it exists: building records in Python costs ~3 µs each (~300 k records/s),
+far below what the IPC path can append.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from native import batch_layout as L
+from native.crc import crc32c
+
+__all__ = ["build_batch_columns", "max_batch_size"]
+
+
+@nb.njit(nogil=True, cache=True, inline="always")
+def _put_varint(out, p, v):
+    u = (v << 1) ^ (v >> 63)  # zigzag (v fits in int64)
+    while u >= 0x80:
+        out[p] = (u & 0x7F) | 0x80
+        u >>= 7
+        p += 1
+    out[p] = u
+    return p + 1
+
+
+@nb.njit(nogil=True, cache=True, inline="always")
+def _varint_size(v):
+    u = (v << 1) ^ (v >> 63)
+    n = 1
+    while u >= 0x80:
+        u >>= 7
+        n += 1
+    return n
+
+
+@nb.njit(nogil=True, cache=True)
+def _build(values, voff, keys, koff, knull, has_keys, out):
+    n = voff.shape[0] - 1
+    p = L.RECORDS_OFFSET
+    for i in range(n):
+        vlen = voff[i + 1] - voff[i]
+        klen = -1
+        if has_keys:
+            klen = -1 if knull[i] else koff[i + 1] - koff[i]
+        # body: attributes(1) + tsDelta(1: zero) + offsetDelta + key + value + headers(1)
+        body = 1 + 1 + _varint_size(i) + _varint_size(klen) + max(klen, 0) + _varint_size(vlen) + vlen + 1
+        p = _put_varint(out, p, body)
+        out[p] = 0          # attributes
+        out[p + 1] = 0      # timestampDelta 0
+        p = _put_varint(out, p + 2, i)
+        p = _put_varint(out, p, klen)
+        if klen > 0:
+            ks = koff[i]
+            out[p:p + klen] = keys[ks:ks + klen]  # a memcpy, not a byte loop
+            p += klen
+        p = _put_varint(out, p, vlen)
+        vs = voff[i]
+        out[p:p + vlen] = values[vs:vs + vlen]
+        p += vlen
+        out[p] = 0          # no headers
+        p += 1
+    return p
+
+
+def max_batch_size(n: int, total_key_bytes: int, total_value_bytes: int) -> int:
+    """An upper bound of the built batch's size (for preallocating ``out``)."""
+    return L.RECORDS_OFFSET + n * (5 + 1 + 1 + 5 + 5 + 5 + 1) + total_key_bytes + total_value_bytes
+
+
+def build_batch_columns(values: np.ndarray, value_offsets: np.ndarray, *, timestamp: int,
+                        keys: np.ndarray | None = None, key_offsets: np.ndarray | None = None,
+                        key_null: np.ndarray | None = None, base_offset: int = 0,
+                        out: np.ndarray | None = None) -> bytes | memoryview:
+    """One uncompressed v2 batch of ``len(value_offsets) - 1`` records.
+
+    ``values``/``keys``: 1-D uint8; ``*_offsets``: int64, n+1 entries, record i is
+    ``buf[off[i]:off[i+1]]``; ``key_null[i]`` True makes key i null (its run should be empty).
+    With ``out`` (a uint8 array of at least :func:`max_batch_size` bytes, reused across calls)
+    the batch is built there and a memoryview of it is returned: no allocation, no copy.
+    Raises ValueError on inconsistent offsets or a too small ``out``.
+    """
+    values = np.ascontiguousarray(values, dtype=np.uint8)
+    voff = np.ascontiguousarray(value_offsets, dtype=np.int64)
+    n = voff.shape[0] - 1
+    if n <= 0 or voff[0] < 0 or voff[-1] > values.shape[0] or np.any(np.diff(voff) < 0):
+        raise ValueError("value_offsets must be n+1 non-decreasing offsets into values, n >= 1")
+    has_keys = keys is not None
+    if has_keys:
+        keys = np.ascontiguousarray(keys, dtype=np.uint8)
+        koff = np.ascontiguousarray(key_offsets, dtype=np.int64)
+        if koff.shape[0] != n + 1 or koff[0] < 0 or koff[-1] > keys.shape[0] or np.any(np.diff(koff) < 0):
+            raise ValueError("key_offsets must be n+1 non-decreasing offsets into keys")
+        knull = (np.zeros(n, np.bool_) if key_null is None
+                 else np.ascontiguousarray(key_null, dtype=np.bool_))
+        if knull.shape[0] != n:
+            raise ValueError("key_null must have one entry per record")
+        total_keys = int(keys.shape[0])
+    else:
+        keys = np.zeros(0, np.uint8)
+        koff = np.zeros(1, np.int64)
+        knull = np.zeros(0, np.bool_)
+        total_keys = 0
+    need = max_batch_size(n, total_keys, int(voff[-1] - voff[0]))
+    given = out is not None
+    if out is None:
+        out = np.empty(need, dtype=np.uint8)
+    elif out.dtype != np.uint8 or out.ndim != 1 or out.shape[0] < need:
+        raise ValueError(f"out must be a 1-D uint8 array of at least {need} bytes")
+    end = _build(values, voff, keys, koff, knull, has_keys, out)
+    L.HEADER_STRUCT.pack_into(out, 0, base_offset, end - L.LOG_OVERHEAD, -1, L.CURRENT_MAGIC, 0, 0,
+                              n - 1, timestamp, timestamp, -1, -1, -1, n)
+    crc = crc32c(out, L.CRC_START, end)
+    out[L.CRC_OFFSET:L.CRC_OFFSET + 4] = np.frombuffer(crc.to_bytes(4, "big"), np.uint8)
+    return memoryview(out)[:end] if given else out[:end].tobytes()
