@@ -35,6 +35,7 @@ log = logging.getLogger("appliance.disk")
 
 ROUND_LIMIT = 256  # requests taken from one ring per round, so no network worker starves the others
 IDLE_WAIT_S = 0.1  # the longest the loop sleeps: bounds heartbeat and periodic-task latency
+DATA_BELL_INTERVAL_S = 0.001  # "new data" wake-ups for long polls: at most one per ms
 _REQ = REQUEST.struct  # type: ignore[attr-defined]
 _COMP = COMPLETION.struct  # type: ignore[attr-defined]
 _GROUP = GROUP_HEADER.struct  # type: ignore[attr-defined]
@@ -51,6 +52,8 @@ class DiskWorker:
         self.quit_now = False
         self.slot = plumbing.disk_slot(index)
         self.logs: dict[int, object] = {}  # table slot -> PartitionLog
+        self._data_bell_pending = False
+        self._last_data_bell = 0.0
         self.slot_of: dict[tuple[str, int], int] = {}
 
     # -- start ----------------------------------------------------------------------------
@@ -279,12 +282,15 @@ class DiskWorker:
             next_ms = self.coordinator.poll()
             if not busy:
                 wait_ms = min(IDLE_WAIT_S * 1000, max(next_ms - int(time.time() * 1000), 0))
+                if self._data_bell_pending:
+                    wait_ms = min(wait_ms, DATA_BELL_INTERVAL_S * 1000)
                 with contextlib.suppress(InterruptedError):
                     poller.poll(wait_ms)
                 drain_doorbell(bell)
                 with contextlib.suppress(BlockingIOError, OSError):
                     while self.wake_sock.recv(64):
                         pass
+            self._ring_data_bells()
             now = time.monotonic()
             self.table.heartbeat(self.slot)
             if now >= next_periodic:
@@ -330,11 +336,23 @@ class DiskWorker:
                         time.sleep(0.0005)
                     rung.add(n)
         handled += self._drain_ipc()
+        for n in rung:  # requesters learn of their completions at once
+            ring_doorbell(self.plumbing.net_bells[n])
         if handled:
-            # appends wake long-poll fetches on every network worker, not only the requesters
+            self._data_bell_pending = True
+        self._ring_data_bells()
+        return handled > 0
+
+    def _ring_data_bells(self) -> None:
+        """Appends wake long-poll fetches on every network worker; coalesced to one wake-up per
+        DATA_BELL_INTERVAL_S (measured: ringing after every round cost 15 % of the worker under
+        a stream of large batches)."""
+        now = time.monotonic()
+        if self._data_bell_pending and now - self._last_data_bell >= DATA_BELL_INTERVAL_S:
             for fd in self.plumbing.net_bells:
                 ring_doorbell(fd)
-        return handled > 0
+            self._data_bell_pending = False
+            self._last_data_bell = now
 
     def _handle(self, n: int, msg_type: int, payload: memoryview) -> bytes | None:
         request_id, slot, acks, flags, timeout_ms = _REQ.unpack_from(payload, 0)
