@@ -12,13 +12,18 @@ import time
 from typing import Any
 
 import appliance.protocol as proto
-from appliance.errors import KafkaError, UnsupportedVersionError
+from appliance.errors import ErrorCode, KafkaError, UnsupportedVersionError
 
-__all__ = ["BrokerConnection", "ConnectionFailed", "parse_bootstrap"]
+__all__ = ["BrokerConnection", "ConnectionFailed", "KafkaConnectionError", "parse_bootstrap"]
 
 
-class ConnectionFailed(KafkaError):
-    """The broker at the named address could not be reached or closed the connection."""
+class KafkaConnectionError(KafkaError):
+    """The broker at the named address could not be reached, timed out or closed the connection."""
+
+    code = ErrorCode.NETWORK_EXCEPTION
+
+
+ConnectionFailed = KafkaConnectionError  # the name the CLI tools use
 
 
 def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
@@ -30,6 +35,8 @@ def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError(f"bootstrap server {item!r}: expected host:port")
         out.append((host.strip("[]"), int(port)))
+    if not out:
+        raise ValueError("no bootstrap servers given")
     return out
 
 

@@ -81,8 +81,17 @@ def find_broker_base(bootstrap_servers: str | None = None, shm_name: str | None 
             continue
         with contextlib.suppress(OSError):
             for name in sorted(os.listdir("/dev/shm")):
-                if name.endswith(f"-p{port}-table"):
-                    return name[:-len("-table")]
+                if not name.endswith("-table"):
+                    continue
+                try:
+                    table = PartitionTable.attach("/" + name)
+                except (posix_ipc.ExistentialError, PermissionError, RuntimeError, ValueError, OSError):
+                    continue  # not ours to read, or not a table of this layout
+                try:
+                    if table.port == int(port):
+                        return name[:-len("-table")]
+                finally:
+                    table.close()
     return None
 
 

@@ -1,0 +1,207 @@
+"""What a client knows about the cluster: brokers, topics' partitions and leaders, and one pooled
+connection per (broker, purpose).
+
+Purposes keep slow requests from delaying fast ones (a long-polling Fetch must not hold up an
+OffsetCommit or a Heartbeat). Connections that broke are replaced on the next use.
+
+Thread-safety: every method may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from appliance.client.connection import KafkaConnectionError, parse_bootstrap
+from appliance.client.pipeline import PipelinedConnection
+from appliance.client.errors import LeaderNotAvailableError
+from appliance.errors import ErrorCode, UnknownTopicOrPartitionError, error_for_code
+
+__all__ = ["Cluster", "TopicInfo", "check_error", "RETRIABLE"]
+
+# Errors after which a request may succeed if retried, possibly after a metadata refresh.
+RETRIABLE = frozenset({
+    ErrorCode.CORRUPT_MESSAGE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NETWORK_EXCEPTION,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR,
+    ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.KAFKA_STORAGE_ERROR,
+    ErrorCode.OFFSET_NOT_AVAILABLE, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.FENCED_LEADER_EPOCH,
+})
+
+
+def check_error(code: int, what: str, message: str | None = None) -> None:
+    """Raise the KafkaError subclass for a non-zero wire error ``code``, naming ``what``."""
+    if code:
+        name = ErrorCode(code).name if code in ErrorCode._value2member_map_ else str(code)
+        raise error_for_code(code)(f"{what}: {name}" + (f" ({message})" if message else ""))
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    leaders: dict[int, int]  # partition -> leader node id (-1: none)
+
+    @property
+    def partitions(self) -> list[int]:
+        return sorted(self.leaders)
+
+
+class Cluster:
+    """Metadata cache and connection pool; see the module docstring."""
+
+    def __init__(self, bootstrap_servers: str, *, client_id: str = "appliance", request_timeout_ms: int = 30000,
+                 connect_timeout_ms: int | None = None, allow_auto_create: bool = True,
+                 metadata_max_age_ms: int = 300000) -> None:
+        """Raises ValueError for a malformed bootstrap list (nothing is contacted yet)."""
+        self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.client_id = client_id
+        self.request_timeout = request_timeout_ms / 1000
+        self.connect_timeout = (connect_timeout_ms if connect_timeout_ms is not None else request_timeout_ms) / 1000
+        self.allow_auto_create = allow_auto_create
+        self.metadata_max_age = metadata_max_age_ms / 1000
+        self._lock = threading.RLock()
+        self._conns: dict[tuple[str, int, str], PipelinedConnection] = {}
+        self._nodes: dict[int, tuple[str, int]] = {}
+        self._topics: dict[str, TopicInfo] = {}
+        self._topic_errors: dict[str, int] = {}
+        self._fetched_at = 0.0
+        self._closed = False
+
+    # connections ----------------------------------------------------------------------------
+    def connection(self, host: str, port: int, purpose: str = "default", timeout: float | None = None) -> PipelinedConnection:
+        """A live connection to host:port for ``purpose`` (opened on demand).
+        Raises KafkaConnectionError naming the address if it cannot connect in time."""
+        key = (host, port, purpose)
+        with self._lock:
+            if self._closed:
+                raise KafkaConnectionError("the client is closed")
+            conn = self._conns.get(key)
+            if conn is not None and not conn.closed:
+                return conn
+        # Connect outside the lock: other threads may use other connections meanwhile.
+        conn = PipelinedConnection(host, port, timeout=timeout or self.request_timeout,
+                                   client_id=self.client_id)
+        if timeout is None:
+            conn.timeout = self.request_timeout
+        with self._lock:
+            old = self._conns.get(key)
+            if old is not None and not old.closed:
+                conn.close()
+                return old
+            self._conns[key] = conn
+            return conn
+
+    def node_connection(self, node_id: int, purpose: str = "default") -> PipelinedConnection:
+        """Connection to broker ``node_id`` (refreshing metadata if the node is unknown)."""
+        with self._lock:
+            addr = self._nodes.get(node_id)
+        if addr is None:
+            self.refresh()
+            with self._lock:
+                addr = self._nodes.get(node_id)
+            if addr is None:
+                raise KafkaConnectionError(f"broker {node_id} is not in the cluster metadata")
+        return self.connection(addr[0], addr[1], purpose)
+
+    def any_connection(self, purpose: str = "default") -> PipelinedConnection:
+        """A connection to some broker: a known one, else the bootstrap servers in turn.
+        Raises KafkaConnectionError naming every address tried."""
+        with self._lock:
+            live = [c for (_, _, p), c in self._conns.items() if p == purpose and not c.closed]
+            addrs = list(self._nodes.values())
+        if live:
+            return live[0]
+        errors = []
+        for host, port in addrs + [a for a in self.bootstrap if a not in addrs]:
+            try:
+                return self.connection(host, port, purpose, timeout=self.connect_timeout)
+            except KafkaConnectionError as e:
+                errors.append(str(e))
+        raise KafkaConnectionError("; ".join(errors))
+
+    # metadata -------------------------------------------------------------------------------
+    def refresh(self, topics: list[str] | None = None, *, auto_create: bool | None = None) -> Any:
+        """Fetch metadata (all topics if None) and update the cache; returns the response body."""
+        conn = self.any_connection()
+        body = {"topics": None if topics is None else [{"name": t} for t in topics],
+                "allow_auto_topic_creation": self.allow_auto_create if auto_create is None else auto_create}
+        resp = conn.request(3, body)
+        with self._lock:
+            self._nodes = {b.node_id: (b.host, b.port) for b in resp.brokers}
+            for t in resp.topics:
+                self._topic_errors[t.name] = t.error_code
+                if t.error_code == 0 and t.partitions:
+                    self._topics[t.name] = TopicInfo(t.name, {p.partition_index: p.leader_id for p in t.partitions})
+                else:
+                    self._topics.pop(t.name, None)
+            self._fetched_at = time.monotonic()
+        return resp
+
+    def topic(self, name: str, *, timeout: float = 60.0, auto_create: bool | None = None) -> TopicInfo:
+        """The topic's partitions and leaders, from the cache or the broker.
+
+        Waits (up to ``timeout`` s) while the topic is being created (LEADER_NOT_AVAILABLE).
+        Raises UnknownTopicOrPartitionError at once if the broker says it does not exist (and
+        did not create it), KafkaConnectionError if no broker answers."""
+        with self._lock:
+            info = self._topics.get(name)
+            fresh = time.monotonic() - self._fetched_at < self.metadata_max_age
+        if info is not None and fresh:
+            return info
+        deadline = time.monotonic() + timeout
+        while True:
+            self.refresh([name], auto_create=auto_create)
+            with self._lock:
+                info = self._topics.get(name)
+                code = self._topic_errors.get(name, 0)
+            if info is not None:
+                return info
+            if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                raise UnknownTopicOrPartitionError(
+                    f"topic {name!r} does not exist (and the broker did not auto-create it)")
+            if code not in (0, ErrorCode.LEADER_NOT_AVAILABLE):
+                check_error(code, f"metadata for topic {name!r}")
+            if time.monotonic() >= deadline:
+                raise LeaderNotAvailableError(f"topic {name!r} has no leader after {timeout:g} s")
+            time.sleep(0.05)
+
+    def cached_topics(self) -> list[str]:
+        with self._lock:
+            return list(self._topics)
+
+    def invalidate(self, topic: str | None = None) -> None:
+        """Forget cached metadata (one topic or all) so the next lookup asks the broker."""
+        with self._lock:
+            if topic is None:
+                self._topics.clear()
+            else:
+                self._topics.pop(topic, None)
+
+    def leader_connection(self, topic: str, partition: int, purpose: str = "default") -> PipelinedConnection:
+        """Connection to the leader of topic-partition. Raises UnknownTopicOrPartitionError
+        for a partition the topic does not have, LeaderNotAvailableError if it has no leader."""
+        info = self.topic(topic)
+        leader = info.leaders.get(partition)
+        if leader is None:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition} "
+                                               f"(it has {len(info.leaders)})")
+        if leader < 0:
+            self.invalidate(topic)
+            raise LeaderNotAvailableError(f"{topic}-{partition} has no leader")
+        return self.node_connection(leader, purpose)
+
+    def leader_of(self, topic: str, partition: int) -> int:
+        info = self.topic(topic)
+        if partition not in info.leaders:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition}")
+        return info.leaders[partition]
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            conns, self._conns = list(self._conns.values()), {}
+        for c in conns:
+            c.close()
+

@@ -1,0 +1,116 @@
+"""What the producer hands back and whom it tells: per-record futures, RecordMetadata, and the
+CallbackHandler hooks at each stage of the send pipeline.
+
+Pipeline stages, in the order they fire for any one record:
+
+1. ``on_enqueue(topic, partition, key, value)`` — in the caller's thread, once the record is queued;
+2. ``on_batch_ready(topic, partition, count)`` — in the sender thread, when its batch is cut;
+3. ``on_send(topic, partition, count, nbytes)`` — in the sender thread, once the batch was handed to
+   the transport (again for each retry);
+4. ``on_ack(topic, partition, base_offset, count)`` or ``on_error(topic, partition, count, exc)`` —
+   in the completion thread, once per batch, before the batch's futures complete.
+
+Exceptions raised by a hook are logged and otherwise ignored (they must not stop the pipeline).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from appliance.client.errors import KafkaConnectionError
+
+__all__ = ["RecordMetadata", "ProducerFuture", "CallbackHandler", "call_hook"]
+
+log = logging.getLogger("appliance.client.producer")
+
+
+class RecordMetadata(NamedTuple):
+    topic: str
+    partition: int
+    offset: int  # -1 with acks=0
+    timestamp: int  # CreateTime given/stamped by the producer, or the broker's LogAppendTime
+
+
+class ProducerFuture:
+    """The outcome of one send: ``result(timeout)`` -> RecordMetadata, or raises the KafkaError
+    that failed it. Thread-safe."""
+
+    __slots__ = ("_event", "_value", "_error", "_callbacks", "_lock")
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._value: RecordMetadata | None = None
+        self._error: BaseException | None = None
+        self._callbacks: list[Callable[[RecordMetadata | None, BaseException | None], None]] = []
+        self._lock = threading.Lock()
+
+    def done(self) -> bool:
+        return self._event.is_set()
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        """Raises the delivery error, or KafkaConnectionError if not done within ``timeout`` s."""
+        if not self._event.wait(timeout):
+            raise KafkaConnectionError(f"record not acknowledged within {timeout:g} s")
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._event.wait(timeout)
+        return self._error
+
+    def add_callback(self, fn: Callable[[RecordMetadata | None, BaseException | None], None]) -> None:
+        """``fn(metadata, error)`` once done (at once if it already is). Runs in the completing thread."""
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(fn)
+                return
+        _safe(fn, self._value, self._error)
+
+    def _complete(self, value: RecordMetadata | None, error: BaseException | None) -> None:
+        with self._lock:
+            if self._event.is_set():
+                return
+            self._value, self._error = value, error
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            _safe(fn, value, error)
+
+
+def _safe(fn: Callable[..., Any], *args: Any) -> None:
+    try:
+        fn(*args)
+    except Exception:
+        log.exception("producer callback %r failed", fn)
+
+
+class CallbackHandler:
+    """Override the hooks you need (see the module docstring for when each fires)."""
+
+    def on_enqueue(self, topic: str, partition: int, key: bytes | None, value: bytes | None) -> None:
+        pass
+
+    def on_batch_ready(self, topic: str, partition: int, count: int) -> None:
+        pass
+
+    def on_send(self, topic: str, partition: int, count: int, nbytes: int) -> None:
+        pass
+
+    def on_ack(self, topic: str, partition: int, base_offset: int, count: int) -> None:
+        pass
+
+    def on_error(self, topic: str, partition: int, count: int, error: BaseException) -> None:
+        pass
+
+
+def call_hook(handler: Any, name: str, *args: Any) -> None:
+    """Call ``handler.name(*args)`` if the handler has it; log and swallow its exceptions."""
+    if handler is None:
+        return
+    fn = getattr(handler, name, None)
+    if fn is not None:
+        _safe(fn, *args)

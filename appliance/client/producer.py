@@ -1,0 +1,561 @@
+"""The producer: records in, acknowledged batches out (Kafka's producer API, 0.8 design names).
+
+``send(topic, record)`` encodes the key and value, picks the partition and appends the record
+to that partition's queue; a sender thread cuts a batch from a queue once it holds
+``batch.size`` bytes or its oldest record waited ``linger.ms`` (at once for ``producer.type=sync``,
+where ``send`` then waits for the acknowledgement) and hands it to the transport. A completion
+thread waits for acknowledgements in send order, retries retriable failures (NOT_LEADER,
+UNKNOWN_TOPIC, lost connections, timeouts) after ``retry.backoff.ms`` with fresh metadata, and
+completes the records' futures.
+
+Ordering: with ``enable.idempotence`` a partition has one batch in flight at a time and every
+batch carries the producer id and its sequence number, so a retried batch the broker already
+wrote is recognised and never written twice. Without it, up to
+``max.in.flight.requests.per.connection`` batches per partition are in flight and a retry may
+reorder them (as in Kafka).
+
+Thread-safety: ``send``, ``send_many`` and ``flush`` may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from appliance.client import config as cfg
+from appliance.client.cluster import RETRIABLE, Cluster
+from appliance.client.delivery import CallbackHandler, ProducerFuture, RecordMetadata, call_hook
+from appliance.client.errors import ClientClosedError, KafkaConnectionError, QueueFull
+from appliance.client.partitioner import StickyPartitioner, partition_for
+from appliance.client.serialization import as_encoder
+from appliance.client.transport import open_transport
+from appliance.errors import (
+    DuplicateSequenceError,
+    ErrorCode,
+    KafkaError,
+    MessageTooLargeError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
+from appliance.records import Compression, Record, build_batch
+
+__all__ = ["Producer", "ProducerRecord", "RecordMetadata", "ProducerFuture", "CallbackHandler",
+           "DefaultPartitioner", "QueueFull"]
+
+log = logging.getLogger("appliance.client.producer")
+
+CODECS = {"none": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
+          "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
+RECORD_OVERHEAD = 16  # varint lengths, attributes, deltas: a safe over-estimate per record
+BATCH_OVERHEAD = 61  # the v2 batch header
+
+
+@dataclass(slots=True)
+class ProducerRecord:
+    """A record to send; every field but ``value`` is optional."""
+
+    value: Any
+    key: Any = None
+    headers: Sequence[tuple[str, bytes | None]] = ()
+    timestamp: int | None = None
+    partition: int | None = None
+
+
+class DefaultPartitioner:
+    """Kafka's default: murmur2(key) & 0x7fffffff % partitions for keyed records; null keys stick
+    to one partition until a batch for it is sent (KIP-480's sticky partitioner)."""
+
+    def __init__(self) -> None:
+        self.sticky = StickyPartitioner()
+
+    def partition(self, key: bytes | None, num_partitions: int, topic: str = "") -> int:
+        if key is None:
+            return self.sticky.partition(topic, num_partitions)
+        return partition_for(key, num_partitions)
+
+    def on_new_batch(self, topic: str, partition: int, num_partitions: int) -> None:
+        if self.sticky._current.get(topic) == partition and num_partitions > 1:
+            self.sticky.next(topic, num_partitions)
+
+
+@dataclass(slots=True)
+class _Item:
+    """A queued record, or (``bulk``) a whole list of values that becomes one batch of its own."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: tuple
+    timestamp: int
+    future: ProducerFuture | None
+    size: int
+    bulk: list | None = None
+
+
+@dataclass(slots=True)
+class _Queue:
+    items: collections.deque = field(default_factory=collections.deque)
+    nbytes: int = 0
+    first_at: float = 0.0  # monotonic time the oldest queued item arrived
+    in_flight: int = 0
+    urgent: int = 0  # sync sends waiting on this partition: send without lingering
+
+
+@dataclass(slots=True)
+class _Batch:
+    topic: str
+    partition: int
+    items: list
+    data: bytes
+    count: int
+    attempts: int = 0
+    future: Any = None
+    producer_id: int = -1
+    sequence: int = -1
+
+
+class Producer:
+    """See the module docstring. ``config`` uses Kafka's key names (see
+    :data:`appliance.client.config.PRODUCER_KEYS`); keyword arguments with underscores work too.
+
+    Raises InvalidConfigError (naming key and value) for bad settings, KafkaError when the
+    IPC transport is required but unavailable."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        c = self.config = cfg.resolve(cfg.PRODUCER_KEYS, config, kwargs)
+        self.sync = c["producer.type"] == "sync"
+        self.acks = c["acks"]
+        self.idempotent = c["enable.idempotence"]
+        if self.idempotent and self.acks != -1:
+            raise cfg.InvalidConfigError(f"config acks={self.acks}: enable.idempotence needs acks=all")
+        self.codec = CODECS[c["compression.type"]]
+        self.batch_size = c["batch.size"]
+        self.linger = c["linger.ms"] / 1000
+        self.max_queued = c["queue.buffering.max.messages"]
+        self.enqueue_timeout = c["queue.enqueue.timeout.ms"]
+        self.retries = c["retries"]
+        self.backoff = c["retry.backoff.ms"] / 1000
+        self.request_timeout_ms = c["request.timeout.ms"]
+        self.max_in_flight = 1 if self.idempotent else c["max.in.flight.requests.per.connection"]
+        self.max_request_size = c["max.request.size"]
+        self.key_encoder = as_encoder(c["key.serializer"])
+        self.value_encoder = as_encoder(c["value.serializer"])
+        self.partitioner = c["partitioner"] if c["partitioner"] is not None else DefaultPartitioner()
+        self.handler: Any = c["callback.handler"]
+        self.cluster = Cluster(c["bootstrap.servers"], client_id=c["client.id"],
+                               request_timeout_ms=c["request.timeout.ms"],
+                               connect_timeout_ms=c["socket.connection.setup.timeout.ms"],
+                               allow_auto_create=c["allow.auto.create.topics"],
+                               metadata_max_age_ms=c["metadata.max.age.ms"])
+        self.transport = open_transport(c["transport"], self.cluster, c["bootstrap.servers"], c)
+        self._send_many_batches = getattr(self.transport, "send_batches", None)
+        self._cond = threading.Condition()
+        self._queues: dict[tuple[str, int], _Queue] = {}
+        self._queued = 0  # records queued, not yet cut into a batch
+        self._outstanding = 0  # batches cut and not yet completed
+        self._flushing = 0
+        self._closing = False
+        self._closed = False
+        self._inflight: collections.deque[_Batch] = collections.deque()
+        self._inflight_cond = threading.Condition()
+        self._producer_id, self._epoch = -1, -1
+        self._sequences: dict[tuple[str, int], int] = {}
+        if self.idempotent:
+            self._init_producer_id()
+        self._sender = threading.Thread(target=self._send_loop, name="appliance-producer-sender", daemon=True)
+        self._completer = threading.Thread(target=self._complete_loop, name="appliance-producer-acks", daemon=True)
+        self._sender.start()
+        self._completer.start()
+
+    # ------------------------------------------------------------------ public API
+    def send(self, topic: str, record: Any, *, partition: int | None = None,
+             timeout: float | None = None) -> Any:
+        """Queue one record, or each record of a list, for ``topic``; returns its ProducerFuture
+        (a list of them for a list).
+
+        A record is a value (bytes/str, or anything the value encoder takes), a ``(key, value)``
+        or ``(key, value, headers)`` tuple, or an object with ``key``/``value`` and optionally
+        ``headers``/``timestamp``/``partition`` attributes (ProducerRecord, Record).
+
+        Sync producers wait for the acknowledgement and raise its error. Raises QueueFull (per
+        queue.enqueue.timeout.ms), UnknownTopicOrPartitionError (topic missing and not
+        auto-created, or no such partition), MessageTooLargeError, TypeError (unencodable value),
+        ClientClosedError."""
+        if isinstance(record, list):
+            futures = [self._enqueue(topic, r, partition) for r in record]
+        else:
+            futures = [self._enqueue(topic, record, partition)]
+        if self.sync:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            for f in futures:
+                f.result(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return futures if isinstance(record, list) else futures[0]
+
+    def send_many(self, topic: str, values: Iterable[bytes | None], partition: int | None = None) -> list[ProducerFuture]:
+        """The bulk path: values (bytes, null keys) are cut straight into whole batches of up to
+        ``batch.size`` bytes, each batch to one partition (``partition``, or the sticky one, which
+        moves on after every batch). Returns one future per batch; its RecordMetadata has the
+        batch's first offset. Sync producers wait for every batch. Raises as :meth:`send`."""
+        self._check_open()
+        info = self.cluster.topic(topic, timeout=self.config["max.block.ms"] / 1000)
+        n = len(info.leaders)
+        if partition is not None and partition not in info.leaders:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition} (it has {n})")
+        futures = []
+        chunk: list = []
+        size = BATCH_OVERHEAD
+        limit = max(self.batch_size, 1)
+        for v in values:
+            if v is not None and not isinstance(v, bytes):
+                v = bytes(v)
+            rs = RECORD_OVERHEAD + (len(v) if v is not None else 0)
+            if chunk and size + rs > limit:
+                futures.append(self._enqueue_bulk(topic, partition, n, chunk, size))
+                chunk, size = [], BATCH_OVERHEAD
+            chunk.append(v)
+            size += rs
+        if chunk:
+            futures.append(self._enqueue_bulk(topic, partition, n, chunk, size))
+        if self.sync:
+            for f in futures:
+                f.result()
+        return futures
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Send everything queued now and wait for every outstanding batch to complete.
+        Returns False if ``timeout`` s passed first. Errors are reported on the futures."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            self._flushing += 1
+            self._cond.notify_all()
+            try:
+                while self._queued or self._outstanding:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    self._cond.wait(left if left is not None else 1.0)
+                return True
+            finally:
+                self._flushing -= 1
+
+    def partitions_for(self, topic: str) -> list[int]:
+        """The topic's partition ids (asks the broker if not cached)."""
+        return self.cluster.topic(topic, timeout=self.config["max.block.ms"] / 1000).partitions
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush (up to ``timeout`` s), stop the threads, close connections. Records still
+        queued after the timeout fail with ClientClosedError. Idempotent."""
+        if self._closed:
+            return
+        self.flush(timeout)
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._sender.join(5)
+        with self._inflight_cond:
+            self._inflight_cond.notify_all()
+        self._completer.join(5)
+        with self._cond:
+            for q in self._queues.values():
+                for it in q.items:
+                    if it.future is not None:
+                        it.future._complete(None, ClientClosedError("producer closed before the record was sent"))
+                q.items.clear()
+            self._closed = True
+        self.transport.close()
+        self.cluster.close()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ enqueue
+    def _check_open(self) -> None:
+        if self._closing or self._closed:
+            raise ClientClosedError("the producer is closed")
+
+    def _normalize(self, record: Any) -> tuple[Any, Any, tuple, int | None, int | None]:
+        if isinstance(record, (bytes, bytearray, memoryview, str)) or record is None:
+            return None, record, (), None, None
+        if isinstance(record, tuple):
+            if len(record) == 2:
+                return record[0], record[1], (), None, None
+            if len(record) == 3:
+                return record[0], record[1], tuple(record[2] or ()), None, None
+            raise TypeError(f"a record tuple is (key, value) or (key, value, headers), not {len(record)} items")
+        if hasattr(record, "value"):
+            ts = getattr(record, "timestamp", None)
+            if isinstance(record, Record) and ts is not None and ts < 0:
+                ts = None
+            return (getattr(record, "key", None), record.value, tuple(getattr(record, "headers", ()) or ()),
+                    ts, getattr(record, "partition", None))
+        return None, record, (), None, None  # an object for the value encoder
+
+    def _choose_partition(self, topic: str, key: bytes | None, n: int) -> int:
+        p = self.partitioner
+        if isinstance(p, DefaultPartitioner):
+            return p.partition(key, n, topic)
+        part = p.partition(key, n) if hasattr(p, "partition") else p(key, n)
+        if not isinstance(part, int) or not 0 <= part < n:
+            raise ValueError(f"partitioner returned {part!r} for a topic with {n} partitions")
+        return part
+
+    def _enqueue(self, topic: str, record: Any, partition: int | None) -> ProducerFuture:
+        self._check_open()
+        key, value, headers, ts, rec_partition = self._normalize(record)
+        kb = self.key_encoder.to_bytes(key) if key is not None else None
+        vb = self.value_encoder.to_bytes(value) if value is not None else None
+        for hk, hv in headers:
+            if not isinstance(hk, str) or not (hv is None or isinstance(hv, (bytes, bytearray))):
+                raise TypeError(f"header ({hk!r}, {hv!r}): expected (str, bytes or None)")
+        info = self.cluster.topic(topic, timeout=self.config["max.block.ms"] / 1000)
+        n = len(info.leaders)
+        part = partition if partition is not None else rec_partition
+        if part is None:
+            part = self._choose_partition(topic, kb, n)
+        elif part not in info.leaders:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {part} (it has {n})")
+        size = RECORD_OVERHEAD + (len(kb) if kb else 0) + (len(vb) if vb else 0) + \
+            sum(len(hk) + len(hv or b"") + 4 for hk, hv in headers)
+        if size + BATCH_OVERHEAD > self.max_request_size:
+            raise MessageTooLargeError(f"record of ~{size} bytes exceeds max.request.size={self.max_request_size}")
+        fut = ProducerFuture()
+        item = _Item(kb, vb, headers, int(time.time() * 1000) if ts is None else int(ts), fut, size)
+        self._put(topic, part, item)
+        call_hook(self.handler, "on_enqueue", topic, part, kb, vb)
+        return fut
+
+    def _enqueue_bulk(self, topic: str, partition: int | None, n: int, values: list, size: int) -> ProducerFuture:
+        if partition is None:
+            partition = self._choose_partition(topic, None, n)
+        fut = ProducerFuture()
+        item = _Item(None, None, (), int(time.time() * 1000), fut, size, bulk=values)
+        self._put(topic, partition, item, count=1)
+        return fut
+
+    def _put(self, topic: str, part: int, item: _Item, count: int = 1) -> None:
+        t = self.enqueue_timeout
+        with self._cond:
+            if self._queued >= self.max_queued:
+                if t == 0:
+                    raise QueueFull(f"producer queue full ({self.max_queued} records, "
+                                    "queue.enqueue.timeout.ms=0)")
+                deadline = None if t < 0 else time.monotonic() + t / 1000
+                while self._queued >= self.max_queued:
+                    self._check_open()
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise QueueFull(f"producer queue stayed full ({self.max_queued} records) for "
+                                        f"queue.enqueue.timeout.ms={t}")
+                    self._cond.wait(left if left is not None else 1.0)
+            q = self._queues.get((topic, part))
+            if q is None:
+                q = self._queues[(topic, part)] = _Queue()
+            if not q.items:
+                q.first_at = time.monotonic()
+            q.items.append(item)
+            q.nbytes += item.size
+            self._queued += count
+            if self.sync:
+                q.urgent += 1
+            if self.sync or q.nbytes >= self.batch_size or item.bulk is not None:
+                self._cond.notify_all()
+
+    # ------------------------------------------------------------------ sender thread
+    def _ready(self, now: float) -> tuple[list[tuple[str, int]], float | None]:
+        ready, wake = [], None
+        for tp, q in self._queues.items():
+            if not q.items or q.in_flight >= self.max_in_flight:
+                continue
+            due = q.first_at + self.linger
+            if (q.urgent or self._flushing or self._closing or q.nbytes >= self.batch_size
+                    or q.items[0].bulk is not None or due <= now):
+                ready.append(tp)
+            else:
+                wake = due if wake is None else min(wake, due)
+        return ready, wake
+
+    def _cut(self, tp: tuple[str, int]) -> list[_Item]:
+        q = self._queues[tp]
+        first = q.items[0]
+        if first.bulk is not None:
+            taken = [q.items.popleft()]
+        else:
+            taken, size = [], BATCH_OVERHEAD
+            while q.items and q.items[0].bulk is None and (not taken or size + q.items[0].size <= self.max_request_size):
+                if taken and size + q.items[0].size > self.batch_size:
+                    break
+                it = q.items.popleft()
+                taken.append(it)
+                size += it.size
+        q.nbytes -= sum(i.size for i in taken)
+        if self.sync:
+            q.urgent = max(0, q.urgent - len(taken))
+        q.first_at = time.monotonic()
+        q.in_flight += 1
+        self._queued -= len(taken)
+        self._outstanding += 1
+        return taken
+
+    def _send_loop(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    now = time.monotonic()
+                    ready, wake = self._ready(now)
+                    if ready:
+                        break
+                    if self._closing and not self._queued:
+                        return
+                    self._cond.wait(None if wake is None else max(0.0, wake - now) + 0.0005)
+                cuts = [(tp, self._cut(tp)) for tp in ready]
+                self._cond.notify_all()  # queue room freed
+            batches = []
+            for (topic, part), items in cuts:
+                try:
+                    batches.append(self._build(topic, part, items))
+                except Exception as e:  # a record the batch builder refuses fails alone
+                    self._finish(_Batch(topic, part, items, b"", len(items)), None, e)
+            if batches:
+                self._transmit(batches)
+
+    def _build(self, topic: str, part: int, items: list[_Item]) -> _Batch:
+        if items[0].bulk is not None:
+            ts = items[0].timestamp
+            recs = [Record(i, ts, None, v) for i, v in enumerate(items[0].bulk)]
+        else:
+            recs = [Record(i, it.timestamp, it.key, it.value, it.headers) for i, it in enumerate(items)]
+        n = self._num_partitions(topic)
+        if isinstance(self.partitioner, DefaultPartitioner):
+            self.partitioner.on_new_batch(topic, part, n)
+        call_hook(self.handler, "on_batch_ready", topic, part, len(recs))
+        seq = -1
+        if self.idempotent:
+            seq = self._sequences.get((topic, part), 0)
+            self._sequences[(topic, part)] = (seq + len(recs)) & 0x7FFFFFFF
+        data = build_batch(recs, compression=self.codec, producer_id=self._producer_id,
+                           producer_epoch=self._epoch, base_sequence=seq)
+        return _Batch(topic, part, items, data, len(recs), producer_id=self._producer_id, sequence=seq)
+
+    def _num_partitions(self, topic: str) -> int:
+        try:
+            return len(self.cluster.topic(topic).leaders)
+        except KafkaError:
+            return 1
+
+    def _transmit(self, batches: list[_Batch]) -> None:
+        if self._send_many_batches is not None:
+            futs = self._send_many_batches([(b.topic, b.partition, b.data) for b in batches], acks=self.acks,
+                                           timeout_ms=self.request_timeout_ms)
+        else:
+            futs = []
+            for b in batches:
+                futs.append(self._send_one(b))
+        with self._inflight_cond:
+            for b, f in zip(batches, futs, strict=True):
+                b.future = f
+                b.attempts += 1
+                self._inflight.append(b)
+            self._inflight_cond.notify_all()
+        for b in batches:
+            call_hook(self.handler, "on_send", b.topic, b.partition, b.count, len(b.data))
+
+    def _send_one(self, b: _Batch) -> Any:
+        from appliance.client.transport import FailedFuture
+
+        try:
+            return self.transport.send_batch(b.topic, b.partition, b.data, acks=self.acks,
+                                             timeout_ms=self.request_timeout_ms)
+        except KafkaError as e:
+            return FailedFuture(e)
+
+    # ------------------------------------------------------------------ completion thread
+    def _complete_loop(self) -> None:
+        while True:
+            with self._inflight_cond:
+                while not self._inflight:
+                    if self._closing and not self._outstanding:
+                        return
+                    self._inflight_cond.wait(0.2)
+                b = self._inflight.popleft()
+            self._await(b)
+
+    def _await(self, b: _Batch) -> None:
+        while True:
+            try:
+                res = b.future.result(self.request_timeout_ms / 1000 + 5)
+                self._finish(b, res, None)
+                return
+            except DuplicateSequenceError:  # the broker already has it: delivered before
+                self._finish(b, None, None)
+                return
+            except KafkaError as e:
+                if not self._retriable(e) or b.attempts > self.retries or self._closed:
+                    if self.idempotent:
+                        self._reset_idempotence(b)
+                    self._finish(b, None, e)
+                    return
+                log.info("retrying %s-%d after %s (attempt %d)", b.topic, b.partition, e, b.attempts)
+                time.sleep(self.backoff)
+                self.cluster.invalidate(b.topic)
+                with self._cond:
+                    closing = self._closing and self._closed
+                if closing:
+                    self._finish(b, None, e)
+                    return
+                # The same bytes go again: same producer id and sequence, so the broker drops a
+                # copy it already wrote instead of appending it twice.
+                b.future = self._send_one(b)
+                b.attempts += 1
+                call_hook(self.handler, "on_send", b.topic, b.partition, b.count, len(b.data))
+
+    @staticmethod
+    def _retriable(e: BaseException) -> bool:
+        return isinstance(e, KafkaConnectionError) or getattr(e, "code", None) in RETRIABLE
+
+    def _finish(self, b: _Batch, res: Any, err: BaseException | None) -> None:
+        if err is None:
+            base = res.base_offset if res is not None else -1
+            lat = res.log_append_time if res is not None else -1
+            call_hook(self.handler, "on_ack", b.topic, b.partition, base, b.count)
+            if b.items and b.items[0].bulk is not None:
+                it = b.items[0]
+                it.future._complete(RecordMetadata(b.topic, b.partition, base, lat if lat >= 0 else it.timestamp), None)
+            else:
+                for i, it in enumerate(b.items):
+                    off = base + i if base >= 0 else -1
+                    it.future._complete(RecordMetadata(b.topic, b.partition, off,
+                                                       lat if lat >= 0 else it.timestamp), None)
+        else:
+            call_hook(self.handler, "on_error", b.topic, b.partition, b.count, err)
+            for it in b.items:
+                it.future._complete(None, err)
+        with self._cond:
+            q = self._queues.get((b.topic, b.partition))
+            if q is not None:
+                q.in_flight -= 1
+            self._outstanding -= 1
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------------ idempotence
+    def _init_producer_id(self) -> None:
+        conn = self.cluster.any_connection()
+        resp = conn.request(22, {"transactional_id": None, "transaction_timeout_ms": 60000})
+        if resp.error_code:
+            raise error_for_code(resp.error_code)(f"InitProducerId failed: {ErrorCode(resp.error_code).name}")
+        self._producer_id, self._epoch = resp.producer_id, resp.producer_epoch
+        self._sequences.clear()
+
+    def _reset_idempotence(self, b: _Batch) -> None:
+        """A batch failed for good: its sequence numbers are gone, so later batches would be out
+        of order. Start over under a new producer id (Kafka bumps the epoch the same way)."""
+        try:
+            self._init_producer_id()
+        except KafkaError as e:
+            log.warning("could not get a new producer id after a failed batch: %s", e)
