@@ -67,8 +67,9 @@ class Plumbing:
     channel_names: dict[tuple[int, int], str] = field(default_factory=dict)
 
     @classmethod
-    def create(cls, base: str, num_disks: int, num_net: int, broker_id: int) -> tuple[Plumbing, PartitionTable]:
-        table = PartitionTable.create(f"/{base}-table", PARTITION_TABLE_CAPACITY, broker_id, num_disks)
+    def create(cls, base: str, num_disks: int, num_net: int, broker_id: int,
+               port: int = 0) -> tuple[Plumbing, PartitionTable]:
+        table = PartitionTable.create(f"/{base}-table", PARTITION_TABLE_CAPACITY, broker_id, num_disks, port)
         p = cls(base, num_disks, num_net, table.name)
         p.disk_bells = [os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) for _ in range(num_disks)]
         p.net_bells = [os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) for _ in range(num_net)]

@@ -122,7 +122,7 @@ class Supervisor:
                 os.makedirs(d, exist_ok=True)
             self._reclaim_shared_memory()
             self.plumbing, self.table = Plumbing.create(
-                self.base, len(self.log_dirs), self.num_net, int(self.config["broker.id"]))
+                self.base, len(self.log_dirs), self.num_net, int(self.config["broker.id"]), self.port)
             self._install_signals()
             for d in self.log_dirs:  # so local IPC producers and tools can find our shared memory
                 with open(os.path.join(d, ".appliance-shm-name"), "w") as f:

@@ -69,7 +69,9 @@ TABLE_HEADER = Layout("table_header", (
     ("controller_id", "i"),
     ("num_disks", "i"),
     ("started_ms", "q"),
-    ("reserved", "40x"),
+    ("port", "i"),                # the listener port: local producers find their broker by it
+    ("pad", "4x"),
+    ("reserved", "32x"),
 ))
 
 WORKER_SLOT = Layout("worker_slot", (

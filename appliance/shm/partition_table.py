@@ -82,14 +82,14 @@ class PartitionTable:
 
     # -- lifecycle ------------------------------------------------------------------------
     @classmethod
-    def create(cls, name: str, capacity: int, broker_id: int, num_disks: int) -> PartitionTable:
+    def create(cls, name: str, capacity: int, broker_id: int, num_disks: int, port: int = 0) -> PartitionTable:
         """Create (exclusively) and initialise the table. Raises posix_ipc.ExistentialError if it exists."""
         size = table_size(capacity)
         shm = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600, size=size)
         buf = mmap.mmap(shm.fd, size)
         TABLE_HEADER.struct.pack_into(  # type: ignore[attr-defined]
             buf, 0, TABLE_MAGIC, LAYOUT_VERSION, capacity, broker_id, os.getpid(), 0,
-            int(time.time() * 1000) << 8, broker_id, num_disks, int(time.time() * 1000))
+            int(time.time() * 1000) << 8, broker_id, num_disks, int(time.time() * 1000), port)
         return cls(shm, buf, owner=True)
 
     @classmethod
@@ -136,6 +136,10 @@ class PartitionTable:
     @property
     def generation(self) -> int:
         return _q.unpack_from(self._buf, _H["generation"])[0]
+
+    @property
+    def port(self) -> int:
+        return _i.unpack_from(self._buf, _H["port"])[0]
 
     @property
     def broker_id(self) -> int:

@@ -1,0 +1,228 @@
+"""Local IPC producers against the real broker: data path, crashes on both sides, garbage, permissions."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from appliance.client.connection import BrokerConnection
+from appliance.client.ipc import IpcTransport, IpcUnavailable, find_broker_base, open_ipc_transport
+from appliance.errors import KafkaError, NotLeaderOrFollowerError
+from appliance.records.batch import build_batch, decode_records
+from appliance.shm.layout import REQUEST, MsgType
+from native.scan import SCAN_END, scan_batches
+
+
+def _create(b, topic, partitions=1):
+    with BrokerConnection("127.0.0.1", b.port) as c:
+        r = c.request(19, {"topics": [{"name": topic, "num_partitions": partitions, "replication_factor": 1,
+                                       "assignments": [], "configs": []}], "timeout_ms": 30000,
+                           "validate_only": False})
+        assert r.topics[0].error_code == 0
+
+
+def _read_all(b, topic, partition=0):
+    """Every record of the partition, through the Kafka protocol."""
+    out = []
+    with BrokerConnection("127.0.0.1", b.port) as c:
+        offset = 0
+        while True:
+            r = c.request(1, {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 24,
+                              "isolation_level": 0, "topics": [{"topic": topic, "partitions": [
+                                  {"partition": partition, "fetch_offset": offset, "log_start_offset": -1,
+                                   "partition_max_bytes": 1 << 24}]}]})
+            data = bytes(r.responses[0].partitions[0].records or b"")
+            if not data:
+                return out
+            recs = decode_records(data)
+            out += recs
+            offset = recs[-1].offset + 1
+
+
+def _segments_valid(b, topic, partition=0):
+    d = os.path.join(b.log_dirs[0], f"{topic}-{partition}")
+    for name in sorted(os.listdir(d)):
+        if name.endswith(".log"):
+            with open(os.path.join(d, name), "rb") as f:
+                data = f.read()
+            if data:
+                assert scan_batches(data).stop_reason == SCAN_END, name
+
+
+@pytest.fixture
+def broker(broker_factory):
+    return broker_factory().start()
+
+
+def test_ipc_records_read_back_over_tcp_and_kcat(broker):
+    _create(broker, "ipc-a", 2)
+    t = open_ipc_transport(broker.bootstrap)
+    assert t is not None and t.base == find_broker_base(log_dir=broker.log_dirs[0])
+    futs = [t.send_batch("ipc-a", i % 2, build_batch([(b"k%d" % i, b"v%d-%d" % (i, j)) for j in range(50)]))
+            for i in range(20)]
+    results = [f.result(10) for f in futs]
+    t.close()
+    assert sorted(r.base_offset for r in results if r.partition == 0) == list(range(0, 500, 50))
+    got = _read_all(broker, "ipc-a", 0) + _read_all(broker, "ipc-a", 1)
+    assert len(got) == 1000
+    assert {r.value for r in got} == {b"v%d-%d" % (i, j) for i in range(20) for j in range(50)}
+    out = subprocess.run(["kcat", "-b", broker.bootstrap, "-C", "-t", "ipc-a", "-e", "-o", "beginning", "-q"],
+                         capture_output=True, timeout=30)
+    assert len(out.stdout.splitlines()) == 1000
+
+
+def test_no_local_broker_is_a_clear_error():
+    assert open_ipc_transport("127.0.0.1:1") is None
+    with pytest.raises(IpcUnavailable, match="no local broker with shared memory 'nothing-here'"):
+        IpcTransport("nothing-here")
+
+
+def test_channels_admit_only_the_brokers_user_and_group(broker):
+    base = find_broker_base(log_dir=broker.log_dirs[0])
+    names = [n for n in os.listdir("/dev/shm") if n.startswith(f"{base}-ipc-")]
+    assert names
+    for n in names:
+        mode = stat.S_IMODE(os.stat(f"/dev/shm/{n}").st_mode)
+        assert mode & 0o007 == 0, (n, oct(mode))  # nothing for others
+
+
+_KILLED_PRODUCER = textwrap.dedent("""
+    import sys
+    from appliance.client.ipc import IpcTransport
+    from appliance.records.batch import build_batch
+    t = IpcTransport(sys.argv[1])
+    batch = build_batch([(None, b"x" * 100)] * 500)
+    print("ready", flush=True)
+    futs = []
+    while True:
+        futs.append(t.send_batch("ipc-k", 0, batch))
+        if len(futs) > 4:
+            futs.pop(0).result(30)
+""")
+
+
+def test_sigkill_of_a_producer_mid_stream_leaves_no_partial_batch(broker):
+    _create(broker, "ipc-k")
+    base = find_broker_base(log_dir=broker.log_dirs[0])
+    for delay in (0.3, 0.7):
+        p = subprocess.Popen([sys.executable, "-c", _KILLED_PRODUCER, base], stdout=subprocess.PIPE)
+        assert p.stdout.readline().strip() == b"ready"
+        time.sleep(delay)
+        p.send_signal(signal.SIGKILL)
+        p.wait(10)
+    time.sleep(0.3)
+    # the channel is free again and works for the next producer
+    with IpcTransport(base) as t:
+        r = t.send_batch("ipc-k", 0, build_batch([(None, b"after")])).result(10)
+    recs = _read_all(broker, "ipc-k")
+    assert recs[-1].value == b"after" and r.base_offset == recs[-1].offset
+    assert (len(recs) - 1) % 500 == 0  # whole batches only
+    assert [x.offset for x in recs] == list(range(len(recs)))
+    _segments_valid(broker, "ipc-k")
+
+
+def test_a_frame_half_written_by_a_killed_producer_is_never_seen(broker):
+    """The producer dies between writing a frame's bytes and publishing the ring's tail."""
+    _create(broker, "ipc-h")
+    base = find_broker_base(log_dir=broker.log_dirs[0])
+    code = textwrap.dedent("""
+        import os, signal, sys
+        from appliance.client.ipc import IpcTransport
+        from appliance.records.batch import build_batch
+        t = IpcTransport(sys.argv[1])
+        t.send_batch("ipc-h", 0, build_batch([(None, b"whole")])).result(10)
+        link = t._link(0)
+        ring = link.requests
+        # write a frame header and half a batch at the tail, but never publish the tail
+        pos = ring._data + ring.tail % ring.capacity
+        ring._mv[pos:pos + 8] = (1000).to_bytes(4, "little") + (1).to_bytes(4, "little")
+        ring._mv[pos + 8:pos + 508] = build_batch([(None, b"half" * 300)])[:500]
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    p = subprocess.run([sys.executable, "-c", code, base], timeout=30)
+    assert p.returncode == -signal.SIGKILL
+    with IpcTransport(base) as t:
+        t.send_batch("ipc-h", 0, build_batch([(None, b"next")])).result(10)
+    assert [r.value for r in _read_all(broker, "ipc-h")] == [b"whole", b"next"]
+
+
+def test_garbage_in_a_ring_is_refused_and_disturbs_nobody(broker):
+    _create(broker, "ipc-g")
+    base = find_broker_base(log_dir=broker.log_dirs[0])
+    good = IpcTransport(base)
+    bad = IpcTransport(base)
+    good.send_batch("ipc-g", 0, build_batch([(None, b"good-0")])).result(10)
+    slot = bad.index.lookup("ipc-g", 0).slot
+    link = bad._link(0)
+    rng = random.Random(3)
+    # 1) well-framed produce requests whose batches are garbage: each refused with an error
+    for i in range(20):
+        garbage = rng.randbytes(rng.randint(0, 3000))
+        if i % 2:  # a batch with a valid-looking header but a wrong CRC
+            garbage = bytearray(build_batch([(None, b"x" * 50)]))
+            garbage[-1] ^= 0xFF
+        fut = link.send(slot, "ipc-g", 0, bytes(garbage), 1, 5000)
+        with pytest.raises(KafkaError):
+            fut.result(10)
+    # 2) a frame whose length runs past the tail: the disk worker drops that producer's queue
+    ring = link.requests
+    pos = ring._data + ring.tail % ring.capacity
+    ring._mv[pos:pos + 8] = (10_000_000).to_bytes(4, "little") + int(MsgType.PRODUCE).to_bytes(4, "little")
+    import struct
+    struct.pack_into("=Q", ring._buf, ring._base + 128, ring.tail + 16)  # publish a bogus tail
+    link._ring_disk()
+    # the other producer and the broker carry on
+    for i in range(1, 6):
+        good.send_batch("ipc-g", 0, build_batch([(None, b"good-%d" % i)])).result(10)
+    assert [r.value for r in _read_all(broker, "ipc-g")] == [b"good-%d" % i for i in range(6)]
+    _segments_valid(broker, "ipc-g")
+    good.close()
+    bad.close()
+    assert REQUEST.size == 24
+
+
+def test_sigkill_of_the_disk_worker_fails_or_keeps_every_pending_send(broker):
+    _create(broker, "ipc-d")
+    base = find_broker_base(log_dir=broker.log_dirs[0])
+    t = IpcTransport(base)
+    batch = build_batch([(None, b"y" * 100)] * 200)
+    acked, failed = [], 0
+    futs = []
+    killed = False
+    deadline = time.monotonic() + 60
+    while len(acked) < 400 and time.monotonic() < deadline:
+        try:
+            futs.append(t.send_batch("ipc-d", 0, batch))
+        except (NotLeaderOrFollowerError, KafkaError):
+            failed += 1
+            time.sleep(0.05)
+        if len(futs) > 8 or not killed and len(acked) > 50:
+            if not killed and len(acked) > 50:
+                os.kill(broker.worker_pids("disk worker 0")[0], signal.SIGKILL)
+                killed = True
+            while futs:
+                f = futs.pop(0)
+                try:
+                    acked.append(f.result(30).base_offset)
+                except KafkaError:
+                    failed += 1
+    for f in futs:
+        try:
+            acked.append(f.result(30).base_offset)
+        except KafkaError:
+            failed += 1
+    t.close()
+    assert killed and failed > 0  # some sends saw the worker die, with an error, not silence
+    recs = _read_all(broker, "ipc-d")
+    offsets = {r.offset for r in recs}
+    for base_offset in acked:  # every acknowledged batch is in the log at its offset
+        assert all(o in offsets for o in range(base_offset, base_offset + 200))
+    _segments_valid(broker, "ipc-d")
