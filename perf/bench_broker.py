@@ -20,9 +20,14 @@ plus librdkafka's threads) is reported too, because it competes for the same cor
 not charged to a broker process (page-cache writeback threads, softirq on other CPUs) is not
 counted.
 
---profile DIR runs py-spy (nonblocking sampling) on the disk worker and on the network worker
-that serves the client's connection during each phase of the first run, writes speedscope
-files into DIR and prints the top functions by self and total time.
+--profile DIR runs py-spy (nonblocking sampling, 200 Hz) on every disk and network worker
+during each phase of the first run, writes speedscope files into DIR and prints the top
+functions by self and total time. (A client connection lands on one network worker, chosen by
+SO_REUSEPORT; the other one shows as nearly idle.)
+
+--kcat (default when kcat is installed) adds a third phase: the same records read by kcat, a C
+client with no per-record Python, so the broker's fetch path is measured without the Python
+consumer's per-record cost dominating the machine.
 
 Figures printed: medians over --runs runs (with min/max to show the noise of a shared machine).
 """
@@ -36,6 +41,7 @@ import os
 import resource
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -59,6 +65,7 @@ TARGET_FETCH_CPU_S_PER_GB = 0.1
 KAFKA_PUBLISHED_RPS = 821_557
 BATCH = 10_000  # records per produce_batch call
 WARMUP_RECORDS = 50_000
+WARMUP_READERS = 8
 
 PRODUCER_CONFIG = {
     "acks": 1,
@@ -101,25 +108,28 @@ def _role(proc: psutil.Process, supervisor_pid: int) -> str:
     return "other"
 
 
-def broker_cpu(supervisor_pid: int) -> dict[int, tuple[str, float]]:
-    """pid -> (role, user+sys seconds) for the supervisor and every descendant."""
+def broker_cpu(supervisor_pid: int) -> dict[int, tuple[str, float, float]]:
+    """pid -> (role, user s, sys s) for the supervisor and every descendant."""
     sup = psutil.Process(supervisor_pid)
     out = {}
     for p in [sup, *sup.children(recursive=True)]:
         try:
             t = p.cpu_times()
-            out[p.pid] = (_role(p, supervisor_pid), t.user + t.system)
+            out[p.pid] = (_role(p, supervisor_pid), t.user, t.system)
         except psutil.Error:
             continue
     return out
 
 
 def cpu_delta(before: dict, after: dict) -> dict[str, float]:
-    """CPU seconds per role between two snapshots (a process born in between counts from 0)."""
+    """CPU seconds per role (and per role '<role>_sys' for the kernel part) between two
+    snapshots; a process born in between counts from 0, one that died is lost."""
     roles: dict[str, float] = collections.defaultdict(float)
-    for pid, (role, t) in after.items():
-        roles[role] += t - before.get(pid, (role, 0.0))[1]
-    roles["total"] = sum(v for k, v in roles.items())
+    for pid, (role, user, sys_) in after.items():
+        _, user0, sys0 = before.get(pid, (role, 0.0, 0.0))
+        roles[role] += (user - user0) + (sys_ - sys0)
+        roles[role + "_sys"] += sys_ - sys0
+    roles["total"] = sum(v for k, v in roles.items() if not k.endswith("_sys"))
     return dict(roles)
 
 
@@ -137,6 +147,44 @@ def machine_busy() -> float:
 
 def log_bytes(broker: BrokerProcess) -> int:
     return sum(f.stat().st_size for d in broker.log_dirs for f in Path(d).rglob("*.log"))
+
+
+# --- the kernel's own cost of sendfile over loopback ----------------------------------------------
+
+def sendfile_floor(files: list[Path], chunk: int) -> tuple[float, float, float]:
+    """Send ``files`` over a loopback TCP connection with os.sendfile in ``chunk``-byte calls
+    (blocking socket, no Python per byte) to a reader that discards them. Returns (sender CPU
+    s/GB, of which sys s/GB, GB/s): the floor any broker pays to sendfile these bytes here."""
+    lsock = socket.create_server(("127.0.0.1", 0))
+    port = lsock.getsockname()[1]
+    total = sum(f.stat().st_size for f in files)
+    reader = os.fork()
+    if reader == 0:  # child: read and drop everything
+        try:
+            conn, _ = lsock.accept()
+            buf = bytearray(4 << 20)
+            while conn.recv_into(buf):
+                pass
+        finally:
+            os._exit(0)
+    lsock.close()
+    t0 = time.perf_counter()
+    sender = os.fork()
+    if sender == 0:
+        try:
+            with socket.create_connection(("127.0.0.1", port)) as s:
+                for f in files:
+                    with open(f, "rb") as fh:
+                        off, size = 0, f.stat().st_size
+                        while off < size:
+                            off += os.sendfile(s.fileno(), fh.fileno(), off, min(chunk, size - off))
+        finally:
+            os._exit(0)
+    _, _, usage = os.wait4(sender, 0)
+    os.waitpid(reader, 0)
+    elapsed = time.perf_counter() - t0
+    gb = total / 1e9
+    return (usage.ru_utime + usage.ru_stime) / gb, usage.ru_stime / gb, gb / elapsed
 
 
 # --- py-spy ----------------------------------------------------------------------------------------
@@ -163,50 +211,43 @@ def stop_pyspy(p: subprocess.Popen) -> None:
 
 
 def summarize_speedscope(path: Path, top: int = 15) -> str:
-    """Top functions by self and by total (inclusive) sample share, from a speedscope file."""
+    """Top functions by self and total (inclusive) share of samples, and the hottest lines.
+
+    py-spy's frames are per line; functions are aggregated by (name, file)."""
     doc = json.loads(path.read_text())
     frames = doc["shared"]["frames"]
-    self_n: collections.Counter = collections.Counter()
-    total_n: collections.Counter = collections.Counter()
-    n = 0
+
+    def func(i: int) -> str:
+        f = frames[i]
+        file = "/".join((f.get("file") or "").split("/")[-2:])
+        return f"{f['name']} ({file})"
+
+    def line(i: int) -> str:
+        return f"{func(i)[:-1]}:{frames[i].get('line', '')})"
+
+    self_f: collections.Counter = collections.Counter()
+    self_l: collections.Counter = collections.Counter()
+    total_f: collections.Counter = collections.Counter()
+    n = 0.0
     for prof in doc["profiles"]:
         for stack, w in zip(prof["samples"], prof["weights"], strict=True):
             n += w
             if stack:
-                self_n[stack[-1]] += w
-            for f in set(stack):
-                total_n[f] += w
-
-    def name(i: int) -> str:
-        f = frames[i]
-        file = f.get("file") or ""
-        short = "/".join(file.split("/")[-2:]) if file else ""
-        return f"{f['name']} ({short}:{f.get('line', '')})"
-
+                self_f[func(stack[-1])] += w
+                self_l[line(stack[-1])] += w
+            for f in {func(i) for i in stack}:
+                total_f[f] += w
     # py-spy's speedscope weights are seconds (1/rate per sample); idle samples are not kept.
-    lines = [f"{path.name}: {n:.2f} s of non-idle samples"]
-    lines.append("  self%   function")
-    for i, c in self_n.most_common(top):
-        lines.append(f"  {100 * c / n:5.1f}   {name(i)}")
-    lines.append("  total%  function (frames on >= 97% of stacks, the trunk, left out)")
-    for i, c in [(i, c) for i, c in total_n.most_common() if c < 0.97 * n][:top]:
-        lines.append(f"  {100 * c / n:5.1f}   {name(i)}")
-    return "\n".join(lines)
-
-
-def connection_worker(broker: BrokerProcess, client_port_pids: set[int]) -> int | None:
-    """The network worker holding a TCP connection from this process (to profile that one)."""
-    me = os.getpid()
-    local_ports = {c.laddr.port for c in psutil.Process(me).net_connections("tcp")
-                   if c.raddr and c.raddr.port == broker.port}
-    for pid in client_port_pids:
-        try:
-            for c in psutil.Process(pid).net_connections("tcp"):
-                if c.raddr and c.raddr.port in local_ports:
-                    return pid
-        except psutil.Error:
-            continue
-    return None
+    out = [f"{path.name}: {n:.2f} s of non-idle samples"]
+    if n == 0:
+        return out[0]
+    out.append("  self%   function")
+    out += [f"  {100 * c / n:5.1f}   {f}" for f, c in self_f.most_common(top)]
+    out.append("  total%  function (the trunk, frames on >= 97% of stacks, left out)")
+    out += [f"  {100 * c / n:5.1f}   {f}" for f, c in total_f.most_common() if c < 0.97 * n][:top]
+    out.append("  self%   hottest lines")
+    out += [f"  {100 * c / n:5.1f}   {f}" for f, c in self_l.most_common(8)]
+    return "\n".join(out)
 
 
 # --- phases ----------------------------------------------------------------------------------------
@@ -339,17 +380,19 @@ def consume(broker: BrokerProcess, records: int, partitions: int, on_start=None,
     return phase
 
 
-def consume_kcat(broker: BrokerProcess, records: int) -> Phase:
+def consume_kcat(broker: BrokerProcess, records: int, on_start=None, topic: str = TOPIC) -> Phase:
     """Read every record with kcat (C, librdkafka, no per-record Python): the broker's fetch path
     without the Python client's per-record cost. One output byte per record, to count them."""
     phase = Phase(broker)
-    cmd = ["kcat", "-C", "-b", broker.bootstrap, "-t", TOPIC, "-o", "beginning", "-e", "-q",
+    cmd = ["kcat", "-C", "-b", broker.bootstrap, "-t", topic, "-o", "beginning", "-e", "-q",
            "-f", ".", "-X", f"fetch.max.bytes={CONSUMER_CONFIG['fetch.max.bytes']}",
            "-X", f"max.partition.fetch.bytes={CONSUMER_CONFIG['max.partition.fetch.bytes']}",
            "-X", f"queued.max.messages.kbytes={CONSUMER_CONFIG['queued.max.messages.kbytes']}",
            "-X", f"fetch.wait.max.ms={CONSUMER_CONFIG['fetch.wait.max.ms']}"]
     with phase:
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if on_start:
+            on_start()
         got = 0
         while chunk := p.stdout.read(1 << 20):
             got += len(chunk)
@@ -383,21 +426,25 @@ def run_once(args: argparse.Namespace, run: int, profile_dir: Path | None) -> di
                                            topic="bench-warmup", partitions=args.partitions)
         result["warmup_consume"] = consume(broker, WARMUP_RECORDS, args.partitions,
                                            topic="bench-warmup")
+        if args.kcat:
+            # A connection lands on one network worker (SO_REUSEPORT hash); each loads its
+            # fetch-path kernels on its first fetch. Several short readers reach every worker
+            # with near certainty (each misses a given worker with p = 1/2 for two workers).
+            for _ in range(WARMUP_READERS):
+                consume_kcat(broker, WARMUP_RECORDS, topic="bench-warmup")
         result["warmup_s"] = time.perf_counter() - t0
         create_topic(broker.bootstrap, args.partitions)
         time.sleep(1.0)
         disk_pids = broker.worker_pids("disk worker")
-        net_pids = set(broker.worker_pids("network worker"))
+        net_pids = sorted(broker.worker_pids("network worker"))
 
         def profiler(phase_name: str):
             if profile_dir is None:
                 return None
 
             def start() -> None:
-                targets = {"disk": disk_pids[0]}
-                net = connection_worker(broker, net_pids)
-                if net is not None:
-                    targets["network"] = net
+                targets = {f"disk{i}": pid for i, pid in enumerate(disk_pids)}
+                targets.update({f"network{i}": pid for i, pid in enumerate(net_pids)})
                 for role, pid in targets.items():
                     out = profile_dir / f"{phase_name}-{role}.speedscope.json"
                     spies.append(start_pyspy(pid, out, args.profile_seconds))
@@ -419,7 +466,16 @@ def run_once(args: argparse.Namespace, run: int, profile_dir: Path | None) -> di
         result["consume"] = (ph, size)
         if args.kcat:
             time.sleep(1.0)
-            result["consume_kcat"] = (consume_kcat(broker, args.records), size)
+            ph = consume_kcat(broker, args.records, profiler("consume_kcat"))
+            for s in spies:
+                stop_pyspy(s)
+            spies.clear()
+            result["consume_kcat"] = (ph, size)
+        files = [f for d in broker.log_dirs for f in Path(d).glob(f"{TOPIC}-*/*.log")]
+        result["floor"] = {c: sendfile_floor(files, c) for c in (1 << 20, 8 << 20)}
+    except BaseException:
+        print(f"broker log tail ({broker.log_path}):\n{broker.log()[-4000:]}", file=sys.stderr)
+        raise
     finally:
         for s in spies:
             stop_pyspy(s)
@@ -443,7 +499,11 @@ def describe(ph: Phase, size: int, records: int, value_size: int) -> dict:
         "broker_cpu_s": ph.cpu["total"],
         "broker_s_per_gb": ph.cpu["total"] / gb,
         "disk_s_per_gb": ph.cpu.get("disk", 0.0) / gb,
+        "disk_sys_s_per_gb": ph.cpu.get("disk_sys", 0.0) / gb,
         "network_s_per_gb": ph.cpu.get("network", 0.0) / gb,
+        "network_sys_s_per_gb": ph.cpu.get("network_sys", 0.0) / gb,
+        "broker_us_per_record": ph.cpu["total"] / records * 1e6,
+        "client_us_per_record": (ph.client + ph.external_client) / records * 1e6,
         "supervisor_s_per_gb": ph.cpu.get("supervisor", 0.0) / gb,
         "broker_cores": ph.cpu["total"] / ph.elapsed,
         "disk_cores": ph.cpu.get("disk", 0.0) / ph.elapsed,
@@ -472,7 +532,7 @@ def main() -> None:
                     help="also consume with kcat (C client) to show the broker's fetch path alone")
     ap.add_argument("--dir", default=None, help="parent of the temporary broker directory")
     ap.add_argument("--profile", default=None, metavar="DIR",
-                    help="py-spy the disk worker and the client's network worker during run 1")
+                    help="py-spy every disk and network worker during each phase of run 1")
     ap.add_argument("--profile-seconds", type=int, default=10)
     ap.add_argument("--keep", action="store_true", help="keep the broker directory (debugging)")
     args = ap.parse_args()
@@ -500,6 +560,11 @@ def main() -> None:
             if ph.client_errors:
                 print(f"      client errors during {phase}: {dict(ph.client_errors)}"
                       " (see the broker log; disconnects stall the client)", flush=True)
+        floor = res["floor"]
+        stats.setdefault("floor", []).append(floor)
+        print(f"run {run + 1} kernel floor, os.sendfile of the topic's segments over loopback: "
+              + ", ".join(f"{c >> 20} MiB calls {v[0]:.3f} s/GB (sys {v[1]:.3f}) at {v[2]:.2f} GB/s"
+                          for c, v in floor.items()), flush=True)
 
     def med(phase: str, key: str) -> float:
         return statistics.median(s[key] for s in stats[phase])
@@ -516,10 +581,19 @@ def main() -> None:
               f"{med(phase, 'payload_mbs'):.1f} MB/s payload, {med(phase, 'log_mbs'):.1f} MB/s log")
         print(f"  broker CPU {med(phase, 'broker_s_per_gb'):.3f} s/GB ({spread(phase, 'broker_s_per_gb')}):"
               f" disk workers {med(phase, 'disk_s_per_gb'):.3f}, network workers "
-              f"{med(phase, 'network_s_per_gb'):.3f}, supervisor {med(phase, 'supervisor_s_per_gb'):.3f}")
+              f"{med(phase, 'network_s_per_gb'):.3f}, supervisor {med(phase, 'supervisor_s_per_gb'):.3f};"
+              f" of which kernel (sys): disk {med(phase, 'disk_sys_s_per_gb'):.3f},"
+              f" network {med(phase, 'network_sys_s_per_gb'):.3f}")
+        print(f"  per record: broker {med(phase, 'broker_us_per_record'):.3f} us CPU,"
+              f" client {med(phase, 'client_us_per_record'):.3f} us CPU")
         print(f"  cores busy: broker {med(phase, 'broker_cores'):.2f} (disk {med(phase, 'disk_cores'):.2f},"
               f" network {med(phase, 'network_cores'):.2f}), client {med(phase, 'client_cores'):.2f}"
               f" ({med(phase, 'client_s_per_gb'):.2f} s/GB), others {med(phase, 'other_cores'):.2f}")
+    for c in stats["floor"][0]:
+        v = [f[c] for f in stats["floor"]]
+        print(f"sendfile floor ({c >> 20} MiB calls, sender CPU, no broker): "
+              f"{statistics.median(x[0] for x in v):.3f} s/GB (sys {statistics.median(x[1] for x in v):.3f}),"
+              f" {statistics.median(x[2] for x in v):.2f} GB/s")
     print("\ntargets:")
     print(f"  produce >= {TARGET_PRODUCE_RPS:,} records/s: "
           f"{verdict(med('produce', 'rps'), TARGET_PRODUCE_RPS)}")
