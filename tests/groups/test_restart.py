@@ -3,6 +3,7 @@ stopped with SIGTERM, and after the whole broker is SIGKILLed and started again 
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -46,6 +47,17 @@ def _consume(bs: str, group: str, topic: str, want: int, timeout: float = 30,
     return got
 
 
+def kill_broker(b) -> None:
+    """SIGKILL the whole broker and wait until every worker is gone: BrokerProcess.kill() only
+    waits for the supervisor, and a dying network worker's SO_REUSEPORT socket would otherwise
+    accept (then reset) the restarted broker's first connections."""
+    pids = b.worker_pids("appliance")
+    b.kill()
+    deadline = time.monotonic() + 10
+    while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def _next_offsets(got: list[tuple[int, int]]) -> dict[int, int]:
     """The offset to commit per partition read (partitions not read have no commit)."""
     out: dict[int, int] = {}
@@ -67,7 +79,7 @@ def test_group_resumes_from_committed_offsets(broker_factory, how):
         assert b.stop() == 0
         b.start()
     elif how == "sigkill":
-        b.kill()
+        kill_broker(b)
         b.start()
     with connect(b.port) as conn:
         r = conn.request(9, {"group_id": group, "topics": [
@@ -100,7 +112,7 @@ def test_stable_group_survives_broker_restart_then_expires(broker_factory, how):
     if how == "sigterm":
         b.stop()
     else:
-        b.kill()
+        kill_broker(b)
     b.start()
     with connect(b.port) as conn:
         d = describe(conn, "stable-g")
