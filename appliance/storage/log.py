@@ -49,6 +49,7 @@ from appliance.storage.segment import (
     LogSegment,
     parse_segment_file_name,
 )
+from appliance.storage.swap import complete_interrupted_swaps
 from native.scan import SCAN_END
 
 __all__ = [
@@ -150,6 +151,18 @@ def _headers_unvalidated(mv: memoryview) -> list[tuple]:
     return out
 
 
+def _require_keys(mv: memoryview, heads: list) -> None:
+    """Kafka refuses keyless records in a compacted topic (the cleaner could not dedupe them).
+    Control batches carry their own keys and are exempt. Raises InvalidRecordError."""
+    pos = 0
+    for h in heads:
+        if not h[5] & L.CONTROL_BIT:
+            for rec in decode_batch(mv, pos)[1]:
+                if rec.key is None:
+                    raise InvalidRecordError("Compacted topic cannot accept message without key")
+        pos += h[1] + L.LOG_OVERHEAD
+
+
 class PartitionLog:
     """The log of one partition (Kafka's LocalLog + the parts of UnifiedLog it needs).
 
@@ -211,12 +224,13 @@ class PartitionLog:
 
     def _remove_leftovers(self) -> list[int]:
         bases = set()
+        # An interrupted cleaner swap: finish it or drop it (Kafka's rules, see swap.py).
+        complete_interrupted_swaps(self.path)
         names = os.listdir(self.path)
         for name in names:
             full = os.path.join(self.path, name)
             if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")):
-                # Kafka: .deleted were on their way out; .cleaned/.swap are an interrupted
-                # cleaning (we run no cleaner, so the originals are still complete).
+                # .deleted were on their way out; swap.py has already dealt with .cleaned/.swap.
                 log.info("%s: removing leftover %s", self.path, name)
                 os.unlink(full)
                 continue
@@ -341,6 +355,7 @@ class PartitionLog:
         self._log_append_time = config.message_timestamp_type == "LogAppendTime"
         self._ts_diff_max = int(config.message_timestamp_difference_max_ms)
         self._flush_messages = int(config.flush_messages)
+        self._compact = "compact" in config.cleanup_policy
         for seg in self._segs:
             seg.apply_config(config)
 
@@ -395,6 +410,8 @@ class PartitionLog:
             heads = validate_records(mv, max_batch_bytes=max_msg)
         else:
             heads = _headers_unvalidated(mv)
+        if self._compact:
+            _require_keys(mv, heads)
         now = self._now_ms()
         nb = len(heads)
         lat = self._log_append_time
@@ -653,6 +670,49 @@ class PartitionLog:
         for s in victims:
             log.info("%s: deleting segment %d (%s)", self.path, s.base_offset, why)
         return len(victims)
+
+    def replace_segments(self, old: list[LogSegment], new: LogSegment | None,
+                         hook: Callable[[str], None] | None = None) -> None:
+        """Swap the consecutive inactive segments ``old`` for ``new`` (Kafka's replaceSegments).
+
+        ``new`` is the cleaner's output: written under the ``.cleaned`` suffix, fsynced, its
+        indexes trimmed, base offset ``old[0].base_offset``; None drops ``old`` (every record
+        in them was redundant). Crash-safe in the order :mod:`appliance.storage.swap`
+        documents (``.cleaned`` -> ``.swap``; old -> ``.deleted``; ``.swap`` -> final names);
+        ``hook(step)`` is called after the steps "swap", "deleted" and "swapped" (the
+        cleaner's crash tests kill the process there). The old segments stay open for
+        ``file.delete.delay.ms``. Raises ValueError (``old`` is not a run of inactive segments
+        of this log) and KafkaStorageError (I/O failure).
+        """
+        segs = self._segs
+        try:
+            i = segs.index(old[0]) if old else -1
+        except ValueError:
+            i = -1
+        if i < 0 or segs[i:i + len(old)] != tuple(old) or i + len(old) >= len(segs):
+            raise ValueError(f"{self.path}: segments to replace are not a run of inactive segments")
+        if new is not None and new.base_offset != old[0].base_offset:
+            raise ValueError(f"{self.path}: cleaned segment base {new.base_offset} != "
+                             f"{old[0].base_offset}")
+        try:
+            if new is not None:
+                new.change_suffix(SWAP_SUFFIX)
+                fsync_dir(self.path)
+            if hook:
+                hook("swap")
+            for s in old:
+                s.rename_to_deleted()
+            if hook:
+                hook("deleted")
+            if new is not None:
+                new.change_suffix("")
+            fsync_dir(self.path)
+        except OSError as e:
+            raise KafkaStorageError(f"{self.path}: segment swap failed: {e}") from e
+        if hook:
+            hook("swapped")
+        self._set_segments(segs[:i] + ((new,) if new is not None else ()) + segs[i + len(old):])
+        self._schedule_delete(old, renamed=True)
 
     def _schedule_delete(self, segs: list[LogSegment], renamed: bool = False) -> None:
         due = self._now_ms() + int(self.config.file_delete_delay_ms)

@@ -34,6 +34,7 @@ from appliance.storage.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
+from appliance.storage.cleaner import LogCleaner
 from appliance.storage.flush import WRITEBACK_CHUNKED, choose_writeback_mode
 from appliance.storage.log import (
     PartitionLog,
@@ -93,6 +94,7 @@ class LogDir:
         self.writeback_reason = ""
         self.checkpointed_high_watermarks: dict[tuple[str, int], int] = {}
         self._chunk: int | None = None
+        self.cleaner: LogCleaner | None = None
         now = now_ms()
         self._last = {"retention": now, "recovery_cp": now, "start_cp": now, "flush": now}
 
@@ -158,6 +160,7 @@ class LogDir:
             self.partitions[tp] = plog
         # Single broker: the HW follows the LEO; replication reads the checkpointed value here.
         self.checkpointed_high_watermarks = hw
+        self.cleaner = LogCleaner(self.path, self.broker_config)
 
     # -- partitions -------------------------------------------------------------------------
 
@@ -199,6 +202,8 @@ class LogDir:
         plog = self.partitions.pop((topic, partition), None)
         if plog is None:
             raise UnknownTopicOrPartitionError(f"{topic}-{partition} is not in {self.path}")
+        if self.cleaner is not None:
+            self.cleaner.forget((topic, partition))
         plog.close()
         target = f"{plog.path}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
         try:
@@ -227,7 +232,9 @@ class LogDir:
 
     def run_periodic(self, now_ms: int) -> None:
         """Retention (every log.retention.check.interval.ms), flush policy, checkpoints (their
-        intervals), purge of expired ``.deleted`` files. Call it often (e.g. every 100 ms)."""
+        intervals), purge of expired ``.deleted`` files, one bounded step of the log cleaner
+        (see :mod:`appliance.storage.cleaner`; ``self.cleaner.busy`` says a pass is under way).
+        Call it often (e.g. every 100 ms)."""
         bc = self.broker_config
         last = self._last
         if now_ms - last["retention"] >= int(bc["log.retention.check.interval.ms"]):
@@ -245,11 +252,15 @@ class LogDir:
         if now_ms - last["start_cp"] >= int(bc["log.flush.start.offset.checkpoint.interval.ms"]):
             last["start_cp"] = now_ms
             self._write_start_offsets()
+        if self.cleaner is not None:
+            self.cleaner.run(self.partitions, now_ms)
 
     def close(self, clean: bool = True) -> None:
         """Flush every partition (clean), write checkpoints, close, then write the
         clean-shutdown marker (clean only, and only if everything before it succeeded)."""
         ok = True
+        if self.cleaner is not None:
+            self.cleaner.close()
         for plog in self.partitions.values():
             try:
                 if clean:

@@ -536,6 +536,22 @@ class LogSegment:
                 idx.rename(idx.path + DELETED_SUFFIX)
         self.deleted = True
 
+    def change_suffix(self, new_suffix: str) -> None:
+        """Rename the three files from the current suffix (``.cleaned``, ``.swap`` or none) to
+        ``new_suffix``; open descriptors keep working. The indexes go first and the log file
+        last, so a log file carrying a suffix means its indexes were renamed before it (the
+        cleaner's crash recovery relies on this). Raises OSError."""
+        old_suffix = self.suffix
+        for idx in (self.offset_index, self.time_index):
+            path = getattr(idx, "path", "")
+            if path and os.path.exists(path):
+                stem = path[:len(path) - len(old_suffix)] if old_suffix else path
+                idx.rename(stem + new_suffix)
+        stem = self.log_path[:len(self.log_path) - len(old_suffix)] if old_suffix else self.log_path
+        os.rename(self.log_path, stem + new_suffix)
+        self.log_path = stem + new_suffix
+        self.suffix = new_suffix
+
     def delete_files(self) -> None:
         """Close and unlink all three files (missing ones are fine)."""
         self.close(trim=False)
