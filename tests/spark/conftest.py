@@ -1,0 +1,90 @@
+"""Shared fixtures for the Spark data source tests: one local[2] SparkSession for the folder
+(Spark's start-up is slow), a real broker per module, producers and a kcat reader."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from tests.broker_process import BrokerProcess  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from spark import session
+
+    s = session("appliance-tests", **{"spark.sql.shuffle.partitions": "2",
+                                      "spark.default.parallelism": "2"})
+    s.sparkContext.setLogLevel("ERROR")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    # Retention checked often so tests can watch segments go; two disks to read across log dirs.
+    with BrokerProcess(tmp_path_factory.mktemp("broker"), num_log_dirs=2,
+                       overrides={"log.retention.check.interval.ms": "200"}) as b:
+        yield b
+
+
+def create_topic(broker: BrokerProcess, name: str, partitions: int = 1, **config: str) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for f in admin.create_topics([NewTopic(name, partitions, 1, config=config)]).values():
+        f.result(30)
+
+
+def produce(broker: BrokerProcess, topic: str, records, compression: str = "none",
+            **conf) -> None:
+    """records: iterable of dicts with value and optional key, partition, headers, timestamp."""
+    p = Producer({"bootstrap.servers": broker.bootstrap, "compression.type": compression,
+                  "linger.ms": 5, **conf})
+    for r in records:
+        kw = {k: r[k] for k in ("key", "partition", "headers", "timestamp") if k in r}
+        p.produce(topic, value=r["value"], **kw)
+        p.poll(0)
+    assert p.flush(30) == 0
+
+
+def kcat(broker: BrokerProcess, topic: str, *extra: str) -> list[tuple]:
+    """(partition, offset, key, value, headers) of every record, as kcat reads them; nulls read
+    as 'NULL', headers as kcat prints them (k=v,k2=v2)."""
+    args = ["kcat", "-C", "-b", broker.bootstrap, "-t", topic, "-e", "-q", "-Z", "-o",
+            "beginning", "-f", "%p\t%o\t%k\t%s\t%h\n", *extra]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    if out.returncode:
+        raise AssertionError(f"kcat failed ({out.returncode}): {out.stderr[-2000:]}")
+    rows = []
+    for line in out.stdout.splitlines():
+        p, o, k, v, h = line.split("\t")
+        rows.append((int(p), int(o), k, v, h))
+    return sorted(rows)
+
+
+def spark_rows(df) -> list[tuple]:
+    """The same shape as :func:`kcat` from a DataFrame of the appliance source."""
+    def s(b):
+        return "NULL" if b is None else bytes(b).decode()
+
+    out = []
+    has_headers = "headers" in df.columns
+    for r in df.collect():
+        h = ""
+        if has_headers and r.headers:
+            h = ",".join(f"{x.key}={s(x.value)}" for x in r.headers)
+        out.append((r.partition, r.offset, s(r.key), s(r.value), h))
+    return sorted(out)
+
+
+def reader(spark, broker: BrokerProcess, **options: str):
+    r = (spark.read.format("appliance").option("log.dirs", ",".join(broker.log_dirs))
+         .option("shm.name", f"appliance-test-{broker.port}"))
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r
