@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from appliance.client.connection import KafkaConnectionError, parse_bootstrap
-from appliance.client.pipeline import PipelinedConnection
 from appliance.client.errors import LeaderNotAvailableError
+from appliance.client.pipeline import PipelinedConnection
 from appliance.errors import ErrorCode, UnknownTopicOrPartitionError, error_for_code
 
 __all__ = ["Cluster", "TopicInfo", "check_error", "RETRIABLE"]

@@ -139,7 +139,9 @@ def open_transport(kind: str, cluster: Cluster, bootstrap_servers: str, config: 
     broker is found; "auto" falls back to TCP."""
     if kind in ("ipc", "auto"):
         try:
-            from appliance.client.ipc import open_ipc_transport  # written in parallel; may be absent
+            from appliance.client.ipc import (
+                open_ipc_transport,  # written in parallel; may be absent
+            )
         except ImportError as e:
             if kind == "ipc":
                 raise KafkaError(f"transport=ipc: the IPC transport is not available ({e})") from e

@@ -1,0 +1,80 @@
+"""Fetch and ListOffsets requests and their answers, shared by SimpleConsumer and Consumer.
+
+Turns a Fetch response's record bytes (v2 batches, possibly ending in a partial batch) into
+:class:`ConsumerRecord` values, skipping control batches and records before the requested offset
+(a compressed batch is returned whole, so it may start earlier).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from appliance.records import TimestampType, decode_batch, iter_batches
+
+__all__ = ["ConsumerRecord", "TopicPartition", "decode_records", "fetch_body", "list_offsets_body",
+           "EARLIEST", "LATEST"]
+
+EARLIEST, LATEST = -2, -1
+FETCH, LIST_OFFSETS = 1, 2
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+class ConsumerRecord(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    key: Any
+    value: Any
+    headers: tuple
+    timestamp: int
+    timestamp_type: int  # 0 CreateTime, 1 LogAppendTime (appliance.records.TimestampType)
+
+
+def decode_records(topic: str, partition: int, data: Any, from_offset: int,
+                   key_decoder: Any = None, value_decoder: Any = None) -> tuple[list[ConsumerRecord], int | None]:
+    """Records at or after ``from_offset`` in fetched bytes, and the offset after the last whole
+    batch (None if there was none). Raises CorruptRecordError for a damaged batch."""
+    buf = bytes(data or b"")
+    out: list[ConsumerRecord] = []
+    next_offset = None
+    for pos, h in iter_batches(buf, allow_partial=True):
+        next_offset = h.last_offset + 1
+        if h.is_control or h.last_offset < from_offset:
+            continue
+        _, recs = decode_batch(buf, pos)
+        tt = int(TimestampType(h.timestamp_type))
+        for r in recs:
+            if r.offset < from_offset:
+                continue
+            key = key_decoder.from_bytes(r.key) if key_decoder is not None else r.key
+            value = value_decoder.from_bytes(r.value) if value_decoder is not None else r.value
+            out.append(ConsumerRecord(topic, partition, r.offset, key, value, r.headers, r.timestamp, tt))
+    return out, next_offset
+
+
+def fetch_body(positions: Iterable[tuple[str, int, int]], *, max_wait_ms: int, min_bytes: int,
+               max_bytes: int, partition_max_bytes: int) -> dict:
+    """A sessionless Fetch request for (topic, partition, offset) triples."""
+    topics: dict[str, list[dict]] = {}
+    for topic, partition, offset in positions:
+        topics.setdefault(topic, []).append({"partition": partition, "fetch_offset": offset,
+                                             "log_start_offset": -1, "partition_max_bytes": partition_max_bytes,
+                                             "current_leader_epoch": -1})
+    return {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes, "max_bytes": max_bytes,
+            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+            "forgotten_topics_data": [], "rack_id": ""}
+
+
+def list_offsets_body(requests: Iterable[tuple[str, int, int]]) -> dict:
+    """A ListOffsets request for (topic, partition, timestamp) triples (-1 latest, -2 earliest)."""
+    topics: dict[str, list[dict]] = {}
+    for topic, partition, ts in requests:
+        topics.setdefault(topic, []).append({"partition_index": partition, "timestamp": ts})
+    return {"replica_id": -1, "isolation_level": 0,
+            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
