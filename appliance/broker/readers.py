@@ -87,8 +87,16 @@ class Readers:
             return os.fdopen(os.dup(path_or_fd), "rb")
         f = self._files.get(path_or_fd)
         if f is not None:
-            self._files.move_to_end(path_or_fd)
-            return f
+            # The log cleaner swaps a cleaned segment in under the same name: never serve
+            # positions of the new file from the old inode.
+            try:
+                same = os.stat(path_or_fd).st_ino == os.fstat(f.fileno()).st_ino
+            except FileNotFoundError:
+                same = True  # renamed .deleted: the open file is still the right one
+            if same:
+                self._files.move_to_end(path_or_fd)
+                return f
+            self.invalidate_file(path_or_fd)
         f = open(path_or_fd, "rb")  # noqa: SIM115 - cached, closed on eviction
         self._files[path_or_fd] = f
         if len(self._files) > MAX_OPEN_FILES:

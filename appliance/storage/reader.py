@@ -32,6 +32,16 @@ __all__ = ["LogReader"]
 _NO_BOUND = 2**63 - 1
 
 
+def _same_file(seg: LogSegment) -> bool:
+    """The segment's path still names the file its descriptor has open."""
+    try:
+        st = os.stat(seg.log_path)
+    except FileNotFoundError:
+        return False
+    fst = os.fstat(seg.fd)
+    return st.st_ino == fst.st_ino and st.st_dev == fst.st_dev
+
+
 class LogReader:
     """Read-only view of one ``<topic>-<partition>`` directory."""
 
@@ -72,8 +82,9 @@ class LogReader:
 
     def _segment(self, base: int) -> LogSegment | None:
         seg = self._open.get(base)
-        if seg is not None and not os.path.exists(seg.log_path):
-            # Deleted (renamed .deleted) by the writer: retire it; the caller re-lists.
+        if seg is not None and not _same_file(seg):
+            # Deleted (renamed .deleted) by the writer, or replaced by the cleaner's output
+            # under the same name: retire it; the caller re-lists.
             self._retired.append((time.monotonic() + self.retire_delay_s, self._open.pop(base)))
             return None
         if seg is None:
