@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.broker.clients import consume_confluent, create_topic
+from tests.broker.procs import wait_gone
 from tests.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.timeout(120)
@@ -175,6 +176,7 @@ def test_sigkill_whole_broker_then_restart(tmp_path):
         try:
             _wait_for(lambda: acks.count() >= 5000, 60, "acks before the kill")
             first.kill()  # SIGKILL supervisor and every worker at once, mid-stream
+            wait_gone(first)
         finally:
             stop.set()
             th.join(30)
