@@ -82,9 +82,13 @@ class Readers:
         return read_topic_properties(os.path.join(self.log_dirs[disk], f"{topic}-0"))
 
     def file(self, path_or_fd: str | int) -> BinaryIO:
-        """An open file object for sendfile (cached; LRU-closed past MAX_OPEN_FILES)."""
+        """An open file object for sendfile (cached; LRU-closed past MAX_OPEN_FILES).
+
+        An int is a LogReader segment's descriptor: wrapped without taking ownership (the reader
+        keeps it open at least its retire delay after the segment is deleted or swapped, far
+        longer than a response waits to be written)."""
         if isinstance(path_or_fd, int):
-            return os.fdopen(os.dup(path_or_fd), "rb")
+            return os.fdopen(path_or_fd, "rb", closefd=False)
         f = self._files.get(path_or_fd)
         if f is not None:
             # The log cleaner swaps a cleaned segment in under the same name: never serve

@@ -60,8 +60,9 @@ def _read_all(ctx: Any, body: Any) -> tuple[list[dict], int, bool]:
                 continue
             if sl is None or sl.length == 0:
                 continue
-            ctx.readers.file(sl.path)  # open now: a segment deleted from here on stays readable
-            r["records"] = FileSlice(sl.path, sl.position, sl.length)
+            # the reader's descriptor, not the path: positions refer to this very inode even if
+            # the cleaner swaps a new file in under the same name before we send
+            r["records"] = FileSlice(sl.fd if sl.fd is not None else sl.path, sl.position, sl.length)
             total += sl.length
         responses.append({"topic": t.topic, "partitions": parts})
     return responses, total, any_error
