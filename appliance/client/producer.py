@@ -364,7 +364,9 @@ class Producer:
             self._queued += count
             if self.sync:
                 q.urgent += 1
-            if self.sync or q.nbytes >= self.batch_size or item.bulk is not None:
+            # The sender sleeps until the earliest linger deadline it knows: a queue's first
+            # record sets a new one, so wake it then too.
+            if self.sync or len(q.items) == 1 or q.nbytes >= self.batch_size or item.bulk is not None:
                 self._cond.notify_all()
 
     # ------------------------------------------------------------------ sender thread
