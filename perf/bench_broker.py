@@ -1,14 +1,17 @@
 """Broker throughput benchmark: confluent-kafka produce then consume against a real `appliance serve`.
 
 Usage: .venv/bin/python perf/bench_broker.py [--records 10000000] [--runs 3] [--value-size 100]
-           [--partitions 6] [--network-threads N] [--profile DIR] [--keep]
+           [--partitions 6] [--api batch|single] [--network-threads N] [--[no-]kcat]
+           [--profile DIR] [--keep]
 
-Each run starts a fresh broker (tests/broker_process.py) in a temporary directory, creates a
-6-partition topic, then:
+Each run starts a fresh broker (tests/broker_process.py) in a temporary directory, warms it up
+untimed (a produce and reads of a small topic: loads the numba kernels in every worker and
+makes the broker create __consumer_offsets), creates a 6-partition topic, then:
 
 - produce: one confluent-kafka producer sends --records values of --value-size bytes (acks=1, no
-  compression, keyless so librdkafka's sticky partitioner fills whole batches), timed from the
-  first produce() call until flush() returns (every record acknowledged);
+  compression; produce_batch of 10,000 records per call, partitions round-robin, or with
+  --api single one produce() per record, keyless), timed from the first call until flush()
+  returns (every record acknowledged);
 - consume: one confluent-kafka consumer assigns all partitions from offset 0 and reads until it
   has seen every record, timed from assign() to the last record.
 
@@ -28,6 +31,9 @@ SO_REUSEPORT; the other one shows as nearly idle.)
 --kcat (default when kcat is installed) adds a third phase: the same records read by kcat, a C
 client with no per-record Python, so the broker's fetch path is measured without the Python
 consumer's per-record cost dominating the machine.
+
+Last, the topic's segment files are sent with plain os.sendfile over loopback to a reader that
+drops them: the kernel's own CPU per GB for these bytes (the floor for any broker here).
 
 Figures printed: medians over --runs runs (with min/max to show the noise of a shared machine).
 """
