@@ -255,22 +255,56 @@ def test_corrupt_crc_rejected_nothing_written(bad_broker):
         assert _produce(c, KEPT, 1, build_batch([(None, b"good")])) == (0, end)
 
 
-@pytest.mark.parametrize("damage", ["size_too_big", "size_too_small", "bad_magic", "truncated"])
-def test_malformed_batch_rejected(bad_broker, damage):
+def _recrc(batch: bytearray) -> bytes:
+    """Give a hand-damaged batch a valid CRC32C again (over attributes..end, per the v2 layout)."""
+    import crc32c
+    struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))
+    return bytes(batch)
+
+
+def _damaged(damage: str) -> bytes:
+    batch = bytearray(build_batch([(b"k", b"v")]))
+    if damage == "length_past_end":
+        struct.pack_into(">i", batch, 8, len(batch) + 100)  # batchLength
+    elif damage == "length_too_small":
+        struct.pack_into(">i", batch, 8, 20)
+    elif damage == "bad_magic":
+        batch[16] = 7
+    elif damage == "truncated":
+        batch = batch[:30]
+    elif damage == "trailing_garbage":
+        batch = batch + batch + b"\x01\x02"
+    elif damage == "record_count_wrong":  # CRC fine, but the count disagrees with the records
+        struct.pack_into(">i", batch, 57, 5)
+        return _recrc(batch)
+    elif damage == "unknown_codec":
+        batch[22] = (batch[22] & ~7) | 6
+        return _recrc(batch)
+    elif damage == "corrupt_gzip_stream":  # CRC fine, the compressed bytes are not
+        from appliance.records.batch import Compression
+        batch = bytearray(build_batch([(b"k", b"v" * 100)], compression=Compression.GZIP))
+        batch[-10] ^= 0xFF
+        return _recrc(batch)
+    elif damage == "empty":
+        batch = bytearray()
+    return bytes(batch)
+
+
+@pytest.mark.parametrize("damage,code", [
+    ("length_past_end", ErrorCode.CORRUPT_MESSAGE),
+    ("length_too_small", ErrorCode.CORRUPT_MESSAGE),
+    ("bad_magic", ErrorCode.CORRUPT_MESSAGE),
+    ("truncated", ErrorCode.CORRUPT_MESSAGE),
+    ("trailing_garbage", ErrorCode.INVALID_RECORD),
+    ("record_count_wrong", ErrorCode.INVALID_RECORD),
+    ("unknown_codec", ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),
+    ("corrupt_gzip_stream", ErrorCode.CORRUPT_MESSAGE),
+    ("empty", ErrorCode.INVALID_RECORD),
+])
+def test_malformed_batch_rejected(bad_broker, damage, code):
     with _raw(bad_broker) as c:
         end = _log_end(c, KEPT, 1)
-        batch = bytearray(build_batch([(b"k", b"v")]))
-        if damage == "size_too_big":
-            struct.pack_into(">i", batch, 8, len(batch) + 100)  # batchLength past the end
-        elif damage == "size_too_small":
-            struct.pack_into(">i", batch, 8, 20)
-        elif damage == "bad_magic":
-            batch[16] = 7
-        else:
-            batch = batch[:30]
-        code, _ = _produce(c, KEPT, 1, bytes(batch))
-        assert code in (ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD,
-                        ErrorCode.UNSUPPORTED_VERSION if damage == "bad_magic" else -999), code
+        assert _produce(c, KEPT, 1, _damaged(damage))[0] == code
         assert _log_end(c, KEPT, 1) == end
 
 
