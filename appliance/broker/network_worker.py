@@ -33,6 +33,7 @@ __all__ = ["NetworkWorker", "KafkaConnection", "CloseConnection"]
 log = logging.getLogger("appliance.network")
 
 MAX_IN_FLIGHT = 64  # per connection; past it we stop reading (backpressure, uvicorn's FlowControl)
+SEND_BUFFER_BYTES = 4 << 20  # fewer writability wake-ups per large fetch response
 STOP_GRACE_S = 5.0
 
 
@@ -50,14 +51,24 @@ class KafkaConnection(asyncio.Protocol):
         self._paused = False
         self._closing = False
         self._client_host = ""
+        self._sock_fd = -1
+        self._drained = asyncio.Event()
 
     # asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         sock = transport.get_extra_info("socket")
+        self._sock_fd = -1
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+            self._sock_fd = sock.fileno()
+        # pause_writing as soon as anything is buffered, resume when the buffer is empty: that is
+        # exactly when the socket is ours for a direct sendfile
+        transport.set_write_buffer_limits(high=0, low=0)  # type: ignore[attr-defined]
+        self._drained = asyncio.Event()
+        self._drained.set()
         self.ctx.connections.add(self)
         peer = transport.get_extra_info("peername")
         self._client_host = f"/{peer[0]}" if peer else ""  # Kafka's form, as DescribeGroups shows it
@@ -65,11 +76,40 @@ class KafkaConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
         self.ctx.connections.discard(self)
-        for fut in self._responses:
-            fut.cancel()
+        # handlers still running finish on their own (each is bounded by its timeout); their
+        # answers are dropped. Cancelling them would abandon futures mid-gather.
         self._responses.clear()
+        self._drained.set()
         if self._writer is not None:
             self._writer.cancel()
+
+    def pause_writing(self) -> None:
+        self._drained.clear()
+
+    def resume_writing(self) -> None:
+        self._drained.set()
+
+    async def _sendfile(self, fd: int, position: int, length: int) -> None:
+        """os.sendfile straight from the page cache to the socket (asyncio's loop.sendfile costs
+        several times more Python per slice; measured 29 % of fetch CPU was Python)."""
+        loop = asyncio.get_running_loop()
+        while length > 0 and not self._closing:
+            await self._drained.wait()
+            try:
+                n = os.sendfile(self._sock_fd, fd, position, length)
+            except BlockingIOError:
+                n = 0
+            if n == 0:
+                if length and not self._closing:
+                    waiter = loop.create_future()
+                    loop.add_writer(self._sock_fd, waiter.set_result, None)
+                    try:
+                        await waiter
+                    finally:
+                        loop.remove_writer(self._sock_fd)
+                continue
+            position += n
+            length -= n
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -118,11 +158,12 @@ class KafkaConnection(asyncio.Protocol):
             self.transport.pause_reading()
 
     async def _write_responses(self) -> None:
-        loop = asyncio.get_running_loop()
         while self._responses and not self._closing:
             fut = self._responses[0]
             try:
-                chunks = await fut
+                # shielded: a client hanging up must not cancel a handler mid-way (a topic
+                # half-created, a group join half-done); it finishes and its answer is dropped
+                chunks = await asyncio.shield(fut)
             except asyncio.CancelledError:
                 return
             except CloseConnection as e:
@@ -149,7 +190,7 @@ class KafkaConnection(asyncio.Protocol):
                 else:  # a file slice: zero-copy from the page cache to the socket
                     f = self.ctx.readers.file(chunk.fd_or_path)
                     try:
-                        await loop.sendfile(self.transport, f, chunk.position, chunk.length)
+                        await self._sendfile(f.fileno(), chunk.position, chunk.length)
                     except (ConnectionError, OSError) as e:
                         log.info("sendfile to %s failed: %s", self._peer(), e)
                         self._closing = True
