@@ -14,6 +14,7 @@ import logging
 import os
 from dataclasses import dataclass
 
+from appliance.client.ipc import SHM_NAME_FILE
 from appliance.errors import KafkaStorageError, UnknownTopicOrPartitionError
 from appliance.records.batch import decode_batch
 from appliance.storage.checkpoint import (
@@ -30,7 +31,8 @@ __all__ = ["PartitionState", "Catalog", "load_catalog", "segment_bases", "offset
 log = logging.getLogger(__name__)
 
 _LOG_DIR_MARKERS = (REPLICATION_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
-                    LOG_START_OFFSET_CHECKPOINT, "meta.properties", ".kafka_cleanShutdown")
+                    LOG_START_OFFSET_CHECKPOINT, SHM_NAME_FILE, "meta.properties",
+                    ".kafka_cleanShutdown")
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,9 @@ def _scan_log_dir(log_dir: str) -> dict[tuple[str, int], str]:
         full = os.path.join(log_dir, name)
         if tp is not None and os.path.isdir(full):
             found[tp] = full
-    if not found and not any(m in names for m in _LOG_DIR_MARKERS):
+    # An empty directory is a log dir the broker has not written to yet; anything else must
+    # show a partition directory or a checkpoint file.
+    if names and not found and not any(m in names for m in _LOG_DIR_MARKERS):
         raise KafkaStorageError(
             f"{log_dir!r} is not a log dir: it holds no <topic>-<partition> directories and no "
             f"checkpoint files ({', '.join(_LOG_DIR_MARKERS[:3])})")
@@ -103,8 +107,24 @@ def _table_offsets(shm_name: str) -> dict[tuple[str, int], tuple[int, int]] | No
         table.close()
 
 
+def _shm_name_from(log_dirs) -> str | None:
+    """The name a broker wrote into its log dirs at start (it may have stopped since)."""
+    for d in log_dirs:
+        try:
+            with open(os.path.join(d, SHM_NAME_FILE), encoding="utf-8") as f:
+                name = f.read().strip()
+        except OSError:
+            continue
+        if name:
+            return name
+    return None
+
+
 def load_catalog(log_dirs: tuple[str, ...] | list[str], shm_name: str | None) -> Catalog:
     """Every partition in ``log_dirs`` with its readable range.
+
+    High watermarks come from the shared partition table named ``shm_name`` (default: the name
+    the broker wrote into the log dirs) when it can be attached, else from the checkpoints.
 
     Raises KafkaStorageError when a log dir is missing, unreadable or not a log dir, or when a
     checkpoint file is malformed.
@@ -116,6 +136,7 @@ def load_catalog(log_dirs: tuple[str, ...] | list[str], shm_name: str | None) ->
                 raise KafkaStorageError(f"partition {tp[0]}-{tp[1]} is in two log dirs: "
                                         f"{dirs[tp]} and {path}")
             dirs[tp] = path
+    shm_name = shm_name or _shm_name_from(log_dirs)
     table = _table_offsets(shm_name) if shm_name else None
     hws: dict[tuple[str, int], int] = {}
     starts: dict[tuple[str, int], int] = {}

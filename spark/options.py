@@ -38,9 +38,11 @@ READ_OPTIONS = frozenset({
 })
 WRITE_OPTIONS = frozenset({
     "topic", "kafka.bootstrap.servers", "includeheaders", "kafka.acks", "kafka.compression.type",
-    "batch.records", "kafka.request.timeout.ms", "path",
+    "batch.records", "kafka.request.timeout.ms", "path", "checkpointlocation",
 })
 
+# Set by Spark itself, not by users: accepted but not listed in error messages.
+_IMPLICIT = frozenset({"path", "checkpointlocation"})
 _COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
@@ -109,7 +111,7 @@ def _check_known(options: Mapping[str, str], known: frozenset[str], what: str) -
     if unknown:
         raise InvalidConfigError(
             f"unknown option(s) for an appliance {what}: {', '.join(unknown)} "
-            f"(known: {', '.join(sorted(known - {'path'}))})")
+            f"(known: {', '.join(sorted(known - _IMPLICIT))})")
     return opts
 
 
