@@ -85,14 +85,16 @@ class Streamer(threading.Thread):
             raise self.exc
 
 
-def _wait_for(cond, timeout: float, what: str) -> None:
+def _wait_for(cond, timeout: float, what) -> None:
+    """Poll ``cond`` until true; ``what`` (text, or a callable giving it) names it on timeout."""
     deadline = time.monotonic() + timeout
     while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
         time.sleep(0.02)
 
 
-def _check_acked_readable(bootstrap: str, topic: str, acks: AckLog) -> None:
+def _check_acked_readable(bootstrap: str, topic: str, acks: AckLog) -> dict[int, list]:
     """Every acknowledged (partition, offset) holds its value; extra duplicates are allowed."""
     assert not acks.twice, f"offsets acknowledged twice: {acks.twice[:5]}"
     # read everything there is: at least the highest acknowledged offset + 1 per partition
@@ -106,19 +108,23 @@ def _check_acked_readable(bootstrap: str, topic: str, acks: AckLog) -> None:
     # offsets are dense: nothing was skipped or overwritten by the recovery
     for p, rows in got.items():
         assert [off for off, *_ in rows] == list(range(len(rows))), f"partition {p}"
+    return got
 
 
-def test_sigkill_disk_worker_mid_stream(broker):
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_sigkill_disk_worker_mid_stream(broker, idempotent):
     bs = broker.bootstrap
     create_topic(bs, "crash-disk", partitions=PARTITIONS)
     acks = AckLog()
-    p = _producer(bs)
+    p = _producer(bs, **{"enable.idempotence": idempotent})
     total = 20_000
     # a paced stream on another thread (~3 s), so the kill lands in the middle of it
     th = Streamer(p, acks, "crash-disk", 0, total, 0.015)
     th.start()
     try:
-        _wait_for(lambda: acks.count() >= 2000, 30, "first acks")
+        _wait_for(lambda: acks.count() >= 2000, 60,
+                  lambda: f"first acks ({acks.count()} so far, errors {acks.errors[:3]}):\n"
+                          f"{broker.log()[-3000:]}")
         (old_pid,) = broker.worker_pids("disk worker 0")
         os.kill(old_pid, signal.SIGKILL)
         at_kill = acks.count()
@@ -132,8 +138,11 @@ def test_sigkill_disk_worker_mid_stream(broker):
     assert new and new != [old_pid]
     assert not acks.errors, acks.errors[:5]  # retriable errors only: every message got through
     assert acks.count() == total
-    _check_acked_readable(bs, "crash-disk", acks)
+    stored = _check_acked_readable(bs, "crash-disk", acks)
     assert "restarting disk worker 0" in broker.log()
+    if idempotent:  # retries of the in-flight batches were recognised: each message once
+        values = [v for rows in stored.values() for _, _, v, _ in rows]
+        assert len(values) == len(set(values)) == total
 
 
 def test_sigkill_network_worker_broker_keeps_serving(broker):
