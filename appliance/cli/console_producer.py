@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
-from appliance.cli.common import add_bootstrap, check, connect, metadata, parse_properties_args
+from appliance.cli.common import add_bootstrap, parse_properties_args
 from appliance.cli.main import CliError
-from appliance.client.partitioner import StickyPartitioner, partition_for
-from appliance.records.batch import Compression, build_batch
+from appliance.client.connection import parse_bootstrap
+from appliance.client.producer import CODECS, Producer
+from appliance.errors import KafkaError
 
 __all__ = ["add_arguments", "run"]
-
-CODECS = {"none": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
-          "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,42 +30,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--partition", type=int, help="send every message to this partition")
 
 
-def _send(conn, topic: str, batches: dict[int, list], acks: int, codec: Compression) -> None:
-    data = [{"index": p, "records": build_batch(recs, compression=codec)}
-            for p, recs in batches.items() if recs]
-    if not data:
-        return
-    resp = conn.request(0, {"transactional_id": None, "acks": acks, "timeout_ms": 30000,
-                            "topic_data": [{"name": topic, "partition_data": data}]})
-    if resp is None:
-        return
-    for t in resp.responses:
-        for pr in t.partition_responses:
-            check(pr.error_code, f"producing to {topic}-{pr.index}")
-
-
 def run(args: argparse.Namespace) -> int:
     props = parse_properties_args(args.property)
     parse_key = props.get("parse.key", "false").lower() == "true"
     sep = props.get("key.separator", "\t").encode()
     if args.batch_size <= 0:
         raise CliError(f"--batch-size {args.batch_size}: must be positive", 2)
-    with connect(args) as conn:
-        md = None
-        for _ in range(50):  # the topic may be auto-created by this very request
-            md = metadata(conn, [args.topic], auto_create=True).topics[0]
-            if md.error_code not in (5, 3) or md.partitions:
-                break
-            time.sleep(0.1)
-        check(md.error_code, f"topic {args.topic}")
-        n = len(md.partitions)
+    try:
+        parse_bootstrap(args.bootstrap_server)
+    except ValueError as e:
+        raise CliError(f"--bootstrap-server: {e}", 2) from e
+    timeout_ms = int(args.timeout * 1000)
+    # Every --batch-size lines are flushed together: one batch per partition per flush, and
+    # unkeyed lines move to another partition after each (the sticky partitioner).
+    producer = Producer(bootstrap_servers=args.bootstrap_server, acks=args.request_required_acks,
+                        compression_type=args.compression_codec, linger_ms=3600000, batch_size=1 << 30,
+                        max_request_size=1 << 30, queue_buffering_max_messages=args.batch_size + 1,
+                        request_timeout_ms=timeout_ms, socket_connection_setup_timeout_ms=timeout_ms,
+                        client_id="appliance-console-producer")
+    futures = []
+    try:
+        n = len(producer.partitions_for(args.topic))
         if args.partition is not None and not 0 <= args.partition < n:
             raise CliError(f"--partition {args.partition}: topic {args.topic} has {n} partitions", 2)
-        sticky = StickyPartitioner()
-        pending: dict[int, list] = {}
         count = 0
-        stdin = sys.stdin.buffer
-        for raw in stdin:
+        for raw in sys.stdin.buffer:
             line = raw.rstrip(b"\r\n")
             key = None
             if parse_key:
@@ -76,17 +62,20 @@ def run(args: argparse.Namespace) -> int:
                 if not s:
                     raise CliError(f"line {count + 1}: no key separator {sep.decode()!r} in {line[:40]!r}")
                 key, line = k, v
-            if args.partition is not None:
-                part = args.partition
-            elif key is not None:
-                part = partition_for(key, n)
-            else:
-                part = sticky.partition(args.topic, n)
-            pending.setdefault(part, []).append((key, line))
+            futures.append(producer.send(args.topic, (key, line), partition=args.partition))
             count += 1
             if count % args.batch_size == 0:
-                _send(conn, args.topic, pending, args.request_required_acks, CODECS[args.compression_codec])
-                pending = {}
-                sticky.next(args.topic, n)
-        _send(conn, args.topic, pending, args.request_required_acks, CODECS[args.compression_codec])
+                _flush(producer, futures, args.topic)
+                futures = []
+        _flush(producer, futures, args.topic)
+    except KafkaError as e:
+        raise CliError(f"producing to {args.topic}: {e}") from e
+    finally:
+        producer.close(timeout=1)
     return 0
+
+
+def _flush(producer: Producer, futures: list, topic: str) -> None:
+    producer.flush()
+    for f in futures:
+        f.result()  # raises the first delivery error
