@@ -315,6 +315,31 @@ def test_confluent_admin(module_broker):
         c.close()
 
 
+# IncrementalAlterConfigs (API 44) is not served yet; the classic AlterConfigs is
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")
+def test_confluent_alter_and_describe_configs(module_broker):
+    bs = module_broker.bootstrap
+    create_topic(bs, "cfg", config={"retention.ms": "1000000"})
+    admin = AdminClient({"bootstrap.servers": bs})
+    res = ConfigResource("topic", "cfg", set_config={"segment.ms": "600000"})
+    next(iter(admin.alter_configs([res]).values())).result(timeout=20)
+    cfg = next(iter(admin.describe_configs([ConfigResource("topic", "cfg")]).values())).result(20)
+    assert cfg["segment.ms"].value == "600000" and not cfg["segment.ms"].is_default
+    # AlterConfigs replaces the whole override set (Kafka's semantics): retention.ms is default again
+    assert cfg["retention.ms"].is_default
+    bad = ConfigResource("topic", "cfg", set_config={"segment.ms": "often"})
+    with pytest.raises(KafkaException) as ei:
+        next(iter(admin.alter_configs([bad]).values())).result(timeout=20)
+    assert ei.value.args[0].code() == ErrorCode.INVALID_CONFIG
+    missing = ConfigResource("topic", "no-such-cfg")
+    with pytest.raises(KafkaException) as ei:
+        next(iter(admin.describe_configs([missing]).values())).result(timeout=20)
+    assert ei.value.args[0].code() == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    broker_cfg = next(iter(admin.describe_configs([ConfigResource("broker", "0")]).values())).result(20)
+    assert broker_cfg["num.partitions"].value == "1"
+    assert broker_cfg["log.dirs"].value == module_broker.log_dirs[0]
+
+
 # -- ListOffsets ----------------------------------------------------------------------------
 
 def test_confluent_list_offsets(module_broker):
