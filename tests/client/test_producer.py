@@ -17,7 +17,7 @@ from appliance.client import (
     SimpleConsumer,
 )
 from appliance.client.admin import NewTopic
-from appliance.errors import UnknownTopicOrPartitionError
+from appliance.errors import DuplicateSequenceError, UnknownTopicOrPartitionError
 from tests.broker_process import BrokerProcess
 
 
@@ -244,9 +244,10 @@ def test_idempotent_retries_across_broker_restart_write_each_record_once(tmp_pat
 
         t = threading.Thread(target=produce)
         t.start()
-        time.sleep(0.5)
-        broker.stop()  # mid-stream: the connection dies, batches in flight must be retried
-        broker.start()
+        for _ in range(2):  # mid-stream, twice: connections die with requests in flight
+            time.sleep(0.7)
+            broker.kill()
+            broker.start()
         t.join(60)
         assert p.flush(60)
         for f in futs:
@@ -256,9 +257,37 @@ def test_idempotent_retries_across_broker_restart_write_each_record_once(tmp_pat
                 errors.append(e)
         p.close()
         assert not errors, errors[:3]
-        assert counts["send"] > counts["ready"]  # some batches really were sent again
+        assert counts["send"] > counts["ready"]  # batches in flight at a kill were sent again
         values = [r.value for r in _read_all(broker.bootstrap, topic)]
         assert values == [b"rec-%06d" % i for i in range(n)]  # each once, in order
     finally:
         broker.stop()
         broker.kill()
+
+
+def test_resent_idempotent_batch_is_written_once(module_broker, topic_name):
+    """What a retry does: the very same bytes (producer id, epoch, sequence) arrive twice; the
+    broker keeps one copy and acknowledges both sends with the same offset."""
+    from appliance.client.cluster import Cluster
+    from appliance.client.transport import TcpTransport
+    from appliance.records import build_batch
+
+    _create(module_broker.bootstrap, topic_name)
+    cluster = Cluster(module_broker.bootstrap)
+    try:
+        resp = cluster.any_connection().request(22, {"transactional_id": None, "transaction_timeout_ms": 60000})
+        t = TcpTransport(cluster)
+        batch = build_batch([(None, b"a"), (None, b"b")], producer_id=resp.producer_id,
+                            producer_epoch=resp.producer_epoch, base_sequence=0)
+        first = t.send_batch(topic_name, 0, batch, acks=-1, timeout_ms=5000).result(10)
+        try:
+            again = t.send_batch(topic_name, 0, batch, acks=-1, timeout_ms=5000).result(10).base_offset
+        except DuplicateSequenceError:
+            again = first.base_offset
+        assert again == first.base_offset == 0
+        nxt = build_batch([(None, b"c")], producer_id=resp.producer_id, producer_epoch=resp.producer_epoch,
+                          base_sequence=2)
+        assert t.send_batch(topic_name, 0, nxt, acks=-1, timeout_ms=5000).result(10).base_offset == 2
+    finally:
+        cluster.close()
+    assert [r.value for r in _read_all(module_broker.bootstrap, topic_name)] == [b"a", b"b", b"c"]
