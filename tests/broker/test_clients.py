@@ -379,3 +379,40 @@ def test_records_decode_with_our_reader_too(module_broker):
     recs = [r for pos, _ in iter_batches(data) for r in decode_batch(data, pos)[1]]
     assert [(r.offset, r.key, r.value, list(r.headers)) for r in recs] == [
         (0, b"k1", b"v1", [("x", b"y")]), (1, b"k2", b"v2", [("x", b"y")])]
+
+
+def test_auto_create_on_produce(module_broker):
+    """A producer writing to an unknown topic creates it (auto.create.topics.enable, default)."""
+    bs = module_broker.bootstrap
+    kcat(bs, "-P", "-t", "auto-made", stdin=b"first\n")
+    out = kcat(bs, "-C", "-t", "auto-made", "-o", "beginning", "-e", "-q", "-f", "%p %o %s\n")
+    assert out.splitlines() == ["0 0 first"]
+    assert 'topic "auto-made" with 1 partitions' in kcat(bs, "-L", "-t", "auto-made")
+
+
+def test_concurrent_create_same_topic_exactly_one_wins(module_broker):
+    """Racing CreateTopics on many connections (spread over the network workers by
+    SO_REUSEPORT): one succeeds, the rest get TOPIC_ALREADY_EXISTS, the topic is whole."""
+    import concurrent.futures
+
+    host, port = module_broker.bootstrap.rsplit(":", 1)
+    conns = [BrokerConnection(host, int(port)) for _ in range(8)]
+    barrier = __import__("threading").Barrier(len(conns))
+
+    def create(c: BrokerConnection) -> int:
+        barrier.wait()
+        r = c.request(19, {"topics": [{"name": "race", "num_partitions": 4, "replication_factor": 1,
+                                       "assignments": [], "configs": []}],
+                           "timeout_ms": 20000, "validate_only": False})
+        return r.topics[0].error_code
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(len(conns)) as ex:
+            codes = list(ex.map(create, conns))
+    finally:
+        for c in conns:
+            c.close()
+    assert sorted(codes) == [0] + [ErrorCode.TOPIC_ALREADY_EXISTS] * 7, codes
+    md = AdminClient({"bootstrap.servers": module_broker.bootstrap}).list_topics(timeout=10)
+    assert sorted(md.topics["race"].partitions) == [0, 1, 2, 3]
+    assert all(p.error is None for p in md.topics["race"].partitions.values())
