@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import logging
 import os
-import threading
 from typing import BinaryIO
 
 from appliance.storage.reader import LogReader
@@ -21,25 +19,12 @@ __all__ = ["Readers"]
 
 MAX_OPEN_FILES = 512  # per network worker; an LRU beyond it (segments of cold partitions close)
 
-log = logging.getLogger("appliance.network")
-
-
-def _warm_kernels() -> None:
-    try:
-        from native.warmup import warmup
-        warmup()
-    except Exception:  # only a latency optimisation: the first read loads them anyway
-        log.debug("kernel warm-up failed", exc_info=True)
-
 
 class Readers:
     def __init__(self, log_dirs: list[str]) -> None:
         self.log_dirs = log_dirs
         self._readers: dict[tuple[int, str, int], LogReader] = {}
         self._files: collections.OrderedDict[str, BinaryIO] = collections.OrderedDict()
-        # Load the numba kernels (scan, index search) now, off the event loop: otherwise the
-        # first fetch this process serves pays for it (0.2-1.3 s), e.g. a woken long poll.
-        threading.Thread(target=_warm_kernels, name="kernel-warmup", daemon=True).start()
 
     def reader(self, disk: int, topic: str, partition: int) -> LogReader:
         key = (disk, topic, partition)
