@@ -53,7 +53,7 @@ def _one_try(port: int, topic: str, offset: int, payload: bytes) -> tuple[float,
 def test_long_poll_wakes_within_10ms(module_broker):
     create_topic(module_broker.bootstrap, "longpoll")
     # Unmeasured warm-up: the first fetch of a partition on each network worker opens its reader
-    # (~10-20 ms once); the kernels themselves are loaded at worker start (broker.readers)
+    # (~10-20 ms once); the numba kernels are loaded by the supervisor before it forks
     warm = 2
     for i in range(warm):
         _one_try(module_broker.port, "longpoll", i, b"warm-%d" % i)
