@@ -78,6 +78,7 @@ def max_batch_size(n: int, total_key_bytes: int, total_value_bytes: int) -> int:
 def build_batch_columns(values: np.ndarray, value_offsets: np.ndarray, *, timestamp: int,
                         keys: np.ndarray | None = None, key_offsets: np.ndarray | None = None,
                         key_null: np.ndarray | None = None, base_offset: int = 0,
+                        producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
                         out: np.ndarray | None = None) -> bytes | memoryview:
     """One uncompressed v2 batch of ``len(value_offsets) - 1`` records.
 
@@ -116,7 +117,7 @@ def build_batch_columns(values: np.ndarray, value_offsets: np.ndarray, *, timest
         raise ValueError(f"out must be a 1-D uint8 array of at least {need} bytes")
     end = _build(values, voff, keys, koff, knull, has_keys, out)
     L.HEADER_STRUCT.pack_into(out, 0, base_offset, end - L.LOG_OVERHEAD, -1, L.CURRENT_MAGIC, 0, 0,
-                              n - 1, timestamp, timestamp, -1, -1, -1, n)
+                              n - 1, timestamp, timestamp, producer_id, producer_epoch, base_sequence, n)
     crc = crc32c(out, L.CRC_START, end)
     out[L.CRC_OFFSET:L.CRC_OFFSET + 4] = np.frombuffer(crc.to_bytes(4, "big"), np.uint8)
     return memoryview(out)[:end] if given else out[:end].tobytes()

@@ -20,6 +20,10 @@ def warmup() -> None:
     scan_batches(buf)
     offset_index_floor(buf, 0, 0)
     time_index_floor(buf, 0, 0)
+    from native.batch_build import build_batch_columns
+    from native.records_walk import walk_records
+    batch = build_batch_columns(np.zeros(4, np.uint8), np.array([0, 2, 4], np.int64), timestamp=0)
+    walk_records(batch, 61, len(batch), 2)
 
 
 if __name__ == "__main__":
