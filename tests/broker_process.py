@@ -104,6 +104,15 @@ class BrokerProcess:
         except ProcessLookupError:
             pass
         self.proc.wait(10)
+        # the workers are reaped by init, not by us: wait until none of the group is left, so
+        # a broker restarted on the same port never meets a dying worker's listening socket
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(self.proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.02)
 
     def __enter__(self) -> BrokerProcess:
         return self.start()

@@ -50,6 +50,7 @@ class KafkaConnection(asyncio.Protocol):
         self._writer: asyncio.Task | None = None
         self._paused = False
         self._closing = False
+        self._stop_reading = False  # the peer broke the protocol or half-closed: drain, then close
         self._client_host = ""
         self._sock_fd = -1
         self._drained = asyncio.Event()
@@ -112,6 +113,8 @@ class KafkaConnection(asyncio.Protocol):
             length -= n
 
     def data_received(self, data: bytes) -> None:
+        if self._stop_reading:
+            return
         try:
             self.conn.receive_data(data)
             while not self._closing:
@@ -196,13 +199,23 @@ class KafkaConnection(asyncio.Protocol):
                         self._closing = True
                         self.transport.close()
                         return
-            if self._paused and len(self._responses) < MAX_IN_FLIGHT // 2:
+            if self._paused and not self._stop_reading and len(self._responses) < MAX_IN_FLIGHT // 2:
                 self._paused = False
                 self.transport.resume_reading()
+        if self._stop_reading and not self._responses and not self._closing:
+            self._closing = True
+            self.transport.close()
 
     def _close_after_responses(self) -> None:
-        self._closing = True
-        if self.transport is not None:
+        """Stop reading; answer the requests already accepted, then close (a bad frame or a
+        half-close after valid pipelined requests must not swallow their answers)."""
+        self._stop_reading = True
+        if self.transport is None:
+            return
+        with contextlib.suppress(Exception):
+            self.transport.pause_reading()
+        if not self._responses:
+            self._closing = True
             self.transport.close()
 
 

@@ -223,8 +223,6 @@ def test_invalid_utf8_topic_name_closes(bad_broker):
         assert c.closed_by_peer()
 
 
-@pytest.mark.xfail(strict=True, reason="network_worker._close_after_responses closes at once: the "
-                   "answers to requests received before the bad frame are dropped")
 def test_garbage_after_valid_request_closes_after_answer(bad_broker):
     """A valid request is answered; the garbage frame behind it closes the connection."""
     frame = request_frame(3, 4, metadata_body([KEPT]), client_id=CLIENT_ID)
