@@ -46,35 +46,8 @@ class Readers:
 
     def offset_for_timestamp(self, disk: int, topic: str, partition: int, ts: int,
                              log_start: int, bound: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record in [log_start, bound) whose timestamp is
-        >= ``ts`` (ListOffsets by time), or None when no such record is readable yet.
-
-        Works from the segment files alone (time index, then a batch scan), so it is safe while
-        the disk worker appends: a stale time index only makes the scan start earlier.
-        """
-        from appliance.records.batch import decode_batch
-        reader = self.reader(disk, topic, partition)
-        bases = reader.refresh()
-        for i, base in enumerate(bases):
-            if base >= bound:
-                break
-            if i + 1 < len(bases) and bases[i + 1] <= log_start:
-                continue  # wholly below the log start offset
-            seg = reader._segment(base)  # the reader's cached read-only segment
-            if seg is None:
-                continue  # deleted by retention meanwhile
-            seg.refresh_size()
-            loc = seg.find_offset_by_timestamp(ts, log_start)
-            if loc is None:
-                continue
-            if loc.base_offset >= bound:
-                return None
-            for rec in decode_batch(seg.batch_bytes(loc))[1]:
-                if rec.offset >= bound:
-                    return None
-                if rec.timestamp >= ts and rec.offset >= log_start:
-                    return rec.offset, rec.timestamp
-        return None
+        """ListOffsets by time: see :meth:`LogReader.offset_for_timestamp`."""
+        return self.reader(disk, topic, partition).offset_for_timestamp(ts, log_start, bound)
 
     def topic_overrides(self, disk: int, topic: str) -> dict[str, str]:
         """The topic's config overrides as saved beside its partition 0 (or the first found)."""

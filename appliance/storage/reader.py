@@ -139,6 +139,38 @@ class LogReader:
                     return None
         return None
 
+    def offset_for_timestamp(self, ts: int, log_start: int = 0,
+                             bound: int | None = None) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record in [log_start, bound) whose timestamp is
+        >= ``ts`` (ListOffsets by time), or None when no such record is readable yet.
+
+        Works from the segment files alone (time index, then a batch scan), so it is safe while
+        the writer appends: a stale time index only makes the scan start earlier.
+        """
+        from appliance.records.batch import decode_batch
+        bound = _NO_BOUND if bound is None else bound
+        bases = self.refresh()
+        for i, base in enumerate(bases):
+            if base >= bound:
+                break
+            if i + 1 < len(bases) and bases[i + 1] <= log_start:
+                continue  # wholly below the log start offset
+            seg = self._segment(base)
+            if seg is None:
+                continue  # deleted by retention meanwhile
+            seg.refresh_size()
+            loc = seg.find_offset_by_timestamp(ts, log_start)
+            if loc is None:
+                continue
+            if loc.base_offset >= bound:
+                return None
+            for rec in decode_batch(seg.batch_bytes(loc))[1]:
+                if rec.offset >= bound:
+                    return None
+                if rec.timestamp >= ts and rec.offset >= log_start:
+                    return rec.offset, rec.timestamp
+        return None
+
     def read_bytes(self, offset: int, max_bytes: int, **kw) -> bytes:
         s = self.read(offset, max_bytes, **kw)
         return b"" if s is None else os.pread(s.fd, s.length, s.position)
