@@ -1,0 +1,380 @@
+"""The appliance (`appliance serve`, one log dir) driven by every Kafka client we have.
+
+Clients: confluent-kafka (produce_batch of 10,000 values; consume() of up to 100,000), kcat
+(C, librdkafka; produces from a file of values, consumes printing one byte per record),
+kafka-python (pure Python, fewer records), our appliance.client Producer over TCP and over IPC
+(send_many), and the IPC bulk path of perf/bench_ipc.py (numba batch builder, shared-memory ring).
+appliance.client is optional: when it does not import, its clients are left out.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from perf.peers.base import Peer, PeerUnavailable
+from perf.workloads.latency import Collector, run_latency
+from perf.workloads.spec import Workload
+from tests.broker_process import BrokerProcess
+
+__all__ = ["Appliance"]
+
+BATCH = 10_000
+SLOW_CLIENT_SHARE = 10  # pure-Python clients send records/10 (their rate is what is compared)
+SLOW_CLIENTS = ("kafka-python", "appliance.client tcp", "appliance.client ipc")
+
+PRODUCER = {
+    "compression.type": "none", "linger.ms": 20, "batch.size": 1_000_000,
+    "batch.num.messages": 100_000, "queue.buffering.max.messages": 2_000_000,
+    "queue.buffering.max.kbytes": 1_048_576, "message.max.bytes": 1_000_000,
+    "delivery.report.only.error": True, "enable.idempotence": False, "log_level": 2,
+}
+CONSUMER = {
+    "group.id": "perf", "enable.auto.commit": False, "enable.auto.offset.store": False,
+    "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 8_388_608,
+    "fetch.wait.max.ms": 100, "queued.max.messages.kbytes": 1_048_576,
+    "queued.min.messages": 1_000_000, "log_level": 2,
+}
+
+
+def _have_appliance_client() -> str | None:
+    try:
+        from appliance.client.producer import Producer as _P  # noqa: F401
+    except Exception as e:  # noqa: BLE001 - any import failure means: skip these clients
+        return f"appliance.client unavailable: {e}"
+    return None
+
+
+class Appliance(Peer):
+    name = "appliance"
+
+    def __init__(self) -> None:
+        self.broker: BrokerProcess | None = None
+        self._topics = 0
+        self._preloaded: dict[str, str] = {}
+        self._client_missing = _have_appliance_client()
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    def start(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.broker = BrokerProcess(workdir, num_log_dirs=1,
+                                    overrides={"num.partitions": "1",
+                                               "auto.create.topics.enable": "true"})
+        try:
+            self.broker.start()
+        except (RuntimeError, TimeoutError) as e:
+            raise PeerUnavailable(f"broker did not start: {str(e)[-300:]}") from e
+        self.admin = AdminClient({"bootstrap.servers": self.broker.bootstrap})
+        # Untimed warm-up: the disk worker and network workers load their numba kernels on first use.
+        t = self.new_topic(1)
+        self._produce_confluent(t, 50_000, 100, 1, 1)
+        self._consume_confluent(t, 50_000, 1)
+        for _ in range(4):  # SO_REUSEPORT spreads connections: reach each network worker
+            self._consume_kcat(t, 50_000)
+        self.delete_topic(t)
+
+    def stop(self) -> None:
+        if self.broker is not None:
+            try:
+                self.broker.__exit__(None, None, None)
+            finally:
+                self.broker = None
+
+    def describe(self) -> str:
+        return "appliance serve, 1 log dir, default settings (num.network.threads from config)"
+
+    def log_bytes(self) -> int:
+        return sum(f.stat().st_size for d in self.broker.log_dirs for f in Path(d).rglob("*.log"))
+
+    # --- topics --------------------------------------------------------------------------------
+    def new_topic(self, partitions: int) -> str:
+        self._topics += 1
+        name = f"perf-{self._topics}"
+        fut = self.admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
+        fut[name].result(60)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            md = self.admin.list_topics(name, timeout=10).topics.get(name)
+            if md and md.error is None and len(md.partitions) == partitions and all(
+                    p.leader >= 0 for p in md.partitions.values()):
+                return name
+            time.sleep(0.1)
+        raise TimeoutError(f"topic {name} not ready")
+
+    def delete_topic(self, name: str) -> None:
+        try:
+            self.admin.delete_topics([name])[name].result(60)
+        except Exception:  # noqa: BLE001 - freeing disk is best effort
+            pass
+
+    # --- workloads -----------------------------------------------------------------------------
+    def clients(self, wl: Workload) -> list[str]:
+        ours = [] if self._client_missing else ["appliance.client tcp", "appliance.client ipc"]
+        if wl.kind == "produce":
+            if wl.partitions > 1 or wl.acks != 1:
+                return ["confluent-kafka", *ours[:1]]
+            out = ["confluent-kafka", "kcat", "kafka-python", *ours]
+            if wl.value_size == 100 and not self._client_missing:
+                out.append("ipc bulk (native builder)")
+            return out
+        if wl.kind == "consume":
+            # kafka-python's consumer reads ~1,000 records/s from the appliance (see RUNNER.md):
+            # only in full mode, where there is time for it.
+            return ["confluent-kafka", "kcat"] + ([] if wl.extra.get("quick") else ["kafka-python"])
+        if wl.kind in ("latency", "growth"):
+            return ["confluent-kafka"]
+        return []
+
+    def run(self, wl: Workload, client: str, run: int) -> dict:
+        if wl.kind == "produce":
+            records = wl.records
+            if client in SLOW_CLIENTS:
+                records = max(10_000, records // SLOW_CLIENT_SHARE)
+            topic = self.new_topic(wl.partitions)
+            try:
+                t0 = time.perf_counter()
+                self._produce(client, topic, records, wl.value_size, wl.partitions, wl.acks)
+                return {"rps": records / (time.perf_counter() - t0), "records": records}
+            finally:
+                self.delete_topic(topic)
+        if wl.kind == "consume":
+            key = f"{wl.name}"
+            if key not in self._preloaded:
+                t = self.new_topic(1)
+                self._produce_confluent(t, wl.records, wl.value_size, 1, 1)
+                self._preloaded[key] = t
+            topic = self._preloaded[key]
+            records = wl.records if client not in SLOW_CLIENTS else max(10_000, wl.records // SLOW_CLIENT_SHARE)
+            t0 = time.perf_counter()
+            if client == "confluent-kafka":
+                self._consume_confluent(topic, records, 1)
+            elif client == "kcat":
+                self._consume_kcat(topic, records)
+            else:
+                self._consume_kafka_python(topic, records)
+            return {"rps": records / (time.perf_counter() - t0), "records": records}
+        if wl.kind == "latency":
+            return self._latency(wl)
+        if wl.kind == "growth":
+            return self._growth(wl)
+        raise ValueError(wl.kind)
+
+    def finish_workload(self, wl: Workload) -> None:
+        t = self._preloaded.pop(wl.name, None)
+        if t:
+            self.delete_topic(t)
+
+    # --- producers -----------------------------------------------------------------------------
+    def _produce(self, client: str, topic: str, n: int, size: int, parts: int, acks: int) -> None:
+        if client == "confluent-kafka":
+            self._produce_confluent(topic, n, size, parts, acks)
+        elif client == "kcat":
+            self._produce_kcat(topic, n, size)
+        elif client == "kafka-python":
+            self._produce_kafka_python(topic, n, size)
+        elif client.startswith("appliance.client"):
+            self._produce_ours(topic, n, size, parts, acks, client.rsplit(" ", 1)[1])
+        elif client.startswith("ipc bulk"):
+            from perf.bench_ipc import run_ipc
+            run_ipc(self.broker.overrides["appliance.shm.name"], topic, n, 8000)
+        else:
+            raise ValueError(client)
+
+    def _produce_confluent(self, topic: str, n: int, size: int, parts: int, acks: int) -> None:
+        errors: list = []
+        p = Producer({"bootstrap.servers": self.broker.bootstrap, "acks": acks,
+                      "on_delivery": lambda err, msg: errors.append(err) if err else None, **PRODUCER})
+        p.list_topics(topic, timeout=10)
+        # A batch of 10,000 to one partition; with many partitions, 1,000 per partition per call.
+        per_call = BATCH if parts == 1 else 1000
+        value = os.urandom(size)
+        full = [{"value": value} for _ in range(per_call)]
+        sent, k = 0, 0
+        while sent < n:
+            msgs = full if n - sent >= per_call else full[: n - sent]
+            part = k % parts
+            k += 1
+            while msgs:
+                got = p.produce_batch(topic, msgs, partition=part)
+                sent += got
+                if got < len(msgs):  # local queue full: the refused ones carry "_error"
+                    msgs = [m for m in msgs if m.pop("_error", None) is not None]
+                    p.poll(0.005)
+                else:
+                    msgs = []
+            p.poll(0)
+        left = p.flush(600)
+        if left or errors:
+            raise RuntimeError(f"confluent produce: {left} undelivered, errors {errors[:3]}")
+
+    def _values_file(self, n: int, size: int) -> Path:
+        path = self.workdir / f"values-{n}-{size}.txt"
+        if not path.exists():  # kcat reads newline-delimited values: the value has no newline
+            line = os.urandom(size).replace(b"\n", b"x")[: size] + b"\n"
+            with open(path, "wb") as f:
+                chunk = line * 10_000
+                for _ in range(n // 10_000):
+                    f.write(chunk)
+                f.write(line * (n % 10_000))
+        return path
+
+    def _produce_kcat(self, topic: str, n: int, size: int) -> None:
+        path = self._values_file(n, size)
+        cmd = ["kcat", "-P", "-b", self.broker.bootstrap, "-t", topic, "-p", "0", "-l", str(path)]
+        for k, v in PRODUCER.items():
+            if k not in ("delivery.report.only.error", "log_level"):
+                cmd += ["-X", f"{k}={v}"]
+        cmd += ["-X", "acks=1"]
+        r = subprocess.run(cmd, capture_output=True, timeout=900)
+        if r.returncode != 0:
+            raise RuntimeError(f"kcat -P exited {r.returncode}: {r.stderr.decode(errors='replace')[-500:]}")
+
+    def _produce_kafka_python(self, topic: str, n: int, size: int) -> None:
+        from kafka import KafkaProducer
+        p = KafkaProducer(bootstrap_servers=self.broker.bootstrap, acks=1, linger_ms=20,
+                          batch_size=1_000_000, max_request_size=1_000_000)
+        value = os.urandom(size)
+        send = p.send
+        futs = [send(topic, value, partition=0) for _ in range(n)]
+        p.flush(600)
+        futs[-1].get(60)
+        p.close()
+
+    def _produce_ours(self, topic: str, n: int, size: int, parts: int, acks: int, transport: str) -> None:
+        from appliance.client.producer import Producer as Ours
+        value = os.urandom(size)
+        chunk = [value] * BATCH
+        with Ours({"bootstrap.servers": self.broker.bootstrap, "transport": transport,
+                   "acks": acks, "batch.size": 1_000_000, "linger.ms": 5}) as p:
+            futs = []
+            sent, k = 0, 0
+            while sent < n:
+                m = min(BATCH, n - sent)
+                futs += p.send_many(topic, chunk[:m], partition=k % parts)
+                sent += m
+                k += 1
+            if not p.flush(600):
+                raise RuntimeError("appliance.client flush timed out")
+            for f in futs:
+                f.result(60)
+
+    # --- consumers -----------------------------------------------------------------------------
+    def _consume_confluent(self, topic: str, n: int, parts: int) -> None:
+        c = Consumer({"bootstrap.servers": self.broker.bootstrap, **CONSUMER})
+        try:
+            c.assign([TopicPartition(topic, p, 0) for p in range(parts)])
+            got = 0
+            deadline = time.monotonic() + 600
+            while got < n and time.monotonic() < deadline:
+                msgs = c.consume(100_000, 1.0)
+                for m in msgs:
+                    if m.error() is not None:
+                        raise RuntimeError(f"consume error: {m.error()}")
+                got += len(msgs)
+            if got < n:
+                raise RuntimeError(f"confluent consumed {got} of {n}")
+        finally:
+            c.close()
+
+    def _consume_kcat(self, topic: str, n: int) -> None:
+        cmd = ["kcat", "-C", "-b", self.broker.bootstrap, "-t", topic, "-o", "beginning", "-c", str(n),
+               "-e", "-q", "-f", ".", "-X", "fetch.max.bytes=52428800",
+               "-X", "max.partition.fetch.bytes=8388608", "-X", "queued.max.messages.kbytes=1048576"]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        got = 0
+        while chunk := p.stdout.read(1 << 20):
+            got += len(chunk)
+        err = p.stderr.read()
+        p.wait()
+        if p.returncode != 0 or got != n:
+            raise RuntimeError(f"kcat -C exited {p.returncode} after {got} of {n}: {err[-300:]!r}")
+
+    def _consume_kafka_python(self, topic: str, n: int) -> None:
+        from kafka import KafkaConsumer
+        from kafka import TopicPartition as KTP
+        c = KafkaConsumer(bootstrap_servers=self.broker.bootstrap, enable_auto_commit=False,
+                          fetch_max_bytes=52_428_800, max_partition_fetch_bytes=8_388_608,
+                          max_poll_records=100_000)
+        try:
+            tp = KTP(topic, 0)
+            c.assign([tp])
+            c.seek(tp, 0)
+            got = 0
+            deadline = time.monotonic() + 600
+            while got < n and time.monotonic() < deadline:
+                for recs in c.poll(1000, max_records=100_000).values():
+                    got += len(recs)
+            if got < n:
+                raise RuntimeError(f"kafka-python consumed {got} of {n}")
+        finally:
+            c.close()
+
+    # --- latency -------------------------------------------------------------------------------
+    def _latency(self, wl: Workload) -> dict:
+        topic = self.new_topic(1)
+        try:
+            p = Producer({"bootstrap.servers": self.broker.bootstrap, "acks": 1, "linger.ms": 0,
+                          "enable.idempotence": False, "compression.type": "none", "log_level": 2})
+            p.list_topics(topic, timeout=10)
+            produce = p.produce
+
+            def send(v: bytes) -> None:
+                produce(topic, v, partition=0)
+
+            return run_latency(latency_receiver, {"bootstrap": self.broker.bootstrap, "topic": topic},
+                               send, lambda: p.poll(0), lambda: p.flush(30), wl)
+        finally:
+            self.delete_topic(topic)
+
+    # --- growth --------------------------------------------------------------------------------
+    def _growth(self, wl: Workload) -> dict:
+        """Produce ``wl.records`` 100 B records (timed) at empty, then fill with 1 KiB values to
+        each checkpoint (target / checkpoints) and time the same produce again there."""
+        free = shutil.disk_usage(self.workdir).free
+        need = wl.target_bytes + (4 << 30)
+        if free < need:
+            return {"skipped": f"needs {need / 2**30:.0f} GiB free in {self.workdir}, has {free / 2**30:.1f} GiB"}
+        topic = self.new_topic(1)
+        points = []
+        try:
+            for i in range(wl.checkpoints + 1):
+                goal = wl.target_bytes * i // wl.checkpoints
+                while self.log_bytes() < goal:
+                    left = goal - self.log_bytes()
+                    self._produce_confluent(topic, max(10_000, min(1_000_000, left // 1100)), 1024, 1, 1)
+                stored = self.log_bytes()
+                t0 = time.perf_counter()
+                self._produce_confluent(topic, wl.records, 100, 1, 1)
+                rps = wl.records / (time.perf_counter() - t0)
+                points.append({"stored_gib": stored / 2**30, "rps": rps})
+                print(f"    growth: {stored / 2**30:6.1f} GiB stored -> {rps:,.0f} records/s", flush=True)
+        finally:
+            self.delete_topic(topic)
+        first, last = points[0]["rps"], points[-1]["rps"]
+        return {"rps": last, "rps_empty": first, "points": points, "drop": 1 - last / first}
+
+
+def latency_receiver(args: dict, ready, out, total: int, timeout_s: float) -> None:
+    c = Consumer({"bootstrap.servers": args["bootstrap"], "group.id": "perf-lat",
+                  "enable.auto.commit": False, "fetch.wait.max.ms": args.get("fetch_wait_ms", 100),
+                  "fetch.min.bytes": 1})
+    c.assign([TopicPartition(args["topic"], 0, 0)])
+    c.consume(1, 0.5)  # connect and fetch once before the producer starts
+    ready.set()
+    col = Collector(total)
+    deadline = time.monotonic() + timeout_s
+    now = time.monotonic_ns
+    while not col.done and time.monotonic() < deadline:
+        for m in c.consume(1000, 0.1):
+            if m.error() is None:
+                col.add(m.value(), now())
+    c.close()
+    out.put(col.result())
+
+

@@ -1,0 +1,178 @@
+"""Turn the runner's results into medians, ratios, goal verdicts, a console table and Markdown."""
+
+from __future__ import annotations
+
+import statistics
+
+from perf.workloads.limits import LIMIT_NAMES
+from perf.workloads.spec import GOALS
+
+__all__ = ["median_of", "best_appliance", "goals", "markdown", "console"]
+
+LAT_KEYS = ("p50_ms", "p99_ms", "p999_ms")
+
+
+def median_of(runs: list[dict]) -> dict:
+    ok = [r for r in runs if "rps" in r or "p99_ms" in r]
+    if not ok:
+        return {}
+    if "p99_ms" in ok[0]:
+        return {k: statistics.median(r[k] for r in ok) for k in (*LAT_KEYS, "max_ms")}
+    rates = [r["rps"] for r in ok]
+    return {"rps": statistics.median(rates), "min": min(rates), "max": max(rates), "n": len(rates)}
+
+
+def _rows(res: dict, workload: str) -> list[dict]:
+    return [r for r in res["results"] if r["workload"] == workload]
+
+
+def best_appliance(res: dict, workload: str) -> dict | None:
+    rows = [r for r in _rows(res, workload) if r["system"] == "appliance" and r["median"].get("rps")]
+    return max(rows, key=lambda r: r["median"]["rps"]) if rows else None
+
+
+def _row(res: dict, workload: str, system: str, client: str) -> dict | None:
+    for r in _rows(res, workload):
+        if r["system"] == system and r["client"] == client and r["median"]:
+            return r
+    return None
+
+
+def goals(res: dict) -> list[dict]:
+    """[{goal, verdict MET/NOT MET/NOT RUN, detail}] for GOALS."""
+    out = []
+    for g in GOALS:
+        verdict, detail = "NOT RUN", ""
+        if g.key in ("produce_vs_redis", "consume_vs_rabbitmq"):
+            wl = "produce_100B" if g.key == "produce_vs_redis" else "consume_100B"
+            peer = ("Redis Streams", "redis-benchmark") if g.key == "produce_vs_redis" else ("RabbitMQ Streams", "rstream")
+            a, p = best_appliance(res, wl), _row(res, wl, *peer)
+            if a and p:
+                ratio = a["median"]["rps"] / p["median"]["rps"]
+                verdict = "MET" if ratio >= 3 else "NOT MET"
+                detail = (f"appliance ({a['client']}) {a['median']['rps']:,.0f} /s vs {peer[0]} ({peer[1]}) "
+                          f"{p['median']['rps']:,.0f} /s = {ratio:.2f}x (goal 3x)")
+                conf = _row(res, wl, "appliance", "confluent-kafka")
+                if conf and conf is not a:
+                    detail += f"; with confluent-kafka {conf['median']['rps'] / p['median']['rps']:.2f}x"
+            else:
+                detail = f"missing: {'appliance' if not a else peer[0]} result"
+        elif g.key == "latency_p99":
+            a = _row(res, "latency_10k", "appliance", "confluent-kafka")
+            if a:
+                p99 = a["median"]["p99_ms"]
+                verdict = "MET" if p99 <= 5 else "NOT MET"
+                detail = f"p99 {p99:.2f} ms (p50 {a['median']['p50_ms']:.2f}, p99.9 {a['median']['p999_ms']:.2f})"
+        elif g.key == "growth":
+            rows = _rows(res, "produce_growth")
+            run = rows[0]["runs"][0] if rows and rows[0]["runs"] else None
+            if run and "drop" in run:
+                verdict = "MET" if run["drop"] <= 0.10 else "NOT MET"
+                detail = (f"{run['rps_empty']:,.0f} /s at empty, {run['rps']:,.0f} /s at "
+                          f"{run['points'][-1]['stored_gib']:.1f} GiB ({100 * run['drop']:+.1f} % drop)")
+            elif run and "skipped" in run:
+                detail = run["skipped"]
+            elif rows and rows[0].get("error"):
+                detail = rows[0]["error"]
+            else:
+                detail = "full mode only" if res["mode"] == "quick" else "no result"
+        out.append({"goal": g.text, "verdict": verdict, "detail": detail})
+    return out
+
+
+def _limit_ratio(res: dict, wl: dict, rps: float) -> str:
+    """Payload bytes/s over the limit that bounds this workload (write for produce, TCP for consume)."""
+    key = "seq_write" if wl["kind"] == "produce" else "loopback_tcp"
+    lim = res["limits"].get(key)
+    if not lim:
+        return ""
+    return f"{100 * rps * wl['value_size'] / lim:.1f} % of {LIMIT_NAMES[key]}"
+
+
+def _table_lines(res: dict) -> list[str]:
+    lines = []
+    for wl in res["workloads"]:
+        rows = _rows(res, wl["name"])
+        if wl["kind"] == "growth":
+            continue
+        lines.append(f"\n### {wl['name']}: {wl['title']}\n")
+        if wl["kind"] == "latency":
+            lines.append("| system | client | p50 ms | p99 ms | p99.9 ms | received / sent (median run) | appliance p99 ÷ this p99 |")
+            lines.append("|---|---|---:|---:|---:|---:|---:|")
+            a = _row(res, wl["name"], "appliance", "confluent-kafka")
+            for r in rows:
+                m = r["median"]
+                if not m:
+                    lines.append(f"| {r['system']} | {r['client']} | – | – | – | – | {r.get('error') or r.get('skipped')} |")
+                    continue
+                ratio = f"{a['median']['p99_ms'] / m['p99_ms']:.2f}" if a and r is not a else ""
+                got = sorted(r["runs"], key=lambda x: x["p99_ms"])[len(r["runs"]) // 2]
+                lines.append(f"| {r['system']} | {r['client']} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} | "
+                             f"{m['p999_ms']:.2f} | {got['received']:,} / {got['sent']:,} | {ratio} |")
+            continue
+        best = best_appliance(res, wl["name"])
+        lines.append("| system | client | records/s (median) | MB/s payload | min – max | "
+                     "appliance best ÷ this | vs machine limit |")
+        lines.append("|---|---|---:|---:|---:|---:|---|")
+        for r in rows:
+            m = r["median"]
+            if not m:
+                lines.append(f"| {r['system']} | {r['client']} | – | – | – | – | "
+                             f"{r.get('error') or r.get('skipped')} |")
+                continue
+            ratio = f"{best['median']['rps'] / m['rps']:.2f}x" if best and r["system"] != "appliance" else ""
+            lim = _limit_ratio(res, wl, m["rps"]) if r["system"] == "appliance" else ""
+            lines.append(f"| {r['system']} | {r['client']} | {m['rps']:,.0f} | "
+                         f"{m['rps'] * wl['value_size'] / 1e6:,.1f} | {m['min']:,.0f} – {m['max']:,.0f} | "
+                         f"{ratio} | {lim} |")
+    return lines
+
+
+def markdown(res: dict) -> str:
+    mach = res["machine"]
+    quiet = res["quiet"]
+    lines = [f"# appliance vs peers: {res['mode']} run, {res['started']}", ""]
+    if not quiet:
+        lines += [f"**The machine was loaded during this run** (1-minute load average "
+                  f"{res['load_before']:.2f} at the start, up to {res['load_max']:.2f} during it, on "
+                  f"{mach['nproc']} cores, shared with other work): these are not clean figures; "
+                  "ratios between systems measured minutes apart are noisy.", ""]
+    else:
+        lines += [f"Machine quiet at the start (load average {res['load_before']:.2f}); highest during "
+                  f"the run {res['load_max']:.2f}.", ""]
+    lines += [f"Command: `{res['command']}`. Medians of {res['runs']} runs per cell.", "",
+              "## Machine", "",
+              f"- {mach['nproc']} CPUs: {mach['cpu_model']}; {mach['memory_gib']} GiB memory; kernel "
+              f"{mach['kernel']}; Python {mach['python']}",
+              f"- temp dir {mach['tmp_dir']}: rotational={mach['rotational']}, {mach['disk_free_gib']} GiB free",
+              "", "```", mach["df"], "```", "", "## Systems", ""]
+    for name, s in res["systems"].items():
+        lines.append(f"- **{name}**: {s['describe']}" + ("" if s["status"] == "ok" else
+                                                           f" — **could not run: {s['reason']}**"))
+    lines += ["", "## Goals", "", "| goal | verdict | detail |", "|---|---|---|"]
+    for g in res["goals"]:
+        lines.append(f"| {g['goal']} | **{g['verdict']}** | {g['detail']} |")
+    lines += ["", "## Machine limits (same run)", "", "| limit | GB/s | 100 B records/s equivalent |",
+              "|---|---:|---:|"]
+    for k, v in res["limits"].items():
+        lines.append(f"| {LIMIT_NAMES[k]} | {v / 1e9:.2f} | {v / 100:,.0f} |")
+    lines += ["", "## Results"]
+    lines += _table_lines(res)
+    growth = [r for r in res["results"] if r["workload"] == "produce_growth"]
+    if growth and growth[0]["runs"] and "points" in growth[0]["runs"][0]:
+        lines += ["", "### produce_growth: 100 B produce rate as the log grows", "",
+                  "| stored GiB | records/s |", "|---:|---:|"]
+        for p in growth[0]["runs"][0]["points"]:
+            lines.append(f"| {p['stored_gib']:.1f} | {p['rps']:,.0f} |")
+    if res.get("notes"):
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in res["notes"]]
+    lines += ["", "Charts: `throughput.png`, `latency.png`" + (", `growth.png`" if growth else "") + "."]
+    return "\n".join(lines) + "\n"
+
+
+def console(res: dict) -> str:
+    out = [line for line in _table_lines(res) if not line.startswith("|---")]
+    out.append("\nGoals:")
+    for g in res["goals"]:
+        out.append(f"  [{g['verdict']}] {g['goal']}: {g['detail']}")
+    return "\n".join(out)
