@@ -264,6 +264,8 @@ class GroupCoordinator:
     def _sync(self, body: Any, version: int, token: Any, client_id: str, client_host: str) -> dict | None:
         def err(code: int) -> dict:
             return {"throttle_time_ms": 0, "error_code": code, "assignment": b""}
+        if not body.group_id:
+            return err(E.INVALID_GROUP_ID)
         if not self.owns_group(body.group_id):
             return err(E.NOT_COORDINATOR)
         group = self.groups.get(body.group_id)
@@ -305,6 +307,8 @@ class GroupCoordinator:
     def _heartbeat(self, body: Any, version: int, token: Any, client_id: str, client_host: str) -> dict:
         def r(code: int) -> dict:
             return {"throttle_time_ms": 0, "error_code": code}
+        if not body.group_id:  # Kafka: only the offset APIs accept an empty group id
+            return r(E.INVALID_GROUP_ID)
         if not self.owns_group(body.group_id):
             return r(E.NOT_COORDINATOR)
         group = self.groups.get(body.group_id)
@@ -320,6 +324,8 @@ class GroupCoordinator:
     def _leave(self, body: Any, version: int, token: Any, client_id: str, client_host: str) -> dict:
         def r(code: int) -> dict:
             return {"throttle_time_ms": 0, "error_code": code}
+        if not body.group_id:  # Kafka: only the offset APIs accept an empty group id
+            return r(E.INVALID_GROUP_ID)
         if not self.owns_group(body.group_id):
             return r(E.NOT_COORDINATOR)
         group = self.groups.get(body.group_id)
