@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from perf.peers.base import Peer, PeerUnavailable, ServerProcess, free_port, wait_port
+from perf.peers.redis_streams import python_share
 from perf.workloads.latency import Collector, run_latency_async
 from perf.workloads.spec import Workload
 
@@ -152,15 +153,17 @@ class RabbitMQStreams(Peer):
         if wl.kind == "produce":
             name = self._name()
             try:
-                return {"rps": await self._produce(name, wl.records, wl.value_size), "records": wl.records}
+                n = python_share(wl.records)
+                return {"rps": await self._produce(name, n, wl.value_size), "records": n}
             finally:
                 await self._delete(name)
         if wl.kind == "consume":
             if wl.name not in self._preloaded:
                 name = self._name()
-                await self._produce(name, wl.records, wl.value_size)
+                await self._produce(name, python_share(wl.records), wl.value_size)
                 self._preloaded[wl.name] = name
-            return {"rps": await self._consume(self._preloaded[wl.name], wl.records), "records": wl.records}
+            n = python_share(wl.records)
+            return {"rps": await self._consume(self._preloaded[wl.name], n), "records": n}
         if wl.kind == "latency":
             name = self._name()
             p = await self._producer()

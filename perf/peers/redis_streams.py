@@ -21,7 +21,12 @@ from perf.peers.base import Peer, PeerUnavailable, ServerProcess, free_port, wai
 from perf.workloads.latency import Collector, run_latency
 from perf.workloads.spec import Workload
 
-__all__ = ["RedisStreams"]
+__all__ = ["RedisStreams", "python_share"]
+
+
+def python_share(records: int) -> int:
+    """Records for a pure-Python client: a tenth, but at least 100,000 (all of them if fewer)."""
+    return max(records // 10, min(records, 100_000))
 
 
 class RedisStreams(Peer):
@@ -85,11 +90,13 @@ class RedisStreams(Peer):
             try:
                 if client == "redis-benchmark":
                     rps = self._benchmark(key, wl.records, wl.value_size, wl.partitions)
+                    n = wl.records
                 else:
+                    n = python_share(wl.records)
                     t0 = time.perf_counter()
-                    self._pipeline_xadd(key, wl.records, wl.value_size)
-                    rps = wl.records / (time.perf_counter() - t0)
-                return {"rps": rps, "records": wl.records}
+                    self._pipeline_xadd(key, n, wl.value_size)
+                    rps = n / (time.perf_counter() - t0)
+                return {"rps": rps, "records": n}
             finally:
                 self._drop(key, wl.partitions)
         if wl.kind == "consume":
@@ -98,17 +105,18 @@ class RedisStreams(Peer):
                 self._benchmark(key, wl.records, wl.value_size, 1)
                 self._preloaded[wl.name] = key
             key = self._preloaded[wl.name]
+            n = python_share(wl.records)
             t0 = time.perf_counter()
             got, last = 0, b"0"
             xread = self.r.xread
-            while got < wl.records:
+            while got < n:
                 res = xread({key: last}, count=10_000)
                 if not res:
                     raise RuntimeError(f"XREAD ended after {got} of {wl.records}")
                 entries = res[0][1]
                 got += len(entries)
                 last = entries[-1][0]
-            return {"rps": wl.records / (time.perf_counter() - t0), "records": wl.records}
+            return {"rps": n / (time.perf_counter() - t0), "records": n}
         if wl.kind == "latency":
             key = self._key()
             xadd = self.r.xadd
