@@ -116,8 +116,12 @@ def run_peer(peer: Peer, wls: list[Workload], runs: int, tmp: Path, res: dict, l
                 row["median"] = report.median_of(row["runs"])
             finish = getattr(peer, "finish_workload", None)
             if finish:
-                finish(wl)
+                try:
+                    finish(wl)
+                except Exception as e:  # noqa: BLE001 - clean-up of one workload must not end the run
+                    print(f"  {wl.name}: clean-up failed: {e}", flush=True)
     finally:
+        res["systems"][peer.name]["describe"] = peer.describe()
         print(f"=== {peer.name}: stopping", flush=True)
         peer.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -63,6 +63,11 @@ class Appliance(Peer):
     # --- lifecycle -----------------------------------------------------------------------------
     def start(self, workdir: Path) -> None:
         self.workdir = workdir
+        self.restarts: list[str] = []
+        self._start_broker()
+
+    def _start_broker(self) -> None:
+        workdir = self.workdir
         self.broker = BrokerProcess(workdir, num_log_dirs=1,
                                     overrides={"num.partitions": "1",
                                                "auto.create.topics.enable": "true"})
@@ -87,7 +92,10 @@ class Appliance(Peer):
                 self.broker = None
 
     def describe(self) -> str:
-        return "appliance serve, 1 log dir, default settings (num.network.threads from config)"
+        out = "appliance serve, 1 log dir, default settings (num.network.threads from config)"
+        if getattr(self, "restarts", None):
+            out += f"; broker restarted {len(self.restarts)}x after being stopped from outside: " + " | ".join(self.restarts)
+        return out
 
     def log_bytes(self) -> int:
         return sum(f.stat().st_size for d in self.broker.log_dirs for f in Path(d).rglob("*.log"))
@@ -132,6 +140,18 @@ class Appliance(Peer):
         return []
 
     def run(self, wl: Workload, client: str, run: int) -> dict:
+        if self.broker.proc.poll() is not None:
+            # On a shared machine another process may signal our broker; say so and start afresh
+            # rather than fail every later cell.
+            why = f"broker exited ({self.broker.proc.returncode}) before {wl.name}/{client} run {run + 1}: {self.broker.log()[-300:]}"
+            self.restarts.append(why)
+            print(f"    RESTARTING the broker: {why}", flush=True)
+            self.broker.kill()
+            self.broker._log.close()
+            self._preloaded.clear()
+            self.workdir = self.workdir / f"restart{len(self.restarts)}"
+            self.workdir.mkdir()
+            self._start_broker()
         if wl.kind == "produce":
             records = wl.records
             if client in SLOW_CLIENTS:
