@@ -1,0 +1,1 @@
+"""Example pipeline jobs over the appliance data source (see spark/README.md)."""
