@@ -255,6 +255,9 @@ class DiskWorker:
         return self.config.topic_defaults()
 
     def _register(self, slot: int, topic: str, partition: int, plog: object) -> None:
+        # one broker: the leader is the whole ISR, so everything in its log is committed the
+        # moment it leads (Kafka: the new leader's HW moves to min LEO of the ISR = its own)
+        plog.high_watermark = plog.log_end_offset
         self.logs[slot] = plog
         self.slot_of[(topic, partition)] = slot
         self._publish(slot, plog)
@@ -373,6 +376,9 @@ class DiskWorker:
                 if plog is None:
                     raise _NotHere()
                 info = plog.append(body)
+                if info.duplicate:
+                    # a retry of a batch already in the log: acknowledge its original offsets
+                    log.debug("duplicate batch for slot %d at offset %d", slot, info.first_offset)
                 base_offset = info.first_offset
                 log_append_time = info.log_append_time
                 log_start = plog.log_start_offset

@@ -152,7 +152,17 @@ class Cluster:
             return info
         deadline = time.monotonic() + timeout
         while True:
-            self.refresh([name], auto_create=auto_create)
+            try:
+                self.refresh([name], auto_create=auto_create)
+            except KafkaConnectionError:
+                # no broker answers right now (restarting?): keep using what we know, as the
+                # Java client does; with nothing known, retry until the deadline
+                if info is not None:
+                    return info
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
+                continue
             with self._lock:
                 info = self._topics.get(name)
                 code = self._topic_errors.get(name, 0)
