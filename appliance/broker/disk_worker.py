@@ -282,7 +282,11 @@ class DiskWorker:
         next_periodic = 0.0
         while self.alive:
             busy = self._drain_rings()
-            next_ms = self.coordinator.poll()
+            try:
+                next_ms = self.coordinator.poll()
+            except Exception:  # a coordinator bug must not take the partitions of this disk down
+                log.exception("group coordinator timers failed")
+                next_ms = int(time.time() * 1000) + 100
             if not busy:
                 wait_ms = min(IDLE_WAIT_S * 1000, max(next_ms - int(time.time() * 1000), 0))
                 if self._data_bell_pending:

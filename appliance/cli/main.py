@@ -32,7 +32,10 @@ class CliError(Exception):
         self.status = status
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser. Only the subcommand named in ``argv`` (all of them when none is) imports its
+    module: some pull in numba, and `appliance topics --list` should not wait for it."""
+    chosen = next((a for a in (argv or []) if a in COMMANDS), None)
     parser = argparse.ArgumentParser(prog="appliance", description=__doc__.splitlines()[0])
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging and tracebacks")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -41,14 +44,17 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS,
                        help="debug logging and tracebacks")
-        mod = importlib.import_module(f"appliance.cli.{module}")
-        mod.add_arguments(p)
-        p.set_defaults(_run=mod.run)
+        if chosen is None or name == chosen:
+            mod = importlib.import_module(f"appliance.cli.{module}")
+            mod.add_arguments(p)
+            p.set_defaults(_run=mod.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

@@ -1,29 +1,41 @@
 """appliance's own Kafka clients: Producer, Consumer (poll API, groups), SimpleConsumer (the
 0.8 low-level API) and AdminClient, over the Kafka protocol (or, for producers, shared memory
-to a broker on the same host: ``transport="ipc"|"auto"``)."""
+to a broker on the same host: ``transport="ipc"|"auto"``).
 
-from appliance.client.admin import AdminClient, NewTopic
-from appliance.client.connection import KafkaConnectionError
-from appliance.client.consumer import Consumer, ConsumerRebalanceListener
-from appliance.client.delivery import CallbackHandler, ProducerFuture, RecordMetadata
-from appliance.client.errors import CommitFailedError, NoOffsetForPartitionError, QueueFull
-from appliance.client.fetching import ConsumerRecord, TopicPartition
-from appliance.client.producer import DefaultPartitioner, Producer, ProducerRecord
-from appliance.client.serialization import (
-    Decoder,
-    Encoder,
-    JsonDecoder,
-    JsonEncoder,
-    StringDecoder,
-    StringEncoder,
-)
-from appliance.client.simple_consumer import SimpleConsumer
-from appliance.client.transport import SendFuture, SendResult, TcpTransport, Transport
+Names are imported on first use (PEP 562): the record and batch code pulls in numba, which a
+tool that only needs a connection should not wait for.
+"""
 
-__all__ = [
-    "AdminClient", "NewTopic", "KafkaConnectionError", "Consumer", "ConsumerRebalanceListener",
-    "CallbackHandler", "ProducerFuture", "RecordMetadata", "CommitFailedError", "NoOffsetForPartitionError",
-    "QueueFull", "ConsumerRecord", "TopicPartition", "DefaultPartitioner", "Producer", "ProducerRecord",
-    "Decoder", "Encoder", "JsonDecoder", "JsonEncoder", "StringDecoder", "StringEncoder", "SimpleConsumer",
-    "SendFuture", "SendResult", "TcpTransport", "Transport",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "AdminClient": "admin", "NewTopic": "admin",
+    "KafkaConnectionError": "connection",
+    "Consumer": "consumer", "ConsumerRebalanceListener": "consumer",
+    "CallbackHandler": "delivery", "ProducerFuture": "delivery", "RecordMetadata": "delivery",
+    "CommitFailedError": "errors", "NoOffsetForPartitionError": "errors", "QueueFull": "errors",
+    "ConsumerRecord": "fetching", "TopicPartition": "fetching",
+    "DefaultPartitioner": "producer", "Producer": "producer", "ProducerRecord": "producer",
+    "Decoder": "serialization", "Encoder": "serialization", "JsonDecoder": "serialization",
+    "JsonEncoder": "serialization", "StringDecoder": "serialization", "StringEncoder": "serialization",
+    "SimpleConsumer": "simple_consumer",
+    "SendFuture": "transport", "SendResult": "transport", "TcpTransport": "transport", "Transport": "transport",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'appliance.client' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"appliance.client.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
