@@ -159,8 +159,8 @@ class Cluster:
                 # Java client does; with nothing known, retry until the deadline
                 if info is not None:
                     return info
-                if time.monotonic() >= deadline:
-                    raise
+                if not self._fetched_at or time.monotonic() >= deadline:
+                    raise  # never reached any broker: say so now, naming the addresses
                 time.sleep(0.2)
                 continue
             with self._lock:
