@@ -1,12 +1,12 @@
-"""The RecordBatch v2 header layout, declared once as a field table.
+"""The RecordBatch v2 header layout for the records package.
 
-Every offset and size used by :mod:`appliance.records.batch` is derived from :data:`FIELDS`
-so the layout cannot drift between readers and writers. Big-endian, no padding.
+The layout is declared once, in :mod:`native.batch_layout` (the kernels need it as plain ints);
+this module only gives it the names the records and storage code use.
 """
 
 from __future__ import annotations
 
-import struct
+from native import batch_layout as _N
 
 __all__ = [
     "FIELDS", "HEADER_FORMAT", "HEADER_STRUCT", "HEADER_SIZE", "OFFSETS", "LOG_OVERHEAD",
@@ -17,62 +17,29 @@ __all__ = [
     "COMPRESSION_MASK", "TIMESTAMP_TYPE_BIT", "TRANSACTIONAL_BIT", "CONTROL_BIT",
 ]
 
-# (field name, struct code) in wire order.
-FIELDS: tuple[tuple[str, str], ...] = (
-    ("base_offset", "q"),
-    ("batch_length", "i"),
-    ("partition_leader_epoch", "i"),
-    ("magic", "b"),
-    ("crc", "I"),
-    ("attributes", "h"),
-    ("last_offset_delta", "i"),
-    ("base_timestamp", "q"),
-    ("max_timestamp", "q"),
-    ("producer_id", "q"),
-    ("producer_epoch", "h"),
-    ("base_sequence", "i"),
-    ("records_count", "i"),
-)
+FIELDS = _N.HEADER_FIELDS
+HEADER_STRUCT = _N.HEADER_STRUCT
+HEADER_FORMAT = HEADER_STRUCT.format
+HEADER_SIZE = _N.HEADER_SIZE
+OFFSETS = _N.FIELD_OFFSETS
 
-HEADER_FORMAT = ">" + "".join(code for _, code in FIELDS)
-HEADER_STRUCT = struct.Struct(HEADER_FORMAT)
-HEADER_SIZE = HEADER_STRUCT.size
+BASE_OFFSET_OFFSET = _N.BASE_OFFSET_OFFSET
+BATCH_LENGTH_OFFSET = _N.LENGTH_OFFSET
+PARTITION_LEADER_EPOCH_OFFSET = _N.PARTITION_LEADER_EPOCH_OFFSET
+MAGIC_OFFSET = _N.MAGIC_OFFSET
+CRC_OFFSET = _N.CRC_OFFSET
+ATTRIBUTES_OFFSET = _N.ATTRIBUTES_OFFSET
+LAST_OFFSET_DELTA_OFFSET = _N.LAST_OFFSET_DELTA_OFFSET
+BASE_TIMESTAMP_OFFSET = _N.BASE_TIMESTAMP_OFFSET
+MAX_TIMESTAMP_OFFSET = _N.MAX_TIMESTAMP_OFFSET
+PRODUCER_ID_OFFSET = _N.PRODUCER_ID_OFFSET
+PRODUCER_EPOCH_OFFSET = _N.PRODUCER_EPOCH_OFFSET
+BASE_SEQUENCE_OFFSET = _N.BASE_SEQUENCE_OFFSET
+RECORDS_COUNT_OFFSET = _N.RECORDS_COUNT_OFFSET
+LOG_OVERHEAD = _N.LOG_OVERHEAD
+MIN_BATCH_LENGTH = _N.MIN_BATCH_LENGTH
 
-
-def _offsets() -> dict[str, int]:
-    out: dict[str, int] = {}
-    fmt = ">"
-    for name, code in FIELDS:
-        out[name] = struct.calcsize(fmt)
-        fmt += code
-    return out
-
-
-OFFSETS: dict[str, int] = _offsets()
-
-BASE_OFFSET_OFFSET = OFFSETS["base_offset"]
-BATCH_LENGTH_OFFSET = OFFSETS["batch_length"]
-PARTITION_LEADER_EPOCH_OFFSET = OFFSETS["partition_leader_epoch"]
-MAGIC_OFFSET = OFFSETS["magic"]
-CRC_OFFSET = OFFSETS["crc"]
-ATTRIBUTES_OFFSET = OFFSETS["attributes"]
-LAST_OFFSET_DELTA_OFFSET = OFFSETS["last_offset_delta"]
-BASE_TIMESTAMP_OFFSET = OFFSETS["base_timestamp"]
-MAX_TIMESTAMP_OFFSET = OFFSETS["max_timestamp"]
-PRODUCER_ID_OFFSET = OFFSETS["producer_id"]
-PRODUCER_EPOCH_OFFSET = OFFSETS["producer_epoch"]
-BASE_SEQUENCE_OFFSET = OFFSETS["base_sequence"]
-RECORDS_COUNT_OFFSET = OFFSETS["records_count"]
-
-# batchLength counts the bytes after itself, so a batch occupies batch_length + LOG_OVERHEAD.
-LOG_OVERHEAD = BATCH_LENGTH_OFFSET + struct.calcsize(">i")
-# The smallest legal batchLength: a header with no records.
-MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
-
-# attributes bits
-COMPRESSION_MASK = 0x07
-TIMESTAMP_TYPE_BIT = 0x08
-TRANSACTIONAL_BIT = 0x10
-CONTROL_BIT = 0x20
-
-assert HEADER_SIZE == 61 and MIN_BATCH_LENGTH == 49 and CRC_OFFSET == 17 and ATTRIBUTES_OFFSET == 21
+COMPRESSION_MASK = _N.COMPRESSION_CODEC_MASK
+TIMESTAMP_TYPE_BIT = _N.TIMESTAMP_TYPE_MASK
+TRANSACTIONAL_BIT = _N.TRANSACTIONAL_FLAG_MASK
+CONTROL_BIT = _N.CONTROL_FLAG_MASK
