@@ -140,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"first wait up to MIN minutes for a 1-minute load average < {QUIET_LOAD}")
     ap.add_argument("--tmp", default=None, help="parent of the temporary dirs (default: system temp)")
     ap.add_argument("--out", default=str(ROOT / "perf" / "results"), help="results directory")
+    ap.add_argument("--merge", action="store_true",
+                    help="re-measure only the chosen systems x workloads and replace those cells in the "
+                         "existing results-<mode>.json (the Markdown notes which cells were re-run)")
     args = ap.parse_args(argv)
     quick = not args.full
     mode_name = "quick" if quick else "full"
@@ -183,6 +186,18 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     loads.append(load1())
+    prior_path = out / f"results-{mode_name}.json"
+    if args.merge and prior_path.exists():
+        prior = json.loads(prior_path.read_text())
+        redone = {(r["system"], r["workload"]) for r in res["results"]}
+        kept = [r for r in prior["results"] if (r["system"], r["workload"]) not in redone]
+        note = (f"cells re-run by `{res['command']}` at {res['started']} (load average "
+                f"{loads[0]:.2f} .. {max(loads):.2f}): " + ", ".join(f"{s}/{w}" for s, w in sorted(redone)))
+        loads += [prior["load_before"], prior["load_max"]]
+        systems = {**prior["systems"], **res["systems"]}
+        quiet = quiet and prior["quiet"]
+        res = {**prior, "results": kept + res["results"], "systems": systems,
+               "notes": [n for n in prior["notes"] if not n.startswith("machine loaded")] + [note]}
     res["load_max"] = max(loads)
     res["load_after"] = loads[-1]
     res["quiet"] = quiet and res["load_max"] < 2 * QUIET_LOAD

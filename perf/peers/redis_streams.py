@@ -17,6 +17,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import redis
+
 from perf.peers.base import Peer, PeerUnavailable, ServerProcess, free_port, wait_port
 from perf.workloads.latency import Collector, run_latency
 from perf.workloads.spec import Workload
@@ -138,7 +140,10 @@ class RedisStreams(Peer):
         else:
             for i in range(0, partitions, 100):
                 self.r.delete(*[f"{key}:{j:012d}" for j in range(i, min(partitions, i + 100))])
-        self.r.bgrewriteaof()  # keep the AOF from holding every deleted stream
+        try:  # keep the AOF from holding every deleted stream
+            self.r.bgrewriteaof()
+        except redis.ResponseError:  # one already running ("already in progress") does the same
+            pass
 
     def _benchmark(self, key: str, n: int, size: int, partitions: int) -> float:
         value = (os.urandom(size).hex())[:size]

@@ -88,9 +88,10 @@ def _growth(res: dict, path: Path) -> bool:
 
 def draw(res: dict, outdir: Path) -> list[Path]:
     """Write the PNGs into ``outdir``; returns their paths."""
-    out = [outdir / "throughput.png", outdir / "latency.png"]
+    m = res["mode"]
+    out = [outdir / f"{m}-throughput.png", outdir / f"{m}-latency.png"]
     _throughput(res, out[0])
     _latency(res, out[1])
-    if _growth(res, outdir / "growth.png"):
-        out.append(outdir / "growth.png")
+    if _growth(res, outdir / f"{m}-growth.png"):
+        out.append(outdir / f"{m}-growth.png")
     return out

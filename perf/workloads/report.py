@@ -166,7 +166,10 @@ def markdown(res: dict) -> str:
             lines.append(f"| {p['stored_gib']:.1f} | {p['rps']:,.0f} |")
     if res.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {n}" for n in res["notes"]]
-    lines += ["", "Charts: `throughput.png`, `latency.png`" + (", `growth.png`" if growth else "") + "."]
+    m = res["mode"]
+    lines += ["", f"![throughput]({m}-throughput.png)", "", f"![latency]({m}-latency.png)"]
+    if growth:
+        lines += ["", f"![growth]({m}-growth.png)"]
     return "\n".join(lines) + "\n"
 
 
