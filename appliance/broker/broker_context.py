@@ -42,15 +42,32 @@ class BrokerContext:
         self.advertised = (host, port)
         self.cluster_id = f"appliance-{self.broker_id}"
         self._data_waiters: list[asyncio.Future] = []
+        self._in_doorbell = False
+        self._ready_conns: set[Any] = set()
 
     # wake-ups ---------------------------------------------------------------------------
     def on_doorbell(self) -> None:
         """A disk worker rang: completions to deliver, and maybe new data for long polls."""
-        self.disks.on_doorbell()
+        self._in_doorbell = True
+        try:
+            self.disks.on_doorbell()
+        finally:
+            self._in_doorbell = False
+        # every answer this doorbell completed goes out with one send per connection
+        ready, self._ready_conns = self._ready_conns, set()
+        for conn in ready:
+            conn.flush_answers()
         waiters, self._data_waiters = self._data_waiters, []
         for fut in waiters:
             if not fut.done():
                 fut.set_result(None)
+
+    def answer_ready(self, conn: Any) -> None:
+        """``conn`` has an answer to send: now, or at the end of the doorbell being handled."""
+        if self._in_doorbell:
+            self._ready_conns.add(conn)
+        else:
+            conn.flush_answers()
 
     async def wait_for_data(self, timeout: float) -> None:
         """Sleep until some partition may have grown (any append on any disk), or ``timeout``."""
@@ -70,6 +87,16 @@ class BrokerContext:
     async def handle(self, request: Any, client_host: str = "") -> Any:
         from appliance.broker.handlers import dispatch
         return await dispatch(self, request, client_host)
+
+    def can_start(self, request: Any) -> bool:
+        """True if ``request`` is served without a task (see :meth:`start`)."""
+        from appliance.broker.handlers import START_HANDLERS
+        return request.api_key in START_HANDLERS
+
+    def start(self, request: Any, respond: Any) -> None:
+        """Start ``request`` without a task; ``respond`` gets its encoded answer (handlers.start)."""
+        from appliance.broker.handlers import start
+        start(self, request, respond)
 
     def close(self) -> None:
         self.readers.close()

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
+from collections import deque
+from collections.abc import Callable
 from typing import NamedTuple
 
 from appliance.broker.plumbing import Plumbing, drain_doorbell, ring_doorbell
@@ -19,6 +22,8 @@ from appliance.errors import ErrorCode
 from appliance.shm.layout import COMPLETION, REQUEST, MsgType, WorkerState
 from appliance.shm.partition_table import PartitionTable
 from appliance.shm.ring import Channel, RingFormatError
+
+log = logging.getLogger(__name__)
 
 __all__ = ["DiskClient", "Completion"]
 
@@ -34,6 +39,13 @@ class Completion(NamedTuple):
     body: bytes = b""  # an encoded response body (GROUP requests)
 
 
+def _resolver(fut: asyncio.Future) -> Callable[[Completion], None]:
+    def resolve(completion: Completion) -> None:
+        if not fut.done():
+            fut.set_result(completion)
+    return resolve
+
+
 class DiskClient:
     def __init__(self, net_index: int, plumbing: Plumbing, table: PartitionTable) -> None:
         self.net_index = net_index
@@ -44,16 +56,52 @@ class DiskClient:
         for ch in self.channels:
             ch.completions.discard_all()  # answers meant for this slot's previous process
         self._ids = itertools.count(1)
-        self._pending: dict[int, tuple[asyncio.Future, int]] = {}
+        self._pending: dict[int, tuple[Callable[[Completion], None], int]] = {}
         self._incarnations = [self._incarnation(d) for d in range(plumbing.num_disks)]
         self._space_waiters: list[asyncio.Future] = []
         self._to_ring: set[int] = set()
+        self._batching = False
+        # per disk: requests (msg_type, header, payload) waiting for room in its request ring
+        self._overflow: list[deque] = [deque() for _ in range(plumbing.num_disks)]
 
     def _incarnation(self, disk: int) -> int:
         return self.table.worker(self.plumbing.disk_slot(disk))[4]
 
     def max_payload(self) -> int:
         return self.channels[0].requests.max_message() - REQUEST.size
+
+    def submit_nowait(self, disk: int, msg_type: int, slot: int, payload: bytes | memoryview,
+                      acks: int, timeout_ms: int, on_done: Callable[[Completion], None]) -> None:
+        """Queue a request and call ``on_done(completion)`` from :meth:`on_doorbell` when it is
+        answered: no task and no future, so an answer costs one pass of the event loop (acks=0
+        produce: ``on_done`` is never called). When the ring is full the request waits in an
+        overflow queue, behind which later requests to that disk wait too: produce order holds."""
+        request_id = next(self._ids)
+        header = _REQ.pack(request_id, slot, acks, 0, timeout_ms)
+        if not (acks == 0 and msg_type == MsgType.PRODUCE):
+            self._pending[request_id] = (on_done, disk)
+        overflow = self._overflow[disk]
+        if not overflow and self.channels[disk].requests.put(msg_type, header, payload):
+            self._schedule_ring(disk)
+            return
+        overflow.append((msg_type, header, bytes(payload)))
+        if len(overflow) == 1:
+            ring_doorbell(self.plumbing.disk_bells[disk])  # the disk is behind: make sure it runs
+            asyncio.get_running_loop().call_later(0.05, self._retry_overflow, disk)
+
+    def _drain_overflow(self, disk: int) -> None:
+        overflow = self._overflow[disk]
+        ring = self.channels[disk].requests
+        while overflow and ring.put(*overflow[0]):
+            overflow.popleft()
+            self._schedule_ring(disk)
+
+    def _retry_overflow(self, disk: int) -> None:
+        # a timer too, not only completions: the ring may have emptied without an answer to us
+        self._drain_overflow(disk)
+        if self._overflow[disk]:
+            ring_doorbell(self.plumbing.disk_bells[disk])
+            asyncio.get_running_loop().call_later(0.05, self._retry_overflow, disk)
 
     async def submit(self, disk: int, msg_type: int, slot: int, payload: bytes | memoryview,
                      acks: int = 1, timeout_ms: int = 30000, *more: bytes | memoryview) -> Completion | None:
@@ -77,14 +125,23 @@ class DiskClient:
         if acks == 0 and msg_type == MsgType.PRODUCE:
             return None
         fut = loop.create_future()
-        self._pending[request_id] = (fut, disk)
+        self._pending[request_id] = (_resolver(fut), disk)
         return await fut
 
     def _schedule_ring(self, disk: int) -> None:
-        # coalesce doorbells: one eventfd write per disk per loop iteration
-        if not self._to_ring:
+        # coalesce doorbells: one eventfd write per disk per loop iteration (or per batch)
+        if not self._to_ring and not self._batching:
             asyncio.get_running_loop().call_soon(self._ring_all)
         self._to_ring.add(disk)
+
+    def begin_batch(self) -> None:
+        """Hold doorbells until :meth:`end_batch` (the requests of one read go out together)."""
+        self._batching = True
+
+    def end_batch(self) -> None:
+        self._batching = False
+        if self._to_ring:
+            self._ring_all()
 
     def _ring_all(self) -> None:
         for d in self._to_ring:
@@ -110,8 +167,11 @@ class DiskClient:
                 del payload
                 ring.release()
                 entry = self._pending.pop(request_id, None)
-                if entry is not None and not entry[0].done():
-                    entry[0].set_result(Completion(err, base, lat, lso, body))
+                if entry is not None:
+                    self._deliver(entry[0], Completion(err, base, lat, lso, body))
+        for d, overflow in enumerate(self._overflow):
+            if overflow:
+                self._drain_overflow(d)
         waiters, self._space_waiters = self._space_waiters, []
         for fut in waiters:
             if not fut.done():
@@ -124,11 +184,18 @@ class DiskClient:
             _, _, state, _, inc = self.table.worker(self.plumbing.disk_slot(d))
             if inc != self._incarnations[d] or state == WorkerState.DEAD:
                 self._incarnations[d] = inc
-                for rid, (fut, disk) in list(self._pending.items()):
+                self._overflow[d].clear()  # never queued: answered below like the rest
+                for rid, (on_done, disk) in list(self._pending.items()):
                     if disk == d:
                         del self._pending[rid]
-                        if not fut.done():
-                            fut.set_result(Completion(ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1, -1))
+                        self._deliver(on_done, Completion(ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1, -1))
+
+    @staticmethod
+    def _deliver(on_done: Callable[[Completion], None], completion: Completion) -> None:
+        try:
+            on_done(completion)
+        except Exception:  # one broken callback must not strand the other completions
+            log.exception("completion callback failed")
 
     def close(self) -> None:
         for ch in self.channels:

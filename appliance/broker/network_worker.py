@@ -41,6 +41,12 @@ class CloseConnection(Exception):
     """Raised by a handler (or queued for a rejected request): answer nothing, close."""
 
 
+def _all_bytes(chunks: object) -> bool:
+    if chunks is None or isinstance(chunks, bytes | bytearray | memoryview):
+        return True
+    return all(isinstance(c, bytes | bytearray | memoryview) for c in chunks)
+
+
 class KafkaConnection(asyncio.Protocol):
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
@@ -114,6 +120,8 @@ class KafkaConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._stop_reading:
             return
+        disks = self.ctx.disks
+        disks.begin_batch()  # every request of this read reaches its disk with one doorbell
         try:
             self.conn.receive_data(data)
             while not self._closing:
@@ -130,6 +138,8 @@ class KafkaConnection(asyncio.Protocol):
         except (proto.RemoteProtocolError, proto.LocalProtocolError) as e:
             log.info("closing connection from %s: %s", self._peer(), e)
             self._close_after_responses()
+        finally:
+            disks.end_batch()
 
     def _peer(self) -> str:
         peer = self.transport.get_extra_info("peername") if self.transport else None
@@ -149,62 +159,111 @@ class KafkaConnection(asyncio.Protocol):
         self._queue(fut)
 
     def _dispatch(self, event: proto.Request) -> None:
-        self._queue(asyncio.ensure_future(self.ctx.handle(event, self._client_host)))
+        if not self.ctx.can_start(event):
+            self._queue(asyncio.ensure_future(self.ctx.handle(event, self._client_host)))
+            return
+        fut = asyncio.get_running_loop().create_future()
 
-    def _queue(self, fut: asyncio.Future) -> None:
+        def respond(chunks: object) -> None:
+            if fut.done():
+                return
+            if isinstance(chunks, BaseException):
+                fut.set_exception(chunks)
+            else:
+                fut.set_result(chunks)
+            self.ctx.answer_ready(self)
+
+        # no task: answered from a doorbell callback; queued first, as the answer may come at once
+        self._queue(fut, notify=False)
+        self.ctx.start(event, respond)
+
+    def _queue(self, fut: asyncio.Future, notify: bool = True) -> None:
         self._responses.append(fut)
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.ensure_future(self._write_responses())
+        if notify:
+            fut.add_done_callback(self._on_response_ready)
         if len(self._responses) >= MAX_IN_FLIGHT and not self._paused:
             self._paused = True
             self.transport.pause_reading()
 
-    async def _write_responses(self) -> None:
-        while self._responses and not self._closing:
-            fut = self._responses[0]
-            try:
-                # shielded: a client hanging up must not cancel a handler mid-way (a topic
-                # half-created, a group join half-done); it finishes and its answer is dropped
-                chunks = await asyncio.shield(fut)
-            except asyncio.CancelledError:
+    def flush_answers(self) -> None:
+        self._on_response_ready()
+
+    def _on_response_ready(self, _fut: asyncio.Future | None = None) -> None:
+        if self._closing:
+            return
+        if self._writer is not None and not self._writer.done():
+            return  # the writer is sending a file slice; it goes on in order when done
+        self._flush_ready()
+
+    def _flush_ready(self) -> None:
+        """Write every answer at the head of the queue that is ready, in order, with one send:
+        under a stream of small produce requests one write per batch of answers, not one per
+        answer (each send that wakes the client costs a context switch). A file slice or a
+        failed handler goes to the writer task."""
+        out: list = []
+        responses = self._responses
+        while responses and not self._closing:
+            fut = responses[0]
+            if not fut.done():
+                break
+            chunks = None if fut.cancelled() or fut.exception() is not None else fut.result()
+            if fut.cancelled() or fut.exception() is not None or not _all_bytes(chunks):
+                if out:
+                    self.transport.write(b"".join(out))
+                self._writer = asyncio.ensure_future(self._write_slow(fut))
                 return
-            except CloseConnection as e:
-                log.info("closing connection from %s: %s", self._peer(), e)
-                self._closing = True
-                self.transport.close()
-                return
-            except Exception:
-                log.exception("request handler failed; closing the connection")
-                self._closing = True
-                self.transport.close()
-                return
-            if self._responses and self._responses[0] is fut:
-                self._responses.popleft()
+            responses.popleft()
             if chunks is None:  # acks=0 produce: no response at all
                 continue
-            if isinstance(chunks, bytes | bytearray):
-                chunks = [chunks]
-            for chunk in chunks:
-                if self._closing:
-                    return
-                if isinstance(chunk, bytes | bytearray | memoryview):
-                    self.transport.write(chunk)
-                else:  # a file slice: zero-copy from the page cache to the socket
-                    f = self.ctx.readers.file(chunk.fd_or_path)
-                    try:
-                        await self._sendfile(f, chunk.position, chunk.length)
-                    except (ConnectionError, OSError, EOFError, RuntimeError) as e:
-                        # the frame cannot be completed: closing is the only honest answer
-                        log.info("sendfile to %s failed: %s", self._peer(), e)
-                        self._closing = True
-                        self.transport.close()
-                        return
-            if self._paused and not self._stop_reading and len(self._responses) < MAX_IN_FLIGHT // 2:
-                self._paused = False
-                self.transport.resume_reading()
+            if isinstance(chunks, bytes | bytearray | memoryview):
+                out.append(chunks)
+            else:
+                out.extend(chunks)
+        if out and not self._closing:
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+        self._after_writes()
+
+    def _after_writes(self) -> None:
+        if self._paused and not self._stop_reading and len(self._responses) < MAX_IN_FLIGHT // 2:
+            self._paused = False
+            self.transport.resume_reading()
         if self._stop_reading and not self._responses and not self._closing:
             self._closing = True
             self.transport.close()
+
+    async def _write_slow(self, fut: asyncio.Future) -> None:
+        """The head answer needs awaiting: a file slice to sendfile, or a handler that failed."""
+        try:
+            chunks = fut.result()
+        except CloseConnection as e:
+            log.info("closing connection from %s: %s", self._peer(), e)
+            self._closing = True
+            self.transport.close()
+            return
+        except (Exception, asyncio.CancelledError):
+            log.exception("request handler failed; closing the connection")
+            self._closing = True
+            self.transport.close()
+            return
+        if self._responses and self._responses[0] is fut:
+            self._responses.popleft()
+        for chunk in chunks:
+            if self._closing:
+                return
+            if isinstance(chunk, bytes | bytearray | memoryview):
+                self.transport.write(chunk)
+                continue
+            f = self.ctx.readers.file(chunk.fd_or_path)  # a file slice: page cache to socket
+            try:
+                await self._sendfile(f, chunk.position, chunk.length)
+            except (ConnectionError, OSError, EOFError, RuntimeError) as e:
+                # the frame cannot be completed: closing is the only honest answer
+                log.info("sendfile to %s failed: %s", self._peer(), e)
+                self._closing = True
+                self.transport.close()
+                return
+        self._writer = None
+        self._flush_ready()
 
     def _close_after_responses(self) -> None:
         """Stop reading; answer the requests already accepted, then close (a bad frame or a

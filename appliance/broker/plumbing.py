@@ -68,7 +68,7 @@ class Plumbing:
 
     @classmethod
     def create(cls, base: str, num_disks: int, num_net: int, broker_id: int,
-               port: int = 0) -> tuple[Plumbing, PartitionTable]:
+               port: int = 0, request_ring_bytes: int = REQUEST_RING_BYTES) -> tuple[Plumbing, PartitionTable]:
         table = PartitionTable.create(f"/{base}-table", PARTITION_TABLE_CAPACITY, broker_id, num_disks, port)
         p = cls(base, num_disks, num_net, table.name)
         p.disk_bells = [os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) for _ in range(num_disks)]
@@ -76,7 +76,7 @@ class Plumbing:
         for n in range(num_net):
             for d in range(num_disks):
                 name = f"/{base}-ring-n{n}-d{d}"
-                Channel.create(name, REQUEST_RING_BYTES, COMPLETION_RING_BYTES).close()
+                Channel.create(name, request_ring_bytes // 8 * 8, COMPLETION_RING_BYTES).close()
                 p.channel_names[(n, d)] = name
         for d in range(num_disks):
             IpcDirectory.create(base, d, IPC_REQUEST_RING_BYTES, COMPLETION_RING_BYTES).close()

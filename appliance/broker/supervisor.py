@@ -126,7 +126,8 @@ class Supervisor:
             from native.warmup import warmup
             warmup()
             self.plumbing, self.table = Plumbing.create(
-                self.base, len(self.log_dirs), self.num_net, int(self.config["broker.id"]), self.port)
+                self.base, len(self.log_dirs), self.num_net, int(self.config["broker.id"]), self.port,
+                int(self.config["appliance.request.ring.bytes"]))
             self._install_signals()
             for d in self.log_dirs:  # so local IPC producers and tools can find our shared memory
                 with open(os.path.join(d, ".appliance-shm-name"), "w") as f:

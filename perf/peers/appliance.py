@@ -392,8 +392,11 @@ def latency_receiver(args: dict, ready, out, total: int, timeout_s: float) -> No
     deadline = time.monotonic() + timeout_s
     now = time.monotonic_ns
     while not col.done and time.monotonic() < deadline:
-        for m in c.consume(1000, 0.1):
-            if m.error() is None:
+        # consume(n, timeout) blocks until n messages or the timeout (so a 0.1 s timeout adds a
+        # uniform 0-100 ms at low rates): take what is queued, else wait for one message
+        batch = c.consume(1000, 0) or [c.poll(0.1)]
+        for m in batch:
+            if m is not None and m.error() is None:
                 col.add(m.value(), now())
     c.close()
     out.put(col.result())

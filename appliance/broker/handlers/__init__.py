@@ -8,6 +8,7 @@ sockets: they read the shared table, read segment files, and submit work to disk
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import appliance.protocol as proto
@@ -24,7 +25,7 @@ from appliance.broker.handlers import (
     topics,
 )
 
-__all__ = ["dispatch", "HANDLERS"]
+__all__ = ["dispatch", "start", "encode", "HANDLERS"]
 
 HANDLERS = {
     18: api_versions.handle,
@@ -59,11 +60,39 @@ async def dispatch(ctx: BrokerContext, request: Any, client_host: str = "") -> A
     else:
         from appliance.broker.network_worker import CloseConnection
         raise CloseConnection(f"no handler for API key {request.api_key}")
+    return encode(request, body)
+
+
+def encode(request: Any, body: Any) -> Any:
+    """A handler's body as response chunks (None: the request gets no response)."""
     if body is NO_RESPONSE:
         return None
     if isinstance(body, groups.RawBody):  # encoded by the coordinator: add the frame header
         return [_FRAME_HEAD.pack(len(body) + 4, request.correlation_id) + body]
     return proto.encode_response(request, body)
+
+
+# requests served without a task: they start now and answer from a doorbell callback
+START_HANDLERS = {0: produce.start}
+
+
+def start(ctx: BrokerContext, request: Any, respond: Callable[[Any], None]) -> None:
+    """Start ``request`` (its API is in START_HANDLERS): ``respond(chunks)`` is called with the
+    encoded answer, or with the exception, when it is ready; maybe before this returns."""
+    starter = START_HANDLERS[request.api_key]
+
+    def done(body: Any) -> None:
+        try:
+            chunks = encode(request, body)
+        except Exception as e:  # an encoding bug: the connection closes, the worker lives
+            respond(e)
+            return
+        respond(chunks)
+
+    try:
+        starter(ctx, request, done)
+    except Exception as e:
+        respond(e)
 
 
 _FRAME_HEAD = struct.Struct(">ii")  # size, correlation id (response header v0)

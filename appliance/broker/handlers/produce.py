@@ -4,45 +4,110 @@ answer when the requested acks are met (acks=-1 on one broker: the leader is the
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from appliance.broker.broker_context import NO_RESPONSE
 from appliance.errors import ErrorCode, KafkaError
 from appliance.shm.layout import MsgType, SlotState
 
-__all__ = ["handle"]
+__all__ = ["handle", "start"]
 
 _MAGIC_POS = 16  # byte of the magic in both v2 batches and legacy messages (after offset+size+crc)
 
 
-async def _partition(ctx: Any, topic: str, index: int, records: Any, acks: int,
-                     timeout_ms: int) -> dict:
+def _check(ctx: Any, topic: str, index: int, records: Any) -> tuple[dict, Any, Any]:
+    """The partition's answer so far, and (where it goes, the records to append) when it is to
+    be appended; (answer, None, None) when it is refused here."""
     out = {"index": index, "error_code": 0, "base_offset": -1, "log_append_time_ms": -1,
            "log_start_offset": -1}
     info = ctx.index.lookup(topic, index)
     if info is None:
         out["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        return out
+        return out, None, None
     if ctx.table.state(info.slot) != SlotState.ONLINE:
         out["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
-        return out
+        return out, None, None
     if records is None or len(records) == 0:
         out["error_code"] = ErrorCode.INVALID_RECORD
-        return out
+        return out, None, None
     if len(records) > _MAGIC_POS and records[_MAGIC_POS] in (0, 1):
         try:  # an old-format message set: store it as v2 batches like every other
             from appliance.records.convert import legacy_to_v2
             records = legacy_to_v2(bytes(records))
         except KafkaError as e:
             out["error_code"] = e.code
-            return out
+            return out, None, None
     if len(records) > ctx.disks.max_payload():
         out["error_code"] = ErrorCode.RECORD_LIST_TOO_LARGE
-        return out
-    comp = await ctx.disks.submit(info.disk, MsgType.PRODUCE, info.slot, records, acks, timeout_ms)
+        return out, None, None
+    return out, info, records
+
+
+def _fill(out: dict, comp: Any) -> None:
     if comp is not None:
         out.update(error_code=comp.error_code, base_offset=comp.base_offset,
                    log_append_time_ms=comp.log_append_time, log_start_offset=comp.log_start_offset)
+
+
+def _invalid_acks(topics: Any) -> dict:
+    return {"throttle_time_ms": 0, "responses": [
+        {"name": t.name, "partition_responses": [
+            {"index": p.index, "error_code": ErrorCode.INVALID_REQUIRED_ACKS, "base_offset": -1}
+            for p in t.partition_data]} for t in topics]}
+
+
+def _body(topics: Any, results: list[dict]) -> dict:
+    it = iter(results)
+    return {"throttle_time_ms": 0, "responses": [
+        {"name": t.name, "partition_responses": [next(it) for _ in t.partition_data]}
+        for t in topics]}
+
+
+def start(ctx: Any, request: Any, respond: Callable[[Any], None]) -> None:
+    """Produce without a task: every partition goes on its disk ring now, and ``respond(body)``
+    runs from the doorbell that brings the last answer (acks=0: at once, with NO_RESPONSE).
+    Measured: a task, its futures and the scheduling between them were 4 of the 6 event-loop
+    passes a single-record produce took, and most of its cost."""
+    body = request.body
+    acks = body.acks
+    topics = body.topic_data
+    if acks not in (-1, 0, 1):
+        respond(_invalid_acks(topics))
+        return
+    results: list[dict] = []
+    waiting = [0]
+
+    def answered(out: dict) -> Callable[[Any], None]:
+        def on_done(comp: Any) -> None:
+            _fill(out, comp)
+            waiting[0] -= 1
+            if waiting[0] == 0:
+                respond(_body(topics, results))
+        return on_done
+
+    submits = []
+    for t in topics:
+        for p in t.partition_data:
+            out, info, records = _check(ctx, t.name, p.index, p.records)
+            results.append(out)
+            if info is not None:
+                submits.append((info, records, out))
+    waiting[0] = len(submits) if acks != 0 else 0
+    for info, records, out in submits:
+        ctx.disks.submit_nowait(info.disk, MsgType.PRODUCE, info.slot, records, acks,
+                                body.timeout_ms, answered(out))
+    if acks == 0:
+        respond(NO_RESPONSE)
+    elif not submits:
+        respond(_body(topics, results))
+
+
+async def _partition(ctx: Any, topic: str, index: int, records: Any, acks: int,
+                     timeout_ms: int) -> dict:
+    out, info, records = _check(ctx, topic, index, records)
+    if info is not None:
+        _fill(out, await ctx.disks.submit(info.disk, MsgType.PRODUCE, info.slot, records, acks, timeout_ms))
     return out
 
 
@@ -51,21 +116,13 @@ async def handle(ctx: Any, request: Any) -> Any:
     acks = body.acks
     topics = body.topic_data
     if acks not in (-1, 0, 1):
-        return {"throttle_time_ms": 0, "responses": [
-            {"name": t.name, "partition_responses": [
-                {"index": p.index, "error_code": ErrorCode.INVALID_REQUIRED_ACKS, "base_offset": -1}
-                for p in t.partition_data]} for t in topics]}
-    jobs = []
-    for t in topics:
-        for p in t.partition_data:
-            jobs.append(_partition(ctx, t.name, p.index, p.records, acks, body.timeout_ms))
+        return _invalid_acks(topics)
+    jobs = [_partition(ctx, t.name, p.index, p.records, acks, body.timeout_ms)
+            for t in topics for p in t.partition_data]
     if len(jobs) == 1:
         results = [await jobs[0]]
     else:
         results = await asyncio.gather(*jobs)
     if acks == 0:
         return NO_RESPONSE
-    it = iter(results)
-    return {"throttle_time_ms": 0, "responses": [
-        {"name": t.name, "partition_responses": [next(it) for _ in t.partition_data]}
-        for t in topics]}
+    return _body(topics, results)
