@@ -22,6 +22,7 @@ import signal
 import socket
 import time
 
+from appliance.broker.gc_policy import freeze_startup_objects
 from appliance.broker.plumbing import Plumbing, drain_doorbell, ring_doorbell
 from appliance.config import BrokerConfig, ConfigError, TopicConfig
 from appliance.errors import ErrorCode, KafkaError, KafkaStorageError
@@ -77,6 +78,7 @@ class DiskWorker:
             return EXIT_BOOT_ERROR
         self.table.set_worker_state(self.slot, WorkerState.READY)
         self.table.heartbeat(self.slot)
+        freeze_startup_objects()
         try:
             self._loop()
         finally:

@@ -23,6 +23,7 @@ import time
 import appliance.protocol as proto
 from appliance.broker.broker_context import BrokerContext
 from appliance.broker.disk_client import DiskClient
+from appliance.broker.gc_policy import freeze_startup_objects
 from appliance.broker.plumbing import Plumbing
 from appliance.config import BrokerConfig
 from appliance.shm.layout import WorkerState
@@ -314,6 +315,7 @@ class NetworkWorker:
         server = await loop.create_server(lambda: KafkaConnection(ctx), sock=sock)
         bell = self.plumbing.net_bells[self.index]
         loop.add_reader(bell, ctx.on_doorbell)
+        freeze_startup_objects()
         table.set_worker_state(self.slot, WorkerState.READY)
         beat = asyncio.ensure_future(self._heartbeat(table, disks, ctx))
         await stop.wait()

@@ -20,6 +20,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from appliance.broker.gc_policy import freeze_before_fork
 from appliance.broker.plumbing import Plumbing, ring_doorbell, shm_base_name, unlink_stale
 from appliance.config import BrokerConfig
 from appliance.shm.layout import SlotState, WorkerState
@@ -183,6 +184,7 @@ class Supervisor:
         w.incarnation += 1
         self.table.set_worker(w.slot, pid=0, kind=w.kind, state=WorkerState.STARTING,
                               incarnation=w.incarnation)
+        freeze_before_fork()
         pid = os.fork()
         if pid:
             w.pid, w.started = pid, time.monotonic()

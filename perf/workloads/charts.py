@@ -16,8 +16,10 @@ COLORS = {"appliance": "#1f77b4", "Redis Streams": "#d62728", "RabbitMQ Streams"
           "NATS JetStream": "#2ca02c"}
 
 
-def _throughput(res: dict, path: Path) -> None:
+def _throughput(res: dict, path: Path) -> bool:
     wls = [w for w in res["workloads"] if w["kind"] in ("produce", "consume")]
+    if not wls:  # e.g. --workloads latency_10k
+        return False
     rows_per = [[r for r in res["results"] if r["workload"] == w["name"] and r["median"].get("rps")]
                 for w in wls]
     heights = [max(1, len(r)) for r in rows_per]
@@ -40,10 +42,13 @@ def _throughput(res: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=72)
     plt.close(fig)
+    return True
 
 
-def _latency(res: dict, path: Path) -> None:
+def _latency(res: dict, path: Path) -> bool:
     rows = [r for r in res["results"] if r["workload"] == "latency_10k" and r["median"].get("p99_ms")]
+    if not rows:
+        return False
     fig, ax = plt.subplots(figsize=(8, 3.8))
     keys = [("p50_ms", "p50"), ("p99_ms", "p99"), ("p999_ms", "p99.9")]
     width = 0.8 / max(1, len(rows))
@@ -64,6 +69,7 @@ def _latency(res: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=72)
     plt.close(fig)
+    return True
 
 
 def _growth(res: dict, path: Path) -> bool:
@@ -89,9 +95,6 @@ def _growth(res: dict, path: Path) -> bool:
 def draw(res: dict, outdir: Path) -> list[Path]:
     """Write the PNGs into ``outdir``; returns their paths."""
     m = res["mode"]
-    out = [outdir / f"{m}-throughput.png", outdir / f"{m}-latency.png"]
-    _throughput(res, out[0])
-    _latency(res, out[1])
-    if _growth(res, outdir / f"{m}-growth.png"):
-        out.append(outdir / f"{m}-growth.png")
-    return out
+    charts = ((_throughput, "throughput"), (_latency, "latency"), (_growth, "growth"))
+    return [outdir / f"{m}-{name}.png" for draw_one, name in charts
+            if draw_one(res, outdir / f"{m}-{name}.png")]
