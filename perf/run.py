@@ -97,6 +97,7 @@ def run_peer(peer: Peer, wls: list[Workload], runs: int, tmp: Path, res: dict, l
             for client in clients:
                 row = {"system": peer.name, "client": client, "workload": wl.name, "runs": [], "median": {}}
                 res["results"].append(row)
+                cell_t0 = time.monotonic()
                 for i in range(1 if wl.kind == "growth" else runs):
                     loads.append(load1())
                     try:
@@ -114,6 +115,7 @@ def run_peer(peer: Peer, wls: list[Workload], runs: int, tmp: Path, res: dict, l
                              if "p99_ms" in r else str(r))
                     print(f"  {wl.name:18s} {client:28s} run {i + 1}: {shown}", flush=True)
                 row["median"] = report.median_of(row["runs"])
+                row["wall_s"] = round(time.monotonic() - cell_t0, 1)  # where a run's minutes go
             finish = getattr(peer, "finish_workload", None)
             if finish:
                 try:
@@ -125,6 +127,8 @@ def run_peer(peer: Peer, wls: list[Workload], runs: int, tmp: Path, res: dict, l
         print(f"=== {peer.name}: stopping", flush=True)
         peer.stop()
         shutil.rmtree(work, ignore_errors=True)
+        res["systems"][peer.name]["wall_s"] = round(time.monotonic() - t0, 1)
+        print(f"=== {peer.name}: {time.monotonic() - t0:.0f} s in all", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
