@@ -327,6 +327,7 @@ class DiskWorker:
         """One round over every ring. True if any request was handled."""
         handled = 0
         rung = set()
+        held: list[tuple[int, bytes]] = []  # create completions: sent once the round is durable
         for n, ch in enumerate(self.channels):
             ring = ch.requests
             for _ in range(ROUND_LIMIT):
@@ -345,12 +346,18 @@ class DiskWorker:
                     del payload
                     ring.release()
                 handled += 1
-                if comp is not None:
-                    while not ch.completions.put(MsgType.COMPLETION, comp):
-                        # the network worker drains completions constantly; wait for room
-                        ring_doorbell(self.plumbing.net_bells[n])
-                        time.sleep(0.0005)
+                if comp is not None and msg_type == MsgType.CREATE_PARTITION:
+                    held.append((n, comp))
+                elif comp is not None:
+                    self._complete(n, comp)
                     rung.add(n)
+        if held:
+            error = self._sync_created()
+            for n, comp in held:
+                if error:
+                    comp = _with_error(comp, error)
+                self._complete(n, comp)
+                rung.add(n)
         handled += self._drain_ipc()
         if handled:
             self._data_bell_pending = True
@@ -359,6 +366,23 @@ class DiskWorker:
         # 3-20 us here, and as many context switches)
         self._ring_data_bells(rung)
         return handled > 0
+
+    def _complete(self, n: int, comp: bytes) -> None:
+        ch = self.channels[n]
+        while not ch.completions.put(MsgType.COMPLETION, comp):
+            # the network worker drains completions constantly; wait for room
+            ring_doorbell(self.plumbing.net_bells[n])
+            time.sleep(0.0005)
+
+    def _sync_created(self) -> int:
+        """Make this round's new partitions durable; the Kafka error code if that failed."""
+        self.table.heartbeat(self.slot)  # a round of creates can take seconds on a slow disk
+        try:
+            self.log_dir.sync_created()
+        except KafkaStorageError as e:
+            log.error("%s", e)
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        return 0
 
     def _ring_data_bells(self, rung: set[int] | tuple = ()) -> None:
         """Ring the network workers in ``rung`` and, when due, every network worker: appends
@@ -432,8 +456,10 @@ class DiskWorker:
             cfg = TopicConfig.from_overrides(self.config, spec.get("configs", {}))
         except ConfigError:
             cfg = self.config.topic_defaults()  # validated by the network worker already
-        plog = self.log_dir.create_partition(info.topic, info.partition, cfg)
+        # made durable with the rest of the round's creates, before any of them is answered
+        plog = self.log_dir.create_partition(info.topic, info.partition, cfg, durable=False)
         self._register(slot, info.topic, info.partition, plog)
+        self.table.heartbeat(self.slot)
         if info.topic == OFFSETS_TOPIC:
             self.coordinator.load(info.partition, ())
 
@@ -471,6 +497,13 @@ OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": "104857600
 
 class _NotHere(Exception):
     """The slot is not (or no longer) a partition of this disk worker."""
+
+
+def _with_error(comp: bytes, error: int) -> bytes:
+    """``comp`` with its error code replaced (the body after the fixed part is kept)."""
+    fields = list(_COMP.unpack_from(comp, 0))
+    fields[-1] = int(error)
+    return _COMP.pack(*fields) + comp[_COMP.size:]
 
 
 def _name_process(title: str) -> None:
