@@ -464,6 +464,7 @@ class DiskWorker:
             self.coordinator.load(info.partition, ())
 
     def _delete(self, slot: int) -> None:
+        self.table.heartbeat(self.slot)  # a round of deletes can take seconds on a slow disk
         info = self.table.read(slot)
         plog = self.logs.pop(slot, None)
         if plog is not None:
