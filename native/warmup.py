@@ -24,6 +24,8 @@ def warmup() -> None:
     from native.records_walk import walk_records
     batch = build_batch_columns(np.zeros(4, np.uint8), np.array([0, 2, 4], np.int64), timestamp=0)
     walk_records(batch, 61, len(batch), 2)
+    from native.validate import validate_plain_batches
+    validate_plain_batches(batch, 1 << 20)
 
 
 if __name__ == "__main__":

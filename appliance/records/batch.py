@@ -36,6 +36,7 @@ from appliance.records.varint import (
 )
 from native import crc32c
 from native.records_walk import walk_records
+from native.validate import validate_plain_batches
 
 __all__ = [
     "Compression", "TimestampType", "Record", "BatchHeader", "HEADER_SIZE", "MAGIC",
@@ -280,6 +281,7 @@ def _walk_records(data, p: int, end: int, count: int) -> int:
 
 
 _NATIVE_WALK_MIN = 8  # below this many records the kernel's call overhead exceeds the Python walk
+_NO_LIMIT = (1 << 63) - 1  # max_batch_bytes=None: the kernel compares against this
 
 
 def _walk(data, start: int, stop: int, count: int) -> int:
@@ -350,6 +352,11 @@ def validate_records(buf, *, max_batch_bytes: int | None = None,
     n = len(buf)
     if n == 0:
         raise InvalidRecordError("the records field is empty")
+    # the fused kernel takes plainly valid uncompressed batches in one call; anything else
+    # (compressed, or bad: then the error raised below names the problem) goes the slow way
+    rows = validate_plain_batches(buf, _NO_LIMIT if max_batch_bytes is None else max_batch_bytes)
+    if rows is not None:
+        return [BatchHeader._make(r) for r in rows]
     if n > L.MAGIC_OFFSET and buf[L.MAGIC_OFFSET] != MAGIC:
         raise CorruptRecordError(
             f"records have magic {buf[L.MAGIC_OFFSET]}: legacy (v0/v1) message sets must be "

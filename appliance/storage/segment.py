@@ -343,7 +343,12 @@ class LogSegment:
         if start == 0 and self.first_append_ms is None:
             self.first_append_ms = now_ms
         self.size = start + len(data)
-        self._index_batches(start, rel_positions, sizes, last_offsets, max_timestamps)
+        if len(sizes) >= 64:  # a large request or IPC hand-off: index it with array operations
+            self._index_batches_np(np.asarray(rel_positions, np.int64) + start,
+                                   np.asarray(sizes, np.int64), np.asarray(last_offsets, np.int64),
+                                   np.asarray(max_timestamps, np.int64))
+        else:
+            self._index_batches(start, rel_positions, sizes, last_offsets, max_timestamps)
         self.next_offset = last_offsets[-1] + 1
         if self.writeback is not None:
             try:
@@ -386,7 +391,7 @@ class LogSegment:
         interval = self._interval
         n = len(sizes)
         oi, ti = self.offset_index, self.time_index
-        if n < 64 or int(sizes.min()) <= interval or oi.entries or ti.entries:
+        if n < 64 or int(sizes.min()) <= interval:
             self._index_batches(0, (positions - 0).tolist(), sizes.tolist(),
                                 last_offsets.tolist(), max_timestamps.tolist())
             return
@@ -413,7 +418,8 @@ class LogSegment:
         keep = t_ts >= 0
         if len(t_ts):
             grew = np.empty(len(t_ts), dtype=bool)
-            grew[0] = True
+            # maybe_append's rule: only a timestamp above the last entry's makes an entry
+            grew[0] = not ti.entries or t_ts[0] > ti.last_entry()[0]
             grew[1:] = t_ts[1:] > t_ts[:-1]
             keep &= grew
         t_ts, t_off = t_ts[keep], t_off[keep]

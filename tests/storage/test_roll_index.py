@@ -124,3 +124,34 @@ def test_time_index_lookup_and_reopen(tmp_path):
     ro = TimeIndex(path, 0, writable=False)
     assert ro.entries == 3 and ro.lookup(250) == (200, 20)
     ro.close()
+
+
+def test_many_batches_per_append_index_like_one_at_a_time(tmp_path):
+    """A request of >= 64 batches is indexed with array operations: the offset and time
+    indexes must come out byte for byte as when the same batches arrive one per append,
+    including after entries already written and with timestamps that go back and forth."""
+    import random
+    rng = random.Random(7)
+    batches, offset = [], 0
+    for i in range(330):
+        n = rng.randint(1, 4)
+        ts = 1_000 + i * 10 + rng.choice([-60, 0, 0, 15])  # sometimes below the running max
+        if i in (10, 111):  # a request that starts below the max already indexed
+            ts = 500
+        batches.append(batch(n=n, ts=ts, value_size=rng.choice([300, 500]), base_offset=offset))
+        offset += n
+    c = cfg(segment_index_bytes=1 << 20, index_interval_bytes=256)
+    one = open_log(str(tmp_path / "one-0"), c)
+    for b in batches:
+        one.append(b)
+    many = open_log(str(tmp_path / "many-0"), c)
+    for lo, hi in ((0, 10), (10, 110), (110, 111), (111, 330)):  # loop, arrays, loop, arrays
+        many.append(b"".join(batches[lo:hi]))
+    for lg in (one, many):
+        lg.close()
+    for suffix in (".index", ".timeindex", ".log"):
+        name = f"{0:020d}{suffix}"
+        a = (tmp_path / "one-0" / name).read_bytes()
+        b = (tmp_path / "many-0" / name).read_bytes()
+        assert a == b, suffix
+    assert len((tmp_path / "one-0" / f"{0:020d}.index").read_bytes()) > 8 * 200
