@@ -3,6 +3,8 @@ acks, compression, idempotent retries across a broker restart."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
@@ -246,6 +248,11 @@ def test_idempotent_retries_across_broker_restart_write_each_record_once(tmp_pat
         t.start()
         for _ in range(2):  # mid-stream, twice: connections die with requests in flight
             time.sleep(0.7)
+            # the disk worker stops answering first, so requests are surely in flight at the
+            # kill (a fast broker otherwise often has none outstanding at that instant)
+            for pid in broker.worker_pids("disk worker"):
+                os.kill(pid, signal.SIGSTOP)
+            time.sleep(0.3)
             broker.kill()
             broker.start()
         t.join(60)
