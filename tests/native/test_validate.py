@@ -9,7 +9,12 @@ import struct
 
 import pytest
 
-from appliance.errors import CorruptRecordError, InvalidRecordError, MessageTooLargeError
+from appliance.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    MessageTooLargeError,
+    UnsupportedCompressionTypeError,
+)
 from appliance.records.batch import build_batch, iter_batches, validate_batch, validate_records
 from appliance.records.record_types import Compression
 from native.batch_layout import (
@@ -113,7 +118,7 @@ BAD = [
     ("short header", lambda b: b[:40], CorruptRecordError),
     ("recordsCount + 1", _count_too_high, InvalidRecordError),
     ("lastOffsetDelta wrong", _delta_mismatch, InvalidRecordError),
-    ("codec 7", _codec_seven, Exception),
+    ("codec 7", _codec_seven, UnsupportedCompressionTypeError),
     ("offsets go backwards", lambda b: b + b, InvalidRecordError),
     ("trailing garbage", lambda b: b + b"\x00" * 70, CorruptRecordError),
 ]

@@ -30,7 +30,6 @@ __all__ = ["dispatch", "start", "encode", "HANDLERS"]
 HANDLERS = {
     18: api_versions.handle,
     3: metadata.handle,
-    0: produce.handle,
     1: fetch.handle,
     2: list_offsets.handle,
     19: topics.handle_create,
@@ -72,7 +71,7 @@ def encode(request: Any, body: Any) -> Any:
     return proto.encode_response(request, body)
 
 
-# requests served without a task: they start now and answer from a doorbell callback
+# requests served without a task (not in HANDLERS): they start now and answer from a doorbell callback
 START_HANDLERS = {0: produce.start}
 
 

@@ -3,7 +3,6 @@ answer when the requested acks are met (acks=-1 on one broker: the leader is the
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -11,7 +10,7 @@ from appliance.broker.broker_context import NO_RESPONSE
 from appliance.errors import ErrorCode, KafkaError
 from appliance.shm.layout import MsgType, SlotState
 
-__all__ = ["handle", "start"]
+__all__ = ["start"]
 
 _MAGIC_POS = 16  # byte of the magic in both v2 batches and legacy messages (after offset+size+crc)
 
@@ -45,9 +44,8 @@ def _check(ctx: Any, topic: str, index: int, records: Any) -> tuple[dict, Any, A
 
 
 def _fill(out: dict, comp: Any) -> None:
-    if comp is not None:
-        out.update(error_code=comp.error_code, base_offset=comp.base_offset,
-                   log_append_time_ms=comp.log_append_time, log_start_offset=comp.log_start_offset)
+    out.update(error_code=comp.error_code, base_offset=comp.base_offset,
+               log_append_time_ms=comp.log_append_time, log_start_offset=comp.log_start_offset)
 
 
 def _invalid_acks(topics: Any) -> dict:
@@ -101,28 +99,3 @@ def start(ctx: Any, request: Any, respond: Callable[[Any], None]) -> None:
         respond(NO_RESPONSE)
     elif not submits:
         respond(_body(topics, results))
-
-
-async def _partition(ctx: Any, topic: str, index: int, records: Any, acks: int,
-                     timeout_ms: int) -> dict:
-    out, info, records = _check(ctx, topic, index, records)
-    if info is not None:
-        _fill(out, await ctx.disks.submit(info.disk, MsgType.PRODUCE, info.slot, records, acks, timeout_ms))
-    return out
-
-
-async def handle(ctx: Any, request: Any) -> Any:
-    body = request.body
-    acks = body.acks
-    topics = body.topic_data
-    if acks not in (-1, 0, 1):
-        return _invalid_acks(topics)
-    jobs = [_partition(ctx, t.name, p.index, p.records, acks, body.timeout_ms)
-            for t in topics for p in t.partition_data]
-    if len(jobs) == 1:
-        results = [await jobs[0]]
-    else:
-        results = await asyncio.gather(*jobs)
-    if acks == 0:
-        return NO_RESPONSE
-    return _body(topics, results)
