@@ -22,9 +22,11 @@ import signal
 import socket
 import time
 
+from appliance.broker.exit_codes import EXIT_BOOT_ERROR
 from appliance.broker.gc_policy import freeze_startup_objects
 from appliance.broker.plumbing import Plumbing, drain_doorbell, ring_doorbell
 from appliance.config import BrokerConfig, ConfigError, TopicConfig
+from appliance.coordinator.routing import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
 from appliance.errors import ErrorCode, KafkaError, KafkaStorageError
 from appliance.shm.layout import COMPLETION, GROUP_HEADER, REQUEST, MsgType, SlotState, WorkerState
 from appliance.shm.partition_table import PartitionTable
@@ -40,7 +42,6 @@ DATA_BELL_INTERVAL_S = 0.001  # "new data" wake-ups for long polls: at most one 
 _REQ = REQUEST.struct  # type: ignore[attr-defined]
 _COMP = COMPLETION.struct  # type: ignore[attr-defined]
 _GROUP = GROUP_HEADER.struct  # type: ignore[attr-defined]
-OFFSETS_TOPIC = "__consumer_offsets"
 
 
 class DiskWorker:
@@ -59,7 +60,6 @@ class DiskWorker:
 
     # -- start ----------------------------------------------------------------------------
     def run(self) -> int:
-        from appliance.broker.supervisor import EXIT_BOOT_ERROR
         _name_process(f"appliance: disk worker {self.index} [{self.path}]")
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGQUIT, self._on_quit)
@@ -174,8 +174,8 @@ class DiskWorker:
 
     # -- the group coordinator ------------------------------------------------------------
     def _start_coordinator(self) -> None:
-        from appliance.broker.partition_index import PartitionIndex
         from appliance.coordinator.coordinator import GroupCoordinator
+        from appliance.shm.partition_index import PartitionIndex
         self._index = PartitionIndex(self.table)
         self.coordinator = GroupCoordinator(
             self.config, int(self.config["offsets.topic.num.partitions"]),
@@ -491,9 +491,6 @@ class DiskWorker:
             log.exception("clean close of %s failed; the next start will recover it", self.path)
         self.table.set_worker_state(self.slot, WorkerState.DEAD)
 
-
-# Kafka's settings for the offsets topic (offsets.topic.segment.bytes, compacted)
-OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
 
 
 class _NotHere(Exception):

@@ -20,17 +20,17 @@ import sys
 import time
 from dataclasses import dataclass
 
+from appliance.broker.exit_codes import EXIT_BOOT_ERROR
 from appliance.broker.gc_policy import freeze_before_fork
 from appliance.broker.plumbing import Plumbing, ring_doorbell, shm_base_name, unlink_stale
 from appliance.config import BrokerConfig
 from appliance.shm.layout import SlotState, WorkerState
 from appliance.shm.partition_table import PartitionTable
 
-__all__ = ["Supervisor", "EXIT_BOOT_ERROR", "HaltServer"]
+__all__ = ["Supervisor", "HaltServer", "serve", "sd_notify"]
 
 log = logging.getLogger("appliance.supervisor")
 
-EXIT_BOOT_ERROR = 3
 HEARTBEAT_TIMEOUT_S = 30.0  # a worker loop never blocks this long; past it the worker is wedged
 GRACEFUL_TIMEOUT_S = 30.0
 READY_TIMEOUT_S = 600.0  # recovery of a large unclean log dir can take minutes: progress is logged

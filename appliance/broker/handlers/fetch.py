@@ -77,4 +77,4 @@ async def handle(ctx: Any, request: Any) -> dict:
         remaining = deadline - loop.time()
         if total >= max(body.min_bytes, 1) or any_error or remaining <= 0:
             return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
-        await ctx.wait_for_data(remaining)
+        await ctx.wakeups.wait_for_data(remaining)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from appliance.broker.topic_admin import OFFSETS_TOPIC, create_topic
+from appliance.broker.topic_admin import create_topic
+from appliance.coordinator.routing import OFFSETS_TOPIC
 from appliance.errors import ErrorCode
 from appliance.shm.layout import SlotState
 
