@@ -24,6 +24,7 @@ import appliance.protocol as proto
 from appliance.broker import handlers
 from appliance.broker.broker_context import BrokerContext
 from appliance.broker.disk_client import DiskClient
+from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.broker.gc_policy import freeze_startup_objects
 from appliance.broker.handlers.answer import CloseConnection
 from appliance.broker.plumbing import Plumbing
@@ -283,10 +284,9 @@ class NetworkWorker:
         except ImportError:
             pass
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        asyncio.run(self._main())
-        return 0
+        return asyncio.run(self._main())
 
-    async def _main(self) -> None:
+    async def _main(self) -> int:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -298,7 +298,14 @@ class NetworkWorker:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((host, port))
+        try:
+            sock.bind((host, port))
+        except OSError as e:  # respawning cannot help: the supervisor halts start-up
+            log.error("network worker %d cannot listen on %s:%d: %s", self.index, host, port,
+                      e.strerror)
+            sock.close()
+            ctx.close()
+            return EXIT_BOOT_ERROR
         sock.listen(1024)
         sock.setblocking(False)
         server = await loop.create_server(lambda: KafkaConnection(ctx), sock=sock)
@@ -320,6 +327,7 @@ class NetworkWorker:
         loop.remove_reader(bell)
         table.set_worker_state(self.slot, WorkerState.DEAD)
         ctx.close()
+        return EXIT_OK
 
     async def _heartbeat(self, table: PartitionTable, disks: DiskClient) -> None:
         while True:
