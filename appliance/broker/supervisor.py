@@ -241,7 +241,7 @@ class Supervisor:
 
     def _worker_main(self, w: _Worker) -> int:
         if w.kind == DISK:
-            from appliance.broker.disk_worker import DiskWorker
+            from appliance.broker.disk.worker import DiskWorker
             return DiskWorker(w.index, self.log_dirs[w.index], self.config, self.plumbing).run()
         from appliance.broker.network_worker import NetworkWorker
         return NetworkWorker(w.index, self.config, self.plumbing, self.log_dirs).run()
