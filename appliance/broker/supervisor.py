@@ -26,7 +26,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from appliance.broker.exit_codes import EXIT_BOOT_ERROR
+from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_CRASHED
 from appliance.broker.gc_policy import freeze_before_fork
 from appliance.broker.limits import raise_open_files_limit
 from appliance.broker.plumbing import Plumbing, ring_doorbell, shm_base_name, unlink_stale
@@ -221,7 +221,7 @@ class Supervisor:
                                   incarnation=w.incarnation)
             return
         # child
-        code = 1
+        code = EXIT_CRASHED
         try:
             for sig in self.SIGNALS:
                 signal.signal(sig, signal.SIG_DFL)
@@ -230,10 +230,10 @@ class Supervisor:
             faulthandler.enable()  # SIGABRT from the supervisor leaves the wedged stack in the log
             code = self._worker_main(w)
         except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 1
+            code = e.code if isinstance(e.code, int) else EXIT_CRASHED
         except BaseException:
             logging.getLogger("appliance.worker").exception("worker crashed")
-            code = 1
+            code = EXIT_CRASHED
         finally:
             with contextlib.suppress(Exception):
                 logging.shutdown()

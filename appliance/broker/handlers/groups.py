@@ -25,11 +25,6 @@ _GROUP = GROUP_HEADER.struct  # type: ignore[attr-defined]
 KEY_TYPE_GROUP = 0
 
 
-def _num_offsets_partitions(ctx: Any) -> int:
-    parts = ctx.index.partitions(OFFSETS_TOPIC)
-    return len(parts) if parts else int(ctx.config["offsets.topic.num.partitions"])
-
-
 def _coordinator_slot(ctx: Any, group_id: str) -> tuple[Any, int]:
     """(PartitionInfo of the group's offsets partition, error code)."""
     parts = ctx.index.partitions(OFFSETS_TOPIC)
