@@ -20,6 +20,7 @@ import errno
 import faulthandler
 import logging
 import os
+import select
 import signal
 import socket
 import sys
@@ -248,7 +249,6 @@ class Supervisor:
 
     # -- the loop -------------------------------------------------------------------------
     def _sleep(self, timeout: float) -> None:
-        import select
         with contextlib.suppress(InterruptedError):
             r, _, _ = select.select([self._wake_r], [], [], timeout)
             if r:
