@@ -204,6 +204,7 @@ class Supervisor:
             self._handle_signals()
             if self._stopping:
                 raise HaltServer("stopped during start-up", 0)
+            self._respawn_missing(kind)  # a crash (not a boot error) while starting: try again
             if kind == DISK and time.monotonic() - last_report > 5:
                 last_report = time.monotonic()
                 log.info("waiting for disk workers to recover their logs: %s",
@@ -305,9 +306,9 @@ class Supervisor:
         if code == EXIT_BOOT_ERROR:
             raise HaltServer(f"{kind} {w.index} could not boot; stopping the broker", EXIT_BOOT_ERROR)
 
-    def _respawn_missing(self) -> None:
+    def _respawn_missing(self, kind: int | None = None) -> None:
         for w in self.workers:
-            if w.pid == 0:
+            if w.pid == 0 and kind in (None, w.kind):
                 if time.monotonic() - w.started < 1.0:
                     continue  # back off a worker that dies at once
                 log.info("restarting %s %d", KIND_NAMES[w.kind], w.index)

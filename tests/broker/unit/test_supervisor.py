@@ -144,6 +144,29 @@ def test_a_boot_error_during_start_up_halts_the_wait_for_ready(sup, procs):
     assert e.value.exit_status == EXIT_BOOT_ERROR
 
 
+def test_a_worker_that_crashes_while_starting_is_respawned_by_the_wait_for_ready(sup, procs):
+    net = [w for w in sup.workers if w.kind == NETWORK]
+    old = net[0].pid
+    procs.exit(old, _exited(1))
+    _chld(sup)
+    net[0].started -= 2
+    sup.table.set_worker_state(net[1].slot, WorkerState.READY)
+    with pytest.raises(HaltServer):  # nothing ever turns READY here: ends at the deadline
+        _wait_briefly(sup, NETWORK)
+    assert net[0].pid not in (0, old) and net[0].pid in procs.alive
+    assert all(w.pid in procs.alive for w in sup.workers if w.kind == DISK)
+
+
+def _wait_briefly(sup, kind):
+    """_wait_ready with a deadline of a fraction of a second."""
+    deadlines = dict(sup_mod.STARTING_DEADLINE_S)
+    sup_mod.STARTING_DEADLINE_S[kind] = 0.3
+    try:
+        sup._wait_ready(kind)
+    finally:
+        sup_mod.STARTING_DEADLINE_S.update(deadlines)
+
+
 @pytest.mark.parametrize("kind", [DISK, NETWORK])
 def test_a_worker_stuck_starting_gets_sigabrt_then_sigkill(sup, procs, kind):
     w = _worker(sup, kind)
