@@ -4,19 +4,16 @@ group requests the network workers route to it through the rings."""
 
 from __future__ import annotations
 
-import time
-
 from appliance.broker.disk.partitions import Partitions
-from appliance.broker.plumbing import Plumbing, ring_doorbell
+from appliance.broker.disk.ring_intake import RingIntake
 from appliance.config import BrokerConfig
 from appliance.coordinator.coordinator import GroupCoordinator
 from appliance.coordinator.routing import OFFSETS_TOPIC
 from appliance.errors import ErrorCode, error_for_code
 from appliance.protocol.registry import API_BY_KEY
 from appliance.records.batch import decode_records
-from appliance.shm.layout import COMPLETION, GROUP_HEADER, MsgType
+from appliance.shm.layout import COMPLETION, GROUP_HEADER
 from appliance.shm.partition_index import PartitionIndex
-from appliance.shm.ring import Channel
 
 __all__ = ["CoordinatorHost"]
 
@@ -25,11 +22,9 @@ _GROUP = GROUP_HEADER.struct  # type: ignore[attr-defined]
 
 
 class CoordinatorHost:
-    def __init__(self, config: BrokerConfig, partitions: Partitions, channels: list[Channel],
-                 plumbing: Plumbing) -> None:
+    def __init__(self, config: BrokerConfig, partitions: Partitions, rings: RingIntake) -> None:
         self.partitions = partitions
-        self.channels = channels  # one per network worker: where held answers go
-        self.plumbing = plumbing
+        self.rings = rings  # where held answers go
         self._index = PartitionIndex(partitions.table)
         self.coordinator = GroupCoordinator(
             config, int(config["offsets.topic.num.partitions"]),
@@ -65,12 +60,8 @@ class CoordinatorHost:
         """Answer a group request the coordinator held (a JoinGroup waiting for a rebalance)."""
         n, request_id, api_key, api_version = token
         data = API_BY_KEY[api_key].encode_response(api_version, body)
-        comp = _COMP.pack(request_id, -1, -1, -1, -1, 0) + data
-        ch = self.channels[n]
-        while not ch.completions.put(MsgType.COMPLETION, comp):
-            ring_doorbell(self.plumbing.net_bells[n])
-            time.sleep(0.0005)
-        ring_doorbell(self.plumbing.net_bells[n])
+        self.rings.complete(n, _COMP.pack(request_id, -1, -1, -1, -1, 0) + data)
+        self.rings.ring_bells((n,))
 
     def handle_group(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple | None:
         """A group request (the handler of MsgType.GROUP): its encoded answer rides after the

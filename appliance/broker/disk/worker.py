@@ -83,7 +83,7 @@ class DiskWorker:
         """Recover the log dir, load the groups, and fill the table of request handlers."""
         parts = self.partitions
         parts.open()
-        self.coordinator = CoordinatorHost(self.config, parts, self.rings.channels, self.plumbing)
+        self.coordinator = CoordinatorHost(self.config, parts, self.rings)
         self.coordinator.load()
         self.maintenance = Maintenance(parts)
         self.requests.handlers.update({
