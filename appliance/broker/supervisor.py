@@ -242,6 +242,7 @@ class Supervisor:
             os._exit(code)
 
     def _worker_main(self, w: _Worker) -> int:
+        # imported in the child only: the supervisor itself never loads storage or asyncio code
         if w.kind == DISK:
             from appliance.broker.disk.worker import DiskWorker
             return DiskWorker(w.index, self.log_dirs[w.index], self.config, self.plumbing).run()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from appliance.broker.topic_admin import create_topic
+from appliance.config import validate_topic_name
 from appliance.coordinator.routing import OFFSETS_TOPIC
 from appliance.errors import ErrorCode
 from appliance.shm.layout import SlotState
@@ -46,7 +47,6 @@ async def handle(ctx: Any, request: Any) -> dict:
     for name in names:
         md = topic_metadata(ctx, name)
         if md["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-            from appliance.config import validate_topic_name
             try:
                 validate_topic_name(name)
             except Exception:

@@ -8,6 +8,7 @@ from typing import Any
 
 from appliance.broker.handlers.answer import NO_RESPONSE, encode
 from appliance.errors import ErrorCode, KafkaError
+from appliance.records.convert import legacy_to_v2
 from appliance.shm.layout import MsgType, SlotState
 
 __all__ = ["start", "PendingProduce"]
@@ -32,7 +33,6 @@ def _check(ctx: Any, topic: str, index: int, records: Any) -> tuple[dict, Any, A
         return out, None, None
     if len(records) > _MAGIC_POS and records[_MAGIC_POS] in (0, 1):
         try:  # an old-format message set: store it as v2 batches like every other
-            from appliance.records.convert import legacy_to_v2
             records = legacy_to_v2(bytes(records))
         except KafkaError as e:
             out["error_code"] = e.code
