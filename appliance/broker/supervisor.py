@@ -174,7 +174,8 @@ class Supervisor:
                     break
             return 0
         except HaltServer as e:
-            log.error("%s", e.reason)
+            # a stop asked for while starting is no error
+            (log.error if e.exit_status else log.info)("%s", e.reason)
             self._stop(graceful=False)
             return e.exit_status
         finally:
