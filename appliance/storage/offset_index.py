@@ -53,6 +53,24 @@ class OffsetIndex(AbstractIndex):
                 f"offset {offset} is not larger than the last entry of {self.path}")
         self._append_raw(rel, position)
 
+    def append_many(self, offsets: list[int] | np.ndarray,
+                    positions: list[int] | np.ndarray) -> int:
+        """Append ``offsets[i] -> positions[i]`` (growing offsets) while slots are free; an
+        array pair is written in one copy. Returns the entries written (a full index takes
+        none: the segment rolls before its next append)."""
+        k = min(len(offsets), self.max_entries - self.entries)
+        if k <= 0:
+            return 0
+        if isinstance(offsets, np.ndarray):
+            ent = np.empty(k, dtype=self.DTYPE)
+            ent["rel"] = offsets[:k] - self.base_offset
+            ent["pos"] = positions[:k]
+            self._append_array(ent)
+        else:
+            for i in range(k):
+                self.append(offsets[i], positions[i])
+        return k
+
     def lookup(self, target_offset: int) -> tuple[int, int]:
         """(offset, position) of the largest entry <= ``target_offset``; (base, 0) if none."""
         rel = target_offset - self.base_offset

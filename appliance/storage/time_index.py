@@ -63,6 +63,38 @@ class TimeIndex(AbstractIndex):
                 return
         self._append_raw(timestamp, rel)
 
+    def append_many(self, timestamps: list[int] | np.ndarray,
+                    offsets: list[int] | np.ndarray) -> int:
+        """:meth:`maybe_append` for each (running-maximum) ``timestamps[i]`` at ``offsets[i]``:
+        an entry only where the timestamp is known (>= 0) and grew past the last entry; stops
+        when full. An array pair is filtered and written in one copy. Returns entries written."""
+        if not isinstance(timestamps, np.ndarray):
+            n = 0
+            for ts, off in zip(timestamps, offsets, strict=True):
+                if self.is_full:
+                    break
+                if ts >= 0:
+                    before = self.entries
+                    self.maybe_append(ts, off)
+                    n += self.entries - before
+            return n
+        if not len(timestamps):
+            return 0
+        keep = timestamps >= 0
+        grew = np.empty(len(timestamps), dtype=bool)
+        grew[0] = not self.entries or timestamps[0] > self.last_entry()[0]
+        grew[1:] = timestamps[1:] > timestamps[:-1]
+        keep &= grew
+        ts, offs = timestamps[keep], offsets[keep]
+        k = min(len(ts), self.max_entries - 1 - self.entries)
+        if k <= 0:
+            return 0
+        ent = np.empty(k, dtype=self.DTYPE)
+        ent["ts"] = ts[:k]
+        ent["rel"] = offs[:k] - self.base_offset
+        self._append_array(ent)
+        return k
+
     def lookup(self, target_ts: int) -> tuple[int, int]:
         """(timestamp, offset) of the entry with the largest timestamp <= ``target_ts``;
         (NO_TIMESTAMP, base_offset) if none."""
