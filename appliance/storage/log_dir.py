@@ -43,13 +43,16 @@ from appliance.storage.log import (
     wall_ms,
 )
 
-__all__ = ["LogDir", "CLEAN_SHUTDOWN_FILE", "TOPIC_PROPERTIES_FILE", "DELETE_DIR_SUFFIX"]
+__all__ = ["LogDir", "CLEAN_SHUTDOWN_FILE", "TOPIC_PROPERTIES_FILE", "DELETE_DIR_SUFFIX",
+           "RELEASE_CHECK_INTERVAL_MS"]
 
 log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanShutdown"
 TOPIC_PROPERTIES_FILE = "topic.properties"
 DELETE_DIR_SUFFIX = "-delete"
+#: How often run_periodic looks for idle inactive segments whose files it can close.
+RELEASE_CHECK_INTERVAL_MS = 10_000
 
 
 def _escape_prop(v: str) -> str:
@@ -99,7 +102,8 @@ class LogDir:
         self._chunk: int | None = None
         self.cleaner: LogCleaner | None = None
         now = now_ms()
-        self._last = {"retention": now, "recovery_cp": now, "start_cp": now, "flush": now}
+        self._last = {"retention": now, "recovery_cp": now, "start_cp": now, "flush": now,
+                      "release": now}
 
     @classmethod
     def open(cls, path: str, broker_config: BrokerConfig,
@@ -261,7 +265,8 @@ class LogDir:
 
     def run_periodic(self, now_ms: int) -> None:
         """Retention (every log.retention.check.interval.ms), flush policy, checkpoints (their
-        intervals), purge of expired ``.deleted`` files, one bounded step of the log cleaner
+        intervals), purge of expired ``.deleted`` files, closing idle inactive segments' files
+        (every RELEASE_CHECK_INTERVAL_MS), one bounded step of the log cleaner
         (see :mod:`appliance.storage.cleaner`; ``self.cleaner.busy`` says a pass is under way).
         Call it often (e.g. every 100 ms)."""
         bc = self.broker_config
@@ -273,6 +278,11 @@ class LogDir:
         for plog in self.partitions.values():
             plog.maybe_flush(now_ms)
             plog.purge_deleted(now_ms)
+        if now_ms - last["release"] >= RELEASE_CHECK_INTERVAL_MS:
+            # descriptors scale with partitions, not segments: idle inactive segments close
+            last["release"] = now_ms
+            for plog in self.partitions.values():
+                plog.release_idle_segments()
         if now_ms - last["recovery_cp"] >= int(bc["log.flush.offset.checkpoint.interval.ms"]):
             last["recovery_cp"] = now_ms
             self._write_recovery_points()
