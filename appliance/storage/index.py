@@ -270,8 +270,22 @@ class AbstractIndex:
         os.close(fd)
 
     def sanity_check(self, log_size: int | None = None) -> str | None:
-        """None if the index looks right, else why not. Subclasses add their checks."""
-        return self.corrupt_reason
+        """None if the index looks right, else why not (the file length, then the subclass's
+        :meth:`_check_entries` on the entries)."""
+        if self.corrupt_reason or not self.entries:
+            return self.corrupt_reason
+        return self._check_entries(log_size)
+
+    def _check_entries(self, log_size: int | None) -> str | None:
+        raise NotImplementedError
+
+    def _columns(self, *names: str) -> list[np.ndarray]:
+        """int64 copies of the named entry columns (no view of the mapping is kept)."""
+        arr = self._array()
+        try:
+            return [arr[n].astype(np.int64) for n in names]
+        finally:
+            del arr
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.path!r}, entries={self.entries})"

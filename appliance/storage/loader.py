@@ -74,54 +74,54 @@ def remove_leftovers(path: str) -> list[int]:
     return sorted(bases)
 
 
-def _recover(segs: list[LogSegment], recovery_point: int, clean: bool) -> None:
-    """Recover, in place, every segment from the one holding the recovery point (unclean
-    shutdown) and any segment whose indexes are missing or insane; a cut segment ends the log
-    (the segments after it are deleted)."""
-    first_unflushed = max(0, bisect.bisect_right([s.base_offset for s in segs], recovery_point) - 1)
-    i = 0
-    while i < len(segs):
-        seg = segs[i]
-        problem = seg.index_problem
-        if (not clean and i >= first_unflushed) or problem is not None:
-            why = problem or f"unclean shutdown, recovery point {recovery_point}"
-            res = seg.recover()
-            if res.truncated_bytes:
-                log.warning("%s: cut %d bytes at position %d: %s (recovering after %s)",
-                            seg.log_path, res.truncated_bytes, res.valid_bytes,
-                            STOP_NAMES.get(res.stop_reason, res.stop_reason), why)
-            if problem is not None:
-                log.warning("%s: rebuilt the indexes (%s)", seg.log_path, problem)
-            if res.stop_reason != SCAN_END and i + 1 < len(segs):
-                for later in segs[i + 1:]:
-                    log.warning("%s: deleting segment after the corruption in %s",
-                                later.log_path, os.path.basename(seg.log_path))
-                    later.delete_files()
-                del segs[i + 1:]
-        i += 1
-
-
 def load_segments(path: str, config: Any, recovery_point: int, log_start_offset: int,
                   clean: bool, new_segment: Callable[[int], LogSegment]) -> list[LogSegment]:
     """The recovered segments of the directory ``path``, oldest first; ``new_segment(base)``
-    makes the first one of an empty directory. The inactive segments have their final index
-    entries and trimmed indexes (the caller releases their files); the last one's indexes are
-    preallocated again for appends. Raises OSError and KafkaStorageError (SegmentOpenError
-    when a file cannot be opened), with nothing left open."""
+    makes the first one of an empty directory.
+
+    Recovered: every segment from the one holding ``recovery_point`` on (unless ``clean``) and
+    any segment whose indexes are missing or insane; a segment cut short ends the log (the
+    segments after it are deleted); an empty segment that is not the last is dropped. The
+    segments are visited one at a time and every one but the last is finished (final time-index
+    entry, trimmed indexes) and released before the next opens, so loading holds the
+    descriptors of two segments at most, however many there are; the last one's indexes are
+    preallocated again for appends. Raises OSError and KafkaStorageError (SegmentOpenError when
+    a file cannot be opened), with nothing left open."""
+    bases = remove_leftovers(path)
+    first_unflushed = max(0, bisect.bisect_right(bases, recovery_point) - 1)
     segs: list[LogSegment] = []
     try:
-        for b in remove_leftovers(path):
-            segs.append(LogSegment.open(path, b, config, create=False))
+        for i, base in enumerate(bases):
+            seg = LogSegment.open(path, base, config, create=False)
+            segs.append(seg)
+            problem = seg.index_problem
+            cut = False
+            if (not clean and i >= first_unflushed) or problem is not None:
+                why = problem or f"unclean shutdown, recovery point {recovery_point}"
+                res = seg.recover()
+                if res.truncated_bytes:
+                    log.warning("%s: cut %d bytes at position %d: %s (recovering after %s)",
+                                seg.log_path, res.truncated_bytes, res.valid_bytes,
+                                STOP_NAMES.get(res.stop_reason, res.stop_reason), why)
+                if problem is not None:
+                    log.warning("%s: rebuilt the indexes (%s)", seg.log_path, problem)
+                cut = res.stop_reason != SCAN_END
+            if cut and i + 1 < len(bases):
+                for later in bases[i + 1:]:
+                    dead = LogSegment(path, later, config, writable=True)
+                    log.warning("%s: deleting segment after the corruption in %s",
+                                dead.log_path, os.path.basename(seg.log_path))
+                    dead.delete_files()
+                break
+            if i + 1 < len(bases):
+                if seg.size == 0:  # would break offset ordering
+                    seg.delete_files()
+                    segs.pop()
+                    continue
+                seg.on_become_inactive()
+                seg.release()
         if not segs:
             segs.append(new_segment(log_start_offset))
-        _recover(segs, recovery_point, clean)
-        # An empty non-last segment (e.g. all cut) would break offset ordering: drop it.
-        for seg in segs[:-1]:
-            if seg.size == 0:
-                seg.delete_files()
-        segs[:] = [s for s in segs[:-1] if s.size] + [segs[-1]]
-        for seg in segs[:-1]:
-            seg.on_become_inactive()
         segs[-1].resize_indexes(int(config.segment_index_bytes))
     except BaseException:
         for seg in segs:

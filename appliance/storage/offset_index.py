@@ -99,15 +99,9 @@ class OffsetIndex(AbstractIndex):
             keep = slot + 1
         self.truncate_to_entries(keep)
 
-    def sanity_check(self, log_size: int | None = None) -> str | None:
-        """None if sound; else the reason (length, non-increasing offsets, positions past the log)."""
-        reason = super().sanity_check(log_size)
-        if reason or not self.entries:
-            return reason
-        arr = self._array()
-        rel = arr["rel"].astype(np.int64)
-        pos = arr["pos"].astype(np.int64)
-        del arr
+    def _check_entries(self, log_size: int | None) -> str | None:
+        """Offsets strictly increasing, positions not going backwards nor past the log."""
+        rel, pos = self._columns("rel", "pos")
         if rel[0] < 0 or np.any(np.diff(rel) <= 0):
             return "relative offsets are not strictly increasing"
         if pos[0] < 0 or np.any(np.diff(pos) < 0):

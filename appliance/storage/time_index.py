@@ -107,9 +107,7 @@ class TimeIndex(AbstractIndex):
     def truncate_to(self, offset: int) -> None:
         """Drop entries for offsets >= ``offset`` (same three cases as the offset index)."""
         rel = offset - self.base_offset
-        arr = self._array()
-        rels = arr["rel"].astype(np.int64)
-        del arr
+        (rels,) = self._columns("rel")
         slot = int(np.searchsorted(rels, rel, side="right")) - 1
         if slot < 0:
             keep = 0
@@ -119,15 +117,9 @@ class TimeIndex(AbstractIndex):
             keep = slot + 1
         self.truncate_to_entries(keep)
 
-    def sanity_check(self, log_size: int | None = None) -> str | None:
-        """None if sound; else the reason (length, timestamps or offsets going backwards)."""
-        reason = super().sanity_check(log_size)
-        if reason or not self.entries:
-            return reason
-        arr = self._array()
-        ts = arr["ts"].astype(np.int64)
-        rel = arr["rel"].astype(np.int64)
-        del arr
+    def _check_entries(self, log_size: int | None) -> str | None:
+        """Timestamps and offsets not going backwards."""
+        ts, rel = self._columns("ts", "rel")
         if np.any(np.diff(ts) < 0):
             return "timestamps go backwards"
         if rel[0] < 0 or np.any(np.diff(rel) < 0):
