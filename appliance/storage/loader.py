@@ -139,24 +139,33 @@ def replay_producer_state(producers: ProducerStateManager, path: str,
     start = producers.load_snapshot(path, log_end_offset)
     if start is None:
         start = log_start_offset
+    last = segments[-1]
     for seg in segments:
         if seg.next_offset <= start or seg.size == 0:
             continue
-        loc = seg.translate_offset(start)
-        if loc is None:
-            continue
-        r = seg.batches_from(loc.position)
-        if r.count == 0:
-            continue
-        buf = seg.data(seg.size)
-        # Gather producerId of every batch with numpy; replay only idempotent batches.
-        a = np.frombuffer(buf, dtype=np.uint8)
-        pos = r.positions[:r.count]
-        pid = a[pos[:, None] + (PRODUCER_ID_OFFSET + np.arange(8))].copy().view(">i8")[:, 0]
-        del a
-        for k in np.flatnonzero(pid >= 0).tolist():
-            h = read_header(buf, int(pos[k]))
-            if h.base_sequence >= 0:
-                producers.load_batch(h.producer_id, h.producer_epoch, h.base_sequence,
-                                     h.last_offset_delta, h.base_offset)
-        del buf
+        was_open = seg.files_open
+        try:
+            _replay_segment(producers, seg, start)
+        finally:
+            if not was_open and seg is not last:
+                seg.release()  # one segment's descriptors at a time, however long the replay
+
+
+def _replay_segment(producers: ProducerStateManager, seg: LogSegment, start: int) -> None:
+    loc = seg.translate_offset(start)
+    if loc is None:
+        return
+    r = seg.batches_from(loc.position)
+    if r.count == 0:
+        return
+    buf = seg.data(seg.size)
+    # Gather producerId of every batch with numpy; replay only idempotent batches.
+    a = np.frombuffer(buf, dtype=np.uint8)
+    pos = r.positions[:r.count]
+    pid = a[pos[:, None] + (PRODUCER_ID_OFFSET + np.arange(8))].copy().view(">i8")[:, 0]
+    del a
+    for k in np.flatnonzero(pid >= 0).tolist():
+        h = read_header(buf, int(pos[k]))
+        if h.base_sequence >= 0:
+            producers.load_batch(h.producer_id, h.producer_epoch, h.base_sequence,
+                                 h.last_offset_delta, h.base_offset)

@@ -38,7 +38,7 @@ from appliance.storage.flush import ChunkedWriteback, flush_due, flush_segments
 from appliance.storage.loader import load_segments, replay_producer_state
 from appliance.storage.producer_state import SNAPSHOT_SUFFIX, ProducerStateManager
 from appliance.storage.retention import apply_retention
-from appliance.storage.segment import LogSegment
+from appliance.storage.segment import LogSegment, SegmentOpenError
 from appliance.storage.segment_list import FetchSlice, SegmentList
 from appliance.storage.swap import swap_in
 from native.batch_layout import LOG_OVERHEAD
@@ -137,7 +137,9 @@ class PartitionLog:
         deleted); missing or insane indexes are rebuilt in any case. Leftover ``.deleted``,
         ``.cleaned``, ``.swap`` and ``.tmp`` files are removed. ``writeback_chunk_bytes`` turns on
         chunked write-back of the active segment, ``writeback_window_bytes`` ahead of the disk at
-        most (see :mod:`appliance.storage.flush`). Raises KafkaStorageError on I/O failure.
+        most (see :mod:`appliance.storage.flush`). Raises SegmentOpenError (a KafkaStorageError
+        naming the file or directory; EMFILE says the process is out of descriptors) and
+        KafkaStorageError on other I/O failures, with nothing left open.
         """
         self = cls(path, config, now_ms)
         self.writeback_chunk_bytes = writeback_chunk_bytes
@@ -147,7 +149,10 @@ class PartitionLog:
             self._load(recovery_point, log_start_offset, clean_shutdown)
         except OSError as e:
             self._close_segments()
-            raise KafkaStorageError(f"cannot open log {path}: {e}") from e
+            raise SegmentOpenError(path, e) from e
+        except BaseException:
+            self._close_segments()
+            raise
         return self
 
     def _load(self, recovery_point: int, log_start_offset: int, clean: bool) -> None:

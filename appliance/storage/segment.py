@@ -58,15 +58,15 @@ _VECTOR_MIN = 64
 
 
 class SegmentOpenError(KafkaStorageError):
-    """A segment file could not be opened; ``path`` names it, ``errno`` says why (EMFILE: the
-    process is out of descriptors)."""
+    """A segment file (or the partition directory holding it) could not be opened or mapped;
+    ``path`` names it, ``errno`` says why (EMFILE: the process is out of descriptors)."""
 
     def __init__(self, path: str, err: OSError) -> None:
         self.path = path
         self.errno = err.errno
         hint = (" (the process is out of file descriptors: raise the open-file limit, "
                 "ulimit -n, or hold fewer partitions)" if err.errno == errno.EMFILE else "")
-        super().__init__(f"cannot open segment file {path}: {err.strerror or err}{hint}")
+        super().__init__(f"cannot open {path}: {err.strerror or err}{hint}")
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
@@ -199,7 +199,6 @@ class LogSegment:
             os.close(fd)
             raise SegmentOpenError(self.log_path, e) from e
         self._fd = fd
-        self.last_used = time.monotonic()
 
     @property
     def fd(self) -> int:
@@ -288,16 +287,21 @@ class LogSegment:
             return b""
         if self._dmm is None or self._dmm_len < needed:
             fd = self.fd
-            if self._dmm is not None:
-                self._dmm.close()
-            self._dmm = mmap.mmap(fd, self.size, access=mmap.ACCESS_READ)
+            self.unmap_data()
+            try:
+                self._dmm = mmap.mmap(fd, self.size, access=mmap.ACCESS_READ)
+            except OSError as e:  # the mapping needs a descriptor of its own
+                raise SegmentOpenError(self.log_path, e) from e
             self._dmm_len = self.size
         return self._dmm
 
     def unmap_data(self) -> None:
         """Drop the data mapping (it holds a descriptor of its own)."""
         if self._dmm is not None:
-            self._dmm.close()
+            try:
+                self._dmm.close()
+            except BufferError:
+                pass  # views of it are still alive (an error mid-scan): it closes with the last
             self._dmm = None
             self._dmm_len = 0
 
@@ -640,8 +644,8 @@ class LogSegment:
         if self.writable and trim and not self.deleted and self._oi is not None:
             try:
                 self.on_become_inactive()
-            except (OSError, ValueError):
-                pass
+            except (OSError, ValueError, KafkaStorageError):
+                pass  # closing anyway: recovery rebuilds what the last entry would have said
         self.release(trim=trim)
         self._closed = True
 
