@@ -145,6 +145,11 @@ def exhaust(leave):
     return held
 
 resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
+if mode == "partition":
+    from appliance.config import BrokerConfig
+    from appliance.storage.log_dir import LogDir
+    d = LogDir.open(root, BrokerConfig.load(overrides={"log.dirs": root,
+                                                       "log.writeback.mode": "os"}))
 # warm up (lazy imports of numpy/numba need descriptors too), as a broker's start-up does
 warm = PartitionLog.open(os.path.join(root, "warm-0"), conf)
 warm.append(open(os.path.join(root, "batch"), "rb").read())
@@ -163,6 +168,8 @@ for leave in range(0, 12):
     try:
         if mode == "create":
             LogSegment.open(root, 10**6 + leave, conf, create=True)
+        elif mode == "partition":
+            d.create_partition("new", leave, conf)
         else:
             PartitionLog.open(os.path.join(root, "t-0"), conf, clean_shutdown=False)
     except KafkaStorageError as e:
@@ -219,3 +226,17 @@ def test_emfile_in_recovery_is_a_clear_error_not_an_attribute_error(tmp_path):
     lg = open_log(str(tmp_path / "t-0"), cfg(segment_bytes=1024))
     assert all_records(lg) == expected
     lg.close()
+
+
+def test_emfile_while_creating_a_partition_leaves_no_half_made_partition(tmp_path):
+    out = _child(str(tmp_path), "partition")
+    lines = [ln for ln in out.splitlines() if ln.startswith("leave")]
+    failed = [int(ln.split()[1]) for ln in lines if "Error" in ln]
+    made = [int(ln.split()[1]) for ln in lines if ln.endswith("opened")]
+    assert failed and made, out
+    assert all("KafkaStorageError" in ln or "SegmentOpenError" in ln for ln in lines if "Error" in ln)
+    # every failed partition left nothing on disk; every made one is whole
+    dirs = sorted(n for n in os.listdir(tmp_path) if n.startswith("new-"))
+    assert dirs == sorted(f"new-{p}" for p in made), (dirs, out)
+    for p in made:
+        assert os.path.exists(tmp_path / f"new-{p}" / f"{0:020d}.log")
