@@ -12,16 +12,20 @@ Thread-safety: stateless functions.
 from __future__ import annotations
 
 from appliance.errors import CorruptRecordError, InvalidRecordError
-from appliance.records.batch import BatchHeader, decode_batch, read_header
+from appliance.records.batch import BatchHeader, decode_batch
 from native.batch_layout import (
     CONTROL_FLAG_MASK,
     CURRENT_MAGIC,
     HEADER_SIZE,
+    HEADER_STRUCT,
     LOG_OVERHEAD,
     MIN_BATCH_LENGTH,
 )
 
 __all__ = ["headers_unvalidated", "require_keys"]
+
+_unpack_header = HEADER_STRUCT.unpack_from
+_make_header = BatchHeader._make
 
 
 def headers_unvalidated(mv: memoryview) -> list[BatchHeader]:
@@ -35,7 +39,7 @@ def headers_unvalidated(mv: memoryview) -> list[BatchHeader]:
     while pos < n:
         if pos + HEADER_SIZE > n:
             raise CorruptRecordError(f"batch header at byte {pos} is truncated")
-        h = read_header(mv, pos)
+        h = _make_header(_unpack_header(mv, pos))
         if h.magic != CURRENT_MAGIC:
             raise CorruptRecordError(
                 f"batch at byte {pos} has magic {h.magic}, expected {CURRENT_MAGIC}")

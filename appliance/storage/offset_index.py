@@ -53,22 +53,17 @@ class OffsetIndex(AbstractIndex):
                 f"offset {offset} is not larger than the last entry of {self.path}")
         self._append_raw(rel, position)
 
-    def append_many(self, offsets: list[int] | np.ndarray,
-                    positions: list[int] | np.ndarray) -> int:
-        """Append ``offsets[i] -> positions[i]`` (growing offsets) while slots are free; an
-        array pair is written in one copy. Returns the entries written (a full index takes
-        none: the segment rolls before its next append)."""
+    def append_many(self, offsets: np.ndarray, positions: np.ndarray) -> int:
+        """Append ``offsets[i] -> positions[i]`` (growing offsets) in one copy while slots are
+        free (:meth:`append` is the one-entry form). Returns the entries written (a full index
+        takes none: the segment rolls before its next append)."""
         k = min(len(offsets), self.max_entries - self.entries)
         if k <= 0:
             return 0
-        if isinstance(offsets, np.ndarray):
-            ent = np.empty(k, dtype=self.DTYPE)
-            ent["rel"] = offsets[:k] - self.base_offset
-            ent["pos"] = positions[:k]
-            self._append_array(ent)
-        else:
-            for i in range(k):
-                self.append(offsets[i], positions[i])
+        ent = np.empty(k, dtype=self.DTYPE)
+        ent["rel"] = offsets[:k] - self.base_offset
+        ent["pos"] = positions[:k]
+        self._append_array(ent)
         return k
 
     def lookup(self, target_offset: int) -> tuple[int, int]:

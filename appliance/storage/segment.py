@@ -466,20 +466,18 @@ class LogSegment:
             self.max_timestamp = int(cm[-1])
             self.offset_of_max_timestamp = int(off_of_max[-1])
             return
-        i_offs, i_pos, t_ts, t_offs = [], [], [], []
+        # few batches (the common produce request): entry by entry, as Kafka does
+        oi, ti = self.offset_index, self.time_index
         j, n_slots = 0, len(slots)
         for i, ts in enumerate(max_timestamps):
             if ts > max_ts:
                 max_ts, max_off = ts, last_offsets[i]
             if j < n_slots and slots[j] == i:
-                i_offs.append(last_offsets[i])
-                i_pos.append(positions[i])
-                t_ts.append(max_ts)
-                t_offs.append(max_off)
+                if not oi.is_full:
+                    oi.append(last_offsets[i], positions[i])
+                if max_ts >= 0 and not ti.is_full:
+                    ti.maybe_append(max_ts, max_off)
                 j += 1
-        if n_slots:
-            self.offset_index.append_many(i_offs, i_pos)
-            self.time_index.append_many(t_ts, t_offs)
         self.max_timestamp, self.offset_of_max_timestamp = max_ts, max_off
 
     def on_become_inactive(self) -> None:

@@ -63,21 +63,10 @@ class TimeIndex(AbstractIndex):
                 return
         self._append_raw(timestamp, rel)
 
-    def append_many(self, timestamps: list[int] | np.ndarray,
-                    offsets: list[int] | np.ndarray) -> int:
-        """:meth:`maybe_append` for each (running-maximum) ``timestamps[i]`` at ``offsets[i]``:
-        an entry only where the timestamp is known (>= 0) and grew past the last entry; stops
-        when full. An array pair is filtered and written in one copy. Returns entries written."""
-        if not isinstance(timestamps, np.ndarray):
-            n = 0
-            for ts, off in zip(timestamps, offsets, strict=True):
-                if self.is_full:
-                    break
-                if ts >= 0:
-                    before = self.entries
-                    self.maybe_append(ts, off)
-                    n += self.entries - before
-            return n
+    def append_many(self, timestamps: np.ndarray, offsets: np.ndarray) -> int:
+        """:meth:`maybe_append` for many entries in one copy: ``timestamps`` is a running
+        maximum; an entry only where it is known (>= 0) and grew past the previous entry; stops
+        when full. Returns the entries written."""
         if not len(timestamps):
             return 0
         keep = timestamps >= 0
