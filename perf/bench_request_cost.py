@@ -21,6 +21,8 @@ installed: `bash perf/setup_peers.sh`) is started privately on a free loopback p
 persistence off, and one client sends XADD of the same value size, one at a time, no pipelining:
 its round trip and server CPU per request are printed with our ratio to them.
 
+Also the broker's start-up time (launch to accepting clients; target <= 3 s).
+
 Targets (issue 15): broker CPU per one-record produce <= 60 us; round trip <= 150 us on loopback.
 Figures: medians over --runs runs, with min and max (the machine is shared and noisy).
 """
@@ -204,9 +206,13 @@ def main() -> None:
         c: {"cpu_us": [], "net_us": [], "disk_us": [], "rtt_p50_us": [], "rtt_p99_us": []}
         for c in clients}
     redis_fig: dict[str, list[float]] = {"cpu_us": [], "rtt_p50_us": [], "rtt_p99_us": []}
+    start_s: list[float] = []
     for run in range(args.runs):
         with tempfile.TemporaryDirectory(prefix="bench-reqcost-") as tmp:
+            t0 = time.monotonic()
             broker = BrokerProcess(Path(tmp), overrides={"num.partitions": "1"}).start()
+            start_s.append(time.monotonic() - t0)
+            print(f"run {run + 1} start-up: accepting clients {start_s[-1]:.2f} s after launch")
             try:
                 for c in clients:
                     topic = f"cost-{c}"
@@ -239,6 +245,8 @@ def main() -> None:
 
     print(f"\n{args.requests} sequential one-record produce requests x {args.runs} runs "
           f"({args.value_size}-byte values); figures in microseconds")
+    print(f"start-up (launch to accepting clients, s): {summary(start_s)}; target <= 3 s: "
+          f"{'MET' if statistics.median(start_s) <= 3.0 else 'NOT MET'}")
     for c in clients:
         f = figures[c]
         print(f"{c}:")
