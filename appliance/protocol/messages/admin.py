@@ -13,7 +13,7 @@ __all__ = ["CreateTopics", "DeleteTopics", "CreatePartitions", "DescribeConfigs"
 class CreateTopics(ApiMessage):
     """CreateTopics (key 19); Kafka: valid 2-7, flexible 5+."""
 
-    API_KEY, MIN_VERSION, MAX_VERSION = 19, 2, 3
+    API_KEY, MIN_VERSION, MAX_VERSION = 19, 0, 3
     REQUEST = (
         Field("topics", Array(Struct(
             Field("name", String),
@@ -29,14 +29,14 @@ class CreateTopics(ApiMessage):
             ))),
         ))),
         Field("timeout_ms", Int32, default=60000),
-        Field("validate_only", Boolean),
+        Field("validate_only", Boolean, versions="1+"),
     )
     RESPONSE = (
-        Field("throttle_time_ms", Int32),
+        Field("throttle_time_ms", Int32, versions="2+"),
         Field("topics", Array(Struct(
             Field("name", String),
             Field("error_code", Int16),
-            Field("error_message", NullableString),
+            Field("error_message", NullableString, versions="1+"),
         ))),
     )
 
@@ -44,13 +44,13 @@ class CreateTopics(ApiMessage):
 class DeleteTopics(ApiMessage):
     """DeleteTopics (key 20); Kafka: valid 1-6, flexible 4+."""
 
-    API_KEY, MIN_VERSION, MAX_VERSION = 20, 1, 3
+    API_KEY, MIN_VERSION, MAX_VERSION = 20, 0, 3
     REQUEST = (
         Field("topic_names", Array(String)),
         Field("timeout_ms", Int32),
     )
     RESPONSE = (
-        Field("throttle_time_ms", Int32),
+        Field("throttle_time_ms", Int32, versions="1+"),
         Field("responses", Array(Struct(
             Field("name", String),
             Field("error_code", Int16),
