@@ -18,6 +18,7 @@ from appliance.broker.handlers import (
     configs,
     fetch,
     groups,
+    incremental_alter_configs,
     list_offsets,
     metadata,
     produce,
@@ -37,6 +38,7 @@ HANDLERS = {
     37: topics.handle_create_partitions,
     32: configs.handle_describe,
     33: configs.handle_alter,
+    44: incremental_alter_configs.handle,
     22: producer_id.handle,
     10: groups.find_coordinator,
 }

@@ -8,6 +8,7 @@ from appliance.protocol.messages.admin import (
     CreateTopics,
     DeleteTopics,
     DescribeConfigs,
+    IncrementalAlterConfigs,
 )
 from appliance.protocol.messages.core import (
     ApiVersions,
@@ -35,4 +36,5 @@ __all__ = [
     "FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit",
     "OffsetFetch", "DescribeGroups", "ListGroups", "DeleteGroups",
     "CreateTopics", "DeleteTopics", "CreatePartitions", "DescribeConfigs", "AlterConfigs",
+    "IncrementalAlterConfigs",
 ]
