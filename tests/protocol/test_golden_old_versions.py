@@ -154,3 +154,18 @@ def test_metadata_v0_refuses_a_null_topic_array():
     with pytest.raises(ProtocolDecodeError):
         M.Metadata.decode_request(0, bytes.fromhex("ffffffff"))
     assert M.Metadata.decode_request(1, bytes.fromhex("ffffffff")).topics is None
+
+
+def test_golden_offset_delete_and_incremental_alter_configs():
+    # OffsetDelete v0: group, [topic [partition]] -> error, throttle, [topic [partition, error]]
+    assert M.OffsetDelete.encode_request(0, {"group_id": "g", "topics": [
+        {"name": "t", "partitions": [{"partition_index": 0}]}]}) == bytes.fromhex(G + ONE + T + ONE + P0)
+    assert M.OffsetDelete.encode_response(0, {"error_code": 0, "throttle_time_ms": 0, "topics": [
+        {"name": "t", "partitions": [{"partition_index": 0, "error_code": 86}]}]}) == bytes.fromhex(
+        "0000" "00000000" + ONE + T + ONE + P0 + "0056")
+    # IncrementalAlterConfigs v0: [resource type, name, [key, operation, value]], validate only
+    wire = bytes.fromhex(ONE + "02" + T + ONE + "0002" "6b31" "02" "0001" "76" "00")
+    body = {"resources": [{"resource_type": 2, "resource_name": "t", "configs": [
+        {"name": "k1", "config_operation": 2, "value": "v"}]}], "validate_only": False}
+    assert M.IncrementalAlterConfigs.encode_request(0, body) == wire
+    assert M.IncrementalAlterConfigs.decode_request(0, wire).resources[0].configs[0].config_operation == 2

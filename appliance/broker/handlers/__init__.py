@@ -48,6 +48,7 @@ GROUP_HANDLERS = {
     11: groups.route, 14: groups.route, 12: groups.route, 13: groups.route,
     8: groups.route, 9: groups.route,
     16: groups.list_groups, 15: groups.describe_groups, 42: groups.delete_groups,
+    47: groups.route,
 }
 
 

@@ -27,6 +27,7 @@ from appliance.protocol.messages.group import (
     LeaveGroup,
     ListGroups,
     OffsetCommit,
+    OffsetDelete,
     OffsetFetch,
     SyncGroup,
 )
@@ -36,5 +37,5 @@ __all__ = [
     "FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit",
     "OffsetFetch", "DescribeGroups", "ListGroups", "DeleteGroups",
     "CreateTopics", "DeleteTopics", "CreatePartitions", "DescribeConfigs", "AlterConfigs",
-    "IncrementalAlterConfigs",
+    "IncrementalAlterConfigs", "OffsetDelete",
 ]

@@ -17,7 +17,7 @@ from appliance.protocol.types import (
     String,
 )
 
-__all__ = ["FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit", "OffsetFetch", "DescribeGroups", "ListGroups", "DeleteGroups"]
+__all__ = ["FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit", "OffsetFetch", "DescribeGroups", "ListGroups", "DeleteGroups", "OffsetDelete"]
 
 
 class FindCoordinator(ApiMessage):
@@ -231,5 +231,31 @@ class DeleteGroups(ApiMessage):
         Field("results", Array(Struct(
             Field("group_id", String),
             Field("error_code", Int16),
+        ))),
+    )
+
+
+class OffsetDelete(ApiMessage):
+    """OffsetDelete (key 47, KIP-496); Kafka: valid 0 (kafka-python and librdkafka send v0)."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 47, 0, 0
+    REQUEST = (
+        Field("group_id", String),
+        Field("topics", Array(Struct(
+            Field("name", String),
+            Field("partitions", Array(Struct(
+                Field("partition_index", Int32),
+            ))),
+        ))),
+    )
+    RESPONSE = (
+        Field("error_code", Int16),
+        Field("throttle_time_ms", Int32),
+        Field("topics", Array(Struct(
+            Field("name", String),
+            Field("partitions", Array(Struct(
+                Field("partition_index", Int32),
+                Field("error_code", Int16),
+            ))),
         ))),
     )
