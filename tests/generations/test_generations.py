@@ -249,3 +249,21 @@ def test_down_conversion_keeps_offsets_timestamps_and_codecs(module_broker):
             assert [(m.offset, m.key, m.value) for m in msgs] == [(i, b"k%d" % i, b"v%d" % i) for i in range(5)]
             want_ts = [1_700_000_000_000 + i for i in range(5)] if magic == 1 else [-1] * 5
             assert [m.timestamp for m in msgs] == want_ts
+
+
+def test_down_conversion_disabled_refuses_old_fetchers(module_broker):
+    """message.downconversion.enable=false: Fetch v0-3 answer UNSUPPORTED_VERSION for the topic's
+    partitions (Kafka's rule), current fetchers read as usual."""
+    topic = "generations-no-convert"
+    create_topic(module_broker.bootstrap, topic, 1, {"message.downconversion.enable": "false"})
+    p = Producer({"bootstrap.servers": module_broker.bootstrap})
+    p.produce(topic, b"v", b"k", partition=0)
+    assert p.flush(TIMEOUT) == 0
+    body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "isolation_level": 0, "topics": [
+        {"topic": topic, "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]}
+    with RawConnection(module_broker.port) as conn:
+        for version in (0, 3):
+            part = conn.request(1, version, body).responses[0].partitions[0]
+            assert part.error_code == ErrorCode.UNSUPPORTED_VERSION and not part.records
+        part = conn.request(1, 4, body).responses[0].partitions[0]
+        assert part.error_code == 0 and len(part.records) > 0

@@ -85,6 +85,6 @@ async def handle(ctx: Any, request: Any) -> Any:
         if total >= max(body.min_bytes, 1) or any_error or remaining <= 0:
             resp = _Response(throttle_time_ms=0, error_code=0, session_id=0, responses=responses)
             if request.api_version < FIRST_V2_FETCH_VERSION:  # old clients only: off the sendfile path
-                return down_convert(resp, request.api_version)
+                return down_convert(ctx, resp, request.api_version)
             return resp
         await ctx.wait_for_data(remaining)

@@ -7,6 +7,8 @@ timestamps (magic 1) and each batch's codec (one wrapper message per compressed 
 record headers and skips transaction markers, which the old formats cannot carry. A batch the
 old format cannot carry (ZSTD) answers UNSUPPORTED_COMPRESSION_TYPE for its partition, as Kafka
 does; whatever else goes wrong answers that partition's error code, never a broken message set.
+A topic with ``message.downconversion.enable=false`` answers UNSUPPORTED_VERSION instead (Kafka's
+rule: old consumers of such a topic are refused rather than served at the broker's cost).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from appliance.config import TopicConfig
 from appliance.errors import ErrorCode, KafkaError
 from appliance.protocol.types import FileSlice
 from appliance.records.convert import v2_to_legacy
@@ -39,11 +42,24 @@ def _read(records: Any) -> bytes:
         return f.read(records.length)
 
 
-def down_convert(response: Any, version: int) -> Any:
+def _conversion_enabled(ctx: Any, topic: str) -> bool:
+    parts = ctx.index.partitions(topic)
+    if not parts:
+        return True  # unknown topic: its partitions already carry their error
+    overrides = ctx.readers.topic_overrides(parts[0].disk, topic)
+    return bool(TopicConfig.from_overrides(ctx.config, overrides)["message.downconversion.enable"])
+
+
+def down_convert(ctx: Any, response: Any, version: int) -> Any:
     """Convert every partition's records in a Fetch response body (the handler's data classes)
     to the magic of ``version`` (< 4), in place; returns the body."""
     magic = magic_for_version(version)
     for topic in response.responses:
+        if not _conversion_enabled(ctx, topic.topic):
+            for p in topic.partitions:
+                if p.error_code == 0:
+                    p.records, p.error_code = b"", ErrorCode.UNSUPPORTED_VERSION
+            continue
         for p in topic.partitions:
             records = p.records
             size = records.length if isinstance(records, FileSlice) else len(records or b"")
