@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
 
 from tests.broker_process import BrokerProcess
 
@@ -42,7 +42,8 @@ def test_confluent_admin_sets_and_describes_the_topic_format(old_format_broker):
     entry = _describe(admin, "fmt-old")["message.format.version"]
     assert entry.value == "0.9.0" and not entry.is_default
     entry = _describe(admin, "fmt-default")["message.format.version"]
-    assert entry.value == "0.10.2" and entry.is_default  # from log.message.format.version
+    # from log.message.format.version in server.properties
+    assert entry.value == "0.10.2" and entry.source == ConfigSource.STATIC_BROKER_CONFIG.value
     bad = admin.create_topics([NewTopic("fmt-bad", 1, 1, config={"message.format.version": "0.7.1"})],
                               operation_timeout=20)["fmt-bad"]
     with pytest.raises(KafkaException) as e:
