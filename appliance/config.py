@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from appliance.errors import InvalidConfigError
+from appliance.records.format_version import check_format_version
 
 __all__ = [
     "ConfigError", "ConfigKey", "TopicKey", "BROKER_KEYS", "TOPIC_KEYS", "BrokerConfig",
@@ -224,6 +225,8 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("log.message.timestamp.type", "string", "CreateTime", "CreateTime or LogAppendTime.", one_of(*_TS_TYPES)),
     ConfigKey("log.message.timestamp.difference.max.ms", "long", LONG_MAX, "Largest allowed |timestamp - broker time| for CreateTime.", at_least(0)),
     ConfigKey("log.message.downconversion.enable", "bool", True, "Down-convert batches for old fetch versions."),
+    # Kafka 3.0 (KIP-724) accepts it and, at inter-broker protocol 3.0, stores v2 whatever it says; so do we
+    ConfigKey("log.message.format.version", "string", "3.0-IV1", "Message format of stored data (Kafka's versions 0.8.0 ... 3.0; accepted, stored as v2 as Kafka 3.0 does).", check_format_version),
     ConfigKey("log.cleaner.enable", "bool", True, "Run the log cleaner (needed for compacted topics)."),
     ConfigKey("log.cleaner.threads", "int", 1, "Cleaner threads.", at_least(0)),
     ConfigKey("log.cleaner.io.max.bytes.per.second", "double", DOUBLE_MAX, "Cleaner I/O throttle."),
@@ -277,6 +280,7 @@ TOPIC_KEYS: tuple[TopicKey, ...] = (
     TopicKey("max.compaction.lag.ms", "long", None, "Maximum age before a message must be compacted.", at_least(1), synonyms=(("log.cleaner.max.compaction.lag.ms", 1),)),
     TopicKey("max.message.bytes", "int", None, "Largest record batch accepted.", at_least(0), synonyms=(("message.max.bytes", 1),)),
     TopicKey("message.downconversion.enable", "bool", None, "Down-convert for old fetch versions.", synonyms=(("log.message.downconversion.enable", 1),)),
+    TopicKey("message.format.version", "string", None, "Message format of the topic's data (accepted, stored as v2 as Kafka 3.0 does).", check_format_version, synonyms=(("log.message.format.version", 1),)),
     TopicKey("message.timestamp.difference.max.ms", "long", None, "Largest allowed timestamp skew (CreateTime).", at_least(0), synonyms=(("log.message.timestamp.difference.max.ms", 1),)),
     TopicKey("message.timestamp.type", "string", None, "CreateTime or LogAppendTime.", one_of(*_TS_TYPES), synonyms=(("log.message.timestamp.type", 1),)),
     TopicKey("min.cleanable.dirty.ratio", "double", None, "Dirty ratio above which the log is cleaned.", between(0, 1), synonyms=(("log.cleaner.min.cleanable.ratio", 1),)),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from appliance.protocol import messages
 from appliance.protocol.schema import ApiMessage, Data
 
-__all__ = ["API_BY_KEY", "SUPPORTED_VERSIONS", "api_versions_entries", "api_for_key"]
+__all__ = ["API_BY_KEY", "SUPPORTED_VERSIONS", "api_versions_entries"]
 
 API_BY_KEY: dict[int, type[ApiMessage]] = {
     cls.API_KEY: cls for cls in (getattr(messages, name) for name in messages.__all__)
@@ -16,11 +16,6 @@ if len(API_BY_KEY) != len(messages.__all__):
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     key: (cls.MIN_VERSION, cls.MAX_VERSION) for key, cls in sorted(API_BY_KEY.items())
 }
-
-
-def api_for_key(api_key: int) -> type[ApiMessage] | None:
-    """The message class for an API key, or None if we do not speak it."""
-    return API_BY_KEY.get(api_key)
 
 
 def api_versions_entries() -> list[Data]:

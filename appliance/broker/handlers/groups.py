@@ -87,6 +87,8 @@ def _error_body(api_key: int, code: int, request: Any) -> dict:
         return {"error_code": code, "topics": [{"name": t.name, "partitions": [
             {"partition_index": p, "committed_offset": -1, "metadata": "", "error_code": code}
             for p in t.partition_indexes]} for t in (b.topics or [])]}
+    if api_key == 47:  # OffsetDelete: the whole request fails at the group level
+        return {"error_code": code, "throttle_time_ms": 0, "topics": []}
     raise ValueError(api_key)
 
 

@@ -34,7 +34,7 @@ def topic_metadata(ctx: Any, name: str) -> dict:
 
 async def handle(ctx: Any, request: Any) -> dict:
     body = request.body
-    if body.topics is None:
+    if body.topics is None or (request.api_version == 0 and not body.topics):  # v0: [] = all
         names = sorted(ctx.index.topics())
     else:
         names = [t.name for t in body.topics]

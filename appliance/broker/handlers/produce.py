@@ -8,58 +8,64 @@ from typing import Any
 
 from appliance.broker.handlers.answer import NO_RESPONSE, encode
 from appliance.errors import ErrorCode, KafkaError
+from appliance.protocol.messages import Produce
 from appliance.records.convert import legacy_to_v2
 from appliance.shm.layout import MsgType, SlotState
 
 __all__ = ["start", "PendingProduce"]
 
 _MAGIC_POS = 16  # byte of the magic in both v2 batches and legacy messages (after offset+size+crc)
+# generated data classes, not dicts: the encoder's fast path, and a misspelled field fails here
+_Response = Produce.Response
+_Topic = _Response.Responses
+_Partition = _Topic.PartitionResponses
 
 
-def _check(ctx: Any, topic: str, index: int, records: Any) -> tuple[dict, Any, Any]:
+def _check(ctx: Any, topic: str, index: int, records: Any) -> tuple[Any, Any, Any]:
     """The partition's answer so far, and (where it goes, the records to append) when it is to
     be appended; (answer, None, None) when it is refused here."""
-    out = {"index": index, "error_code": 0, "base_offset": -1, "log_append_time_ms": -1,
-           "log_start_offset": -1}
+    out = _Partition(index=index, base_offset=-1)
     info = ctx.index.lookup(topic, index)
     if info is None:
-        out["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return out, None, None
     if ctx.table.state(info.slot) != SlotState.ONLINE:
-        out["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        out.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
         return out, None, None
     if records is None or len(records) == 0:
-        out["error_code"] = ErrorCode.INVALID_RECORD
+        out.error_code = ErrorCode.INVALID_RECORD
         return out, None, None
     if len(records) > _MAGIC_POS and records[_MAGIC_POS] in (0, 1):
         try:  # an old-format message set: store it as v2 batches like every other
             records = legacy_to_v2(bytes(records))
         except KafkaError as e:
-            out["error_code"] = e.code
+            out.error_code = e.code
             return out, None, None
     if len(records) > ctx.disks.max_payload():
-        out["error_code"] = ErrorCode.RECORD_LIST_TOO_LARGE
+        out.error_code = ErrorCode.RECORD_LIST_TOO_LARGE
         return out, None, None
     return out, info, records
 
 
-def _fill(out: dict, comp: Any) -> None:
-    out.update(error_code=comp.error_code, base_offset=comp.base_offset,
-               log_append_time_ms=comp.log_append_time, log_start_offset=comp.log_start_offset)
+def _fill(out: Any, comp: Any) -> None:
+    out.error_code = comp.error_code
+    out.base_offset = comp.base_offset
+    out.log_append_time_ms = comp.log_append_time
+    out.log_start_offset = comp.log_start_offset
 
 
-def _invalid_acks(topics: Any) -> dict:
-    return {"throttle_time_ms": 0, "responses": [
-        {"name": t.name, "partition_responses": [
-            {"index": p.index, "error_code": ErrorCode.INVALID_REQUIRED_ACKS, "base_offset": -1}
-            for p in t.partition_data]} for t in topics]}
+def _invalid_acks(topics: Any) -> Any:
+    return _Response(throttle_time_ms=0, responses=[
+        _Topic(name=t.name, partition_responses=[
+            _Partition(index=p.index, error_code=ErrorCode.INVALID_REQUIRED_ACKS, base_offset=-1)
+            for p in t.partition_data]) for t in topics])
 
 
-def _body(topics: Any, results: list[dict]) -> dict:
+def _body(topics: Any, results: list) -> Any:
     it = iter(results)
-    return {"throttle_time_ms": 0, "responses": [
-        {"name": t.name, "partition_responses": [next(it) for _ in t.partition_data]}
-        for t in topics]}
+    return _Response(throttle_time_ms=0, responses=[
+        _Topic(name=t.name, partition_responses=[next(it) for _ in t.partition_data])
+        for t in topics])
 
 
 class PendingProduce:
@@ -75,10 +81,10 @@ class PendingProduce:
         self.answer = answer  # the connection's slot for this request's encoded answer
         self.conn = conn
         self.topics = request.body.topic_data
-        self.results: list[dict] = []  # one per partition, in request order
+        self.results: list = []  # one per partition, in request order
         self.waiting = 0
 
-    def partition_done(self, out: dict, comp: Any) -> None:
+    def partition_done(self, out: Any, comp: Any) -> None:
         _fill(out, comp)
         self.waiting -= 1
         if self.waiting == 0:
