@@ -23,6 +23,14 @@ def api_for_key(api_key: int) -> type[ApiMessage] | None:
     return API_BY_KEY.get(api_key)
 
 
+def inter_broker_api_for_key(api_key: int) -> type[ApiMessage] | None:
+    """The cluster-mode inter-broker message class for an API key (LeaderAndIsr ...), or None.
+    Imported on first use and not advertised: standalone brokers do not serve these APIs."""
+    from appliance.protocol.messages.cluster import INTER_BROKER_APIS
+
+    return INTER_BROKER_APIS.get(api_key)
+
+
 def api_versions_entries() -> list[Data]:
     """The ``api_keys`` array of an ApiVersions response, sorted by key (fresh objects)."""
     entry = messages.ApiVersions.Response.ApiKeys
