@@ -80,7 +80,8 @@ class FakeBroker:
         self.controller: Controller | None = None
 
     def start(self) -> FakeBroker:
-        self.client = open_session(ZkSettings(self.connect, self.session_timeout_ms))
+        # a generous connection timeout: the JVM of a fresh ZooKeeper can be slow on a busy machine
+        self.client = open_session(ZkSettings(self.connect, self.session_timeout_ms, 30000))
         BrokerRegistry(self.client, BrokerInfo(self.broker_id, "127.0.0.1", 9000 + self.broker_id)).register()
         self.controller = Controller(self.client, self.broker_id, self.channel, **self.controller_kw)
         self.controller.start()

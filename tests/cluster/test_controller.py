@@ -23,7 +23,7 @@ SESSION_MS = 3000
 @pytest.fixture
 def admin(zk_connect):
     """A tool's session: creates topics and requests, reads what the controller wrote."""
-    client = open_session(ZkSettings(zk_connect, 10000))
+    client = open_session(ZkSettings(zk_connect, 10000, 30000))
     yield ZkStore(client)
     client.stop()
     client.close()

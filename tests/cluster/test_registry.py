@@ -27,6 +27,7 @@ def sessions(zk_connect):
     made = []
 
     def make(**kw):
+        kw.setdefault("connection_timeout_ms", 30000)
         c = open_session(ZkSettings(zk_connect, **kw))
         made.append(c)
         return c

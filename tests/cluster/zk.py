@@ -19,7 +19,8 @@ from tests.broker_process import free_port
 
 __all__ = ["ZooKeeperServer", "ZOOKEEPER_CLASSPATH", "TICK_MS", "expire_session"]
 
-# The Debian jar's manifest names its dependency jars; the conf dir supplies log4j settings.
+# The Debian jar's manifest names its dependency jars. (Debian ships no slf4j binding for it,
+# so the server logs nothing; failures show as its exit status and stderr in zookeeper.log.)
 ZOOKEEPER_CLASSPATH = "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar"
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
 # A short tick lets tests use session timeouts down to 2 ticks (1 s) and see expiry quickly.
@@ -67,10 +68,15 @@ class ZooKeeperServer:
         return self
 
     def answers(self) -> bool:
+        """True when the server serves sessions: `srvr` reports its mode only then (`ruok`
+        already says imok while the server is still loading its data)."""
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1.0) as s:
-                s.sendall(b"ruok")
-                return s.recv(16) == b"imok"
+            with socket.create_connection(("127.0.0.1", self.port), timeout=2.0) as s:
+                s.sendall(b"srvr")
+                out = b""
+                while chunk := s.recv(4096):
+                    out += chunk
+                return b"Mode: standalone" in out
         except OSError:
             return False
 
