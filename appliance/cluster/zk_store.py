@@ -21,7 +21,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from appliance.cluster import zk_paths as zp
 from appliance.cluster.zk_paths import BrokerInfo, LeaderIsr, TopicAssignment, TopicPartition
 
-__all__ = ["ZkStore", "ControllerMoved", "TopicExists"]
+__all__ = ["ZkStore", "ControllerMoved", "TopicExists", "TopicCollision"]
 
 
 class ControllerMoved(Exception):
@@ -32,6 +32,11 @@ class TopicExists(Exception):
     """The topic znode already exists (TOPIC_ALREADY_EXISTS)."""
 
 
+class TopicCollision(Exception):
+    """The name equals an existing topic's once '.' and '_' are folded together (metric names
+    cannot tell them apart); Kafka refuses it with INVALID_TOPIC_EXCEPTION."""
+
+
 class ZkStore:
     """Typed reads and writes of Kafka's znodes through ``client`` (already rooted at the chroot)."""
 
@@ -40,8 +45,17 @@ class ZkStore:
 
     # -- brokers -----------------------------------------------------------------------------
 
+    def _children(self, path: str, watch=None) -> list[str]:
+        """Children of ``path``; [] before any broker created it (then an exists-watch waits for it)."""
+        try:
+            return self.client.get_children(path, watch=watch)
+        except NoNodeError:
+            if watch is not None:
+                self.client.exists(path, watch=watch)
+            return []
+
     def broker_ids(self, watch=None) -> list[int]:
-        return sorted(int(c) for c in self.client.get_children(zp.BROKER_IDS, watch=watch) if c.isdigit())
+        return sorted(int(c) for c in self._children(zp.BROKER_IDS, watch) if c.isdigit())
 
     def brokers(self, watch=None) -> dict[int, BrokerInfo]:
         out = {}
@@ -56,7 +70,7 @@ class ZkStore:
     # -- topics ------------------------------------------------------------------------------
 
     def topics(self, watch=None) -> list[str]:
-        return sorted(self.client.get_children(zp.BROKER_TOPICS, watch=watch))
+        return sorted(self._children(zp.BROKER_TOPICS, watch))
 
     def assignment(self, topic: str, watch=None) -> TopicAssignment | None:
         try:
@@ -72,9 +86,14 @@ class ZkStore:
 
         Raises:
             TopicExists: the topic znode is already there.
+            TopicCollision: an existing topic differs only by '.' vs '_'.
         """
         if self.client.exists(zp.topic_path(topic)):
             raise TopicExists(topic)
+        folded = topic.replace(".", "_")
+        clash = [t for t in self.topics() if t.replace(".", "_") == folded]
+        if clash:
+            raise TopicCollision(f"topic '{topic}' collides with existing topics: {', '.join(clash)}")
         data = zp.encode_topic_config(config or {})
         try:
             self.client.create(zp.topic_config_path(topic), data, makepath=True)
@@ -117,7 +136,7 @@ class ZkStore:
             pass
 
     def topics_to_delete(self, watch=None) -> list[str]:
-        return sorted(self.client.get_children(zp.DELETE_TOPICS, watch=watch))
+        return sorted(self._children(zp.DELETE_TOPICS, watch))
 
     # -- partition states --------------------------------------------------------------------
 
@@ -296,7 +315,7 @@ class ZkStore:
     def take_isr_changes(self, watch=None) -> set[TopicPartition]:
         """Read and delete every pending ISR change notification."""
         out: set[TopicPartition] = set()
-        for child in sorted(self.client.get_children(zp.ISR_CHANGE_NOTIFICATION, watch=watch)):
+        for child in sorted(self._children(zp.ISR_CHANGE_NOTIFICATION, watch)):
             path = f"{zp.ISR_CHANGE_NOTIFICATION}/{child}"
             try:
                 data, _ = self.client.get(path)

@@ -12,7 +12,7 @@ from appliance.cluster.events import ControlledShutdown, ElectLeaders
 from appliance.cluster.request_batch import LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA
 from appliance.cluster.zk_paths import LeaderIsr, TopicPartition
 from appliance.cluster.zk_session import ZkSettings, open_session
-from appliance.cluster.zk_store import ControllerMoved, ZkStore
+from appliance.cluster.zk_store import ControllerMoved, TopicCollision, TopicExists, ZkStore
 from appliance.errors import ErrorCode
 from tests.cluster.harness import FakeBroker, wait_for
 from tests.cluster.zk import expire_session
@@ -316,3 +316,67 @@ def test_new_controller_takes_over_existing_state(brokers, admin):
     for b in rest:
         epochs = {r.controller_epoch for r in new.channel.requests(LEADER_AND_ISR, b.broker_id)}
         assert new.controller.epoch in epochs
+
+
+def test_topic_creation_refuses_existing_and_colliding_names(admin):
+    admin.create_topic("a.b", {0: (0,)})
+    with pytest.raises(TopicExists):
+        admin.create_topic("a.b", {0: (0,)})
+    with pytest.raises(TopicCollision, match="'a_b' collides with existing topics: a.b"):
+        admin.create_topic("a_b", {0: (0,)})
+    assert admin.topics() == ["a.b"]
+
+
+def test_partition_waits_for_its_only_replica_to_register(zk_connect, brokers, admin):
+    bs = brokers(0)
+    wait_for(lambda: active_of(bs))
+    tp = TopicPartition("later", 0)
+    admin.create_topic("later", {0: (5,)})
+    bs[0].controller.wait_idle()
+    assert admin.partition_state(tp) is None  # nobody to lead it yet
+    brokers(5)
+    s = wait_for(lambda: admin.partition_state(tp))
+    assert (s.leader, s.isr) == (5, (5,))
+
+
+def test_deletion_waits_for_a_dead_replica_and_finishes_when_it_returns(zk_connect, brokers, admin):
+    bs = brokers(0, 1)
+    ctrl = wait_for(lambda: active_of(bs))
+    other = next(b for b in bs if b is not ctrl)
+    admin.create_topic("d", {0: (0, 1)})
+    wait_for(lambda: admin.partition_state(TopicPartition("d", 0)))
+    other.crash()
+    wait_for(lambda: other.broker_id not in admin.broker_ids())
+    admin.request_topic_deletion("d")
+    ctrl.controller.wait_idle()
+    assert "d" in admin.topics()  # the replica on the dead broker cannot be deleted yet
+    brokers(other.broker_id)  # it comes back
+    wait_for(lambda: "d" not in admin.topics())
+    assert admin.topics_to_delete() == []
+
+
+def test_controlled_shutdown_and_elect_leaders_on_a_non_controller(brokers):
+    bs = brokers(0, 1)
+    ctrl = wait_for(lambda: active_of(bs))
+    other = next(b for b in bs if b is not ctrl)
+    on_other, on_ctrl = [], []
+    other.controller.put(ControlledShutdown(ctrl.broker_id, on_other.append))
+    other.controller.put(ElectLeaders(PREFERRED, None, on_other.append))
+    ctrl.controller.put(ControlledShutdown(42, on_ctrl.append))  # not a registered broker
+    wait_for(lambda: len(on_other) == 2 and on_ctrl)
+    assert [r["error_code"] for r in on_other] == [ErrorCode.NOT_CONTROLLER, ErrorCode.NOT_CONTROLLER]
+    assert on_ctrl[0]["error_code"] == ErrorCode.BROKER_NOT_AVAILABLE
+
+
+def test_auto_leader_rebalance_moves_leadership_back(zk_server, brokers, admin):
+    bs = brokers(0, 1, auto_leader_rebalance=True, imbalance_check_interval_s=0.5)
+    ctrl = wait_for(lambda: active_of(bs))
+    pref = next(b for b in bs if b is not ctrl)
+    tp = TopicPartition("bal", 0)
+    admin.create_topic("bal", {0: (pref.broker_id, ctrl.broker_id)})
+    wait_for(lambda: (s := admin.partition_state(tp)) and s.leader == pref.broker_id)
+    expire_session(pref.client, zk_server.connect)
+    wait_for(lambda: (s := admin.partition_state(tp)) and s.leader == ctrl.broker_id)
+    wait_for(lambda: pref.broker_id in admin.broker_ids())
+    _force_isr(admin, tp, [ctrl.broker_id, pref.broker_id])  # caught up: now it can lead again
+    wait_for(lambda: (s := admin.partition_state(tp)) and s.leader == pref.broker_id)
