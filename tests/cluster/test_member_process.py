@@ -1,0 +1,86 @@
+"""Cluster members as real processes: SIGKILL the controller's process and a new controller
+takes over once ZooKeeper expires the dead session; a second process with a registered id and
+a process facing no ZooKeeper both exit with code 3 and a message, no traceback."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from appliance.cluster.zk_paths import TopicPartition
+from appliance.cluster.zk_session import ZkSettings, open_session
+from appliance.cluster.zk_store import ZkStore
+from tests.broker_process import free_port
+from tests.cluster.harness import wait_for
+
+SESSION_MS = 3000
+
+
+def member(connect, broker_id, *extra, session_ms=SESSION_MS):
+    return subprocess.Popen(
+        [sys.executable, "-m", "appliance.cluster.member", "--broker-id", str(broker_id),
+         "--zookeeper-connect", connect, "--session-timeout-ms", str(session_ms), *extra],
+        # the printed controller requests are not read here: an unread pipe would fill and block it
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+@pytest.fixture
+def procs():
+    made = []
+    yield made
+    for p in made:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait(30)
+        p.stderr.close()
+
+
+@pytest.fixture
+def admin(zk_connect):
+    client = open_session(ZkSettings(zk_connect, 10000, 30000))
+    yield ZkStore(client)
+    client.stop()
+    client.close()
+
+
+def test_sigkilled_controller_replaced_within_session_timeout(zk_connect, procs, admin):
+    procs += [member(zk_connect, i) for i in (0, 1, 2)]
+    wait_for(lambda: admin.broker_ids() == [0, 1, 2], timeout=60)
+    first = wait_for(lambda: admin.controller_id() + 1) - 1
+    admin.create_topic("k", {0: (first, (first + 1) % 3, (first + 2) % 3)})
+    wait_for(lambda: (s := admin.partition_state(TopicPartition("k", 0))) and s.leader == first)
+
+    t0 = time.monotonic()
+    os.killpg(procs[first].pid, signal.SIGKILL)
+    new = wait_for(lambda: (c := admin.controller_id()) not in (-1, first) and c, timeout=SESSION_MS / 1000 + 30)
+    took = time.monotonic() - t0
+    s = wait_for(lambda: (s := admin.partition_state(TopicPartition("k", 0))) and s.leader != first and s)
+    print(f"controller {first} SIGKILLed: broker {new} took over after {took:.1f} s "
+          f"(session timeout {SESSION_MS / 1000:.0f} s); partition leader now {s.leader}")
+    assert admin.controller_epoch()[0] == 2
+    assert s.leader == (first + 1) % 3 and first not in s.isr
+    assert took >= SESSION_MS / 1000 * 0.5  # it really waited for the session to expire
+
+
+def test_second_member_with_same_id_exits_3_naming_it(zk_connect, procs, admin):
+    procs.append(member(zk_connect, 4))
+    wait_for(lambda: admin.broker_ids() == [4], timeout=60)
+    dup = member(zk_connect, 4)
+    procs.append(dup)
+    assert dup.wait(60) == 3
+    err = dup.stderr.read()
+    assert "broker.id 4 is already registered" in err and "Traceback" not in err
+    assert procs[0].poll() is None and admin.broker_ids() == [4]
+
+
+def test_unreachable_zookeeper_exits_3_after_the_connection_timeout(procs):
+    p = member(f"127.0.0.1:{free_port()}", 1, "--connection-timeout-ms", "2000")
+    procs.append(p)
+    t0 = time.monotonic()
+    assert p.wait(60) == 3
+    err = p.stderr.read()
+    assert "did not answer within 2000 ms" in err and "zookeeper.connection.timeout.ms" in err
+    assert "Traceback" not in err and time.monotonic() - t0 >= 1.9
