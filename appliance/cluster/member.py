@@ -15,6 +15,7 @@ import argparse
 import json
 import logging
 import signal
+import socket
 import sys
 import threading
 from typing import Any
@@ -26,7 +27,7 @@ from appliance.cluster.request_batch import BrokerChannel
 from appliance.cluster.zk_paths import BrokerInfo
 from appliance.cluster.zk_session import ZkSettings, ZooKeeperUnreachable, open_session
 
-__all__ = ["ClusterMember", "PrintChannel", "EXIT_CANNOT_JOIN", "main"]
+__all__ = ["ClusterMember", "PrintChannel", "EXIT_CANNOT_JOIN", "main", "broker_info_from_config"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,22 @@ class PrintChannel(BrokerChannel):
                 for t in body.get("topics", []) for p in t["partition_indexes"]]})
 
 
+def _int_setting(config: Any, key: str, default: int) -> int:
+    # leader.imbalance.* are not declared in appliance.config yet: read them raw when given
+    try:
+        return int(config[key])
+    except KeyError:
+        return default
+
+
+def broker_info_from_config(config: Any) -> BrokerInfo:
+    """The registration of a broker from its BrokerConfig: broker.id and the first advertised
+    listener (an empty host means this machine's name, as Kafka does)."""
+    host, port = config.advertised_listeners[0]
+    host = host or socket.getfqdn()
+    return BrokerInfo(config["broker.id"], host, port, endpoints=(f"PLAINTEXT://{host}:{port}",))
+
+
 class ClusterMember:
     """Joins the cluster on :meth:`start`; leaves (resigning, unregistering) on :meth:`stop`.
 
@@ -77,6 +94,15 @@ class ClusterMember:
         self.client = None
         self.registry: BrokerRegistry | None = None
         self.controller: Controller | None = None
+
+    @classmethod
+    def from_config(cls, config: Any, channel: BrokerChannel) -> ClusterMember:
+        """From a :class:`appliance.config.BrokerConfig` with zookeeper.connect set."""
+        return cls(ZkSettings.from_config(config), broker_info_from_config(config), channel,
+                   unclean_leader_election=config["unclean.leader.election.enable"],
+                   auto_leader_rebalance=config["auto.leader.rebalance.enable"],
+                   imbalance_per_broker_pct=_int_setting(config, "leader.imbalance.per.broker.percentage", 10),
+                   imbalance_check_interval_s=_int_setting(config, "leader.imbalance.check.interval.seconds", 300))
 
     def start(self) -> None:
         """Raises:

@@ -84,3 +84,27 @@ def test_unreachable_zookeeper_exits_3_after_the_connection_timeout(procs):
     err = p.stderr.read()
     assert "did not answer within 2000 ms" in err and "zookeeper.connection.timeout.ms" in err
     assert "Traceback" not in err and time.monotonic() - t0 >= 1.9
+
+
+def test_member_from_broker_config(zk_connect, tmp_path, admin):
+    from appliance.cluster.member import ClusterMember, PrintChannel
+    from appliance.config import BrokerConfig
+
+    port = free_port()
+    config = BrokerConfig.load(overrides={
+        "broker.id": "6", "listeners": f"PLAINTEXT://127.0.0.1:{port}", "log.dirs": str(tmp_path / "d"),
+        "zookeeper.connect": zk_connect, "zookeeper.session.timeout.ms": "4000",
+        "unclean.leader.election.enable": "true", "leader.imbalance.check.interval.seconds": "30"})
+    with open(tmp_path / "requests.jsonl", "w") as out:
+        m = ClusterMember.from_config(config, PrintChannel(out))
+        assert m.settings.session_timeout_ms == 4000 and m.settings.connection_timeout_ms == 4000
+        assert m.controller_kw["unclean_leader_election"] is True
+        assert m.controller_kw["imbalance_check_interval_s"] == 30
+        m.start()
+        try:
+            wait_for(lambda: admin.broker_ids() == [6] and admin.controller_id() == 6)
+            assert admin.brokers()[6].port == port
+        finally:
+            m.stop()
+    assert admin.broker_ids() == [] and admin.controller_id() == -1  # left cleanly
+    assert '"api_key": 6' in (tmp_path / "requests.jsonl").read_text()  # it sent UpdateMetadata to itself
