@@ -157,6 +157,9 @@ class Controller:
             log.warning("controller event %s hit %s; retrying", type(event).__name__, type(e).__name__)
             time.sleep(_RETRY_AFTER_S)
             self.events.put(event)
+        except Exception:
+            self.batch = RequestBatch(self.broker_id)  # never send half an event's requests later
+            raise
 
     def process__Resign(self, event: _Resign) -> None:
         self._resign()
