@@ -343,9 +343,12 @@ class Controller:
             check_partition(tp, cur, target)
             if target is P.ONLINE:
                 ok = self._init_leader(tp) if cur is P.NEW else self._elect_leader(tp, chooser or self._offline_chooser())
+                held = self.ctx.leader_isr.get(tp)
                 if ok:
                     self.ctx.partition_states[tp] = P.ONLINE
                     done.add(tp)
+                elif cur is P.ONLINE and held is not None and held.leader in self.ctx.live:
+                    pass  # e.g. the preferred replica cannot lead: the current leader goes on
                 elif cur is not P.NEW:
                     self.ctx.partition_states[tp] = P.OFFLINE
                     log.error("partition %s has no eligible leader: offline", tp)

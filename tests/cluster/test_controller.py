@@ -9,6 +9,7 @@ from appliance.cluster.assignment import assign_replicas
 from appliance.cluster.controller import PREFERRED, UNCLEAN
 from appliance.cluster.epoch_fence import ControllerEpochFence
 from appliance.cluster.events import ControlledShutdown, ElectLeaders
+from appliance.cluster.partition_state import PartitionState
 from appliance.cluster.request_batch import LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA
 from appliance.cluster.zk_paths import LeaderIsr, TopicPartition
 from appliance.cluster.zk_session import ZkSettings, open_session
@@ -380,3 +381,22 @@ def test_auto_leader_rebalance_moves_leadership_back(zk_server, brokers, admin):
     wait_for(lambda: pref.broker_id in admin.broker_ids())
     _force_isr(admin, tp, [ctrl.broker_id, pref.broker_id])  # caught up: now it can lead again
     wait_for(lambda: (s := admin.partition_state(tp)) and s.leader == pref.broker_id)
+
+
+def test_failed_preferred_election_leaves_the_partition_online(brokers, admin):
+    bs = brokers(0, 1)
+    ctrl = wait_for(lambda: active_of(bs))
+    other = next(b for b in bs if b is not ctrl)
+    tp = TopicPartition("f", 0)
+    admin.create_topic("f", {0: (other.broker_id, ctrl.broker_id)})
+    wait_for(lambda: admin.partition_state(tp))
+    other.crash()  # the preferred replica is gone; the controller's broker leads
+    wait_for(lambda: (s := admin.partition_state(tp)) and s.leader == ctrl.broker_id)
+    replies = []
+    ctrl.controller.put(ElectLeaders(PREFERRED, {tp}, replies.append))
+    wait_for(lambda: replies)
+    codes = [p["error_code"] for r in replies[0]["replica_election_results"] for p in r["partition_result"]]
+    assert codes == [ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE]
+    ctrl.controller.wait_idle()
+    assert ctrl.controller.ctx.partition_states[tp] is PartitionState.ONLINE
+    assert admin.partition_state(tp).leader == ctrl.broker_id
