@@ -12,11 +12,11 @@ from typing import Any
 from appliance.cluster.controller import Controller
 from appliance.cluster.registry import BrokerRegistry
 from appliance.cluster.request_batch import STOP_REPLICA, BrokerChannel
-from appliance.cluster.zk_paths import BrokerInfo
+from appliance.cluster.zk_paths import BrokerInfo, LeaderIsr
 from appliance.cluster.zk_session import ZkSettings, open_session
 from appliance.protocol.messages.cluster import INTER_BROKER_APIS
 
-__all__ = ["RecordingChannel", "FakeBroker", "wait_for"]
+__all__ = ["RecordingChannel", "FakeBroker", "wait_for", "force_isr"]
 
 
 def wait_for(pred, timeout: float = 30.0, interval: float = 0.05):
@@ -29,6 +29,15 @@ def wait_for(pred, timeout: float = 30.0, interval: float = 0.05):
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         time.sleep(interval)
+
+
+def force_isr(store, tp, isr) -> None:
+    """What a leader does when a follower falls behind or catches up: write the ISR with a
+    zkVersion-conditional update, then tell the controller."""
+    cur = store.partition_state(tp)
+    assert store.update_partition_state(tp, LeaderIsr(cur.leader, cur.leader_epoch, tuple(isr),
+                                                      cur.controller_epoch, cur.zk_version), None)
+    store.notify_isr_change({tp})
 
 
 class RecordingChannel(BrokerChannel):
@@ -70,7 +79,7 @@ class RecordingChannel(BrokerChannel):
 class FakeBroker:
     """A registered broker id with its own ZooKeeper session and controller (no data plane)."""
 
-    def __init__(self, connect: str, broker_id: int, session_timeout_ms: int = 4000, **controller_kw) -> None:
+    def __init__(self, connect: str, broker_id: int, session_timeout_ms: int = 10000, **controller_kw) -> None:
         self.broker_id = broker_id
         self.connect = connect
         self.session_timeout_ms = session_timeout_ms

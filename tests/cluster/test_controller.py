@@ -15,16 +15,16 @@ from appliance.cluster.zk_paths import LeaderIsr, TopicPartition
 from appliance.cluster.zk_session import ZkSettings, open_session
 from appliance.cluster.zk_store import ControllerMoved, TopicCollision, TopicExists, ZkStore
 from appliance.errors import ErrorCode
-from tests.cluster.harness import FakeBroker, wait_for
+from tests.cluster.harness import FakeBroker, force_isr, wait_for
 from tests.cluster.zk import expire_session
 
-SESSION_MS = 3000
+SESSION_MS = 10000  # long enough that a heavily loaded machine never expires a session by accident
 
 
 @pytest.fixture
 def admin(zk_connect):
     """A tool's session: creates topics and requests, reads what the controller wrote."""
-    client = open_session(ZkSettings(zk_connect, 10000, 30000))
+    client = open_session(ZkSettings(zk_connect, 30000, 30000))
     yield ZkStore(client)
     client.stop()
     client.close()
@@ -144,15 +144,6 @@ def test_broker_death_elects_from_isr_and_bumps_leader_epoch(brokers, admin):
     assert all(ps.leader != victim.broker_id for req in lai[-2:] for ts in req.topic_states for ps in ts.partition_states)
 
 
-def _force_isr(admin, tp, isr):
-    """What a leader does when a follower falls behind: shrink the ISR with a conditional write,
-    then tell the controller."""
-    cur = admin.partition_state(tp)
-    assert admin.update_partition_state(tp, LeaderIsr(cur.leader, cur.leader_epoch, tuple(isr),
-                                                      cur.controller_epoch, cur.zk_version), None)
-    admin.notify_isr_change({tp})
-
-
 def test_unclean_election_off_keeps_partition_offline_until_asked(brokers, admin):
     bs = brokers(0, 1)
     ctrl = wait_for(lambda: active_of(bs))
@@ -160,7 +151,7 @@ def test_unclean_election_off_keeps_partition_offline_until_asked(brokers, admin
     tp = TopicPartition("u", 0)
     admin.create_topic("u", {0: (other.broker_id, ctrl.broker_id)})
     wait_for(lambda: admin.partition_state(tp))
-    _force_isr(admin, tp, [other.broker_id])  # the controller's broker fell out of sync
+    force_isr(admin, tp, [other.broker_id])  # the controller's broker fell out of sync
 
     other.crash()
     s = wait_for(lambda: (s := admin.partition_state(tp)) and s.leader == -1 and s)
@@ -187,7 +178,7 @@ def test_unclean_election_on_by_topic_config(brokers, admin):
     tp = TopicPartition("w", 0)
     admin.create_topic("w", {0: (other.broker_id, ctrl.broker_id)}, {"unclean.leader.election.enable": "true"})
     wait_for(lambda: admin.partition_state(tp))
-    _force_isr(admin, tp, [other.broker_id])
+    force_isr(admin, tp, [other.broker_id])
     other.crash()
     s = wait_for(lambda: (s := admin.partition_state(tp)) and s.leader == ctrl.broker_id and s)
     assert s.isr == (ctrl.broker_id,)
@@ -229,7 +220,7 @@ def test_reassignment_rf1_to_rf3_waits_for_catch_up(brokers, admin):
     assert admin.reassignment() == {tp: (0, 1, 2)}  # not done until they catch up
 
     # the leader sees them catch up and expands the ISR: the catch-up signal
-    _force_isr(admin, tp, [0, 1, 2])
+    force_isr(admin, tp, [0, 1, 2])
     wait_for(lambda: admin.reassignment() == {})
     a = admin.assignment("r")
     assert a.partitions == {0: (0, 1, 2)} and a.adding == {} and a.removing == {}
@@ -245,7 +236,7 @@ def test_reassignment_moves_leadership_and_drops_old_replicas(brokers, admin):
     wait_for(lambda: admin.partition_state(tp))
     admin.request_reassignment({tp: (2, 1)})
     wait_for(lambda: admin.assignment("m").removing == {0: (0,)})
-    _force_isr(admin, tp, [0, 1, 2])
+    force_isr(admin, tp, [0, 1, 2])
     wait_for(lambda: admin.reassignment() == {})
     s = admin.partition_state(tp)
     assert s.leader == 2 and set(s.isr) == {1, 2}
@@ -276,7 +267,7 @@ def test_preferred_replica_election_after_leader_returns(zk_server, brokers, adm
     expire_session(pref.client, zk_server.connect)  # leader goes, comes back on a new session
     wait_for(lambda: (s := admin.partition_state(tp)) and s.leader == follower)
     wait_for(lambda: pref.broker_id in admin.broker_ids())
-    _force_isr(admin, tp, [follower, ctrl.broker_id, pref.broker_id])  # it caught up again
+    force_isr(admin, tp, [follower, ctrl.broker_id, pref.broker_id])  # it caught up again
     admin.request_preferred_election({tp})
     wait_for(lambda: (s := admin.partition_state(tp)) and s.leader == pref.broker_id)
     wait_for(lambda: not admin.client.exists("/admin/preferred_replica_election"))
@@ -379,7 +370,7 @@ def test_auto_leader_rebalance_moves_leadership_back(zk_server, brokers, admin):
     expire_session(pref.client, zk_server.connect)
     wait_for(lambda: (s := admin.partition_state(tp)) and s.leader == ctrl.broker_id)
     wait_for(lambda: pref.broker_id in admin.broker_ids())
-    _force_isr(admin, tp, [ctrl.broker_id, pref.broker_id])  # caught up: now it can lead again
+    force_isr(admin, tp, [ctrl.broker_id, pref.broker_id])  # caught up: now it can lead again
     wait_for(lambda: (s := admin.partition_state(tp)) and s.leader == pref.broker_id)
 
 

@@ -34,7 +34,7 @@ def test_shrink_and_expand_rules():
 
 
 def test_propagation_waits_for_quiet_or_interval(zk_connect):
-    client = open_session(ZkSettings(zk_connect, 10000, 30000))
+    client = open_session(ZkSettings(zk_connect, 30000, 30000))
     try:
         store = ZkStore(client)
         client.ensure_path("/isr_change_notification")
@@ -58,8 +58,8 @@ def test_propagation_waits_for_quiet_or_interval(zk_connect):
 
 
 def test_leader_isr_change_reaches_every_broker(zk_connect):
-    bs = [FakeBroker(zk_connect, i, 3000).start() for i in (0, 1, 2)]
-    client = open_session(ZkSettings(zk_connect, 10000, 30000))
+    bs = [FakeBroker(zk_connect, i, 10000).start() for i in (0, 1, 2)]
+    client = open_session(ZkSettings(zk_connect, 30000, 30000))
     try:
         admin = ZkStore(client)
         ctrl = wait_for(lambda: next((b for b in bs if b.active), None))

@@ -86,8 +86,8 @@ def test_stop_replica_and_update_metadata():
 
 @pytest.fixture
 def trio(zk_connect):
-    bs = [FakeBroker(zk_connect, i, 3000).start() for i in (0, 1, 2)]
-    client = open_session(ZkSettings(zk_connect, 10000, 30000))
+    bs = [FakeBroker(zk_connect, i, 10000).start() for i in (0, 1, 2)]
+    client = open_session(ZkSettings(zk_connect, 30000, 30000))
     yield bs, ZkStore(client)
     client.stop()
     client.close()

@@ -16,7 +16,7 @@ from appliance.cluster.zk_store import ZkStore
 from tests.broker_process import free_port
 from tests.cluster.harness import wait_for
 
-SESSION_MS = 3000
+SESSION_MS = 6000  # the SIGKILL test waits for it to expire; shorter risks expiry by load alone
 
 
 def member(connect, broker_id, *extra, session_ms=SESSION_MS):
@@ -40,7 +40,7 @@ def procs():
 
 @pytest.fixture
 def admin(zk_connect):
-    client = open_session(ZkSettings(zk_connect, 10000, 30000))
+    client = open_session(ZkSettings(zk_connect, 30000, 30000))
     yield ZkStore(client)
     client.stop()
     client.close()

@@ -80,13 +80,13 @@ def cluster(zk_connect):
     minis = {i: MiniBroker(i) for i in (0, 1, 2)}
     members = {}
     for i, m in minis.items():
-        client = open_session(ZkSettings(zk_connect, 3000, 30000))
+        client = open_session(ZkSettings(zk_connect, 10000, 30000))
         BrokerRegistry(client, BrokerInfo(i, "127.0.0.1", m.port)).register()
         channel = WireChannel(client_id=f"controller-{i}")
         ctrl = Controller(client, i, channel)
         ctrl.start()
         members[i] = (client, channel, ctrl)
-    admin_client = open_session(ZkSettings(zk_connect, 10000, 30000))
+    admin_client = open_session(ZkSettings(zk_connect, 30000, 30000))
     yield minis, members, ZkStore(admin_client)
     admin_client.stop()
     admin_client.close()
