@@ -344,7 +344,7 @@ def test_deletion_waits_for_a_dead_replica_and_finishes_when_it_returns(zk_conne
     assert "d" in admin.topics()  # the replica on the dead broker cannot be deleted yet
     brokers(other.broker_id)  # it comes back
     wait_for(lambda: "d" not in admin.topics())
-    assert admin.topics_to_delete() == []
+    wait_for(lambda: admin.topics_to_delete() == [])  # removed just after the topic znode
 
 
 def test_controlled_shutdown_and_elect_leaders_on_a_non_controller(brokers):
