@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -20,11 +21,20 @@ SESSION_MS = 6000  # the SIGKILL test waits for it to expire; shorter risks expi
 
 
 def member(connect, broker_id, *extra, session_ms=SESSION_MS):
-    return subprocess.Popen(
+    # stderr goes to a file: an unread pipe fills up (kazoo warns on every slow heartbeat of a
+    # loaded machine) and then blocks the member's threads; the printed requests are not needed
+    err = tempfile.TemporaryFile("w+")
+    p = subprocess.Popen(
         [sys.executable, "-m", "appliance.cluster.member", "--broker-id", str(broker_id),
          "--zookeeper-connect", connect, "--session-timeout-ms", str(session_ms), *extra],
-        # the printed controller requests are not read here: an unread pipe would fill and block it
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        stdout=subprocess.DEVNULL, stderr=err, text=True, start_new_session=True)
+    p.err = err
+    return p
+
+
+def stderr_of(p) -> str:
+    p.err.seek(0)
+    return p.err.read()
 
 
 @pytest.fixture
@@ -35,7 +45,7 @@ def procs():
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
         p.wait(30)
-        p.stderr.close()
+        p.err.close()
 
 
 @pytest.fixture
@@ -71,7 +81,7 @@ def test_second_member_with_same_id_exits_3_naming_it(zk_connect, procs, admin):
     dup = member(zk_connect, 4)
     procs.append(dup)
     assert dup.wait(60) == 3
-    err = dup.stderr.read()
+    err = stderr_of(dup)
     assert "broker.id 4 is already registered" in err and "Traceback" not in err
     assert procs[0].poll() is None and admin.broker_ids() == [4]
 
@@ -81,7 +91,7 @@ def test_unreachable_zookeeper_exits_3_after_the_connection_timeout(procs):
     procs.append(p)
     t0 = time.monotonic()
     assert p.wait(60) == 3
-    err = p.stderr.read()
+    err = stderr_of(p)
     assert "did not answer within 2000 ms" in err and "zookeeper.connection.timeout.ms" in err
     assert "Traceback" not in err and time.monotonic() - t0 >= 1.9
 
