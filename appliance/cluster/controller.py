@@ -187,9 +187,13 @@ class Controller:
         current = self.store.controller_id(watch=self._enqueue(ev.Reelect))
         if current != -1:
             self.active_controller_id = current
-            if current == self.broker_id and not self.active:
-                # left from before a restart of this object on the same session: start over
-                self.store.resign_controller(self.broker_id)
+            if (current == self.broker_id and not self.active
+                    and self.store.controller_owner() == self.client.client_id[0]):
+                # Our election went through but its answer was lost (a connection loss, and the
+                # event was retried). /controller and the epoch bump were one transaction and
+                # nobody can have been elected since, so the current epoch is ours.
+                self._on_become_controller(*self.store.controller_epoch())
+            # (held by an older session of this broker id: wait for it to expire, as Kafka does)
             return
         won = self.store.try_become_controller(self.broker_id)
         if won is None:

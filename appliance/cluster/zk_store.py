@@ -226,6 +226,11 @@ class ZkStore:
             return -1
         return zp.decode_controller(data)
 
+    def controller_owner(self) -> int:
+        """The ZooKeeper session id holding /controller, or 0 when there is none."""
+        stat = self.client.exists(zp.CONTROLLER)
+        return stat.ephemeralOwner if stat is not None else 0
+
     def controller_epoch(self) -> tuple[int, int]:
         """(epoch, zkVersion of /controller_epoch); (0, -1) before the first election."""
         try:

@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 
 from appliance.cluster.assignment import assign_replicas
-from appliance.cluster.controller import PREFERRED, UNCLEAN
+from appliance.cluster.controller import PREFERRED, UNCLEAN, Controller
 from appliance.cluster.epoch_fence import ControllerEpochFence
 from appliance.cluster.events import ControlledShutdown, ElectLeaders
 from appliance.cluster.partition_state import PartitionState
@@ -391,3 +391,19 @@ def test_failed_preferred_election_leaves_the_partition_online(brokers, admin):
     ctrl.controller.wait_idle()
     assert ctrl.controller.ctx.partition_states[tp] is PartitionState.ONLINE
     assert admin.partition_state(tp).leader == ctrl.broker_id
+
+
+def test_controller_adopts_its_own_election_whose_answer_was_lost(zk_connect, admin):
+    """The election transaction went through but the answer was lost (connection loss): the
+    retried election finds /controller held by its own session and takes the epoch it made."""
+    b = FakeBroker(zk_connect, 3, SESSION_MS)
+    b.client = open_session(ZkSettings(zk_connect, SESSION_MS, 30000))
+    try:
+        epoch, _ = ZkStore(b.client).try_become_controller(3)  # as if the answer never arrived
+        b.controller = Controller(b.client, 3, b.channel)
+        b.controller.start()
+        wait_for(lambda: b.active)
+        assert b.controller.epoch == epoch == admin.controller_epoch()[0]
+        assert admin.controller_id() == 3
+    finally:
+        b.stop()
