@@ -34,9 +34,13 @@ def wait_for(pred, timeout: float = 30.0, interval: float = 0.05):
 def force_isr(store, tp, isr) -> None:
     """What a leader does when a follower falls behind or catches up: write the ISR with a
     zkVersion-conditional update, then tell the controller."""
-    cur = store.partition_state(tp)
-    assert store.update_partition_state(tp, LeaderIsr(cur.leader, cur.leader_epoch, tuple(isr),
-                                                      cur.controller_epoch, cur.zk_version), None)
+    def write():
+        cur = store.partition_state(tp)
+        # None = the controller changed the state meanwhile (a real leader would wait for its
+        # LeaderAndIsr); read the new state and write again
+        return store.update_partition_state(tp, LeaderIsr(cur.leader, cur.leader_epoch, tuple(isr),
+                                                          cur.controller_epoch, cur.zk_version), None)
+    wait_for(write)
     store.notify_isr_change({tp})
 
 
