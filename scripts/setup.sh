@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Installs everything the broker and its tests need, idempotently: Debian packages (kcat), a
-# virtualenv in .venv with the project and its test dependencies, and warm numba caches.
+# Installs everything the broker and its tests need, idempotently: Debian packages (kcat,
+# zookeeper), a virtualenv in .venv with the project and its test dependencies, and warm numba caches.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
+# cluster tests start a real ZooKeeper server from Debian's package
+[ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
   SUDO=""
