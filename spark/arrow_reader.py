@@ -3,7 +3,7 @@
 The walk: :class:`appliance.storage.reader.LogReader` finds the byte range of whole batches from
 an offset (offset index + native scan), the range is mmap'd read-only, :func:`native.scan_batches`
 checks every batch's CRC32C, compressed records sections are inflated, and
-:func:`spark.decode_kernel.decode_records` turns the records into Arrow buffers. Control batches
+:func:`native.decode.decode_records` turns the records into Arrow buffers. Control batches
 are skipped, as Kafka consumers skip them; offset gaps (compacted topics) need no special case.
 
 A batch that fails its CRC or does not decode raises CorruptRecordError naming the segment file
@@ -29,7 +29,7 @@ from appliance.records import batch_layout as L
 from appliance.records.compression import DEFAULT_MAX_DECOMPRESSED, decompress
 from appliance.storage.reader import LogReader
 from native import SCAN_END, scan_batches
-from spark.decode_kernel import DECODE_ERRORS, DECODE_OK, DecodeOutput, decode_records
+from native.decode import DECODE_ERRORS, DECODE_OK, DecodeOutput, decode_records
 from spark.schema import arrow_schema
 
 __all__ = ["read_range", "DataLossWarning"]
