@@ -13,9 +13,23 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["session", "REPO_ROOT"]
+__all__ = ["session", "cluster_conf", "REPO_ROOT"]
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cluster_conf(master: str) -> dict[str, str]:
+    """Settings that make executors on a cluster run this interpreter with the project importable.
+
+    Executors do not inherit the driver's environment: ``spark.pyspark.python`` names the
+    interpreter their Python workers run and ``spark.executorEnv.PYTHONPATH`` puts the
+    repository root on its path. Both must exist on every worker host (same path).
+    """
+    conf = {"spark.pyspark.python": sys.executable,
+            "spark.executorEnv.PYTHONPATH": REPO_ROOT}
+    if master.startswith("spark://"):
+        conf.update({"spark.executor.memory": "512m", "spark.executor.cores": "1"})
+    return conf
 
 
 def session(app_name: str = "appliance", master: str = "local[2]", **conf: str):
@@ -37,6 +51,8 @@ def session(app_name: str = "appliance", master: str = "local[2]", **conf: str):
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.sql.session.timeZone", "UTC"))
+    for k, v in cluster_conf(master).items():
+        builder = builder.config(k, v)
     for k, v in conf.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
