@@ -44,7 +44,6 @@ from pyspark.sql.types import StructType
 
 from appliance.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from spark.arrow_reader import read_range
-from spark.broker_catalog import BrokerView, broker_catalog, local_broker_id
 from spark.catalog import Catalog, load_catalog
 from spark.options import (
     ReadOptions,
@@ -63,7 +62,6 @@ from spark.planning import (
     split_ranges,
 )
 from spark.progress import IN_PLACE, REMOTE, ReadStats, progress_log
-from spark.remote_reader import fetch_range
 from spark.schema import arrow_schema, spark_schema
 
 __all__ = ["ApplianceDataSource", "ApplianceBatchReader", "ApplianceStreamReader"]
@@ -77,6 +75,9 @@ def _load_catalog(opts: ReadOptions) -> tuple[Catalog, tuple[int, ...]]:
     """The catalog the driver plans from, and the broker ids at the bootstrap server (if any)."""
     if not opts.remote:
         return load_catalog(opts.log_dirs, opts.shm_name), ()
+    # Imported here: Python workers that only read in place skip the client's import time.
+    from spark.broker_catalog import BrokerView, broker_catalog
+
     view = BrokerView(opts.bootstrap_servers, opts.request_timeout_ms)
     try:
         catalog = broker_catalog(view, opts.log_dirs, opts.shm_name)
@@ -92,6 +93,8 @@ def _local_path(opts: ReadOptions, r: TopicRange) -> str | None:
     path = next((c for c in candidates if c and os.path.isdir(c)), None)
     if path is None or not opts.remote or not r.brokers:
         return path
+    from spark.broker_catalog import local_broker_id
+
     local = local_broker_id(opts.log_dirs, opts.shm_name)
     if local is not None and local[0] not in r.brokers:
         log.warning("%s holds %s-%d of broker %d, not of the broker(s) %s at %s: reading over "
@@ -126,6 +129,9 @@ def _read_range(opts: ReadOptions, r: TopicRange) -> Iterator[pa.RecordBatch]:
                               fail_on_data_loss=opts.fail_on_data_loss,
                               chunk_bytes=opts.chunk_bytes, schema=schema, stats=stats)
     else:
+        from spark.broker_catalog import BrokerView
+        from spark.remote_reader import fetch_range
+
         view = BrokerView(opts.bootstrap_servers, opts.request_timeout_ms)
         try:
             yield from fetch_range(view, r.topic, r.partition, r.start, r.end,

@@ -1,0 +1,61 @@
+"""Jobs submitted with spark-submit to a real standalone cluster (master + two worker JVMs) and to
+local[*]: same results, equal to kcat; in place, through the broker, and mixed."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.spark.conftest import (
+    create_topic,
+    executor_log,
+    kcat,
+    parquet_rows,
+    produce,
+    submit,
+)
+
+
+def _records(n: int):
+    for i in range(n):
+        r = {"value": f"event-{i}-".encode() + b"z" * (i % 30)}
+        if i % 3:
+            r["key"] = f"user-{i % 17}".encode()
+        if i % 5 == 0:
+            r["headers"] = [("src", f"s{i % 4}".encode())]
+        yield r
+
+
+@pytest.fixture(scope="module")
+def topic(broker):
+    create_topic(broker, "cl3", 3)
+    produce(broker, "cl3", _records(2000), compression="lz4", **{"batch.num.messages": 200})
+    return "cl3"
+
+
+def _ok(res) -> None:
+    assert res.returncode == 0, f"spark-submit failed ({res.returncode}):\n{res.stderr[-4000:]}"
+
+
+@pytest.mark.timeout(900)
+def test_batch_read_on_cluster_and_local_equals_kcat(broker, topic, spark_cluster, tmp_path):
+    want = kcat(broker, topic)
+    assert len(want) == 2000
+    dirs = ",".join(broker.log_dirs)
+    runs = {
+        "cluster-in-place": (spark_cluster.master_url, ["--log-dirs", dirs]),
+        "local-in-place": ("local[*]", ["--log-dirs", dirs]),
+        "cluster-remote": (spark_cluster.master_url, ["--bootstrap", broker.bootstrap]),
+    }
+    for name, (master, extra) in runs.items():
+        out = tmp_path / name
+        _ok(submit(master, "topic_to_parquet.py", "--topic", topic, "--out", str(out), *extra))
+        assert parquet_rows(out) == want, name
+    # The executors (on the workers) said how each task read, with its figures.
+    logs = executor_log(spark_cluster)
+    for how in ("in-place", "remote"):
+        done = re.findall(rf"appliance read cl3-(\d) \[\d+, \d+\) {how}: (\d+) records .* done",
+                          logs)
+        assert sorted({p for p, _ in done}) == ["0", "1", "2"], (how, logs[-3000:])
+    assert re.search(r"cl3-\d \[\d+, \d+\) remote: \d+ records .* bytes fetched [1-9]", logs)
