@@ -59,3 +59,21 @@ def test_batch_read_on_cluster_and_local_equals_kcat(broker, topic, spark_cluste
                           logs)
         assert sorted({p for p, _ in done}) == ["0", "1", "2"], (how, logs[-3000:])
     assert re.search(r"cl3-\d \[\d+, \d+\) remote: \d+ records .* bytes fetched [1-9]", logs)
+
+
+@pytest.mark.timeout(600)
+def test_workers_with_another_python_are_named(broker, topic, spark_cluster, tmp_path):
+    import sys
+
+    other = "/usr/bin/python3.11"  # the system's Python: no numba, pyarrow or project
+    res = submit(spark_cluster.master_url, "topic_to_parquet.py", "--topic", topic, "--out",
+                 str(tmp_path / "never"), "--log-dirs", ",".join(broker.log_dirs),
+                 conf={"spark.pyspark.python": other,
+                       "spark.pyspark.driver.python": sys.executable,
+                       "spark.task.maxFailures": "1"})
+    assert res.returncode != 0
+    err = res.stderr
+    assert "WorkerEnvironmentError" in err, err[-3000:]
+    assert f"interpreter {other}" in err or f"interpreter '{other}'" in err, err[-3000:]
+    assert f"--conf spark.pyspark.python={sys.executable}" in err
+    assert not (tmp_path / "never").exists()
