@@ -22,8 +22,10 @@ def _submitted_conf() -> dict[str, str]:
     """The settings spark-submit passed (--conf), when this driver was started by it."""
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         return {}
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
 
+    # SparkConf() sees the JVM's settings only once the gateway (spark-submit's) is connected.
+    SparkContext._ensure_initialized()
     return dict(SparkConf().getAll())
 
 

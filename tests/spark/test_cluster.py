@@ -44,7 +44,9 @@ def test_batch_read_on_cluster_and_local_equals_kcat(broker, topic, spark_cluste
     assert len(want) == 2000
     dirs = ",".join(broker.log_dirs)
     runs = {
-        "cluster-in-place": (spark_cluster.master_url, ["--log-dirs", dirs]),
+        # both options: every partition is on this host, so every task reads in place
+        "cluster-mixed": (spark_cluster.master_url, ["--log-dirs", dirs,
+                                                     "--bootstrap", broker.bootstrap]),
         "local-in-place": ("local[*]", ["--log-dirs", dirs]),
         "cluster-remote": (spark_cluster.master_url, ["--bootstrap", broker.bootstrap]),
     }
