@@ -74,7 +74,7 @@ def test_workers_with_another_python_are_named(broker, topic, spark_cluster, tmp
                        "spark.pyspark.driver.python": sys.executable,
                        "spark.task.maxFailures": "1"})
     assert res.returncode != 0
-    err = res.stderr
+    err = res.stdout + res.stderr  # spark-submit passes the Python driver's stderr to stdout
     assert "WorkerEnvironmentError" in err, err[-3000:]
     assert f"interpreter {other}" in err or f"interpreter '{other}'" in err, err[-3000:]
     assert f"--conf spark.pyspark.python={sys.executable}" in err
