@@ -1,7 +1,7 @@
 """The appliance source on a real Spark standalone cluster: in place vs through the broker vs a
 confluent-kafka consumer, and in place vs the raw read rate of the segment files.
 
-One topic (``--partitions`` partitions of 100-byte values, batches of 1000, uncompressed,
+One topic (``--partitions`` (2) partitions of 100-byte values, batches of 1000, uncompressed,
 written with ``appliance.storage`` PartitionLog and served by a real broker), one standalone
 cluster (master + ``--workers`` workers of 1 core each, :mod:`spark.standalone`), one driver
 session for the Spark runs. Each figure is the median of ``--runs`` runs after a warm-up:
@@ -31,6 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import perf.bench_spark as single_host  # noqa: E402
 from perf.bench_spark import TOPIC, VALUE, bench_consumer  # noqa: E402
 
 
@@ -84,10 +85,11 @@ def raw_read(log_dir: str) -> tuple[float, int]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=4_000_000)
-    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
+    single_host.PARTITIONS = args.partitions  # bench_consumer assigns that many partitions
     from spark.session import session
     from spark.standalone import StandaloneCluster
     from tests.broker_process import BrokerProcess
