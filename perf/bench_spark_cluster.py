@@ -82,6 +82,19 @@ def raw_read(log_dir: str) -> tuple[float, int]:
     return time.perf_counter() - t, total
 
 
+def _task_rates(workdir) -> dict[str, list[float]]:
+    """records/s of every finished task, by path, from the executors' progress lines."""
+    import re
+
+    out: dict[str, list[float]] = {}
+    for f in glob.glob(os.path.join(str(workdir), "work", "w*", "app-*", "*", "stderr")):
+        with open(f, errors="replace") as fh:
+            for m in re.finditer(r"\) (in-place|remote): \d+ records \((\d+) records/s\).* done",
+                                 fh.read()):
+                out.setdefault(m.group(1), []).append(float(m.group(2)))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=4_000_000)
@@ -119,6 +132,7 @@ def main() -> int:
             print(f"  run {i + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in
                                                  figures.items()), flush=True)
         spark.stop()
+        task_rates = _task_rates(c.workdir)
     rate = {k: n / statistics.median(v) for k, v in figures.items()}
     print(f"\n{args.workers} workers x 1 core, {n:,} records ({raw_bytes / 1e6:,.0f} MB of "
           f"segments, {raw_bytes / n:.1f} bytes per record on disk); medians of {args.runs}:")
@@ -132,6 +146,14 @@ def main() -> int:
     print(f"in place / raw file read: {100 * r2:.1f} % (target >= 40 %: "
           f"{'met' if r2 >= 0.4 else 'MISSED'})")
     print(f"in place / confluent-kafka consumer: {r3:.2f}x")
+    # Inside the tasks (the source's own progress lines): decode rate without Spark's
+    # planning, scheduling and aggregation.
+    for how, rates in task_rates.items():
+        print(f"  per task, {how}: median {statistics.median(rates):,.0f} records/s over "
+              f"{len(rates)} tasks")
+    if len(task_rates) == 2:
+        t1 = statistics.median(task_rates["in-place"]) / statistics.median(task_rates["remote"])
+        print(f"per task in place / remote: {t1:.2f}x")
     return 0
 
 
