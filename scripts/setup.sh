@@ -7,6 +7,10 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
 # cluster tests start a real ZooKeeper server from Debian's package
+# tests/ops: the unit checks, socket buffer checks, the --watch terminal, the quick start's ZooKeeper
+command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
+command -v ss >/dev/null 2>&1 || need_apt+=(iproute2)
+command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
 [ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"

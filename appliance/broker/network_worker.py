@@ -37,7 +37,6 @@ __all__ = ["NetworkWorker", "KafkaConnection"]
 log = logging.getLogger("appliance.network")
 
 MAX_IN_FLIGHT = 64  # per connection; past it we stop reading (backpressure, uvicorn's FlowControl)
-SEND_BUFFER_BYTES = 4 << 20  # fewer writability wake-ups per large fetch response
 STOP_GRACE_S = 5.0
 
 
@@ -69,7 +68,10 @@ class KafkaConnection(asyncio.Protocol):
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+                for opt, key in ((socket.SO_SNDBUF, "socket.send.buffer.bytes"),
+                                 (socket.SO_RCVBUF, "socket.receive.buffer.bytes")):
+                    if self.ctx.config[key] > 0:  # -1: the OS default
+                        sock.setsockopt(socket.SOL_SOCKET, opt, self.ctx.config[key])
             self._sock_fd = sock.fileno()
         # pause_writing as soon as anything is buffered, resume when the buffer is empty: that is
         # exactly when the socket is ours for a direct sendfile
