@@ -6,11 +6,13 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
-# cluster tests start a real ZooKeeper server from Debian's package
-# tests/ops: the unit checks, socket buffer checks, the --watch terminal, the quick start's ZooKeeper
+# the Spark tests run a real standalone cluster (pyspark 4 needs Java 17+)
+command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
+# tests/ops: the unit checks, socket buffer checks, the --watch terminal
 command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 command -v ss >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
+# cluster tests and the quick start start a real ZooKeeper server from Debian's package
 [ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
