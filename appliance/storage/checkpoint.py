@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from appliance.errors import KafkaStorageError
 
 __all__ = [
-    "read_checkpoint", "write_checkpoint", "fsync_dir", "CHECKPOINT_VERSION",
+    "read_checkpoint", "write_checkpoint", "read_checkpoint_lines", "write_checkpoint_lines",
+    "malformed", "fsync_dir", "CHECKPOINT_VERSION",
     "RECOVERY_POINT_CHECKPOINT", "REPLICATION_OFFSET_CHECKPOINT", "LOG_START_OFFSET_CHECKPOINT",
 ]
 
@@ -36,11 +37,11 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_checkpoint(path: str, entries: Mapping[tuple[str, int], int]) -> None:
-    """Atomically replace ``path`` with ``entries``. Raises KafkaStorageError on I/O failure."""
-    lines = [str(CHECKPOINT_VERSION), str(len(entries))]
-    lines += [f"{t} {p} {o}" for (t, p), o in sorted(entries.items())]
-    data = ("\n".join(lines) + "\n").encode()
+def write_checkpoint_lines(path: str, rows: list[str], what: str = "checkpoint") -> None:
+    """Atomically replace ``path`` with the version line, the count line and ``rows``.
+
+    Raises KafkaStorageError on I/O failure (naming ``what`` and the path)."""
+    data = ("\n".join([str(CHECKPOINT_VERSION), str(len(rows)), *rows]) + "\n").encode()
     tmp = path + ".tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -52,7 +53,43 @@ def write_checkpoint(path: str, entries: Mapping[tuple[str, int], int]) -> None:
         os.replace(tmp, path)
         fsync_dir(os.path.dirname(os.path.abspath(path)))
     except OSError as e:
-        raise KafkaStorageError(f"cannot write checkpoint {path}: {e}") from e
+        raise KafkaStorageError(f"cannot write {what} {path}: {e}") from e
+
+
+def read_checkpoint_lines(path: str, what: str = "checkpoint") -> list[list[str]] | None:
+    """The split entry lines of ``path`` after checking its version and count lines; None when
+    it does not exist.
+
+    Raises KafkaStorageError naming ``what`` and the path when it cannot be read or its
+    version or count line is wrong."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise KafkaStorageError(f"cannot read {what} {path}: {e}") from e
+    if len(lines) < 2:
+        raise malformed(path, what, "missing version or count line")
+    if lines[0].strip() != str(CHECKPOINT_VERSION):
+        raise malformed(path, what, f"unknown version {lines[0]!r}")
+    try:
+        count = int(lines[1])
+    except ValueError:
+        raise malformed(path, what, f"count line {lines[1]!r} is not a number") from None
+    body = [ln.split() for ln in lines[2:] if ln.strip()]
+    if len(body) != count:
+        raise malformed(path, what, f"count says {count} entries, found {len(body)}")
+    return body
+
+
+def malformed(path: str, what: str, why: str) -> KafkaStorageError:
+    return KafkaStorageError(f"malformed {what} {path}: {why}")
+
+
+def write_checkpoint(path: str, entries: Mapping[tuple[str, int], int]) -> None:
+    """Atomically replace ``path`` with ``entries``. Raises KafkaStorageError on I/O failure."""
+    write_checkpoint_lines(path, [f"{t} {p} {o}" for (t, p), o in sorted(entries.items())])
 
 
 def read_checkpoint(path: str) -> dict[tuple[str, int], int]:
@@ -60,35 +97,13 @@ def read_checkpoint(path: str) -> dict[tuple[str, int], int]:
 
     Raises KafkaStorageError when the file is malformed (wrong version, count mismatch, bad line).
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except FileNotFoundError:
-        return {}
-    except OSError as e:
-        raise KafkaStorageError(f"cannot read checkpoint {path}: {e}") from e
-
-    def bad(why: str) -> KafkaStorageError:
-        return KafkaStorageError(f"malformed checkpoint {path}: {why}")
-
-    if len(lines) < 2:
-        raise bad("missing version or count line")
-    if lines[0].strip() != str(CHECKPOINT_VERSION):
-        raise bad(f"unknown version {lines[0]!r}")
-    try:
-        count = int(lines[1])
-    except ValueError:
-        raise bad(f"bad count line {lines[1]!r}") from None
-    body = [ln for ln in lines[2:] if ln.strip()]
-    if len(body) != count:
-        raise bad(f"expected {count} entries, found {len(body)}")
+    rows = read_checkpoint_lines(path)
     out: dict[tuple[str, int], int] = {}
-    for ln in body:
-        parts = ln.split()
-        if len(parts) != 3:
-            raise bad(f"bad line {ln!r}")
+    for parts in rows or ():
         try:
+            if len(parts) != 3:
+                raise ValueError
             out[(parts[0], int(parts[1]))] = int(parts[2])
         except ValueError:
-            raise bad(f"bad line {ln!r}") from None
+            raise malformed(path, "checkpoint", f"bad line {' '.join(parts)!r}") from None
     return out

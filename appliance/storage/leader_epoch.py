@@ -27,10 +27,8 @@ Thread-safety: none; the disk worker that owns the partition is the only user.
 from __future__ import annotations
 
 import bisect
-import os
 
-from appliance.errors import KafkaStorageError
-from appliance.storage.checkpoint import fsync_dir
+from appliance.storage.checkpoint import malformed, read_checkpoint_lines, write_checkpoint_lines
 
 __all__ = [
     "LeaderEpochCache", "EpochEntry", "LEADER_EPOCH_CHECKPOINT", "UNDEFINED_EPOCH",
@@ -38,7 +36,7 @@ __all__ = [
 ]
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
-_VERSION = 0
+_WHAT = "leader epoch checkpoint"  # names the file in errors
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
 
@@ -47,19 +45,7 @@ EpochEntry = tuple[int, int]  # (epoch, start offset)
 
 def write_leader_epoch_checkpoint(path: str, entries: list[EpochEntry]) -> None:
     """Atomically replace ``path``. Raises KafkaStorageError on I/O failure."""
-    data = "\n".join([str(_VERSION), str(len(entries))] + [f"{e} {o}" for e, o in entries]) + "\n"
-    tmp = path + ".tmp"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, data.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        fsync_dir(os.path.dirname(os.path.abspath(path)))
-    except OSError as e:
-        raise KafkaStorageError(f"cannot write {path}: {e}") from e
+    write_checkpoint_lines(path, [f"{e} {o}" for e, o in entries], _WHAT)
 
 
 def read_leader_epoch_checkpoint(path: str) -> list[EpochEntry]:
@@ -68,39 +54,17 @@ def read_leader_epoch_checkpoint(path: str) -> list[EpochEntry]:
     Raises:
         KafkaStorageError: malformed (wrong version, count mismatch, bad or non-ascending line).
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except FileNotFoundError:
-        return []
-    except OSError as e:
-        raise KafkaStorageError(f"cannot read {path}: {e}") from e
-
-    def bad(why: str) -> KafkaStorageError:
-        return KafkaStorageError(f"malformed leader epoch checkpoint {path}: {why}")
-
-    if len(lines) < 2:
-        raise bad("missing version or count line")
-    if lines[0].strip() != str(_VERSION):
-        raise bad(f"unknown version {lines[0]!r}")
-    try:
-        count = int(lines[1])
-    except ValueError:
-        raise bad(f"count line {lines[1]!r} is not a number") from None
-    body = [ln for ln in lines[2:] if ln.strip()]
-    if len(body) != count:
-        raise bad(f"count says {count} entries, found {len(body)}")
     out: list[EpochEntry] = []
-    for ln in body:
-        parts = ln.split()
+    for parts in read_checkpoint_lines(path, _WHAT) or ():
+        line = " ".join(parts)
         try:
-            epoch, offset = int(parts[0]), int(parts[1])
             if len(parts) != 2:
                 raise ValueError
-        except (ValueError, IndexError):
-            raise bad(f"line {ln!r} is not '<epoch> <offset>'") from None
+            epoch, offset = int(parts[0]), int(parts[1])
+        except ValueError:
+            raise malformed(path, _WHAT, f"line {line!r} is not '<epoch> <offset>'") from None
         if epoch < 0 or offset < 0 or (out and (epoch <= out[-1][0] or offset <= out[-1][1])):
-            raise bad(f"line {ln!r} is negative or not ascending")
+            raise malformed(path, _WHAT, f"line {line!r} is negative or not ascending")
         out.append((epoch, offset))
     return out
 
