@@ -38,6 +38,7 @@ class Partitions:
         self.slot_of: dict[tuple[str, int], int] = {}
         self.log_dir: LogDir | None = None
         self.created_hooks: list[Callable[[str, int], None]] = []  # (topic, partition) once created
+        self.metrics = None  # a metrics Recorder when metrics are on
 
     # -- start ----------------------------------------------------------------------------
     def open(self) -> None:
@@ -106,7 +107,13 @@ class Partitions:
         plog = self.logs.get(slot)
         if plog is None:
             raise NotHere()
+        m = self.metrics
+        if m is not None:
+            started, leo = time.monotonic(), plog.log_end_offset
         info = plog.append(body)
+        if m is not None:  # one add per partition of a request, never per record
+            m.appended(slot, plog.log_end_offset - leo, len(body))
+            m.local(0, time.monotonic() - started)  # 0: Produce's API key
         if info.duplicate:
             # a retry of a batch already in the log: acknowledge its original offsets
             log.debug("duplicate batch for slot %d at offset %d", slot, info.first_offset)
@@ -125,6 +132,8 @@ class Partitions:
             cfg = TopicConfig.from_overrides(self.config, spec.get("configs", {}))
         except ConfigError:
             cfg = self.config.topic_defaults()  # validated by the network worker already
+        if self.metrics is not None:  # a reused slot: the new partition counts from 0
+            self.metrics.reset_partition(slot)
         # made durable with the rest of the round's creates, before any of them is answered
         plog = self.log_dir.create_partition(info.topic, info.partition, cfg, durable=False)
         self._register(slot, info.topic, info.partition, plog)

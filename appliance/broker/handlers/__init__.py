@@ -17,6 +17,7 @@ read segment files, and submit work to disk workers. A new API is one line in on
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from appliance.broker.broker_context import BrokerContext
@@ -32,6 +33,7 @@ from appliance.broker.handlers import (
     topics,
 )
 from appliance.broker.handlers.answer import CloseConnection, encode
+from appliance.metrics.responses import record_response
 from appliance.protocol.messages import (
     AlterConfigs,
     ApiVersions,
@@ -92,6 +94,7 @@ GROUP_HANDLERS = {
 
 async def run(ctx: BrokerContext, request: Any, client_host: str = "") -> Any:
     """The encoded response chunks for one request (None when it gets no response)."""
+    started = time.monotonic()
     handler = HANDLERS.get(request.api_key)
     if handler is not None:
         body = await handler(ctx, request)
@@ -99,6 +102,8 @@ async def run(ctx: BrokerContext, request: Any, client_host: str = "") -> Any:
         body = await GROUP_HANDLERS[request.api_key](ctx, request, client_host)
     else:
         raise CloseConnection(f"no handler for API key {request.api_key}")
+    if ctx.metrics is not None:
+        record_response(ctx, request, body, time.monotonic() - started)
     return encode(request, body)
 
 

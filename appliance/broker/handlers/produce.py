@@ -4,6 +4,7 @@ answer when the requested acks are met (acks=-1 on one broker: the leader is the
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from appliance.broker.handlers.answer import NO_RESPONSE, encode
@@ -67,7 +68,7 @@ class PendingProduce:
     :meth:`partition_done` once per partition put on a ring, and the last one answers. One
     object per request, in place of a closure per partition and two around the answer."""
 
-    __slots__ = ("ctx", "request", "answer", "conn", "topics", "results", "waiting")
+    __slots__ = ("ctx", "request", "answer", "conn", "topics", "results", "waiting", "started")
 
     def __init__(self, ctx: Any, request: Any, answer: asyncio.Future, conn: Any) -> None:
         self.ctx = ctx
@@ -77,6 +78,7 @@ class PendingProduce:
         self.topics = request.body.topic_data
         self.results: list[dict] = []  # one per partition, in request order
         self.waiting = 0
+        self.started = time.monotonic() if ctx.metrics is not None else 0.0
 
     def partition_done(self, out: dict, comp: Any) -> None:
         _fill(out, comp)
@@ -90,11 +92,25 @@ class PendingProduce:
         answer = self.answer
         if answer.done():
             return
+        m = self.ctx.metrics
+        if m is not None:
+            _record(m, self.started, self.results, body)
         try:
             answer.set_result(encode(self.request, body))
         except Exception as e:  # an encoding bug: the connection closes, the worker lives
             answer.set_exception(e)
         self.ctx.wakeups.answer_ready(self.conn)
+
+
+def _record(m: Any, started: float, results: list[dict], body: Any) -> None:
+    """One request in the metrics: its time, and each partition it failed (per error code)."""
+    m.request(0, time.monotonic() - started)  # 0: Produce's API key
+    if not results and isinstance(body, dict):  # refused whole (invalid acks)
+        results = [p for t in body["responses"] for p in t["partition_responses"]]
+    for out in results:
+        if out["error_code"]:
+            m.error(0, out["error_code"])
+            m.failed_produce()
 
 
 def start(ctx: Any, request: Any, answer: asyncio.Future, conn: Any) -> None:

@@ -1,0 +1,51 @@
+"""Metrics of a request answered by a task handler (every API but Produce): its time, the error
+codes its response carries (top level, per topic, per partition), and for Fetch the bytes of
+each partition's records (bytes out per topic) and the partitions refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from appliance.protocol.types import FileSlice
+
+__all__ = ["record_response"]
+
+_FETCH = 1  # Fetch's API key
+
+
+def record_response(ctx: Any, request: Any, body: Any, seconds: float) -> None:
+    m = ctx.metrics
+    api = request.api_key
+    m.request(api, seconds)
+    if not isinstance(body, dict):  # a coordinator's encoded body, or no response
+        return
+    _errors(m, api, body, 0)
+    if api == _FETCH:
+        _fetched(ctx, m, body)
+
+
+def _errors(m: Any, api: int, node: Any, depth: int) -> None:
+    """Every ``error_code`` in the body, down to partitions (depth 3 covers every API here)."""
+    code = node.get("error_code")
+    if code:
+        m.error(api, code)
+    if depth >= 3:
+        return
+    for value in node.values():
+        if isinstance(value, list):
+            for item in value:
+                if isinstance(item, dict):
+                    _errors(m, api, item, depth + 1)
+
+
+def _fetched(ctx: Any, m: Any, body: dict) -> None:
+    for t in body.get("responses") or ():
+        for p in t["partitions"]:
+            if p["error_code"]:
+                m.failed_fetch()
+            records = p["records"]
+            n = records.length if isinstance(records, FileSlice) else len(records or b"")
+            if n:
+                info = ctx.index.lookup(t["topic"], p["partition_index"])
+                if info is not None:
+                    m.bytes_out(info.slot, n)
