@@ -100,8 +100,18 @@ class BrokerCollector(Collector):
         return self.counters.field(name, self.worker_slots)
 
     def _topic_counters(self, parts: list) -> Iterator[Any]:
+        base = self._sum("leo_base")
+        messages = CounterMetricFamily("kafka_server_brokertopicmetrics_messagesin",
+                                       "Records appended, per topic (log-end offsets' growth since "
+                                       "this broker opened each partition).", labels=["topic"])
+        per_topic: dict[str, int] = defaultdict(int)
+        for p in parts:
+            if base[p.slot]:
+                per_topic[p.topic] += max(p.log_end_offset - (int(base[p.slot]) - 1), 0)
+        for topic, value in sorted(per_topic.items()):
+            messages.add_metric([topic], value)
+        yield messages
         for field, name, doc in (
-                ("messages_in", "messagesin", "Records appended, per topic."),
                 ("bytes_in", "bytesin", "Bytes of record batches appended, per topic."),
                 ("bytes_out", "bytesout", "Bytes of records sent to fetchers, per topic.")):
             per_slot = self._sum(field)

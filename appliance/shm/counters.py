@@ -84,7 +84,7 @@ class SharedCounters:
     def reset_partition(self, slot: int) -> None:
         """Zero a partition slot's counters in every slab: a new partition in a reused slot
         starts from 0 (called while the slot is CREATING, before anything can count on it)."""
-        for name in ("messages_in", "bytes_in", "bytes_out"):
+        for name in ("leo_base", "bytes_in", "bytes_out"):
             self.words[:, COUNTER_SLAB.offset(name) // 8 + slot] = 0
 
     def close(self) -> None:

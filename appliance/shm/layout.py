@@ -269,7 +269,9 @@ COUNTER_SLAB = Layout("counter_slab", (
     ("isr_shrinks", "Q"),                                         # cluster (0 standalone)
     ("isr_expands", "Q"),
     ("reserved", "32Q"),
-    ("messages_in", f"{COUNTER_PARTITIONS}Q"),                    # disk: per partition slot
+    # disk: per partition slot, its log-end offset + 1 when this broker first opened or created
+    # it (0: not yet); messages in = log-end offset now - (leo_base - 1), with no add per append
+    ("leo_base", f"{COUNTER_PARTITIONS}Q"),
     ("bytes_in", f"{COUNTER_PARTITIONS}Q"),                       # disk: per partition slot
     ("bytes_out", f"{COUNTER_PARTITIONS}Q"),                      # network: per partition slot
 ))

@@ -17,6 +17,7 @@ from appliance.broker.disk.requests import NOTHING, NotHere
 from appliance.config import BrokerConfig, ConfigError, TopicConfig
 from appliance.coordinator.routing import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
 from appliance.errors import ErrorCode, KafkaStorageError
+from appliance.metrics.recorder import SAMPLE_MASK
 from appliance.shm.layout import SlotState, WorkerState
 from appliance.shm.partition_table import PartitionTable
 from appliance.storage.log_dir import LogDir
@@ -89,6 +90,8 @@ class Partitions:
         plog.high_watermark = plog.log_end_offset
         self.logs[slot] = plog
         self.slot_of[(topic, partition)] = slot
+        if self.metrics is not None:
+            self.metrics.opened(slot, plog.log_end_offset)
         self.publish(slot, plog)
         self.table.set_state(slot, SlotState.ONLINE)
 
@@ -108,12 +111,16 @@ class Partitions:
         if plog is None:
             raise NotHere()
         m = self.metrics
-        if m is not None:
-            started, leo = time.monotonic(), plog.log_end_offset
-        info = plog.append(body)
-        if m is not None:  # one add per partition of a request, never per record
-            m.appended(slot, plog.log_end_offset - leo, len(body))
-            m.local(0, time.monotonic() - started)  # 0: Produce's API key
+        if m is None:
+            info = plog.append(body)
+        else:  # one add per partition of a request (messages in come from the log-end offset)
+            if plog.log_end_offset & SAMPLE_MASK:
+                info = plog.append(body)
+            else:  # one append in about SAMPLE is timed
+                started = time.monotonic()
+                info = plog.append(body)
+                m.local(0, time.monotonic() - started)  # 0: Produce's API key
+            m.w[m.bytes_in + slot] += len(body)
         if info.duplicate:
             # a retry of a batch already in the log: acknowledge its original offsets
             log.debug("duplicate batch for slot %d at offset %d", slot, info.first_offset)

@@ -9,6 +9,7 @@ from typing import Any
 
 from appliance.broker.handlers.answer import NO_RESPONSE, encode
 from appliance.errors import ErrorCode, KafkaError
+from appliance.metrics.recorder import SAMPLE_MASK
 from appliance.records.convert import legacy_to_v2
 from appliance.shm.layout import MsgType, SlotState
 
@@ -78,10 +79,12 @@ class PendingProduce:
         self.topics = request.body.topic_data
         self.results: list[dict] = []  # one per partition, in request order
         self.waiting = 0
-        self.started = time.monotonic() if ctx.metrics is not None else 0.0
+        self.started = 0.0  # set on the requests the metrics time (one in SAMPLE)
 
     def partition_done(self, out: dict, comp: Any) -> None:
         _fill(out, comp)
+        if comp.error_code and self.ctx.metrics is not None:
+            _failed(self.ctx.metrics, (out,))
         self.waiting -= 1
         if self.waiting == 0:
             self.finish(_body(self.topics, self.results))
@@ -92,9 +95,8 @@ class PendingProduce:
         answer = self.answer
         if answer.done():
             return
-        m = self.ctx.metrics
-        if m is not None:
-            _record(m, self.started, self.results, body)
+        if self.started:
+            self.ctx.metrics.produce_time(time.monotonic() - self.started)
         try:
             answer.set_result(encode(self.request, body))
         except Exception as e:  # an encoding bug: the connection closes, the worker lives
@@ -102,14 +104,11 @@ class PendingProduce:
         self.ctx.wakeups.answer_ready(self.conn)
 
 
-def _record(m: Any, started: float, results: list[dict], body: Any) -> None:
-    """One request in the metrics: its time, and each partition it failed (per error code)."""
-    m.request(0, time.monotonic() - started)  # 0: Produce's API key
-    if not results and isinstance(body, dict):  # refused whole (invalid acks)
-        results = [p for t in body["responses"] for p in t["partition_responses"]]
-    for out in results:
+def _failed(m: Any, outs: Any) -> None:
+    """Partitions refused, in the metrics (per error code; never on the path of a success)."""
+    for out in outs:
         if out["error_code"]:
-            m.error(0, out["error_code"])
+            m.error(0, out["error_code"])  # 0: Produce's API key
             m.failed_produce()
 
 
@@ -119,11 +118,21 @@ def start(ctx: Any, request: Any, answer: asyncio.Future, conn: Any) -> None:
     Measured: a task, its futures and the scheduling between them were 4 of the 6 event-loop
     passes a single-record produce took, and most of its cost."""
     pending = PendingProduce(ctx, request, answer, conn)
+    m = ctx.metrics
+    if m is not None:  # the request count (word 0: Produce's API key); one in SAMPLE is timed
+        w = m.w
+        n = w[0] + 1
+        w[0] = n
+        if not n & SAMPLE_MASK:
+            pending.started = time.monotonic()
     body = request.body
     acks = body.acks
     topics = pending.topics
     if acks not in (-1, 0, 1):
-        pending.finish(_invalid_acks(topics))
+        refused = _invalid_acks(topics)
+        if m is not None:
+            _failed(m, [p for t in refused["responses"] for p in t["partition_responses"]])
+        pending.finish(refused)
         return
     results = pending.results
     submits = []
@@ -133,6 +142,8 @@ def start(ctx: Any, request: Any, answer: asyncio.Future, conn: Any) -> None:
             results.append(out)
             if info is not None:
                 submits.append((info, records, out))
+    if m is not None and len(submits) < len(results):
+        _failed(m, results)
     pending.waiting = len(submits) if acks != 0 else 0
     submit = ctx.disks.submit_nowait
     done = pending.partition_done
