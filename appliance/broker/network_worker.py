@@ -352,8 +352,14 @@ class NetworkWorker:
         msock = bind_endpoint(listener)
         slots = [self.plumbing.disk_slot(d) for d in range(self.plumbing.num_disks)]
         slots += [self.plumbing.net_slot(n) for n in range(self.plumbing.num_net)]
+        from appliance.metrics.group_lag import committed_offsets
         collector = BrokerCollector(table, ctx.metrics.counters, slots, self.log_dirs)
-        return await serve_endpoint(msock, listener.path, collector.render)
+
+        async def render() -> bytes:
+            collector.committed = await committed_offsets(ctx)
+            return collector.render()
+
+        return await serve_endpoint(msock, listener.path, render)
 
     async def _heartbeat(self, table: PartitionTable, disks: DiskClient) -> None:
         while True:

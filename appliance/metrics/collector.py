@@ -80,6 +80,8 @@ class BrokerCollector(Collector):
         self.worker_slots = worker_slots
         self.log_dirs = log_dirs
         self._cpu_seen: dict[int, tuple[float, float]] = {}  # pid -> (monotonic, cpu seconds)
+        # {(group, topic, partition): committed offset}, set before each render (group_lag.py)
+        self.committed: dict[tuple[str, str, int], int] = {}
         # a registry of its own: no process metrics of the serving worker mixed in
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
@@ -94,6 +96,7 @@ class BrokerCollector(Collector):
         yield from self._requests()
         yield from self._partitions(parts)
         yield from self._workers()
+        yield from self._group_lag(parts)
 
     # -- counters ------------------------------------------------------------------------
     def _sum(self, name: str) -> np.ndarray:
@@ -195,6 +198,23 @@ class BrokerCollector(Collector):
             end.add_metric(lab, p.log_end_offset)
             start.add_metric(lab, p.log_start_offset)
         yield from (size, segments, end, start)
+
+    def _group_lag(self, parts: list) -> Iterator[Any]:
+        """Named as kafka_exporter names them (Kafka's brokers have no lag metric of their own)."""
+        end = {(p.topic, p.partition): p.log_end_offset for p in parts}
+        labels = ["consumergroup", "topic", "partition"]
+        current = GaugeMetricFamily("kafka_consumergroup_current_offset", "Committed offset of a "
+                                    "group in a partition.", labels=labels)
+        lag = GaugeMetricFamily("kafka_consumergroup_lag", "Log-end offset minus the group's "
+                                "committed offset.", labels=labels)
+        for (group, topic, partition), offset in sorted(self.committed.items()):
+            leo = end.get((topic, partition))
+            if leo is None:
+                continue  # a deleted topic's old commits
+            lab = [group, topic, str(partition)]
+            current.add_metric(lab, offset)
+            lag.add_metric(lab, max(leo - offset, 0))
+        yield from (current, lag)
 
     def _workers(self) -> Iterator[Any]:
         labels = ["kind", "worker"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -40,13 +40,16 @@ def bind_endpoint(listener: MetricsListener) -> socket.socket:
     return sock
 
 
-async def serve_endpoint(sock: socket.socket, path: str, render: Callable[[], bytes]) -> asyncio.Server:
-    """Serve ``render()`` at ``path`` on ``sock`` (from :func:`bind_endpoint`)."""
+async def serve_endpoint(sock: socket.socket, path: str,
+                         render: Callable[[], Awaitable[bytes]]) -> asyncio.Server:
+    """Serve ``await render()`` at ``path`` on ``sock`` (from :func:`bind_endpoint`)."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)
-            status, body, ctype = _answer(head, path, render)
+            status, body, ctype = _answer(head, path)
+            if status.startswith("200"):
+                body = await render() if head.startswith(b"GET") else b""
         except (asyncio.LimitOverrunError, asyncio.IncompleteReadError, TimeoutError,
                 ConnectionError):
             status, body, ctype = "400 Bad Request", b"bad request\n", "text/plain"
@@ -65,7 +68,8 @@ async def serve_endpoint(sock: socket.socket, path: str, render: Callable[[], by
     return await asyncio.start_server(handle, sock=sock, limit=MAX_HEAD)
 
 
-def _answer(head: bytes, path: str, render: Callable[[], bytes]) -> tuple[str, bytes, str]:
+def _answer(head: bytes, path: str) -> tuple[str, bytes, str]:
+    """(status, body, content type); the body of a 200 is left to the caller."""
     parts = head.split(b"\r\n", 1)[0].split()
     if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
         return "400 Bad Request", b"bad request\n", "text/plain"
@@ -74,5 +78,4 @@ def _answer(head: bytes, path: str, render: Callable[[], bytes]) -> tuple[str, b
         return "404 Not Found", f"metrics are at {path}\n".encode(), "text/plain"
     if method not in (b"GET", b"HEAD"):
         return "405 Method Not Allowed", b"GET only\n", "text/plain"
-    body = render()
-    return "200 OK", (body if method == b"GET" else b""), CONTENT_TYPE_LATEST
+    return "200 OK", b"", CONTENT_TYPE_LATEST

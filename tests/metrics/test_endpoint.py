@@ -138,6 +138,25 @@ def test_produce_latency_is_sampled_one_in_16(broker):
     assert moved("kafka_server_brokertopicmetrics_messagesin_total", topic=TOPIC) == 32
 
 
+def test_consumer_group_lag_per_partition(broker):
+    s = scrape(broker.metrics_port)
+    ends = {p: int(value(s, "kafka_log_log_logendoffset", topic=TOPIC, partition=str(p)))
+            for p in range(PARTITIONS)}
+    assert all(end > 20 for end in ends.values()), ends
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "m-lag",
+                  "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition(TOPIC, p, ends[p] - 5 * (p + 1)) for p in range(PARTITIONS)],
+                 asynchronous=False)
+    finally:
+        c.close()
+    s = scrape(broker.metrics_port)
+    for p in range(PARTITIONS):
+        labels = {"consumergroup": "m-lag", "topic": TOPIC, "partition": str(p)}
+        assert value(s, "kafka_consumergroup_lag", **labels) == 5 * (p + 1)
+        assert value(s, "kafka_consumergroup_current_offset", **labels) == ends[p] - 5 * (p + 1)
+
+
 def test_error_counters_move_on_induced_errors(broker):
     before = scrape(broker.metrics_port)
     err = "kafka_network_requestmetrics_errors_total"
