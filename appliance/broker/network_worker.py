@@ -162,7 +162,8 @@ class KafkaConnection(asyncio.Protocol):
 
     def _dispatch(self, event: proto.Request) -> None:
         if event.api_key not in handlers.TASK_FREE:
-            self._queue(asyncio.ensure_future(handlers.run(self.ctx, event, self._client_host)))
+            queued = time.monotonic() if self.ctx.metrics is not None else 0.0
+            self._queue(asyncio.ensure_future(handlers.run(self.ctx, event, self._client_host, queued)))
             return
         # no task: answered from a doorbell callback, which sets the future and then calls
         # flush_answers (through ctx.wakeups); queued first, as the answer may come at once

@@ -153,9 +153,12 @@ class BrokerCollector(Collector):
         yield family
         for field, name, doc in (
                 ("total_time", "totaltimems", "From the request's decoding to its response being "
-                 "ready to send, per API (ms)."),
-                ("local_time", "localtimems", "Time the disk worker spent on the request's "
-                 "partitions, each ring message observed once (ms).")):
+                 "ready to send, per API (ms); Produce: one request in 16 timed."),
+                ("local_time", "localtimems", "Produce: the disk worker's append of one "
+                 "partition (one in about 16 timed); other APIs: the handler's own work (ms)."),
+                ("queue_time", "requestqueuetimems", "From the request's decoding to its handler "
+                 "starting on the event loop (ms); Produce starts at once, untimed."),
+                ("remote_time", "remotetimems", "Fetch: the long-poll wait for data (ms).")):
             words = self._sum(field).reshape(COUNTER_API_KEYS, HIST_WORDS)
             family = HistogramMetricFamily(f"kafka_network_requestmetrics_{name}", doc,
                                            labels=["request"])

@@ -36,7 +36,7 @@ class Recorder:
     """Adds to one worker's slab. Not thread-safe (one writer per slab, by design)."""
 
     __slots__ = ("w", "counters", "leo_base", "bytes_in", "_bytes_out", "_total", "_local",
-                 "_errors")
+                 "_errors", "_queue", "_remote")
 
     def __init__(self, counters: SharedCounters, worker_slot: int) -> None:
         self.counters = counters
@@ -48,6 +48,8 @@ class Recorder:
         self._bytes_out = _O["bytes_out"]
         self._total = _O["total_time"]
         self._local = _O["local_time"]
+        self._queue = _O["queue_time"]
+        self._remote = _O["remote_time"]
         self._errors = _O["errors"]
 
     # -- network worker ------------------------------------------------------------------
@@ -61,6 +63,15 @@ class Recorder:
             w = self.w
             w[api_key] += 1
             self._observe(self._total + api_key * HIST_WORDS, seconds)
+
+    def phases(self, api_key: int, queue: float, local: float, remote: float) -> None:
+        """A task API's time split: waiting for the loop to start its handler, its own work,
+        and its wait for data (Fetch's long poll; Kafka's purgatory)."""
+        if 0 <= api_key < COUNTER_API_KEYS:
+            self._observe(self._queue + api_key * HIST_WORDS, queue)
+            self._observe(self._local + api_key * HIST_WORDS, local)
+            if remote:
+                self._observe(self._remote + api_key * HIST_WORDS, remote)
 
     def error(self, api_key: int, code: int) -> None:
         """A response (or one of its partitions) of ``api_key`` carried error ``code``."""

@@ -1,22 +1,33 @@
-"""Metrics of a request answered by a task handler (every API but Produce): its time, the error
-codes its response carries (top level, per topic, per partition), and for Fetch the bytes of
-each partition's records (bytes out per topic) and the partitions refused."""
+"""Metrics of a request answered by a task handler (every API but Produce): its time (total, and
+split into queue, local and remote), the error codes its response carries (top level, per topic,
+per partition), and for Fetch the bytes of each partition's records (bytes out per topic) and
+the partitions refused."""
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Any
 
 from appliance.protocol.types import FileSlice
 
-__all__ = ["record_response"]
+__all__ = ["record_response", "remote_wait"]
 
 _FETCH = 1  # Fetch's API key
 
+# seconds the running request's handler waited for data; each request runs in its own task,
+# which has its own copy of the context, so this is per request
+remote_wait: ContextVar[float] = ContextVar("remote_wait", default=0.0)
 
-def record_response(ctx: Any, request: Any, body: Any, seconds: float) -> None:
+
+def record_response(ctx: Any, request: Any, body: Any, queued: float, started: float,
+                    ended: float) -> None:
+    """``queued``: the request decoded; ``started``: its handler began; ``ended``: it answered
+    (time.monotonic() values)."""
     m = ctx.metrics
     api = request.api_key
-    m.request(api, seconds)
+    remote = remote_wait.get()
+    m.request(api, ended - queued)
+    m.phases(api, started - queued, ended - started - remote, remote)
     if not isinstance(body, dict):  # a coordinator's encoded body, or no response
         return
     _errors(m, api, body, 0)

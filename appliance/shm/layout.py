@@ -262,7 +262,9 @@ COUNTER_SLAB = Layout("counter_slab", (
     ("requests", f"{COUNTER_API_KEYS}Q"),                         # network: per API key
     ("errors", f"{COUNTER_API_KEYS * COUNTER_ERROR_CODES}Q"),     # network: (API key, code + 1)
     ("total_time", f"{COUNTER_API_KEYS * HIST_WORDS}Q"),          # network: per API key
-    ("local_time", f"{COUNTER_API_KEYS * HIST_WORDS}Q"),          # disk: per API key (ring message)
+    ("local_time", f"{COUNTER_API_KEYS * HIST_WORDS}Q"),          # disk (Produce), network (others)
+    ("queue_time", f"{COUNTER_API_KEYS * HIST_WORDS}Q"),          # network: task APIs
+    ("remote_time", f"{COUNTER_API_KEYS * HIST_WORDS}Q"),         # network: Fetch's long-poll wait
     ("flush_time", f"{HIST_WORDS}Q"),                             # disk: fsyncs of segments
     ("failed_produce", "Q"),                                      # network: partitions refused
     ("failed_fetch", "Q"),                                        # network: partitions refused

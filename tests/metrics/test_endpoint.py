@@ -157,6 +157,28 @@ def test_consumer_group_lag_per_partition(broker):
         assert value(s, "kafka_consumergroup_current_offset", **labels) == ends[p] - 5 * (p + 1)
 
 
+def test_fetch_time_is_split_into_queue_local_and_remote(broker):
+    """A long poll at the log end waits max_wait_ms for data: that is its remote time."""
+    before = scrape(broker.metrics_port)
+    with RawConnection(broker.port) as c:
+        end = c.request(1, 11, fetch_body(TOPIC, 1, 0, max_bytes=1)).responses[0].partitions[0].high_watermark
+        r = c.request(1, 11, fetch_body(TOPIC, 1, end, max_wait_ms=300))
+        assert r.responses[0].partitions[0].error_code == 0
+    after = scrape(broker.metrics_port)
+
+    def moved(name, **labels):
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    prefix = "kafka_network_requestmetrics_"
+    assert moved(prefix + "remotetimems_count", request="Fetch") == 1
+    assert moved(prefix + "remotetimems_sum", request="Fetch") >= 250  # ms
+    assert moved(prefix + "requestqueuetimems_count", request="Fetch") == 2
+    assert moved(prefix + "localtimems_count", request="Fetch") == 2
+    assert moved(prefix + "totaltimems_count", request="Fetch") == 2
+    assert moved(prefix + "totaltimems_sum", request="Fetch") >= moved(prefix + "remotetimems_sum",
+                                                                       request="Fetch")
+
+
 def test_error_counters_move_on_induced_errors(broker):
     before = scrape(broker.metrics_port)
     err = "kafka_network_requestmetrics_errors_total"

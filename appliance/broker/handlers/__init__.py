@@ -92,8 +92,9 @@ GROUP_HANDLERS = {
 }
 
 
-async def run(ctx: BrokerContext, request: Any, client_host: str = "") -> Any:
-    """The encoded response chunks for one request (None when it gets no response)."""
+async def run(ctx: BrokerContext, request: Any, client_host: str = "", queued: float = 0.0) -> Any:
+    """The encoded response chunks for one request (None when it gets no response).
+    ``queued``: time.monotonic() when it was decoded (metrics only)."""
     started = time.monotonic()
     handler = HANDLERS.get(request.api_key)
     if handler is not None:
@@ -103,7 +104,7 @@ async def run(ctx: BrokerContext, request: Any, client_host: str = "") -> Any:
     else:
         raise CloseConnection(f"no handler for API key {request.api_key}")
     if ctx.metrics is not None:
-        record_response(ctx, request, body, time.monotonic() - started)
+        record_response(ctx, request, body, queued or started, started, time.monotonic())
     return encode(request, body)
 
 
