@@ -27,6 +27,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+import posix_ipc
+
 from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_CRASHED
 from appliance.broker.gc_policy import freeze_before_fork
 from appliance.broker.limits import raise_open_files_limit
@@ -145,6 +147,9 @@ class Supervisor:
             except OSError as e:
                 raise HaltServer(f"cannot listen on metrics.listener {listener} "
                                  f"(port {listener.port}): {e.strerror}", EXIT_BOOT_ERROR) from e
+        # the base is ours now (_reclaim_shared_memory): a leftover object is a dead broker's
+        with contextlib.suppress(posix_ipc.ExistentialError):
+            posix_ipc.unlink_shared_memory(counters_name(self.base))
         self.counters = SharedCounters.create(counters_name(self.base))
 
     def _reclaim_shared_memory(self) -> None:

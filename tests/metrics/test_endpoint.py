@@ -274,3 +274,26 @@ def test_metrics_off_by_default(tmp_path):
                 if conn.status == psutil.CONN_LISTEN:
                     listening.add(conn.laddr.port)
         assert listening == {b.port}
+
+
+def test_counts_survive_a_disk_worker_killed_and_respawned(broker):
+    """The counters live in shared memory: a respawned disk worker neither loses nor recounts
+    what its predecessor appended (runs last: it restarts a worker of the module's broker)."""
+    before = scrape(broker.metrics_port)
+    messages = value(before, "kafka_server_brokertopicmetrics_messagesin_total", topic=TOPIC)
+    bytes_in = value(before, "kafka_server_brokertopicmetrics_bytesin_total", topic=TOPIC)
+    (pid,) = broker.worker_pids("disk worker 0")
+    os.kill(pid, 9)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # respawned and every partition back online
+        s = scrape(broker.metrics_port)
+        if (broker.worker_pids("disk worker 0") not in ([], [pid])
+                and value(s, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0):
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError("disk worker 0 did not come back")
+    _produce(broker.bootstrap, 100, 10**6)
+    after = scrape(broker.metrics_port)
+    assert value(after, "kafka_server_brokertopicmetrics_messagesin_total", topic=TOPIC) == messages + 100
+    assert value(after, "kafka_server_brokertopicmetrics_bytesin_total", topic=TOPIC) > bytes_in
