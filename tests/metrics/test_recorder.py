@@ -95,3 +95,49 @@ def test_listener_forms(text, expected):
 def test_bad_listener_names_key_and_value(text):
     with pytest.raises(ValueError, match=r"metrics.listener="):
         parse_listener(text)
+
+
+def _fetch_body(as_dict: bool):
+    from appliance.protocol.messages import Fetch
+    from appliance.protocol.types import FileSlice
+
+    parts = [{"partition_index": 0, "error_code": 1, "records": b""},
+             {"partition_index": 1, "error_code": 0, "records": FileSlice("/x", 0, 500)},
+             {"partition_index": 2, "error_code": 0, "records": b"abc"}]
+    if as_dict:
+        return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0,
+                "responses": [{"topic": "t", "partitions": parts}]}
+    cls = Fetch.Response
+    return cls(throttle_time_ms=0, error_code=0, session_id=0, responses=[
+        cls.Responses(topic="t", partitions=[cls.Responses.Partitions(**p) for p in parts])])
+
+
+@pytest.mark.parametrize("as_dict", [True, False], ids=["dicts", "generated classes"])
+def test_task_responses_are_read_as_dicts_or_generated_classes(counters, as_dict):
+    from types import SimpleNamespace
+
+    from appliance.metrics.responses import record_response
+
+    rec = Recorder(counters, 3)
+    ctx = SimpleNamespace(metrics=rec, index=SimpleNamespace(
+        lookup=lambda topic, p: SimpleNamespace(slot=10 + p) if topic == "t" else None))
+    record_response(ctx, SimpleNamespace(api_key=1), _fetch_body(as_dict), 1.0, 1.001, 1.002)
+    assert counters.field("requests", [3])[1] == 1
+    assert counters.field("errors", [3])[1 * 128 + 1 + 1] == 1  # Fetch, OFFSET_OUT_OF_RANGE
+    assert counters.field("failed_fetch", [3])[0] == 1
+    assert counters.field("bytes_out", [3])[[11, 12]].tolist() == [500, 3]
+    assert counters.field("queue_time", [3])[HIST_WORDS + HIST_BUCKETS] in (999, 1000)  # us, Fetch
+
+
+@pytest.mark.parametrize("as_dict", [True, False], ids=["dicts", "generated classes"])
+def test_refused_produce_partitions_are_counted_from_either_form(counters, as_dict):
+    from appliance.broker.handlers.produce import _failed
+    from appliance.protocol.messages import Produce
+
+    outs = [{"index": 0, "error_code": 3, "base_offset": -1}, {"index": 1, "error_code": 0}]
+    if not as_dict:
+        outs = [Produce.Response.Responses.PartitionResponses(**o) for o in outs]
+    rec = Recorder(counters, 2)
+    _failed(rec, outs)
+    assert counters.field("failed_produce", [2])[0] == 1
+    assert counters.field("errors", [2])[3 + 1] == 1  # Produce, UNKNOWN_TOPIC_OR_PARTITION

@@ -10,6 +10,7 @@ from typing import Any
 from appliance.broker.handlers.answer import NO_RESPONSE, encode
 from appliance.errors import ErrorCode, KafkaError
 from appliance.metrics.recorder import SAMPLE_MASK
+from appliance.metrics.responses import field
 from appliance.records.convert import legacy_to_v2
 from appliance.shm.layout import MsgType, SlotState
 
@@ -107,8 +108,9 @@ class PendingProduce:
 def _failed(m: Any, outs: Any) -> None:
     """Partitions refused, in the metrics (per error code; never on the path of a success)."""
     for out in outs:
-        if out["error_code"]:
-            m.error(0, out["error_code"])  # 0: Produce's API key
+        code = field(out, "error_code")
+        if code:
+            m.error(0, code)  # 0: Produce's API key
             m.failed_produce()
 
 
@@ -131,7 +133,8 @@ def start(ctx: Any, request: Any, answer: asyncio.Future, conn: Any) -> None:
     if acks not in (-1, 0, 1):
         refused = _invalid_acks(topics)
         if m is not None:
-            _failed(m, [p for t in refused["responses"] for p in t["partition_responses"]])
+            _failed(m, [p for t in field(refused, "responses")
+                        for p in field(t, "partition_responses")])
         pending.finish(refused)
         return
     results = pending.results
