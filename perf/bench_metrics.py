@@ -45,17 +45,21 @@ from tests.broker_process import BrokerProcess, free_port  # noqa: E402
 TOPIC = "bench-metrics"
 
 
-def broker_cpu(pid: int) -> float:
+def broker_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) of the broker's processes, by role."""
     procs = [psutil.Process(pid)]
     procs += procs[0].children(recursive=True)
-    total = 0.0
+    out = {"disk": 0.0, "network": 0.0, "supervisor": 0.0}
     for p in procs:
         try:
             t = p.cpu_times()
-            total += t.user + t.system
+            title = " ".join(p.cmdline())
         except psutil.Error:
-            pass
-    return total
+            continue
+        role = "disk" if "disk worker" in title else "network" if "network worker" in title \
+            else "supervisor"
+        out[role] += t.user + t.system
+    return out
 
 
 def produce(bootstrap: str, records: int, value: bytes, single: bool) -> float:
@@ -82,7 +86,7 @@ def produce(bootstrap: str, records: int, value: bytes, single: bool) -> float:
     return elapsed
 
 
-def run_once(mode: str, args: argparse.Namespace, parent: str) -> dict[str, tuple[float, float]]:
+def run_once(mode: str, args: argparse.Namespace, parent: str) -> dict[str, tuple]:
     workdir = tempfile.mkdtemp(prefix=f"bench-metrics-{mode}-", dir=parent)
     overrides = {"num.network.threads": "2"}
     if mode == "on":
@@ -98,8 +102,9 @@ def run_once(mode: str, args: argparse.Namespace, parent: str) -> dict[str, tupl
                                       ("batched", args.batched, False)):
             cpu0 = broker_cpu(b.proc.pid)
             elapsed = produce(b.bootstrap, records, value, single)
-            cpu = broker_cpu(b.proc.pid) - cpu0
-            out[name] = (records / elapsed, cpu / records * 1e6)
+            cpu1 = broker_cpu(b.proc.pid)
+            roles = {r: (cpu1[r] - cpu0[r]) / records * 1e6 for r in cpu1}
+            out[name] = (records / elapsed, sum(roles.values()), roles)
     return out
 
 
@@ -172,28 +177,33 @@ def main() -> None:
     ap.add_argument("--value-size", type=int, default=100)
     ap.add_argument("--dir", default=None, help="parent of the temporary broker directories")
     args = ap.parse_args()
-    results: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    results: dict[tuple[str, str], list[tuple]] = {}
     with tempfile.TemporaryDirectory(dir=args.dir) as parent:
         for run in range(args.runs):
             order = ("off", "on") if run % 2 == 0 else ("on", "off")
             for mode in order:
                 for name, figures in run_once(mode, args, parent).items():
                     results.setdefault((name, mode), []).append(figures)
+                    roles = "  ".join(f"{r} {v:.2f}" for r, v in figures[2].items())
                     print(f"run {run + 1} {mode:3} {name:7} {figures[0]:12,.0f} records/s "
-                          f"{figures[1]:8.2f} us broker CPU/record", flush=True)
+                          f"{figures[1]:8.2f} us broker CPU/record ({roles})", flush=True)
     print(f"\nmedians of {args.runs} runs [min - max]; value {args.value_size} B; "
           f"single = {args.single:,} one-record requests, batched = {args.batched:,} records")
     for name in ("single", "batched"):
         med = {}
         for mode in ("off", "on"):
-            rates = [r for r, _ in results[(name, mode)]]
-            cpus = [c for _, c in results[(name, mode)]]
+            rates = [f[0] for f in results[(name, mode)]]
+            cpus = [f[1] for f in results[(name, mode)]]
             med[mode] = (statistics.median(rates), statistics.median(cpus))
             print(f"  {name:7} {mode:3} {med[mode][0]:12,.0f} records/s [{min(rates):,.0f} - "
                   f"{max(rates):,.0f}]  {med[mode][1]:8.3f} us CPU/record [{min(cpus):.3f} - "
                   f"{max(cpus):.3f}]")
         print(f"  {name:7} cost of metrics: throughput {med['on'][0] / med['off'][0] - 1:+.2%}, "
               f"broker CPU per record {med['on'][1] / med['off'][1] - 1:+.2%}")
+        for role in ("disk", "network", "supervisor"):
+            by_mode = {mode: statistics.median(f[2][role] for f in results[(name, mode)])
+                       for mode in ("off", "on")}
+            print(f"  {name:7}   {role:10} us CPU/record: off {by_mode['off']:.3f}, on {by_mode['on']:.3f}")
         if name == "single":
             per_request_us = med["off"][1]
     costs = hook_cost_ns()
