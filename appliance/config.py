@@ -279,6 +279,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("log.writeback.window.bytes", "long", 134217728, "Ours: dirty bytes an active segment may run ahead of the disk in writeback mode (bursts up to this go at memory speed).", at_least(4096), ours=True),
     ConfigKey("appliance.shm.name", "string", "", "Ours: POSIX shared memory name; empty = derived from broker.id and port.", ours=True),
     ConfigKey("appliance.request.ring.bytes", "long", 67108864, "Ours: shared-memory request ring per (network worker, disk worker) pair; a produce request larger than half of it is refused.", at_least(1 << 20), ours=True),
+    ConfigKey("metrics.listener", "string", "", "Ours: Prometheus endpoint, e.g. http://127.0.0.1:9308/metrics; empty = metrics off (nothing listens, nothing counts).", ours=True),
 )
 
 TOPIC_KEYS: tuple[TopicKey, ...] = (

@@ -37,6 +37,7 @@ class BrokerContext:
             host = socket.getfqdn()
         self.advertised = (host, port)
         self.cluster_id = f"appliance-{self.broker_id}"
+        self.metrics: Any = None  # a metrics Recorder when metrics are on (metrics.listener set)
 
     def close(self) -> None:
         self.readers.close()

@@ -29,6 +29,8 @@ from appliance.broker.gc_policy import freeze_startup_objects
 from appliance.broker.handlers.answer import CloseConnection
 from appliance.broker.plumbing import Plumbing
 from appliance.config import BrokerConfig
+from appliance.metrics.listener import parse_listener
+from appliance.metrics.recorder import attach_recorder
 from appliance.shm.layout import WorkerState
 from appliance.shm.partition_table import PartitionTable
 
@@ -162,7 +164,8 @@ class KafkaConnection(asyncio.Protocol):
 
     def _dispatch(self, event: proto.Request) -> None:
         if event.api_key not in handlers.TASK_FREE:
-            self._queue(asyncio.ensure_future(handlers.run(self.ctx, event, self._client_host)))
+            queued = time.monotonic() if self.ctx.metrics is not None else 0.0
+            self._queue(asyncio.ensure_future(handlers.run(self.ctx, event, self._client_host, queued)))
             return
         # no task: answered from a doorbell callback, which sets the future and then calls
         # flush_answers (through ctx.wakeups); queued first, as the answer may come at once
@@ -296,6 +299,7 @@ class NetworkWorker:
         table = PartitionTable.attach(self.plumbing.table_name)
         disks = DiskClient(self.index, self.plumbing, table)
         ctx = BrokerContext(self.index, self.config, table, disks, self.log_dirs)
+        ctx.metrics = attach_recorder(self.config, self.plumbing.base, self.slot)
         host, port = self.config.listeners[0]
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -310,6 +314,14 @@ class NetworkWorker:
             return EXIT_BOOT_ERROR
         sock.listen(1024)
         sock.setblocking(False)
+        try:
+            metrics_server = await self._serve_metrics(table, ctx)
+        except OSError as e:
+            log.error("network worker %d cannot listen on metrics.listener %s: %s", self.index,
+                      self.config["metrics.listener"], e.strerror)
+            sock.close()
+            ctx.close()
+            return EXIT_BOOT_ERROR
         server = await loop.create_server(lambda: KafkaConnection(ctx), sock=sock)
         bell = self.plumbing.net_bells[self.index]
         loop.add_reader(bell, ctx.wakeups.on_doorbell)
@@ -319,6 +331,8 @@ class NetworkWorker:
         await stop.wait()
         # graceful: no new connections, finish what is in flight, then go
         server.close()
+        if metrics_server is not None:
+            metrics_server.close()
         deadline = time.monotonic() + STOP_GRACE_S
         while any(c._responses for c in ctx.connections) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
@@ -330,6 +344,25 @@ class NetworkWorker:
         table.set_worker_state(self.slot, WorkerState.DEAD)
         ctx.close()
         return EXIT_OK
+
+    async def _serve_metrics(self, table: PartitionTable, ctx: BrokerContext) -> asyncio.Server | None:
+        """Network worker 0 serves the Prometheus endpoint when metrics are on. Raises OSError."""
+        listener = parse_listener(self.config["metrics.listener"])
+        if listener is None or self.index != 0 or ctx.metrics is None:
+            return None
+        from appliance.metrics.collector import BrokerCollector
+        from appliance.metrics.http_endpoint import bind_endpoint, serve_endpoint
+        msock = bind_endpoint(listener)
+        slots = [self.plumbing.disk_slot(d) for d in range(self.plumbing.num_disks)]
+        slots += [self.plumbing.net_slot(n) for n in range(self.plumbing.num_net)]
+        from appliance.metrics.group_lag import committed_offsets
+        collector = BrokerCollector(table, ctx.metrics.counters, slots, self.log_dirs)
+
+        async def render() -> bytes:
+            collector.committed = await committed_offsets(ctx)
+            return collector.render()
+
+        return await serve_endpoint(msock, listener.path, render)
 
     async def _heartbeat(self, table: PartitionTable, disks: DiskClient) -> None:
         while True:

@@ -49,7 +49,7 @@ def unlink_stale(base: str) -> list[str]:
     removed = []
     with contextlib.suppress(FileNotFoundError):
         for name in os.listdir("/dev/shm"):
-            if name == f"{base}-table" or name.startswith((f"{base}-ring-", f"{base}-ipc-")):
+            if name in (f"{base}-table", f"{base}-metrics") or name.startswith((f"{base}-ring-", f"{base}-ipc-")):
                 with contextlib.suppress(posix_ipc.ExistentialError):
                     posix_ipc.unlink_shared_memory("/" + name)
                     removed.append(name)

@@ -27,12 +27,16 @@ import sys
 import time
 from dataclasses import dataclass
 
+import posix_ipc
+
 from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_CRASHED
 from appliance.broker.gc_policy import freeze_before_fork
 from appliance.broker.limits import raise_open_files_limit
 from appliance.broker.plumbing import Plumbing, ring_doorbell, shm_base_name, unlink_stale
 from appliance.config import BrokerConfig
-from appliance.shm.layout import SlotState, WorkerState
+from appliance.metrics.listener import parse_listener
+from appliance.shm.counters import SharedCounters
+from appliance.shm.layout import SlotState, WorkerState, counters_name
 from appliance.shm.partition_table import PartitionTable
 
 __all__ = ["Supervisor", "HaltServer", "serve", "sd_notify"]
@@ -102,6 +106,7 @@ class Supervisor:
         self._wake_r, self._wake_w = -1, -1
         self.plumbing: Plumbing | None = None
         self.table: PartitionTable | None = None
+        self.counters: SharedCounters | None = None
         self._stopping = False
 
     # -- signals: enqueue only ------------------------------------------------------------
@@ -125,6 +130,27 @@ class Supervisor:
             except OSError as e:
                 raise HaltServer(f"cannot listen on {self.host}:{self.port}: {e.strerror}",
                                  EXIT_BOOT_ERROR) from e
+
+    def _check_metrics_port(self) -> None:
+        """The metrics endpoint's port must be free: network worker 0 binds it after the fork."""
+        try:
+            listener = parse_listener(self.config["metrics.listener"])
+        except ValueError as e:
+            raise HaltServer(str(e), EXIT_BOOT_ERROR) from e
+        if listener is None:
+            return
+        family = socket.AF_INET6 if ":" in listener.host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((listener.host, listener.port))
+            except OSError as e:
+                raise HaltServer(f"cannot listen on metrics.listener {listener} "
+                                 f"(port {listener.port}): {e.strerror}", EXIT_BOOT_ERROR) from e
+        # the base is ours now (_reclaim_shared_memory): a leftover object is a dead broker's
+        with contextlib.suppress(posix_ipc.ExistentialError):
+            posix_ipc.unlink_shared_memory(counters_name(self.base))
+        self.counters = SharedCounters.create(counters_name(self.base))
 
     def _reclaim_shared_memory(self) -> None:
         pid = PartitionTable.creator_pid(f"/{self.base}-table")
@@ -150,6 +176,7 @@ class Supervisor:
             # its first request (measured: 0.2-0.4 s of CPU per worker otherwise)
             from native.warmup import warmup
             warmup()
+            self._check_metrics_port()  # after the reclaim: it creates the counters object
             self.plumbing, self.table = Plumbing.create(
                 self.base, len(self.log_dirs), self.num_net, int(self.config["broker.id"]), self.port,
                 int(self.config["appliance.request.ring.bytes"]))
@@ -387,6 +414,9 @@ class Supervisor:
             self.table.close()
         if self.plumbing is not None:
             self.plumbing.unlink()
+        if self.counters is not None:
+            self.counters.close()
+            self.counters.unlink()
 
 
 def _process_alive(pid: int) -> bool:

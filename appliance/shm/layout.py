@@ -226,3 +226,58 @@ def ipc_channel_name(base: str, disk: int, k: int) -> str:
 def disk_wake_address(base: str, disk: int) -> bytes:
     """The abstract Unix datagram socket a disk worker listens on for IPC producers' doorbells."""
     return f"\0{base}-disk{disk}".encode()
+
+
+# -- metrics counters ------------------------------------------------------------------------
+# One object per broker (`/<base>-metrics`), made only when metrics are on: a header, then one
+# slab of uint64 words per worker slot (the partition table's worker slot numbers). Each worker
+# writes only its own slab, so a plain add is safe (one writer per word); the exporter sums the
+# slabs. Per-partition words are indexed by partition-table slot. Histograms are HIST_WORDS words:
+# HIST_BUCKETS counts (bucket k: under 2**k microseconds, the last one unbounded), then the sum
+# in microseconds. Bump COUNTERS_VERSION when any of this changes.
+
+__all__ += [
+    "COUNTERS_VERSION", "COUNTERS_MAGIC", "COUNTERS_HEADER", "COUNTER_SLAB", "COUNTER_API_KEYS",
+    "COUNTER_ERROR_CODES", "COUNTER_PARTITIONS", "HIST_BUCKETS", "HIST_WORDS", "counters_name",
+]
+
+COUNTERS_VERSION = 1
+COUNTERS_MAGIC = 0x41504C4D  # "APLM"
+COUNTER_API_KEYS = 80        # Kafka API keys 0..79 (the highest in use is below 75)
+COUNTER_ERROR_CODES = 128    # error code + 1 (UNKNOWN_SERVER_ERROR is -1); Kafka's are below 120
+COUNTER_PARTITIONS = 8192    # = the partition table's capacity (plumbing.PARTITION_TABLE_CAPACITY)
+HIST_BUCKETS = 27            # < 1 us, < 2 us, ..., < 2**25 us (33 s), then everything longer
+HIST_WORDS = HIST_BUCKETS + 1
+
+COUNTERS_HEADER = Layout("counters_header", (
+    ("magic", "I"),
+    ("version", "I"),
+    ("partitions", "I"),
+    ("workers", "I"),
+    ("slab_bytes", "Q"),
+    ("reserved", "40x"),
+))
+
+COUNTER_SLAB = Layout("counter_slab", (
+    ("requests", f"{COUNTER_API_KEYS}Q"),                         # network: per API key
+    ("errors", f"{COUNTER_API_KEYS * COUNTER_ERROR_CODES}Q"),     # network: (API key, code + 1)
+    ("total_time", f"{COUNTER_API_KEYS * HIST_WORDS}Q"),          # network: per API key
+    ("local_time", f"{COUNTER_API_KEYS * HIST_WORDS}Q"),          # disk (Produce), network (others)
+    ("queue_time", f"{COUNTER_API_KEYS * HIST_WORDS}Q"),          # network: task APIs
+    ("remote_time", f"{COUNTER_API_KEYS * HIST_WORDS}Q"),         # network: Fetch's long-poll wait
+    ("flush_time", f"{HIST_WORDS}Q"),                             # disk: fsyncs of segments
+    ("failed_produce", "Q"),                                      # network: partitions refused
+    ("failed_fetch", "Q"),                                        # network: partitions refused
+    ("isr_shrinks", "Q"),                                         # cluster (0 standalone)
+    ("isr_expands", "Q"),
+    ("reserved", "32Q"),
+    # disk: per partition slot, its log-end offset + 1 when this broker first opened or created
+    # it (0: not yet); messages in = log-end offset now - (leo_base - 1), with no add per append
+    ("leo_base", f"{COUNTER_PARTITIONS}Q"),
+    ("bytes_in", f"{COUNTER_PARTITIONS}Q"),                       # disk: per partition slot
+    ("bytes_out", f"{COUNTER_PARTITIONS}Q"),                      # network: per partition slot
+))
+
+
+def counters_name(base: str) -> str:
+    return f"/{base}-metrics"

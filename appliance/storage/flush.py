@@ -17,13 +17,14 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = [
     "SYNC_FILE_RANGE_WAIT_BEFORE", "SYNC_FILE_RANGE_WRITE", "SYNC_FILE_RANGE_WAIT_AFTER",
     "sync_file_range", "have_sync_file_range", "ChunkedWriteback", "choose_writeback_mode",
-    "flush_due", "flush_segments", "WRITEBACK_OS", "WRITEBACK_CHUNKED",
+    "flush_due", "flush_segments", "flush_observers", "WRITEBACK_OS", "WRITEBACK_CHUNKED",
 ]
 
 SYNC_FILE_RANGE_WAIT_BEFORE = 1
@@ -164,9 +165,16 @@ def choose_writeback_mode(log_dir: str, configured: str) -> tuple[str, str]:
     return WRITEBACK_OS, f"{name} rotational={rot}; {dirty}"
 
 
+# called with the seconds each log flush took (the disk worker's metrics; storage knows no more)
+flush_observers: list[Callable[[float], None]] = []
+
+
 def flush_segments(segments: Iterable[Any], from_offset: int, up_to: int) -> None:
     """fsync the segments (and their indexes) holding offsets in [from_offset, up_to): the
     log's flush from its recovery point. Raises KafkaStorageError."""
+    started = time.monotonic()
     for seg in segments:
         if seg.next_offset > from_offset and seg.base_offset < up_to:
             seg.flush()
+    for observe in flush_observers:
+        observe(time.monotonic() - started)

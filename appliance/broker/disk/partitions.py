@@ -17,6 +17,7 @@ from appliance.broker.disk.requests import NOTHING, NotHere
 from appliance.config import BrokerConfig, ConfigError, TopicConfig
 from appliance.coordinator.routing import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
 from appliance.errors import ErrorCode, KafkaStorageError
+from appliance.metrics.recorder import SAMPLE_MASK
 from appliance.shm.layout import SlotState, WorkerState
 from appliance.shm.partition_table import PartitionTable
 from appliance.storage.log_dir import LogDir
@@ -38,6 +39,7 @@ class Partitions:
         self.slot_of: dict[tuple[str, int], int] = {}
         self.log_dir: LogDir | None = None
         self.created_hooks: list[Callable[[str, int], None]] = []  # (topic, partition) once created
+        self.metrics = None  # a metrics Recorder when metrics are on
 
     # -- start ----------------------------------------------------------------------------
     def open(self) -> None:
@@ -88,6 +90,8 @@ class Partitions:
         plog.high_watermark = plog.log_end_offset
         self.logs[slot] = plog
         self.slot_of[(topic, partition)] = slot
+        if self.metrics is not None:
+            self.metrics.opened(slot, plog.log_end_offset)
         self.publish(slot, plog)
         self.table.set_state(slot, SlotState.ONLINE)
 
@@ -106,7 +110,17 @@ class Partitions:
         plog = self.logs.get(slot)
         if plog is None:
             raise NotHere()
-        info = plog.append(body)
+        m = self.metrics
+        if m is None:
+            info = plog.append(body)
+        else:  # one add per partition of a request (messages in come from the log-end offset)
+            if plog.log_end_offset & SAMPLE_MASK:
+                info = plog.append(body)
+            else:  # one append in about SAMPLE is timed
+                started = time.monotonic()
+                info = plog.append(body)
+                m.local(0, time.monotonic() - started)  # 0: Produce's API key
+            m.w[m.bytes_in + slot] += len(body)
         if info.duplicate:
             # a retry of a batch already in the log: acknowledge its original offsets
             log.debug("duplicate batch for slot %d at offset %d", slot, info.first_offset)
@@ -125,6 +139,8 @@ class Partitions:
             cfg = TopicConfig.from_overrides(self.config, spec.get("configs", {}))
         except ConfigError:
             cfg = self.config.topic_defaults()  # validated by the network worker already
+        if self.metrics is not None:  # a reused slot: the new partition counts from 0
+            self.metrics.reset_partition(slot)
         # made durable with the rest of the round's creates, before any of them is answered
         plog = self.log_dir.create_partition(info.topic, info.partition, cfg, durable=False)
         self._register(slot, info.topic, info.partition, plog)

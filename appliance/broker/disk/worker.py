@@ -30,8 +30,10 @@ from appliance.broker.gc_policy import freeze_startup_objects
 from appliance.broker.plumbing import Plumbing, drain_doorbell
 from appliance.config import BrokerConfig
 from appliance.errors import KafkaStorageError
+from appliance.metrics.recorder import attach_recorder
 from appliance.shm.layout import MsgType, WorkerState
 from appliance.shm.partition_table import PartitionTable
+from appliance.storage.flush import flush_observers
 
 __all__ = ["DiskWorker"]
 
@@ -78,6 +80,9 @@ class DiskWorker:
         self.rings = RingIntake(self.index, self.plumbing, self.requests, self.partitions)
         self.ipc = IpcIntake(self.plumbing.base, self.index, self.table.worker(self.slot)[4],
                              self.requests)
+        self.partitions.metrics = attach_recorder(self.config, self.plumbing.base, self.slot)
+        if self.partitions.metrics is not None:
+            flush_observers.append(self.partitions.metrics.flushed)
 
     def open(self) -> None:
         """Recover the log dir, load the groups, and fill the table of request handlers."""

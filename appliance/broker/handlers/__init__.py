@@ -17,6 +17,7 @@ read segment files, and submit work to disk workers. A new API is one line in on
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from appliance.broker.broker_context import BrokerContext
@@ -33,6 +34,7 @@ from appliance.broker.handlers import (
     topics,
 )
 from appliance.broker.handlers.answer import CloseConnection, encode
+from appliance.metrics.responses import record_response
 from appliance.protocol.messages import (
     AlterConfigs,
     ApiVersions,
@@ -95,8 +97,10 @@ GROUP_HANDLERS = {
 }
 
 
-async def run(ctx: BrokerContext, request: Any, client_host: str = "") -> Any:
-    """The encoded response chunks for one request (None when it gets no response)."""
+async def run(ctx: BrokerContext, request: Any, client_host: str = "", queued: float = 0.0) -> Any:
+    """The encoded response chunks for one request (None when it gets no response).
+    ``queued``: time.monotonic() when it was decoded (metrics only)."""
+    started = time.monotonic()
     handler = HANDLERS.get(request.api_key)
     if handler is not None:
         body = await handler(ctx, request)
@@ -104,6 +108,8 @@ async def run(ctx: BrokerContext, request: Any, client_host: str = "") -> Any:
         body = await GROUP_HANDLERS[request.api_key](ctx, request, client_host)
     else:
         raise CloseConnection(f"no handler for API key {request.api_key}")
+    if ctx.metrics is not None:
+        record_response(ctx, request, body, queued or started, started, time.monotonic())
     return encode(request, body)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from appliance.broker.handlers.fetch_down_convert import FIRST_V2_FETCH_VERSION, down_convert
 from appliance.errors import ErrorCode, OffsetOutOfRangeError
+from appliance.metrics.responses import remote_wait
 from appliance.protocol.messages import Fetch
 from appliance.protocol.types import FileSlice
 from appliance.shm.layout import SlotState
@@ -79,12 +80,17 @@ async def handle(ctx: Any, request: Any) -> Any:
     body = request.body
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(body.max_wait_ms, 0) / 1000
+    waited = 0.0
     while True:
         responses, total, any_error = _read_all(ctx, body)
         remaining = deadline - loop.time()
         if total >= max(body.min_bytes, 1) or any_error or remaining <= 0:
+            if waited and ctx.metrics is not None:
+                remote_wait.set(waited)  # the metrics' remote time (Kafka: fetch purgatory)
             resp = _Response(throttle_time_ms=0, error_code=0, session_id=0, responses=responses)
             if request.api_version < FIRST_V2_FETCH_VERSION:  # old clients only: off the sendfile path
                 return down_convert(ctx, resp, request.api_version)
             return resp
+        before = loop.time()
         await ctx.wakeups.wait_for_data(remaining)
+        waited += loop.time() - before

@@ -4,10 +4,13 @@ answer when the requested acks are met (acks=-1 on one broker: the leader is the
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from appliance.broker.handlers.answer import NO_RESPONSE, encode
 from appliance.errors import ErrorCode, KafkaError
+from appliance.metrics.recorder import SAMPLE_MASK
+from appliance.metrics.responses import field
 from appliance.protocol.messages import Produce
 from appliance.records.convert import legacy_to_v2
 from appliance.shm.layout import MsgType, SlotState
@@ -73,7 +76,7 @@ class PendingProduce:
     :meth:`partition_done` once per partition put on a ring, and the last one answers. One
     object per request, in place of a closure per partition and two around the answer."""
 
-    __slots__ = ("ctx", "request", "answer", "conn", "topics", "results", "waiting")
+    __slots__ = ("ctx", "request", "answer", "conn", "topics", "results", "waiting", "started")
 
     def __init__(self, ctx: Any, request: Any, answer: asyncio.Future, conn: Any) -> None:
         self.ctx = ctx
@@ -83,9 +86,12 @@ class PendingProduce:
         self.topics = request.body.topic_data
         self.results: list = []  # one per partition, in request order
         self.waiting = 0
+        self.started = 0.0  # set on the requests the metrics time (one in SAMPLE)
 
     def partition_done(self, out: Any, comp: Any) -> None:
         _fill(out, comp)
+        if comp.error_code and self.ctx.metrics is not None:
+            _failed(self.ctx.metrics, (out,))
         self.waiting -= 1
         if self.waiting == 0:
             self.finish(_body(self.topics, self.results))
@@ -96,11 +102,22 @@ class PendingProduce:
         answer = self.answer
         if answer.done():
             return
+        if self.started:
+            self.ctx.metrics.produce_time(time.monotonic() - self.started)
         try:
             answer.set_result(encode(self.request, body))
         except Exception as e:  # an encoding bug: the connection closes, the worker lives
             answer.set_exception(e)
         self.ctx.wakeups.answer_ready(self.conn)
+
+
+def _failed(m: Any, outs: Any) -> None:
+    """Partitions refused, in the metrics (per error code; never on the path of a success)."""
+    for out in outs:
+        code = field(out, "error_code")
+        if code:
+            m.error(0, code)  # 0: Produce's API key
+            m.failed_produce()
 
 
 def start(ctx: Any, request: Any, answer: asyncio.Future, conn: Any) -> None:
@@ -109,11 +126,22 @@ def start(ctx: Any, request: Any, answer: asyncio.Future, conn: Any) -> None:
     Measured: a task, its futures and the scheduling between them were 4 of the 6 event-loop
     passes a single-record produce took, and most of its cost."""
     pending = PendingProduce(ctx, request, answer, conn)
+    m = ctx.metrics
+    if m is not None:  # the request count (word 0: Produce's API key); one in SAMPLE is timed
+        w = m.w
+        n = w[0] + 1
+        w[0] = n
+        if not n & SAMPLE_MASK:
+            pending.started = time.monotonic()
     body = request.body
     acks = body.acks
     topics = pending.topics
     if acks not in (-1, 0, 1):
-        pending.finish(_invalid_acks(topics))
+        refused = _invalid_acks(topics)
+        if m is not None:
+            _failed(m, [p for t in field(refused, "responses")
+                        for p in field(t, "partition_responses")])
+        pending.finish(refused)
         return
     results = pending.results
     submits = []
@@ -123,6 +151,8 @@ def start(ctx: Any, request: Any, answer: asyncio.Future, conn: Any) -> None:
             results.append(out)
             if info is not None:
                 submits.append((info, records, out))
+    if m is not None and len(submits) < len(results):
+        _failed(m, results)
     pending.waiting = len(submits) if acks != 0 else 0
     submit = ctx.disks.submit_nowait
     done = pending.partition_done
