@@ -57,7 +57,8 @@ __all__ = [
     "P_MAX_BATCH", "P_VALIDATE", "P_ASSIGN", "P_NEXT_OFFSET", "P_NOW", "P_TS_DIFF_MAX",
     "P_INDEX_SINCE", "P_INDEX_INTERVAL", "P_SEG_MAX_TS", "P_SEG_OFFSET_OF_MAX",
     "O_LAST_OFFSET", "O_MAX_TS", "O_RECORDS", "O_NEED_OFFSETS", "O_IDEMPOTENT",
-    "O_INDEX_SINCE", "O_SEG_MAX_TS", "O_SEG_OFFSET_OF_MAX", "O_INDEX_ENTRIES",
+    "O_INDEX_SINCE", "O_SEG_MAX_TS", "O_SEG_OFFSET_OF_MAX", "O_INDEX_ENTRIES", "O_FIRST_OFFSET",
+    "plan_append_u8",
     "R_POS", "R_SIZE", "R_BASE", "R_LAST", "R_MAX_TS", "R_COUNT", "R_PRODUCER_ID",
     "R_PRODUCER_EPOCH", "R_BASE_SEQUENCE", "R_DELTA", "R_INDEXED", "R_RUN_MAX_TS",
     "R_RUN_OFFSET_OF_MAX",
@@ -91,6 +92,7 @@ O_INDEX_SINCE = 21
 O_SEG_MAX_TS = 22
 O_SEG_OFFSET_OF_MAX = 23
 O_INDEX_ENTRIES = 24  # batches with R_INDEXED set
+O_FIRST_OFFSET = 25  # the first batch's (assigned) base offset
 PARAMS_LEN = 32
 
 # rows: a row per batch
@@ -113,7 +115,7 @@ ROW_FIELDS = 13
 #: params array costs ~0.5 us this way against ~2 us through numpy item assignment.
 PARAMS_IN = struct.Struct("=9q")  # P_VALIDATE .. P_SEG_OFFSET_OF_MAX, at byte 8
 PARAMS_IN_AT = P_VALIDATE * 8
-PARAMS_OUT = struct.Struct("=9q")  # O_LAST_OFFSET .. O_INDEX_ENTRIES
+PARAMS_OUT = struct.Struct("=10q")  # O_LAST_OFFSET .. O_FIRST_OFFSET
 PARAMS_OUT_AT = O_LAST_OFFSET * 8
 ROW = struct.Struct(f"={ROW_FIELDS}q")
 
@@ -236,6 +238,7 @@ def _plan_kernel(a, n, params, rows):
     params[O_SEG_MAX_TS] = seg_max
     params[O_SEG_OFFSET_OF_MAX] = seg_off
     params[O_INDEX_ENTRIES] = entries
+    params[O_FIRST_OFFSET] = rows[0, R_BASE]
     return nb
 
 
@@ -263,6 +266,11 @@ def plan_append(buf: object, params: np.ndarray, rows: np.ndarray) -> int:
     batch count (rows[:count] filled, outputs set in params), PLAN_SLOW or PLAN_MORE_ROWS."""
     a = as_u8(buf)
     return _plan_kernel(a, a.shape[0], params, rows)
+
+
+#: :func:`plan_append` for a caller that already has the 1-D uint8 array: (array, its length,
+#: params, rows). The append path calls it directly (the wrapper is ~0.5 us of a ~10 us call).
+plan_append_u8 = _plan_kernel
 
 
 def write_base_offsets(buf: object, rows: np.ndarray, nb: int) -> None:

@@ -68,7 +68,7 @@ def require_keys(mv: memoryview, heads: list[BatchHeader]) -> None:
 def plan_append_twin(buf: object, params: list[int]) -> tuple[int, list[tuple[int, ...]], tuple[int, ...]]:
     """The pure-Python twin of :func:`native.append_plan.plan_append`, for the tests: the same
     params (a list, inputs at the P_* slots), returning (batch count or PLAN_SLOW, the rows,
-    the outputs O_LAST_OFFSET..O_INDEX_ENTRIES). Built from the general path's checks:
+    the outputs O_LAST_OFFSET..O_FIRST_OFFSET). Built from the general path's checks:
     validate_records / headers_unvalidated, then PartitionLog.append's per-batch limits."""
     mv = memoryview(buf).cast("B")
     try:
@@ -110,4 +110,4 @@ def plan_append_twin(buf: object, params: list[int]) -> tuple[int, list[tuple[in
         nxt = last + 1
         pos += size
     return len(rows), rows, (nxt - 1, max_ts, records, int(need), int(idem), since, seg_max,
-                             seg_off, entries)
+                             seg_off, entries, rows[0][2])

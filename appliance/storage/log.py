@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from appliance.errors import (
     InvalidRecordError,
     InvalidTimestampError,
@@ -59,10 +61,14 @@ from native.append_plan import (
     R_SIZE,
     new_params,
     new_rows,
-    plan_append,
+    plan_append_u8,
     write_base_offsets,
 )
 from native.batch_layout import LOG_OVERHEAD
+from native.buffers import as_u8
+
+_U8 = np.dtype(np.uint8)
+_frombuffer = np.frombuffer
 
 __all__ = [
     "PartitionLog", "AppendInfo", "FetchSlice", "SegmentInfo", "partition_dir_name",
@@ -412,15 +418,17 @@ class PartitionLog:
                             self.log_end_offset, now, self._ts_diff_max,
                             active.bytes_since_last_index_entry, active.index_interval_bytes,
                             active.max_timestamp, active.offset_of_max_timestamp)
-        nb = plan_append(mv, p, rows)
+        t = type(records)
+        a = _frombuffer(records, _U8) if t is bytes or t is bytearray else as_u8(mv)
+        nb = plan_append_u8(a, a.shape[0], p, rows)
         while nb == PLAN_MORE_ROWS:
             rows = self._plan_rows = new_rows(2 * len(rows))
-            nb = plan_append(mv, p, rows)
+            nb = plan_append_u8(a, a.shape[0], p, rows)
         if nb < 0:
             return None
         (last_offset, max_ts, num_records, need_offsets, idempotent, since, seg_max,
-         seg_off, entries) = PARAMS_OUT.unpack_from(self._plan_params_mv, PARAMS_OUT_AT)
-        first_offset = int(rows[0, R_BASE])
+         seg_off, entries, first_offset) = PARAMS_OUT.unpack_from(self._plan_params_mv,
+                                                                  PARAMS_OUT_AT)
         pa = None
         if idempotent:
             pa = self.producers.begin()

@@ -476,7 +476,9 @@ class LogSegment:
             oi, ti = self.offset_index, self.time_index
             if nb < _VECTOR_MIN:  # the same choice of path as _index_batches
                 # its loop, over the indexed batches only
-                for r in ROW.iter_unpack(memoryview(rows).cast("B")[:nb * ROW.size]):
+                batches = ((ROW.unpack_from(rows),) if nb == 1
+                           else ROW.iter_unpack(memoryview(rows).cast("B")[:nb * ROW.size]))
+                for r in batches:
                     if not r[R_INDEXED]:
                         continue
                     if not oi.is_full:

@@ -54,7 +54,7 @@ def _kernel(buf: bytes, p: list[int], capacity: int = 64):
     nb = P.plan_append(buf, params, rows)
     if nb < 0:
         return nb, [], ()
-    return nb, [tuple(r) for r in rows[:nb].tolist()], tuple(params[P.O_LAST_OFFSET:P.O_INDEX_ENTRIES + 1].tolist())
+    return nb, [tuple(r) for r in rows[:nb].tolist()], tuple(params[P.O_LAST_OFFSET:P.O_FIRST_OFFSET + 1].tolist())
 
 
 @pytest.mark.parametrize("seed", range(40))
