@@ -517,6 +517,15 @@ class Producer:
                 return self._build_columns(topic, part, items, values, ts)
             recs = [Record(i, ts, None, v) for i, v in enumerate(values)]
         else:
+            if self.codec == Compression.NONE:
+                data = self._records_columns(items)
+                if data is not None:
+                    seq = self._batch_ready(topic, part, len(items))
+                    buf, offsets, ts, kw = data
+                    data = build_batch_columns(buf, offsets, timestamp=ts, producer_id=self._producer_id,
+                                               producer_epoch=self._epoch, base_sequence=seq, **kw)
+                    return _Batch(topic, part, items, data, len(items), producer_id=self._producer_id,
+                                  sequence=seq)
             recs = [Record(i, it.timestamp, it.key, it.value, it.headers) for i, it in enumerate(items)]
         n = self._num_partitions(topic)
         if isinstance(self.partitioner, DefaultPartitioner):
@@ -529,6 +538,43 @@ class Producer:
         data = build_batch(recs, compression=self.codec, producer_id=self._producer_id,
                            producer_epoch=self._epoch, base_sequence=seq)
         return _Batch(topic, part, items, data, len(recs), producer_id=self._producer_id, sequence=seq)
+
+    def _batch_ready(self, topic: str, part: int, count: int) -> int:
+        """A batch of ``count`` records was cut for (topic, part): move the sticky partition on,
+        tell the handler, take the batch's base sequence (-1 without idempotence)."""
+        if isinstance(self.partitioner, DefaultPartitioner):
+            self.partitioner.on_new_batch(topic, part, self._num_partitions(topic))
+        call_hook(self.handler, "on_batch_ready", topic, part, count)
+        seq = -1
+        if self.idempotent:
+            seq = self._sequences.get((topic, part), 0)
+            self._sequences[(topic, part)] = (seq + count) & 0x7FFFFFFF
+        return seq
+
+    @staticmethod
+    def _records_columns(items: list[_Item]) -> tuple[np.ndarray, np.ndarray, int, dict] | None:
+        """The columns for the numba builder of records queued one by one (keys, per-record
+        timestamps), or None when one has headers or a null value (the Python builder's).
+
+        Measured reason: building Record objects and encoding them in Python cost ~3 us per
+        record in the sender thread, which shares the GIL with the thread calling send()."""
+        values = [it.value for it in items]
+        if None in values or any(it.headers for it in items):
+            return None
+        cols = _Columns.of(values)
+        if cols is None:
+            return None
+        ts = np.fromiter([it.timestamp for it in items], np.int64, count=len(items))
+        base = int(ts[0])
+        kw: dict[str, Any] = {"timestamp_deltas": ts - base}
+        keys = [it.key for it in items]
+        if keys.count(None) != len(keys):
+            kcols = _Columns.of([b"" if k is None else k for k in keys])
+            if kcols is None:
+                return None
+            kw.update(keys=kcols.buf, key_offsets=kcols.offsets,
+                      key_null=np.fromiter([k is None for k in keys], np.bool_, count=len(keys)))
+        return cols.buf, cols.offsets, base, kw
 
     def _send_rows(self, topic: str, rows: np.ndarray, partition: int | None, n: int) -> list[ProducerFuture]:
         if rows.ndim != 2 or rows.dtype != np.uint8:
