@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from appliance.client.errors import KafkaConnectionError
 
-__all__ = ["RecordMetadata", "ProducerFuture", "CallbackHandler", "call_hook"]
+__all__ = ["RecordMetadata", "ProducerFuture", "CallbackHandler", "call_hook", "complete_many"]
 
 log = logging.getLogger("appliance.client.producer")
 
@@ -102,6 +102,28 @@ class ProducerFuture:
         if callbacks:
             for fn in callbacks:
                 _safe(fn, value, error)
+
+
+def complete_many(futures: list[ProducerFuture], values: list[RecordMetadata]) -> None:
+    """Complete a batch's futures with their values under one lock acquisition (a batch of
+    records is acknowledged at once); waiters are woken and callbacks run after, in order."""
+    events, calls = [], []
+    with _LOCK:
+        for f, v in zip(futures, values, strict=True):
+            if f._done:
+                continue
+            f._value = v
+            f._done = True
+            if f._event is not None:
+                events.append(f._event)
+            if f._callbacks:
+                calls.append((f._callbacks, v))
+                f._callbacks = None
+    for ev in events:
+        ev.set()
+    for callbacks, v in calls:
+        for fn in callbacks:
+            _safe(fn, v, None)
 
 
 def _safe(fn: Callable[..., Any], *args: Any) -> None:

@@ -31,10 +31,16 @@ import numpy as np
 
 from appliance.client import config as cfg
 from appliance.client.cluster import RETRIABLE, Cluster
-from appliance.client.delivery import CallbackHandler, ProducerFuture, RecordMetadata, call_hook
+from appliance.client.delivery import (
+    CallbackHandler,
+    ProducerFuture,
+    RecordMetadata,
+    call_hook,
+    complete_many,
+)
 from appliance.client.errors import ClientClosedError, KafkaConnectionError, QueueFull
 from appliance.client.partitioner import StickyPartitioner, partition_for
-from appliance.client.serialization import as_encoder
+from appliance.client.serialization import DefaultEncoder, as_encoder
 from appliance.client.transport import open_transport
 from appliance.errors import (
     DuplicateSequenceError,
@@ -160,6 +166,7 @@ class _Queue:
     first_at: float = 0.0  # monotonic time the oldest queued item arrived
     in_flight: int = 0
     urgent: int = 0  # sync sends waiting on this partition: send without lingering
+    bulks: int = 0  # bulk items queued
 
 
 @dataclass(slots=True)
@@ -201,6 +208,8 @@ class Producer:
         self.max_request_size = c["max.request.size"]
         self.key_encoder = as_encoder(c["key.serializer"])
         self.value_encoder = as_encoder(c["value.serializer"])
+        self._plain_values = type(self.value_encoder) is DefaultEncoder
+        self._max_block_s = c["max.block.ms"] / 1000
         self.partitioner = c["partitioner"] if c["partitioner"] is not None else DefaultPartitioner()
         self.handler: Any = c["callback.handler"]
         self.cluster = Cluster(c["bootstrap.servers"], client_id=c["client.id"],
@@ -210,7 +219,9 @@ class Producer:
                                metadata_max_age_ms=c["metadata.max.age.ms"])
         self.transport = open_transport(c["transport"], self.cluster, c["bootstrap.servers"], c)
         self._send_many_batches = getattr(self.transport, "send_batches", None)
-        self._cond = threading.Condition()
+        # _put takes the lock itself: Condition.__enter__ is a Python-level call per record
+        self._cond_lock = threading.RLock()
+        self._cond = threading.Condition(self._cond_lock)
         self._queues: dict[tuple[str, int], _Queue] = {}
         self._queued = 0  # records queued, not yet cut into a batch
         self._outstanding = 0  # batches cut and not yet completed
@@ -382,27 +393,33 @@ class Producer:
 
     def _enqueue(self, topic: str, record: Any, partition: int | None) -> ProducerFuture:
         self._check_open()
-        key, value, headers, ts, rec_partition = self._normalize(record)
-        kb = self.key_encoder.to_bytes(key) if key is not None else None
-        vb = self.value_encoder.to_bytes(value) if value is not None else None
-        for hk, hv in headers:
-            if not isinstance(hk, str) or not (hv is None or isinstance(hv, (bytes, bytearray))):
-                raise TypeError(f"header ({hk!r}, {hv!r}): expected (str, bytes or None)")
-        info = self.cluster.topic(topic, timeout=self.config["max.block.ms"] / 1000)
+        if type(record) is bytes and self._plain_values:
+            # the common record, a bytes value: what _normalize and the default encoder give
+            kb, vb, headers, ts, rec_partition = None, record, (), None, None
+        else:
+            key, value, headers, ts, rec_partition = self._normalize(record)
+            kb = self.key_encoder.to_bytes(key) if key is not None else None
+            vb = self.value_encoder.to_bytes(value) if value is not None else None
+            for hk, hv in headers:
+                if not isinstance(hk, str) or not (hv is None or isinstance(hv, (bytes, bytearray))):
+                    raise TypeError(f"header ({hk!r}, {hv!r}): expected (str, bytes or None)")
+        info = self.cluster.topic(topic, timeout=self._max_block_s)
         n = len(info.leaders)
         part = partition if partition is not None else rec_partition
         if part is None:
             part = self._choose_partition(topic, kb, n)
         elif part not in info.leaders:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {part} (it has {n})")
-        size = RECORD_OVERHEAD + (len(kb) if kb else 0) + (len(vb) if vb else 0) + \
-            sum(len(hk) + len(hv or b"") + 4 for hk, hv in headers)
+        size = RECORD_OVERHEAD + (len(kb) if kb else 0) + (len(vb) if vb else 0)
+        if headers:
+            size += sum(len(hk) + len(hv or b"") + 4 for hk, hv in headers)
         if size + BATCH_OVERHEAD > self.max_request_size:
             raise MessageTooLargeError(f"record of ~{size} bytes exceeds max.request.size={self.max_request_size}")
         fut = ProducerFuture()
         item = _Item(kb, vb, headers, int(time.time() * 1000) if ts is None else int(ts), fut, size)
         self._put(topic, part, item)
-        call_hook(self.handler, "on_enqueue", topic, part, kb, vb)
+        if self.handler is not None:
+            call_hook(self.handler, "on_enqueue", topic, part, kb, vb)
         return fut
 
     def _enqueue_bulk(self, topic: str, partition: int | None, n: int, values: list, size: int) -> ProducerFuture:
@@ -415,7 +432,7 @@ class Producer:
 
     def _put(self, topic: str, part: int, item: _Item, count: int = 1) -> None:
         t = self.enqueue_timeout
-        with self._cond:
+        with self._cond_lock:
             if self._queued >= self.max_queued:
                 if t == 0:
                     raise QueueFull(f"producer queue full ({self.max_queued} records, "
@@ -435,6 +452,8 @@ class Producer:
                 q.first_at = time.monotonic()
             q.items.append(item)
             q.nbytes += item.size
+            if item.bulk is not None:
+                q.bulks += 1
             self._queued += count
             if self.sync:
                 q.urgent += 1
@@ -462,6 +481,12 @@ class Producer:
         first = q.items[0]
         if first.bulk is not None:
             taken = [q.items.popleft()]
+            q.bulks -= 1
+        elif not q.bulks and BATCH_OVERHEAD + q.nbytes <= min(self.batch_size, self.max_request_size):
+            # everything queued fits one batch: what the loop below would take, without a
+            # Python step per record
+            taken = list(q.items)
+            q.items.clear()
         else:
             taken, size = [], BATCH_OVERHEAD
             while q.items and q.items[0].bulk is None and (not taken or size + q.items[0].size <= self.max_request_size):
@@ -702,10 +727,11 @@ class Producer:
                 it = b.items[0]
                 it.future._complete(RecordMetadata(b.topic, b.partition, base, lat if lat >= 0 else it.timestamp), None)
             else:
-                for i, it in enumerate(b.items):
-                    off = base + i if base >= 0 else -1
-                    it.future._complete(RecordMetadata(b.topic, b.partition, off,
-                                                       lat if lat >= 0 else it.timestamp), None)
+                topic, part = b.topic, b.partition
+                complete_many([it.future for it in b.items],
+                              [RecordMetadata(topic, part, base + i if base >= 0 else -1,
+                                              lat if lat >= 0 else it.timestamp)
+                               for i, it in enumerate(b.items)])
         else:
             call_hook(self.handler, "on_error", b.topic, b.partition, b.count, err)
             for it in b.items:
