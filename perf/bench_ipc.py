@@ -8,7 +8,10 @@ produces ``--records`` 100-byte values with ``appliance.client.Producer.send_man
 requests over loopback). Same producer, same bulk path (numba batch builder), so the difference
 is the transport. Records count when acknowledged. Also measured, as the transports' ceiling:
 pre-framed batches built into a reused buffer and pushed through the bare transports.
-Prints medians and the targets: IPC >= 5,000,000 records/s, IPC >= 3x TCP.
+Also the client's value-by-value paths, over both transports: ``send_many`` of a list of
+bytes (``--records``/4) and ``send()`` one record per call (``--records``/40).
+Prints medians (and min-max) and the targets: IPC >= 5,000,000 records/s, IPC >= 3x TCP,
+value-by-value >= 2,000,000 records/s.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from tests.broker_process import BrokerProcess  # noqa: E402
 VALUE = 100
 IPC_TARGET = 5_000_000
 RATIO_TARGET = 3.0
+PER_RECORD_TARGET = 2_000_000  # issue 15: records sent value by value through the client
 
 
 def _columns(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -58,6 +62,43 @@ def run_producer(port: int, base: str, topic: str, records: int, transport: str)
             sent += len(values)
         p.flush()
         return sent / (time.perf_counter() - t0)
+    finally:
+        p.close()
+
+
+def run_producer_list(port: int, base: str, topic: str, records: int, transport: str) -> float:
+    """send_many of a list of 100-byte bytes values, 10,000 per call (what perf/run.py's
+    appliance.client cells do)."""
+    chunk = [np.random.default_rng(3).integers(0, 256, VALUE, dtype=np.uint8).tobytes()] * 10_000
+    p = Producer(bootstrap_servers=f"127.0.0.1:{port}", transport=transport, shm_name=base, acks=1,
+                 linger_ms=5, batch_size=1_000_000)
+    try:
+        p.partitions_for(topic)
+        sent = 0
+        t0 = time.perf_counter()
+        while sent < records:
+            p.send_many(topic, chunk, partition=0)
+            sent += len(chunk)
+        p.flush()
+        return sent / (time.perf_counter() - t0)
+    finally:
+        p.close()
+
+
+def run_producer_send(port: int, base: str, topic: str, records: int, transport: str) -> float:
+    """Producer.send, one 100-byte record per call, a future per record (all checked)."""
+    value = np.random.default_rng(4).integers(0, 256, VALUE, dtype=np.uint8).tobytes()
+    p = Producer(bootstrap_servers=f"127.0.0.1:{port}", transport=transport, shm_name=base, acks=1,
+                 linger_ms=5, batch_size=1_000_000)
+    try:
+        p.partitions_for(topic)
+        send = p.send
+        t0 = time.perf_counter()
+        futs = [send(topic, value, partition=0) for _ in range(records)]
+        p.flush()
+        rate = records / (time.perf_counter() - t0)
+        assert futs[-1].result(30).offset == records - 1
+        return rate
     finally:
         p.close()
 
@@ -130,7 +171,8 @@ def main() -> int:
     warmup()  # numba kernels compiled or loaded before anything is timed
     v, o = _columns(10)
     build_batch_columns(v, o, timestamp=0)
-    results: dict[str, list[float]] = {"producer-ipc": [], "producer-tcp": [], "raw-ipc": [], "raw-tcp": []}
+    results: dict[str, list[float]] = {"producer-ipc": [], "producer-tcp": [], "raw-ipc": [], "raw-tcp": [],
+                                       "list-ipc": [], "list-tcp": [], "send-ipc": [], "send-tcp": []}
     with tempfile.TemporaryDirectory(prefix="bench-ipc-") as tmp, BrokerProcess(Path(tmp)) as broker:
         admin = BrokerConnection("127.0.0.1", broker.port)
         base = broker.overrides["appliance.shm.name"]
@@ -141,7 +183,11 @@ def main() -> int:
                                                    "assignments": [], "configs": []}],
                                        "timeout_ms": 30000, "validate_only": False})
                 assert r.topics[0].error_code == 0, r
-                if kind.startswith("producer"):
+                if kind.startswith("list"):
+                    rate = run_producer_list(broker.port, base, topic, args.records // 4, kind.split("-")[1])
+                elif kind.startswith("send"):
+                    rate = run_producer_send(broker.port, base, topic, args.records // 40, kind.split("-")[1])
+                elif kind.startswith("producer"):
                     rate = run_producer(broker.port, base, topic, args.records, kind.split("-")[1])
                 elif kind == "raw-ipc":
                     rate = run_ipc(base, topic, args.records, args.batch)
@@ -159,6 +205,14 @@ def main() -> int:
     print(f"Producer over TCP : {mt:>12,.0f} records/s  ({mt * VALUE / 1e6:,.0f} MB/s)")
     print(f"IPC / TCP         : {mi / mt:>12.2f}x          target {RATIO_TARGET:.0f}x: "
           f"{'MET' if mi / mt >= RATIO_TARGET else 'NOT MET'}")
+    spread = {k: f"[{min(v):,.0f}-{max(v):,.0f}]" for k, v in results.items()}
+    print(f"  (min-max of runs: ipc {spread['producer-ipc']}, tcp {spread['producer-tcp']})")
+    for kind, what, n in (("list", "send_many(list of bytes)", args.records // 4),
+                          ("send", "send() one record per call", args.records // 40)):
+        li, lt = med[f"{kind}-ipc"], med[f"{kind}-tcp"]
+        print(f"{what:<27} ipc {li:>11,.0f} {spread[kind + '-ipc']}  tcp {lt:>11,.0f} "
+              f"{spread[kind + '-tcp']} records/s ({n:,} records)  ipc target {PER_RECORD_TARGET:,}: "
+              f"{'MET' if li >= PER_RECORD_TARGET else 'NOT MET'}")
     print(f"bare IPC transport: {med['raw-ipc']:>12,.0f} records/s (pre-framed batches of {args.batch})")
     print(f"bare TCP transport: {med['raw-tcp']:>12,.0f} records/s (pre-framed batches of {args.batch})")
     return 0

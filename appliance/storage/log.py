@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from appliance.errors import (
     InvalidRecordError,
     InvalidTimestampError,
@@ -41,7 +43,32 @@ from appliance.storage.retention import apply_retention
 from appliance.storage.segment import LogSegment, SegmentOpenError
 from appliance.storage.segment_list import FetchSlice, SegmentList
 from appliance.storage.swap import swap_in
+from native.append_plan import (
+    P_MAX_BATCH,
+    PARAMS_IN,
+    PARAMS_IN_AT,
+    PARAMS_OUT,
+    PARAMS_OUT_AT,
+    PLAN_MORE_ROWS,
+    R_BASE,
+    R_BASE_SEQUENCE,
+    R_DELTA,
+    R_LAST,
+    R_MAX_TS,
+    R_POS,
+    R_PRODUCER_EPOCH,
+    R_PRODUCER_ID,
+    R_SIZE,
+    new_params,
+    new_rows,
+    plan_append_u8,
+    write_base_offsets,
+)
 from native.batch_layout import LOG_OVERHEAD
+from native.buffers import as_u8
+
+_U8 = np.dtype(np.uint8)
+_frombuffer = np.frombuffer
 
 __all__ = [
     "PartitionLog", "AppendInfo", "FetchSlice", "SegmentInfo", "partition_dir_name",
@@ -222,6 +249,14 @@ class PartitionLog:
         self._ts_diff_max = int(config.message_timestamp_difference_max_ms)
         self._flush_messages = int(config.flush_messages)
         self._compact = "compact" in config.cleanup_policy
+        # The planned append (native.append_plan) covers all but LogAppendTime stamping and
+        # the compacted topics' key check; those take the general path.
+        self._plannable = not self._log_append_time and not self._compact
+        if getattr(self, "_plan_params", None) is None:
+            self._plan_params = new_params()
+            self._plan_rows = new_rows()
+            self._plan_params_mv = memoryview(self._plan_params).cast("B")
+        self._plan_params[P_MAX_BATCH] = self._max_message_bytes
         for seg in self._segs:
             seg.apply_config(config)
 
@@ -268,6 +303,10 @@ class PartitionLog:
         nothing is written and no state changes.
         """
         self._check_open()
+        if self._plannable:
+            info = self._append_planned(records, assign_offsets, validate)
+            if info is not None:
+                return info
         mv = memoryview(records)
         if mv.ndim != 1 or mv.itemsize != 1:
             mv = mv.cast("B")
@@ -360,6 +399,85 @@ class PartitionLog:
             self.flush()
         return AppendInfo(first_offset, last_offset, max(max_ts), lat_ts, self.log_start_offset,
                           nb, num_records, False)
+
+    def _append_planned(self, records: bytes | bytearray | memoryview, assign_offsets: bool,
+                        validate: bool) -> AppendInfo | None:
+        """:meth:`append` with one kernel call (native.append_plan) and one Python pass per
+        request: None when the kernel leaves the decision to the general path (anything not
+        plainly valid: that path raises the precise error, or takes compressed batches).
+
+        The same checks as the general path, in effect: every batch CRC-checked and walked
+        (``validate``), max.message.bytes, timestamps, offsets, then the producer checks."""
+        mv = memoryview(records)
+        if mv.ndim != 1 or mv.itemsize != 1:
+            mv = mv.cast("B")
+        p, rows = self._plan_params, self._plan_rows
+        active = self._segs[-1]
+        now = self._now_ms()
+        PARAMS_IN.pack_into(self._plan_params_mv, PARAMS_IN_AT, validate, assign_offsets,
+                            self.log_end_offset, now, self._ts_diff_max,
+                            active.bytes_since_last_index_entry, active.index_interval_bytes,
+                            active.max_timestamp, active.offset_of_max_timestamp)
+        t = type(records)
+        a = _frombuffer(records, _U8) if t is bytes or t is bytearray else as_u8(mv)
+        nb = plan_append_u8(a, a.shape[0], p, rows)
+        while nb == PLAN_MORE_ROWS:
+            rows = self._plan_rows = new_rows(2 * len(rows))
+            nb = plan_append_u8(a, a.shape[0], p, rows)
+        if nb < 0:
+            return None
+        (last_offset, max_ts, num_records, need_offsets, idempotent, since, seg_max,
+         seg_off, entries, first_offset) = PARAMS_OUT.unpack_from(self._plan_params_mv,
+                                                                  PARAMS_OUT_AT)
+        pa = None
+        if idempotent:
+            pa = self.producers.begin()
+            done = []
+            for r in rows[:nb].tolist():
+                if r[R_PRODUCER_ID] >= 0 and r[R_BASE_SEQUENCE] >= 0:
+                    dup = pa.check(r[R_PRODUCER_ID], r[R_PRODUCER_EPOCH], r[R_BASE_SEQUENCE],
+                                   r[R_DELTA])
+                    if dup is not None:
+                        return AppendInfo(dup.first_offset, dup.last_offset, -1, -1,
+                                          self.log_start_offset, nb, num_records, True)
+                    done.append((r[R_BASE], r[R_LAST]))
+        # Rewrite baseOffsets (outside the CRC) only now that every check passed. A read-only
+        # buffer of one batch goes out as two pieces (writev) instead of being copied.
+        data: Any = mv
+        if need_offsets:
+            if not mv.readonly:
+                if nb == 1:
+                    _I64.pack_into(mv, 0, first_offset)
+                else:
+                    write_base_offsets(mv, rows, nb)
+            elif nb == 1:
+                data = [_I64.pack(first_offset), mv[8:]]
+            else:
+                data = bytearray(mv)
+                write_base_offsets(data, rows, nb)
+        nbytes = len(mv)
+        reason = active.should_roll(nbytes, nb, last_offset, now)
+        if reason:
+            self._roll(reason)
+            active = self._segs[-1]
+            cols = rows[:nb]
+            if not isinstance(data, (memoryview, bytearray)):
+                data = memoryview(b"".join(data))
+            # the kernel's index plan was for the old segment: the general indexing
+            active.append(data, cols[:, R_POS].tolist(), cols[:, R_SIZE].tolist(),
+                          cols[:, R_LAST].tolist(), cols[:, R_MAX_TS].tolist(), now)
+        else:
+            active.append_planned(data, nbytes, rows, nb, entries, since, seg_max, seg_off,
+                                  last_offset, now)
+        self.log_end_offset = last_offset + 1
+        if self.auto_high_watermark:
+            self._hw = self.log_end_offset
+        if pa is not None:
+            pa.commit(done)
+        if self.log_end_offset - self.recovery_point >= self._flush_messages:
+            self.flush()
+        return AppendInfo(first_offset, last_offset, max_ts, -1, self.log_start_offset, nb,
+                          num_records, False)
 
     # -- roll -------------------------------------------------------------------------------
 

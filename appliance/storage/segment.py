@@ -33,6 +33,14 @@ from appliance.storage.flush import ChunkedWriteback
 from appliance.storage.index import index_entry_slots
 from appliance.storage.offset_index import OffsetIndex
 from appliance.storage.time_index import NO_TIMESTAMP, TimeIndex
+from native.append_plan import (
+    R_INDEXED,
+    R_LAST,
+    R_POS,
+    R_RUN_MAX_TS,
+    R_RUN_OFFSET_OF_MAX,
+    ROW,
+)
 from native.scan import SCAN_LIMIT, ScanResult, scan_batches
 
 __all__ = [
@@ -414,20 +422,7 @@ class LogSegment:
         data starts at. Raises KafkaStorageError on I/O failure (the file is cut back first).
         """
         start = self.size
-        fd = self.fd
-        try:
-            n = os.write(fd, data)
-            while n < len(data):  # regular files write fully unless interrupted or ENOSPC
-                n += os.write(fd, data[n:])
-        except OSError as e:
-            try:
-                os.ftruncate(fd, start)
-            except OSError:
-                pass
-            raise KafkaStorageError(f"write to {self.log_path} failed: {e}") from e
-        if start == 0 and self.first_append_ms is None:
-            self.first_append_ms = now_ms
-        self.size = start + len(data)
+        self._write(data, len(data), now_ms)
         if len(sizes) >= _VECTOR_MIN:  # a large request or IPC hand-off: array operations
             self._index_batches(np.asarray(rel_positions, np.int64) + start,
                                 np.asarray(sizes, np.int64), np.asarray(last_offsets, np.int64),
@@ -438,10 +433,75 @@ class LogSegment:
         self.next_offset = last_offsets[-1] + 1
         if self.writeback is not None:
             try:
-                self.writeback.after_append(fd, self.size)
+                self.writeback.after_append(self.fd, self.size)
             except OSError as e:
                 raise KafkaStorageError(f"writeback of {self.log_path} failed: {e}") from e
         return start
+
+    def _write(self, data: Any, nbytes: int, now_ms: int) -> None:
+        """Write ``data`` (a buffer, or a list of buffers: one writev) at the end of the file.
+        Raises KafkaStorageError (the file cut back to where it was first)."""
+        start = self.size
+        fd = self.fd
+        try:
+            if type(data) is list:
+                n = os.writev(fd, data)
+                if n < nbytes:
+                    data = memoryview(b"".join(data))
+            else:
+                n = os.write(fd, data)
+            while n < nbytes:  # regular files write fully unless interrupted or ENOSPC
+                n += os.write(fd, data[n:])
+        except OSError as e:
+            try:
+                os.ftruncate(fd, start)
+            except OSError:
+                pass
+            raise KafkaStorageError(f"write to {self.log_path} failed: {e}") from e
+        if start == 0 and self.first_append_ms is None:
+            self.first_append_ms = now_ms
+        self.size = start + nbytes
+
+    def append_planned(self, data: Any, nbytes: int, rows: np.ndarray, nb: int, entries: int,
+                       since: int, max_ts: int, offset_of_max: int, last_offset: int,
+                       now_ms: int) -> int:
+        """:meth:`append` for batches planned by native.append_plan against this segment's
+        index state: ``rows[:nb]`` hold the columns, R_INDEXED marks the ``entries`` batches
+        that get an index entry, and ``since``/``max_ts``/``offset_of_max`` are the index state
+        after them. ``data`` is a buffer or a list of buffers (written with writev). Returns
+        the file position the data starts at. Raises KafkaStorageError."""
+        start = self.size
+        self._write(data, nbytes, now_ms)
+        if entries:
+            oi, ti = self.offset_index, self.time_index
+            if nb < _VECTOR_MIN:  # the same choice of path as _index_batches
+                # its loop, over the indexed batches only
+                batches = ((ROW.unpack_from(rows),) if nb == 1
+                           else ROW.iter_unpack(memoryview(rows).cast("B")[:nb * ROW.size]))
+                for r in batches:
+                    if not r[R_INDEXED]:
+                        continue
+                    if not oi.is_full:
+                        oi.append(r[R_LAST], start + r[R_POS])
+                    if r[R_RUN_MAX_TS] >= 0 and not ti.is_full:
+                        ti.maybe_append(r[R_RUN_MAX_TS], r[R_RUN_OFFSET_OF_MAX])
+            else:
+                sel = rows[:nb][rows[:nb, R_INDEXED] != 0]
+                oi.append_many(sel[:, R_LAST], sel[:, R_POS] + start)
+                ti.append_many(sel[:, R_RUN_MAX_TS], sel[:, R_RUN_OFFSET_OF_MAX])
+        self.bytes_since_last_index_entry = since
+        self.max_timestamp, self.offset_of_max_timestamp = max_ts, offset_of_max
+        self.next_offset = last_offset + 1
+        if self.writeback is not None:
+            try:
+                self.writeback.after_append(self.fd, self.size)
+            except OSError as e:
+                raise KafkaStorageError(f"writeback of {self.log_path} failed: {e}") from e
+        return start
+
+    @property
+    def index_interval_bytes(self) -> int:
+        return self._interval
 
     def _index_batches(self, positions: list[int] | np.ndarray, sizes: list[int] | np.ndarray,
                        last_offsets: list[int] | np.ndarray,

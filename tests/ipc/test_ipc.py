@@ -246,3 +246,27 @@ def test_producer_bulk_rows_land_intact(broker, transport):
     recs = _read_all(broker, f"rows-{transport}")
     assert [r.offset for r in recs] == list(range(25_000))
     assert all(r.value == rows[r.offset].tobytes() and r.key is None for r in recs)
+
+
+@pytest.mark.parametrize("transport", ["ipc", "tcp"])
+def test_producer_bulk_list_lands_intact(broker, transport):
+    """send_many of a list of values of mixed lengths (cut into batches without Python per
+    value): every value at its offset, in order."""
+    import random
+
+    from appliance.client.producer import Producer
+    topic = f"list-{transport}"
+    _create(broker, topic)
+    rng = random.Random(9)
+    values = [rng.randbytes(rng.choice([0, 1, 100, 3000])) for _ in range(20_000)]
+    base = find_broker_base(log_dir=broker.log_dirs[0])
+    p = Producer(bootstrap_servers=broker.bootstrap, transport=transport, shm_name=base, acks=1)
+    try:
+        futs = p.send_many(topic, values, partition=0)
+        firsts = sorted(f.result(30).offset for f in futs)
+    finally:
+        p.close()
+    assert len(futs) > 1 and firsts[0] == 0
+    recs = _read_all(broker, topic)
+    assert [r.offset for r in recs] == list(range(len(values)))
+    assert [r.value for r in recs] == values

@@ -50,3 +50,22 @@ def test_building_into_a_reused_buffer():
     assert bytes(view) == build_batch([(None, v) for v in values], base_timestamp=5)
     with pytest.raises(ValueError):
         build_batch_columns(vbuf, voff, timestamp=5, out=np.zeros(10, np.uint8))
+
+
+@pytest.mark.parametrize("n", [1, 9, 400])
+def test_per_record_timestamps_byte_identical_to_the_python_builder(n):
+    from appliance.records import Record
+    rng = random.Random(n + 1)
+    values = [rng.randbytes(rng.choice([0, 5, 100, 300])) for _ in range(n)]
+    keys = [None if rng.random() < 0.5 else rng.randbytes(rng.randint(0, 20)) for _ in range(n)]
+    t0 = 1_790_000_000_000
+    # mostly rising send times, some steps back (a clock change) and large jumps (varint widths)
+    ts = [t0 + rng.choice([0, 1, 3, -2, 70, 20_000, -400_000]) * i for i in range(n)]
+    vbuf, voff = _columns(values)
+    kbuf, koff = _columns([k or b"" for k in keys])
+    ours = build_batch_columns(vbuf, voff, timestamp=ts[0], keys=kbuf, key_offsets=koff,
+                               key_null=np.array([k is None for k in keys]),
+                               timestamp_deltas=np.array(ts, np.int64) - ts[0])
+    twin = build_batch([Record(i, ts[i], keys[i], values[i]) for i in range(n)])
+    assert ours == twin
+    assert [r.timestamp for r in decode_batch(ours)[1]] == ts
