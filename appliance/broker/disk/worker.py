@@ -21,6 +21,7 @@ import time
 
 from appliance.broker.disk.coordinator_host import CoordinatorHost
 from appliance.broker.disk.ipc_intake import IpcIntake
+from appliance.broker.disk.log_admin import LogAdmin
 from appliance.broker.disk.maintenance import Maintenance
 from appliance.broker.disk.partitions import Partitions
 from appliance.broker.disk.requests import Requests
@@ -92,6 +93,7 @@ class DiskWorker:
             MsgType.DELETE_PARTITION: parts.delete,
             MsgType.ALTER_CONFIG: parts.alter,
             MsgType.GROUP: self.coordinator.handle_group,
+            MsgType.DELETE_RECORDS: LogAdmin(parts).delete_records,
         })
 
     # -- loop -----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from appliance.broker.broker_context import BrokerContext
 from appliance.broker.handlers import (
     api_versions,
     configs,
+    delete_records,
     fetch,
     groups,
     incremental_alter_configs,
@@ -39,6 +40,7 @@ from appliance.protocol.messages import (
     CreatePartitions,
     CreateTopics,
     DeleteGroups,
+    DeleteRecords,
     DeleteTopics,
     DescribeConfigs,
     DescribeGroups,
@@ -78,6 +80,7 @@ HANDLERS = {
     IncrementalAlterConfigs.API_KEY: incremental_alter_configs.handle,
     InitProducerId.API_KEY: producer_id.handle,
     FindCoordinator.API_KEY: groups.find_coordinator,
+    DeleteRecords.API_KEY: delete_records.handle,
 }
 
 # group APIs also need the client's address (DescribeGroups shows it, as Kafka does)
