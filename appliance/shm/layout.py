@@ -148,6 +148,7 @@ class MsgType:
     ALTER_CONFIG = 4
     DELETE_RECORDS = 5
     GROUP = 6            # a consumer-group API request for the coordinator in the disk worker
+    ALTER_BROKER_CONFIG = 7  # reload the dynamic broker configs (appliance/broker/dynamic_config.py)
     COMPLETION = 16
 
 

@@ -1,5 +1,6 @@
-"""The disk worker's side of the admin APIs that act on one partition's log: DeleteRecords
-(advance the log start offset). The partition's single writer runs them between appends.
+"""The disk worker's side of the admin APIs that act on its logs: DeleteRecords (advance a log
+start offset) and the dynamic broker configs (re-derive every partition's config). The
+partitions' single writer runs them between appends.
 
 Thread-safety: none; the disk worker's one thread calls every handler.
 """
@@ -8,8 +9,10 @@ from __future__ import annotations
 
 import logging
 
+from appliance.broker import dynamic_config
 from appliance.broker.disk.partitions import Partitions
-from appliance.broker.disk.requests import NotHere
+from appliance.broker.disk.requests import NOTHING, NotHere
+from appliance.config import BrokerConfig, TopicConfig
 from appliance.errors import OffsetOutOfRangeError
 from appliance.shm.layout import DELETE_RECORDS_BODY
 from appliance.storage.retention import delete_below_log_start
@@ -23,8 +26,26 @@ HIGH_WATERMARK = -1  # Kafka's DeleteRecordsRequest.HIGH_WATERMARK
 
 
 class LogAdmin:
-    def __init__(self, parts: Partitions) -> None:
+    def __init__(self, parts: Partitions, static_config: BrokerConfig) -> None:
         self.parts = parts
+        self.static_config = static_config  # server.properties and --override: no dynamic values
+
+    def load_broker_config(self) -> None:
+        """Run with the saved dynamic broker configs (at start, before the log dir opens, and
+        on every ALTER_BROKER_CONFIG): the partitions' configs follow the new defaults, their
+        own overrides still win. Raises ConfigError for an unreadable file."""
+        cfg = dynamic_config.effective_config(self.static_config, dynamic_config.load(self.static_config))
+        parts = self.parts
+        parts.config = cfg
+        if parts.log_dir is not None:
+            parts.log_dir.broker_config = cfg
+        for plog in parts.logs.values():
+            plog.config = TopicConfig.from_overrides(cfg, plog.config.to_properties())
+
+    def reload_broker_config(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+        self.load_broker_config()
+        log.info("%s: dynamic broker configs reloaded", self.parts.path)
+        return NOTHING
 
     def delete_records(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
         """Move the log start offset of ``slot`` up to the requested offset; answer the new

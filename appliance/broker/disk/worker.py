@@ -29,7 +29,7 @@ from appliance.broker.disk.ring_intake import DATA_BELL_INTERVAL_S, RingIntake
 from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.broker.gc_policy import freeze_startup_objects
 from appliance.broker.plumbing import Plumbing, drain_doorbell
-from appliance.config import BrokerConfig
+from appliance.config import BrokerConfig, ConfigError
 from appliance.errors import KafkaStorageError
 from appliance.shm.layout import MsgType, WorkerState
 from appliance.shm.partition_table import PartitionTable
@@ -59,7 +59,7 @@ class DiskWorker:
         self.attach()
         try:
             self.open()
-        except (OSError, KafkaStorageError) as e:
+        except (OSError, KafkaStorageError, ConfigError) as e:
             log.error("log dir %s unusable: %s", self.path, e)
             return EXIT_BOOT_ERROR
         self.table.set_worker_state(self.slot, WorkerState.READY)
@@ -83,6 +83,8 @@ class DiskWorker:
     def open(self) -> None:
         """Recover the log dir, load the groups, and fill the table of request handlers."""
         parts = self.partitions
+        admin = LogAdmin(parts, self.config)
+        admin.load_broker_config()  # the dynamic broker configs saved by an earlier run
         parts.open()
         self.coordinator = CoordinatorHost(self.config, parts, self.rings)
         self.coordinator.load()
@@ -93,7 +95,8 @@ class DiskWorker:
             MsgType.DELETE_PARTITION: parts.delete,
             MsgType.ALTER_CONFIG: parts.alter,
             MsgType.GROUP: self.coordinator.handle_group,
-            MsgType.DELETE_RECORDS: LogAdmin(parts).delete_records,
+            MsgType.DELETE_RECORDS: admin.delete_records,
+            MsgType.ALTER_BROKER_CONFIG: admin.reload_broker_config,
         })
 
     # -- loop -----------------------------------------------------------------------------
