@@ -149,6 +149,7 @@ class MsgType:
     DELETE_RECORDS = 5
     GROUP = 6            # a consumer-group API request for the coordinator in the disk worker
     ALTER_BROKER_CONFIG = 7  # reload the dynamic broker configs (appliance/broker/dynamic_config.py)
+    REPLICA_MOVE = 8     # a step of moving a partition between log dirs (broker/disk/replica_move.py)
     COMPLETION = 16
 
 

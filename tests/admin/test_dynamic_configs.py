@@ -49,7 +49,7 @@ def _produce(bootstrap: str, topic: str, partitions: int, count: int) -> None:
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
-    for i in range(count):
+    for _ in range(count):
         for part in range(partitions):
             p.produce(topic, b"x" * 200, partition=part)
         p.flush(30)  # one batch per record and partition: the small segments roll often

@@ -24,6 +24,7 @@ from appliance.broker.disk.ipc_intake import IpcIntake
 from appliance.broker.disk.log_admin import LogAdmin
 from appliance.broker.disk.maintenance import Maintenance
 from appliance.broker.disk.partitions import Partitions
+from appliance.broker.disk.replica_move import ReplicaMover, sweep_moves
 from appliance.broker.disk.requests import Requests
 from appliance.broker.disk.ring_intake import DATA_BELL_INTERVAL_S, RingIntake
 from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
@@ -85,6 +86,7 @@ class DiskWorker:
         parts = self.partitions
         admin = LogAdmin(parts, self.config)
         admin.load_broker_config()  # the dynamic broker configs saved by an earlier run
+        sweep_moves(self.path, self.config.log_dirs)  # a move between log dirs cut by a crash
         parts.open()
         self.coordinator = CoordinatorHost(self.config, parts, self.rings)
         self.coordinator.load()
@@ -97,6 +99,7 @@ class DiskWorker:
             MsgType.GROUP: self.coordinator.handle_group,
             MsgType.DELETE_RECORDS: admin.delete_records,
             MsgType.ALTER_BROKER_CONFIG: admin.reload_broker_config,
+            MsgType.REPLICA_MOVE: ReplicaMover(self.index, parts).handle,
         })
 
     # -- loop -----------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from typing import Any
 
 from appliance.broker.broker_context import BrokerContext
 from appliance.broker.handlers import (
+    alter_replica_log_dirs,
     api_versions,
     configs,
     delete_records,
@@ -36,6 +37,7 @@ from appliance.broker.handlers import (
 from appliance.broker.handlers.answer import CloseConnection, encode
 from appliance.protocol.messages import (
     AlterConfigs,
+    AlterReplicaLogDirs,
     ApiVersions,
     CreatePartitions,
     CreateTopics,
@@ -81,6 +83,7 @@ HANDLERS = {
     InitProducerId.API_KEY: producer_id.handle,
     FindCoordinator.API_KEY: groups.find_coordinator,
     DeleteRecords.API_KEY: delete_records.handle,
+    AlterReplicaLogDirs.API_KEY: alter_replica_log_dirs.handle,
 }
 
 # group APIs also need the client's address (DescribeGroups shows it, as Kafka does)

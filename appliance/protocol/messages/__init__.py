@@ -31,12 +31,12 @@ from appliance.protocol.messages.group import (
     OffsetFetch,
     SyncGroup,
 )
-from appliance.protocol.messages.log_admin import AlterReplicaLogDirs, DeleteRecords  # noqa: F401 (34: served once its handler lands)
+from appliance.protocol.messages.log_admin import AlterReplicaLogDirs, DeleteRecords
 
 __all__ = [
     "ApiVersions", "Metadata", "Produce", "Fetch", "ListOffsets", "InitProducerId",
     "FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit",
     "OffsetFetch", "DescribeGroups", "ListGroups", "DeleteGroups",
     "CreateTopics", "DeleteTopics", "CreatePartitions", "DescribeConfigs", "AlterConfigs",
-    "IncrementalAlterConfigs", "OffsetDelete", "DeleteRecords",
+    "IncrementalAlterConfigs", "OffsetDelete", "DeleteRecords", "AlterReplicaLogDirs",
 ]
