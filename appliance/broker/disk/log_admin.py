@@ -13,7 +13,7 @@ from appliance.broker import dynamic_config
 from appliance.broker.disk.partitions import Partitions
 from appliance.broker.disk.requests import NOTHING, NotHere
 from appliance.config import BrokerConfig, TopicConfig
-from appliance.errors import OffsetOutOfRangeError
+from appliance.errors import InvalidRequestError, OffsetOutOfRangeError
 from appliance.shm.layout import DELETE_RECORDS_BODY
 from appliance.storage.retention import delete_below_log_start
 
@@ -54,6 +54,8 @@ class LogAdmin:
         plog = self.parts.logs.get(slot)
         if plog is None:
             raise NotHere()
+        if len(body) < _BODY.size:
+            raise InvalidRequestError(f"DeleteRecords body of {len(body)} bytes")
         (offset,) = _BODY.unpack_from(body, 0)
         if offset == HIGH_WATERMARK:
             offset = plog.high_watermark

@@ -183,14 +183,20 @@ class ReplicaMover:
             raise NotHere()
         parts = self.parts
         final = os.path.join(parts.path, partition_dir_name(move.topic, move.partition))
-        os.rename(move.future, final)
-        fsync_dir(parts.path)
-        overrides = read_topic_properties(final)
-        cfg = TopicConfig.from_overrides(parts.config, overrides) if overrides else parts.config.topic_defaults()
         lso, leo = int(req["log_start_offset"]), int(req["log_end_offset"])
-        plog = PartitionLog.open(final, cfg, recovery_point=leo, log_start_offset=lso, clean_shutdown=True,
-                                 writeback_chunk_bytes=parts.log_dir._chunk,
-                                 writeback_window_bytes=parts.log_dir._window)
+        os.rename(move.future, final)
+        try:
+            fsync_dir(parts.path)
+            overrides = read_topic_properties(final)
+            cfg = TopicConfig.from_overrides(parts.config, overrides) if overrides else parts.config.topic_defaults()
+            plog = PartitionLog.open(final, cfg, recovery_point=leo, log_start_offset=lso, clean_shutdown=True,
+                                     writeback_chunk_bytes=parts.log_dir._chunk,
+                                     writeback_window_bytes=parts.log_dir._window)
+        except Exception:
+            # back to a future replica, so the abort that follows removes it: never two copies
+            os.rename(final, move.future)
+            self.incoming[slot] = move
+            raise
         parts.log_dir.partitions[(move.topic, move.partition)] = plog
         parts._register(slot, move.topic, move.partition, plog)
         parts.log_dir.write_checkpoints()

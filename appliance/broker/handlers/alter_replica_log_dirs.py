@@ -16,6 +16,7 @@ partition left where it was. ``__consumer_offsets`` partitions are not moved
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Any
 
@@ -24,6 +25,8 @@ from appliance.errors import ErrorCode
 from appliance.shm.layout import MsgType, SlotState, WorkerState
 
 __all__ = ["handle"]
+
+log = logging.getLogger("appliance.admin")
 
 _moving: set[tuple[str, int]] = set()  # this network worker's moves under way
 
@@ -79,6 +82,14 @@ async def _run_steps(ctx: Any, topic: str, partition: int, slot: int, src: int, 
             return c.error_code
     c = await _step(ctx, dest, slot, "switch", log_start_offset=h.log_start_offset,
                     log_end_offset=h.base_offset, **names)
+    if c.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+        # the destination worker died after the source retired its copy: its successor's
+        # start promotes the complete future replica (sweep_moves), so the move finishes there
+        log.warning("%s-%d: destination disk worker %d died at the switch; it completes the "
+                    "move when it restarts", topic, partition, dest)
+        await _step(ctx, src, slot, "delete", **names)
+        ctx.readers.forget(topic)
+        return ErrorCode.KAFKA_STORAGE_ERROR
     if c.error_code:
         await _step(ctx, dest, slot, "abort", **names)
         await _step(ctx, src, slot, "resume", **names)
