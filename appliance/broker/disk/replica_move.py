@@ -33,6 +33,7 @@ import logging
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from appliance.broker.disk.partitions import Partitions
@@ -77,9 +78,10 @@ class _Outgoing:
     retired: str | None = None
 
 
-def _copy_from(src: str, dst: str, start: int) -> int:
+def _copy_from(src: str, dst: str, start: int, beat: Callable[[], None]) -> int:
     """Copy ``src`` from byte ``start`` to its end onto ``dst`` (created or extended);
-    the new size."""
+    the new size. ``beat`` stamps the worker's heartbeat every chunk: a large copy must not
+    look like a hung worker to the supervisor."""
     with open(src, "rb") as fi, open(dst, "r+b" if start else "wb") as fo:
         fi.seek(start)
         fo.seek(start)
@@ -89,6 +91,7 @@ def _copy_from(src: str, dst: str, start: int) -> int:
             if not chunk:
                 break
             fo.write(chunk)
+            beat()
         fo.flush()
         os.fsync(fo.fileno())
         return fo.tell()
@@ -110,6 +113,9 @@ class ReplicaMover:
         self.parts = parts
         self.incoming: dict[int, _Incoming] = {}
         self.outgoing: dict[int, _Outgoing] = {}
+
+    def _beat(self) -> None:
+        self.parts.table.heartbeat(self.parts.worker_slot)
 
     def handle(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
         req = json.loads(bytes(body))
@@ -160,7 +166,7 @@ class ReplicaMover:
             # log files only grow at the end; anything else (indexes, snapshots, replaced
             # segments) is copied whole
             start = done if ino == st.st_ino and name.endswith(".log") and done <= st.st_size else 0
-            move.copied[name] = (st.st_ino, _copy_from(src, os.path.join(move.future, name), start))
+            move.copied[name] = (st.st_ino, _copy_from(src, os.path.join(move.future, name), start, self._beat))
         for name in set(move.copied) - names:
             os.unlink(os.path.join(move.future, name))
             del move.copied[name]
