@@ -16,6 +16,10 @@ the step; each step runs in the one disk worker that owns the files it touches.
    register it: the slot is ONLINE on the new disk.
 6. ``delete`` (source): remove the retired directory.
 
+If the network worker driving a move dies between steps 2 and 4, the source takes the partition
+back on its own after :data:`HANDOFF_TIMEOUT_S` (:meth:`ReplicaMover.expire`, from the disk
+worker's loop), and a destination drops a future replica left idle for
+:data:`FUTURE_IDLE_TIMEOUT_S`; a step that comes later finds nothing and the move fails cleanly.
 A failure before step 5 undoes what was done (``abort`` on the destination removes the future
 directory; ``resume`` on the source renames a retired directory back and reopens the log): the
 partition stays where it was, intact. After a crash, :func:`sweep_moves` at start settles a
@@ -32,6 +36,7 @@ import json
 import logging
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,11 +50,15 @@ from appliance.storage.checkpoint import fsync_dir
 from appliance.storage.log import PartitionLog, partition_dir_name
 from appliance.storage.log_dir import DELETE_DIR_SUFFIX, read_topic_properties
 
-__all__ = ["ReplicaMover", "sweep_moves", "FUTURE_DIR_SUFFIX"]
+__all__ = ["ReplicaMover", "sweep_moves", "FUTURE_DIR_SUFFIX", "HANDOFF_TIMEOUT_S", "FUTURE_IDLE_TIMEOUT_S"]
 
 log = logging.getLogger("appliance.disk")
 
 FUTURE_DIR_SUFFIX = "-future"
+# the partition is unavailable between handoff and switch: a few ms normally; past this the
+# driver is taken for dead (generous: its steps queue behind produce traffic on a loaded box)
+HANDOFF_TIMEOUT_S = 60.0
+FUTURE_IDLE_TIMEOUT_S = 600.0  # a copied future replica whose handoff never came
 _COPY_CHUNK = 1 << 20
 _SKIP_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")  # mid-operation files: not part of the log
 
@@ -63,6 +72,7 @@ class _Incoming:
     src: str
     future: str
     copied: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (inode, bytes)
+    touched: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -76,6 +86,7 @@ class _Outgoing:
     log_start_offset: int
     log_end_offset: int
     retired: str | None = None
+    since: float = field(default_factory=time.monotonic)
 
 
 def _copy_from(src: str, dst: str, start: int, beat: Callable[[], None]) -> int:
@@ -128,6 +139,20 @@ class ReplicaMover:
         finally:
             self.parts.table.heartbeat(self.parts.worker_slot)
 
+    def expire(self, now: float) -> None:
+        """Undo the moves whose driver went silent (see the module docstring)."""
+        for slot, out in list(self.outgoing.items()):
+            if out.retired is None and now - out.since > HANDOFF_TIMEOUT_S:
+                log.warning("%s: move of %s-%d stalled after its handoff; taking it back",
+                            self.parts.path, out.topic, out.partition)
+                try:
+                    self._resume(slot, {})
+                except Exception:
+                    log.exception("taking %s-%d back failed", out.topic, out.partition)
+        for slot, move in list(self.incoming.items()):
+            if now - move.touched > FUTURE_IDLE_TIMEOUT_S:
+                self._abort(slot, {})
+
     # -- destination ------------------------------------------------------------------------
     def _copy(self, slot: int, req: dict) -> tuple:
         topic, partition, src = req["topic"], int(req["partition"]), req["src"]
@@ -176,6 +201,7 @@ class ReplicaMover:
         move = self.incoming.get(slot)
         if move is None:
             raise NotHere()
+        move.touched = time.monotonic()
         try:
             self._sync_files(move)
         except OSError:

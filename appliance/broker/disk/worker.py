@@ -91,6 +91,7 @@ class DiskWorker:
         self.coordinator = CoordinatorHost(self.config, parts, self.rings)
         self.coordinator.load()
         self.maintenance = Maintenance(parts)
+        self.mover = ReplicaMover(self.index, parts)
         self.requests.handlers.update({
             MsgType.PRODUCE: parts.produce,
             MsgType.CREATE_PARTITION: parts.create,
@@ -99,7 +100,7 @@ class DiskWorker:
             MsgType.GROUP: self.coordinator.handle_group,
             MsgType.DELETE_RECORDS: admin.delete_records,
             MsgType.ALTER_BROKER_CONFIG: admin.reload_broker_config,
-            MsgType.REPLICA_MOVE: ReplicaMover(self.index, parts).handle,
+            MsgType.REPLICA_MOVE: self.mover.handle,
         })
 
     # -- loop -----------------------------------------------------------------------------
@@ -151,6 +152,8 @@ class DiskWorker:
             now = time.monotonic()
             self.table.heartbeat(self.slot)
             self.maintenance.run_if_due(now)
+            if self.mover.outgoing or self.mover.incoming:
+                self.mover.expire(now)
 
     # -- stop -----------------------------------------------------------------------------
     def close(self) -> None:
