@@ -22,6 +22,7 @@ from confluent_kafka.admin import (
 )
 
 from tests.broker.clients import create_topic
+from tests.broker.wire import RawConnection
 from tests.broker_process import BrokerProcess
 
 
@@ -152,3 +153,40 @@ def test_configs_cli(module_broker):
                                        "--describe"), (*topic, "--alter", "--add-config", "a=[1,2")):
         r = _cli(*args)
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_kafka_python_alter_and_describe_broker_configs(module_broker):
+    """kafka-python's alter_configs on the broker, by IncrementalAlterConfigs (its default) and
+    by the old AlterConfigs (33, which replaces the whole dynamic set: the client fills in the
+    other keys, as Kafka's own tools did); describe_configs shows Kafka's source names."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka.admin import ConfigResource as KCR
+        from kafka.admin import ConfigResourceType, KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=module_broker.bootstrap)
+    try:
+        def dynamic() -> dict:
+            res = admin.describe_configs([KCR(ConfigResourceType.BROKER, "0")], config_filter="all")
+            return {k: (v["value"], v["config_source"]) for k, v in res["broker"]["0"].items()
+                    if v["config_source"] == "DYNAMIC_BROKER_CONFIG"}
+
+        admin.alter_configs([KCR(ConfigResourceType.BROKER, "0", configs={
+            "log.retention.ms": "7200000", "log.flush.interval.ms": "1000"})], incremental=False)
+        assert dynamic() == {"log.retention.ms": ("7200000", "DYNAMIC_BROKER_CONFIG"),
+                             "log.flush.interval.ms": ("1000", "DYNAMIC_BROKER_CONFIG")}
+        admin.alter_configs([KCR(ConfigResourceType.BROKER, "0", configs={"log.retention.ms": "3600000"})])
+        assert dynamic() == {"log.retention.ms": ("3600000", "DYNAMIC_BROKER_CONFIG"),  # one key changed
+                             "log.flush.interval.ms": ("1000", "DYNAMIC_BROKER_CONFIG")}
+        # AlterConfigs on the wire without the client's fill-in: the keys not given go
+        with RawConnection(module_broker.port) as conn:
+            r = conn.request(33, 1, {"resources": [{"resource_type": 4, "resource_name": "0", "configs": [
+                {"name": "log.retention.ms", "value": "3600000"}]}], "validate_only": False})
+        assert r.responses[0].error_code == 0
+        assert dynamic() == {"log.retention.ms": ("3600000", "DYNAMIC_BROKER_CONFIG")}
+        admin.alter_configs([KCR(ConfigResourceType.BROKER, "0", configs={"log.retention.ms": ("DELETE", None)})])
+        assert dynamic() == {}
+    finally:
+        admin.close()

@@ -1,4 +1,4 @@
-"""IncrementalAlterConfigs for the broker resource: the dynamic broker keys
+"""IncrementalAlterConfigs (and the older AlterConfigs) for the broker resource: the dynamic broker keys
 (:mod:`appliance.broker.dynamic_config`), for this broker (resource name = its id) or as the
 cluster-wide default (resource name "", kafka-configs' ``--entity-default``).
 
@@ -11,14 +11,14 @@ INVALID_REQUEST, a bad value INVALID_CONFIG, each with a message naming key and 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, NamedTuple
 
 from appliance.broker import dynamic_config
 from appliance.config import BROKER_KEYS, ConfigError
 from appliance.errors import ErrorCode
 from appliance.shm.layout import MsgType
 
-__all__ = ["alter", "effective"]
+__all__ = ["alter", "replace", "effective"]
 
 SET, DELETE = 0, 1  # IncrementalAlterConfigs operations; APPEND/SUBTRACT need a list key
 _KNOWN = {k.name for k in BROKER_KEYS}
@@ -59,6 +59,29 @@ def _apply(current: dict[str, str], ops: list[Any]) -> dict[str, str]:
         else:
             raise ConfigError(name, value, f"operation {kind} needs a list key")
     return out
+
+
+class _Op(NamedTuple):
+    name: str
+    config_operation: int
+    value: str | None
+
+
+async def replace(ctx: Any, res: Any, validate_only: bool) -> tuple[int, str | None]:
+    """AlterConfigs (33) on the broker resource: the given configs become the whole dynamic
+    set of that level (Kafka's semantics for the old API); keys not given are deleted."""
+    level = _level(ctx, res.resource_name)
+    if level is None:
+        return ErrorCode.INVALID_REQUEST, f"Unexpected broker id {res.resource_name!r}"
+    given = {c.name: c.value for c in res.configs if c.value is not None}
+    now = getattr(dynamic_config.load(ctx.config), level)
+    ops = [_Op(k, SET, v) for k, v in given.items()] + [_Op(k, DELETE, None) for k in now if k not in given]
+    return await alter(ctx, _Resource(res.resource_name, ops), validate_only)
+
+
+class _Resource(NamedTuple):
+    resource_name: str
+    configs: list[_Op]
 
 
 async def alter(ctx: Any, res: Any, validate_only: bool) -> tuple[int, str | None]:

@@ -88,8 +88,10 @@ async def handle_alter(ctx: Any, request: Any) -> dict:
             configs = {c.name: c.value for c in res.configs if c.value is not None}
             r["error_code"], r["error_message"] = await _alter_topic(
                 ctx, res.resource_name, configs, body.validate_only)
+        elif res.resource_type == BROKER:
+            r["error_code"], r["error_message"] = await broker_configs.replace(ctx, res, body.validate_only)
         else:
             r.update(error_code=ErrorCode.INVALID_REQUEST,
-                     error_message="broker configs are altered with IncrementalAlterConfigs only")
+                     error_message=f"Unsupported resource type {res.resource_type}")
         out.append(r)
     return {"throttle_time_ms": 0, "responses": out}
