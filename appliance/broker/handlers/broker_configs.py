@@ -11,6 +11,7 @@ INVALID_REQUEST, a bad value INVALID_CONFIG, each with a message naming key and 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any, NamedTuple
 
 from appliance.broker import dynamic_config
@@ -20,14 +21,22 @@ from appliance.shm.layout import MsgType
 
 __all__ = ["alter", "replace", "effective"]
 
+log = logging.getLogger("appliance.admin")
+
 SET, DELETE = 0, 1  # IncrementalAlterConfigs operations; APPEND/SUBTRACT need a list key
 _KNOWN = {k.name for k in BROKER_KEYS}
 
 
 def effective(ctx: Any) -> tuple[Any, dynamic_config.DynamicConfigs]:
-    """(the broker's config with its dynamic values applied, the dynamic values)."""
-    dyn = dynamic_config.load(ctx.config)
-    return dynamic_config.effective_config(ctx.config, dyn), dyn
+    """(the broker's config with its dynamic values applied, the dynamic values). A file
+    damaged while the broker runs is logged and read as empty (the disk workers refuse to
+    start on it, so the next start says so plainly)."""
+    try:
+        dyn = dynamic_config.load(ctx.config)
+        return dynamic_config.effective_config(ctx.config, dyn), dyn
+    except ConfigError as e:
+        log.error("%s", e)
+        return ctx.config, dynamic_config.DynamicConfigs()
 
 
 def _level(ctx: Any, name: str) -> str | None:
@@ -74,7 +83,10 @@ async def replace(ctx: Any, res: Any, validate_only: bool) -> tuple[int, str | N
     if level is None:
         return ErrorCode.INVALID_REQUEST, f"Unexpected broker id {res.resource_name!r}"
     given = {c.name: c.value for c in res.configs if c.value is not None}
-    now = getattr(dynamic_config.load(ctx.config), level)
+    try:
+        now = getattr(dynamic_config.load(ctx.config), level)
+    except ConfigError as e:
+        return ErrorCode.UNKNOWN_SERVER_ERROR, str(e)
     ops = [_Op(k, SET, v) for k, v in given.items()] + [_Op(k, DELETE, None) for k in now if k not in given]
     return await alter(ctx, _Resource(res.resource_name, ops), validate_only)
 
@@ -89,7 +101,10 @@ async def alter(ctx: Any, res: Any, validate_only: bool) -> tuple[int, str | Non
     if level is None:
         return ErrorCode.INVALID_REQUEST, f"Unexpected broker id {res.resource_name!r}"
     with dynamic_config.locked(ctx.config):
-        dyn = dynamic_config.load(ctx.config)
+        try:
+            dyn = dynamic_config.load(ctx.config)
+        except ConfigError as e:  # damaged by hand while running: refuse rather than overwrite it
+            return ErrorCode.UNKNOWN_SERVER_ERROR, str(e)
         try:
             wanted = _apply(getattr(dyn, level), res.configs)
             dynamic_config.validate(wanted)
