@@ -550,6 +550,11 @@ class BrokerConfig:
         """All declared keys with their typed values."""
         return dict(self._values)
 
+    def with_values(self, changes: Mapping[str, Any]) -> BrokerConfig:
+        """A copy with some typed values replaced (dynamic broker configs); ``is_set`` still
+        answers for the static configuration."""
+        return BrokerConfig({**self._values, **changes}, self._raw)
+
 
 # 0.8 names with a modern twin: rendered commented out, since both given must agree.
 _OLD_TWINS = ("port", "host.name", "advertised.host.name", "advertised.port",

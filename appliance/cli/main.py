@@ -23,6 +23,9 @@ COMMANDS = {
     "consumer-groups": ("consumer_groups", "list, describe, reset offsets of and delete consumer groups"),
     "install-service": ("install_service", "install the broker as a hardened systemd service"),
     "status": ("status", "one screen of broker health from its shared memory (--watch, --json)"),
+    "alter-log-dirs": ("alter_log_dirs", "move a partition to another log dir, online (AlterReplicaLogDirs)"),
+    "configs": ("configs", "describe and alter topic and broker configs (kafka-configs)"),
+    "delete-records": ("delete_records", "move partitions' log start offsets (kafka-delete-records)"),
     "mirror-maker": ("mirror_maker", "copy topics from one cluster to another (Kafka's MirrorMaker)"),
 }
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "LAYOUT_VERSION", "Layout", "TABLE_HEADER", "WORKER_SLOT", "PARTITION_SLOT", "RING_HEADER",
-    "RING_MESSAGE", "REQUEST", "COMPLETION", "GROUP_HEADER", "MAX_WORKERS", "TOPIC_NAME_MAX", "SlotState",
+    "RING_MESSAGE", "REQUEST", "COMPLETION", "GROUP_HEADER", "DELETE_RECORDS_BODY", "MAX_WORKERS", "TOPIC_NAME_MAX", "SlotState",
     "WorkerState", "MsgType", "TABLE_MAGIC", "RING_MAGIC", "table_size", "shm_names",
     "IPC_CHANNELS", "IPC_DIR_HEADER", "IPC_SLOT", "IPC_MAGIC", "ipc_dir_name", "ipc_channel_name",
     "disk_wake_address",
@@ -148,6 +148,8 @@ class MsgType:
     ALTER_CONFIG = 4
     DELETE_RECORDS = 5
     GROUP = 6            # a consumer-group API request for the coordinator in the disk worker
+    ALTER_BROKER_CONFIG = 7  # reload the dynamic broker configs (appliance/broker/dynamic_config.py)
+    REPLICA_MOVE = 8     # a step of moving a partition between log dirs (broker/disk/replica_move.py)
     COMPLETION = 16
 
 
@@ -167,6 +169,11 @@ GROUP_HEADER = Layout("group_header", (
     ("api_version", "h"),
     ("client_id_len", "H"),
     ("client_host_len", "H"),
+))
+
+# Follows REQUEST in a DELETE_RECORDS message; the answer's log_start_offset is the new one.
+DELETE_RECORDS_BODY = Layout("delete_records_body", (
+    ("offset", "q"),             # the new log start offset; -1 = the high watermark
 ))
 
 # A completion may be followed by an encoded response body (GROUP requests).

@@ -243,6 +243,16 @@ class PartitionTable:
         _Q.pack_into(self._buf, pos, seq + 2)
         self._bump_generation()
 
+    def set_disk(self, slot: int, disk: int) -> None:
+        """Hand the slot to another disk worker (a replica moved between log dirs). Caller holds
+        :meth:`locked`; only the slot's current owner calls it, while the slot is OFFLINE."""
+        pos = self._spos(slot)
+        seq = _Q.unpack_from(self._buf, pos)[0]
+        _Q.pack_into(self._buf, pos, seq + 1)
+        _i.pack_into(self._buf, pos + _P["disk"], disk)
+        _Q.pack_into(self._buf, pos, seq + 2)
+        self._bump_generation()
+
     def slots(self) -> Iterator[PartitionInfo]:
         """Every used slot (state != FREE)."""
         for slot in range(self.capacity):

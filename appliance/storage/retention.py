@@ -19,7 +19,7 @@ from appliance.storage.segment import LogSegment
 if TYPE_CHECKING:
     from appliance.storage.log import PartitionLog
 
-__all__ = ["apply_retention"]
+__all__ = ["apply_retention", "delete_below_log_start"]
 
 
 def apply_retention(plog: PartitionLog, now_ms: int) -> int:
@@ -43,7 +43,12 @@ def apply_retention(plog: PartitionLog, now_ms: int) -> int:
                 return False
 
             deleted += plog.delete_oldest_while(over_size, "retention.bytes")
+    return deleted + delete_below_log_start(plog)
+
+
+def delete_below_log_start(plog: PartitionLog) -> int:
+    """Delete the segments wholly below the log start offset (retention's third rule; also
+    run at once by DeleteRecords). Returns segments deleted."""
     lso = plog.log_start_offset
-    deleted += plog.delete_oldest_while(
+    return plog.delete_oldest_while(
         lambda seg, nxt: nxt is not None and nxt.base_offset <= lso, "log start offset")
-    return deleted

@@ -21,14 +21,16 @@ import time
 
 from appliance.broker.disk.coordinator_host import CoordinatorHost
 from appliance.broker.disk.ipc_intake import IpcIntake
+from appliance.broker.disk.log_admin import LogAdmin
 from appliance.broker.disk.maintenance import Maintenance
 from appliance.broker.disk.partitions import Partitions
+from appliance.broker.disk.replica_move import ReplicaMover, sweep_moves
 from appliance.broker.disk.requests import Requests
 from appliance.broker.disk.ring_intake import DATA_BELL_INTERVAL_S, RingIntake
 from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.broker.gc_policy import freeze_startup_objects
 from appliance.broker.plumbing import Plumbing, drain_doorbell
-from appliance.config import BrokerConfig
+from appliance.config import BrokerConfig, ConfigError
 from appliance.errors import KafkaStorageError
 from appliance.metrics.recorder import attach_recorder
 from appliance.shm.layout import MsgType, WorkerState
@@ -60,7 +62,7 @@ class DiskWorker:
         self.attach()
         try:
             self.open()
-        except (OSError, KafkaStorageError) as e:
+        except (OSError, KafkaStorageError, ConfigError) as e:
             log.error("log dir %s unusable: %s", self.path, e)
             return EXIT_BOOT_ERROR
         self.table.set_worker_state(self.slot, WorkerState.READY)
@@ -87,16 +89,23 @@ class DiskWorker:
     def open(self) -> None:
         """Recover the log dir, load the groups, and fill the table of request handlers."""
         parts = self.partitions
+        admin = LogAdmin(parts, self.config)
+        admin.load_broker_config()  # the dynamic broker configs saved by an earlier run
+        sweep_moves(self.path, self.config.log_dirs)  # a move between log dirs cut by a crash
         parts.open()
         self.coordinator = CoordinatorHost(self.config, parts, self.rings)
         self.coordinator.load()
         self.maintenance = Maintenance(parts)
+        self.mover = ReplicaMover(self.index, parts)
         self.requests.handlers.update({
             MsgType.PRODUCE: parts.produce,
             MsgType.CREATE_PARTITION: parts.create,
             MsgType.DELETE_PARTITION: parts.delete,
             MsgType.ALTER_CONFIG: parts.alter,
             MsgType.GROUP: self.coordinator.handle_group,
+            MsgType.DELETE_RECORDS: admin.delete_records,
+            MsgType.ALTER_BROKER_CONFIG: admin.reload_broker_config,
+            MsgType.REPLICA_MOVE: self.mover.handle,
         })
 
     # -- loop -----------------------------------------------------------------------------
@@ -148,6 +157,8 @@ class DiskWorker:
             now = time.monotonic()
             self.table.heartbeat(self.slot)
             self.maintenance.run_if_due(now)
+            if self.mover.outgoing or self.mover.incoming:
+                self.mover.expire(now)
 
     # -- stop -----------------------------------------------------------------------------
     def close(self) -> None:

@@ -22,8 +22,10 @@ from typing import Any
 
 from appliance.broker.broker_context import BrokerContext
 from appliance.broker.handlers import (
+    alter_replica_log_dirs,
     api_versions,
     configs,
+    delete_records,
     fetch,
     groups,
     incremental_alter_configs,
@@ -37,10 +39,12 @@ from appliance.broker.handlers.answer import CloseConnection, encode
 from appliance.metrics.responses import record_response
 from appliance.protocol.messages import (
     AlterConfigs,
+    AlterReplicaLogDirs,
     ApiVersions,
     CreatePartitions,
     CreateTopics,
     DeleteGroups,
+    DeleteRecords,
     DeleteTopics,
     DescribeConfigs,
     DescribeGroups,
@@ -80,6 +84,8 @@ HANDLERS = {
     IncrementalAlterConfigs.API_KEY: incremental_alter_configs.handle,
     InitProducerId.API_KEY: producer_id.handle,
     FindCoordinator.API_KEY: groups.find_coordinator,
+    DeleteRecords.API_KEY: delete_records.handle,
+    AlterReplicaLogDirs.API_KEY: alter_replica_log_dirs.handle,
 }
 
 # group APIs also need the client's address (DescribeGroups shows it, as Kafka does)

@@ -6,22 +6,30 @@ import asyncio
 import json
 from typing import Any
 
-from appliance.broker.handlers.config_entries import broker_entries, topic_entries
+from appliance.broker.handlers import broker_configs
+from appliance.broker.handlers.config_entries import (
+    broker_entries,
+    default_broker_entries,
+    topic_entries,
+)
 from appliance.config import ConfigError, TopicConfig
 from appliance.errors import ErrorCode
 from appliance.shm.layout import MsgType
 
-__all__ = ["handle_describe", "handle_alter"]
+__all__ = ["handle_describe", "handle_alter", "TOPIC", "BROKER"]
 
 TOPIC, BROKER = 2, 4
 
 
-def _topic_entries(ctx: Any, name: str, keys: list[str] | None, synonyms: bool) -> list[dict]:
+def _topic_entries(ctx: Any, name: str, keys: list[str] | None, synonyms: bool,
+                   effective: tuple[Any, Any]) -> list[dict]:
     parts = ctx.index.partitions(name)
-    return topic_entries(ctx.config, ctx.readers.topic_overrides(parts[0].disk, name), keys, synonyms)
+    config, dyn = effective
+    return topic_entries(config, ctx.readers.topic_overrides(parts[0].disk, name), keys, synonyms, dyn)
 
 
 async def handle_describe(ctx: Any, request: Any) -> dict:
+    effective = broker_configs.effective(ctx)  # the dynamic broker configs, read once per request
     results = []
     for res in request.body.resources:
         r = {"error_code": 0, "error_message": None, "resource_type": res.resource_type,
@@ -32,13 +40,16 @@ async def handle_describe(ctx: Any, request: Any) -> dict:
                 r.update(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                          error_message=f"Topic '{res.resource_name}' does not exist.")
             else:
-                r["configs"] = _topic_entries(ctx, res.resource_name, keys, request.body.include_synonyms)
+                r["configs"] = _topic_entries(ctx, res.resource_name, keys, request.body.include_synonyms,
+                                              effective)
         elif res.resource_type == BROKER:
-            if res.resource_name not in ("", str(ctx.broker_id)):
+            if res.resource_name == "":  # the cluster-wide dynamic defaults (--entity-default)
+                r["configs"] = default_broker_entries(effective[1], keys, request.body.include_synonyms)
+            elif res.resource_name != str(ctx.broker_id):
                 r.update(error_code=ErrorCode.INVALID_REQUEST,
                          error_message=f"Unexpected broker id {res.resource_name!r}")
             else:
-                r["configs"] = broker_entries(ctx.config, keys, request.body.include_synonyms)
+                r["configs"] = broker_entries(effective[0], keys, request.body.include_synonyms, effective[1])
         else:
             r.update(error_code=ErrorCode.INVALID_REQUEST,
                      error_message=f"Unsupported resource type {res.resource_type}")
@@ -77,8 +88,10 @@ async def handle_alter(ctx: Any, request: Any) -> dict:
             configs = {c.name: c.value for c in res.configs if c.value is not None}
             r["error_code"], r["error_message"] = await _alter_topic(
                 ctx, res.resource_name, configs, body.validate_only)
+        elif res.resource_type == BROKER:
+            r["error_code"], r["error_message"] = await broker_configs.replace(ctx, res, body.validate_only)
         else:
             r.update(error_code=ErrorCode.INVALID_REQUEST,
-                     error_message="only topic configs can be altered; broker configs are static")
+                     error_message=f"Unsupported resource type {res.resource_type}")
         out.append(r)
     return {"throttle_time_ms": 0, "responses": out}

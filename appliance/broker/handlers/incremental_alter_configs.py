@@ -4,14 +4,15 @@
 SET overrides a key; DELETE drops its override (the broker default shows again); APPEND and
 SUBTRACT add or remove items of a list key (``cleanup.policy``), starting from its current value.
 The resulting overrides are validated as a whole before anything is written, so a refused
-request changes nothing. Broker resources are refused: this broker's configs are static.
+request changes nothing. Broker resources: the dynamic broker keys, in :mod:`.broker_configs`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from appliance.broker.handlers.configs import TOPIC, _alter_topic
+from appliance.broker.handlers import broker_configs
+from appliance.broker.handlers.configs import BROKER, TOPIC, _alter_topic
 from appliance.config import TOPIC_KEYS, TopicConfig
 from appliance.errors import ErrorCode
 
@@ -70,8 +71,10 @@ def apply_operations(current: dict[str, str], ops: list[Any], config: Any) -> di
 
 
 async def _one(ctx: Any, res: Any, validate_only: bool) -> tuple[int, str | None]:
+    if res.resource_type == BROKER:
+        return await broker_configs.alter(ctx, res, validate_only)
     if res.resource_type != TOPIC:
-        return ErrorCode.INVALID_REQUEST, "only topic configs can be altered; broker configs are static"
+        return ErrorCode.INVALID_REQUEST, f"Unsupported resource type {res.resource_type}"
     parts = ctx.index.partitions(res.resource_name)
     if not parts:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{res.resource_name}' does not exist."

@@ -31,11 +31,12 @@ from appliance.protocol.messages.group import (
     OffsetFetch,
     SyncGroup,
 )
+from appliance.protocol.messages.log_admin import AlterReplicaLogDirs, DeleteRecords
 
 __all__ = [
     "ApiVersions", "Metadata", "Produce", "Fetch", "ListOffsets", "InitProducerId",
     "FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit",
     "OffsetFetch", "DescribeGroups", "ListGroups", "DeleteGroups",
     "CreateTopics", "DeleteTopics", "CreatePartitions", "DescribeConfigs", "AlterConfigs",
-    "IncrementalAlterConfigs", "OffsetDelete",
+    "IncrementalAlterConfigs", "OffsetDelete", "DeleteRecords", "AlterReplicaLogDirs",
 ]

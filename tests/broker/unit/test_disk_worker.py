@@ -78,7 +78,8 @@ def _create(disk, sender, topic="t", partition=0) -> int:
 def test_the_table_names_every_request_type(disk):
     assert set(disk.requests.handlers) == {MsgType.PRODUCE, MsgType.CREATE_PARTITION,
                                            MsgType.DELETE_PARTITION, MsgType.ALTER_CONFIG,
-                                           MsgType.GROUP}
+                                           MsgType.GROUP, MsgType.DELETE_RECORDS,
+                                           MsgType.ALTER_BROKER_CONFIG, MsgType.REPLICA_MOVE}
 
 
 def test_an_idle_round_handles_nothing(disk, senders):
@@ -117,13 +118,14 @@ def test_unknown_type_and_corrupt_batch_get_error_codes(disk, senders):
     slot = _create(disk, senders[0])
     bad = bytearray(build_batch([(b"k", b"v")]))
     bad[-1] ^= 0xFF  # the CRC no longer matches
-    r1 = senders[0].send(MsgType.DELETE_RECORDS, slot)  # no handler for it
+    r1 = senders[0].send(99, slot)  # no handler for it
     r2 = senders[0].send(MsgType.PRODUCE, slot, bytes(bad))
     r3 = senders[0].send(MsgType.PRODUCE, slot, build_batch([(b"k", b"ok")]))
+    r4 = senders[0].send(MsgType.DELETE_RECORDS, slot)  # its offset missing
     disk.round()
     got = [(c[0], c[1], c[5]) for c in senders[0].completions()]
     assert got == [(r1, -1, ErrorCode.INVALID_REQUEST), (r2, -1, ErrorCode.CORRUPT_MESSAGE),
-                   (r3, 0, ErrorCode.NONE)]
+                   (r3, 0, ErrorCode.NONE), (r4, -1, ErrorCode.INVALID_REQUEST)]
 
 
 def test_alter_then_delete_releases_the_slot(disk, senders):

@@ -1,0 +1,72 @@
+"""The disk worker's side of the admin APIs that act on its logs: DeleteRecords (advance a log
+start offset) and the dynamic broker configs (re-derive every partition's config). The
+partitions' single writer runs them between appends.
+
+Thread-safety: none; the disk worker's one thread calls every handler.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from appliance.broker import dynamic_config
+from appliance.broker.disk.partitions import Partitions
+from appliance.broker.disk.requests import NOTHING, NotHere
+from appliance.config import BrokerConfig, TopicConfig
+from appliance.errors import InvalidRequestError, OffsetOutOfRangeError
+from appliance.shm.layout import DELETE_RECORDS_BODY
+from appliance.storage.retention import delete_below_log_start
+
+__all__ = ["LogAdmin", "HIGH_WATERMARK"]
+
+log = logging.getLogger("appliance.disk")
+
+_BODY = DELETE_RECORDS_BODY.struct  # type: ignore[attr-defined]
+HIGH_WATERMARK = -1  # Kafka's DeleteRecordsRequest.HIGH_WATERMARK
+
+
+class LogAdmin:
+    def __init__(self, parts: Partitions, static_config: BrokerConfig) -> None:
+        self.parts = parts
+        self.static_config = static_config  # server.properties and --override: no dynamic values
+
+    def load_broker_config(self) -> None:
+        """Run with the saved dynamic broker configs (at start, before the log dir opens, and
+        on every ALTER_BROKER_CONFIG): the partitions' configs follow the new defaults, their
+        own overrides still win. Raises ConfigError for an unreadable file."""
+        cfg = dynamic_config.effective_config(self.static_config, dynamic_config.load(self.static_config))
+        parts = self.parts
+        parts.config = cfg
+        if parts.log_dir is not None:
+            parts.log_dir.broker_config = cfg
+        for plog in parts.logs.values():
+            plog.config = TopicConfig.from_overrides(cfg, plog.config.to_properties())
+
+    def reload_broker_config(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+        self.load_broker_config()
+        log.info("%s: dynamic broker configs reloaded", self.parts.path)
+        return NOTHING
+
+    def delete_records(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+        """Move the log start offset of ``slot`` up to the requested offset; answer the new
+        low watermark. Segments wholly below it go at once (retention's mechanism), and the
+        checkpoint is written before the answer, so a restart never brings the records back."""
+        plog = self.parts.logs.get(slot)
+        if plog is None:
+            raise NotHere()
+        if len(body) < _BODY.size:
+            raise InvalidRequestError(f"DeleteRecords body of {len(body)} bytes")
+        (offset,) = _BODY.unpack_from(body, 0)
+        if offset == HIGH_WATERMARK:
+            offset = plog.high_watermark
+        if offset < 0:
+            raise OffsetOutOfRangeError(f"offset {offset} is negative")
+        before = plog.log_start_offset
+        plog.maybe_increment_log_start_offset(offset)
+        if plog.log_start_offset != before:
+            deleted = delete_below_log_start(plog)
+            self.parts.log_dir.write_checkpoints()
+            self.parts.publish(slot, plog)
+            log.info("%s-%d: log start offset %d -> %d (DeleteRecords), %d segments deleted",
+                     plog.topic, plog.partition, before, plog.log_start_offset, deleted)
+        return -1, -1, plog.log_start_offset, b""

@@ -1,0 +1,114 @@
+"""AlterReplicaLogDirs (34): move partitions to another log dir of this broker, online.
+
+The network worker drives the steps of :mod:`appliance.broker.disk.replica_move` on the source
+and destination disk workers, one after the other, and answers when the move is done (Kafka
+answers at once and moves in the background; answering at the end lets the caller see the
+outcome). Producers and consumers carry on: only between the handoff and the switch (the copy
+of the tail appended meanwhile) does the partition answer NOT_LEADER_OR_FOLLOWER, which every
+client retries.
+
+Errors: a path that is not one of ``log.dirs`` LOG_DIR_NOT_FOUND; a destination disk worker
+that is not running, or a failed copy (no space, I/O error) KAFKA_STORAGE_ERROR, with the
+partition left where it was. ``__consumer_offsets`` partitions are not moved
+(REPLICA_NOT_AVAILABLE): their group coordinator lives in the disk worker that holds them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+from appliance.coordinator.routing import OFFSETS_TOPIC
+from appliance.errors import ErrorCode
+from appliance.shm.layout import MsgType, SlotState, WorkerState
+
+__all__ = ["handle"]
+
+log = logging.getLogger("appliance.admin")
+
+_moving: set[tuple[str, int]] = set()  # this network worker's moves under way
+
+
+def _dest_index(ctx: Any, path: str) -> int | None:
+    want = os.path.realpath(path)
+    for i, d in enumerate(ctx.config.log_dirs):
+        if os.path.realpath(d) == want:
+            return i
+    return None
+
+
+async def _step(ctx: Any, disk: int, slot: int, op: str, **fields: Any) -> Any:
+    return await ctx.disks.submit(disk, MsgType.REPLICA_MOVE, slot, json.dumps({"op": op, **fields}).encode())
+
+
+async def _move(ctx: Any, topic: str, partition: int, dest: int) -> int:
+    info = ctx.index.lookup(topic, partition)
+    if info is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if info.disk == dest:
+        return 0  # already there (Kafka: nothing to do)
+    if topic == OFFSETS_TOPIC:
+        return ErrorCode.REPLICA_NOT_AVAILABLE
+    if ctx.table.state(info.slot) != SlotState.ONLINE:
+        return ErrorCode.KAFKA_STORAGE_ERROR
+    if ctx.table.worker(dest)[2] != WorkerState.READY:  # disk worker slot = disk index
+        return ErrorCode.KAFKA_STORAGE_ERROR
+    if (topic, partition) in _moving:
+        return ErrorCode.REASSIGNMENT_IN_PROGRESS
+    _moving.add((topic, partition))
+    try:
+        return await _run_steps(ctx, topic, partition, info.slot, info.disk, dest)
+    finally:
+        _moving.discard((topic, partition))
+
+
+async def _run_steps(ctx: Any, topic: str, partition: int, slot: int, src: int, dest: int) -> int:
+    names = {"topic": topic, "partition": partition}
+    src_dir = os.path.join(ctx.config.log_dirs[src], f"{topic}-{partition}")
+    c = await _step(ctx, dest, slot, "copy", src=src_dir, **names)
+    if c.error_code:
+        return c.error_code
+    h = await _step(ctx, src, slot, "handoff", **names)
+    if h.error_code:
+        await _step(ctx, dest, slot, "abort", **names)
+        return h.error_code
+    for disk, op in ((dest, "finish"), (src, "retire")):
+        c = await _step(ctx, disk, slot, op, dest=dest, **names)
+        if c.error_code:
+            await _step(ctx, dest, slot, "abort", **names)
+            await _step(ctx, src, slot, "resume", **names)
+            return c.error_code
+    c = await _step(ctx, dest, slot, "switch", log_start_offset=h.log_start_offset,
+                    log_end_offset=h.base_offset, **names)
+    if c.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+        # the destination worker died after the source retired its copy: its successor's
+        # start promotes the complete future replica (sweep_moves), so the move finishes there
+        log.warning("%s-%d: destination disk worker %d died at the switch; it completes the "
+                    "move when it restarts", topic, partition, dest)
+        await _step(ctx, src, slot, "delete", **names)
+        ctx.readers.forget(topic)
+        return ErrorCode.KAFKA_STORAGE_ERROR
+    if c.error_code:
+        await _step(ctx, dest, slot, "abort", **names)
+        await _step(ctx, src, slot, "resume", **names)
+        return c.error_code
+    await _step(ctx, src, slot, "delete", **names)
+    ctx.readers.forget(topic)  # the old files are gone: never serve their cached descriptors
+    return 0
+
+
+async def handle(ctx: Any, request: Any) -> dict:
+    results: dict[str, list[dict]] = {}
+    for d in request.body.dirs:
+        dest = _dest_index(ctx, d.path)
+        for t in d.topics:
+            for p in t.partitions:
+                code = (ErrorCode.LOG_DIR_NOT_FOUND if dest is None
+                        else await _move(ctx, t.name, p, dest))
+                results.setdefault(t.name, []).append({"partition_index": p, "error_code": code})
+    return {"throttle_time_ms": 0, "results": [
+        {"topic_name": name, "partitions": parts} for name, parts in results.items()]}
+
+
