@@ -21,10 +21,11 @@ __all__ = [
     "RING_MESSAGE", "REQUEST", "COMPLETION", "GROUP_HEADER", "MAX_WORKERS", "TOPIC_NAME_MAX", "SlotState",
     "WorkerState", "MsgType", "TABLE_MAGIC", "RING_MAGIC", "table_size", "shm_names",
     "IPC_CHANNELS", "IPC_DIR_HEADER", "IPC_SLOT", "IPC_MAGIC", "ipc_dir_name", "ipc_channel_name",
-    "disk_wake_address",
+    "disk_wake_address", "LEADERSHIP_SLOT", "MAX_REPLICAS", "Role", "leaders_name", "cluster_address",
+    "REPLICA_APPEND_HEADER", "FOLLOWER_FETCH_BODY",
 ]
 
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 TABLE_MAGIC = 0x41504C54  # "APLT"
 RING_MAGIC = 0x41504C52  # "APLR"
 MAX_WORKERS = 64  # disk + network workers per broker; far above what a box has disks/cores for
@@ -148,6 +149,9 @@ class MsgType:
     ALTER_CONFIG = 4
     DELETE_RECORDS = 5
     GROUP = 6            # a consumer-group API request for the coordinator in the disk worker
+    REPLICA_APPEND = 7   # cluster mode: a follower's fetched batches, offsets kept (REPLICA_APPEND_HEADER first)
+    TRUNCATE = 8         # cluster mode: a follower cuts its log at an offset (int64 body)
+    FOLLOWER_FETCH = 9   # cluster mode: a follower's fetch position reached the leader (FOLLOWER_FETCH_BODY)
     COMPLETION = 16
 
 
@@ -226,3 +230,50 @@ def ipc_channel_name(base: str, disk: int, k: int) -> str:
 def disk_wake_address(base: str, disk: int) -> bytes:
     """The abstract Unix datagram socket a disk worker listens on for IPC producers' doorbells."""
     return f"\0{base}-disk{disk}".encode()
+
+
+# -- cluster mode: leadership per partition slot -----------------------------------------------
+# A second object beside the partition table (only in cluster mode), one record per partition
+# slot, written only by the cluster worker under the record's own seqlock (the partition slot
+# keeps its single writer, the disk worker). Read by network workers (routing) and disk workers
+# (ISR for the high watermark and acks=all).
+
+MAX_REPLICAS = 8  # replicas per partition we can describe; Kafka clusters rarely go past 5
+
+LEADERSHIP_SLOT = Layout("leadership_slot", (
+    ("seq", "Q"),
+    ("role", "i"),                # Role
+    ("leader", "i"),              # broker id, -1 = none
+    ("leader_epoch", "i"),
+    ("replica_count", "i"),
+    ("isr_count", "i"),
+    ("pad", "4x"),
+    ("replicas", f"{MAX_REPLICAS}i"),
+    ("isr", f"{MAX_REPLICAS}i"),
+))
+
+
+class Role:
+    NONE = 0       # no LeaderAndIsr yet (or stopped): serve nothing
+    LEADER = 1
+    FOLLOWER = 2
+
+
+def leaders_name(base: str) -> str:
+    return f"/{base}-leaders"
+
+
+def cluster_address(base: str) -> str:
+    """The abstract Unix stream socket of the cluster worker (network workers forward to it)."""
+    return f"\0{base}-cluster"
+
+
+# REPLICA_APPEND body: this header, then the leader's record batches (offsets kept)
+REPLICA_APPEND_HEADER = Layout("replica_append_header", (
+    ("leader_high_watermark", "q"),
+))
+FOLLOWER_FETCH_BODY = Layout("follower_fetch_body", (
+    ("fetch_offset", "q"),
+    ("replica_id", "i"),
+    ("pad", "4x"),
+))

@@ -15,7 +15,7 @@ from appliance.broker.handlers.fetch_down_convert import FIRST_V2_FETCH_VERSION,
 from appliance.errors import ErrorCode, OffsetOutOfRangeError
 from appliance.protocol.messages import Fetch
 from appliance.protocol.types import FileSlice
-from appliance.shm.layout import SlotState
+from appliance.shm.layout import FOLLOWER_FETCH_BODY, MsgType, Role, SlotState
 
 __all__ = ["handle"]
 
@@ -23,6 +23,7 @@ __all__ = ["handle"]
 _Response = Fetch.Response
 _Topic = _Response.Responses
 _Partition = _Topic.Partitions
+_FF = FOLLOWER_FETCH_BODY.struct  # type: ignore[attr-defined]
 
 
 def _read_all(ctx: Any, body: Any) -> tuple[list, int, bool]:
@@ -30,6 +31,8 @@ def _read_all(ctx: Any, body: Any) -> tuple[list, int, bool]:
     max_bytes = body.max_bytes if body.max_bytes > 0 else 2**31 - 1
     any_error = False
     responses = []
+    leaders = ctx.leaders  # cluster mode: only the leader serves, followers read up to the LEO
+    replica = leaders is not None and body.replica_id >= 0
     for t in body.topics:
         parts = []
         for p in t.partitions:
@@ -41,7 +44,8 @@ def _read_all(ctx: Any, body: Any) -> tuple[list, int, bool]:
                 r.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 any_error = True
                 continue
-            if ctx.table.state(info.slot) != SlotState.ONLINE:
+            if ctx.table.state(info.slot) != SlotState.ONLINE or (
+                    leaders is not None and leaders.role(info.slot) != Role.LEADER):
                 r.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
                 any_error = True
                 continue
@@ -53,14 +57,15 @@ def _read_all(ctx: Any, body: Any) -> tuple[list, int, bool]:
                 r.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
                 any_error = True
                 continue
-            if offset >= hw:
+            end = leo if replica else hw
+            if offset >= end:
                 continue
             limit = min(p.partition_max_bytes, max_bytes - total)
             if limit <= 0 and total > 0:
                 continue
             reader = ctx.readers.reader(info.disk, t.topic, p.partition)
             try:
-                sl = reader.read(offset, max(limit, 1), max_offset=hw, min_one_batch=(total == 0))
+                sl = reader.read(offset, max(limit, 1), max_offset=end, min_one_batch=(total == 0))
             except OffsetOutOfRangeError:  # retention moved the start since we read the table
                 r.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
                 any_error = True
@@ -75,8 +80,25 @@ def _read_all(ctx: Any, body: Any) -> tuple[list, int, bool]:
     return responses, total, any_error
 
 
+def _record_follower(ctx: Any, body: Any) -> None:
+    """Cluster mode: tell each partition's disk worker where this follower is (its LEO), so the
+    high watermark can move; no answer is awaited."""
+    for t in body.topics:
+        for p in t.partitions:
+            info = ctx.index.lookup(t.topic, p.partition)
+            if info is not None:
+                ctx.disks.submit_nowait(info.disk, MsgType.FOLLOWER_FETCH, info.slot,
+                                        _FF.pack(p.fetch_offset, body.replica_id), 1, 0, _ignore)
+
+
+def _ignore(token: Any, completion: Any) -> None:
+    pass
+
+
 async def handle(ctx: Any, request: Any) -> Any:
     body = request.body
+    if ctx.leaders is not None and body.replica_id >= 0:
+        _record_follower(ctx, body)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(body.max_wait_ms, 0) / 1000
     while True:

@@ -1,0 +1,131 @@
+"""The replica fetcher: one asyncio task per leader broker in the cluster worker, fetching every
+partition this broker follows from that leader (Fetch v4 with replica_id = broker.id, from the
+follower's log end offset) and handing the batches to the owning disk worker as REPLICA_APPEND
+ring messages (offsets kept; the leader's high watermark rides along).
+
+It lives in the cluster worker rather than its own process: it needs the leadership the
+cluster worker holds, and its work is waiting on sockets; the bytes cost the disk worker, not
+this loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from appliance.cluster.zk_paths import TopicPartition
+from appliance.cluster.zk_store import ZkStore
+from appliance.errors import ErrorCode
+from appliance.protocol import NEED_DATA, PEER_CLOSED, ClientConnection
+from appliance.protocol.messages import Fetch
+from appliance.shm.layout import REPLICA_APPEND_HEADER, MsgType
+
+__all__ = ["ReplicaFetcher"]
+
+log = logging.getLogger("appliance.cluster.fetcher")
+
+FETCH_VERSION = 4
+_HEAD = REPLICA_APPEND_HEADER.struct  # type: ignore[attr-defined]
+_BACKOFF_S = 0.5
+
+
+class ReplicaFetcher:
+    def __init__(self, ctx: Any, store: ZkStore, broker_id: int) -> None:
+        self.ctx = ctx
+        self.store = store
+        self.broker_id = broker_id
+        self.max_wait_ms = int(ctx.config["replica.fetch.wait.max.ms"])
+        self.max_bytes = int(ctx.config["replica.fetch.max.bytes"])
+        self.followed: dict[int, dict[TopicPartition, tuple[int, int]]] = {}  # leader -> tp -> (slot, disk)
+        self.tasks: dict[int, asyncio.Task] = {}
+
+    def add(self, tp: TopicPartition, slot: int, disk: int, leader: int) -> None:
+        self.remove(tp)
+        self.followed.setdefault(leader, {})[tp] = (slot, disk)
+        task = self.tasks.get(leader)
+        if task is None or task.done():
+            self.tasks[leader] = asyncio.ensure_future(self._run(leader))
+
+    def remove(self, tp: TopicPartition) -> None:
+        for parts in self.followed.values():
+            parts.pop(tp, None)
+
+    def stop(self) -> None:
+        for t in self.tasks.values():
+            t.cancel()
+
+    async def _endpoint(self, leader: int) -> tuple[str, int] | None:
+        brokers = await asyncio.get_running_loop().run_in_executor(None, self.store.brokers)
+        b = brokers.get(leader)
+        return (b.host, b.port) if b is not None else None
+
+    async def _run(self, leader: int) -> None:
+        while self.followed.get(leader):
+            writer = None
+            try:
+                ep = await self._endpoint(leader)
+                if ep is None:
+                    await asyncio.sleep(_BACKOFF_S)
+                    continue
+                reader, writer = await asyncio.open_connection(*ep)
+                log.info("fetching from broker %d at %s:%d", leader, *ep)
+                conn = ClientConnection(client_id=f"replica-fetcher-{self.broker_id}")
+                while self.followed.get(leader):
+                    await self._fetch_once(leader, conn, reader, writer)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the leader went away or answered nonsense: reconnect
+                log.info("fetching from broker %d: %s; retrying", leader, e)
+                await asyncio.sleep(_BACKOFF_S)
+            finally:
+                if writer is not None:
+                    writer.close()
+
+    async def _fetch_once(self, leader: int, conn: ClientConnection, reader: Any, writer: Any) -> None:
+        parts = dict(self.followed.get(leader, {}))
+        table = self.ctx.table
+        by_topic: dict[str, list[dict]] = {}
+        for tp, (slot, _disk) in parts.items():
+            leo = table.offsets(slot)[0]
+            by_topic.setdefault(tp.topic, []).append(
+                {"partition": tp.partition, "fetch_offset": leo, "partition_max_bytes": self.max_bytes})
+        body = {"replica_id": self.broker_id, "max_wait_ms": self.max_wait_ms, "min_bytes": 1,
+                "max_bytes": 64 << 20, "isolation_level": 0,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
+        _, frame = conn.send_request(Fetch.API_KEY, FETCH_VERSION, body)
+        writer.write(frame)
+        resp = None
+        while resp is None:
+            ev = conn.next_event()
+            if ev is NEED_DATA:
+                data = await asyncio.wait_for(reader.read(1 << 20), self.max_wait_ms / 1000 + 30)
+                if not data:
+                    raise ConnectionError("leader closed the connection")
+                conn.receive_data(data)
+                continue
+            if ev is PEER_CLOSED:
+                raise ConnectionError("leader closed the connection")
+            resp = ev.body
+        backoff = False
+        for t in resp.responses:
+            for p in t.partitions:
+                tp = TopicPartition(t.topic, p.partition_index)
+                where = self.followed.get(leader, {}).get(tp)
+                if where is None:
+                    continue  # stopped following it meanwhile
+                slot, disk = where
+                if p.error_code:
+                    log.debug("fetch of %s from %d: %s", tp, leader, ErrorCode(p.error_code).name)
+                    backoff = True
+                    continue
+                records = bytes(p.records or b"")
+                if not records and table.offsets(slot)[1] >= min(p.high_watermark, table.offsets(slot)[0]):
+                    continue
+                comp = await self.ctx.disks.submit(disk, MsgType.REPLICA_APPEND, slot,
+                                                   _HEAD.pack(p.high_watermark), 1, 30000, records)
+                if comp.error_code:
+                    log.warning("replica append of %s failed: %s", tp, ErrorCode(comp.error_code).name)
+                    backoff = True
+        if backoff:
+            await asyncio.sleep(_BACKOFF_S)
