@@ -24,27 +24,31 @@ class ClusterUnavailable(Exception):
 
 
 class ClusterLink:
+    """Connections are pooled: a call takes an idle one or opens another, so a CreateTopics
+    waiting for the controller's elections never holds up the LeaderAndIsr it waits for."""
+
     def __init__(self, address: str) -> None:
         self.address = address
-        self._lock = asyncio.Lock()
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
 
     async def call(self, api_key: int, api_version: int, body: bytes) -> bytes:
         """The encoded response body. Raises ClusterUnavailable."""
-        async with self._lock:
-            try:
-                if self._writer is None:
-                    self._reader, self._writer = await asyncio.open_unix_connection(self.address)
-                self._writer.write(LENGTH.pack(FORWARD_HEAD.size + len(body))
-                                   + FORWARD_HEAD.pack(api_key, api_version) + body)
-                (n,) = LENGTH.unpack(await asyncio.wait_for(self._reader.readexactly(4), _TIMEOUT_S))
-                return await asyncio.wait_for(self._reader.readexactly(n), _TIMEOUT_S)
-            except (OSError, asyncio.IncompleteReadError, TimeoutError) as e:
-                self.close()
-                raise ClusterUnavailable(str(e)) from e
+        conn = None
+        try:
+            conn = self._idle.pop() if self._idle else await asyncio.open_unix_connection(self.address)
+            reader, writer = conn
+            writer.write(LENGTH.pack(FORWARD_HEAD.size + len(body))
+                         + FORWARD_HEAD.pack(api_key, api_version) + body)
+            (n,) = LENGTH.unpack(await asyncio.wait_for(reader.readexactly(4), _TIMEOUT_S))
+            answer = await asyncio.wait_for(reader.readexactly(n), _TIMEOUT_S)
+        except (OSError, asyncio.IncompleteReadError, TimeoutError) as e:
+            if conn is not None:
+                conn[1].close()
+            raise ClusterUnavailable(str(e)) from e
+        self._idle.append(conn)
+        return answer
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self._reader = self._writer = None
+        for _, writer in self._idle:
+            writer.close()
+        self._idle.clear()

@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import struct
+import time
 from typing import Any
 
 from appliance.cluster.fetcher import ReplicaFetcher
@@ -61,6 +62,7 @@ class LocalReplicas:
                 continue
             if tp in moved:
                 self.fetcher.remove(tp)
+                self.area.reset_positions(slot, int(time.monotonic() * 1000))
             self.area.write(slot, role, st.leader, st.leader_epoch, st.replicas, st.isr)
 
     async def stop(self, changes: Changes) -> None:

@@ -30,6 +30,7 @@ from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.broker.plumbing import Plumbing
 from appliance.cluster.broker_answers import create_topics_body, metadata_body
 from appliance.cluster.fetcher import ReplicaFetcher
+from appliance.cluster.isr_manager import IsrManager
 from appliance.cluster.leadership import _partition_states
 from appliance.cluster.local_replicas import LocalReplicas
 from appliance.cluster.member import ClusterMember
@@ -100,6 +101,8 @@ class ClusterWorker:
         self.store = store
         self.fetcher = ReplicaFetcher(ctx, store, self.broker_id)
         self.replicas = LocalReplicas(ctx, self.member.leadership, area, store, self.fetcher)
+        isr = IsrManager(ctx, self.member.leadership, area, store, self.replicas.lock)
+        isr_task = asyncio.ensure_future(isr.run())
         table.set_worker_state(self.slot, WorkerState.READY)
         log.info("broker %d joined the cluster", self.broker_id)
         code = EXIT_OK
@@ -113,6 +116,7 @@ class ClusterWorker:
             except TimeoutError:
                 pass
         self.fetcher.stop()
+        isr_task.cancel()
         server.close()
         await loop.run_in_executor(None, self.member.stop)
         self.member.channel.close()

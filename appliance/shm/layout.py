@@ -250,6 +250,10 @@ LEADERSHIP_SLOT = Layout("leadership_slot", (
     ("pad", "4x"),
     ("replicas", f"{MAX_REPLICAS}i"),
     ("isr", f"{MAX_REPLICAS}i"),
+    # written by the leader's disk worker from its followers' fetches (index as in replicas),
+    # plain aligned 8-byte stores; reset by the cluster worker when it starts leading
+    ("positions", f"{MAX_REPLICAS}q"),       # follower log end offsets, -1 = not seen
+    ("caught_up_ms", f"{MAX_REPLICAS}q"),    # monotonic ms a follower last reached the leader's LEO
 ))
 
 

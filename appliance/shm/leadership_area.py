@@ -24,6 +24,11 @@ _Q = struct.Struct("=Q")
 _i = struct.Struct("=i")
 _L = LEADERSHIP_SLOT.offsets  # type: ignore[attr-defined]
 _SIZE = LEADERSHIP_SLOT.size
+# the cluster worker's part of a record (seq .. isr); the positions after it are the disk worker's
+_HEAD = struct.Struct("=Qiiiii4x" + f"{MAX_REPLICAS}i" * 2)
+_POS = struct.Struct(f"={MAX_REPLICAS}q")
+_q = struct.Struct("=q")
+assert _HEAD.size == _L["positions"] and _L["caught_up_ms"] == _L["positions"] + _POS.size
 
 
 class Leadership(NamedTuple):
@@ -66,7 +71,7 @@ class LeadershipArea:
     def read(self, slot: int) -> Leadership:
         pos = slot * _SIZE
         buf = self._buf
-        unpack = LEADERSHIP_SLOT.struct.unpack_from  # type: ignore[attr-defined]
+        unpack = _HEAD.unpack_from
         while True:
             s1 = _Q.unpack_from(buf, pos)[0]
             if s1 & 1:
@@ -87,10 +92,30 @@ class LeadershipArea:
         buf = self._buf
         seq = _Q.unpack_from(buf, pos)[0]
         _Q.pack_into(buf, pos, seq + 1)
-        LEADERSHIP_SLOT.struct.pack_into(  # type: ignore[attr-defined]
+        _HEAD.pack_into(
             buf, pos, seq + 1, role, leader, leader_epoch, len(reps), len(isr),
             *(reps + [-1] * (MAX_REPLICAS - len(reps))), *(isr + [-1] * (MAX_REPLICAS - len(isr))))
         _Q.pack_into(buf, pos, seq + 2)
+
+    # -- follower positions (the leader's disk worker writes, the cluster worker reads) -----
+    def set_position(self, slot: int, index: int, log_end_offset: int, caught_up_ms: int | None) -> None:
+        pos = slot * _SIZE
+        _q.pack_into(self._buf, pos + _L["positions"] + 8 * index, log_end_offset)
+        if caught_up_ms is not None:
+            _q.pack_into(self._buf, pos + _L["caught_up_ms"] + 8 * index, caught_up_ms)
+
+    def positions(self, slot: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(log end offsets, caught-up times), indexed as the replicas."""
+        pos = slot * _SIZE
+        return (_POS.unpack_from(self._buf, pos + _L["positions"]),
+                _POS.unpack_from(self._buf, pos + _L["caught_up_ms"]))
+
+    def reset_positions(self, slot: int, now_ms: int) -> None:
+        """A new leadership: no follower seen yet, every one counted caught up now (Kafka
+        starts lastCaughtUpTime at the leader change, so the ISR does not shrink at once)."""
+        pos = slot * _SIZE
+        _POS.pack_into(self._buf, pos + _L["positions"], *([-1] * MAX_REPLICAS))
+        _POS.pack_into(self._buf, pos + _L["caught_up_ms"], *([now_ms] * MAX_REPLICAS))
 
     def clear(self, slot: int) -> None:
         self.write(slot, Role.NONE, -1, -1, (), ())

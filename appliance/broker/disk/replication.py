@@ -89,6 +89,10 @@ class Replication:
         if lead.role != Role.LEADER:
             raise NotHere()
         self.positions.setdefault(slot, {})[replica] = offset
+        if replica in lead.replicas:  # for the cluster worker's ISR decisions
+            caught_up = offset >= plog.log_end_offset
+            self.area.set_position(slot, lead.replicas.index(replica), offset,
+                                   int(time.monotonic() * 1000) if caught_up else None)
         self.maybe_increment_hw(slot, plog, lead.isr)
         return NOTHING
 

@@ -1,0 +1,205 @@
+"""Cluster mode end to end with real processes: one ZooKeeper, three `appliance serve` brokers.
+
+A topic with 6 partitions, replication factor 3 and min.insync.replicas=2 takes an acks=all
+idempotent confluent-kafka producer; the whole process group of a broker that leads partitions
+is SIGKILLed mid-stream. New leaders come within the session timeout + 5 s, the producer
+carries on, every acknowledged record is read exactly once and in order (kafka-python and
+kcat), and the killed broker restarts, rejoins the ISR and ends with segment files
+byte-identical to the others'.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.broker_process import BrokerProcess
+
+SESSION_MS = 6000
+TOPIC = "events"
+PARTITIONS = 6
+
+
+def _wait(pred, timeout: float, what: str, step: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def _broker(workdir: Path, connect: str, broker_id: int, port: int | None = None) -> BrokerProcess:
+    workdir.mkdir(exist_ok=True)
+    return BrokerProcess(workdir, port=port, overrides={
+        "zookeeper.connect": connect, "broker.id": str(broker_id),
+        "zookeeper.session.timeout.ms": str(SESSION_MS), "num.network.threads": "1",
+        "replica.lag.time.max.ms": "10000"})
+
+
+def _metadata(boot: str):
+    return AdminClient({"bootstrap.servers": boot}).list_topics(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def cluster(zk_server, tmp_path_factory):
+    connect = f"{zk_server.connect}/r{uuid.uuid4().hex[:10]}"
+    root = tmp_path_factory.mktemp("cluster")
+    brokers = {}
+    try:
+        for i in range(3):
+            brokers[i] = _broker(root / f"b{i}", connect, i).start()
+        boot = ",".join(b.bootstrap for b in brokers.values())
+        _wait(lambda: len(_metadata(boot).brokers) == 3, 60, "three registered brokers")
+        yield {"connect": connect, "root": root, "brokers": brokers, "boot": boot}
+    finally:
+        for b in brokers.values():
+            try:
+                b.stop()
+            except Exception:
+                pass
+            b.kill()
+
+
+def test_duplicate_broker_id_refused_with_exit_3(cluster, tmp_path):
+    dup = _broker(tmp_path / "dup", cluster["connect"], 1)
+    dup._log = open(dup.log_path, "ab")
+    args = [os.sys.executable, "-m", "appliance.cli.main", "serve"]
+    for k, v in dup.overrides.items():
+        args += ["--override", f"{k}={v}"]
+    proc = subprocess.run(args, stdout=dup._log, stderr=subprocess.STDOUT, timeout=120,
+                          start_new_session=True)
+    dup._log.close()
+    assert proc.returncode == 3, dup.log()
+    assert "broker.id 1" in dup.log() or "id 1" in dup.log(), dup.log()
+
+
+def test_replication_factor_above_live_brokers_refused(cluster):
+    admin = AdminClient({"bootstrap.servers": cluster["boot"]})  # kept alive while we wait
+    fut = admin.create_topics([NewTopic("too-many", 1, 4)])["too-many"]
+    with pytest.raises(Exception) as e:
+        fut.result(30)
+    assert "INVALID_REPLICATION_FACTOR" in str(e.value)
+
+
+def _leaders(boot: str) -> dict[int, int]:
+    md = _metadata(boot)
+    t = md.topics.get(TOPIC)
+    if t is None or t.error is not None:
+        return {}
+    return {p.id: p.leader for p in t.partitions.values()}
+
+
+def _read_kafka_python(boot: str, ends: dict[int, int]) -> dict[int, list[bytes]]:
+    from kafka import KafkaConsumer, TopicPartition
+    c = KafkaConsumer(bootstrap_servers=boot, enable_auto_commit=False, consumer_timeout_ms=5000)
+    tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+    c.assign(tps)
+    c.seek_to_beginning(*tps)
+    out: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
+    deadline = time.monotonic() + 120
+    while any(len(out[p]) < ends[p] for p in out) and time.monotonic() < deadline:
+        for tp, msgs in c.poll(timeout_ms=1000).items():
+            out[tp.partition] += [m.value for m in msgs]
+    c.close()
+    return out
+
+
+def _read_kcat(boot: str, partition: int, end: int) -> list[bytes]:
+    if end == 0:
+        return []
+    r = subprocess.run(["kcat", "-C", "-b", boot, "-t", TOPIC, "-p", str(partition), "-o", "beginning",
+                        "-c", str(end), "-e", "-q", "-f", "%s\n"], capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.splitlines()
+
+
+def test_leader_killed_no_acknowledged_record_lost(cluster):
+    boot, brokers = cluster["boot"], cluster["brokers"]
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[TOPIC].result(60)
+    _wait(lambda: len(_leaders(boot)) == PARTITIONS and all(v >= 0 for v in _leaders(boot).values()),
+          60, "leaders of every partition")
+
+    acked: list[tuple[int, int, bytes]] = []
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def on_delivery(err, msg):
+        if err is None:
+            acked.append((msg.partition(), msg.offset(), msg.value()))
+        else:
+            errors.append(str(err))
+
+    def produce():
+        p = Producer({"bootstrap.servers": boot, "acks": "all", "enable.idempotence": True,
+                      "linger.ms": 5, "message.timeout.ms": 120000})
+        i = 0
+        while not stop.is_set():
+            p.produce(TOPIC, value=b"%d-%08d" % (i % PARTITIONS, i), partition=i % PARTITIONS,
+                      on_delivery=on_delivery)
+            i += 1
+            p.poll(0)
+            if i % 50 == 0:
+                time.sleep(0.01)
+        assert p.flush(150) == 0
+
+    t = threading.Thread(target=produce)
+    t.start()
+    try:
+        _wait(lambda: len(acked) > 500, 60, "acknowledged records before the kill")
+        md = _metadata(boot)
+        leads = _leaders(boot)
+        victim = next(b for b in sorted(set(leads.values())) if b != md.controller_id)
+        killed_at = time.monotonic()
+        brokers[victim].kill()
+        before = len(acked)
+        survivors = ",".join(b.bootstrap for i, b in brokers.items() if i != victim)
+        _wait(lambda: (ls := _leaders(survivors)) and all(v >= 0 and v != victim for v in ls.values()),
+              SESSION_MS / 1000 + 30, "new leaders")
+        took = time.monotonic() - killed_at
+        print(f"new leaders {took:.1f} s after the SIGKILL")
+        assert took <= SESSION_MS / 1000 + 5
+        _wait(lambda: len(acked) > before + 500, 60, "the producer to carry on")
+    finally:
+        stop.set()
+        t.join(200)
+    assert not errors, errors[:5]
+
+    # every acknowledged record exactly once, in order per partition
+    survivors = ",".join(b.bootstrap for i, b in brokers.items() if i != victim)
+    ends = {p: 1 + max(o for q, o, _ in acked if q == p) for p in range(PARTITIONS)}
+    got = _read_kafka_python(survivors, ends)
+    for p in range(PARTITIONS):
+        values = got[p]
+        assert len(values) == len(set(values)), f"partition {p} has duplicates"
+        assert values == sorted(values), f"partition {p} out of order"
+        mine = {v for q, _, v in acked if q == p}
+        assert mine <= set(values), f"partition {p} lost {len(mine - set(values))} acknowledged records"
+        assert _read_kcat(survivors, p, len(values)) == values[:len(values)]
+
+    # the killed broker comes back, truncates, catches up and rejoins every ISR
+    b = brokers[victim]
+    brokers[victim] = _broker(b.workdir, cluster["connect"], victim, port=b.port).start()
+
+    def all_in_isr():
+        t = _metadata(boot).topics.get(TOPIC)
+        return t is not None and all(victim in p.isrs for p in t.partitions.values())
+    _wait(all_in_isr, 90, f"broker {victim} back in every ISR")
+
+    # replicas byte-identical (nothing is produced now, so the high watermark is the log end)
+    def identical(p: int) -> bool:
+        files = [Path(x.log_dirs[0]) / f"{TOPIC}-{p}" / "00000000000000000000.log" for x in brokers.values()]
+        data = [f.read_bytes() if f.exists() else None for f in files]
+        return data[0] is not None and len(data[0]) > 0 and all(d == data[0] for d in data)
+    for p in range(PARTITIONS):
+        _wait(lambda p=p: identical(p), 60, f"identical replicas of partition {p}")
