@@ -79,7 +79,8 @@ def _ctx(lookup=None):
     return types.SimpleNamespace(
         config={"socket.request.max.bytes": str(100 << 20)}, connections=set(), disks=disks,
         wakeups=Wakeups(disks), index=index,
-        table=types.SimpleNamespace(state=lambda slot: SlotState.ONLINE), readers=None)
+        table=types.SimpleNamespace(state=lambda slot: SlotState.ONLINE), readers=None,
+        leaders=None, extra_apis=None, handlers=None)  # standalone (BrokerContext's defaults)
 
 
 class Client:
