@@ -203,3 +203,54 @@ def test_leader_killed_no_acknowledged_record_lost(cluster):
         return data[0] is not None and len(data[0]) > 0 and all(d == data[0] for d in data)
     for p in range(PARTITIONS):
         _wait(lambda p=p: identical(p), 60, f"identical replicas of partition {p}")
+
+
+def test_controller_then_a_second_broker_killed(cluster):
+    """The controller's broker dies: a new controller elects new leaders. A second broker dies:
+    the one left is the whole ISR, below min.insync.replicas, so an acks=all produce gets
+    NOT_ENOUGH_REPLICAS and nothing new becomes visible. Runs last: it leaves one broker."""
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTP
+    from kafka.errors import NotEnoughReplicasError
+
+    boot, brokers = cluster["boot"], cluster["brokers"]
+    controller = _metadata(boot).controller_id
+    brokers[controller].kill()
+    rest = [i for i in brokers if i != controller]
+    left = ",".join(brokers[i].bootstrap for i in rest)
+    killed_at = time.monotonic()
+    _wait(lambda: (ls := _leaders(left)) and all(v in rest for v in ls.values()),
+          SESSION_MS / 1000 + 30, "new leaders after the controller died")
+    assert time.monotonic() - killed_at <= SESSION_MS / 1000 + 5
+    p = Producer({"bootstrap.servers": left, "acks": "all", "enable.idempotence": True})
+    for i in range(PARTITIONS):
+        p.produce(TOPIC, value=b"after-controller-%d" % i, partition=i)
+    assert p.flush(60) == 0
+
+    second, survivor = rest
+    brokers[second].kill()
+    only = brokers[survivor].bootstrap
+    _wait(lambda: (ls := _leaders(only)) and all(v == survivor for v in ls.values()),
+          SESSION_MS / 1000 + 30, f"broker {survivor} leading everything")
+    tps = [KTP(TOPIC, q) for q in range(PARTITIONS)]
+    c = KafkaConsumer(bootstrap_servers=only)
+    before = c.end_offsets(tps)
+    kp = KafkaProducer(bootstrap_servers=only, acks="all", retries=0)
+    with pytest.raises(NotEnoughReplicasError):
+        kp.send(TOPIC, value=b"must-not-appear", partition=0).get(timeout=30)
+    kp.close()
+    assert c.end_offsets(tps) == before  # nothing past the high watermark a consumer could see
+    c.close()
+
+
+def test_zookeeper_unreachable_exits_3(tmp_path):
+    from tests.broker_process import free_port
+    b = _broker(tmp_path / "nozk", f"127.0.0.1:{free_port()}", 7)
+    b.overrides["zookeeper.connection.timeout.ms"] = "2000"
+    args = [os.sys.executable, "-m", "appliance.cli.main", "serve"]
+    for k, v in b.overrides.items():
+        args += ["--override", f"{k}={v}"]
+    with open(b.log_path, "ab") as log:
+        proc = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, timeout=120, start_new_session=True)
+    assert proc.returncode == 3, b.log()
+    assert "ZooKeeper" in b.log() or "zookeeper" in b.log(), b.log()
