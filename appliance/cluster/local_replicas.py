@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import struct
 import time
 from typing import Any
 
@@ -25,7 +24,6 @@ __all__ = ["LocalReplicas"]
 
 log = logging.getLogger("appliance.cluster")
 
-_OFFSET = struct.Struct("=q")
 
 
 class LocalReplicas:
@@ -52,13 +50,9 @@ class LocalReplicas:
             me = self.table.broker_id
             role = Role.LEADER if st.leader == me else Role.FOLLOWER
             if tp in moved and role == Role.FOLLOWER:
-                # stop serving first, then cut the log to the high watermark: what is above it may
-                # differ from the new leader's log, and the fetcher fetches it again
+                # stop serving first; the fetcher truncates by leader epoch, then fetches
                 self.area.write(slot, Role.FOLLOWER, st.leader, st.leader_epoch, st.replicas, st.isr)
-                self.fetcher.remove(tp)
-                info = self.ctx.table.read(slot)
-                await self._submit(info.disk, MsgType.TRUNCATE, slot, _OFFSET.pack(info.high_watermark))
-                self.fetcher.add(tp, slot, info.disk, st.leader)
+                self.fetcher.add(tp, slot, self.ctx.table.read(slot).disk, st.leader)
                 continue
             if tp in moved:
                 self.fetcher.remove(tp)

@@ -152,6 +152,7 @@ class MsgType:
     REPLICA_APPEND = 7   # cluster mode: a follower's fetched batches, offsets kept (REPLICA_APPEND_HEADER first)
     TRUNCATE = 8         # cluster mode: a follower cuts its log at an offset (int64 body)
     FOLLOWER_FETCH = 9   # cluster mode: a follower's fetch position reached the leader (FOLLOWER_FETCH_BODY)
+    EPOCH_END = 10       # cluster mode: where a leader epoch ends here (int32 epoch; KIP-101)
     COMPLETION = 16
 
 

@@ -18,6 +18,7 @@ Single-threaded, like the rest of the disk worker.
 from __future__ import annotations
 
 import logging
+import os
 import struct
 import time
 from typing import Any
@@ -27,6 +28,7 @@ from appliance.broker.disk.requests import NOTHING, NotHere, Requests
 from appliance.errors import ErrorCode, KafkaError
 from appliance.shm.layout import COMPLETION, FOLLOWER_FETCH_BODY, REPLICA_APPEND_HEADER, Role
 from appliance.shm.leadership_area import LeadershipArea
+from appliance.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 
 __all__ = ["Replication"]
 
@@ -36,6 +38,28 @@ _COMP = COMPLETION.struct  # type: ignore[attr-defined]
 _RA = REPLICA_APPEND_HEADER.struct  # type: ignore[attr-defined]
 _FF = FOLLOWER_FETCH_BODY.struct  # type: ignore[attr-defined]
 _OFFSET = struct.Struct("=q")
+_EPOCH = struct.Struct("=i")
+_BATCH_LENGTH = struct.Struct(">i")  # record batch: baseOffset (8), batchLength (4), partitionLeaderEpoch (4)
+_BE64 = struct.Struct(">q")
+_LOG_OVERHEAD = 12
+_EPOCH_POS = 12  # partitionLeaderEpoch: outside the CRC (which starts at attributes)
+
+
+def _stamp_epoch(buf: memoryview, epoch: int) -> None:
+    """Write the leader epoch into every batch's header, in place."""
+    pos, end = 0, len(buf)
+    while pos + _LOG_OVERHEAD <= end:
+        _BATCH_LENGTH.pack_into(buf, pos + _EPOCH_POS, epoch)
+        pos += _LOG_OVERHEAD + _BATCH_LENGTH.unpack_from(buf, pos + 8)[0]
+
+
+def _batch_epochs(buf: memoryview) -> list[tuple[int, int]]:
+    """(partitionLeaderEpoch, baseOffset) of each batch."""
+    out, pos, end = [], 0, len(buf)
+    while pos + _LOG_OVERHEAD + 4 <= end:
+        out.append((_BATCH_LENGTH.unpack_from(buf, pos + _EPOCH_POS)[0], _BE64.unpack_from(buf, pos)[0]))
+        pos += _LOG_OVERHEAD + _BATCH_LENGTH.unpack_from(buf, pos + 8)[0]
+    return out
 
 
 class _NotEnoughReplicas(KafkaError):
@@ -53,6 +77,13 @@ class Replication:
         self.positions: dict[int, dict[int, int]] = {}  # slot -> follower id -> its log end offset
         # slot -> [(needed HW, deadline, n, request_id, base_offset, log_append_time)]
         self.waiting: dict[int, list[tuple]] = {}
+        self.epochs: dict[int, LeaderEpochCache] = {}  # slot -> its leader-epoch-checkpoint
+
+    def epoch_cache(self, slot: int, plog: Any) -> LeaderEpochCache:
+        cache = self.epochs.get(slot)
+        if cache is None or cache.path != os.path.join(plog.path, LEADER_EPOCH_CHECKPOINT):
+            cache = self.epochs[slot] = LeaderEpochCache(os.path.join(plog.path, LEADER_EPOCH_CHECKPOINT))
+        return cache
 
     def _log(self, slot: int) -> Any:
         plog = self.parts.logs.get(slot)
@@ -71,6 +102,12 @@ class Replication:
         min_isr = int(plog.config.min_insync_replicas)
         if acks == -1 and len(lead.isr) < min_isr:
             raise _NotEnoughReplicas(f"ISR {lead.isr} is smaller than min.insync.replicas {min_isr}")
+        cache = self.epoch_cache(slot, plog)
+        if lead.leader_epoch > cache.latest_epoch:  # the first append of this leadership
+            cache.assign(lead.leader_epoch, plog.log_end_offset)
+        if body.readonly:
+            body = memoryview(bytearray(body))
+        _stamp_epoch(body, lead.leader_epoch)
         info = plog.append(body)
         if not self.maybe_increment_hw(slot, plog, lead.isr):
             self.parts.publish(slot, plog)  # the new log end offset: followers fetch up to it
@@ -163,6 +200,10 @@ class Replication:
         records = body[_RA.size:]
         if len(records):
             plog.append(records, assign_offsets=False)
+            cache = self.epoch_cache(slot, plog)
+            for epoch, base in _batch_epochs(records):
+                if epoch > cache.latest_epoch:
+                    cache.assign(epoch, base)
         plog.high_watermark = min(leader_hw, plog.log_end_offset)
         self.parts.publish(slot, plog)
         return plog.log_end_offset, -1, plog.log_start_offset, b""
@@ -171,6 +212,15 @@ class Replication:
         plog = self._log(slot)
         (offset,) = _OFFSET.unpack_from(body, 0)
         plog.truncate_to(max(offset, plog.log_start_offset))
+        self.epoch_cache(slot, plog).truncate_from_end(plog.log_end_offset)
         self.positions.pop(slot, None)
         self.parts.publish(slot, plog)
         return plog.log_end_offset, -1, plog.log_start_offset, b""
+
+    def epoch_end(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+        """The leader's OffsetsForLeaderEpoch answer for one partition: (end offset, epoch)
+        in the completion's base_offset and log_append_time."""
+        plog = self._log(slot)
+        (requested,) = _EPOCH.unpack_from(body, 0)
+        epoch, end = self.epoch_cache(slot, plog).end_offset_for(requested, plog.log_end_offset)
+        return end, epoch, plog.log_start_offset, b""

@@ -115,6 +115,7 @@ class DiskWorker:
             MsgType.REPLICA_APPEND: r.replica_append,
             MsgType.TRUNCATE: r.truncate,
             MsgType.FOLLOWER_FETCH: r.follower_fetch,
+            MsgType.EPOCH_END: r.epoch_end,
         })
 
     # -- loop -----------------------------------------------------------------------------

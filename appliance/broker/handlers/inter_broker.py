@@ -3,17 +3,21 @@ replaces the standalone handlers for them (see :mod:`appliance.broker.cluster_li
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from appliance.broker.cluster_link import ClusterUnavailable
 from appliance.broker.handlers.answer import CloseConnection, RawBody
 from appliance.errors import ErrorCode
 from appliance.protocol.messages import CreateTopics, Metadata
+from appliance.shm.layout import MsgType, Role
 
 __all__ = ["forward", "cluster_handlers", "FORWARDED_KEYS"]
 
 # LeaderAndIsr, StopReplica, UpdateMetadata
 FORWARDED_KEYS = (4, 5, 6, Metadata.API_KEY, CreateTopics.API_KEY)
+OFFSETS_FOR_LEADER_EPOCH = 23
+_EPOCH = struct.Struct("=i")
 
 
 async def forward(ctx: Any, request: Any) -> Any:
@@ -31,9 +35,42 @@ async def forward(ctx: Any, request: Any) -> Any:
         raise CloseConnection(f"cluster worker unavailable: {e}") from e
 
 
+async def offsets_for_leader_epoch(ctx: Any, request: Any) -> RawBody:
+    """The leader's answer (KIP-101): where each asked epoch ends in its log, from the
+    partition's leader-epoch-checkpoint in its disk worker."""
+    body = request.body
+    topics = []
+    for t in body.topics:
+        parts = []
+        for p in t.partitions:
+            entry = {"partition": p.partition, "error_code": 0, "leader_epoch": -1, "end_offset": -1}
+            parts.append(entry)
+            info = ctx.index.lookup(t.topic, p.partition)
+            if info is None or ctx.leaders.role(info.slot) != Role.LEADER:
+                entry["error_code"] = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                continue
+            current = getattr(p, "current_leader_epoch", -1)
+            mine = ctx.leaders.read(info.slot).leader_epoch
+            if current != -1 and current != mine:
+                entry["error_code"] = int(ErrorCode.FENCED_LEADER_EPOCH if current < mine
+                                          else ErrorCode.UNKNOWN_LEADER_EPOCH)
+                continue
+            comp = await ctx.disks.submit(info.disk, MsgType.EPOCH_END, info.slot, _EPOCH.pack(p.leader_epoch))
+            if comp.error_code:
+                entry["error_code"] = int(comp.error_code)
+            else:
+                entry["end_offset"], entry["leader_epoch"] = comp.base_offset, comp.log_append_time
+        topics.append({"topic": t.topic, "partitions": parts})
+    # encoded here: the schema is not in the standalone registry the connection encodes with
+    api = ctx.extra_apis[OFFSETS_FOR_LEADER_EPOCH]
+    return RawBody(api.encode_response(request.api_version, {"throttle_time_ms": 0, "topics": topics}))
+
+
 def cluster_handlers(base: dict[int, Any]) -> dict[int, Any]:
-    """``base`` (the standalone table) with the forwarded APIs replaced."""
+    """``base`` (the standalone table) with the forwarded APIs replaced and the leader's
+    OffsetsForLeaderEpoch added."""
     table = dict(base)
     for key in FORWARDED_KEYS:
         table[key] = forward
+    table[OFFSETS_FOR_LEADER_EPOCH] = offsets_for_leader_epoch
     return table
