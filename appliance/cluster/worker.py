@@ -29,6 +29,7 @@ from appliance.broker.disk_client import DiskClient
 from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.broker.plumbing import Plumbing
 from appliance.cluster.broker_answers import create_topics_body, metadata_body
+from appliance.cluster.controlled_shutdown import answer_shutdown, request_shutdown
 from appliance.cluster.fetcher import ReplicaFetcher
 from appliance.cluster.isr_manager import IsrManager
 from appliance.cluster.leadership import _partition_states
@@ -42,6 +43,7 @@ from appliance.config import BrokerConfig
 from appliance.protocol.messages import CreateTopics, Metadata
 from appliance.protocol.messages.cluster import (
     INTER_BROKER_APIS,
+    ControlledShutdown,
     LeaderAndIsr,
     StopReplica,
     UpdateMetadata,
@@ -115,6 +117,9 @@ class ClusterWorker:
                 await asyncio.wait_for(self.stop.wait(), 0.25)
             except TimeoutError:
                 pass
+        if code == EXIT_OK and bool(self.config["controlled.shutdown.enable"]):
+            # leadership moves while this broker still serves: producers see retriable errors only
+            await loop.run_in_executor(None, request_shutdown, self.member, store, self.broker_id)
         self.fetcher.stop()
         isr_task.cancel()
         server.close()
@@ -163,6 +168,8 @@ class ClusterWorker:
                 await self.replicas.stop(changes)
         elif api_key == UpdateMetadata.API_KEY:
             resp = lt.apply_update_metadata(req)
+        elif api_key == ControlledShutdown.API_KEY:
+            resp = await answer_shutdown(self.member, req)
         elif api_key == Metadata.API_KEY:
             resp = await metadata_body(lt, self.store, self.config, req, version)
         elif api_key == CreateTopics.API_KEY:

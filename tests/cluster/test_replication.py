@@ -205,6 +205,82 @@ def test_leader_killed_no_acknowledged_record_lost(cluster):
         _wait(lambda p=p: identical(p), 60, f"identical replicas of partition {p}")
 
 
+class _Producing:
+    """An acks=all idempotent confluent-kafka producer writing without pause, in a thread."""
+
+    def __init__(self, boot: str) -> None:
+        self.boot = boot
+        self.acked: list[tuple[int, int, bytes]] = []
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run)
+
+    def _run(self) -> None:
+        p = Producer({"bootstrap.servers": self.boot, "acks": "all", "enable.idempotence": True,
+                      "linger.ms": 5, "message.timeout.ms": 120000})
+        i = 0
+        while not self.stop.is_set():
+            p.produce(TOPIC, value=b"c%d-%08d" % (i % PARTITIONS, i), partition=i % PARTITIONS,
+                      on_delivery=self._delivered)
+            i += 1
+            p.poll(0)
+            if i % 50 == 0:
+                time.sleep(0.01)
+        p.flush(150)
+
+    def _delivered(self, err, msg) -> None:
+        if err is None:
+            self.acked.append((msg.partition(), msg.offset(), msg.value()))
+        else:
+            self.errors.append(str(err))
+
+    def __enter__(self) -> _Producing:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(200)
+
+
+def test_cli_describe_shows_leader_replicas_isr(cluster):
+    r = subprocess.run([os.sys.executable, "-m", "appliance.cli.main", "topics", "--bootstrap-server",
+                        cluster["boot"], "--create", "--topic", "cli-made", "--partitions", "2",
+                        "--replication-factor", "3"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = _wait(lambda: (d := subprocess.run(
+        [os.sys.executable, "-m", "appliance.cli.main", "topics", "--bootstrap-server", cluster["boot"],
+         "--describe", "--topic", "cli-made"], capture_output=True, text=True, timeout=120).stdout)
+        and d.count("Isr: ") == 2 and all(len(line.split("Isr: ")[1].split(",")) == 3
+                                          for line in d.splitlines() if "Isr: " in line) and d, 60, "describe")
+    assert "Leader: " in out and "Replicas: " in out
+
+
+def test_controlled_shutdown_moves_leadership_without_loss(cluster):
+    boot, brokers = cluster["boot"], cluster["brokers"]
+    md = _metadata(boot)
+    leads = _leaders(boot)
+    victim = next(b for b in sorted(set(leads.values())) if b != md.controller_id)
+    survivors = ",".join(b.bootstrap for i, b in brokers.items() if i != victim)
+    with _Producing(boot) as prod:
+        _wait(lambda: len(prod.acked) > 300, 60, "acknowledged records before the stop")
+        assert brokers[victim].stop(60) == 0
+        assert "controlled shutdown: leadership moved away" in brokers[victim].log()
+        assert all(v != victim for v in _leaders(survivors).values())
+        before = len(prod.acked)
+        _wait(lambda: len(prod.acked) > before + 300, 60, "the producer to carry on")
+    assert not prod.errors, prod.errors[:5]
+    ends = {p: 1 + max(o for q, o, _ in prod.acked if q == p) for p in range(PARTITIONS)}
+    got = _read_kafka_python(survivors, ends)
+    for p in range(PARTITIONS):
+        assert len(got[p]) == len(set(got[p]))
+        assert {v for q, _, v in prod.acked if q == p} <= set(got[p])
+    b = brokers[victim]
+    brokers[victim] = _broker(b.workdir, cluster["connect"], victim, port=b.port).start()
+    _wait(lambda: (t := _metadata(boot).topics.get(TOPIC)) is not None
+          and all(victim in p.isrs for p in t.partitions.values()), 90, f"broker {victim} back in every ISR")
+
+
 def test_controller_then_a_second_broker_killed(cluster):
     """The controller's broker dies: a new controller elects new leaders. A second broker dies:
     the one left is the whole ISR, below min.insync.replicas, so an acks=all produce gets
