@@ -180,6 +180,7 @@ class ReplicaFetcher:
                 raise ConnectionError("leader closed the connection")
             resp = ev.body
         backoff = False
+        appends = []  # (tp, completion future): one round of the disk worker takes them all
         for t in resp.responses:
             for p in t.partitions:
                 tp = TopicPartition(t.topic, p.partition_index)
@@ -194,10 +195,12 @@ class ReplicaFetcher:
                 records = bytes(p.records or b"")
                 if not records and table.offsets(slot)[1] >= min(p.high_watermark, table.offsets(slot)[0]):
                     continue
-                comp = await self.ctx.disks.submit(disk, MsgType.REPLICA_APPEND, slot,
-                                                   _HEAD.pack(p.high_watermark), 1, 30000, records)
-                if comp.error_code:
-                    log.warning("replica append of %s failed: %s", tp, ErrorCode(comp.error_code).name)
-                    backoff = True
+                appends.append((tp, asyncio.ensure_future(self.ctx.disks.submit(
+                    disk, MsgType.REPLICA_APPEND, slot, _HEAD.pack(p.high_watermark), 1, 30000, records))))
+        for tp, fut in appends:
+            comp = await fut
+            if comp.error_code:
+                log.warning("replica append of %s failed: %s", tp, ErrorCode(comp.error_code).name)
+                backoff = True
         if backoff:
             await asyncio.sleep(_BACKOFF_S)
