@@ -37,7 +37,7 @@ from appliance.cluster.local_replicas import LocalReplicas
 from appliance.cluster.member import ClusterMember
 from appliance.cluster.registry import BrokerIdInUse
 from appliance.cluster.wire_channel import WireChannel
-from appliance.cluster.zk_session import ZooKeeperUnreachable
+from appliance.cluster.zk_session import ZooKeeperUnreachable, open_session
 from appliance.cluster.zk_store import ZkStore
 from appliance.config import BrokerConfig
 from appliance.protocol.messages import CreateTopics, Metadata
@@ -92,7 +92,7 @@ class ClusterWorker:
         server = await asyncio.start_unix_server(self._serve, path=cluster_address(p.base))
         beat = asyncio.ensure_future(self._heartbeat(table, disks))
         try:
-            await loop.run_in_executor(None, self.member.start)
+            await self._join(loop)
         except (BrokerIdInUse, ZooKeeperUnreachable) as e:
             log.error("broker %d cannot join the cluster: %s", self.broker_id, e)
             print(f"error: {e}", file=sys.stderr, flush=True)
@@ -128,6 +128,33 @@ class ClusterWorker:
         beat.cancel()
         table.set_worker_state(self.slot, WorkerState.DEAD)
         return code
+
+    async def _join(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the membership. If broker.id is held by a session registered with our own
+        listener, it is this broker's previous life (a SIGKILL, a crashed cluster worker): wait
+        for ZooKeeper to expire it rather than refuse to start. Another broker's: raise."""
+        deadline = loop.time() + 2 * self.member.settings.session_timeout_ms / 1000 + 10
+        while True:
+            try:
+                await loop.run_in_executor(None, self.member.start)
+                return
+            except BrokerIdInUse:
+                holder = await loop.run_in_executor(None, self._registration)
+                mine = (self.member.info.host, self.member.info.port)
+                if holder != mine or loop.time() > deadline:
+                    raise
+                log.info("broker.id %d is still held by this broker's previous session: waiting "
+                         "for ZooKeeper to expire it", self.broker_id)
+                await asyncio.sleep(1.0)
+
+    def _registration(self) -> tuple[str, int] | None:
+        client = open_session(self.member.settings)
+        try:
+            b = ZkStore(client).brokers().get(self.broker_id)
+            return (b.host, b.port) if b is not None else None
+        finally:
+            client.stop()
+            client.close()
 
     async def _heartbeat(self, table: PartitionTable, disks: DiskClient) -> None:
         while True:

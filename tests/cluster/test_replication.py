@@ -47,7 +47,16 @@ def _broker(workdir: Path, connect: str, broker_id: int, port: int | None = None
 
 
 def _metadata(boot: str):
-    return AdminClient({"bootstrap.servers": boot}).list_topics(timeout=10)
+    # a broker still joining (its cluster worker waits for ZooKeeper) closes the connection, a
+    # retriable error for clients; list_topics raises it, so ask again
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return AdminClient({"bootstrap.servers": boot}).list_topics(timeout=10)
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")
@@ -279,6 +288,21 @@ def test_controlled_shutdown_moves_leadership_without_loss(cluster):
     brokers[victim] = _broker(b.workdir, cluster["connect"], victim, port=b.port).start()
     _wait(lambda: (t := _metadata(boot).topics.get(TOPIC)) is not None
           and all(victim in p.isrs for p in t.partitions.values()), 90, f"broker {victim} back in every ISR")
+
+
+def test_broker_restarted_at_once_after_sigkill_waits_for_its_old_session(cluster):
+    """Restarted before ZooKeeper expired its previous session, a broker (same listener) waits
+    for the expiry instead of refusing its own id, then rejoins every ISR."""
+    boot, brokers = cluster["boot"], cluster["brokers"]
+    victim = next(i for i in brokers if i != _metadata(boot).controller_id)
+    b = brokers[victim]
+    b.kill()
+    brokers[victim] = _broker(b.workdir, cluster["connect"], victim, port=b.port).start()
+    _wait(lambda: "still held by this broker's previous session" in brokers[victim].log(), 30,
+          "the restarted broker to wait for its old session")
+    _wait(lambda: (t := _metadata(boot).topics.get(TOPIC)) is not None
+          and all(victim in p.isrs for p in t.partitions.values()), 120, f"broker {victim} back in every ISR")
+    assert brokers[victim].proc.poll() is None
 
 
 def test_controller_then_a_second_broker_killed(cluster):
