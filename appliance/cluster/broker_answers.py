@@ -21,7 +21,7 @@ from appliance.config import ConfigError, TopicConfig, validate_topic_name
 from appliance.coordinator.routing import OFFSETS_TOPIC
 from appliance.errors import ErrorCode, KafkaError
 
-__all__ = ["metadata_body", "create_topics_body"]
+__all__ = ["metadata_body", "create_topics_body", "coordinator_body"]
 
 
 def _topic_entry(table: LeadershipTable, name: str, parts: dict[int, Any]) -> dict:
@@ -139,3 +139,15 @@ async def create_topics_body(table: LeadershipTable, store: ZkStore, config: Any
             break
         await asyncio.sleep(0.05)
     return {"throttle_time_ms": 0, "topics": results}
+
+
+def coordinator_body(table: LeadershipTable) -> dict:
+    """FindCoordinator: the lowest live broker id, the same answer on every broker (see
+    :func:`appliance.broker.handlers.inter_broker.find_coordinator`)."""
+    if not table.live_brokers:
+        return {"throttle_time_ms": 0, "error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                "error_message": "no live brokers known yet", "node_id": -1, "host": "", "port": -1}
+    node = min(table.live_brokers)
+    host, port, _ = table.live_brokers[node]
+    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "node_id": node,
+            "host": host, "port": port}

@@ -28,7 +28,7 @@ from appliance.broker.cluster_link import FORWARD_HEAD, LENGTH
 from appliance.broker.disk_client import DiskClient
 from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.broker.plumbing import Plumbing
-from appliance.cluster.broker_answers import create_topics_body, metadata_body
+from appliance.cluster.broker_answers import coordinator_body, create_topics_body, metadata_body
 from appliance.cluster.controlled_shutdown import answer_shutdown, request_shutdown
 from appliance.cluster.fetcher import ReplicaFetcher
 from appliance.cluster.isr_manager import IsrManager
@@ -40,7 +40,7 @@ from appliance.cluster.wire_channel import WireChannel
 from appliance.cluster.zk_session import ZooKeeperUnreachable, open_session
 from appliance.cluster.zk_store import ZkStore
 from appliance.config import BrokerConfig
-from appliance.protocol.messages import CreateTopics, Metadata
+from appliance.protocol.messages import CreateTopics, FindCoordinator, Metadata
 from appliance.protocol.messages.cluster import (
     INTER_BROKER_APIS,
     ControlledShutdown,
@@ -56,7 +56,8 @@ __all__ = ["ClusterWorker"]
 
 log = logging.getLogger("appliance.cluster")
 
-_APIS = {**INTER_BROKER_APIS, Metadata.API_KEY: Metadata, CreateTopics.API_KEY: CreateTopics}
+_APIS = {**INTER_BROKER_APIS, Metadata.API_KEY: Metadata, CreateTopics.API_KEY: CreateTopics,
+         FindCoordinator.API_KEY: FindCoordinator}
 
 
 class ClusterWorker:
@@ -197,6 +198,8 @@ class ClusterWorker:
             resp = lt.apply_update_metadata(req)
         elif api_key == ControlledShutdown.API_KEY:
             resp = await answer_shutdown(self.member, req)
+        elif api_key == FindCoordinator.API_KEY:
+            resp = coordinator_body(lt)
         elif api_key == Metadata.API_KEY:
             resp = await metadata_body(lt, self.store, self.config, req, version)
         elif api_key == CreateTopics.API_KEY:

@@ -265,6 +265,30 @@ def test_cli_describe_shows_leader_replicas_isr(cluster):
     assert "Leader: " in out and "Replicas: " in out
 
 
+def test_group_members_on_different_brokers_share_one_coordinator(cluster):
+    """Two consumers of one group, each bootstrapped at a different broker, find the same
+    coordinator and split the partitions between them."""
+    from confluent_kafka import Consumer
+    brokers = list(cluster["brokers"].values())
+    consumers = [Consumer({"bootstrap.servers": b.bootstrap, "group.id": "split-group",
+                           "auto.offset.reset": "earliest", "session.timeout.ms": 10000})
+                 for b in brokers[:2]]
+    try:
+        for c in consumers:
+            c.subscribe([TOPIC])
+
+        def split():
+            for c in consumers:
+                c.poll(0.2)
+            mine = [{tp.partition for tp in c.assignment()} for c in consumers]
+            return mine[0] and mine[1] and not (mine[0] & mine[1]) and \
+                (mine[0] | mine[1]) == set(range(PARTITIONS))
+        _wait(split, 90, "the group to split the partitions", step=0)
+    finally:
+        for c in consumers:
+            c.close()
+
+
 def test_controlled_shutdown_moves_leadership_without_loss(cluster):
     boot, brokers = cluster["boot"], cluster["brokers"]
     md = _metadata(boot)

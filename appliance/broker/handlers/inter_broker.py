@@ -7,9 +7,10 @@ import struct
 from typing import Any
 
 from appliance.broker.cluster_link import ClusterUnavailable
+from appliance.broker.handlers import groups
 from appliance.broker.handlers.answer import CloseConnection, RawBody
 from appliance.errors import ErrorCode
-from appliance.protocol.messages import CreateTopics, Metadata
+from appliance.protocol.messages import CreateTopics, FindCoordinator, Metadata
 from appliance.shm.layout import MsgType, Role
 
 __all__ = ["forward", "cluster_handlers", "FORWARDED_KEYS"]
@@ -21,8 +22,7 @@ _EPOCH = struct.Struct("=i")
 
 
 async def forward(ctx: Any, request: Any) -> Any:
-    api = request.api if request.api_key in (Metadata.API_KEY, CreateTopics.API_KEY) \
-        else ctx.extra_apis[request.api_key]
+    api = ctx.extra_apis.get(request.api_key) or request.api
     body = api.encode_request(request.api_version, request.body)
     try:
         return RawBody(await ctx.cluster_link.call(request.api_key, request.api_version, body))
@@ -66,6 +66,18 @@ async def offsets_for_leader_epoch(ctx: Any, request: Any) -> RawBody:
     return RawBody(api.encode_response(request.api_version, {"throttle_time_ms": 0, "topics": topics}))
 
 
+async def find_coordinator(ctx: Any, request: Any) -> Any:
+    """Cluster mode: every broker names the same coordinator for every group (the cluster
+    worker's choice: the lowest live broker id), which keeps the groups and their offsets in its
+    own, unreplicated ``__consumer_offsets`` as a standalone broker does. (Kafka's rule, the
+    leader of the group's partition of a replicated offsets topic, is not built yet.)"""
+    raw = await forward(ctx, request)
+    answer = FindCoordinator.decode_response(request.api_version, raw)
+    if answer.error_code == 0 and answer.node_id == ctx.broker_id:
+        return await groups.find_coordinator(ctx, request)
+    return raw
+
+
 def cluster_handlers(base: dict[int, Any]) -> dict[int, Any]:
     """``base`` (the standalone table) with the forwarded APIs replaced and the leader's
     OffsetsForLeaderEpoch added."""
@@ -73,4 +85,5 @@ def cluster_handlers(base: dict[int, Any]) -> dict[int, Any]:
     for key in FORWARDED_KEYS:
         table[key] = forward
     table[OFFSETS_FOR_LEADER_EPOCH] = offsets_for_leader_epoch
+    table[FindCoordinator.API_KEY] = find_coordinator
     return table
