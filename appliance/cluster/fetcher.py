@@ -188,6 +188,8 @@ class ReplicaFetcher:
                 if where is None:
                     continue  # stopped following it meanwhile
                 slot, disk = where
+                if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                    self.truncating.add(tp)  # our log end is past the leader's: truncate again
                 if p.error_code:
                     log.debug("fetch of %s from %d: %s", tp, leader, ErrorCode(p.error_code).name)
                     backoff = True

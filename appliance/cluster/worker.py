@@ -32,7 +32,7 @@ from appliance.cluster.broker_answers import coordinator_body, create_topics_bod
 from appliance.cluster.controlled_shutdown import answer_shutdown, request_shutdown
 from appliance.cluster.fetcher import ReplicaFetcher
 from appliance.cluster.isr_manager import IsrManager
-from appliance.cluster.leadership import _partition_states
+from appliance.cluster.leadership import partition_states
 from appliance.cluster.local_replicas import LocalReplicas
 from appliance.cluster.member import ClusterMember
 from appliance.cluster.registry import BrokerIdInUse
@@ -187,7 +187,7 @@ class ClusterWorker:
         if api_key == LeaderAndIsr.API_KEY:
             async with self.replicas.lock:
                 resp, changes = lt.apply_leader_and_isr(req)
-                touched = [tp for tp, _ in _partition_states(req, "topic_states", "ungrouped_partition_states")]
+                touched = [tp for tp, _ in partition_states(req, "topic_states", "ungroupedpartition_states")]
                 if not resp["error_code"]:
                     await self.replicas.apply(changes, touched)
         elif api_key == StopReplica.API_KEY:
