@@ -356,6 +356,11 @@ def test_controller_then_a_second_broker_killed(cluster):
     only = brokers[survivor].bootstrap
     _wait(lambda: (ls := _leaders(only)) and all(v == survivor for v in ls.values()),
           SESSION_MS / 1000 + 30, f"broker {survivor} leading everything")
+    under = _wait(lambda: (r := subprocess.run(
+        [os.sys.executable, "-m", "appliance.cli.main", "topics", "--bootstrap-server", only, "--describe",
+         "--topic", TOPIC, "--under-replicated-partitions"], capture_output=True, text=True, timeout=60).stdout)
+        and r.count("Partition: ") == PARTITIONS and r, 60, "every partition listed as under-replicated")
+    assert "PartitionCount" not in under
     tps = [KTP(TOPIC, q) for q in range(PARTITIONS)]
     c = KafkaConsumer(bootstrap_servers=only)
     before = c.end_offsets(tps)
