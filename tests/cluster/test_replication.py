@@ -289,6 +289,15 @@ def test_group_members_on_different_brokers_share_one_coordinator(cluster):
             c.close()
 
 
+def test_follower_fetch_from_an_unknown_replica_id_is_refused(cluster):
+    from appliance.errors import ErrorCode
+    leaders = _leaders(cluster["boot"])
+    leader = cluster["brokers"][leaders[0]]
+    assert _fetch_as_replica(leader.bootstrap, 42, 0).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    ok = _fetch_as_replica(leader.bootstrap, next(i for i in cluster["brokers"] if i != leaders[0]), 0)
+    assert ok.error_code == 0 and ok.high_watermark > 0
+
+
 def test_controlled_shutdown_moves_leadership_without_loss(cluster):
     boot, brokers = cluster["boot"], cluster["brokers"]
     md = _metadata(boot)
@@ -383,3 +392,21 @@ def test_zookeeper_unreachable_exits_3(tmp_path):
         proc = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, timeout=120, start_new_session=True)
     assert proc.returncode == 3, b.log()
     assert "ZooKeeper" in b.log() or "zookeeper" in b.log(), b.log()
+
+
+def _fetch_as_replica(bootstrap: str, replica_id: int, partition: int):
+    import socket
+
+    from appliance.protocol import NEED_DATA, ClientConnection
+    from appliance.protocol.messages import Fetch
+    host, port = bootstrap.split(":")
+    conn = ClientConnection(client_id="test")
+    _, frame = conn.send_request(Fetch.API_KEY, 4, {
+        "replica_id": replica_id, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
+        "topics": [{"topic": TOPIC, "partitions": [
+            {"partition": partition, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]})
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(frame)
+        while (ev := conn.next_event()) is NEED_DATA:
+            conn.receive_data(s.recv(1 << 20))
+    return ev.body.responses[0].partitions[0]

@@ -49,6 +49,10 @@ def _read_all(ctx: Any, body: Any) -> tuple[list, int, bool]:
                 r.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
                 any_error = True
                 continue
+            if replica and body.replica_id not in leaders.read(info.slot).replicas:
+                r.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER  # Kafka: not an assigned replica
+                any_error = True
+                continue
             leo, hw, lso = ctx.table.offsets(info.slot)
             r.high_watermark = r.last_stable_offset = hw
             r.log_start_offset = lso
