@@ -5,7 +5,11 @@ idempotent confluent-kafka producer; the whole process group of a broker that le
 is SIGKILLed mid-stream. New leaders come within the session timeout + 5 s, the producer
 carries on, every acknowledged record is read exactly once and in order (kafka-python and
 kcat), and the killed broker restarts, rejoins the ISR and ends with segment files
-byte-identical to the others'.
+byte-identical to the others'. Then, on the same cluster: the CLI's --create/--describe, one group
+coordinator for members bootstrapped at different brokers, a fetch from an unknown replica id,
+controlled shutdown under load, an immediate restart after SIGKILL, and last the controller's
+broker and a second broker killed (NOT_ENOUGH_REPLICAS, nothing visible past the HW). Also:
+a duplicate broker.id and an unreachable ZooKeeper exit with code 3.
 """
 
 from __future__ import annotations
