@@ -69,7 +69,9 @@ class IsrManager:
             caught_up = {r: caught[i] for i, r in enumerate(reps)}
             hw = self.ctx.table.offsets(info.slot)[1]
             out = out_of_sync_replicas(me, held.isr, caught_up, now, self.lag_ms)
-            joining = caught_up_replicas(me, reps, held.isr, follower_leos, hw)
+            # only a follower that is fetching: a dead one's last position stays in the area
+            joining = {r for r in caught_up_replicas(me, reps, held.isr, follower_leos, hw)
+                       if now - caught_up[r] <= self.lag_ms}
             if not out and not joining:
                 continue
             new_isr = tuple(r for r in held.isr if r not in out) + tuple(sorted(joining))

@@ -153,10 +153,13 @@ class Replication:
         if not held:
             return
         hw = plog.high_watermark
+        # Kafka's checkEnoughReplicasReachOffset: replicated, but by fewer than the minimum
+        short = len(self.area.read(slot).isr) < int(plog.config.min_insync_replicas)
+        done = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND if short else ErrorCode.NONE
         keep = []
         for w in held:
             if hw >= w[0]:
-                self._answer(slot, w, ErrorCode.NONE, plog)
+                self._answer(slot, w, done, plog)
             else:
                 keep.append(w)
         self.waiting[slot] = keep
