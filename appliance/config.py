@@ -325,13 +325,11 @@ NO_EFFECT: dict[str, str] = {
 # Keys of the replicated cluster, which this build does not run yet: accepted so a cluster's
 # server.properties starts, no effect. (Remove a key from here when the cluster code reads it.)
 CLUSTER_KEYS: tuple[str, ...] = (
-    "zookeeper.connect", "zookeeper.session.timeout.ms", "zookeeper.connection.timeout.ms",
-    "default.replication.factor", "offsets.topic.replication.factor", "replica.lag.time.max.ms",
-    "replica.fetch.max.bytes", "replica.fetch.wait.max.ms", "num.replica.fetchers",
-    "controlled.shutdown.enable", "auto.leader.rebalance.enable", "unclean.leader.election.enable",
+    "offsets.topic.replication.factor", "num.replica.fetchers",
 )
 for _k in CLUSTER_KEYS:
-    NO_EFFECT[_k] = "it takes effect only in a replicated cluster, which this build does not run yet"
+    NO_EFFECT[_k] = ("not yet: __consumer_offsets is not replicated, and one replica fetcher "
+                     "in the cluster worker follows every leader")
 
 # Kafka broker keys of the seeds' 0.8.2 documentation (and its production config) that have no
 # counterpart here: accepted without a value check, reported as having no effect.

@@ -38,6 +38,12 @@ class BrokerContext:
         self.advertised = (host, port)
         self.cluster_id = f"appliance-{self.broker_id}"
         self.metrics: Any = None  # a metrics Recorder when metrics are on (metrics.listener set)
+        # cluster mode (set by the network worker): the leadership area, the line to the cluster
+        # worker, the inter-broker APIs and the handler table; None/standalone otherwise
+        self.leaders: Any = None
+        self.cluster_link: Any = None
+        self.extra_apis: dict | None = None
+        self.handlers: dict | None = None
 
     def close(self) -> None:
         self.readers.close()

@@ -51,7 +51,8 @@ def _all_bytes(chunks: object) -> bool:
 class KafkaConnection(asyncio.Protocol):
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
-        self.conn = proto.ServerConnection(max_request_size=int(ctx.config["socket.request.max.bytes"]))
+        self.conn = proto.ServerConnection(max_request_size=int(ctx.config["socket.request.max.bytes"]),
+                                           extra_apis=ctx.extra_apis)
         self.transport: asyncio.Transport | None = None
         self._responses: collections.deque[asyncio.Future] = collections.deque()
         self._writer: asyncio.Task | None = None
@@ -300,6 +301,8 @@ class NetworkWorker:
         disks = DiskClient(self.index, self.plumbing, table)
         ctx = BrokerContext(self.index, self.config, table, disks, self.log_dirs)
         ctx.metrics = attach_recorder(self.config, self.plumbing.base, self.slot)
+        if self.plumbing.cluster:
+            _join_cluster(ctx, self.plumbing)
         host, port = self.config.listeners[0]
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -369,3 +372,17 @@ class NetworkWorker:
             table.heartbeat(self.slot)
             disks.check_disks()
             await asyncio.sleep(0.25)
+
+
+def _join_cluster(ctx: BrokerContext, plumbing: Plumbing) -> None:
+    """Cluster mode: route through the leadership area and the cluster worker."""
+    from appliance.broker.cluster_link import ClusterLink
+    from appliance.broker.handlers.inter_broker import cluster_handlers
+    from appliance.protocol.messages.cluster import INTER_BROKER_APIS
+    from appliance.shm.layout import cluster_address, leaders_name
+    from appliance.shm.leadership_area import LeadershipArea
+
+    ctx.leaders = LeadershipArea.attach(leaders_name(plumbing.base))
+    ctx.cluster_link = ClusterLink(cluster_address(plumbing.base))
+    ctx.extra_apis = dict(INTER_BROKER_APIS)
+    ctx.handlers = cluster_handlers(handlers.HANDLERS)

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 import posix_ipc
 
 from appliance.shm.ipc_directory import IpcDirectory
+from appliance.shm.layout import leaders_name
+from appliance.shm.leadership_area import LeadershipArea
 from appliance.shm.partition_table import PartitionTable
 from appliance.shm.ring import Channel
 
@@ -49,7 +51,8 @@ def unlink_stale(base: str) -> list[str]:
     removed = []
     with contextlib.suppress(FileNotFoundError):
         for name in os.listdir("/dev/shm"):
-            if name in (f"{base}-table", f"{base}-metrics") or name.startswith((f"{base}-ring-", f"{base}-ipc-")):
+            if name in (f"{base}-table", f"{base}-metrics", f"{base}-leaders") or name.startswith(
+                    (f"{base}-ring-", f"{base}-ipc-")):
                 with contextlib.suppress(posix_ipc.ExistentialError):
                     posix_ipc.unlink_shared_memory("/" + name)
                     removed.append(name)
@@ -65,15 +68,30 @@ class Plumbing:
     disk_bells: list[int] = field(default_factory=list)
     net_bells: list[int] = field(default_factory=list)
     channel_names: dict[tuple[int, int], str] = field(default_factory=dict)
+    # cluster mode: the cluster worker is one more ring client of every disk worker (index
+    # num_net: its own rings and doorbell), and the leadership area exists
+    cluster: bool = False
+
+    @property
+    def num_ring_clients(self) -> int:
+        """Network workers, plus the cluster worker in cluster mode: the disk workers' rings."""
+        return self.num_net + (1 if self.cluster else 0)
+
+    @property
+    def cluster_index(self) -> int:
+        return self.num_net
 
     @classmethod
     def create(cls, base: str, num_disks: int, num_net: int, broker_id: int,
-               port: int = 0, request_ring_bytes: int = REQUEST_RING_BYTES) -> tuple[Plumbing, PartitionTable]:
+               port: int = 0, request_ring_bytes: int = REQUEST_RING_BYTES,
+               cluster: bool = False) -> tuple[Plumbing, PartitionTable]:
         table = PartitionTable.create(f"/{base}-table", PARTITION_TABLE_CAPACITY, broker_id, num_disks, port)
-        p = cls(base, num_disks, num_net, table.name)
+        p = cls(base, num_disks, num_net, table.name, cluster=cluster)
+        if cluster:
+            LeadershipArea.create(leaders_name(base), PARTITION_TABLE_CAPACITY).close()
         p.disk_bells = [os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) for _ in range(num_disks)]
-        p.net_bells = [os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) for _ in range(num_net)]
-        for n in range(num_net):
+        p.net_bells = [os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) for _ in range(p.num_ring_clients)]
+        for n in range(p.num_ring_clients):
             for d in range(num_disks):
                 name = f"/{base}-ring-n{n}-d{d}"
                 Channel.create(name, request_ring_bytes // 8 * 8, COMPLETION_RING_BYTES).close()
@@ -87,6 +105,9 @@ class Plumbing:
 
     def net_slot(self, net: int) -> int:
         return self.num_disks + net
+
+    def cluster_slot(self) -> int:
+        return self.num_disks + self.num_net
 
     def unlink(self) -> None:
         unlink_stale(self.base)

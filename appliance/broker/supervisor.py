@@ -48,9 +48,10 @@ GRACEFUL_TIMEOUT_S = 30.0
 READY_TIMEOUT_S = 600.0  # recovery of a large unclean log dir can take minutes: progress is logged
 NETWORK_READY_TIMEOUT_S = 60.0  # a network worker only attaches and binds
 ABORT_GRACE_S = 5.0  # after SIGABRT, the time a wedged worker gets to write its traceback
-DISK, NETWORK = 0, 1
-STARTING_DEADLINE_S = {DISK: READY_TIMEOUT_S, NETWORK: NETWORK_READY_TIMEOUT_S}
-KIND_NAMES = {DISK: "disk worker", NETWORK: "network worker"}
+DISK, NETWORK, CLUSTER = 0, 1, 2
+# the cluster worker's start is bounded by zookeeper.connection.timeout.ms, after which it exits 3
+STARTING_DEADLINE_S = {DISK: READY_TIMEOUT_S, NETWORK: NETWORK_READY_TIMEOUT_S, CLUSTER: READY_TIMEOUT_S}
+KIND_NAMES = {DISK: "disk worker", NETWORK: "network worker", CLUSTER: "cluster worker"}
 
 
 class HaltServer(Exception):
@@ -108,6 +109,7 @@ class Supervisor:
         self.table: PartitionTable | None = None
         self.counters: SharedCounters | None = None
         self._stopping = False
+        self.cluster = bool(str(config["zookeeper.connect"] or "").strip())  # cluster mode
 
     # -- signals: enqueue only ------------------------------------------------------------
     def _signal(self, signum: int, frame: object) -> None:
@@ -179,14 +181,16 @@ class Supervisor:
             self._check_metrics_port()  # after the reclaim: it creates the counters object
             self.plumbing, self.table = Plumbing.create(
                 self.base, len(self.log_dirs), self.num_net, int(self.config["broker.id"]), self.port,
-                int(self.config["appliance.request.ring.bytes"]))
+                int(self.config["appliance.request.ring.bytes"]), cluster=self.cluster)
             self._install_signals()
             for d in self.log_dirs:  # so local IPC producers and tools can find our shared memory
                 with open(os.path.join(d, ".appliance-shm-name"), "w") as f:
                     f.write(self.base + "\n")
             self.workers = [_Worker(DISK, d, self.plumbing.disk_slot(d)) for d in range(len(self.log_dirs))]
             self.workers += [_Worker(NETWORK, n, self.plumbing.net_slot(n)) for n in range(self.num_net)]
-            for kind in (DISK, NETWORK):  # network workers start once every disk is READY
+            if self.cluster:  # it joins once the network workers can take the controller's requests
+                self.workers.append(_Worker(CLUSTER, 0, self.plumbing.cluster_slot()))
+            for kind in (DISK, NETWORK, CLUSTER):  # network workers start once every disk is READY
                 for w in self.workers:
                     if w.kind == kind:
                         self._spawn(w)
@@ -274,6 +278,9 @@ class Supervisor:
         if w.kind == DISK:
             from appliance.broker.disk.worker import DiskWorker
             return DiskWorker(w.index, self.log_dirs[w.index], self.config, self.plumbing).run()
+        if w.kind == CLUSTER:  # kazoo is imported there, after the fork, never here
+            from appliance.cluster.worker import ClusterWorker
+            return ClusterWorker(self.config, self.plumbing, self.log_dirs).run()
         from appliance.broker.network_worker import NetworkWorker
         return NetworkWorker(w.index, self.config, self.plumbing, self.log_dirs).run()
 
@@ -374,12 +381,13 @@ class Supervisor:
 
     # -- stop -----------------------------------------------------------------------------
     def _stop(self, graceful: bool) -> None:
-        """Network workers first (no new requests), then disk workers (flush + checkpoints)."""
+        """The cluster worker first (it leaves the cluster), then network workers (no new
+        requests), then disk workers (flush + checkpoints)."""
         if not self._stopping:
             sd_notify("STOPPING=1")
         self._stopping = True
         sig = signal.SIGTERM if graceful else signal.SIGQUIT
-        for kind in (NETWORK, DISK):
+        for kind in (CLUSTER, NETWORK, DISK):
             group = [w for w in self.workers if w.kind == kind and w.pid]
             for w in group:
                 self._send(w, sig)

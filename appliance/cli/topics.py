@@ -21,6 +21,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                    help="a topic config override (repeatable)")
     p.add_argument("--if-not-exists", action="store_true")
+    p.add_argument("--under-replicated-partitions", action="store_true",
+                   help="--describe only partitions whose ISR is smaller than their replicas")
+    p.add_argument("--unavailable-partitions", action="store_true",
+                   help="--describe only partitions without a live leader")
     p.add_argument("--if-exists", action="store_true")
 
 
@@ -88,9 +92,15 @@ def run(args: argparse.Namespace) -> int:
                 except Exception:  # configs are extra information; the topic is still described
                     pass
                 rf = len(t.partitions[0].replica_nodes) if t.partitions else 0
-                print(f"Topic: {t.name}\tPartitionCount: {len(t.partitions)}\t"
-                      f"ReplicationFactor: {rf}\tConfigs: {overrides}")
+                filtered = args.under_replicated_partitions or args.unavailable_partitions
+                if not filtered:  # as kafka-topics.sh: the filters print partition lines only
+                    print(f"Topic: {t.name}\tPartitionCount: {len(t.partitions)}\t"
+                          f"ReplicationFactor: {rf}\tConfigs: {overrides}")
                 for p in sorted(t.partitions, key=lambda p: p.partition_index):
+                    if args.under_replicated_partitions and len(p.isr_nodes) >= len(p.replica_nodes):
+                        continue
+                    if args.unavailable_partitions and p.leader_id >= 0:
+                        continue
                     print(f"\tTopic: {t.name}\tPartition: {p.partition_index}\tLeader: {p.leader_id}\t"
                           f"Replicas: {','.join(map(str, p.replica_nodes))}\t"
                           f"Isr: {','.join(map(str, p.isr_nodes))}")

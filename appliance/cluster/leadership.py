@@ -24,7 +24,7 @@ from appliance.cluster.epoch_fence import ControllerEpochFence
 from appliance.cluster.zk_paths import TopicPartition
 from appliance.errors import ErrorCode
 
-__all__ = ["PartitionLeadership", "Changes", "LeadershipTable", "LEADER_DURING_DELETE"]
+__all__ = ["PartitionLeadership", "Changes", "LeadershipTable", "LEADER_DURING_DELETE", "partition_states"]
 
 LEADER_DURING_DELETE = -2
 
@@ -48,7 +48,7 @@ class Changes:
     deleted: list[TopicPartition] = field(default_factory=list)
 
 
-def _partition_states(request: Any, grouped_field: str, ungrouped_field: str):
+def partition_states(request: Any, grouped_field: str, ungrouped_field: str):
     """(TopicPartition, state) of a request in either layout (v0-1 ungrouped, v2+ by topic)."""
     for ts in getattr(request, grouped_field, None) or []:
         for ps in ts.partition_states:
@@ -77,7 +77,7 @@ class LeadershipTable:
     def apply_leader_and_isr(self, request: Any) -> tuple[dict[str, Any], Changes]:
         """Returns the LeaderAndIsr response body and what changed."""
         changes = Changes()
-        entries = list(_partition_states(request, "topic_states", "ungrouped_partition_states"))
+        entries = list(partition_states(request, "topic_states", "ungrouped_partition_states"))
         if self.fence.admit(request.controller_id, request.controller_epoch) != ErrorCode.NONE:
             return self._errors(entries, ErrorCode.STALE_CONTROLLER_EPOCH), changes
         errors = []
@@ -130,7 +130,7 @@ class LeadershipTable:
             host, port = (eps[0].host, eps[0].port) if eps else (b.v0_host, b.v0_port)
             live[b.id] = (host, port, getattr(b, "rack", None))
         self.live_brokers = live
-        for tp, ps in _partition_states(request, "topic_states", "ungrouped_partition_states"):
+        for tp, ps in partition_states(request, "topic_states", "ungrouped_partition_states"):
             if ps.leader == LEADER_DURING_DELETE:
                 self.metadata.pop(tp, None)  # being deleted: no longer served or listed
                 continue

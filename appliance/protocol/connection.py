@@ -170,8 +170,11 @@ class _Connection:
 class ServerConnection(_Connection):
     """The broker's end: bytes in -> Request events; see the module docstring."""
 
-    def __init__(self, max_request_size: int = DEFAULT_MAX_REQUEST_SIZE) -> None:
+    def __init__(self, max_request_size: int = DEFAULT_MAX_REQUEST_SIZE,
+                 extra_apis: dict[int, type[ApiMessage]] | None = None) -> None:
         super().__init__(max_request_size)
+        # cluster mode: the inter-broker APIs (LeaderAndIsr ...), decoded but never advertised
+        self.extra_apis = extra_apis
 
     def next_event(self) -> Any:
         """The next Request / RejectedRequest event, NEED_DATA, or PEER_CLOSED.
@@ -187,6 +190,8 @@ class ServerConnection(_Connection):
             raise self._fail(f"request of {size} bytes is shorter than the request header")
         api_key, api_version, correlation_id = REQUEST_HEADER.unpack_from(frame, 0)
         api = API_BY_KEY.get(api_key)
+        if api is None and self.extra_apis is not None:
+            api = self.extra_apis.get(api_key)
         if api is None or not api.MIN_VERSION <= api_version <= api.MAX_VERSION:
             return self._reject(api, frame, api_key, api_version, correlation_id)
         try:

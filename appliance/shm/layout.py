@@ -21,10 +21,11 @@ __all__ = [
     "RING_MESSAGE", "REQUEST", "COMPLETION", "GROUP_HEADER", "DELETE_RECORDS_BODY", "MAX_WORKERS", "TOPIC_NAME_MAX", "SlotState",
     "WorkerState", "MsgType", "TABLE_MAGIC", "RING_MAGIC", "table_size", "shm_names",
     "IPC_CHANNELS", "IPC_DIR_HEADER", "IPC_SLOT", "IPC_MAGIC", "ipc_dir_name", "ipc_channel_name",
-    "disk_wake_address",
+    "disk_wake_address", "LEADERSHIP_SLOT", "MAX_REPLICAS", "Role", "leaders_name", "cluster_address",
+    "REPLICA_APPEND_HEADER", "FOLLOWER_FETCH_BODY",
 ]
 
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 TABLE_MAGIC = 0x41504C54  # "APLT"
 RING_MAGIC = 0x41504C52  # "APLR"
 MAX_WORKERS = 64  # disk + network workers per broker; far above what a box has disks/cores for
@@ -150,6 +151,10 @@ class MsgType:
     GROUP = 6            # a consumer-group API request for the coordinator in the disk worker
     ALTER_BROKER_CONFIG = 7  # reload the dynamic broker configs (appliance/broker/dynamic_config.py)
     REPLICA_MOVE = 8     # a step of moving a partition between log dirs (broker/disk/replica_move.py)
+    REPLICA_APPEND = 9   # cluster mode: a follower's fetched batches, offsets kept (REPLICA_APPEND_HEADER first)
+    TRUNCATE = 10        # cluster mode: a follower cuts its log at an offset (int64 body)
+    FOLLOWER_FETCH = 11  # cluster mode: a follower's fetch position reached the leader (FOLLOWER_FETCH_BODY)
+    EPOCH_END = 12       # cluster mode: where a leader epoch ends here (int32 epoch; KIP-101)
     COMPLETION = 16
 
 
@@ -288,3 +293,54 @@ COUNTER_SLAB = Layout("counter_slab", (
 
 def counters_name(base: str) -> str:
     return f"/{base}-metrics"
+
+
+# -- cluster mode: leadership per partition slot -----------------------------------------------
+# A second object beside the partition table (only in cluster mode), one record per partition
+# slot, written only by the cluster worker under the record's own seqlock (the partition slot
+# keeps its single writer, the disk worker). Read by network workers (routing) and disk workers
+# (ISR for the high watermark and acks=all).
+
+MAX_REPLICAS = 8  # replicas per partition we can describe; Kafka clusters rarely go past 5
+
+LEADERSHIP_SLOT = Layout("leadership_slot", (
+    ("seq", "Q"),
+    ("role", "i"),                # Role
+    ("leader", "i"),              # broker id, -1 = none
+    ("leader_epoch", "i"),
+    ("replica_count", "i"),
+    ("isr_count", "i"),
+    ("pad", "4x"),
+    ("replicas", f"{MAX_REPLICAS}i"),
+    ("isr", f"{MAX_REPLICAS}i"),
+    # written by the leader's disk worker from its followers' fetches (index as in replicas),
+    # plain aligned 8-byte stores; reset by the cluster worker when it starts leading
+    ("positions", f"{MAX_REPLICAS}q"),       # follower log end offsets, -1 = not seen
+    ("caught_up_ms", f"{MAX_REPLICAS}q"),    # monotonic ms a follower last reached the leader's LEO
+))
+
+
+class Role:
+    NONE = 0       # no LeaderAndIsr yet (or stopped): serve nothing
+    LEADER = 1
+    FOLLOWER = 2
+
+
+def leaders_name(base: str) -> str:
+    return f"/{base}-leaders"
+
+
+def cluster_address(base: str) -> str:
+    """The abstract Unix stream socket of the cluster worker (network workers forward to it)."""
+    return f"\0{base}-cluster"
+
+
+# REPLICA_APPEND body: this header, then the leader's record batches (offsets kept)
+REPLICA_APPEND_HEADER = Layout("replica_append_header", (
+    ("leader_high_watermark", "q"),
+))
+FOLLOWER_FETCH_BODY = Layout("follower_fetch_body", (
+    ("fetch_offset", "q"),
+    ("replica_id", "i"),
+    ("pad", "4x"),
+))

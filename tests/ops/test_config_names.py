@@ -47,11 +47,11 @@ def test_old_retention_name_takes_effect():
 def test_no_effect_keys_are_reported_once_set_away_from_default(caplog):
     with caplog.at_level(logging.WARNING):
         BrokerConfig.load(overrides={"queued.max.requests": "16", "num.io.threads": "8",
-                                     "background.threads": "10", "zookeeper.connect": "zk:2181"})
+                                     "background.threads": "10", "num.replica.fetchers": "4"})
     text = caplog.text
     assert "queued.max.requests=16 is accepted but has no effect here" in text
     assert "background.threads=10 is accepted but has no effect here" in text
-    assert "zookeeper.connect=zk:2181 is accepted but has no effect here" in text
+    assert "num.replica.fetchers=4 is accepted but has no effect here" in text
     assert "num.io.threads" not in text  # given at its default: it asks for nothing
     assert set(CLUSTER_KEYS) <= set(NO_EFFECT) and KAFKA_ONLY_KEYS
 

@@ -87,7 +87,12 @@ class Partitions:
     def _register(self, slot: int, topic: str, partition: int, plog) -> None:
         # one broker: the leader is the whole ISR, so everything in its log is committed the
         # moment it leads (Kafka: the new leader's HW moves to min LEO of the ISR = its own)
-        plog.high_watermark = plog.log_end_offset
+        if self.config["zookeeper.connect"]:
+            # cluster mode: what is above the checkpointed HW may never have been replicated;
+            # a follower truncates to it before fetching, so it must not claim more
+            plog.high_watermark = self.log_dir.checkpointed_high_watermarks.get((topic, partition), 0)
+        else:
+            plog.high_watermark = plog.log_end_offset
         self.logs[slot] = plog
         self.slot_of[(topic, partition)] = slot
         if self.metrics is not None:

@@ -34,11 +34,13 @@ class Requests:
     def __init__(self, handlers: dict[int, Handler], path: str) -> None:
         self.handlers = handlers
         self.path = path  # the log dir, for the log
+        self.acks, self.timeout_ms = 1, 0  # of the message being handled (acks=all waits on them)
 
     def handle(self, n: int | None, msg_type: int, payload: memoryview) -> bytes | None:
         """The completion for one ring message, or None when it gets none (acks=0 produce,
         or answered later)."""
-        request_id, slot, acks, _flags, _timeout_ms = _REQ.unpack_from(payload, 0)
+        request_id, slot, acks, _flags, timeout_ms = _REQ.unpack_from(payload, 0)
+        self.acks, self.timeout_ms = acks, timeout_ms
         error = ErrorCode.NONE
         answer: tuple[int, int, int, bytes] | None = NOTHING
         handler = self.handlers.get(msg_type)

@@ -27,7 +27,7 @@ class RingIntake:
         self.requests = requests
         self.partitions = partitions
         self.channels = [Channel.attach(plumbing.channel_names[(n, index)])
-                         for n in range(plumbing.num_net)]
+                         for n in range(plumbing.num_ring_clients)]
         for ch in self.channels:
             # requests queued while no disk worker ran were failed by their network workers
             ch.requests.discard_all()

@@ -107,6 +107,30 @@ class DiskWorker:
             MsgType.ALTER_BROKER_CONFIG: admin.reload_broker_config,
             MsgType.REPLICA_MOVE: self.mover.handle,
         })
+        self.replication = None
+        if self.plumbing.cluster:
+            self._join_cluster()
+
+    def _join_cluster(self) -> None:
+        """Cluster mode: produce through the leader's rules, and the follower's messages."""
+        from appliance.broker.disk.replication import Replication
+        from appliance.shm.layout import leaders_name
+        from appliance.shm.leadership_area import LeadershipArea
+
+        def complete(n: int, comp: bytes) -> None:
+            self.rings.complete(n, comp)
+            self.rings.ring_bells((n,))
+
+        r = Replication(self.partitions, LeadershipArea.attach(leaders_name(self.plumbing.base)),
+                        self.requests, complete, int(self.config["broker.id"]))
+        self.replication = r
+        self.requests.handlers.update({
+            MsgType.PRODUCE: r.produce,
+            MsgType.REPLICA_APPEND: r.replica_append,
+            MsgType.TRUNCATE: r.truncate,
+            MsgType.FOLLOWER_FETCH: r.follower_fetch,
+            MsgType.EPOCH_END: r.epoch_end,
+        })
 
     # -- loop -----------------------------------------------------------------------------
     def _on_term(self, signum, frame) -> None:
@@ -156,6 +180,8 @@ class DiskWorker:
             self.rings.ring_bells()
             now = time.monotonic()
             self.table.heartbeat(self.slot)
+            if self.replication is not None:
+                self.replication.poll()
             self.maintenance.run_if_due(now)
             if self.mover.outgoing or self.mover.incoming:
                 self.mover.expire(now)

@@ -107,7 +107,7 @@ async def run(ctx: BrokerContext, request: Any, client_host: str = "", queued: f
     """The encoded response chunks for one request (None when it gets no response).
     ``queued``: time.monotonic() when it was decoded (metrics only)."""
     started = time.monotonic()
-    handler = HANDLERS.get(request.api_key)
+    handler = (HANDLERS if ctx.handlers is None else ctx.handlers).get(request.api_key)
     if handler is not None:
         body = await handler(ctx, request)
     elif request.api_key in GROUP_HANDLERS:

@@ -16,7 +16,7 @@ from appliance.errors import ErrorCode, OffsetOutOfRangeError
 from appliance.metrics.responses import remote_wait
 from appliance.protocol.messages import Fetch
 from appliance.protocol.types import FileSlice
-from appliance.shm.layout import SlotState
+from appliance.shm.layout import FOLLOWER_FETCH_BODY, MsgType, Role, SlotState
 
 __all__ = ["handle"]
 
@@ -24,6 +24,7 @@ __all__ = ["handle"]
 _Response = Fetch.Response
 _Topic = _Response.Responses
 _Partition = _Topic.Partitions
+_FF = FOLLOWER_FETCH_BODY.struct  # type: ignore[attr-defined]
 
 
 def _read_all(ctx: Any, body: Any) -> tuple[list, int, bool]:
@@ -31,6 +32,8 @@ def _read_all(ctx: Any, body: Any) -> tuple[list, int, bool]:
     max_bytes = body.max_bytes if body.max_bytes > 0 else 2**31 - 1
     any_error = False
     responses = []
+    leaders = ctx.leaders  # cluster mode: only the leader serves, followers read up to the LEO
+    replica = leaders is not None and body.replica_id >= 0
     for t in body.topics:
         parts = []
         for p in t.partitions:
@@ -42,8 +45,13 @@ def _read_all(ctx: Any, body: Any) -> tuple[list, int, bool]:
                 r.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 any_error = True
                 continue
-            if ctx.table.state(info.slot) != SlotState.ONLINE:
+            if ctx.table.state(info.slot) != SlotState.ONLINE or (
+                    leaders is not None and leaders.role(info.slot) != Role.LEADER):
                 r.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                any_error = True
+                continue
+            if replica and body.replica_id not in leaders.read(info.slot).replicas:
+                r.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER  # Kafka: not an assigned replica
                 any_error = True
                 continue
             leo, hw, lso = ctx.table.offsets(info.slot)
@@ -54,14 +62,15 @@ def _read_all(ctx: Any, body: Any) -> tuple[list, int, bool]:
                 r.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
                 any_error = True
                 continue
-            if offset >= hw:
+            end = leo if replica else hw
+            if offset >= end:
                 continue
             limit = min(p.partition_max_bytes, max_bytes - total)
             if limit <= 0 and total > 0:
                 continue
             reader = ctx.readers.reader(info.disk, t.topic, p.partition)
             try:
-                sl = reader.read(offset, max(limit, 1), max_offset=hw, min_one_batch=(total == 0))
+                sl = reader.read(offset, max(limit, 1), max_offset=end, min_one_batch=(total == 0))
             except OffsetOutOfRangeError:  # retention moved the start since we read the table
                 r.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
                 any_error = True
@@ -76,8 +85,25 @@ def _read_all(ctx: Any, body: Any) -> tuple[list, int, bool]:
     return responses, total, any_error
 
 
+def _record_follower(ctx: Any, body: Any) -> None:
+    """Cluster mode: tell each partition's disk worker where this follower is (its LEO), so the
+    high watermark can move; no answer is awaited."""
+    for t in body.topics:
+        for p in t.partitions:
+            info = ctx.index.lookup(t.topic, p.partition)
+            if info is not None:
+                ctx.disks.submit_nowait(info.disk, MsgType.FOLLOWER_FETCH, info.slot,
+                                        _FF.pack(p.fetch_offset, body.replica_id), 1, 0, _ignore)
+
+
+def _ignore(token: Any, completion: Any) -> None:
+    pass
+
+
 async def handle(ctx: Any, request: Any) -> Any:
     body = request.body
+    if ctx.leaders is not None and body.replica_id >= 0:
+        _record_follower(ctx, body)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(body.max_wait_ms, 0) / 1000
     waited = 0.0

@@ -13,7 +13,7 @@ from appliance.metrics.recorder import SAMPLE_MASK
 from appliance.metrics.responses import field
 from appliance.protocol.messages import Produce
 from appliance.records.convert import legacy_to_v2
-from appliance.shm.layout import MsgType, SlotState
+from appliance.shm.layout import MsgType, Role, SlotState
 
 __all__ = ["start", "PendingProduce"]
 
@@ -32,7 +32,8 @@ def _check(ctx: Any, topic: str, index: int, records: Any) -> tuple[Any, Any, An
     if info is None:
         out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return out, None, None
-    if ctx.table.state(info.slot) != SlotState.ONLINE:
+    if ctx.table.state(info.slot) != SlotState.ONLINE or (
+            ctx.leaders is not None and ctx.leaders.role(info.slot) != Role.LEADER):
         out.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
         return out, None, None
     if records is None or len(records) == 0:

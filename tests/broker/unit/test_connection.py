@@ -80,7 +80,8 @@ def _ctx(lookup=None):
         config={"socket.request.max.bytes": str(100 << 20)}, connections=set(), disks=disks,
         wakeups=Wakeups(disks), index=index,
         table=types.SimpleNamespace(state=lambda slot: SlotState.ONLINE), readers=None,
-        metrics=None)  # metrics off (BrokerContext.metrics)
+        metrics=None,  # metrics off (BrokerContext.metrics)
+        leaders=None, extra_apis=None, handlers=None)  # standalone (BrokerContext's defaults)
 
 
 class Client:

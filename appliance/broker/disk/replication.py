@@ -1,0 +1,229 @@
+"""Cluster mode in the disk worker: the leader's and the follower's side of a partition (Kafka's
+``Partition``), as ring-message handlers beside :class:`Partitions`.
+
+Leader: produce only while the leadership area says this broker leads; acks=all refused with
+NOT_ENOUGH_REPLICAS when the ISR is below min.insync.replicas; the high watermark is the
+minimum log end offset over the ISR (``maybe_increment_hw``), moved by appends and by the
+followers' fetch positions (FOLLOWER_FETCH, sent by the network worker that serves the fetch);
+an acks=all produce waits here (its completion held) until the high watermark passes its last
+offset, its timeout passes (REQUEST_TIMED_OUT), or the ISR shrinks below the minimum
+(NOT_ENOUGH_REPLICAS_AFTER_APPEND).
+
+Follower: REPLICA_APPEND appends the leader's batches with their offsets and takes the high
+watermark min(leader's, own LEO); TRUNCATE cuts the log.
+
+Single-threaded, like the rest of the disk worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import time
+from typing import Any
+
+from appliance.broker.disk.partitions import Partitions
+from appliance.broker.disk.requests import NOTHING, NotHere, Requests
+from appliance.errors import ErrorCode, KafkaError
+from appliance.shm.layout import COMPLETION, FOLLOWER_FETCH_BODY, REPLICA_APPEND_HEADER, Role
+from appliance.shm.leadership_area import LeadershipArea
+from appliance.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
+
+__all__ = ["Replication"]
+
+log = logging.getLogger("appliance.disk")
+
+_COMP = COMPLETION.struct  # type: ignore[attr-defined]
+_RA = REPLICA_APPEND_HEADER.struct  # type: ignore[attr-defined]
+_FF = FOLLOWER_FETCH_BODY.struct  # type: ignore[attr-defined]
+_OFFSET = struct.Struct("=q")
+_EPOCH = struct.Struct("=i")
+_BATCH_LENGTH = struct.Struct(">i")  # record batch: baseOffset (8), batchLength (4), partitionLeaderEpoch (4)
+_BE64 = struct.Struct(">q")
+_LOG_OVERHEAD = 12
+_EPOCH_POS = 12  # partitionLeaderEpoch: outside the CRC (which starts at attributes)
+
+
+def _stamp_epoch(buf: memoryview, epoch: int) -> None:
+    """Write the leader epoch into every batch's header, in place."""
+    pos, end = 0, len(buf)
+    while pos + _LOG_OVERHEAD <= end:
+        _BATCH_LENGTH.pack_into(buf, pos + _EPOCH_POS, epoch)
+        pos += _LOG_OVERHEAD + _BATCH_LENGTH.unpack_from(buf, pos + 8)[0]
+
+
+def _batch_epochs(buf: memoryview) -> list[tuple[int, int]]:
+    """(partitionLeaderEpoch, baseOffset) of each batch."""
+    out, pos, end = [], 0, len(buf)
+    while pos + _LOG_OVERHEAD + 4 <= end:
+        out.append((_BATCH_LENGTH.unpack_from(buf, pos + _EPOCH_POS)[0], _BE64.unpack_from(buf, pos)[0]))
+        pos += _LOG_OVERHEAD + _BATCH_LENGTH.unpack_from(buf, pos + 8)[0]
+    return out
+
+
+class _NotEnoughReplicas(KafkaError):
+    code = ErrorCode.NOT_ENOUGH_REPLICAS
+
+
+class Replication:
+    def __init__(self, partitions: Partitions, area: LeadershipArea, requests: Requests,
+                 complete: Any, broker_id: int) -> None:
+        self.parts = partitions
+        self.area = area
+        self.requests = requests  # for the acks and timeout of the message being handled
+        self.complete = complete  # complete(n, completion bytes): a held answer goes out
+        self.broker_id = broker_id
+        self.positions: dict[int, dict[int, int]] = {}  # slot -> follower id -> its log end offset
+        # slot -> [(needed HW, deadline, n, request_id, base_offset, log_append_time)]
+        self.waiting: dict[int, list[tuple]] = {}
+        self.epochs: dict[int, LeaderEpochCache] = {}  # slot -> its leader-epoch-checkpoint
+
+    def epoch_cache(self, slot: int, plog: Any) -> LeaderEpochCache:
+        cache = self.epochs.get(slot)
+        if cache is None or cache.path != os.path.join(plog.path, LEADER_EPOCH_CHECKPOINT):
+            cache = self.epochs[slot] = LeaderEpochCache(os.path.join(plog.path, LEADER_EPOCH_CHECKPOINT))
+        return cache
+
+    def _log(self, slot: int) -> Any:
+        plog = self.parts.logs.get(slot)
+        if plog is None:
+            raise NotHere()
+        plog.auto_high_watermark = False
+        return plog
+
+    # -- leader ---------------------------------------------------------------------------
+    def produce(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple | None:
+        plog = self._log(slot)
+        lead = self.area.read(slot)
+        if lead.role != Role.LEADER:
+            raise NotHere()
+        acks, timeout_ms = self.requests.acks, self.requests.timeout_ms
+        min_isr = int(plog.config.min_insync_replicas)
+        if acks == -1 and len(lead.isr) < min_isr:
+            raise _NotEnoughReplicas(f"ISR {lead.isr} is smaller than min.insync.replicas {min_isr}")
+        cache = self.epoch_cache(slot, plog)
+        if lead.leader_epoch > cache.latest_epoch:  # the first append of this leadership
+            cache.assign(lead.leader_epoch, plog.log_end_offset)
+        if body.readonly:
+            body = memoryview(bytearray(body))
+        _stamp_epoch(body, lead.leader_epoch)
+        info = plog.append(body)
+        if not self.maybe_increment_hw(slot, plog, lead.isr):
+            self.parts.publish(slot, plog)  # the new log end offset: followers fetch up to it
+        answer = (info.first_offset, info.log_append_time, plog.log_start_offset, b"")
+        if acks != -1 or n is None or plog.high_watermark > info.last_offset:
+            return answer
+        self.waiting.setdefault(slot, []).append(
+            (info.last_offset + 1, time.monotonic() + max(timeout_ms, 0) / 1000, n, request_id,
+             info.first_offset, info.log_append_time))
+        return None
+
+    def follower_fetch(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+        plog = self._log(slot)
+        offset, replica, = _FF.unpack_from(body, 0)[:2]
+        lead = self.area.read(slot)
+        if lead.role != Role.LEADER:
+            raise NotHere()
+        self.positions.setdefault(slot, {})[replica] = offset
+        if replica in lead.replicas:  # for the cluster worker's ISR decisions
+            caught_up = offset >= plog.log_end_offset
+            self.area.set_position(slot, lead.replicas.index(replica), offset,
+                                   int(time.monotonic() * 1000) if caught_up else None)
+        self.maybe_increment_hw(slot, plog, lead.isr)
+        return NOTHING
+
+    def maybe_increment_hw(self, slot: int, plog: Any, isr: tuple[int, ...]) -> bool:
+        """HW = min LEO over the ISR (never backwards), then answer the produces it covers.
+        True if it moved (and the slot's offsets were published)."""
+        pos = self.positions.get(slot, {})
+        hw = plog.log_end_offset
+        for r in isr:
+            if r != self.broker_id:
+                hw = min(hw, pos.get(r, 0))
+        if hw > plog.high_watermark:
+            plog.high_watermark = hw
+            self.parts.publish(slot, plog)
+            self._release(slot, plog)
+            return True
+        return False
+
+    def _release(self, slot: int, plog: Any) -> None:
+        held = self.waiting.get(slot)
+        if not held:
+            return
+        hw = plog.high_watermark
+        # Kafka's checkEnoughReplicasReachOffset: replicated, but by fewer than the minimum
+        short = len(self.area.read(slot).isr) < int(plog.config.min_insync_replicas)
+        done = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND if short else ErrorCode.NONE
+        keep = []
+        for w in held:
+            if hw >= w[0]:
+                self._answer(slot, w, done, plog)
+            else:
+                keep.append(w)
+        self.waiting[slot] = keep
+
+    def _answer(self, slot: int, w: tuple, error: int, plog: Any) -> None:
+        _, _, n, request_id, base, lat = w
+        if error:
+            base, lat = -1, -1
+        self.complete(n, _COMP.pack(request_id, base, lat, plog.log_start_offset if plog else -1, slot, int(error)))
+
+    def poll(self) -> None:
+        """Held produces past their timeout, or whose ISR fell below the minimum."""
+        if not self.waiting:
+            return
+        now = time.monotonic()
+        for slot, held in list(self.waiting.items()):
+            plog = self.parts.logs.get(slot)
+            lead = self.area.read(slot)
+            if plog is not None and lead.role == Role.LEADER:
+                self.maybe_increment_hw(slot, plog, lead.isr)  # the ISR may have shrunk
+                held = self.waiting.get(slot, [])
+            short = plog is None or lead.role != Role.LEADER or \
+                len(lead.isr) < int(plog.config.min_insync_replicas)
+            keep = []
+            for w in held:
+                if short:
+                    self._answer(slot, w, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, plog)
+                elif now > w[1]:
+                    self._answer(slot, w, ErrorCode.REQUEST_TIMED_OUT, plog)
+                else:
+                    keep.append(w)
+            if keep:
+                self.waiting[slot] = keep
+            else:
+                del self.waiting[slot]
+
+    # -- follower -------------------------------------------------------------------------
+    def replica_append(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+        plog = self._log(slot)
+        (leader_hw,) = _RA.unpack_from(body, 0)
+        records = body[_RA.size:]
+        if len(records):
+            plog.append(records, assign_offsets=False)
+            cache = self.epoch_cache(slot, plog)
+            for epoch, base in _batch_epochs(records):
+                if epoch > cache.latest_epoch:
+                    cache.assign(epoch, base)
+        plog.high_watermark = min(leader_hw, plog.log_end_offset)
+        self.parts.publish(slot, plog)
+        return plog.log_end_offset, -1, plog.log_start_offset, b""
+
+    def truncate(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+        plog = self._log(slot)
+        (offset,) = _OFFSET.unpack_from(body, 0)
+        plog.truncate_to(max(offset, plog.log_start_offset))
+        self.epoch_cache(slot, plog).truncate_from_end(plog.log_end_offset)
+        self.positions.pop(slot, None)
+        self.parts.publish(slot, plog)
+        return plog.log_end_offset, -1, plog.log_start_offset, b""
+
+    def epoch_end(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+        """The leader's OffsetsForLeaderEpoch answer for one partition: (end offset, epoch)
+        in the completion's base_offset and log_append_time."""
+        plog = self._log(slot)
+        (requested,) = _EPOCH.unpack_from(body, 0)
+        epoch, end = self.epoch_cache(slot, plog).end_offset_for(requested, plog.log_end_offset)
+        return end, epoch, plog.log_start_offset, b""

@@ -1,0 +1,89 @@
+"""Cluster mode: the requests a network worker hands to its cluster worker, and the table that
+replaces the standalone handlers for them (see :mod:`appliance.broker.cluster_link`)."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from appliance.broker.cluster_link import ClusterUnavailable
+from appliance.broker.handlers import groups
+from appliance.broker.handlers.answer import CloseConnection, RawBody
+from appliance.errors import ErrorCode
+from appliance.protocol.messages import CreateTopics, FindCoordinator, Metadata
+from appliance.shm.layout import MsgType, Role
+
+__all__ = ["forward", "cluster_handlers", "FORWARDED_KEYS"]
+
+# LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown
+FORWARDED_KEYS = (4, 5, 6, 7, Metadata.API_KEY, CreateTopics.API_KEY)
+OFFSETS_FOR_LEADER_EPOCH = 23
+_EPOCH = struct.Struct("=i")
+
+
+async def forward(ctx: Any, request: Any) -> Any:
+    api = ctx.extra_apis.get(request.api_key) or request.api
+    body = api.encode_request(request.api_version, request.body)
+    try:
+        return RawBody(await ctx.cluster_link.call(request.api_key, request.api_version, body))
+    except ClusterUnavailable as e:
+        if request.api_key == CreateTopics.API_KEY:
+            return {"throttle_time_ms": 0, "topics": [
+                {"name": t.name, "error_code": int(ErrorCode.NOT_CONTROLLER),
+                 "error_message": "this broker has not joined the cluster yet"} for t in request.body.topics]}
+        # the controller retries on a closed connection; a client re-resolves its metadata
+        raise CloseConnection(f"cluster worker unavailable: {e}") from e
+
+
+async def offsets_for_leader_epoch(ctx: Any, request: Any) -> RawBody:
+    """The leader's answer (KIP-101): where each asked epoch ends in its log, from the
+    partition's leader-epoch-checkpoint in its disk worker."""
+    body = request.body
+    topics = []
+    for t in body.topics:
+        parts = []
+        for p in t.partitions:
+            entry = {"partition": p.partition, "error_code": 0, "leader_epoch": -1, "end_offset": -1}
+            parts.append(entry)
+            info = ctx.index.lookup(t.topic, p.partition)
+            if info is None or ctx.leaders.role(info.slot) != Role.LEADER:
+                entry["error_code"] = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                continue
+            current = getattr(p, "current_leader_epoch", -1)
+            mine = ctx.leaders.read(info.slot).leader_epoch
+            if current != -1 and current != mine:
+                entry["error_code"] = int(ErrorCode.FENCED_LEADER_EPOCH if current < mine
+                                          else ErrorCode.UNKNOWN_LEADER_EPOCH)
+                continue
+            comp = await ctx.disks.submit(info.disk, MsgType.EPOCH_END, info.slot, _EPOCH.pack(p.leader_epoch))
+            if comp.error_code:
+                entry["error_code"] = int(comp.error_code)
+            else:
+                entry["end_offset"], entry["leader_epoch"] = comp.base_offset, comp.log_append_time
+        topics.append({"topic": t.topic, "partitions": parts})
+    # encoded here: the schema is not in the standalone registry the connection encodes with
+    api = ctx.extra_apis[OFFSETS_FOR_LEADER_EPOCH]
+    return RawBody(api.encode_response(request.api_version, {"throttle_time_ms": 0, "topics": topics}))
+
+
+async def find_coordinator(ctx: Any, request: Any) -> Any:
+    """Cluster mode: every broker names the same coordinator for every group (the cluster
+    worker's choice: the lowest live broker id), which keeps the groups and their offsets in its
+    own, unreplicated ``__consumer_offsets`` as a standalone broker does. (Kafka's rule, the
+    leader of the group's partition of a replicated offsets topic, is not built yet.)"""
+    raw = await forward(ctx, request)
+    answer = FindCoordinator.decode_response(request.api_version, raw)
+    if answer.error_code == 0 and answer.node_id == ctx.broker_id:
+        return await groups.find_coordinator(ctx, request)
+    return raw
+
+
+def cluster_handlers(base: dict[int, Any]) -> dict[int, Any]:
+    """``base`` (the standalone table) with the forwarded APIs replaced and the leader's
+    OffsetsForLeaderEpoch added."""
+    table = dict(base)
+    for key in FORWARDED_KEYS:
+        table[key] = forward
+    table[OFFSETS_FOR_LEADER_EPOCH] = offsets_for_leader_epoch
+    table[FindCoordinator.API_KEY] = find_coordinator
+    return table

@@ -1,0 +1,153 @@
+"""The client APIs a cluster-mode broker answers from the cluster's view, in the cluster worker:
+Metadata (every live broker; each partition's leader, replicas and ISR, from UpdateMetadata)
+and CreateTopics (Kafka's AdminZkClient: assign replicas over the live brokers, write
+``/brokers/topics/<t>``; the controller elects and sends LeaderAndIsr).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from appliance.cluster.assignment import (
+    InvalidPartitions,
+    InvalidReplicationFactor,
+    assign_replicas,
+)
+from appliance.cluster.leadership import LeadershipTable
+from appliance.cluster.zk_store import TopicCollision, TopicExists, ZkStore
+from appliance.config import ConfigError, TopicConfig, validate_topic_name
+from appliance.coordinator.routing import OFFSETS_TOPIC
+from appliance.errors import ErrorCode, KafkaError
+
+__all__ = ["metadata_body", "create_topics_body", "coordinator_body"]
+
+
+def _topic_entry(table: LeadershipTable, name: str, parts: dict[int, Any]) -> dict:
+    out = []
+    for p in sorted(parts):
+        s = parts[p]
+        live = s.leader in table.live_brokers
+        out.append({"error_code": 0 if live else int(ErrorCode.LEADER_NOT_AVAILABLE),
+                    "partition_index": p, "leader_id": s.leader if live else -1,
+                    "replica_nodes": list(s.replicas), "isr_nodes": list(s.isr),
+                    "offline_replicas": [r for r in s.replicas if r not in table.live_brokers]})
+    return {"error_code": 0, "name": name, "is_internal": name == OFFSETS_TOPIC, "partitions": out}
+
+
+def _by_topic(table: LeadershipTable) -> dict[str, dict[int, Any]]:
+    topics: dict[str, dict[int, Any]] = {}
+    for tp, s in table.metadata.items():
+        topics.setdefault(tp.topic, {})[tp.partition] = s
+    return topics
+
+
+async def metadata_body(table: LeadershipTable, store: ZkStore, config: Any, request: Any,
+                        version: int) -> dict:
+    topics = _by_topic(table)
+    if request.topics is None or (version == 0 and not request.topics):
+        names = sorted(topics)
+    else:
+        names = [t.name for t in request.topics]
+        auto = bool(config["auto.create.topics.enable"]) and (version < 4 or request.allow_auto_topic_creation)
+        missing = [n for n in names if n not in topics and n != OFFSETS_TOPIC]
+        if auto and missing:
+            rf = min(int(config["default.replication.factor"]), max(len(table.live_brokers), 1))
+            for n in missing:
+                await create_topic(table, store, config, n, -1, rf, {})
+    entries = []
+    for n in names:
+        if n in topics:
+            entries.append(_topic_entry(table, n, topics[n]))
+            continue
+        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        try:
+            validate_topic_name(n)
+        except KafkaError:
+            code = ErrorCode.INVALID_TOPIC_EXCEPTION
+        entries.append({"error_code": int(code), "name": n, "is_internal": False, "partitions": []})
+    if any(e["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for e in entries):
+        # created but not yet elected: retriable, as Kafka answers while the controller works
+        known = set(await asyncio.get_running_loop().run_in_executor(None, store.topics))
+        for e in entries:
+            if e["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and e["name"] in known:
+                e["error_code"] = int(ErrorCode.LEADER_NOT_AVAILABLE)
+    return {"throttle_time_ms": 0,
+            "brokers": [{"node_id": b, "host": h, "port": p, "rack": r}
+                        for b, (h, p, r) in sorted(table.live_brokers.items())],
+            "cluster_id": "appliance-cluster",
+            "controller_id": table.fence.controller_id,
+            "topics": entries}
+
+
+async def create_topic(table: LeadershipTable, store: ZkStore, config: Any, name: str,
+                       num_partitions: int, replication_factor: int, configs: dict[str, str],
+                       assignments: Any = None, validate_only: bool = False) -> tuple[int, str | None]:
+    try:
+        validate_topic_name(name)
+    except KafkaError as e:
+        return int(ErrorCode.INVALID_TOPIC_EXCEPTION), str(e)
+    if num_partitions == -1:
+        num_partitions = int(config["num.partitions"])
+    if replication_factor == -1:
+        replication_factor = int(config["default.replication.factor"])
+    try:
+        TopicConfig.from_overrides(config, configs)
+    except ConfigError as e:
+        return int(ErrorCode.INVALID_CONFIG), str(e)
+    loop = asyncio.get_running_loop()
+    live = await loop.run_in_executor(None, store.broker_ids)
+    if assignments:
+        plan = {a.partition_index: tuple(a.broker_ids) for a in assignments}
+        unknown = {b for ids in plan.values() for b in ids} - set(live)
+        if unknown:
+            return int(ErrorCode.INVALID_REPLICA_ASSIGNMENT), f"unknown brokers {sorted(unknown)}"
+    else:
+        try:
+            plan = assign_replicas(live, num_partitions, replication_factor)
+        except InvalidReplicationFactor as e:
+            return int(ErrorCode.INVALID_REPLICATION_FACTOR), str(e)
+        except InvalidPartitions as e:
+            return int(ErrorCode.INVALID_PARTITIONS), str(e)
+    if validate_only:
+        return 0, None
+    try:
+        await loop.run_in_executor(None, store.create_topic, name, plan, configs)
+    except TopicExists:
+        return int(ErrorCode.TOPIC_ALREADY_EXISTS), f"Topic '{name}' already exists."
+    except TopicCollision as e:
+        return int(ErrorCode.INVALID_TOPIC_EXCEPTION), str(e)
+    return 0, None
+
+
+async def create_topics_body(table: LeadershipTable, store: ZkStore, config: Any, request: Any) -> dict:
+    results = []
+    for t in request.topics:
+        code, msg = await create_topic(
+            table, store, config, t.name, t.num_partitions, t.replication_factor,
+            {c.name: c.value for c in t.configs if c.value is not None}, t.assignments,
+            request.validate_only)
+        results.append({"name": t.name, "error_code": code, "error_message": msg})
+    # answer once the controller has elected leaders (bounded by the request's timeout), so a
+    # client that produces right after CreateTopics finds them
+    deadline = time.monotonic() + max(request.timeout_ms, 0) / 1000
+    created = {r["name"] for r in results if r["error_code"] == 0 and not request.validate_only}
+    while created and time.monotonic() < deadline:
+        topics = _by_topic(table)
+        if all(n in topics and all(s.leader >= 0 for s in topics[n].values()) for n in created):
+            break
+        await asyncio.sleep(0.05)
+    return {"throttle_time_ms": 0, "topics": results}
+
+
+def coordinator_body(table: LeadershipTable) -> dict:
+    """FindCoordinator: the lowest live broker id, the same answer on every broker (see
+    :func:`appliance.broker.handlers.inter_broker.find_coordinator`)."""
+    if not table.live_brokers:
+        return {"throttle_time_ms": 0, "error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                "error_message": "no live brokers known yet", "node_id": -1, "host": "", "port": -1}
+    node = min(table.live_brokers)
+    host, port, _ = table.live_brokers[node]
+    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "node_id": node,
+            "host": host, "port": port}

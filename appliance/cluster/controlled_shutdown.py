@@ -1,0 +1,112 @@
+"""Controlled shutdown (ControlledShutdown, API 7; ``controlled.shutdown.enable``).
+
+The stopping broker's side (:func:`request_shutdown`): before leaving the cluster, ask the
+controller to move every partition this broker leads to another ISR member, and retry (Kafka:
+``controlled.shutdown.max.retries`` 3, backoff 5 s; we wait less) until none remains. If this
+broker is the controller, the request is its own controller's event.
+
+The controller's side (:func:`answer_shutdown`): the forwarded request becomes a
+``ControlledShutdown`` event on the controller's queue; its reply is the response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+from typing import Any
+
+from appliance.cluster import events as ev
+from appliance.cluster.wire_channel import encode_request
+from appliance.cluster.zk_store import ZkStore
+from appliance.errors import ErrorCode
+from appliance.protocol.frames import RESPONSE_HEADER, SIZE
+from appliance.protocol.messages.cluster import ControlledShutdown
+
+__all__ = ["request_shutdown", "answer_shutdown"]
+
+log = logging.getLogger("appliance.cluster")
+
+VERSION = 1
+ATTEMPTS = 5
+BACKOFF_S = 1.0
+TIMEOUT_S = 20.0
+
+
+def _ask_own_controller(member: Any, broker_id: int) -> dict:
+    done = threading.Event()
+    box: dict[str, Any] = {}
+
+    def reply(body: dict) -> None:
+        box.update(body)
+        done.set()
+
+    member.controller.put(ev.ControlledShutdown(broker_id, reply))
+    if not done.wait(TIMEOUT_S):
+        return {"error_code": int(ErrorCode.REQUEST_TIMED_OUT), "remaining_partitions": []}
+    return box
+
+
+def _ask_remote(host: str, port: int, broker_id: int) -> dict:
+    with socket.create_connection((host, port), timeout=TIMEOUT_S) as s:
+        s.sendall(encode_request(ControlledShutdown.API_KEY, VERSION, 1, f"shutdown-{broker_id}",
+                                 {"broker_id": broker_id}))
+        buf = b""
+        while len(buf) < SIZE.size:
+            chunk = s.recv(SIZE.size - len(buf))
+            if not chunk:
+                raise ConnectionError("controller closed the connection")
+            buf += chunk
+        (size,) = SIZE.unpack(buf)
+        frame = b""
+        while len(frame) < size:
+            chunk = s.recv(size - len(frame))
+            if not chunk:
+                raise ConnectionError("controller closed the connection")
+            frame += chunk
+    return ControlledShutdown.decode_response(VERSION, frame, RESPONSE_HEADER.size).to_dict()
+
+
+def request_shutdown(member: Any, store: ZkStore, broker_id: int) -> bool:
+    """Blocking (run it in an executor). True once the controller reports nothing left here."""
+    for attempt in range(ATTEMPTS):
+        try:
+            controller = store.controller_id()
+            if controller == broker_id and member.controller is not None:
+                body = _ask_own_controller(member, broker_id)
+            elif controller >= 0:
+                b = store.brokers().get(controller)
+                if b is None:
+                    raise ConnectionError(f"controller {controller} is not registered")
+                body = _ask_remote(b.host, b.port, broker_id)
+            else:
+                raise ConnectionError("no controller")
+            remaining = body.get("remaining_partitions") or []
+            if body.get("error_code") == 0 and not remaining:
+                log.info("controlled shutdown: leadership moved away")
+                return True
+            log.info("controlled shutdown attempt %d: error %s, %d partitions still led here",
+                     attempt + 1, body.get("error_code"), len(remaining))
+        except (OSError, ValueError) as e:
+            log.info("controlled shutdown attempt %d failed: %s", attempt + 1, e)
+        threading.Event().wait(BACKOFF_S)
+    log.warning("controlled shutdown did not complete; stopping anyway")
+    return False
+
+
+async def answer_shutdown(member: Any, request: Any) -> dict:
+    """The controller's answer to a forwarded ControlledShutdown request."""
+    if member.controller is None:
+        return {"error_code": int(ErrorCode.NOT_CONTROLLER), "remaining_partitions": []}
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+
+    def reply(body: dict) -> None:
+        loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(body))
+
+    member.controller.put(ev.ControlledShutdown(request.broker_id, reply))
+    try:
+        return await asyncio.wait_for(fut, TIMEOUT_S)
+    except TimeoutError:
+        return {"error_code": int(ErrorCode.REQUEST_TIMED_OUT), "remaining_partitions": []}

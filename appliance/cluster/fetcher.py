@@ -1,0 +1,208 @@
+"""The replica fetcher: one asyncio task per leader broker in the cluster worker, fetching every
+partition this broker follows from that leader (Fetch v4 with replica_id = broker.id, from the
+follower's log end offset) and handing the batches to the owning disk worker as REPLICA_APPEND
+ring messages (offsets kept; the leader's high watermark rides along).
+
+It lives in the cluster worker rather than its own process: it needs the leadership the
+cluster worker holds, and its work is waiting on sockets; the bytes cost the disk worker, not
+this loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import struct
+from typing import Any
+
+from appliance.cluster.truncation import follower_truncation_offset
+from appliance.cluster.wire_channel import encode_request
+from appliance.cluster.zk_paths import TopicPartition
+from appliance.cluster.zk_store import ZkStore
+from appliance.errors import ErrorCode
+from appliance.protocol import NEED_DATA, PEER_CLOSED, ClientConnection
+from appliance.protocol.frames import RESPONSE_HEADER, SIZE
+from appliance.protocol.messages import Fetch
+from appliance.protocol.messages.cluster import OffsetsForLeaderEpoch
+from appliance.shm.layout import REPLICA_APPEND_HEADER, MsgType
+from appliance.storage.leader_epoch import (
+    LEADER_EPOCH_CHECKPOINT,
+    UNDEFINED_EPOCH,
+    LeaderEpochCache,
+)
+from appliance.storage.log import partition_dir_name
+
+__all__ = ["ReplicaFetcher"]
+
+log = logging.getLogger("appliance.cluster.fetcher")
+
+FETCH_VERSION = 4
+_HEAD = REPLICA_APPEND_HEADER.struct  # type: ignore[attr-defined]
+_BACKOFF_S = 0.5
+_OFFSET = struct.Struct("=q")
+EPOCH_VERSION = 3
+
+
+class ReplicaFetcher:
+    def __init__(self, ctx: Any, store: ZkStore, broker_id: int) -> None:
+        self.ctx = ctx
+        self.store = store
+        self.broker_id = broker_id
+        self.max_wait_ms = int(ctx.config["replica.fetch.wait.max.ms"])
+        self.max_bytes = int(ctx.config["replica.fetch.max.bytes"])
+        self.followed: dict[int, dict[TopicPartition, tuple[int, int]]] = {}  # leader -> tp -> (slot, disk)
+        self.tasks: dict[int, asyncio.Task] = {}
+        self.truncating: set[TopicPartition] = set()  # new followers: truncate before fetching
+
+    def add(self, tp: TopicPartition, slot: int, disk: int, leader: int) -> None:
+        self.remove(tp)
+        self.followed.setdefault(leader, {})[tp] = (slot, disk)
+        self.truncating.add(tp)
+        task = self.tasks.get(leader)
+        if task is None or task.done():
+            self.tasks[leader] = asyncio.ensure_future(self._run(leader))
+
+    def remove(self, tp: TopicPartition) -> None:
+        for parts in self.followed.values():
+            parts.pop(tp, None)
+        self.truncating.discard(tp)
+
+    def stop(self) -> None:
+        for t in self.tasks.values():
+            t.cancel()
+
+    async def _endpoint(self, leader: int) -> tuple[str, int] | None:
+        brokers = await asyncio.get_running_loop().run_in_executor(None, self.store.brokers)
+        b = brokers.get(leader)
+        return (b.host, b.port) if b is not None else None
+
+    async def _run(self, leader: int) -> None:
+        while self.followed.get(leader):
+            writer = None
+            try:
+                ep = await self._endpoint(leader)
+                if ep is None:
+                    await asyncio.sleep(_BACKOFF_S)
+                    continue
+                reader, writer = await asyncio.open_connection(*ep)
+                log.info("fetching from broker %d at %s:%d", leader, *ep)
+                conn = ClientConnection(client_id=f"replica-fetcher-{self.broker_id}")
+                while self.followed.get(leader):
+                    if any(tp in self.truncating for tp in self.followed.get(leader, {})):
+                        await self._truncate(leader, ep)
+                    await self._fetch_once(leader, conn, reader, writer)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the leader went away or answered nonsense: reconnect
+                log.info("fetching from broker %d: %s; retrying", leader, e)
+                await asyncio.sleep(_BACKOFF_S)
+            finally:
+                if writer is not None:
+                    writer.close()
+
+    async def _truncate(self, leader: int, ep: tuple[str, int]) -> None:
+        """KIP-101: ask the leader where our latest leader epoch ends in its log, and cut ours
+        there (the high watermark when we know no epoch); a partition the leader does not
+        answer for yet stays truncating and is not fetched."""
+        parts = {tp: w for tp, w in self.followed.get(leader, {}).items() if tp in self.truncating}
+        caches, ask = {}, {}
+        for tp, (_slot, disk) in parts.items():
+            path = os.path.join(self.ctx.log_dirs[disk], partition_dir_name(tp.topic, tp.partition),
+                                LEADER_EPOCH_CHECKPOINT)
+            caches[tp] = LeaderEpochCache(path if os.path.exists(path) else None)
+            ask[tp] = caches[tp].latest_epoch
+        answers: dict[TopicPartition, tuple[int, int, int]] = {}
+        if any(e != UNDEFINED_EPOCH for e in ask.values()):
+            answers = await self._ask_epochs(ep, {tp: e for tp, e in ask.items() if e != UNDEFINED_EPOCH})
+        for tp, (slot, disk) in parts.items():
+            leo, hw, _ = self.ctx.table.offsets(slot)
+            if ask[tp] == UNDEFINED_EPOCH:
+                offset = min(hw, leo)
+            else:
+                error, epoch, end = answers.get(tp, (int(ErrorCode.NOT_LEADER_OR_FOLLOWER), -1, -1))
+                if error:
+                    continue  # asked again before the next fetch
+                offset = follower_truncation_offset(caches[tp], leo, hw, ask[tp], epoch, end)
+            comp = await self.ctx.disks.submit(disk, MsgType.TRUNCATE, slot, _OFFSET.pack(offset))
+            if not comp.error_code:
+                if offset < leo:
+                    log.info("%s: truncated from %d to %d (leader epoch %d)", tp, leo, offset, ask[tp])
+                self.truncating.discard(tp)
+        if any(tp in self.truncating for tp in parts):
+            await asyncio.sleep(_BACKOFF_S)
+
+    async def _ask_epochs(self, ep: tuple[str, int],
+                          ask: dict[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int, int]]:
+        by_topic: dict[str, list[dict]] = {}
+        for tp, e in ask.items():
+            by_topic.setdefault(tp.topic, []).append(
+                {"partition": tp.partition, "current_leader_epoch": -1, "leader_epoch": e})
+        body = {"replica_id": self.broker_id,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
+        reader, writer = await asyncio.open_connection(*ep)
+        try:
+            writer.write(encode_request(OffsetsForLeaderEpoch.API_KEY, EPOCH_VERSION, 1,
+                                        f"replica-fetcher-{self.broker_id}", body))
+            (size,) = SIZE.unpack(await asyncio.wait_for(reader.readexactly(SIZE.size), 30))
+            frame = await asyncio.wait_for(reader.readexactly(size), 30)
+        finally:
+            writer.close()
+        resp = OffsetsForLeaderEpoch.decode_response(EPOCH_VERSION, frame, RESPONSE_HEADER.size)
+        return {TopicPartition(t.topic, p.partition): (p.error_code, p.leader_epoch, p.end_offset)
+                for t in resp.topics for p in t.partitions}
+
+    async def _fetch_once(self, leader: int, conn: ClientConnection, reader: Any, writer: Any) -> None:
+        parts = dict(self.followed.get(leader, {}))
+        table = self.ctx.table
+        by_topic: dict[str, list[dict]] = {}
+        for tp, (slot, _disk) in parts.items():
+            if tp in self.truncating:
+                continue
+            leo = table.offsets(slot)[0]
+            by_topic.setdefault(tp.topic, []).append(
+                {"partition": tp.partition, "fetch_offset": leo, "partition_max_bytes": self.max_bytes})
+        body = {"replica_id": self.broker_id, "max_wait_ms": self.max_wait_ms, "min_bytes": 1,
+                "max_bytes": 64 << 20, "isolation_level": 0,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
+        _, frame = conn.send_request(Fetch.API_KEY, FETCH_VERSION, body)
+        writer.write(frame)
+        resp = None
+        while resp is None:
+            ev = conn.next_event()
+            if ev is NEED_DATA:
+                data = await asyncio.wait_for(reader.read(1 << 20), self.max_wait_ms / 1000 + 30)
+                if not data:
+                    raise ConnectionError("leader closed the connection")
+                conn.receive_data(data)
+                continue
+            if ev is PEER_CLOSED:
+                raise ConnectionError("leader closed the connection")
+            resp = ev.body
+        backoff = False
+        appends = []  # (tp, completion future): one round of the disk worker takes them all
+        for t in resp.responses:
+            for p in t.partitions:
+                tp = TopicPartition(t.topic, p.partition_index)
+                where = self.followed.get(leader, {}).get(tp)
+                if where is None:
+                    continue  # stopped following it meanwhile
+                slot, disk = where
+                if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                    self.truncating.add(tp)  # our log end is past the leader's: truncate again
+                if p.error_code:
+                    log.debug("fetch of %s from %d: %s", tp, leader, ErrorCode(p.error_code).name)
+                    backoff = True
+                    continue
+                records = bytes(p.records or b"")
+                if not records and table.offsets(slot)[1] >= min(p.high_watermark, table.offsets(slot)[0]):
+                    continue
+                appends.append((tp, asyncio.ensure_future(self.ctx.disks.submit(
+                    disk, MsgType.REPLICA_APPEND, slot, _HEAD.pack(p.high_watermark), 1, 30000, records))))
+        for tp, fut in appends:
+            comp = await fut
+            if comp.error_code:
+                log.warning("replica append of %s failed: %s", tp, ErrorCode(comp.error_code).name)
+                backoff = True
+        if backoff:
+            await asyncio.sleep(_BACKOFF_S)

@@ -1,0 +1,90 @@
+"""The leader's ISR upkeep, in the cluster worker (Kafka's maybeShrinkIsr / maybeExpandIsr): every
+tick, for each partition this broker leads, read the followers' positions the disk worker keeps
+in the leadership area, drop followers not caught up for ``replica.lag.time.max.ms``, add
+followers whose log end reached the high watermark, write the new ISR to ZooKeeper conditional
+on its zkVersion (:func:`appliance.cluster.isr.propose_isr`), publish it, and announce it to the
+controller (:class:`IsrChangePropagator`), which then updates every broker's metadata.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from appliance.cluster.isr import (
+    IsrChangePropagator,
+    caught_up_replicas,
+    out_of_sync_replicas,
+    propose_isr,
+)
+from appliance.cluster.leadership import LeadershipTable
+from appliance.cluster.zk_store import ZkStore
+from appliance.shm.layout import Role
+from appliance.shm.leadership_area import LeadershipArea
+
+__all__ = ["IsrManager"]
+
+log = logging.getLogger("appliance.cluster.isr")
+
+
+class IsrManager:
+    def __init__(self, ctx: Any, table: LeadershipTable, area: LeadershipArea, store: ZkStore,
+                 lock: asyncio.Lock) -> None:
+        self.ctx = ctx
+        self.table = table
+        self.area = area
+        self.store = store
+        self.lock = lock  # LocalReplicas' lock: no LeaderAndIsr is applied while we write
+        self.lag_ms = int(ctx.config["replica.lag.time.max.ms"])
+        self.propagator = IsrChangePropagator(store, _now_ms())
+
+    async def run(self) -> None:
+        interval = min(self.lag_ms / 2, 1000) / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                async with self.lock:
+                    await self.tick()
+            except Exception:
+                log.exception("ISR upkeep failed")
+
+    async def tick(self) -> None:
+        me = self.table.broker_id
+        loop = asyncio.get_running_loop()
+        now = _now_ms()
+        for tp, held in list(self.table.local.items()):
+            if held.leader != me:
+                continue
+            info = self.ctx.index.lookup(tp.topic, tp.partition)
+            if info is None:
+                continue
+            lead = self.area.read(info.slot)
+            if lead.role != Role.LEADER or lead.leader_epoch != held.leader_epoch:
+                continue
+            leos, caught = self.area.positions(info.slot)
+            reps = lead.replicas
+            follower_leos = {r: leos[i] for i, r in enumerate(reps)}
+            caught_up = {r: caught[i] for i, r in enumerate(reps)}
+            hw = self.ctx.table.offsets(info.slot)[1]
+            out = out_of_sync_replicas(me, held.isr, caught_up, now, self.lag_ms)
+            # only a follower that is fetching: a dead one's last position stays in the area
+            joining = {r for r in caught_up_replicas(me, reps, held.isr, follower_leos, hw)
+                       if now - caught_up[r] <= self.lag_ms}
+            if not out and not joining:
+                continue
+            new_isr = tuple(r for r in held.isr if r not in out) + tuple(sorted(joining))
+            written = await loop.run_in_executor(None, propose_isr, self.store, tp, held, new_isr)
+            if written is None:
+                continue  # the controller moved the partition: its LeaderAndIsr is on its way
+            log.info("%s: ISR %s -> %s", tp, list(held.isr), list(new_isr))
+            self.table.local[tp] = written
+            self.area.write(info.slot, Role.LEADER, written.leader, written.leader_epoch,
+                            written.replicas, written.isr)
+            self.propagator.record(tp, now)
+        await loop.run_in_executor(None, self.propagator.maybe_propagate, _now_ms())
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)

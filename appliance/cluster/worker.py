@@ -1,0 +1,209 @@
+"""The cluster worker: one process per broker in cluster mode (zookeeper.connect set).
+
+It owns the ZooKeeper session (kazoo, imported only here, after the supervisor's fork), the
+broker's registration, the controller role when elected (:class:`ClusterMember`), the
+:class:`LeadershipTable`, and the replica fetcher. It is one more ring client of every disk
+worker (ring index ``num_net``), so it creates, truncates and appends through the rings like
+a network worker does.
+
+The network workers hand it, over an abstract Unix stream socket
+(:mod:`appliance.broker.cluster_link`), the controller's LeaderAndIsr / StopReplica /
+UpdateMetadata and the clients' Metadata and CreateTopics; it answers with encoded bodies.
+
+Exit codes: 3 when the broker cannot join (broker.id registered by another live broker,
+ZooKeeper unreachable past zookeeper.connection.timeout.ms, or the id taken while this
+broker's session had expired): the supervisor halts instead of respawning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from appliance.broker.broker_context import BrokerContext
+from appliance.broker.cluster_link import FORWARD_HEAD, LENGTH
+from appliance.broker.disk_client import DiskClient
+from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
+from appliance.broker.plumbing import Plumbing
+from appliance.cluster.broker_answers import coordinator_body, create_topics_body, metadata_body
+from appliance.cluster.controlled_shutdown import answer_shutdown, request_shutdown
+from appliance.cluster.fetcher import ReplicaFetcher
+from appliance.cluster.isr_manager import IsrManager
+from appliance.cluster.leadership import partition_states
+from appliance.cluster.local_replicas import LocalReplicas
+from appliance.cluster.member import ClusterMember
+from appliance.cluster.registry import BrokerIdInUse
+from appliance.cluster.wire_channel import WireChannel
+from appliance.cluster.zk_session import ZooKeeperUnreachable, open_session
+from appliance.cluster.zk_store import ZkStore
+from appliance.config import BrokerConfig
+from appliance.protocol.messages import CreateTopics, FindCoordinator, Metadata
+from appliance.protocol.messages.cluster import (
+    INTER_BROKER_APIS,
+    ControlledShutdown,
+    LeaderAndIsr,
+    StopReplica,
+    UpdateMetadata,
+)
+from appliance.shm.layout import WorkerState, cluster_address, leaders_name
+from appliance.shm.leadership_area import LeadershipArea
+from appliance.shm.partition_table import PartitionTable
+
+__all__ = ["ClusterWorker"]
+
+log = logging.getLogger("appliance.cluster")
+
+_APIS = {**INTER_BROKER_APIS, Metadata.API_KEY: Metadata, CreateTopics.API_KEY: CreateTopics,
+         FindCoordinator.API_KEY: FindCoordinator}
+
+
+class ClusterWorker:
+    def __init__(self, config: BrokerConfig, plumbing: Plumbing, log_dirs: list[str]) -> None:
+        self.config = config
+        self.plumbing = plumbing
+        self.log_dirs = log_dirs
+        self.slot = plumbing.cluster_slot()
+        self.broker_id = int(config["broker.id"])
+
+    def run(self) -> int:
+        try:
+            import setproctitle
+            setproctitle.setproctitle(f"appliance: cluster worker [broker {self.broker_id}]")
+        except ImportError:
+            pass
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return asyncio.run(self._main())
+
+    async def _main(self) -> int:
+        loop = asyncio.get_running_loop()
+        self.stop = asyncio.Event()
+        loop.add_signal_handler(signal.SIGTERM, self.stop.set)
+        loop.add_signal_handler(signal.SIGQUIT, lambda: os._exit(0))
+        p = self.plumbing
+        table = PartitionTable.attach(p.table_name)
+        area = LeadershipArea.attach(leaders_name(p.base))
+        disks = DiskClient(p.cluster_index, p, table)
+        self.ctx = ctx = BrokerContext(p.cluster_index, self.config, table, disks, self.log_dirs)
+        loop.add_reader(p.net_bells[p.cluster_index], ctx.wakeups.on_doorbell)
+        self.member = ClusterMember.from_config(self.config, WireChannel(client_id=f"controller-{self.broker_id}"))
+        self.replicas: LocalReplicas | None = None
+        server = await asyncio.start_unix_server(self._serve, path=cluster_address(p.base))
+        beat = asyncio.ensure_future(self._heartbeat(table, disks))
+        try:
+            await self._join(loop)
+        except (BrokerIdInUse, ZooKeeperUnreachable) as e:
+            log.error("broker %d cannot join the cluster: %s", self.broker_id, e)
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            beat.cancel()
+            server.close()
+            return EXIT_BOOT_ERROR
+        store = ZkStore(self.member.client)
+        self.store = store
+        self.fetcher = ReplicaFetcher(ctx, store, self.broker_id)
+        self.replicas = LocalReplicas(ctx, self.member.leadership, area, store, self.fetcher)
+        isr = IsrManager(ctx, self.member.leadership, area, store, self.replicas.lock)
+        isr_task = asyncio.ensure_future(isr.run())
+        table.set_worker_state(self.slot, WorkerState.READY)
+        log.info("broker %d joined the cluster", self.broker_id)
+        code = EXIT_OK
+        while not self.stop.is_set():
+            if self.member.fatal.is_set():
+                log.error("leaving: %s", self.member.fatal_error)
+                code = EXIT_BOOT_ERROR
+                break
+            try:
+                await asyncio.wait_for(self.stop.wait(), 0.25)
+            except TimeoutError:
+                pass
+        if code == EXIT_OK and bool(self.config["controlled.shutdown.enable"]):
+            # leadership moves while this broker still serves: producers see retriable errors only
+            await loop.run_in_executor(None, request_shutdown, self.member, store, self.broker_id)
+        self.fetcher.stop()
+        isr_task.cancel()
+        server.close()
+        await loop.run_in_executor(None, self.member.stop)
+        self.member.channel.close()
+        beat.cancel()
+        table.set_worker_state(self.slot, WorkerState.DEAD)
+        return code
+
+    async def _join(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the membership. If broker.id is held by a session registered with our own
+        listener, it is this broker's previous life (a SIGKILL, a crashed cluster worker): wait
+        for ZooKeeper to expire it rather than refuse to start. Another broker's: raise."""
+        deadline = loop.time() + 2 * self.member.settings.session_timeout_ms / 1000 + 10
+        while True:
+            try:
+                await loop.run_in_executor(None, self.member.start)
+                return
+            except BrokerIdInUse:
+                holder = await loop.run_in_executor(None, self._registration)
+                mine = (self.member.info.host, self.member.info.port)
+                if holder != mine or loop.time() > deadline:
+                    raise
+                log.info("broker.id %d is still held by this broker's previous session: waiting "
+                         "for ZooKeeper to expire it", self.broker_id)
+                await asyncio.sleep(1.0)
+
+    def _registration(self) -> tuple[str, int] | None:
+        client = open_session(self.member.settings)
+        try:
+            b = ZkStore(client).brokers().get(self.broker_id)
+            return (b.host, b.port) if b is not None else None
+        finally:
+            client.stop()
+            client.close()
+
+    async def _heartbeat(self, table: PartitionTable, disks: DiskClient) -> None:
+        while True:
+            table.heartbeat(self.slot)
+            disks.check_disks()
+            await asyncio.sleep(0.25)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                (n,) = LENGTH.unpack(await reader.readexactly(LENGTH.size))
+                frame = await reader.readexactly(n)
+                api_key, version = FORWARD_HEAD.unpack_from(frame, 0)
+                body = await self._answer(api_key, version, frame)
+                writer.write(LENGTH.pack(len(body)) + body)
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass  # the network worker went away, or we are stopping
+        except Exception:
+            log.exception("serving a forwarded request failed")
+        finally:
+            writer.close()
+
+    async def _answer(self, api_key: int, version: int, frame: bytes) -> bytes:
+        api = _APIS[api_key]
+        req = api.decode_request(version, frame, FORWARD_HEAD.size)
+        lt = self.member.leadership
+        if self.replicas is None:  # not joined yet: the controller retries on a closed link
+            raise ConnectionError("not joined yet")
+        if api_key == LeaderAndIsr.API_KEY:
+            async with self.replicas.lock:
+                resp, changes = lt.apply_leader_and_isr(req)
+                touched = [tp for tp, _ in partition_states(req, "topic_states", "ungroupedpartition_states")]
+                if not resp["error_code"]:
+                    await self.replicas.apply(changes, touched)
+        elif api_key == StopReplica.API_KEY:
+            async with self.replicas.lock:
+                resp, changes = lt.apply_stop_replica(req)
+                await self.replicas.stop(changes)
+        elif api_key == UpdateMetadata.API_KEY:
+            resp = lt.apply_update_metadata(req)
+        elif api_key == ControlledShutdown.API_KEY:
+            resp = await answer_shutdown(self.member, req)
+        elif api_key == FindCoordinator.API_KEY:
+            resp = coordinator_body(lt)
+        elif api_key == Metadata.API_KEY:
+            resp = await metadata_body(lt, self.store, self.config, req, version)
+        elif api_key == CreateTopics.API_KEY:
+            resp = await create_topics_body(lt, self.store, self.config, req)
+        else:
+            raise ConnectionError(f"API {api_key} is not served by the cluster worker")
+        return api.encode_response(version, resp)

@@ -1,0 +1,416 @@
+"""Cluster mode end to end with real processes: one ZooKeeper, three `appliance serve` brokers.
+
+A topic with 6 partitions, replication factor 3 and min.insync.replicas=2 takes an acks=all
+idempotent confluent-kafka producer; the whole process group of a broker that leads partitions
+is SIGKILLed mid-stream. New leaders come within the session timeout + 5 s, the producer
+carries on, every acknowledged record is read exactly once and in order (kafka-python and
+kcat), and the killed broker restarts, rejoins the ISR and ends with segment files
+byte-identical to the others'. Then, on the same cluster: the CLI's --create/--describe, one group
+coordinator for members bootstrapped at different brokers, a fetch from an unknown replica id,
+controlled shutdown under load, an immediate restart after SIGKILL, and last the controller's
+broker and a second broker killed (NOT_ENOUGH_REPLICAS, nothing visible past the HW). Also:
+a duplicate broker.id and an unreachable ZooKeeper exit with code 3.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.broker_process import BrokerProcess
+
+SESSION_MS = 6000
+TOPIC = "events"
+PARTITIONS = 6
+
+
+def _wait(pred, timeout: float, what: str, step: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def _broker(workdir: Path, connect: str, broker_id: int, port: int | None = None) -> BrokerProcess:
+    workdir.mkdir(exist_ok=True)
+    return BrokerProcess(workdir, port=port, overrides={
+        "zookeeper.connect": connect, "broker.id": str(broker_id),
+        "zookeeper.session.timeout.ms": str(SESSION_MS), "num.network.threads": "1",
+        "replica.lag.time.max.ms": "10000"})
+
+
+def _metadata(boot: str):
+    # a broker still joining (its cluster worker waits for ZooKeeper) closes the connection, a
+    # retriable error for clients; list_topics raises it, so ask again
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return AdminClient({"bootstrap.servers": boot}).list_topics(timeout=10)
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def cluster(zk_server, tmp_path_factory):
+    connect = f"{zk_server.connect}/r{uuid.uuid4().hex[:10]}"
+    root = tmp_path_factory.mktemp("cluster")
+    brokers = {}
+    try:
+        for i in range(3):
+            brokers[i] = _broker(root / f"b{i}", connect, i).start()
+        boot = ",".join(b.bootstrap for b in brokers.values())
+        _wait(lambda: len(_metadata(boot).brokers) == 3, 60, "three registered brokers")
+        yield {"connect": connect, "root": root, "brokers": brokers, "boot": boot}
+    finally:
+        for b in brokers.values():
+            try:
+                b.stop()
+            except Exception:
+                pass
+            b.kill()
+
+
+def test_duplicate_broker_id_refused_with_exit_3(cluster, tmp_path):
+    dup = _broker(tmp_path / "dup", cluster["connect"], 1)
+    dup._log = open(dup.log_path, "ab")
+    args = [os.sys.executable, "-m", "appliance.cli.main", "serve"]
+    for k, v in dup.overrides.items():
+        args += ["--override", f"{k}={v}"]
+    proc = subprocess.run(args, stdout=dup._log, stderr=subprocess.STDOUT, timeout=120,
+                          start_new_session=True)
+    dup._log.close()
+    assert proc.returncode == 3, dup.log()
+    assert "broker.id 1" in dup.log() or "id 1" in dup.log(), dup.log()
+
+
+def test_replication_factor_above_live_brokers_refused(cluster):
+    admin = AdminClient({"bootstrap.servers": cluster["boot"]})  # kept alive while we wait
+    fut = admin.create_topics([NewTopic("too-many", 1, 4)])["too-many"]
+    with pytest.raises(Exception) as e:
+        fut.result(30)
+    assert "INVALID_REPLICATION_FACTOR" in str(e.value)
+
+
+def _leaders(boot: str) -> dict[int, int]:
+    md = _metadata(boot)
+    t = md.topics.get(TOPIC)
+    if t is None or t.error is not None:
+        return {}
+    return {p.id: p.leader for p in t.partitions.values()}
+
+
+def _read_kafka_python(boot: str, ends: dict[int, int]) -> dict[int, list[bytes]]:
+    from kafka import KafkaConsumer, TopicPartition
+    c = KafkaConsumer(bootstrap_servers=boot, enable_auto_commit=False, consumer_timeout_ms=5000)
+    tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+    c.assign(tps)
+    c.seek_to_beginning(*tps)
+    out: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
+    deadline = time.monotonic() + 120
+    while any(len(out[p]) < ends[p] for p in out) and time.monotonic() < deadline:
+        for tp, msgs in c.poll(timeout_ms=1000).items():
+            out[tp.partition] += [m.value for m in msgs]
+    c.close()
+    return out
+
+
+def _read_kcat(boot: str, partition: int, end: int) -> list[bytes]:
+    if end == 0:
+        return []
+    r = subprocess.run(["kcat", "-C", "-b", boot, "-t", TOPIC, "-p", str(partition), "-o", "beginning",
+                        "-c", str(end), "-e", "-q", "-f", "%s\n"], capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.splitlines()
+
+
+def test_leader_killed_no_acknowledged_record_lost(cluster):
+    boot, brokers = cluster["boot"], cluster["brokers"]
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[TOPIC].result(60)
+    _wait(lambda: len(_leaders(boot)) == PARTITIONS and all(v >= 0 for v in _leaders(boot).values()),
+          60, "leaders of every partition")
+
+    acked: list[tuple[int, int, bytes]] = []
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def on_delivery(err, msg):
+        if err is None:
+            acked.append((msg.partition(), msg.offset(), msg.value()))
+        else:
+            errors.append(str(err))
+
+    def produce():
+        p = Producer({"bootstrap.servers": boot, "acks": "all", "enable.idempotence": True,
+                      "linger.ms": 5, "message.timeout.ms": 120000})
+        i = 0
+        while not stop.is_set():
+            p.produce(TOPIC, value=b"%d-%08d" % (i % PARTITIONS, i), partition=i % PARTITIONS,
+                      on_delivery=on_delivery)
+            i += 1
+            p.poll(0)
+            if i % 50 == 0:
+                time.sleep(0.01)
+        assert p.flush(150) == 0
+
+    t = threading.Thread(target=produce)
+    t.start()
+    try:
+        _wait(lambda: len(acked) > 500, 60, "acknowledged records before the kill")
+        md = _metadata(boot)
+        leads = _leaders(boot)
+        victim = next(b for b in sorted(set(leads.values())) if b != md.controller_id)
+        killed_at = time.monotonic()
+        brokers[victim].kill()
+        before = len(acked)
+        survivors = ",".join(b.bootstrap for i, b in brokers.items() if i != victim)
+        _wait(lambda: (ls := _leaders(survivors)) and all(v >= 0 and v != victim for v in ls.values()),
+              SESSION_MS / 1000 + 30, "new leaders")
+        took = time.monotonic() - killed_at
+        print(f"new leaders {took:.1f} s after the SIGKILL")
+        assert took <= SESSION_MS / 1000 + 5
+        _wait(lambda: len(acked) > before + 500, 60, "the producer to carry on")
+    finally:
+        stop.set()
+        t.join(200)
+    assert not errors, errors[:5]
+
+    # every acknowledged record exactly once, in order per partition
+    survivors = ",".join(b.bootstrap for i, b in brokers.items() if i != victim)
+    ends = {p: 1 + max(o for q, o, _ in acked if q == p) for p in range(PARTITIONS)}
+    got = _read_kafka_python(survivors, ends)
+    for p in range(PARTITIONS):
+        values = got[p]
+        assert len(values) == len(set(values)), f"partition {p} has duplicates"
+        assert values == sorted(values), f"partition {p} out of order"
+        mine = {v for q, _, v in acked if q == p}
+        assert mine <= set(values), f"partition {p} lost {len(mine - set(values))} acknowledged records"
+        assert _read_kcat(survivors, p, len(values)) == values[:len(values)]
+
+    # the killed broker comes back, truncates, catches up and rejoins every ISR
+    b = brokers[victim]
+    brokers[victim] = _broker(b.workdir, cluster["connect"], victim, port=b.port).start()
+
+    def all_in_isr():
+        t = _metadata(boot).topics.get(TOPIC)
+        return t is not None and all(victim in p.isrs for p in t.partitions.values())
+    _wait(all_in_isr, 90, f"broker {victim} back in every ISR")
+
+    # replicas byte-identical (nothing is produced now, so the high watermark is the log end)
+    def identical(p: int) -> bool:
+        files = [Path(x.log_dirs[0]) / f"{TOPIC}-{p}" / "00000000000000000000.log" for x in brokers.values()]
+        data = [f.read_bytes() if f.exists() else None for f in files]
+        return data[0] is not None and len(data[0]) > 0 and all(d == data[0] for d in data)
+    for p in range(PARTITIONS):
+        _wait(lambda p=p: identical(p), 60, f"identical replicas of partition {p}")
+
+
+class _Producing:
+    """An acks=all idempotent confluent-kafka producer writing without pause, in a thread."""
+
+    def __init__(self, boot: str) -> None:
+        self.boot = boot
+        self.acked: list[tuple[int, int, bytes]] = []
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run)
+
+    def _run(self) -> None:
+        p = Producer({"bootstrap.servers": self.boot, "acks": "all", "enable.idempotence": True,
+                      "linger.ms": 5, "message.timeout.ms": 120000})
+        i = 0
+        while not self.stop.is_set():
+            p.produce(TOPIC, value=b"c%d-%08d" % (i % PARTITIONS, i), partition=i % PARTITIONS,
+                      on_delivery=self._delivered)
+            i += 1
+            p.poll(0)
+            if i % 50 == 0:
+                time.sleep(0.01)
+        p.flush(150)
+
+    def _delivered(self, err, msg) -> None:
+        if err is None:
+            self.acked.append((msg.partition(), msg.offset(), msg.value()))
+        else:
+            self.errors.append(str(err))
+
+    def __enter__(self) -> _Producing:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(200)
+
+
+def test_cli_describe_shows_leader_replicas_isr(cluster):
+    r = subprocess.run([os.sys.executable, "-m", "appliance.cli.main", "topics", "--bootstrap-server",
+                        cluster["boot"], "--create", "--topic", "cli-made", "--partitions", "2",
+                        "--replication-factor", "3"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = _wait(lambda: (d := subprocess.run(
+        [os.sys.executable, "-m", "appliance.cli.main", "topics", "--bootstrap-server", cluster["boot"],
+         "--describe", "--topic", "cli-made"], capture_output=True, text=True, timeout=120).stdout)
+        and d.count("Isr: ") == 2 and all(len(line.split("Isr: ")[1].split(",")) == 3
+                                          for line in d.splitlines() if "Isr: " in line) and d, 60, "describe")
+    assert "Leader: " in out and "Replicas: " in out
+
+
+def test_group_members_on_different_brokers_share_one_coordinator(cluster):
+    """Two consumers of one group, each bootstrapped at a different broker, find the same
+    coordinator and split the partitions between them."""
+    from confluent_kafka import Consumer
+    brokers = list(cluster["brokers"].values())
+    consumers = [Consumer({"bootstrap.servers": b.bootstrap, "group.id": "split-group",
+                           "auto.offset.reset": "earliest", "session.timeout.ms": 10000})
+                 for b in brokers[:2]]
+    try:
+        for c in consumers:
+            c.subscribe([TOPIC])
+
+        def split():
+            for c in consumers:
+                c.poll(0.2)
+            mine = [{tp.partition for tp in c.assignment()} for c in consumers]
+            return mine[0] and mine[1] and not (mine[0] & mine[1]) and \
+                (mine[0] | mine[1]) == set(range(PARTITIONS))
+        _wait(split, 90, "the group to split the partitions", step=0)
+    finally:
+        for c in consumers:
+            c.close()
+
+
+def test_follower_fetch_from_an_unknown_replica_id_is_refused(cluster):
+    from appliance.errors import ErrorCode
+    leaders = _leaders(cluster["boot"])
+    leader = cluster["brokers"][leaders[0]]
+    assert _fetch_as_replica(leader.bootstrap, 42, 0).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    ok = _fetch_as_replica(leader.bootstrap, next(i for i in cluster["brokers"] if i != leaders[0]), 0)
+    assert ok.error_code == 0 and ok.high_watermark > 0
+
+
+def test_controlled_shutdown_moves_leadership_without_loss(cluster):
+    boot, brokers = cluster["boot"], cluster["brokers"]
+    md = _metadata(boot)
+    leads = _leaders(boot)
+    victim = next(b for b in sorted(set(leads.values())) if b != md.controller_id)
+    survivors = ",".join(b.bootstrap for i, b in brokers.items() if i != victim)
+    with _Producing(boot) as prod:
+        _wait(lambda: len(prod.acked) > 300, 60, "acknowledged records before the stop")
+        assert brokers[victim].stop(60) == 0
+        assert "controlled shutdown: leadership moved away" in brokers[victim].log()
+        assert all(v != victim for v in _leaders(survivors).values())
+        before = len(prod.acked)
+        _wait(lambda: len(prod.acked) > before + 300, 60, "the producer to carry on")
+    assert not prod.errors, prod.errors[:5]
+    ends = {p: 1 + max(o for q, o, _ in prod.acked if q == p) for p in range(PARTITIONS)}
+    got = _read_kafka_python(survivors, ends)
+    for p in range(PARTITIONS):
+        assert len(got[p]) == len(set(got[p]))
+        assert {v for q, _, v in prod.acked if q == p} <= set(got[p])
+    b = brokers[victim]
+    brokers[victim] = _broker(b.workdir, cluster["connect"], victim, port=b.port).start()
+    _wait(lambda: (t := _metadata(boot).topics.get(TOPIC)) is not None
+          and all(victim in p.isrs for p in t.partitions.values()), 90, f"broker {victim} back in every ISR")
+
+
+def test_broker_restarted_at_once_after_sigkill_waits_for_its_old_session(cluster):
+    """Restarted before ZooKeeper expired its previous session, a broker (same listener) waits
+    for the expiry instead of refusing its own id, then rejoins every ISR."""
+    boot, brokers = cluster["boot"], cluster["brokers"]
+    victim = next(i for i in brokers if i != _metadata(boot).controller_id)
+    b = brokers[victim]
+    b.kill()
+    brokers[victim] = _broker(b.workdir, cluster["connect"], victim, port=b.port).start()
+    _wait(lambda: "still held by this broker's previous session" in brokers[victim].log(), 30,
+          "the restarted broker to wait for its old session")
+    _wait(lambda: (t := _metadata(boot).topics.get(TOPIC)) is not None
+          and all(victim in p.isrs for p in t.partitions.values()), 120, f"broker {victim} back in every ISR")
+    assert brokers[victim].proc.poll() is None
+
+
+def test_controller_then_a_second_broker_killed(cluster):
+    """The controller's broker dies: a new controller elects new leaders. A second broker dies:
+    the one left is the whole ISR, below min.insync.replicas, so an acks=all produce gets
+    NOT_ENOUGH_REPLICAS and nothing new becomes visible. Runs last: it leaves one broker."""
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTP
+    from kafka.errors import NotEnoughReplicasError
+
+    boot, brokers = cluster["boot"], cluster["brokers"]
+    controller = _metadata(boot).controller_id
+    brokers[controller].kill()
+    rest = [i for i in brokers if i != controller]
+    left = ",".join(brokers[i].bootstrap for i in rest)
+    killed_at = time.monotonic()
+    _wait(lambda: (ls := _leaders(left)) and all(v in rest for v in ls.values()),
+          SESSION_MS / 1000 + 30, "new leaders after the controller died")
+    assert time.monotonic() - killed_at <= SESSION_MS / 1000 + 5
+    p = Producer({"bootstrap.servers": left, "acks": "all", "enable.idempotence": True})
+    for i in range(PARTITIONS):
+        p.produce(TOPIC, value=b"after-controller-%d" % i, partition=i)
+    assert p.flush(60) == 0
+
+    second, survivor = rest
+    brokers[second].kill()
+    only = brokers[survivor].bootstrap
+    _wait(lambda: (ls := _leaders(only)) and all(v == survivor for v in ls.values()),
+          SESSION_MS / 1000 + 30, f"broker {survivor} leading everything")
+    under = _wait(lambda: (r := subprocess.run(
+        [os.sys.executable, "-m", "appliance.cli.main", "topics", "--bootstrap-server", only, "--describe",
+         "--topic", TOPIC, "--under-replicated-partitions"], capture_output=True, text=True, timeout=60).stdout)
+        and r.count("Partition: ") == PARTITIONS and r, 60, "every partition listed as under-replicated")
+    assert "PartitionCount" not in under
+    tps = [KTP(TOPIC, q) for q in range(PARTITIONS)]
+    c = KafkaConsumer(bootstrap_servers=only)
+    before = c.end_offsets(tps)
+    kp = KafkaProducer(bootstrap_servers=only, acks="all", retries=0)
+    with pytest.raises(NotEnoughReplicasError):
+        kp.send(TOPIC, value=b"must-not-appear", partition=0).get(timeout=30)
+    kp.close()
+    assert c.end_offsets(tps) == before  # nothing past the high watermark a consumer could see
+    c.close()
+
+
+def test_zookeeper_unreachable_exits_3(tmp_path):
+    from tests.broker_process import free_port
+    b = _broker(tmp_path / "nozk", f"127.0.0.1:{free_port()}", 7)
+    b.overrides["zookeeper.connection.timeout.ms"] = "2000"
+    args = [os.sys.executable, "-m", "appliance.cli.main", "serve"]
+    for k, v in b.overrides.items():
+        args += ["--override", f"{k}={v}"]
+    with open(b.log_path, "ab") as log:
+        proc = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, timeout=120, start_new_session=True)
+    assert proc.returncode == 3, b.log()
+    assert "ZooKeeper" in b.log() or "zookeeper" in b.log(), b.log()
+
+
+def _fetch_as_replica(bootstrap: str, replica_id: int, partition: int):
+    import socket
+
+    from appliance.protocol import NEED_DATA, ClientConnection
+    from appliance.protocol.messages import Fetch
+    host, port = bootstrap.split(":")
+    conn = ClientConnection(client_id="test")
+    _, frame = conn.send_request(Fetch.API_KEY, 4, {
+        "replica_id": replica_id, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
+        "topics": [{"topic": TOPIC, "partitions": [
+            {"partition": partition, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]})
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(frame)
+        while (ev := conn.next_event()) is NEED_DATA:
+            conn.receive_data(s.recv(1 << 20))
+    return ev.body.responses[0].partitions[0]
