@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 
 from appliance.cli.common import add_bootstrap, check, connect, metadata, parse_properties_args
 from appliance.cli.main import CliError
@@ -42,12 +43,18 @@ def run(args: argparse.Namespace) -> int:
                 print(t.name)
         elif args.create:
             name = _need_topic(args)
-            resp = conn.request(19, {"topics": [{
+            body = {"topics": [{
                 "name": name, "num_partitions": args.partitions if args.partitions else -1,
                 "replication_factor": args.replication_factor, "assignments": [],
                 "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
-                "timeout_ms": int(args.timeout * 1000), "validate_only": False})
-            r = resp.topics[0]
+                "timeout_ms": int(args.timeout * 1000), "validate_only": False}
+            deadline = time.monotonic() + args.timeout
+            while True:
+                r = conn.request(19, body).topics[0]
+                # NOT_CONTROLLER is retriable: a cluster broker still joining, a controller moving
+                if r.error_code != 41 or time.monotonic() + 0.2 > deadline:
+                    break
+                time.sleep(0.2)
             if r.error_code == 36 and args.if_not_exists:
                 return 0
             check(r.error_code, f"creating topic {name}", r.error_message)

@@ -8,6 +8,7 @@ Thread-safety: methods may be called from several threads.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ from appliance.client.cluster import Cluster, check_error
 from appliance.client.membership import GroupMembership
 from appliance.client.subscription import decode_subscription
 from appliance.coordinator.consumer_protocol import decode_assignment
+from appliance.errors import ErrorCode
 
 __all__ = ["AdminClient", "NewTopic", "TopicDescription", "GroupDescription", "MemberDescription"]
 
@@ -81,14 +83,29 @@ class AdminClient:
         """Create topics. Raises TopicAlreadyExistsError, InvalidConfigError, InvalidPartitionsError,
         ... for the first topic the broker refused (the others may have been created)."""
         topics = [NewTopic(t) if isinstance(t, str) else t for t in topics]
-        body = {"topics": [{"name": t.name, "num_partitions": t.num_partitions,
-                            "replication_factor": t.replication_factor, "assignments": [],
-                            "configs": [{"name": k, "value": v} for k, v in (t.config or {}).items()]}
-                           for t in topics],
-                "timeout_ms": self.timeout_ms, "validate_only": validate_only}
-        resp = self._request(CREATE_TOPICS, body)
-        for t in resp.topics:
-            check_error(t.error_code, f"creating topic {t.name!r}", t.error_message)
+        deadline = time.monotonic() + self.timeout_ms / 1000
+        backoff = 0.1
+        while topics:
+            body = {"topics": [{"name": t.name, "num_partitions": t.num_partitions,
+                                "replication_factor": t.replication_factor, "assignments": [],
+                                "configs": [{"name": k, "value": v} for k, v in (t.config or {}).items()]}
+                               for t in topics],
+                    "timeout_ms": self.timeout_ms, "validate_only": validate_only}
+            resp = self._request(CREATE_TOPICS, body)
+            # NOT_CONTROLLER is retriable (Kafka's AdminClient retries it): a cluster broker that
+            # has not joined yet, or a controller moving; those topics were not created
+            retry = {t.name for t in resp.topics if t.error_code == ErrorCode.NOT_CONTROLLER}
+            if retry and time.monotonic() + backoff < deadline:
+                for t in resp.topics:
+                    if t.name not in retry:
+                        check_error(t.error_code, f"creating topic {t.name!r}", t.error_message)
+                topics = [t for t in topics if t.name in retry]
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+                continue
+            for t in resp.topics:
+                check_error(t.error_code, f"creating topic {t.name!r}", t.error_message)
+            break
         self.cluster.invalidate()
 
     def delete_topics(self, names: Iterable[str]) -> None:
