@@ -134,8 +134,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--consumer.config {args.consumer_config}: group.id is not set "
                        "(the mirror maker consumes as a group)", 2)
     pconf = {**PRODUCER_DEFAULTS, **load_client_config(args.producer_config, "--producer.config")}
+    metrics = _serve_metrics(args.metrics_listener)  # before any client: its logs would muddle the error
     _check(pconf, args.producer_config, "--producer.config", "producer")
-    metrics = _serve_metrics(args.metrics_listener)
 
     lock = threading.Lock()
 
