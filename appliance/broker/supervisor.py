@@ -7,10 +7,11 @@ exits with :data:`EXIT_BOOT_ERROR` could not start (bad log dir, port taken): re
 loop, so the supervisor halts with that status. A worker that stops heartbeating (or stays
 STARTING past its deadline) gets SIGABRT, so it can leave a traceback, then SIGKILL.
 
-SIGHUP is ignored (not installed): no setting can change without a restart yet, and a hang-up of
-the terminal that started the broker must not stop it.
+SIGHUP reloads (systemd's ``ExecReload``): the supervisor forwards it to the disk workers, which
+re-read the dynamic broker configs and every partition's ``topic.properties`` between rounds;
+network workers ignore it, so a hang-up of the terminal never stops the broker.
 
-Only the supervisor talks to systemd (sd_notify READY / STOPPING / WATCHDOG).
+Only the supervisor talks to systemd (sd_notify READY / RELOADING / STOPPING / WATCHDOG).
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ class Supervisor:
     """Owns the shared memory and the worker processes of one broker."""
 
     SIGNAL_NAMES = {signal.SIGTERM: "term", signal.SIGINT: "int", signal.SIGQUIT: "quit",
-                    signal.SIGCHLD: "chld"}
+                    signal.SIGCHLD: "chld", signal.SIGHUP: "hup"}
     SIGNALS = tuple(SIGNAL_NAMES)
 
     # process primitives, replaced by the unit tests
@@ -121,7 +122,6 @@ class Supervisor:
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         for sig in self.SIGNALS:
             signal.signal(sig, self._signal)
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # see the module docstring
 
     # -- start ----------------------------------------------------------------------------
     def _check_port(self) -> None:
@@ -259,6 +259,7 @@ class Supervisor:
         try:
             for sig in self.SIGNALS:
                 signal.signal(sig, signal.SIG_DFL)
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a disk worker installs its reload handler
             os.close(self._wake_r)
             os.close(self._wake_w)
             faulthandler.enable()  # SIGABRT from the supervisor leaves the wedged stack in the log
@@ -309,6 +310,18 @@ class Supervisor:
 
     def handle_quit(self) -> None:
         self._stop(graceful=False)
+
+    def handle_hup(self) -> None:
+        """Reload, in systemd's protocol: RELOADING=1 (with the monotonic time it began), every
+        disk worker told to re-read its configs, READY=1. The workers act on it within one loop
+        round (<= 0.1 s); one that is starting reads the files afresh anyway."""
+        sd_notify(f"RELOADING=1\nMONOTONIC_USEC={time.monotonic_ns() // 1000}")
+        disks = [w for w in self.workers if w.kind == DISK and w.pid]
+        for w in disks:
+            self._send(w, signal.SIGHUP)
+        log.info("SIGHUP: %d disk workers re-read the dynamic broker configs and topic configs",
+                 len(disks))
+        sd_notify("READY=1")
 
     def _reap(self) -> None:
         while True:

@@ -1,4 +1,5 @@
-"""`appliance mirror-maker --consumer.config F --producer.config F --whitelist REGEX [--num.streams N]`.
+"""`appliance mirror-maker --consumer.config F --producer.config F --whitelist REGEX [--num.streams N]
+[--metrics.listener HOST:PORT]`.
 
 Kafka's MirrorMaker: copies the topics matching ``--whitelist`` from the cluster of the consumer
 config (consumed as the group of its ``group.id``) to the cluster of the producer config, into
@@ -6,7 +7,8 @@ topics of the same name, keeping keys, values, timestamps and headers, so a key'
 order on one partition. Offsets are committed only after the target acknowledged the records
 (see appliance/cli/mirror_stream.py): nothing is lost on a crash; records acknowledged after the
 last commit are mirrored again after a restart. New topics matching the whitelist are picked up
-every ``--topic.refresh.ms``. Throughput and lag are printed every ``--report.interval.ms``.
+every ``--topic.refresh.ms``. Throughput and lag are printed every ``--report.interval.ms``
+and, with ``--metrics.listener HOST:PORT``, served to Prometheus (appliance/cli/mirror_metrics.py).
 
 The config files are Java ``.properties`` with Kafka's client key names (librdkafka understands
 them, and the 0.8 producer's ``metadata.broker.list``, ``request.required.acks``, ...); Java-only
@@ -57,6 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="how often new topics matching the whitelist are looked for (default 5000)")
     p.add_argument("--report.interval.ms", dest="report_ms", type=int, default=10000, metavar="MS",
                    help="how often throughput and lag are printed (default 10000)")
+    p.add_argument("--metrics.listener", dest="metrics_listener", default="", metavar="HOST:PORT",
+                   help="serve Prometheus metrics (records/bytes mirrored per topic, offset "
+                        "commits, consumer lag per partition) at http://HOST:PORT/metrics")
 
 
 def load_client_config(path: str, flag: str) -> dict[str, Any]:
@@ -91,6 +96,27 @@ def _check(conf: dict[str, Any], path: str, flag: str, kind: str) -> None:
         client.close()
 
 
+def _serve_metrics(value: str) -> Any:
+    """The MirrorMetrics served at ``--metrics.listener`` (None when not given). Raises CliError
+    naming the listener: a bad value (exit 2) or a port that cannot be bound (exit 1)."""
+    from appliance.metrics.listener import parse_listener
+
+    try:
+        listener = parse_listener(value)
+    except ValueError as e:
+        raise CliError(f"--{e}", 2) from e
+    if listener is None:
+        return None
+    from appliance.cli.mirror_metrics import MirrorMetrics
+
+    metrics = MirrorMetrics()
+    try:
+        metrics.serve(listener)
+    except OSError as e:
+        raise CliError(f"--metrics.listener {listener}: cannot listen: {e.strerror}", 1) from e
+    return metrics
+
+
 def run(args: argparse.Namespace) -> int:
     from appliance.cli.mirror_stream import MirrorStream, StreamFailed, compile_whitelist
 
@@ -108,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--consumer.config {args.consumer_config}: group.id is not set "
                        "(the mirror maker consumes as a group)", 2)
     pconf = {**PRODUCER_DEFAULTS, **load_client_config(args.producer_config, "--producer.config")}
+    metrics = _serve_metrics(args.metrics_listener)  # before any client: its logs would muddle the error
     _check(pconf, args.producer_config, "--producer.config", "producer")
 
     lock = threading.Lock()
@@ -125,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             MirrorStream(i, {**cconf, "client.id": f"{cconf.get('client.id', 'mirror-maker')}-{i}"},
                          pconf, whitelist, args.commit_ms / 1000, args.refresh_ms / 1000,
-                         args.report_ms / 1000, stop, say).run()
+                         args.report_ms / 1000, stop, say, metrics).run()
         except StreamFailed as e:
             failures.append(str(e))
         except Exception as e:  # one line for the operator; the other streams stop too

@@ -27,6 +27,7 @@ __all__ = ["MirrorStream", "StreamFailed", "compile_whitelist"]
 
 log = logging.getLogger("appliance.mirror")
 
+LAG_EVERY_S = 1.0  # how often a stream publishes its partitions' lag to the metrics
 BATCH = 10_000  # records per consume() call: amortises the call, bounded memory
 COMPLAIN_EVERY_S = 10.0  # how often an unreachable cluster is reported
 
@@ -82,7 +83,8 @@ class MirrorStream:
 
     def __init__(self, index: int, consumer_conf: dict[str, Any], producer_conf: dict[str, Any],
                  whitelist: re.Pattern[str], commit_interval_s: float, topic_refresh_s: float,
-                 report_interval_s: float, stop: threading.Event, say: Callable[[str], None]) -> None:
+                 report_interval_s: float, stop: threading.Event, say: Callable[[str], None],
+                 metrics: Any = None) -> None:
         from confluent_kafka import Consumer, Producer
         from confluent_kafka.admin import AdminClient
 
@@ -105,6 +107,9 @@ class MirrorStream:
         self.topics: list[str] = []
         self.pending: dict[tuple[str, int], int] = {}  # next offset to commit, handed to the producer
         self.mirrored = 0
+        self.metrics = metrics  # a MirrorMetrics when --metrics.listener is given
+        self.client_id = str(consumer_conf.get("client.id", f"stream-{index}"))
+        self.last_lag = 0.0
         self.last_report = (time.monotonic(), 0)
 
     # -- delivery -------------------------------------------------------------------------
@@ -143,7 +148,11 @@ class MirrorStream:
         try:
             self.consumer.commit(offsets=offsets, asynchronous=False)
             self.pending.clear()
+            if self.metrics is not None:
+                self.metrics.commits.inc()
         except KafkaException as e:  # e.g. a rebalance: these records are replayed, not lost
+            if self.metrics is not None:
+                self.metrics.commit_failures.inc()
             self.say(f"stream {self.index}: offset commit failed ({e}); the records will be mirrored again")
 
     # -- subscription ---------------------------------------------------------------------
@@ -217,6 +226,7 @@ class MirrorStream:
                     continue
                 msgs = self.consumer.consume(BATCH, 0.5)
                 pending = self.pending
+                counts: dict[str, list[int]] = {}  # topic -> [records, bytes], for the metrics
                 for m in msgs:
                     if m.error() is not None:
                         self._consume_error(m.error())
@@ -231,9 +241,22 @@ class MirrorStream:
                             if self.failure:
                                 raise StreamFailed(self.failure) from None
                     pending[(m.topic(), m.partition())] = m.offset() + 1
+                    if self.metrics is not None:
+                        c = counts.get(m.topic())
+                        if c is None:
+                            c = counts[m.topic()] = [0, 0]
+                        c[0] += 1
+                        c[1] += len(m.value() or b"") + len(m.key() or b"")
                 if msgs:
                     self.mirrored += len(msgs)
                     self.src_down.ok()
+                if counts:
+                    self.metrics.mirrored(counts)
+                if self.metrics is not None and time.monotonic() - self.last_lag >= LAG_EVERY_S:
+                    self.last_lag = time.monotonic()
+                    lags = self.partition_lags()
+                    if lags is not None:
+                        self.metrics.set_lag(self.client_id, lags)
                 poll(0)
                 if self.failure:
                     raise StreamFailed(self.failure)
@@ -265,12 +288,17 @@ class MirrorStream:
 
     def lag(self) -> int | None:
         """Records of the assigned partitions not consumed yet (from the last fetch responses)."""
+        lags = self.partition_lags()
+        return None if lags is None else sum(lags.values())
+
+    def partition_lags(self) -> dict[tuple[str, int], int] | None:
+        """Per assigned partition with a known position: high watermark minus position."""
         try:
-            total = 0
+            lags = {}
             for tp in self.consumer.position(self.consumer.assignment()):
                 _, high = self.consumer.get_watermark_offsets(tp, cached=True)
                 if high >= 0 and tp.offset >= 0:
-                    total += max(high - tp.offset, 0)
-            return total
+                    lags[(tp.topic, tp.partition)] = max(high - tp.offset, 0)
+            return lags
         except Exception:
             return None

@@ -1,13 +1,16 @@
 """`appliance mirror-maker` between two real brokers: 1,000,000 keyed records mirrored with the
-same per-key order, a SIGKILL of the mirror maker midway and a restart lose nothing."""
+same per-key order, a SIGKILL of the mirror maker midway and a restart lose nothing; its
+Prometheus metrics scraped and checked against what was mirrored."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import defaultdict
 
 import pytest
@@ -15,6 +18,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.broker.clients import create_topic
 from tests.broker_process import BrokerProcess
+from tests.ops.procs import appliance, free_port
 
 N = 1_000_000
 KEYS = 1000
@@ -29,21 +33,21 @@ def two_brokers(tmp_path):
         yield src, dst
 
 
-def _end_offsets(bootstrap: str, topic: str) -> int:
+def _end_offsets(bootstrap: str, topic: str, parts: int = PARTS) -> int:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "probe"})
     try:
-        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTS))
+        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(parts))
     except Exception:
         return 0  # not created yet
     finally:
         c.close()
 
 
-def _committed(bootstrap: str, topic: str, group: str) -> int:
+def _committed(bootstrap: str, topic: str, group: str, parts: int = PARTS) -> int:
     """The group's committed offsets summed (OffsetFetch; the probe does not join the group)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
-        return sum(max(tp.offset, 0) for tp in c.committed([TopicPartition(topic, p) for p in range(PARTS)],
+        return sum(max(tp.offset, 0) for tp in c.committed([TopicPartition(topic, p) for p in range(parts)],
                                                            timeout=10))
     except Exception:
         return 0
@@ -51,7 +55,7 @@ def _committed(bootstrap: str, topic: str, group: str) -> int:
         c.close()
 
 
-def _start_mm(tmp_path, src, dst) -> subprocess.Popen:
+def _start_mm(tmp_path, src, dst, *extra: str) -> subprocess.Popen:
     # a short session: the killed member's partitions go to its successor after 6 s, not 45
     (tmp_path / "consumer.properties").write_text(
         f"bootstrap.servers={src.bootstrap}\ngroup.id=mirror\nsession.timeout.ms=6000\n")
@@ -60,7 +64,8 @@ def _start_mm(tmp_path, src, dst) -> subprocess.Popen:
         [sys.executable, "-m", "appliance.cli.main", "mirror-maker",
          "--consumer.config", str(tmp_path / "consumer.properties"),
          "--producer.config", str(tmp_path / "producer.properties"),
-         "--whitelist", "mirror.*", "--offset.commit.interval.ms", "1000", "--report.interval.ms", "2000"],
+         "--whitelist", "mirror.*", "--offset.commit.interval.ms", "1000", "--report.interval.ms", "2000",
+         *extra],
         stdout=subprocess.DEVNULL, stderr=open(tmp_path / "mm.log", "ab"), start_new_session=True)
 
 
@@ -127,3 +132,69 @@ def test_mirror_one_million_keyed_records_with_a_kill(tmp_path, two_brokers):
     dupes = total - N
     assert 0 <= dupes < N // 2
     print(f"mirrored {N} records, {dupes} duplicates after the kill at {killed_at}")
+
+
+def _scrape(port: int) -> dict[tuple[str, tuple], float]:
+    """name, sorted labels -> value, from the real endpoint."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def test_mirror_maker_metrics_count_what_was_mirrored(tmp_path, two_brokers):
+    src, dst = two_brokers
+    n, parts = 3000, 2
+    create_topic(src.bootstrap, "mirror-a", partitions=parts)
+    create_topic(src.bootstrap, "mirror-b", partitions=parts)
+    sizes = {"mirror-a": 0, "mirror-b": 0}
+    p = Producer({"bootstrap.servers": src.bootstrap, "linger.ms": 5})
+    for i in range(n):
+        topic = "mirror-a" if i % 3 else "mirror-b"
+        key, value = b"k%d" % (i % 50), b"v" * (i % 17)
+        sizes[topic] += len(key) + len(value)
+        p.produce(topic, value=value, key=key)
+    assert p.flush(60) == 0
+    counts = {"mirror-a": n - (n + 2) // 3, "mirror-b": (n + 2) // 3}
+    port = free_port()
+    mm = _start_mm(tmp_path, src, dst, "--metrics.listener", f"127.0.0.1:{port}")
+    try:
+        def done() -> bool:
+            return all(_committed(src.bootstrap, t, "mirror", parts) >= counts[t] for t in counts)
+        _wait_for(done, 180, (tmp_path / "mm.log").read_text())
+        time.sleep(2.5)  # the lag gauges are published once a second
+        m = _scrape(port)
+        for topic in counts:
+            assert m[("kafka_connect_mirror_source_connector_record_count", (("topic", topic),))] \
+                == counts[topic]
+            assert m[("kafka_connect_mirror_source_connector_byte_count", (("topic", topic),))] \
+                == sizes[topic]
+            assert _end_offsets(dst.bootstrap, topic, parts) == counts[topic]
+        assert m[("appliance_mirror_maker_offset_commits_total", ())] >= 1
+        lags = {dict(labels)["topic"] + "-" + dict(labels)["partition"]: v for (name, labels), v in m.items()
+                if name == "kafka_consumer_consumer_fetch_manager_metrics_records_lag"}
+        assert set(lags) == {f"{t}-{q}" for t in counts for q in range(parts)}, lags
+        assert all(v == 0 for v in lags.values()), lags
+        mm.send_signal(signal.SIGTERM)
+        assert mm.wait(60) == 0
+    finally:
+        if mm.poll() is None:
+            os.killpg(mm.pid, signal.SIGKILL)
+            mm.wait(30)
+
+
+def test_mirror_maker_metrics_listener_on_a_taken_port(tmp_path):
+    (tmp_path / "c.properties").write_text("bootstrap.servers=127.0.0.1:1\ngroup.id=g\n")
+    (tmp_path / "p.properties").write_text("bootstrap.servers=127.0.0.1:1\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = appliance("mirror-maker", "--consumer.config", str(tmp_path / "c.properties"),
+                      "--producer.config", str(tmp_path / "p.properties"), "--whitelist", "x",
+                      "--metrics.listener", f"127.0.0.1:{port}")
+    assert r.returncode == 1, r.stderr
+    assert f"127.0.0.1:{port}" in r.stderr and "metrics.listener" in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

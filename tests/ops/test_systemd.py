@@ -138,7 +138,50 @@ def _recv_until(sock: socket.socket, want: str, got: list[str], timeout: float) 
             got.append(msg)
 
 
-def test_sd_notify_ready_watchdog_stopping(tmp_path, monkeypatch):
+def _earliest(bootstrap: str, topic: str) -> int:
+    from kafka import KafkaConsumer, TopicPartition
+    c = KafkaConsumer(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+    try:
+        tp = TopicPartition(topic, 0)
+        return c.beginning_offsets([tp])[tp]
+    finally:
+        c.close()
+
+
+def _reload_applies_a_hand_edited_dynamic_config(broker: BrokerProcess, sock: socket.socket,
+                                                 got: list[str]) -> None:
+    """SIGHUP: RELOADING=1 (with MONOTONIC_USEC) then READY=1; the dynamic broker configs file,
+    edited by hand, takes effect (log.retention.bytes=1 deletes the old segments), and the
+    broker keeps serving."""
+    from kafka import KafkaProducer
+    p = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=0)
+    for i in range(40):  # 1 KiB segments: many of them
+        p.send("reload", value=b"x" * 200, key=str(i).encode()).get(60)
+    path = Path(broker.log_dirs[0]) / "dynamic-broker-configs.json"
+    path.write_text('{"broker": {"log.retention.bytes": "1"}, "default": {}}\n')
+    time.sleep(1.5)  # several retention passes: without a reload the edit is not seen
+    assert _earliest(broker.bootstrap, "reload") == 0
+    before = len(got)
+    broker.proc.send_signal(signal.SIGHUP)
+    _recv_until(sock, "RELOADING=1", got, 60)
+    i = got.index("RELOADING=1", before)
+    assert got[i + 1].startswith("MONOTONIC_USEC="), got
+    deadline = time.monotonic() + 60
+    while "READY=1" not in got[i:]:
+        assert time.monotonic() < deadline, got
+        sock.settimeout(max(0.1, deadline - time.monotonic()))
+        got.extend(sock.recv(4096).decode().splitlines())
+    deadline = time.monotonic() + 60
+    while _earliest(broker.bootstrap, "reload") == 0:
+        assert time.monotonic() < deadline, broker.log()
+        time.sleep(0.2)
+    assert p.send("reload", value=b"after").get(60).offset == 40  # still serving
+    p.close()
+    assert broker.proc.poll() is None
+    assert "reloaded on SIGHUP" in broker.log()
+
+
+def test_sd_notify_ready_watchdog_reloading_stopping(tmp_path, monkeypatch):
     # a short path: AF_UNIX addresses are limited to 108 bytes
     with tempfile.TemporaryDirectory(dir="/tmp") as d:
         addr = os.path.join(d, "notify")
@@ -146,7 +189,9 @@ def test_sd_notify_ready_watchdog_stopping(tmp_path, monkeypatch):
             sock.bind(addr)
             monkeypatch.setenv("NOTIFY_SOCKET", addr)
             monkeypatch.setenv("WATCHDOG_USEC", "2000000")
-            broker = BrokerProcess(tmp_path, port=free_port()).start()
+            broker = BrokerProcess(tmp_path, port=free_port(),
+                                   overrides={"log.segment.bytes": "1024",
+                                              "log.retention.check.interval.ms": "200"}).start()
             got: list[str] = []
             try:
                 _recv_until(sock, "READY=1", got, 120)
@@ -157,6 +202,7 @@ def test_sd_notify_ready_watchdog_stopping(tmp_path, monkeypatch):
                     assert time.monotonic() < deadline, got
                     sock.settimeout(max(0.1, deadline - time.monotonic()))
                     got.extend(sock.recv(4096).decode().splitlines())
+                _reload_applies_a_hand_edited_dynamic_config(broker, sock, got)
                 broker.proc.send_signal(signal.SIGTERM)
                 _recv_until(sock, "STOPPING=1", got, 60)
                 assert broker.proc.wait(60) == 0

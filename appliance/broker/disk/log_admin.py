@@ -12,9 +12,10 @@ import logging
 from appliance.broker import dynamic_config
 from appliance.broker.disk.partitions import Partitions
 from appliance.broker.disk.requests import NOTHING, NotHere
-from appliance.config import BrokerConfig, TopicConfig
+from appliance.config import BrokerConfig, ConfigError, TopicConfig
 from appliance.errors import InvalidRequestError, OffsetOutOfRangeError
 from appliance.shm.layout import DELETE_RECORDS_BODY
+from appliance.storage.log_dir import read_topic_properties
 from appliance.storage.retention import delete_below_log_start
 
 __all__ = ["LogAdmin", "HIGH_WATERMARK"]
@@ -46,6 +47,28 @@ class LogAdmin:
         self.load_broker_config()
         log.info("%s: dynamic broker configs reloaded", self.parts.path)
         return NOTHING
+
+    def reload_files(self) -> None:
+        """SIGHUP: re-read the dynamic broker configs and every partition's ``topic.properties``
+        (an operator may have edited either by hand). A file that does not parse is logged and
+        the configs in force stay: a typo must not take the log dir down."""
+        parts = self.parts
+        try:
+            self.load_broker_config()
+        except ConfigError as e:
+            log.error("%s: dynamic broker configs not reloaded: %s", parts.path, e)
+            return
+        changed = 0
+        for plog in parts.logs.values():
+            try:
+                cfg = TopicConfig.from_overrides(parts.config, read_topic_properties(plog.path))
+            except (ConfigError, OSError) as e:
+                log.error("%s: topic config not reloaded: %s", plog.path, e)
+                continue
+            changed += cfg.to_properties() != plog.config.to_properties()
+            plog.config = cfg
+        log.info("%s: reloaded on SIGHUP: dynamic broker configs and %d topic configs "
+                 "(%d changed overrides)", parts.path, len(parts.logs), changed)
 
     def delete_records(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
         """Move the log start offset of ``slot`` up to the requested offset; answer the new

@@ -51,6 +51,7 @@ class DiskWorker:
         self.config = config
         self.plumbing = plumbing
         self.alive = True
+        self.reload_pending = False  # set by SIGHUP: re-read the config files between rounds
         self.slot = plumbing.disk_slot(index)
 
     # -- start ----------------------------------------------------------------------------
@@ -59,6 +60,7 @@ class DiskWorker:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGQUIT, self._on_quit)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor, which stops us in order
+        signal.signal(signal.SIGHUP, self._on_hup)
         self.attach()
         try:
             self.open()
@@ -89,7 +91,7 @@ class DiskWorker:
     def open(self) -> None:
         """Recover the log dir, load the groups, and fill the table of request handlers."""
         parts = self.partitions
-        admin = LogAdmin(parts, self.config)
+        self.admin = admin = LogAdmin(parts, self.config)
         admin.load_broker_config()  # the dynamic broker configs saved by an earlier run
         sweep_moves(self.path, self.config.log_dirs)  # a move between log dirs cut by a crash
         parts.open()
@@ -135,6 +137,9 @@ class DiskWorker:
     # -- loop -----------------------------------------------------------------------------
     def _on_term(self, signum, frame) -> None:
         self.alive = False
+
+    def _on_hup(self, signum, frame) -> None:
+        self.reload_pending = True  # acted on by the loop: the handler may interrupt an append
 
     def _on_quit(self, signum, frame) -> None:
         os._exit(0)
@@ -183,6 +188,9 @@ class DiskWorker:
             if self.replication is not None:
                 self.replication.poll()
             self.maintenance.run_if_due(now)
+            if self.reload_pending:
+                self.reload_pending = False
+                self.admin.reload_files()
             if self.mover.outgoing or self.mover.incoming:
                 self.mover.expire(now)
 

@@ -4,6 +4,7 @@ a real log dir, no process."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -136,3 +137,19 @@ def test_alter_then_delete_releases_the_slot(disk, senders):
     assert [(c[0], c[5]) for c in senders[0].completions()] == [(r1, 0), (r2, 0)]
     assert disk.table.state(slot) == SlotState.FREE
     assert slot not in disk.partitions.logs
+
+
+def test_reload_files_reads_hand_edited_configs_and_keeps_them_on_a_bad_file(disk, senders):
+    """What SIGHUP makes the loop run: dynamic-broker-configs.json and topic.properties re-read."""
+    slot = _create(disk, senders[0])
+    plog = disk.partitions.logs[slot]
+    assert plog.config["retention.bytes"] == -1
+    (Path(plog.path) / "topic.properties").write_text("retention.ms=1234\n")
+    dyn = Path(disk.config.log_dirs[0]) / "dynamic-broker-configs.json"
+    dyn.write_text('{"broker": {"log.retention.bytes": "99"}, "default": {}}\n')
+    disk.admin.reload_files()
+    plog = disk.partitions.logs[slot]
+    assert (plog.config["retention.ms"], plog.config["retention.bytes"]) == (1234, 99)
+    dyn.write_text("{not json")
+    disk.admin.reload_files()  # logged; the configs in force stay
+    assert disk.partitions.logs[slot].config["retention.bytes"] == 99

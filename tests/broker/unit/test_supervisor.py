@@ -235,7 +235,25 @@ def test_sigquit_stops_at_once_with_sigquit(sup, procs):
     assert {sig for _, sig in procs.signals} == {signal.SIGQUIT}
 
 
-def test_every_handled_signal_has_its_method_and_sighup_is_not_handled():
+def test_every_handled_signal_has_its_method():
     for sig, name in Supervisor.SIGNAL_NAMES.items():
         assert callable(getattr(Supervisor, "handle_" + name)), sig
-    assert signal.SIGHUP not in Supervisor.SIGNALS
+    assert Supervisor.SIGNAL_NAMES[signal.SIGHUP] == "hup"
+
+
+def test_sighup_is_forwarded_to_the_disk_workers_between_reloading_and_ready(sup, procs,
+                                                                             monkeypatch):
+    _ready(sup)
+    told: list[str] = []
+    monkeypatch.setattr(sup_mod, "sd_notify", told.append)
+    kind_of = {w.pid: w.kind for w in sup.workers}
+    before = time.monotonic_ns() // 1000
+    sup._sig_queue.append(signal.SIGHUP)
+    assert sup.tick()  # still running
+    assert sorted((kind_of[pid], sig) for pid, sig in procs.signals) == [(DISK, signal.SIGHUP)] * 2
+    told = [m for m in told if m != "WATCHDOG=1"]
+    assert len(told) == 2 and told[1] == "READY=1"
+    first, usec = told[0].split("\n")
+    assert first == "RELOADING=1"
+    assert usec.startswith("MONOTONIC_USEC=") and int(usec.split("=")[1]) >= before
+    assert len(procs.alive) == 4  # nothing stopped
