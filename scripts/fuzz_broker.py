@@ -28,7 +28,7 @@ from tests.faults.fuzz_run import (  # noqa: E402
     prepare_topics,
     run_fuzz,
 )
-from tests.faults.procs import worker_pid_map  # noqa: E402
+from tests.faults.procs import wait_workers, worker_pid_map  # noqa: E402
 
 
 def main() -> int:
@@ -48,7 +48,7 @@ def main() -> int:
     client = None
     try:
         topics = prepare_topics(broker.bootstrap)
-        pids = worker_pid_map(broker)
+        pids = wait_workers(broker, disk=1, network=2)
         sums = log_checksums(broker.log_dirs, {"fuzz-pre"})
         client = WellBehavedClient(broker.bootstrap, "fuzz-steady")
         client.start()

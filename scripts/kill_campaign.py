@@ -32,6 +32,7 @@ def main() -> int:
     args = ap.parse_args()
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="kill-campaign-"))
+    work.mkdir(parents=True, exist_ok=True)
     camp = Campaign(work, args.seed, partitions=args.partitions, log_dirs=args.log_dirs)
     t0 = time.monotonic()
     try:

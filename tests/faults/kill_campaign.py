@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from tests.broker.clients import create_topic
 from tests.broker.procs import wait_gone
 from tests.broker_process import BrokerProcess
-from tests.faults.procs import worker_pid_map
+from tests.faults.procs import wait_workers, worker_pid_map
 
 __all__ = ["Campaign", "CampaignReport"]
 
@@ -201,7 +201,7 @@ class Campaign:
                              f"{self.broker.log()[-3000:]}")
 
     def kill_once(self) -> str:
-        before = worker_pid_map(self.broker)
+        before = wait_workers(self.broker, self.log_dirs, 2)
         victim = self.rng.choice(["disk", "network", "group"])
         t0 = time.monotonic()
         if victim == "group":

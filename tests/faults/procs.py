@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+import time
+
 from tests.broker_process import BrokerProcess
 
-__all__ = ["worker_pid_map"]
+__all__ = ["wait_workers", "worker_pid_map"]
 
 
 def worker_pid_map(broker: BrokerProcess) -> dict[str, list[int]]:
     """{'disk': [...], 'network': [...]} pids of the supervisor's live workers, sorted."""
     return {"disk": sorted(broker.worker_pids("disk worker")),
             "network": sorted(broker.worker_pids("network worker"))}
+
+
+def wait_workers(broker: BrokerProcess, disk: int, network: int, timeout: float = 60) -> dict[str, list[int]]:
+    """The worker map once ``disk`` disk and ``network`` network workers run (the port answers
+    as soon as the first network worker listens; the others may still be forking)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = worker_pid_map(broker)
+        if len(now["disk"]) == disk and len(now["network"]) == network:
+            return now
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"workers {now}, want {disk} disk and {network} network")
+        time.sleep(0.05)

@@ -15,7 +15,7 @@ from tests.faults.fuzz_run import (
     prepare_topics,
     run_fuzz,
 )
-from tests.faults.procs import worker_pid_map
+from tests.faults.procs import wait_workers, worker_pid_map
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -24,7 +24,7 @@ FRAMES = 20_000
 
 def test_fuzzed_frames_crash_nothing_and_change_nothing(broker, capsys):
     topics = prepare_topics(broker.bootstrap)
-    before_pids = worker_pid_map(broker)
+    before_pids = wait_workers(broker, disk=1, network=2)
     assert before_pids["disk"] and before_pids["network"]
     sums = log_checksums(broker.log_dirs, {"fuzz-pre"})
     assert len(sums) >= 3
