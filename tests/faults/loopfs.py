@@ -102,10 +102,12 @@ def cannot_mount_reason(workdir: Path) -> str | None:
 
 
 @contextmanager
-def loop_disks(workdir: Path, count: int, size_mb: int = 64) -> Iterator[list[LoopDisk]]:
-    """``count`` fresh ext4 images mounted on workdir/disk0.. (BrokerProcess's log dirs);
-    always unmounted and deleted afterwards, whatever the test did to them."""
-    disks = [LoopDisk(workdir / f"disk{i}.img", workdir / f"disk{i}", size_mb) for i in range(count)]
+def loop_disks(workdir: Path, count: int, size_mb: int | list[int] = 64) -> Iterator[list[LoopDisk]]:
+    """``count`` fresh ext4 images (``size_mb`` each, or one size per disk) mounted on
+    workdir/disk0.. (BrokerProcess's log dirs); always unmounted and deleted afterwards,
+    whatever the test did to them."""
+    sizes = size_mb if isinstance(size_mb, list) else [size_mb] * count
+    disks = [LoopDisk(workdir / f"disk{i}.img", workdir / f"disk{i}", sizes[i]) for i in range(count)]
     try:
         for d in disks:
             d.create()
