@@ -133,13 +133,15 @@ class FuzzReport:
     answered: int = 0  # a response frame came back
     closed: int = 0  # the broker closed the connection (bad frame)
     silent: int = 0  # no answer within the wait (acks=0, long poll, or a stall)
+    connect_failures: int = 0  # the broker did not accept a new connection within 5 s
     kinds: Counter = field(default_factory=Counter)
     apis: Counter = field(default_factory=Counter)
 
     def line(self) -> str:
         return (f"{self.frames} frames ({self.bytes / 1e6:.1f} MB) in {self.seconds:.1f} s "
                 f"= {self.frames / max(self.seconds, 1e-9):.0f} frames/s; answered {self.answered}, "
-                f"closed by the broker {self.closed}, no answer in time {self.silent}; "
+                f"closed by the broker {self.closed}, no answer in time {self.silent}, "
+                f"connects refused or timed out {self.connect_failures}; "
                 f"{self.connections} connections; kinds {dict(self.kinds)}")
 
 
@@ -188,7 +190,15 @@ def run_fuzz(broker: BrokerProcess, frames: int, seed: int, topics: list[tuple[s
     t0 = time.perf_counter()
 
     def fresh() -> _Conn:
-        c = _Conn(broker.port)
+        for _ in range(10):
+            try:
+                c = _Conn(broker.port)
+                break
+            except OSError:
+                rep.connect_failures += 1
+                time.sleep(0.5)
+        else:
+            raise TimeoutError(f"the broker accepted no connection in 10 tries: {rep.line()}")
         sel.register(c.sock, selectors.EVENT_READ, c)
         conns.append(c)
         rep.connections += 1
