@@ -14,6 +14,7 @@ may be shared freely.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -21,11 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from appliance.errors import InvalidConfigError
+from appliance.records.format_version import check_format_version
 
 __all__ = [
     "ConfigError", "ConfigKey", "TopicKey", "BROKER_KEYS", "TOPIC_KEYS", "BrokerConfig",
     "TopicConfig", "parse_properties", "render_server_properties", "validate_topic_name",
-    "LONG_MAX", "INT_MAX",
+    "LONG_MAX", "INT_MAX", "NO_EFFECT", "CLUSTER_KEYS", "KAFKA_ONLY_KEYS",
 ]
 
 log = logging.getLogger(__name__)
@@ -185,6 +187,12 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("broker.id", "int", 0, "Id of this broker in the cluster.", at_least(0)),
     ConfigKey("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"], "Addresses to listen on, NAME://host:port, comma separated.", _listener_list),
     ConfigKey("advertised.listeners", "list", None, "Addresses given to clients in metadata; defaults to listeners.", _listener_list),
+    # Kafka 0.8's names, mapped onto listeners / advertised.listeners as Kafka 0.9-2.x does (see
+    # _apply_twins); given together with their modern twin they must agree.
+    ConfigKey("port", "int", 9092, "0.8 name: port to listen on when listeners is not set.", between(0, 65535)),
+    ConfigKey("host.name", "string", "", "0.8 name: host to bind when listeners is not set (empty: all interfaces).", None),
+    ConfigKey("advertised.host.name", "string", None, "0.8 name: host given to clients when advertised.listeners is not set (default: host.name)."),
+    ConfigKey("advertised.port", "int", None, "0.8 name: port given to clients when advertised.listeners is not set (default: port).", between(0, 65535)),
     ConfigKey("log.dirs", "list", None, "Directories holding the partition logs (one disk each); wins over log.dir."),
     ConfigKey("log.dir", "string", "./data", "Log directory used when log.dirs is not set."),
     # Kafka's default is 3; the appliance's reference machine has 2 cores, and a network worker
@@ -197,8 +205,12 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("delete.topic.enable", "bool", True, "Allow DeleteTopics."),
     ConfigKey("message.max.bytes", "int", 1048588, "Largest record batch accepted (after compression).", at_least(0)),
     ConfigKey("socket.request.max.bytes", "int", 104857600, "Largest request accepted on a socket.", at_least(1)),
-    ConfigKey("socket.send.buffer.bytes", "int", 102400, "SO_SNDBUF of client sockets (-1: OS default)."),
-    ConfigKey("socket.receive.buffer.bytes", "int", 102400, "SO_RCVBUF of client sockets (-1: OS default)."),
+    # Kafka's default is 100 KiB; 4 MiB measured fewer writability wake-ups per large fetch
+    # response (it was hard-coded in the network worker before it became this key's default).
+    ConfigKey("socket.send.buffer.bytes", "int", 4194304, "SO_SNDBUF of client sockets (-1: OS default; Kafka's default is 102400).", at_least(-1)),
+    # Kafka's default is 100 KiB; a fixed SO_RCVBUF turns off Linux's receive autotuning, which
+    # lets a large produce stream grow the window well past that.
+    ConfigKey("socket.receive.buffer.bytes", "int", -1, "SO_RCVBUF of client sockets (-1: OS default with autotuning; Kafka's default is 102400).", at_least(-1)),
     ConfigKey("queued.max.requests", "int", 500, "Requests queued per network worker before it stops reading sockets.", at_least(1)),
     ConfigKey("fetch.max.bytes", "int", 57671680, "Largest fetch response the broker builds.", at_least(1024)),
     ConfigKey("log.segment.bytes", "int", 1073741824, "Segment file size before a roll.", at_least(14)),
@@ -224,6 +236,8 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("log.message.timestamp.type", "string", "CreateTime", "CreateTime or LogAppendTime.", one_of(*_TS_TYPES)),
     ConfigKey("log.message.timestamp.difference.max.ms", "long", LONG_MAX, "Largest allowed |timestamp - broker time| for CreateTime.", at_least(0)),
     ConfigKey("log.message.downconversion.enable", "bool", True, "Down-convert batches for old fetch versions."),
+    # Kafka 3.0 (KIP-724) accepts it and, at inter-broker protocol 3.0, stores v2 whatever it says; so do we
+    ConfigKey("log.message.format.version", "string", "3.0-IV1", "Message format of stored data (Kafka's versions 0.8.0 ... 3.0; accepted, stored as v2 as Kafka 3.0 does).", check_format_version),
     ConfigKey("log.cleaner.enable", "bool", True, "Run the log cleaner (needed for compacted topics)."),
     ConfigKey("log.cleaner.threads", "int", 1, "Cleaner threads.", at_least(0)),
     ConfigKey("log.cleaner.io.max.bytes.per.second", "double", DOUBLE_MAX, "Cleaner I/O throttle."),
@@ -239,6 +253,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("offsets.topic.num.partitions", "int", 50, "Partitions of __consumer_offsets.", at_least(1)),
     ConfigKey("offsets.topic.replication.factor", "int", 3, "Replication factor of __consumer_offsets (capped at the live broker count).", at_least(1)),
     ConfigKey("offsets.topic.segment.bytes", "int", 104857600, "Segment size of __consumer_offsets.", at_least(1)),
+    ConfigKey("offsets.topic.retention.minutes", "int", None, "0.8.2 documentation's name of offsets.retention.minutes.", at_least(1)),
     ConfigKey("offsets.retention.minutes", "int", 10080, "How long committed offsets of an empty group are kept.", at_least(1)),
     ConfigKey("offsets.retention.check.interval.ms", "long", 600000, "How often stale offsets are removed.", at_least(1)),
     ConfigKey("offsets.commit.timeout.ms", "int", 5000, "Wait for an offset commit to be replicated.", at_least(1)),
@@ -277,6 +292,7 @@ TOPIC_KEYS: tuple[TopicKey, ...] = (
     TopicKey("max.compaction.lag.ms", "long", None, "Maximum age before a message must be compacted.", at_least(1), synonyms=(("log.cleaner.max.compaction.lag.ms", 1),)),
     TopicKey("max.message.bytes", "int", None, "Largest record batch accepted.", at_least(0), synonyms=(("message.max.bytes", 1),)),
     TopicKey("message.downconversion.enable", "bool", None, "Down-convert for old fetch versions.", synonyms=(("log.message.downconversion.enable", 1),)),
+    TopicKey("message.format.version", "string", None, "Message format of the topic's data (accepted, stored as v2 as Kafka 3.0 does).", check_format_version, synonyms=(("log.message.format.version", 1),)),
     TopicKey("message.timestamp.difference.max.ms", "long", None, "Largest allowed timestamp skew (CreateTime).", at_least(0), synonyms=(("log.message.timestamp.difference.max.ms", 1),)),
     TopicKey("message.timestamp.type", "string", None, "CreateTime or LogAppendTime.", one_of(*_TS_TYPES), synonyms=(("log.message.timestamp.type", 1),)),
     TopicKey("min.cleanable.dirty.ratio", "double", None, "Dirty ratio above which the log is cleaned.", between(0, 1), synonyms=(("log.cleaner.min.cleanable.ratio", 1),)),
@@ -293,10 +309,62 @@ TOPIC_KEYS: tuple[TopicKey, ...] = (
 )
 # fmt: on
 
+# Declared keys that are accepted (and validated) but change nothing here, with the reason; start-up
+# says so for each one given explicitly, and README.md lists them.
+NO_EFFECT: dict[str, str] = {
+    "num.io.threads": "there is no request-handler thread pool: one disk worker per log dir does the I/O",
+    "queued.max.requests": "a network worker stops reading a connection only while its disk's request ring is full, not after a request count",
+    "fetch.max.bytes": "a fetch response is bounded by the request's own max_bytes and per-partition limits",
+    "log.cleaner.io.buffer.size": "the cleaner copies in bounded steps of 32 MiB or 50 ms",
+    "num.recovery.threads.per.data.dir": "each log dir is recovered by its own disk worker process",
+    "offsets.topic.segment.bytes": "__consumer_offsets is created with Kafka's 100 MiB segments",
+    "offsets.retention.check.interval.ms": "expired offsets are checked on the coordinator's own timer",
+    "offsets.commit.timeout.ms": "a standalone broker acknowledges a commit once it is appended",
+}
+# Keys of the replicated cluster, which this build does not run yet: accepted so a cluster's
+# server.properties starts, no effect. (Remove a key from here when the cluster code reads it.)
+CLUSTER_KEYS: tuple[str, ...] = (
+    "zookeeper.connect", "zookeeper.session.timeout.ms", "zookeeper.connection.timeout.ms",
+    "default.replication.factor", "offsets.topic.replication.factor", "replica.lag.time.max.ms",
+    "replica.fetch.max.bytes", "replica.fetch.wait.max.ms", "num.replica.fetchers",
+    "controlled.shutdown.enable", "auto.leader.rebalance.enable", "unclean.leader.election.enable",
+)
+for _k in CLUSTER_KEYS:
+    NO_EFFECT[_k] = "it takes effect only in a replicated cluster, which this build does not run yet"
+
+# Kafka broker keys of the seeds' 0.8.2 documentation (and its production config) that have no
+# counterpart here: accepted without a value check, reported as having no effect.
+KAFKA_ONLY_KEYS: dict[str, str] = {
+    "background.threads": "background work runs in each disk worker's loop",
+    "log.cleaner.io.buffer.load.factor": "the cleaner's key map is a Python dict",
+    "log.delete.delay.ms": "see log.segment.delete.delay.ms",
+    "controller.socket.timeout.ms": "no controller in a standalone broker",
+    "controller.message.queue.size": "no controller in a standalone broker",
+    "replica.lag.max.messages": "replication is not built yet (and Kafka 0.9 removed this key)",
+    "replica.socket.timeout.ms": "replication is not built yet",
+    "replica.socket.receive.buffer.bytes": "replication is not built yet",
+    "replica.fetch.min.bytes": "replication is not built yet",
+    "replica.high.watermark.checkpoint.interval.ms": "the high watermark is published in shared memory",
+    "fetch.purgatory.purge.interval.requests": "long polls wait on the disk workers' doorbells, there is no purgatory",
+    "producer.purgatory.purge.interval.requests": "there is no purgatory",
+    "zookeeper.sync.time.ms": "no ZooKeeper in a standalone broker",
+    "controlled.shutdown.max.retries": "no controller in a standalone broker",
+    "controlled.shutdown.retry.backoff.ms": "no controller in a standalone broker",
+    "leader.imbalance.per.broker.percentage": "no leadership balancing in a standalone broker",
+    "leader.imbalance.check.interval.seconds": "no leadership balancing in a standalone broker",
+    "offset.metadata.max.bytes": "commit metadata is limited by the request size",
+    "offsets.load.buffer.size": "offsets are loaded segment by segment",
+    "offsets.commit.required.acks": "a standalone broker acknowledges a commit once it is appended",
+    "max.connections.per.ip": "connections are not limited per address",
+    "max.connections.per.ip.overrides": "connections are not limited per address",
+    "connections.max.idle.ms": "idle connections are kept until the client closes them",
+}
+
 _BROKER_BY_NAME = {k.name: k for k in BROKER_KEYS}
 _TOPIC_BY_NAME = {k.name: k for k in TOPIC_KEYS}
 assert len(_BROKER_BY_NAME) == len(BROKER_KEYS) and len(_TOPIC_BY_NAME) == len(TOPIC_KEYS)
 assert all(b in _BROKER_BY_NAME for k in TOPIC_KEYS for b, _ in k.synonyms)
+assert all(k in _BROKER_BY_NAME for k in NO_EFFECT) and not set(KAFKA_ONLY_KEYS) & set(_BROKER_BY_NAME)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,11 +458,15 @@ class BrokerConfig:
         self._raw = dict(raw)
 
     @classmethod
-    def load(cls, path: str | None = None, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
+    def load(cls, path: str | None = None, overrides: Mapping[str, str] | None = None,
+             warn: bool = True) -> BrokerConfig:
         """Read ``path`` (a server.properties file) if given, apply ``overrides``, validate.
 
-        Raises ConfigError (a bad value, naming the key and value); OSError if ``path`` cannot
-        be read.
+        With ``warn``, logs a warning for each key given that has no effect here (naming the
+        reason) and for each unknown key (with a "did you mean" suggestion).
+
+        Raises ConfigError (a bad value, naming the key and value; a 0.8 key and its modern twin
+        that disagree, naming both); OSError if ``path`` cannot be read.
         """
         raw: dict[str, str] = {}
         if path is not None:
@@ -405,9 +477,9 @@ class BrokerConfig:
         values: dict[str, Any] = {}
         for key in BROKER_KEYS:
             values[key.name] = key.parse(raw[key.name]) if key.name in raw else key.default
-        for name in raw:
-            if name not in _BROKER_BY_NAME:
-                log.warning("unknown configuration key %s (value %r) ignored", name, raw[name])
+        _apply_twins(raw, values)
+        if warn:
+            _warn_unused(raw)
         cfg = cls(values, raw)
         cfg._check_cross_key()
         return cfg
@@ -476,6 +548,82 @@ class BrokerConfig:
     def items(self) -> dict[str, Any]:
         """All declared keys with their typed values."""
         return dict(self._values)
+
+
+# 0.8 names with a modern twin: rendered commented out, since both given must agree.
+_OLD_TWINS = ("port", "host.name", "advertised.host.name", "advertised.port",
+              "offsets.topic.retention.minutes")
+
+
+def _legacy_listener(host: str, port: int) -> str:
+    return f"PLAINTEXT://[{host}]:{port}" if ":" in host else f"PLAINTEXT://{host}:{port}"
+
+
+def _first_host_port(items: list[str]) -> tuple[str, int]:
+    m = _LISTENER_RE.fullmatch(items[0])
+    assert m is not None  # validated at parse
+    return m.group(2).strip("[]"), int(m.group(3))
+
+
+def _apply_twins(raw: Mapping[str, str], values: dict[str, Any]) -> None:
+    """Kafka 0.8's names onto the modern ones, as Kafka 0.9-2.x does (KafkaConfig):
+
+    - no ``listeners``: PLAINTEXT://host.name:port when either 0.8 key is given (an empty
+      host.name binds all interfaces), else our default (127.0.0.1:9092);
+    - no ``advertised.listeners``: PLAINTEXT://advertised.host.name:advertised.port when either is
+      given, each defaulting to the listener's host / port; else the listeners.
+
+    A 0.8 key given together with its modern twin must say the same thing.
+    Raises ConfigError naming both keys and both values.
+    """
+    def clash(old: str, new: str, what: str) -> ConfigError:
+        return ConfigError(old, raw[old], f"conflicts with {new}={raw[new]!r} ({what}); "
+                                          f"give only one of {old} and {new}")
+
+    if "listeners" in raw:
+        host, port = _first_host_port(values["listeners"])
+        if "port" in raw and values["port"] != port:
+            raise clash("port", "listeners", f"port {values['port']} vs {port}")
+        if "host.name" in raw and values["host.name"] != host:
+            raise clash("host.name", "listeners", f"host {values['host.name']!r} vs {host!r}")
+    elif "port" in raw or "host.name" in raw:
+        values["listeners"] = [_legacy_listener(values["host.name"], values["port"])]
+    if "advertised.listeners" in raw:
+        host, port = _first_host_port(values["advertised.listeners"])
+        if "advertised.port" in raw and values["advertised.port"] != port:
+            raise clash("advertised.port", "advertised.listeners",
+                        f"port {values['advertised.port']} vs {port}")
+        if "advertised.host.name" in raw and values["advertised.host.name"] != host:
+            raise clash("advertised.host.name", "advertised.listeners",
+                        f"host {values['advertised.host.name']!r} vs {host!r}")
+    elif "advertised.port" in raw or "advertised.host.name" in raw:
+        lhost, lport = _first_host_port(values["listeners"])
+        host = values["advertised.host.name"] if "advertised.host.name" in raw else lhost
+        port = values["advertised.port"] if "advertised.port" in raw else lport
+        values["advertised.listeners"] = [_legacy_listener(host, port)]
+    old, new = "offsets.topic.retention.minutes", "offsets.retention.minutes"
+    if old in raw:
+        if new in raw and values[new] != values[old]:
+            raise clash(old, new, f"{values[old]} vs {values[new]} minutes")
+        values[new] = values[old]
+
+
+def _warn_unused(raw: Mapping[str, str]) -> None:
+    """Say plainly which given keys change nothing here; suggest a name for an unknown key."""
+    known = list(_BROKER_BY_NAME) + list(KAFKA_ONLY_KEYS)
+    for name, value in raw.items():
+        reason = NO_EFFECT.get(name) or KAFKA_ONLY_KEYS.get(name)
+        # a no-effect key left at its default (as our generated server.properties has them)
+        # asks for nothing the broker does not do: no warning
+        if name in NO_EFFECT and _BROKER_BY_NAME[name].parse(value) == _BROKER_BY_NAME[name].default:
+            continue
+        if reason:
+            log.warning("configuration %s=%s is accepted but has no effect here: %s",
+                        name, value, reason)
+        elif name not in _BROKER_BY_NAME:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            log.warning("unknown configuration key %s (value %r) ignored%s", name, value, hint)
 
 
 def _topic_default(broker: BrokerConfig, key: TopicKey) -> Any:
@@ -582,7 +730,7 @@ def render_server_properties() -> str:
     ]
     for key in BROKER_KEYS:
         lines.append(f"# {key.doc}")
-        if key.default is None:
+        if key.default is None or key.name in _OLD_TWINS:
             lines.append(f"#{key.name}=")
         else:
             lines.append(f"{key.name}={_format(key.default)}")

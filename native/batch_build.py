@@ -16,29 +16,10 @@ import numpy as np
 
 from native import batch_layout as L
 from native.crc import crc32c
+from native.varint import varint_size as _varint_size
+from native.varint import write_varint as _put_varint
 
 __all__ = ["build_batch_columns", "max_batch_size"]
-
-
-@nb.njit(nogil=True, cache=True, inline="always")
-def _put_varint(out, p, v):
-    u = (v << 1) ^ (v >> 63)  # zigzag (v fits in int64)
-    while u >= 0x80:
-        out[p] = (u & 0x7F) | 0x80
-        u >>= 7
-        p += 1
-    out[p] = u
-    return p + 1
-
-
-@nb.njit(nogil=True, cache=True, inline="always")
-def _varint_size(v):
-    u = (v << 1) ^ (v >> 63)
-    n = 1
-    while u >= 0x80:
-        u >>= 7
-        n += 1
-    return n
 
 
 @nb.njit(nogil=True, cache=True)

@@ -13,9 +13,10 @@ about 1 M records/s before anything else; this kernel walks ~100 M records/s.
 from __future__ import annotations
 
 import numba as nb
-import numpy as np
 
 from native.buffers import as_u8
+from native.varint import read_uvarint as _uvarint
+from native.varint import unzigzag as _zz
 
 __all__ = ["walk_records", "WALK_OK", "WALK_STATUS"]
 
@@ -34,28 +35,6 @@ WALK_STATUS = {
     10: "a varint or field runs past the end",
     11: "trailing bytes after the records",
 }
-
-
-@nb.njit(nogil=True, cache=True, inline="always")
-def _uvarint(buf, p, end, max_bytes):
-    """(raw zigzag value, new position); position -1 when truncated or overlong."""
-    result = 0
-    shift = 0
-    for _ in range(max_bytes):
-        if p >= end:
-            return 0, -1
-        b = np.int64(buf[p])
-        p += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, p
-        shift += 7
-    return 0, -1
-
-
-@nb.njit(nogil=True, cache=True, inline="always")
-def _zz(u):
-    return (u >> 1) ^ -(u & 1)
 
 
 @nb.njit(nogil=True, cache=True)

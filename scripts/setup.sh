@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the broker and its tests need, idempotently: Debian packages (kcat,
-# xfsprogs, e2fsprogs), a
-# virtualenv in .venv with the project and its test dependencies, and warm numba caches.
+# zookeeper, xfsprogs, ...), a virtualenv in .venv with the project and its test dependencies, and
+# warm numba caches.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +11,14 @@ command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
 command -v xfs_io >/dev/null 2>&1 || need_apt+=(xfsprogs)
 command -v mkfs.ext4 >/dev/null 2>&1 || need_apt+=(e2fsprogs)
 command -v losetup >/dev/null 2>&1 || need_apt+=(mount)
+# the Spark tests run a real standalone cluster (pyspark 4 needs Java 17+)
+command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
+# tests/ops: the unit checks, socket buffer checks, the --watch terminal
+command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
+command -v ss >/dev/null 2>&1 || need_apt+=(iproute2)
+command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
+# cluster tests and the quick start start a real ZooKeeper server from Debian's package
+[ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
   SUDO=""

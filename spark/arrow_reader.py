@@ -3,7 +3,7 @@
 The walk: :class:`appliance.storage.reader.LogReader` finds the byte range of whole batches from
 an offset (offset index + native scan), the range is mmap'd read-only, :func:`native.scan_batches`
 checks every batch's CRC32C, compressed records sections are inflated, and
-:func:`spark.decode_kernel.decode_records` turns the records into Arrow buffers. Control batches
+:func:`native.decode.decode_records` turns the records into Arrow buffers. Control batches
 are skipped, as Kafka consumers skip them; offset gaps (compacted topics) need no special case.
 
 A batch that fails its CRC or does not decode raises CorruptRecordError naming the segment file
@@ -29,10 +29,11 @@ from appliance.records import batch_layout as L
 from appliance.records.compression import DEFAULT_MAX_DECOMPRESSED, decompress
 from appliance.storage.reader import LogReader
 from native import SCAN_END, scan_batches
-from spark.decode_kernel import DECODE_ERRORS, DECODE_OK, DecodeOutput, decode_records
+from native.decode import DECODE_ERRORS, DECODE_OK, DecodeOutput, decode_records
+from spark.progress import ReadStats
 from spark.schema import arrow_schema
 
-__all__ = ["read_range", "DataLossWarning"]
+__all__ = ["read_range", "DataLossWarning", "decode_scanned", "to_record_batch", "STOP_WHY"]
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ _PAGE = mmap.ALLOCATIONGRANULARITY
 _BINARY = pa.binary()
 _ATTR = np.dtype(">i2")
 _I64 = np.dtype(">i8")
-_STOP_WHY = {1: "a batch runs past the end of the data", 2: "bad batch header",
+STOP_WHY = {1: "a batch runs past the end of the data", 2: "bad batch header",
              3: "CRC32C mismatch", 4: "offsets go backwards"}
 
 
@@ -65,7 +66,7 @@ def _constant_string(value: str, n: int) -> pa.Array:
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
-def _to_record_batch(out: DecodeOutput, topic: str, partition: int, schema: pa.Schema,
+def to_record_batch(out: DecodeOutput, topic: str, partition: int, schema: pa.Schema,
                      include_headers: bool) -> pa.RecordBatch:
     n = out.rows
     cols = [
@@ -90,7 +91,7 @@ def _to_record_batch(out: DecodeOutput, topic: str, partition: int, schema: pa.S
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
-def _decode_chunk(buf: np.ndarray, base_pos: int, scan, path: str, file_pos0: int,
+def decode_scanned(buf: np.ndarray, base_pos: int, scan, path: str, file_pos0: int,
                   lo: int, hi: int, include_headers: bool) -> DecodeOutput | None:
     """Decode the batches ``scan`` found in ``buf``; None when all of them are control batches."""
     pos = scan.positions
@@ -152,8 +153,8 @@ def _data_loss(what: str, fail: bool) -> None:
 
 def read_range(path: str, topic: str, partition: int, start: int, end: int, *,
                include_headers: bool = False, fail_on_data_loss: bool = True,
-               chunk_bytes: int = 8 << 20, schema: pa.Schema | None = None
-               ) -> Iterator[pa.RecordBatch]:
+               chunk_bytes: int = 8 << 20, schema: pa.Schema | None = None,
+               stats: ReadStats | None = None) -> Iterator[pa.RecordBatch]:
     """Yield Arrow batches of the records with ``start <= offset < end`` of one partition.
 
     ``end`` must not exceed the high watermark (the caller's bound). Raises CorruptRecordError
@@ -189,20 +190,24 @@ def read_range(path: str, topic: str, partition: int, start: int, end: int, *,
             # the map; it is unmapped when the last reference goes.
             mm = mmap.mmap(sl.fd, sl.length + skew, access=mmap.ACCESS_READ, offset=aligned)
             buf = np.frombuffer(mm, np.uint8)
+            if stats is not None:
+                stats.bytes_mapped += sl.length
             scan = scan_batches(buf, skew, skew + sl.length, verify_crc=True)
             if scan.stop_reason != SCAN_END:
                 bad = scan.stop_position - skew + sl.position
-                why = _STOP_WHY.get(int(scan.stop_reason), str(scan.stop_reason))
+                why = STOP_WHY.get(int(scan.stop_reason), str(scan.stop_reason))
                 raise CorruptRecordError(f"{_file_name(sl)}: corrupt batch at byte {bad}: {why}")
             if scan.count == 0:
                 return
-            out = _decode_chunk(buf, skew, scan, _file_name(sl), sl.position, start, end,
+            out = decode_scanned(buf, skew, scan, _file_name(sl), sl.position, start, end,
                                 include_headers)
             nxt = int(scan.last_offsets[scan.count - 1]) + 1
             del scan, buf, mm
             if out is not None and out.rows:
-                rb = _to_record_batch(out, topic, partition, schema, include_headers)
+                rb = to_record_batch(out, topic, partition, schema, include_headers)
                 del out
+                if stats is not None:
+                    stats.add_rows(rb.num_rows)
                 yield rb
             offset = max(nxt, offset + 1)
     finally:

@@ -7,9 +7,13 @@ Register it once per session, then use it like Spark's Kafka source::
     df = (spark.read.format("appliance").option("log.dirs", "/data/d0,/data/d1")
           .option("subscribe", "events").option("shm.name", "appliance-b0-p9092").load())
 
-Reads never go through the broker: the driver plans offset ranges from the partition
-directories and the high watermarks (shared partition table, or checkpoint files when no broker
-runs), and each task mmaps the segment files and yields Arrow record batches. Writes go through
+With ``log.dirs`` only, reads never go through the broker: the driver plans offset ranges from
+the partition directories and the high watermarks (shared partition table, or checkpoint files
+when no broker runs), and each task mmaps the segment files and yields Arrow record batches.
+With ``kafka.bootstrap.servers`` the driver plans from the broker (Metadata, ListOffsets) and
+each task reads in place when the partition's log is on its host, else fetches it (Fetch, below
+the high watermark) and decodes it with the same kernel; it logs which (:mod:`spark.progress`).
+Writes go through
 the broker (Kafka Produce) from one writer per task.
 
 Spark instantiates these classes in its Python workers; each object lives in one worker and is
@@ -18,6 +22,9 @@ used by one thread at a time.
 
 from __future__ import annotations
 
+import logging
+import os
+import socket
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -35,9 +42,9 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from appliance.errors import OffsetOutOfRangeError
+from appliance.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from spark.arrow_reader import read_range
-from spark.catalog import load_catalog
+from spark.catalog import Catalog, load_catalog
 from spark.options import (
     ReadOptions,
     bool_option,
@@ -54,18 +61,94 @@ from spark.planning import (
     select_partitions,
     split_ranges,
 )
+from spark.progress import IN_PLACE, REMOTE, ReadStats, progress_log
 from spark.schema import arrow_schema, spark_schema
 
 __all__ = ["ApplianceDataSource", "ApplianceBatchReader", "ApplianceStreamReader"]
+
+log = logging.getLogger(__name__)
+#: bytes per Fetch of the remote path (the broker's default message.max.bytes order of size)
+_MAX_FETCH_BYTES = 4 << 20
+
+
+def _load_catalog(opts: ReadOptions) -> tuple[Catalog, tuple[int, ...]]:
+    """The catalog the driver plans from, and the broker ids at the bootstrap server (if any)."""
+    if not opts.remote:
+        return load_catalog(opts.log_dirs, opts.shm_name), ()
+    # Imported here: Python workers that only read in place skip the client's import time.
+    from spark.broker_catalog import BrokerView, broker_catalog
+
+    view = BrokerView(opts.bootstrap_servers, opts.request_timeout_ms)
+    try:
+        catalog = broker_catalog(view, opts.log_dirs, opts.shm_name)
+        return catalog, view.broker_ids
+    finally:
+        view.close()
+
+
+def _local_path(opts: ReadOptions, r: TopicRange) -> str | None:
+    """The partition's directory on this host, if it is there and belongs to the right broker."""
+    candidates = [r.path] if r.path else []
+    candidates += [os.path.join(d, f"{r.topic}-{r.partition}") for d in opts.log_dirs]
+    path = next((c for c in candidates if c and os.path.isdir(c)), None)
+    if path is None or not opts.remote or not r.brokers:
+        return path
+    from spark.broker_catalog import local_broker_id
+
+    local = local_broker_id(opts.log_dirs, opts.shm_name)
+    if local is not None and local[0] not in r.brokers:
+        log.warning("%s holds %s-%d of broker %d, not of the broker(s) %s at %s: reading over "
+                    "the network", path, r.topic, r.partition, local[0], list(r.brokers),
+                    opts.bootstrap_servers)
+        return None
+    return path
 
 
 def _read(opts: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(partition, TopicRange):
         return iter(())  # Spark hands over InputPartition(None) when planning found nothing
-    return read_range(partition.path, partition.topic, partition.partition, partition.start,
-                      partition.end, include_headers=opts.include_headers,
-                      fail_on_data_loss=opts.fail_on_data_loss, chunk_bytes=opts.chunk_bytes,
-                      schema=arrow_schema(opts.include_headers))
+    return _read_range(opts, partition)
+
+
+def _read_range(opts: ReadOptions, r: TopicRange) -> Iterator[pa.RecordBatch]:
+    """In place when the partition's log is on this host, else over the Kafka protocol."""
+    path = _local_path(opts, r)
+    if path is None and not opts.remote:
+        raise UnknownTopicOrPartitionError(
+            f"{r.topic}-{r.partition}: not in log.dirs {','.join(opts.log_dirs)} on host "
+            f"{socket.gethostname()} (this executor is not on the broker's host?); set "
+            "kafka.bootstrap.servers to read it through the broker")
+    stats = ReadStats(r.topic, r.partition, r.start, r.end, IN_PLACE if path else REMOTE,
+                      opts.progress_interval_ms)
+    progress_log.info("appliance read %s-%d [%d, %d) %s %s", r.topic, r.partition, r.start,
+                      r.end, stats.how, path or f"from {opts.bootstrap_servers}")
+    schema = arrow_schema(opts.include_headers)
+    if path:
+        yield from read_range(path, r.topic, r.partition, r.start, r.end,
+                              include_headers=opts.include_headers,
+                              fail_on_data_loss=opts.fail_on_data_loss,
+                              chunk_bytes=opts.chunk_bytes, schema=schema, stats=stats)
+    else:
+        from spark.broker_catalog import BrokerView
+        from spark.remote_reader import fetch_range
+
+        view = BrokerView(opts.bootstrap_servers, opts.request_timeout_ms)
+        try:
+            yield from fetch_range(view, r.topic, r.partition, r.start, r.end,
+                                   include_headers=opts.include_headers,
+                                   fail_on_data_loss=opts.fail_on_data_loss,
+                                   chunk_bytes=min(opts.chunk_bytes, _MAX_FETCH_BYTES),
+                                   schema=schema, stats=stats)
+        finally:
+            view.close()
+    stats.done()
+
+
+def _plan(opts: ReadOptions, plans, brokers: tuple[int, ...]) -> list[InputPartition]:
+    ranges = split_ranges(plans, opts.min_partitions)
+    for r in ranges:
+        r.brokers = brokers
+    return list(ranges)
 
 
 class ApplianceDataSource(DataSource):
@@ -107,9 +190,9 @@ class ApplianceBatchReader(DataSourceReader):
         """Raises KafkaStorageError, UnknownTopicOrPartitionError, InvalidConfigError,
         OffsetOutOfRangeError (see :func:`spark.planning.resolve_offsets`)."""
         opts = self.opts
-        catalog = load_catalog(opts.log_dirs, opts.shm_name)
+        catalog, brokers = _load_catalog(opts)
         plans = resolve_offsets(opts, catalog)
-        return list(split_ranges([(p.state, p.start, p.end) for p in plans], opts.min_partitions))
+        return _plan(opts, [(p.state, p.start, p.end) for p in plans], brokers)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.opts, partition)
@@ -129,9 +212,10 @@ class ApplianceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
         self._cap: dict[tuple[str, int], int] | None = None  # Trigger.AvailableNow snapshot
+        self._brokers: tuple[int, ...] = ()
 
     def _states(self):
-        catalog = load_catalog(self.opts.log_dirs, self.opts.shm_name)
+        catalog, self._brokers = _load_catalog(self.opts)
         return {(s.topic, s.partition): s for s in select_partitions(self.opts, catalog)}
 
     def initialOffset(self) -> dict:
@@ -187,7 +271,7 @@ class ApplianceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             a = check_data_loss(s, a, self.opts.fail_on_data_loss)
             if b > a:
                 plans.append((s, a, b))
-        return list(split_ranges(plans, self.opts.min_partitions))
+        return _plan(self.opts, plans, self._brokers)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.opts, partition)

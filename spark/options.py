@@ -34,7 +34,8 @@ READ_OPTIONS = frozenset({
     "startingtimestamp", "endingtimestamp", "startingoffsetsbytimestamp",
     "endingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy", "maxoffsetspertrigger",
     "minpartitions", "failondataloss", "includeheaders", "log.dirs", "shm.name", "broker.id",
-    "broker.port", "read.chunk.bytes", "path",
+    "broker.port", "read.chunk.bytes", "path", "kafka.bootstrap.servers",
+    "kafka.request.timeout.ms", "progress.interval.ms",
 })
 WRITE_OPTIONS = frozenset({
     "topic", "kafka.bootstrap.servers", "includeheaders", "kafka.acks", "kafka.compression.type",
@@ -80,6 +81,14 @@ class ReadOptions:
     include_headers: bool
     shm_name: str | None
     chunk_bytes: int
+    bootstrap_servers: str | None = None  # set: plan from the broker, read remotely if not local
+    request_timeout_ms: int = 30000
+    progress_interval_ms: int = 10000  # a long task logs its progress this often
+
+    @property
+    def remote(self) -> bool:
+        """Whether offsets are planned from the broker (kafka.bootstrap.servers given)."""
+        return self.bootstrap_servers is not None
 
     def matches(self, topic: str) -> bool:
         """Whether ``topic`` is selected by subscribe / subscribePattern / assign."""
@@ -212,9 +221,18 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
     opts = _check_known(options, READ_OPTIONS, "read")
     raw_dirs = opts.get("log.dirs", "")
     dirs = tuple(d.strip() for d in raw_dirs.split(",") if d.strip())
-    if not dirs:
-        raise InvalidConfigError("option log.dirs is required: the comma-separated log "
-                                 "directories of the broker whose topics to read")
+    bootstrap = opts.get("kafka.bootstrap.servers", "").strip() or None
+    if bootstrap is not None:
+        from appliance.client.connection import parse_bootstrap
+
+        try:
+            parse_bootstrap(bootstrap)
+        except ValueError as e:
+            raise _bad("kafka.bootstrap.servers", bootstrap, str(e)) from None
+    if not dirs and bootstrap is None:
+        raise InvalidConfigError("option log.dirs or kafka.bootstrap.servers is required: the "
+                                 "comma-separated log directories of the broker whose topics "
+                                 "to read in place, and/or the broker to fetch them from")
     chosen = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
     if len(chosen) != 1:
         raise InvalidConfigError(
@@ -270,6 +288,9 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         include_headers=bool_option(opts, "includeHeaders", False),
         shm_name=shm,
         chunk_bytes=_int_option(opts, "read.chunk.bytes", 4096) or (8 << 20),
+        bootstrap_servers=bootstrap,
+        request_timeout_ms=_int_option(opts, "kafka.request.timeout.ms", 1) or 30000,
+        progress_interval_ms=_int_option(opts, "progress.interval.ms", 1) or 10000,
     )
 
 

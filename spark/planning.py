@@ -21,7 +21,6 @@ from spark.catalog import (
     Catalog,
     PartitionState,
     offset_for_timestamp,
-    require_topics,
     segment_bases,
 )
 from spark.options import EARLIEST, LATEST, OffsetSpec, ReadOptions
@@ -32,7 +31,13 @@ log = logging.getLogger(__name__)
 
 
 class TopicRange(InputPartition):
-    """One task's work: offsets [start, end) of one partition directory (picklable)."""
+    """One task's work: offsets [start, end) of one partition (picklable).
+
+    ``path`` is the partition directory on the driver's host ("" when it has none there);
+    ``brokers`` the broker ids the bootstrap server listed at planning (remote planning only).
+    """
+
+    brokers: tuple[int, ...] = ()
 
     def __init__(self, topic: str, partition: int, path: str, start: int, end: int) -> None:
         super().__init__((topic, partition, start, end))
@@ -59,14 +64,18 @@ def select_partitions(opts: ReadOptions, catalog: Catalog) -> list[PartitionStat
     Raises UnknownTopicOrPartitionError for a subscribed topic or assigned partition that is
     not in the log dirs (a pattern matching nothing selects nothing, as in Spark).
     """
+    where = (f"log.dirs {','.join(opts.log_dirs)}" if not opts.remote
+             else f"the broker at kafka.bootstrap.servers={opts.bootstrap_servers}")
     if opts.subscribe is not None:
-        require_topics(catalog, set(opts.subscribe), opts.log_dirs)
+        missing_topics = sorted(set(opts.subscribe) - catalog.topics())
+        if missing_topics:
+            raise UnknownTopicOrPartitionError(
+                f"topic(s) {', '.join(missing_topics)} not found in {where}")
     if opts.assign is not None:
         missing = [f"{t}-{p}" for t, p in opts.assign if (t, p) not in catalog.partitions]
         if missing:
             raise UnknownTopicOrPartitionError(
-                f"assigned partition(s) {', '.join(missing)} not found in log.dirs "
-                f"{','.join(opts.log_dirs)}")
+                f"assigned partition(s) {', '.join(missing)} not found in {where}")
         keys = sorted(set(opts.assign))
     else:
         keys = sorted(k for k in catalog.partitions if opts.matches(k[0]))
@@ -97,7 +106,7 @@ def _resolve(spec: OffsetSpec, s: PartitionState, *, starting: bool, opts: ReadO
     if spec.kind in ("timestamp", "timestamps"):
         ts = spec.timestamp if spec.kind == "timestamp" else spec.lookup(s.topic, s.partition)
         assert ts is not None
-        off = offset_for_timestamp(s.path, ts, s.earliest, s.high_watermark)
+        off = _offset_for_timestamp(s, ts, opts)
         if off is None:
             if starting and opts.timestamp_strategy == "error":
                 raise OffsetOutOfRangeError(
@@ -116,6 +125,20 @@ def _resolve(spec: OffsetSpec, s: PartitionState, *, starting: bool, opts: ReadO
             f"{s.topic}-{s.partition}: {what} offset {v} is beyond the high watermark "
             f"{s.high_watermark}")
     return v
+
+
+def _offset_for_timestamp(s: PartitionState, ts: int, opts: ReadOptions) -> int | None:
+    if s.path:
+        return offset_for_timestamp(s.path, ts, s.earliest, s.high_watermark)
+    # Not on this host: ask the broker (ListOffsets by time), bounded by the planned watermark.
+    from spark.broker_catalog import BrokerView
+
+    view = BrokerView(opts.bootstrap_servers, opts.request_timeout_ms)
+    try:
+        off = view.offset_for_timestamp(s.topic, s.partition, ts)
+    finally:
+        view.close()
+    return None if off is None or off >= s.high_watermark else max(off, s.earliest)
 
 
 def resolve_start(spec: OffsetSpec, s: PartitionState, opts: ReadOptions) -> int:

@@ -5,6 +5,11 @@ Used by the data source's writers: records are grouped per partition into v2 bat
 (api key 0). Partitions are chosen as Kafka's default partitioner does: an explicit partition,
 else murmur2 of the key, else one sticky partition per flushed batch.
 
+Idempotent (with acks=all, the default): the producer takes a producer id (InitProducerId) and
+numbers each partition's batches, so a Produce retried after a timeout, a dropped connection or
+a retriable error is written once — the broker answers DUPLICATE_SEQUENCE_NUMBER (or the
+original offset) for a batch it already has. Retries resend the very same bytes.
+
 Not thread-safe: one producer per task.
 """
 
@@ -30,6 +35,13 @@ __all__ = ["Producer"]
 _CODECS = {"none": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
            "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
 _RETRY_METADATA = (ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+_RETRIABLE = frozenset({
+    ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NETWORK_EXCEPTION, ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.KAFKA_STORAGE_ERROR,
+    ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+})
+#: Produce attempts after the first, like the Java producer's bounded delivery retries
+PRODUCE_RETRIES = 5
 
 
 class Producer:
@@ -41,7 +53,8 @@ class Producer:
     """
 
     def __init__(self, bootstrap_servers: str, *, acks: int = -1, compression: str = "none",
-                 batch_records: int = 4096, timeout_ms: int = 30000) -> None:
+                 batch_records: int = 4096, timeout_ms: int = 30000,
+                 idempotent: bool = True, retries: int = PRODUCE_RETRIES) -> None:
         try:
             self._servers = parse_bootstrap(bootstrap_servers)
         except ValueError as e:
@@ -57,6 +70,13 @@ class Producer:
         self._pending: dict[tuple[str, int], list] = {}
         self._sticky = StickyPartitioner()
         self.sent = 0
+        # Kafka's rule: idempotence needs acks=all (a batch acknowledged by the leader alone could
+        # be lost and resent under the same sequence).
+        self.idempotent = idempotent and acks == -1
+        self.retries = retries
+        self.producer_id, self.producer_epoch = -1, -1
+        self._sequences: dict[tuple[str, int], int] = {}
+        self.retried = 0  # Produce requests sent again (for tests and logs)
 
     def _bootstrap(self) -> BrokerConnection:
         if self._boot is None:
@@ -120,29 +140,80 @@ class Producer:
             self.flush()
             self._sticky.next(topic, n)
 
+    def _init_producer_id(self) -> None:
+        resp = self._bootstrap().request(22, {"transactional_id": None,
+                                              "transaction_timeout_ms": self.timeout_ms})
+        if resp.error_code:
+            raise error_for_code(resp.error_code)(
+                f"InitProducerId: {ErrorCode(resp.error_code).name}")
+        self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
+
     def flush(self) -> None:
-        """Send everything queued and wait for the acknowledgements (acks option)."""
+        """Send everything queued and wait for the acknowledgements (acks option).
+
+        Retries a request up to ``retries`` times on connection errors and retriable error
+        codes, resending the same batches (idempotent: written once)."""
+        if self.idempotent and self.producer_id < 0:
+            self._init_producer_id()
         by_leader: dict[int, dict[str, list]] = {}
         for (topic, part), recs in self._pending.items():
             if not recs:
                 continue
             leader = self._metadata(topic)[part]
+            kw = {}
+            if self.idempotent:
+                seq = self._sequences.get((topic, part), 0)
+                kw = {"producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
+                      "base_sequence": seq}
+                self._sequences[(topic, part)] = (seq + len(recs)) % (1 << 31)
             by_leader.setdefault(leader, {}).setdefault(topic, []).append(
-                {"index": part, "records": build_batch(recs, compression=self.codec)})
+                {"index": part, "records": build_batch(recs, compression=self.codec, **kw)})
             self.sent += len(recs)
         self._pending = {}
         for leader, topics in by_leader.items():
-            resp = self._conn(leader).request(0, {
-                "transactional_id": None, "acks": self.acks, "timeout_ms": self.timeout_ms,
-                "topic_data": [{"name": t, "partition_data": d} for t, d in topics.items()]})
-            if resp is None:  # acks=0
-                continue
-            for t in resp.responses:
-                for pr in t.partition_responses:
-                    if pr.error_code:
-                        raise error_for_code(pr.error_code)(
-                            f"producing to {t.name}-{pr.index}: "
-                            f"{ErrorCode(pr.error_code).name}")
+            self._produce(leader, topics)
+
+    def _produce(self, leader: int, topics: dict[str, list]) -> None:
+        body = {"transactional_id": None, "acks": self.acks, "timeout_ms": self.timeout_ms,
+                "topic_data": [{"name": t, "partition_data": d} for t, d in topics.items()]}
+        delay = 0.1
+        for attempt in range(self.retries + 1):
+            last = attempt == self.retries
+            try:
+                resp = self._conn(leader).request(0, body)
+            except ConnectionFailed:
+                if last:
+                    raise
+                self._drop(leader)
+            else:
+                if resp is None:  # acks=0
+                    return
+                retry = self._check(resp, last)
+                if not retry:
+                    return
+            self.retried += 1
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    def _check(self, resp, last: bool) -> bool:
+        """Whether to resend; raises for errors that are final."""
+        retry = False
+        for t in resp.responses:
+            for pr in t.partition_responses:
+                code = pr.error_code
+                if not code or (code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER and self.idempotent):
+                    continue  # a retried batch the broker already had: written once
+                if code in _RETRIABLE and not last:
+                    retry = True
+                    continue
+                raise error_for_code(code)(f"producing to {t.name}-{pr.index}: "
+                                           f"{ErrorCode(code).name}")
+        return retry
+
+    def _drop(self, node: int) -> None:
+        c = self._conns.pop(node, None)
+        if c is not None:
+            c.close()
 
     def close(self) -> None:
         for c in self._conns.values():

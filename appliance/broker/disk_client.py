@@ -15,7 +15,7 @@ import itertools
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from appliance.broker.plumbing import Plumbing, drain_doorbell, ring_doorbell
 from appliance.errors import ErrorCode
@@ -39,11 +39,9 @@ class Completion(NamedTuple):
     body: bytes = b""  # an encoded response body (GROUP requests)
 
 
-def _resolver(fut: asyncio.Future) -> Callable[[Completion], None]:
-    def resolve(completion: Completion) -> None:
-        if not fut.done():
-            fut.set_result(completion)
-    return resolve
+def _resolve(fut: asyncio.Future, completion: Completion) -> None:
+    if not fut.done():
+        fut.set_result(completion)
 
 
 class DiskClient:
@@ -56,7 +54,8 @@ class DiskClient:
         for ch in self.channels:
             ch.completions.discard_all()  # answers meant for this slot's previous process
         self._ids = itertools.count(1)
-        self._pending: dict[int, tuple[Callable[[Completion], None], int]] = {}
+        # request id -> (on_done, its token, disk): on_done(token, completion) answers it
+        self._pending: dict[int, tuple[Callable[[Any, Completion], None], Any, int]] = {}
         self._incarnations = [self._incarnation(d) for d in range(plumbing.num_disks)]
         self._space_waiters: list[asyncio.Future] = []
         self._to_ring: set[int] = set()
@@ -71,15 +70,16 @@ class DiskClient:
         return self.channels[0].requests.max_message() - REQUEST.size
 
     def submit_nowait(self, disk: int, msg_type: int, slot: int, payload: bytes | memoryview,
-                      acks: int, timeout_ms: int, on_done: Callable[[Completion], None]) -> None:
-        """Queue a request and call ``on_done(completion)`` from :meth:`on_doorbell` when it is
+                      acks: int, timeout_ms: int, on_done: Callable[[Any, Completion], None],
+                      token: Any = None) -> None:
+        """Queue a request and call ``on_done(token, completion)`` from :meth:`on_doorbell` when it is
         answered: no task and no future, so an answer costs one pass of the event loop (acks=0
         produce: ``on_done`` is never called). When the ring is full the request waits in an
         overflow queue, behind which later requests to that disk wait too: produce order holds."""
         request_id = next(self._ids)
         header = _REQ.pack(request_id, slot, acks, 0, timeout_ms)
         if not (acks == 0 and msg_type == MsgType.PRODUCE):
-            self._pending[request_id] = (on_done, disk)
+            self._pending[request_id] = (on_done, token, disk)
         overflow = self._overflow[disk]
         if not overflow and self.channels[disk].requests.put(msg_type, header, payload):
             self._schedule_ring(disk)
@@ -125,7 +125,7 @@ class DiskClient:
         if acks == 0 and msg_type == MsgType.PRODUCE:
             return None
         fut = loop.create_future()
-        self._pending[request_id] = (_resolver(fut), disk)
+        self._pending[request_id] = (_resolve, fut, disk)
         return await fut
 
     def _schedule_ring(self, disk: int) -> None:
@@ -168,7 +168,7 @@ class DiskClient:
                 ring.release()
                 entry = self._pending.pop(request_id, None)
                 if entry is not None:
-                    self._deliver(entry[0], Completion(err, base, lat, lso, body))
+                    self._deliver(entry, Completion(err, base, lat, lso, body))
         for d, overflow in enumerate(self._overflow):
             if overflow:
                 self._drain_overflow(d)
@@ -185,15 +185,15 @@ class DiskClient:
             if inc != self._incarnations[d] or state == WorkerState.DEAD:
                 self._incarnations[d] = inc
                 self._overflow[d].clear()  # never queued: answered below like the rest
-                for rid, (on_done, disk) in list(self._pending.items()):
-                    if disk == d:
+                for rid, entry in list(self._pending.items()):
+                    if entry[2] == d:
                         del self._pending[rid]
-                        self._deliver(on_done, Completion(ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1, -1))
+                        self._deliver(entry, Completion(ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1, -1))
 
     @staticmethod
-    def _deliver(on_done: Callable[[Completion], None], completion: Completion) -> None:
+    def _deliver(entry: tuple, completion: Completion) -> None:
         try:
-            on_done(completion)
+            entry[0](entry[1], completion)
         except Exception:  # one broken callback must not strand the other completions
             log.exception("completion callback failed")
 

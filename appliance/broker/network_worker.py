@@ -21,25 +21,23 @@ import socket
 import time
 
 import appliance.protocol as proto
+from appliance.broker import handlers
 from appliance.broker.broker_context import BrokerContext
 from appliance.broker.disk_client import DiskClient
+from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.broker.gc_policy import freeze_startup_objects
+from appliance.broker.handlers.answer import CloseConnection
 from appliance.broker.plumbing import Plumbing
 from appliance.config import BrokerConfig
 from appliance.shm.layout import WorkerState
 from appliance.shm.partition_table import PartitionTable
 
-__all__ = ["NetworkWorker", "KafkaConnection", "CloseConnection"]
+__all__ = ["NetworkWorker", "KafkaConnection"]
 
 log = logging.getLogger("appliance.network")
 
 MAX_IN_FLIGHT = 64  # per connection; past it we stop reading (backpressure, uvicorn's FlowControl)
-SEND_BUFFER_BYTES = 4 << 20  # fewer writability wake-ups per large fetch response
 STOP_GRACE_S = 5.0
-
-
-class CloseConnection(Exception):
-    """Raised by a handler (or queued for a rejected request): answer nothing, close."""
 
 
 def _all_bytes(chunks: object) -> bool:
@@ -70,7 +68,10 @@ class KafkaConnection(asyncio.Protocol):
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+                for opt, key in ((socket.SO_SNDBUF, "socket.send.buffer.bytes"),
+                                 (socket.SO_RCVBUF, "socket.receive.buffer.bytes")):
+                    if self.ctx.config[key] > 0:  # -1: the OS default
+                        sock.setsockopt(socket.SOL_SOCKET, opt, self.ctx.config[key])
             self._sock_fd = sock.fileno()
         # pause_writing as soon as anything is buffered, resume when the buffer is empty: that is
         # exactly when the socket is ours for a direct sendfile
@@ -160,23 +161,14 @@ class KafkaConnection(asyncio.Protocol):
         self._queue(fut)
 
     def _dispatch(self, event: proto.Request) -> None:
-        if not self.ctx.can_start(event):
-            self._queue(asyncio.ensure_future(self.ctx.handle(event, self._client_host)))
+        if event.api_key not in handlers.TASK_FREE:
+            self._queue(asyncio.ensure_future(handlers.run(self.ctx, event, self._client_host)))
             return
-        fut = asyncio.get_running_loop().create_future()
-
-        def respond(chunks: object) -> None:
-            if fut.done():
-                return
-            if isinstance(chunks, BaseException):
-                fut.set_exception(chunks)
-            else:
-                fut.set_result(chunks)
-            self.ctx.answer_ready(self)
-
-        # no task: answered from a doorbell callback; queued first, as the answer may come at once
-        self._queue(fut, notify=False)
-        self.ctx.start(event, respond)
+        # no task: answered from a doorbell callback, which sets the future and then calls
+        # flush_answers (through ctx.wakeups); queued first, as the answer may come at once
+        answer = asyncio.get_running_loop().create_future()
+        self._queue(answer, notify=False)
+        handlers.start(self.ctx, event, answer, self)
 
     def _queue(self, fut: asyncio.Future, notify: bool = True) -> None:
         self._responses.append(fut)
@@ -294,10 +286,9 @@ class NetworkWorker:
         except ImportError:
             pass
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        asyncio.run(self._main())
-        return 0
+        return asyncio.run(self._main())
 
-    async def _main(self) -> None:
+    async def _main(self) -> int:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -309,15 +300,22 @@ class NetworkWorker:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((host, port))
+        try:
+            sock.bind((host, port))
+        except OSError as e:  # respawning cannot help: the supervisor halts start-up
+            log.error("network worker %d cannot listen on %s:%d: %s", self.index, host, port,
+                      e.strerror)
+            sock.close()
+            ctx.close()
+            return EXIT_BOOT_ERROR
         sock.listen(1024)
         sock.setblocking(False)
         server = await loop.create_server(lambda: KafkaConnection(ctx), sock=sock)
         bell = self.plumbing.net_bells[self.index]
-        loop.add_reader(bell, ctx.on_doorbell)
+        loop.add_reader(bell, ctx.wakeups.on_doorbell)
         freeze_startup_objects()
         table.set_worker_state(self.slot, WorkerState.READY)
-        beat = asyncio.ensure_future(self._heartbeat(table, disks, ctx))
+        beat = asyncio.ensure_future(self._heartbeat(table, disks))
         await stop.wait()
         # graceful: no new connections, finish what is in flight, then go
         server.close()
@@ -331,10 +329,10 @@ class NetworkWorker:
         loop.remove_reader(bell)
         table.set_worker_state(self.slot, WorkerState.DEAD)
         ctx.close()
+        return EXIT_OK
 
-    async def _heartbeat(self, table: PartitionTable, disks: DiskClient, ctx: BrokerContext) -> None:
+    async def _heartbeat(self, table: PartitionTable, disks: DiskClient) -> None:
         while True:
             table.heartbeat(self.slot)
             disks.check_disks()
-            ctx.periodic()
             await asyncio.sleep(0.25)

@@ -13,6 +13,7 @@ import contextlib
 import os
 from typing import BinaryIO
 
+from appliance.storage.log_dir import read_topic_properties
 from appliance.storage.reader import LogReader
 
 __all__ = ["Readers"]
@@ -51,7 +52,6 @@ class Readers:
 
     def topic_overrides(self, disk: int, topic: str) -> dict[str, str]:
         """The topic's config overrides as saved beside its partition 0 (or the first found)."""
-        from appliance.storage.log_dir import read_topic_properties
         return read_topic_properties(os.path.join(self.log_dirs[disk], f"{topic}-0"))
 
     def file(self, path_or_fd: str | int) -> BinaryIO:

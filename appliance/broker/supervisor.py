@@ -1,9 +1,14 @@
 """The supervisor: forks one disk worker per log.dir and the network workers, keeps them alive.
 
-Shape (gunicorn's Arbiter): signal handlers only enqueue; one short loop handles queued signals,
-then checks heartbeats, then reconciles the workers against the fixed slots. A worker that exits
-with :data:`EXIT_BOOT_ERROR` could not start (bad log dir, port taken): respawning would only loop,
-so the supervisor halts instead.
+Shape (gunicorn's Arbiter): signal handlers only enqueue; one short loop hands each queued signal
+to its ``handle_<name>`` method (:attr:`Supervisor.SIGNAL_NAMES`), then checks heartbeats and
+start-up deadlines, then reconciles the workers against the fixed slots. A worker of any kind that
+exits with :data:`EXIT_BOOT_ERROR` could not start (bad log dir, port taken): respawning would only
+loop, so the supervisor halts with that status. A worker that stops heartbeating (or stays
+STARTING past its deadline) gets SIGABRT, so it can leave a traceback, then SIGKILL.
+
+SIGHUP is ignored (not installed): no setting can change without a restart yet, and a hang-up of
+the terminal that started the broker must not stop it.
 
 Only the supervisor talks to systemd (sd_notify READY / STOPPING / WATCHDOG).
 """
@@ -12,29 +17,36 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import faulthandler
 import logging
 import os
+import select
 import signal
 import socket
 import sys
 import time
 from dataclasses import dataclass
 
+from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_CRASHED
 from appliance.broker.gc_policy import freeze_before_fork
+from appliance.broker.limits import raise_open_files_limit
 from appliance.broker.plumbing import Plumbing, ring_doorbell, shm_base_name, unlink_stale
 from appliance.config import BrokerConfig
 from appliance.shm.layout import SlotState, WorkerState
 from appliance.shm.partition_table import PartitionTable
 
-__all__ = ["Supervisor", "EXIT_BOOT_ERROR", "HaltServer"]
+__all__ = ["Supervisor", "HaltServer", "serve", "sd_notify"]
 
 log = logging.getLogger("appliance.supervisor")
 
-EXIT_BOOT_ERROR = 3
 HEARTBEAT_TIMEOUT_S = 30.0  # a worker loop never blocks this long; past it the worker is wedged
 GRACEFUL_TIMEOUT_S = 30.0
 READY_TIMEOUT_S = 600.0  # recovery of a large unclean log dir can take minutes: progress is logged
+NETWORK_READY_TIMEOUT_S = 60.0  # a network worker only attaches and binds
+ABORT_GRACE_S = 5.0  # after SIGABRT, the time a wedged worker gets to write its traceback
 DISK, NETWORK = 0, 1
+STARTING_DEADLINE_S = {DISK: READY_TIMEOUT_S, NETWORK: NETWORK_READY_TIMEOUT_S}
+KIND_NAMES = {DISK: "disk worker", NETWORK: "network worker"}
 
 
 class HaltServer(Exception):
@@ -52,6 +64,7 @@ class _Worker:
     pid: int = 0
     incarnation: int = 0
     started: float = 0.0
+    aborted: float = 0.0  # when it was sent SIGABRT (0: not)
 
 
 def sd_notify(message: str) -> None:
@@ -68,7 +81,14 @@ def sd_notify(message: str) -> None:
 class Supervisor:
     """Owns the shared memory and the worker processes of one broker."""
 
-    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGCHLD, signal.SIGHUP)
+    SIGNAL_NAMES = {signal.SIGTERM: "term", signal.SIGINT: "int", signal.SIGQUIT: "quit",
+                    signal.SIGCHLD: "chld"}
+    SIGNALS = tuple(SIGNAL_NAMES)
+
+    # process primitives, replaced by the unit tests
+    fork = staticmethod(os.fork)
+    waitpid = staticmethod(os.waitpid)
+    kill = staticmethod(os.kill)
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
@@ -94,6 +114,7 @@ class Supervisor:
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         for sig in self.SIGNALS:
             signal.signal(sig, self._signal)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # see the module docstring
 
     # -- start ----------------------------------------------------------------------------
     def _check_port(self) -> None:
@@ -118,6 +139,9 @@ class Supervisor:
 
     def run(self) -> int:
         try:
+            soft, hard = raise_open_files_limit()
+            log.info("open-file limit %d (hard limit %d): segments, indexes and sockets share it",
+                     soft, hard)
             self._check_port()
             for d in self.log_dirs:
                 os.makedirs(d, exist_ok=True)
@@ -135,90 +159,99 @@ class Supervisor:
                     f.write(self.base + "\n")
             self.workers = [_Worker(DISK, d, self.plumbing.disk_slot(d)) for d in range(len(self.log_dirs))]
             self.workers += [_Worker(NETWORK, n, self.plumbing.net_slot(n)) for n in range(self.num_net)]
-            for w in self.workers:
-                if w.kind == DISK:
-                    self._spawn(w)
-            self._wait_disks_ready()
-            for w in self.workers:
-                if w.kind == NETWORK:
-                    self._spawn(w)
+            for kind in (DISK, NETWORK):  # network workers start once every disk is READY
+                for w in self.workers:
+                    if w.kind == kind:
+                        self._spawn(w)
+                self._wait_ready(kind)
             sd_notify("READY=1")
             log.info("broker %s listening on %s:%d (%d disk workers, %d network workers, shm %s)",
                      self.config["broker.id"], self.host, self.port, len(self.log_dirs),
                      self.num_net, self.base)
             while True:
                 self._sleep(1.0)
-                self._handle_signals()
-                if self._stopping:
+                if not self.tick():
                     break
-                self._murder_stale_workers()
-                self._respawn_missing()
             return 0
         except HaltServer as e:
-            log.error("%s", e.reason)
+            # a stop asked for while starting is no error
+            (log.error if e.exit_status else log.info)("%s", e.reason)
             self._stop(graceful=False)
             return e.exit_status
         finally:
             self._cleanup()
 
-    def _wait_disks_ready(self) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
+    def tick(self) -> bool:
+        """One pass of the loop: queued signals, stale workers, respawns. False once stopping."""
+        self._handle_signals()
+        if self._stopping:
+            return False
+        self._murder_stale_workers()
+        self._respawn_missing()
+        return True
+
+    def _wait_ready(self, kind: int) -> None:
+        """Until every worker of ``kind`` is READY; a boot error or a stop halts start-up."""
+        deadline = time.monotonic() + STARTING_DEADLINE_S[kind]
         last_report = time.monotonic()
         while True:
-            pending = [w for w in self.workers if w.kind == DISK
+            pending = [w for w in self.workers if w.kind == kind
                        and self.table.worker(w.slot)[2] != WorkerState.READY]
             if not pending:
                 return
             if time.monotonic() > deadline:
-                raise HaltServer("disk workers did not become ready in time")
+                raise HaltServer(f"{KIND_NAMES[kind]}s did not become ready in time")
             self._sleep(0.05)
             self._handle_signals()
             if self._stopping:
                 raise HaltServer("stopped during start-up", 0)
-            if time.monotonic() - last_report > 5:
+            self._respawn_missing(kind)  # a crash (not a boot error) while starting: try again
+            if kind == DISK and time.monotonic() - last_report > 5:
                 last_report = time.monotonic()
                 log.info("waiting for disk workers to recover their logs: %s",
                          ", ".join(self.log_dirs[w.index] for w in pending))
 
     def _spawn(self, w: _Worker) -> None:
         w.incarnation += 1
+        w.aborted = 0.0
         self.table.set_worker(w.slot, pid=0, kind=w.kind, state=WorkerState.STARTING,
                               incarnation=w.incarnation)
         freeze_before_fork()
-        pid = os.fork()
+        pid = self.fork()
         if pid:
             w.pid, w.started = pid, time.monotonic()
             self.table.set_worker(w.slot, pid=pid, kind=w.kind, state=WorkerState.STARTING,
                                   incarnation=w.incarnation)
             return
         # child
-        code = 1
+        code = EXIT_CRASHED
         try:
             for sig in self.SIGNALS:
                 signal.signal(sig, signal.SIG_DFL)
             os.close(self._wake_r)
             os.close(self._wake_w)
+            faulthandler.enable()  # SIGABRT from the supervisor leaves the wedged stack in the log
             code = self._worker_main(w)
         except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 1
+            code = e.code if isinstance(e.code, int) else EXIT_CRASHED
         except BaseException:
             logging.getLogger("appliance.worker").exception("worker crashed")
-            code = 1
+            code = EXIT_CRASHED
         finally:
             with contextlib.suppress(Exception):
                 logging.shutdown()
             os._exit(code)
 
     def _worker_main(self, w: _Worker) -> int:
+        # imported in the child only: the supervisor itself never loads storage or asyncio code
         if w.kind == DISK:
-            from appliance.broker.disk_worker import DiskWorker
+            from appliance.broker.disk.worker import DiskWorker
             return DiskWorker(w.index, self.log_dirs[w.index], self.config, self.plumbing).run()
         from appliance.broker.network_worker import NetworkWorker
         return NetworkWorker(w.index, self.config, self.plumbing, self.log_dirs).run()
 
     # -- the loop -------------------------------------------------------------------------
     def _sleep(self, timeout: float) -> None:
-        import select
         with contextlib.suppress(InterruptedError):
             r, _, _ = select.select([self._wake_r], [], [], timeout)
             if r:
@@ -229,23 +262,24 @@ class Supervisor:
     def _handle_signals(self) -> None:
         while self._sig_queue:
             sig = self._sig_queue.pop(0)
-            if sig == signal.SIGCHLD:
-                self._reap()
-            elif sig in (signal.SIGTERM, signal.SIGINT):
-                log.info("%s: shutting down (flushing logs, writing checkpoints)",
-                         signal.Signals(sig).name)
-                sd_notify("STOPPING=1")
-                self._stop(graceful=True)
-                self._stopping = True
-            elif sig == signal.SIGQUIT:
-                sd_notify("STOPPING=1")
-                self._stop(graceful=False)
-                self._stopping = True
+            getattr(self, "handle_" + self.SIGNAL_NAMES[sig])()
+
+    def handle_chld(self) -> None:
+        self._reap()
+
+    def handle_term(self) -> None:
+        log.info("shutting down (flushing logs, writing checkpoints)")
+        self._stop(graceful=True)
+
+    handle_int = handle_term  # Ctrl-C: the same orderly stop
+
+    def handle_quit(self) -> None:
+        self._stop(graceful=False)
 
     def _reap(self) -> None:
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status = self.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
@@ -257,7 +291,7 @@ class Supervisor:
                     self._on_worker_exit(w, code)
 
     def _on_worker_exit(self, w: _Worker, code: int) -> None:
-        kind = "disk worker" if w.kind == DISK else "network worker"
+        kind = KIND_NAMES[w.kind]
         self.table.set_worker(w.slot, pid=0, kind=w.kind, state=WorkerState.DEAD,
                               incarnation=w.incarnation)
         if w.kind == DISK:
@@ -274,44 +308,61 @@ class Supervisor:
         if code == EXIT_BOOT_ERROR:
             raise HaltServer(f"{kind} {w.index} could not boot; stopping the broker", EXIT_BOOT_ERROR)
 
-    def _respawn_missing(self) -> None:
+    def _respawn_missing(self, kind: int | None = None) -> None:
         for w in self.workers:
-            if w.pid == 0:
+            if w.pid == 0 and kind in (None, w.kind):
                 if time.monotonic() - w.started < 1.0:
                     continue  # back off a worker that dies at once
-                log.info("restarting %s worker %d", "disk" if w.kind == DISK else "network", w.index)
+                log.info("restarting %s %d", KIND_NAMES[w.kind], w.index)
                 self._spawn(w)
 
     def _murder_stale_workers(self) -> None:
+        """SIGABRT to a worker silent past its heartbeat timeout or stuck STARTING past its
+        deadline; SIGKILL if it still lives ABORT_GRACE_S later."""
         now = time.monotonic()
         for w in self.workers:
             if not w.pid:
                 continue
-            pid, beat, state, _, _ = self.table.worker(w.slot)
+            if w.aborted:
+                if now - w.aborted > ABORT_GRACE_S:
+                    log.error("%s %d (pid %d) survived SIGABRT: SIGKILL", KIND_NAMES[w.kind],
+                              w.index, w.pid)
+                    self._send(w, signal.SIGKILL)
+                continue
+            _, beat, state, _, _ = self.table.worker(w.slot)
             if state == WorkerState.READY and now - beat > HEARTBEAT_TIMEOUT_S:
-                log.error("worker pid %d missed heartbeats for %.0f s: killing it", w.pid, now - beat)
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(w.pid, signal.SIGKILL)
+                why = f"missed heartbeats for {now - beat:.0f} s"
+            elif state == WorkerState.STARTING and now - w.started > STARTING_DEADLINE_S[w.kind]:
+                why = f"still starting after {now - w.started:.0f} s"
+            else:
+                continue
+            log.error("%s %d (pid %d) %s: SIGABRT", KIND_NAMES[w.kind], w.index, w.pid, why)
+            w.aborted = now
+            self._send(w, signal.SIGABRT)
         sd_notify("WATCHDOG=1")
+
+    def _send(self, w: _Worker, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.kill(w.pid, sig)
 
     # -- stop -----------------------------------------------------------------------------
     def _stop(self, graceful: bool) -> None:
         """Network workers first (no new requests), then disk workers (flush + checkpoints)."""
+        if not self._stopping:
+            sd_notify("STOPPING=1")
         self._stopping = True
         sig = signal.SIGTERM if graceful else signal.SIGQUIT
         for kind in (NETWORK, DISK):
             group = [w for w in self.workers if w.kind == kind and w.pid]
             for w in group:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(w.pid, sig)
+                self._send(w, sig)
             deadline = time.monotonic() + (GRACEFUL_TIMEOUT_S if graceful else 2.0)
             while any(w.pid for w in group) and time.monotonic() < deadline:
                 self._reap_blocking(0.05)
             for w in group:
                 if w.pid:
                     log.error("pid %d did not stop in time: SIGKILL", w.pid)
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(w.pid, signal.SIGKILL)
+                    self._send(w, signal.SIGKILL)
             while any(w.pid for w in group):
                 self._reap_blocking(0.05)
 
@@ -319,7 +370,7 @@ class Supervisor:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status = self.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 for w in self.workers:
                     w.pid = 0

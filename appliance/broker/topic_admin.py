@@ -18,8 +18,6 @@ from appliance.shm.layout import MsgType, SlotState
 
 __all__ = ["create_topic", "delete_topic", "add_partitions", "TopicResult"]
 
-OFFSETS_TOPIC = "__consumer_offsets"
-
 
 class TopicResult(tuple):
     """(error_code, error_message)."""

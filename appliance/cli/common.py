@@ -12,7 +12,9 @@ __all__ = ["add_bootstrap", "connect", "parse_properties_args", "check", "metada
 
 
 def add_bootstrap(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bootstrap-server", default="127.0.0.1:9092", metavar="HOST:PORT",
+    # --broker-list: the name the 0.8-2.x console producer used for the same thing
+    p.add_argument("--bootstrap-server", "--broker-list", dest="bootstrap_server",
+                   default="127.0.0.1:9092", metavar="HOST:PORT",
                    help="broker to connect to (default 127.0.0.1:9092)")
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
                    help="connect and request timeout (default 10)")

@@ -21,6 +21,9 @@ COMMANDS = {
     "console-consumer": ("console_consumer", "print messages of a topic"),
     "dump-log": ("dump_log", "decode segment files (.log), with --verify-crc"),
     "consumer-groups": ("consumer_groups", "list, describe, reset offsets of and delete consumer groups"),
+    "install-service": ("install_service", "install the broker as a hardened systemd service"),
+    "status": ("status", "one screen of broker health from its shared memory (--watch, --json)"),
+    "mirror-maker": ("mirror_maker", "copy topics from one cluster to another (Kafka's MirrorMaker)"),
 }
 
 

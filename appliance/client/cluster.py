@@ -177,10 +177,6 @@ class Cluster:
                 raise LeaderNotAvailableError(f"topic {name!r} has no leader after {timeout:g} s")
             time.sleep(0.05)
 
-    def cached_topics(self) -> list[str]:
-        with self._lock:
-            return list(self._topics)
-
     def invalidate(self, topic: str | None = None) -> None:
         """Forget cached metadata (one topic or all) so the next lookup asks the broker."""
         with self._lock:

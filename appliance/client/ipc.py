@@ -26,7 +26,6 @@ from typing import Any, NamedTuple
 
 import posix_ipc
 
-from appliance.broker.partition_index import PartitionIndex
 from appliance.errors import (
     KafkaError,
     NotLeaderOrFollowerError,
@@ -43,6 +42,7 @@ from appliance.shm.layout import (
     WorkerState,
     disk_wake_address,
 )
+from appliance.shm.partition_index import PartitionIndex
 from appliance.shm.partition_table import PartitionTable
 
 __all__ = ["IpcTransport", "IpcUnavailable", "find_broker_base", "open_ipc_transport", "SHM_NAME_FILE"]

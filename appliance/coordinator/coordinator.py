@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from appliance.coordinator import offsets_schema as schema
+from appliance.coordinator.consumer_protocol import decode_assignment
 from appliance.coordinator.group import Group, GroupState, Member
 from appliance.coordinator.routing import offsets_partition_for
 from appliance.errors import ErrorCode, KafkaError
@@ -36,6 +37,7 @@ E = ErrorCode
 S = GroupState
 API_OFFSET_COMMIT, API_OFFSET_FETCH, API_JOIN, API_HEARTBEAT = 8, 9, 11, 12
 API_LEAVE, API_SYNC, API_DESCRIBE, API_LIST, API_DELETE_GROUPS = 13, 14, 15, 16, 42
+API_OFFSET_DELETE = 47
 OFFSET_EXPIRY_CHECK_MS = 60_000  # Kafka's offsets.retention.check.interval.ms default
 
 
@@ -129,6 +131,7 @@ class GroupCoordinator:
             API_JOIN: self._join, API_SYNC: self._sync, API_HEARTBEAT: self._heartbeat,
             API_LEAVE: self._leave, API_OFFSET_COMMIT: self._commit, API_OFFSET_FETCH: self._fetch,
             API_DESCRIBE: self._describe, API_LIST: self._list, API_DELETE_GROUPS: self._delete,
+            API_OFFSET_DELETE: self._offset_delete,
         }[api_key]
         return handler(body, version, token, client_id, client_host)
 
@@ -470,6 +473,54 @@ class GroupCoordinator:
                     del self.groups[gid]
             results.append({"group_id": gid, "error_code": code})
         return {"throttle_time_ms": 0, "results": results}
+
+    def _offset_delete(self, body: Any, version: int, token: Any, client_id: str, client_host: str) -> dict:
+        """OffsetDelete (KIP-496): drop committed offsets, except of topics the group still
+        consumes (GROUP_SUBSCRIBED_TO_TOPIC). "Consumes" is read from the members' assignments;
+        while a group with members is not Stable every topic counts, to be safe."""
+        def answer(code: int, topics: list) -> dict:
+            return {"error_code": code, "throttle_time_ms": 0, "topics": topics}
+        gid = body.group_id
+        if not self.owns_group(gid):
+            return answer(E.NOT_COORDINATOR, [])
+        g = self.groups.get(gid)
+        if g is None or g.is_(S.DEAD):
+            return answer(E.GROUP_ID_NOT_FOUND, [])
+        consumed = self._consumed_topics(g)
+        topics, doomed = [], []
+        for t in body.topics:
+            parts = []
+            for p in t.partitions:
+                if not self._partition_exists(t.name, p.partition_index):
+                    code = E.UNKNOWN_TOPIC_OR_PARTITION
+                elif consumed is None or t.name in consumed:
+                    code = E.GROUP_SUBSCRIBED_TO_TOPIC
+                else:
+                    code = 0
+                    if (t.name, p.partition_index) in g.offsets:
+                        doomed.append((t.name, p.partition_index))
+                parts.append({"partition_index": p.partition_index, "error_code": code})
+            topics.append({"name": t.name, "partitions": parts})
+        try:
+            self._tombstone(g, doomed)
+        except KafkaError as e:
+            return answer(e.code, [])
+        return answer(0, topics)
+
+    @staticmethod
+    def _consumed_topics(g: Group) -> set[str] | None:
+        """Topics the members are assigned (empty for an empty group); None = cannot tell."""
+        if not g.members:
+            return set()
+        if not g.is_(S.STABLE):
+            return None
+        out: set[str] = set()
+        for m in g.members.values():
+            try:
+                out.update(t for t, _ in decode_assignment(m.assignment))
+            except ValueError:
+                return None
+        return out
 
     # -- persistence ----------------------------------------------------------------------
     def _store_group(self, group: Group) -> None:

@@ -7,9 +7,11 @@ the same group on the same partition as a Kafka cluster would put it.
 
 from __future__ import annotations
 
-__all__ = ["java_string_hash", "offsets_partition_for", "OFFSETS_TOPIC"]
+__all__ = ["java_string_hash", "offsets_partition_for", "OFFSETS_TOPIC", "OFFSETS_TOPIC_CONFIG"]
 
 OFFSETS_TOPIC = "__consumer_offsets"
+# Kafka's settings for the offsets topic (offsets.topic.segment.bytes, compacted)
+OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
 
 
 def java_string_hash(s: str) -> int:

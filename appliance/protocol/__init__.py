@@ -33,7 +33,6 @@ from appliance.protocol.frames import (
 from appliance.protocol.registry import (
     API_BY_KEY,
     SUPPORTED_VERSIONS,
-    api_for_key,
     api_versions_entries,
 )
 
@@ -43,5 +42,5 @@ __all__ = [
     "LocalProtocolError", "ProtocolDecodeError", "ProtocolEncodeError", "RemoteProtocolError",
     "FileSlice", "api_versions_fallback_response", "encode_request_frame", "encode_response",
     "encode_response_bytes", "encode_response_frame",
-    "API_BY_KEY", "SUPPORTED_VERSIONS", "api_for_key", "api_versions_entries",
+    "API_BY_KEY", "SUPPORTED_VERSIONS", "api_versions_entries",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from appliance.protocol import messages
 from appliance.protocol.schema import ApiMessage, Data
 
-__all__ = ["API_BY_KEY", "SUPPORTED_VERSIONS", "api_versions_entries", "api_for_key"]
+__all__ = ["API_BY_KEY", "SUPPORTED_VERSIONS", "api_versions_entries", "inter_broker_api_for_key"]
 
 API_BY_KEY: dict[int, type[ApiMessage]] = {
     cls.API_KEY: cls for cls in (getattr(messages, name) for name in messages.__all__)
@@ -18,9 +18,12 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
 }
 
 
-def api_for_key(api_key: int) -> type[ApiMessage] | None:
-    """The message class for an API key, or None if we do not speak it."""
-    return API_BY_KEY.get(api_key)
+def inter_broker_api_for_key(api_key: int) -> type[ApiMessage] | None:
+    """The cluster-mode inter-broker message class for an API key (LeaderAndIsr ...), or None.
+    Imported on first use and not advertised: standalone brokers do not serve these APIs."""
+    from appliance.protocol.messages.cluster import INTER_BROKER_APIS
+
+    return INTER_BROKER_APIS.get(api_key)
 
 
 def api_versions_entries() -> list[Data]:

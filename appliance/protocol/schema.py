@@ -15,7 +15,9 @@ fields become one ``struct.unpack_from``/``pack`` call on a memoryview, no Bytes
 Decoded values are instances of generated slotted classes (``Heartbeat.Request``,
 ``Fetch.Response.Responses.Partitions`` ...) holding every field of every version; fields
 absent from the decoded version hold their defaults. Encoders accept those instances, any
-object with the attributes, or plain dicts; missing fields take their defaults.
+object with the attributes, or plain dicts; missing fields take their defaults, and a dict key
+that names no field of the message (in any version) is refused with a ProtocolEncodeError
+naming the key, the struct and the version, so a misspelling cannot silently send a default.
 
 Everything compiled here is immutable after import and safe to use from many threads.
 """
@@ -381,6 +383,10 @@ def _emit_encode_struct(g: _Gen, s: Struct, v: int, src: str, ind: int) -> None:
     for f in present:
         g.emit(ind + 1, f"{names[f.name]} = {src}.{f.name}")
     g.emit(ind, f"elif {src}.__class__ is dict:")
+    # a misspelled key would otherwise send its field's default without a word: refuse it
+    known = g.const(frozenset(f.name for f in s.fields), "_known")
+    g.emit(ind + 1, f"if not {src}.keys() <= {known}:")
+    g.emit(ind + 2, f"raise _unknown_keys({s.name!r}, {v}, {src}, {known})")
     defaults = {f.name: g.const(f.default, "_d") for f in present}
     for f in present:
         g.emit(ind + 1, f"{names[f.name]} = {src}.get({f.name!r}, {defaults[f.name]})")
@@ -434,10 +440,15 @@ def _emit_encode_value(g: _Gen, t: Any, v: int, x: str, ind: int, label: str) ->
         g.emit(ind, f"{w}({x}, out)")
 
 
+def _unknown_keys(struct_name: str, v: int, d: dict, known: frozenset) -> ProtocolEncodeError:
+    unknown = ", ".join(sorted(repr(k) for k in d.keys() - known))
+    return ProtocolEncodeError(f"{struct_name} v{v}: unknown field(s) {unknown}")
+
+
 def _gen_encoder(s: Struct, v: int) -> Any:
     g = _Gen()
     g.ns.update({"_pack_i32": _pack_i32, "_NULL32": _NULL32, "_records": write_records,
-                 "_enc_error": ProtocolEncodeError})
+                 "_enc_error": ProtocolEncodeError, "_unknown_keys": _unknown_keys})
     g.emit(0, "def _enc(v, out, parts):")
     _emit_encode_struct(g, s, v, "v", 1)
     g.emit(1, "return None")

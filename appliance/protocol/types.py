@@ -21,9 +21,9 @@ from typing import Any
 from appliance.protocol.errors import ProtocolDecodeError, ProtocolEncodeError
 
 __all__ = [
-    "WireType", "FixedType", "Int8", "Int16", "Int32", "Int64", "UInt16", "UInt32", "Float64",
+    "WireType", "FixedType", "Int8", "Int16", "Int32", "Int64",
     "Boolean", "String", "NullableString", "Bytes", "NullableBytes", "Records", "Array",
-    "VarInt", "VarLong", "FileSlice", "RECORDS_INLINE_LIMIT",
+    "FileSlice", "RECORDS_INLINE_LIMIT",
     "decode_string", "decode_nullable_string", "decode_bytes", "decode_nullable_bytes",
     "decode_records", "write_string", "write_nullable_string", "write_bytes",
     "write_nullable_bytes", "write_records", "truncated", "decode_array_count",
@@ -127,9 +127,6 @@ Int8 = FixedType("Int8", "b")
 Int16 = FixedType("Int16", "h")
 Int32 = FixedType("Int32", "i")
 Int64 = FixedType("Int64", "q")
-UInt16 = FixedType("UInt16", "H")
-UInt32 = FixedType("UInt32", "I")
-Float64 = FixedType("Float64", "d", 0.0)
 # struct's "?" packs True as 1 and reads any non-zero byte as True, as Kafka's reader does.
 Boolean = FixedType("Boolean", "?", False)
 
@@ -404,44 +401,3 @@ def decode_array_count(buf: memoryview, pos: int, min_size: int, nullable: bool)
         raise ProtocolDecodeError(
             f"array count {n} at offset {pos} needs more bytes than remain ({len(buf) - start})")
     return n, start
-
-
-# --- varints (used by record batches, kept here so all wire encodings live in one place) ---
-
-class _VarIntType(WireType):
-    """Zig-zag varint as in Kafka's records (``bits`` = 32 or 64)."""
-
-    def __init__(self, name: str, bits: int) -> None:
-        self.name = name
-        self.bits = bits
-        self.max_bytes = (bits + 6) // 7
-        self.default = 0
-        self._lo, self._hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-
-    def write(self, value: int, out: bytearray) -> None:
-        if not isinstance(value, int) or not self._lo <= value <= self._hi:
-            raise ProtocolEncodeError(f"{self.name}: {value!r} out of range")
-        z = ((value << 1) ^ (value >> (self.bits - 1))) & ((1 << self.bits) - 1)
-        while z >= 0x80:
-            out.append((z & 0x7F) | 0x80)
-            z >>= 7
-        out.append(z)
-
-    def decode(self, buf: memoryview, pos: int) -> tuple[int, int]:
-        z = shift = 0
-        end = len(buf)
-        for i in range(self.max_bytes):
-            if pos + i >= end:
-                raise truncated(self.name, pos)
-            b = buf[pos + i]
-            z |= (b & 0x7F) << shift
-            if b < 0x80:
-                if z >> self.bits:
-                    raise ProtocolDecodeError(f"{self.name} at offset {pos} overflows {self.bits} bits")
-                return (z >> 1) ^ -(z & 1), pos + i + 1
-            shift += 7
-        raise ProtocolDecodeError(f"{self.name} at offset {pos} is longer than {self.max_bytes} bytes")
-
-
-VarInt = _VarIntType("VarInt", 32)
-VarLong = _VarIntType("VarLong", 64)

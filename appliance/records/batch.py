@@ -15,6 +15,7 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Iterator, Sequence
+from functools import partial
 from typing import NamedTuple
 
 from appliance.errors import (
@@ -409,19 +410,7 @@ def _decode_records_section(data, p: int, end: int, h: BatchHeader, pos: int) ->
     out: list[Record] = []
     append = out.append
     prev = -1
-    slow_varint = decode_varint
-
-    def rv(p: int) -> tuple[int, int]:
-        # one- and two-byte varints inline; longer (or truncated) ones go the checked way
-        if p + 1 < end:
-            b = data[p]
-            if b < 0x80:
-                return (b >> 1) ^ -(b & 1), p + 1
-            c = data[p + 1]
-            if c < 0x80:
-                u = (b & 0x7F) | (c << 7)
-                return (u >> 1) ^ -(u & 1), p + 2
-        return slow_varint(data, p)
+    rv = partial(decode_varint, data)
 
     try:
         for i in range(h.records_count):

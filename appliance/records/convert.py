@@ -69,19 +69,20 @@ def legacy_to_v2(message_set, *, base_offset: int = 0, keep_offsets: bool = Fals
     return bytes(out)
 
 
-def v2_to_legacy(batches, *, magic: int,
+def v2_to_legacy(batches, *, magic: int, allow_partial: bool = False,
                  max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> bytes:
     """Convert v2 batches to a magic ``magic`` (0 or 1) message set with the same offsets.
 
     A compressed batch becomes one wrapper with the same codec; headers are dropped and control
     batches skipped (see the module doc); magic 0 loses timestamps. Raises
     UnsupportedCompressionTypeError for a ZSTD batch (v0/v1 have no ZSTD), ValueError for a
-    magic other than 0/1, and what :func:`appliance.records.batch.decode_batch` raises.
+    magic other than 0/1, and what :func:`appliance.records.batch.decode_batch` raises. With
+    ``allow_partial`` a truncated last batch (a fetch's byte limit cut it) is left out.
     """
     if magic not in (0, 1):
         raise ValueError(f"legacy magic must be 0 or 1, not {magic}")
     out = bytearray()
-    for pos, h in iter_batches(batches):
+    for pos, h in iter_batches(batches, allow_partial=allow_partial):
         if h.is_control:
             continue
         codec = h.compression

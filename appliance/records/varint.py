@@ -1,5 +1,9 @@
 """Zigzag varints as used by Kafka's RecordBatch v2 (protobuf-style base-128, little-endian groups).
 
+The one Python implementation; :mod:`native.varint` is its numba twin for the kernels (the
+tests compare them). ``records/batch.py``'s record walk inlines the one- and two-byte forms of
+``decode_unsigned`` for speed (it is the produce path's walk below eight records).
+
 ``varint`` values are signed 32-bit, ``varlong`` values signed 64-bit; both are zigzag-encoded so small
 negative numbers stay short. Decoders take a buffer and position and return ``(value, new_pos)``.
 All functions are pure and thread-safe.
@@ -99,6 +103,15 @@ def decode_varint(buf, pos: int = 0) -> tuple[int, int]:
 
     Raises InvalidRecordError on truncation, more than 5 bytes, or a value beyond 32 bits.
     """
+    # the one- and two-byte forms, all that realistic records use, without the loop's call
+    if pos + 1 < len(buf):
+        b = buf[pos]
+        if b < 0x80:
+            return (b >> 1) ^ -(b & 1), pos + 1
+        c = buf[pos + 1]
+        if c < 0x80:
+            u = (b & 0x7F) | (c << 7)
+            return (u >> 1) ^ -(u & 1), pos + 2
     u, pos = decode_unsigned(buf, pos, _MAX_BYTES_32)
     if u > 0xFFFFFFFF:
         raise InvalidRecordError(f"varint exceeds 32 bits before byte {pos}")

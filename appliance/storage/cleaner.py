@@ -34,10 +34,11 @@ process sees a half-swapped tuple.
 Throttle: ``log.cleaner.io.max.bytes.per.second`` is a token bucket over bytes read and written
 (Kafka's Throttler counts the same). It never sleeps: a call without tokens returns at once.
 
-Test hook: the environment variable ``APPLIANCE_CLEANER_CRASH_AT=<step>`` makes the process
-SIGKILL itself at that step (``cleaning``: after the first chunk of a ``.cleaned`` segment;
-``cleaned``: ``.cleaned`` complete and fsynced; ``swap``, ``deleted``, ``swapped``: see
-replace_segments; ``checkpoint``: before the checkpoint is written). Read once, at construction.
+Step observer: :attr:`LogCleaner.on_step` is called with the name of each crash-relevant step
+(``cleaning``: after the first chunk of a ``.cleaned`` segment; ``cleaned``: ``.cleaned``
+complete and fsynced; ``swap``, ``deleted``, ``swapped``: see replace_segments; ``checkpoint``:
+before the checkpoint is written); it does nothing unless set (the crash tests kill the process
+there).
 
 Thread-safety: none; the log dir's disk worker is the only caller.
 """
@@ -47,14 +48,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import signal
 import time
 from collections.abc import Callable
 from typing import Any
 
 from appliance.errors import CorruptRecordError, InvalidRecordError, KafkaStorageError
 from appliance.records import batch_layout as L
-from appliance.records.batch import build_batch, decode_batch
+from appliance.records.batch import build_batch, decode_batch, read_header
 from appliance.records.record_types import Compression, Record, TimestampType
 from appliance.storage.cleaner_manager import CleanableLog, LogCleanerManager, is_compacted
 from appliance.storage.log import PartitionLog
@@ -63,7 +63,7 @@ from native.scan import scan_batches
 
 __all__ = [
     "LogCleaner", "CleaningPass", "OffsetMap", "Throttler", "CleanerStats", "key_digest",
-    "BYTES_PER_ENTRY", "LOAD_FACTOR", "STEP_BYTES", "STEP_SECONDS", "CRASH_ENV",
+    "BYTES_PER_ENTRY", "LOAD_FACTOR", "STEP_BYTES", "STEP_SECONDS",
 ]
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,6 @@ LOAD_FACTOR = 0.9     # Kafka's log.cleaner.io.buffer.load.factor default
 STEP_BYTES = 32 << 20
 STEP_SECONDS = 0.05
 READ_CHUNK = 1 << 20  # bytes read per pread; large enough that syscalls do not matter
-CRASH_ENV = "APPLIANCE_CLEANER_CRASH_AT"
 _LOG_OVERHEAD = L.LOG_OVERHEAD
 
 
@@ -161,12 +160,8 @@ class CleanerStats:
         return self.bytes_read + self.bytes_written
 
 
-def _crash_hook(step: str | None) -> Callable[[str], None]:
-    def hook(name: str) -> None:
-        if name == step:
-            log.warning("cleaner: %s=%s, killing the process", CRASH_ENV, name)
-            os.kill(os.getpid(), signal.SIGKILL)
-    return hook
+def _no_step_observer(step: str) -> None:
+    pass
 
 
 class _Cursor:
@@ -196,7 +191,7 @@ class _Cursor:
                 # One batch bigger than the chunk: read exactly that batch.
                 if len(data) < L.HEADER_SIZE:
                     raise CorruptRecordError(f"{seg.log_path}: truncated batch at {self.pos}")
-                size = int.from_bytes(data[8:12], "big", signed=True) + _LOG_OVERHEAD
+                size = read_header(data).batch_length + _LOG_OVERHEAD
                 if size <= len(data) or self.pos + size > seg.size:
                     raise CorruptRecordError(f"{seg.log_path}: bad batch at {self.pos}")
                 data = os.pread(seg.fd, size, self.pos)
@@ -432,8 +427,7 @@ class CleaningPass:
             producer_id=h.producer_id, producer_epoch=h.producer_epoch,
             base_sequence=h.base_sequence, partition_leader_epoch=h.partition_leader_epoch,
             is_transactional=bool(h.attributes & L.TRANSACTIONAL_BIT))
-        hdr = L.HEADER_STRUCT.unpack_from(blob, 0)
-        return blob, keep[-1].offset, hdr[8]
+        return blob, keep[-1].offset, read_header(blob).max_timestamp
 
     def _finish_group(self) -> None:
         group = self._groups.pop(0)
@@ -486,7 +480,7 @@ class LogCleaner:
         self.current: CleaningPass | None = None
         self._next_check_ms = 0
         self.idle = False  # the last look found nothing to clean
-        self._hook = _crash_hook(os.environ.get(CRASH_ENV))
+        self.on_step: Callable[[str], None] = _no_step_observer
 
     @property
     def busy(self) -> bool:
@@ -516,7 +510,7 @@ class LogCleaner:
                 log.info("%s: cleaning, dirty ratio %.2f (%d of %d bytes), from offset %d",
                          c.log.path, c.dirty_ratio, c.dirty_bytes, c.dirty_bytes + c.clean_bytes,
                          c.first_dirty)
-                self.current = CleaningPass(c, self.map_bytes, now_ms, self.stats, self._hook)
+                self.current = CleaningPass(c, self.map_bytes, now_ms, self.stats, self.on_step)
             except KafkaStorageError as e:
                 log.error("cleaner: cannot start a pass: %s", e)
                 if c is not None:
@@ -537,7 +531,7 @@ class LogCleaner:
         if p.finished:
             self.current = None
             self.stats.passes += 1
-            self._hook("checkpoint")
+            self.on_step("checkpoint")
             try:
                 self.manager.done_cleaning(p.key, p.end_offset, partitions)
             except KafkaStorageError as e:

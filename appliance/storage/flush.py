@@ -17,11 +17,13 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+from collections.abc import Iterable
+from typing import Any
 
 __all__ = [
     "SYNC_FILE_RANGE_WAIT_BEFORE", "SYNC_FILE_RANGE_WRITE", "SYNC_FILE_RANGE_WAIT_AFTER",
     "sync_file_range", "have_sync_file_range", "ChunkedWriteback", "choose_writeback_mode",
-    "flush_due", "WRITEBACK_OS", "WRITEBACK_CHUNKED",
+    "flush_due", "flush_segments", "WRITEBACK_OS", "WRITEBACK_CHUNKED",
 ]
 
 SYNC_FILE_RANGE_WAIT_BEFORE = 1
@@ -160,3 +162,11 @@ def choose_writeback_mode(log_dir: str, configured: str) -> tuple[str, str]:
     if rot == "1" and have_sync_file_range():
         return WRITEBACK_CHUNKED, f"{name} is rotational; {dirty}"
     return WRITEBACK_OS, f"{name} rotational={rot}; {dirty}"
+
+
+def flush_segments(segments: Iterable[Any], from_offset: int, up_to: int) -> None:
+    """fsync the segments (and their indexes) holding offsets in [from_offset, up_to): the
+    log's flush from its recovery point. Raises KafkaStorageError."""
+    for seg in segments:
+        if seg.next_offset > from_offset and seg.base_offset < up_to:
+            seg.flush()

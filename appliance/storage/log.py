@@ -16,7 +16,6 @@ are JSON; ``preallocate`` is accepted but segment files are not preallocated.
 
 from __future__ import annotations
 
-import bisect
 import logging
 import os
 import random
@@ -25,36 +24,29 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-import numpy as np
-
 from appliance.errors import (
-    CorruptRecordError,
     InvalidRecordError,
     InvalidTimestampError,
     KafkaStorageError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
 )
-from appliance.records import batch_layout as L
 from appliance.records.batch import decode_batch, set_log_append_time, validate_records
+from appliance.storage.append_checks import headers_unvalidated, require_keys
 from appliance.storage.checkpoint import fsync_dir
-from appliance.storage.flush import ChunkedWriteback, flush_due
+from appliance.storage.flush import ChunkedWriteback, flush_due, flush_segments
+from appliance.storage.loader import load_segments, replay_producer_state
 from appliance.storage.producer_state import SNAPSHOT_SUFFIX, ProducerStateManager
-from appliance.storage.segment import (
-    CLEANED_SUFFIX,
-    DELETED_SUFFIX,
-    INT32_MAX,
-    LOG_SUFFIX,
-    SWAP_SUFFIX,
-    LogSegment,
-    parse_segment_file_name,
-)
-from appliance.storage.swap import complete_interrupted_swaps
-from native.scan import SCAN_END
+from appliance.storage.retention import apply_retention
+from appliance.storage.segment import LogSegment, SegmentOpenError
+from appliance.storage.segment_list import FetchSlice, SegmentList
+from appliance.storage.swap import swap_in
+from native.batch_layout import LOG_OVERHEAD
 
 __all__ = [
     "PartitionLog", "AppendInfo", "FetchSlice", "SegmentInfo", "partition_dir_name",
     "parse_partition_dir_name", "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "wall_ms",
+    "IDLE_RELEASE_MS",
 ]
 
 log = logging.getLogger(__name__)
@@ -62,10 +54,9 @@ log = logging.getLogger(__name__)
 EARLIEST_TIMESTAMP = -2  # ListOffsets: the log start offset
 LATEST_TIMESTAMP = -1    # ListOffsets: the log end offset
 LONG_MAX = 2**63 - 1
+#: An inactive segment's files are closed after this long without a read (see FetchSlice).
+IDLE_RELEASE_MS = 60_000
 _I64 = struct.Struct(">q")
-_unpack_header = L.HEADER_STRUCT.unpack_from
-_STOP_NAMES = {0: "end", 1: "partial batch", 2: "bad header (garbage or zero fill)",
-               3: "CRC mismatch", 4: "offsets going backwards", 5: "limit"}
 
 
 def wall_ms() -> int:
@@ -81,21 +72,6 @@ class AppendInfo(NamedTuple):
     num_batches: int
     num_records: int
     duplicate: bool
-
-
-class FetchSlice(NamedTuple):
-    """A byte range of a segment file holding whole batches.
-
-    ``fd`` stays open at least ``file.delete.delay.ms`` after the segment is deleted; the
-    holder must not close it. ``path`` may be renamed (``.deleted``) by then: prefer ``fd``.
-    """
-
-    path: str
-    fd: int | None
-    position: int
-    length: int
-    first_offset: int
-    segment_base: int
 
 
 class SegmentInfo(NamedTuple):
@@ -116,53 +92,6 @@ def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
     return topic, int(part)
 
 
-class _Batches(NamedTuple):
-    rel_positions: list[int]
-    sizes: list[int]
-    base_offsets: list[int]
-    last_deltas: list[int]
-    max_timestamps: list[int]
-    base_timestamps: list[int]
-    producer_ids: list[int]
-    producer_epochs: list[int]
-    base_sequences: list[int]
-    records_counts: list[int]
-    attributes: list[int]
-
-
-def _headers_unvalidated(mv: memoryview) -> list[tuple]:
-    """Headers of the batches in ``mv`` checking only magic and lengths (validate=False)."""
-    n = len(mv)
-    if n == 0:
-        raise InvalidRecordError("the records field is empty")
-    out = []
-    pos = 0
-    while pos < n:
-        if pos + L.HEADER_SIZE > n:
-            raise CorruptRecordError(f"batch header at byte {pos} is truncated")
-        h = _unpack_header(mv, pos)
-        if h[3] != 2:
-            raise CorruptRecordError(f"batch at byte {pos} has magic {h[3]}, expected 2")
-        size = h[1] + L.LOG_OVERHEAD
-        if h[1] < L.MIN_BATCH_LENGTH or pos + size > n:
-            raise CorruptRecordError(f"batch at byte {pos}: batchLength {h[1]} does not fit")
-        out.append(h)
-        pos += size
-    return out
-
-
-def _require_keys(mv: memoryview, heads: list) -> None:
-    """Kafka refuses keyless records in a compacted topic (the cleaner could not dedupe them).
-    Control batches carry their own keys and are exempt. Raises InvalidRecordError."""
-    pos = 0
-    for h in heads:
-        if not h[5] & L.CONTROL_BIT:
-            for rec in decode_batch(mv, pos)[1]:
-                if rec.key is None:
-                    raise InvalidRecordError("Compacted topic cannot accept message without key")
-        pos += h[1] + L.LOG_OVERHEAD
-
-
 class PartitionLog:
     """The log of one partition (Kafka's LocalLog + the parts of UnifiedLog it needs).
 
@@ -176,11 +105,10 @@ class PartitionLog:
         if tp is None:
             raise KafkaStorageError(f"{path}: not a <topic>-<partition> directory")
         self.topic, self.partition = tp
+        self._list = SegmentList()
         self._segs: tuple[LogSegment, ...] = ()
         self.config = config
         self._now_ms = now_ms
-        self._segs: tuple[LogSegment, ...] = ()
-        self._bases: list[int] = []
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self.producers = ProducerStateManager()
         self.log_start_offset = 0
@@ -209,7 +137,9 @@ class PartitionLog:
         deleted); missing or insane indexes are rebuilt in any case. Leftover ``.deleted``,
         ``.cleaned``, ``.swap`` and ``.tmp`` files are removed. ``writeback_chunk_bytes`` turns on
         chunked write-back of the active segment, ``writeback_window_bytes`` ahead of the disk at
-        most (see :mod:`appliance.storage.flush`). Raises KafkaStorageError on I/O failure.
+        most (see :mod:`appliance.storage.flush`). Raises SegmentOpenError (a KafkaStorageError
+        naming the file or directory; EMFILE says the process is out of descriptors) and
+        KafkaStorageError on other I/O failures, with nothing left open.
         """
         self = cls(path, config, now_ms)
         self.writeback_chunk_bytes = writeback_chunk_bytes
@@ -219,71 +149,16 @@ class PartitionLog:
             self._load(recovery_point, log_start_offset, clean_shutdown)
         except OSError as e:
             self._close_segments()
-            raise KafkaStorageError(f"cannot open log {path}: {e}") from e
+            raise SegmentOpenError(path, e) from e
+        except BaseException:
+            self._close_segments()
+            raise
         return self
 
-    def _remove_leftovers(self) -> list[int]:
-        bases = set()
-        # An interrupted cleaner swap: finish it or drop it (Kafka's rules, see swap.py).
-        complete_interrupted_swaps(self.path)
-        names = os.listdir(self.path)
-        for name in names:
-            full = os.path.join(self.path, name)
-            if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")):
-                # .deleted were on their way out; swap.py has already dealt with .cleaned/.swap.
-                log.info("%s: removing leftover %s", self.path, name)
-                os.unlink(full)
-                continue
-            parsed = parse_segment_file_name(name)
-            if parsed and parsed[1] == LOG_SUFFIX:
-                bases.add(parsed[0])
-        for name in names:
-            parsed = parse_segment_file_name(name)
-            if parsed and parsed[1] in (".index", ".timeindex") and parsed[0] not in bases:
-                log.info("%s: removing index %s without a log file", self.path, name)
-                os.unlink(os.path.join(self.path, name))
-        return sorted(bases)
-
     def _load(self, recovery_point: int, log_start_offset: int, clean: bool) -> None:
-        bases = self._remove_leftovers()
-        segs: list[LogSegment] = []
-        for b in bases:
-            segs.append(LogSegment.open(self.path, b, self.config, create=False))
-        if not segs:
-            segs.append(self._new_segment(log_start_offset))
-        # Recovery: every segment from the one holding the recovery point (unclean shutdown),
-        # and any segment whose indexes are missing or fail their sanity check.
-        first_unflushed = max(0, bisect.bisect_right([s.base_offset for s in segs], recovery_point) - 1)
-        i = 0
-        while i < len(segs):
-            seg = segs[i]
-            problem = seg.index_problem
-            if (not clean and i >= first_unflushed) or problem is not None:
-                why = problem or f"unclean shutdown, recovery point {recovery_point}"
-                res = seg.recover()
-                if res.truncated_bytes:
-                    log.warning(
-                        "%s: cut %d bytes at position %d: %s (recovering after %s)",
-                        seg.log_path, res.truncated_bytes, res.valid_bytes,
-                        _STOP_NAMES.get(res.stop_reason, res.stop_reason), why)
-                if problem is not None:
-                    log.warning("%s: rebuilt the indexes (%s)", seg.log_path, problem)
-                if res.stop_reason != SCAN_END and i + 1 < len(segs):
-                    for later in segs[i + 1:]:
-                        log.warning("%s: deleting segment after the corruption in %s",
-                                    later.log_path, os.path.basename(seg.log_path))
-                        later.delete_files()
-                    del segs[i + 1:]
-            i += 1
-        # An empty non-last segment (e.g. all cut) would break offset ordering: drop it.
-        for seg in segs[:-1]:
-            if seg.size == 0:
-                seg.delete_files()
-        segs = [s for s in segs[:-1] if s.size] + [segs[-1]]
-        for seg in segs[:-1]:
-            seg.on_become_inactive()
+        segs = load_segments(self.path, self.config, recovery_point, log_start_offset, clean,
+                             self._new_segment)
         active = segs[-1]
-        active.resize_indexes(int(self.config.segment_index_bytes))
         if active.size and active.first_append_ms is None:
             active.first_append_ms = self._now_ms()  # the roll clock restarts with the process
         self._attach_writeback(active)
@@ -292,33 +167,12 @@ class PartitionLog:
         self.log_start_offset = min(max(log_start_offset, segs[0].base_offset), self.log_end_offset)
         self.recovery_point = self.log_end_offset if clean else min(recovery_point, self.log_end_offset)
         self._hw = self.log_end_offset
-        self._rebuild_producer_state()
-
-    def _rebuild_producer_state(self) -> None:
-        self.producers.clear()
-        start = self.producers.load_snapshot(self.path, self.log_end_offset)
-        if start is None:
-            start = self.log_start_offset
-        for seg in self._segs:
-            if seg.next_offset <= start or seg.size == 0:
-                continue
-            loc = seg.translate_offset(start)
-            if loc is None:
-                continue
-            r = seg.batches_from(loc.position)
-            if r.count == 0:
-                continue
-            buf = seg._data(seg.size)
-            # Gather producerId of every batch with numpy; replay only idempotent batches.
-            a = np.frombuffer(buf, dtype=np.uint8)
-            pos = r.positions[:r.count]
-            pid = a[pos[:, None] + (L.PRODUCER_ID_OFFSET + np.arange(8))].copy().view(">i8")[:, 0]
-            del a
-            for k in np.flatnonzero(pid >= 0).tolist():
-                h = _unpack_header(buf, int(pos[k]))
-                if h[11] >= 0:  # base sequence
-                    self.producers.load_batch(h[9], h[10], h[11], h[6], h[0])
-            del buf
+        replay_producer_state(self.producers, self.path, self._segs, self.log_start_offset,
+                              self.log_end_offset)
+        # at rest a partition holds only its active segment's descriptors
+        for seg in segs[:-1]:
+            seg.release()
+        active.unmap_data()
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         seg = LogSegment.open(self.path, base_offset, self.config, create=True)
@@ -336,9 +190,21 @@ class PartitionLog:
             seg.writeback.reset(seg.size)
 
     def _set_segments(self, segs: tuple[LogSegment, ...]) -> None:
-        # Copy-on-write: build, then swap (one assignment each).
-        self._bases = [s.base_offset for s in segs]
-        self._segs = segs
+        # Copy-on-write: build, then swap in one assignment (``_segs`` is the append path's
+        # shortcut to the same tuple).
+        self._list = SegmentList(segs)
+        self._segs = self._list.segments
+
+    def release_idle_segments(self, idle_ms: int = IDLE_RELEASE_MS) -> int:
+        """Close the files of inactive segments not read for ``idle_ms`` (they reopen on the
+        next read). Returns the segments released."""
+        cutoff = time.monotonic() - idle_ms / 1000.0
+        n = 0
+        for seg in self._segs[:-1]:
+            if seg.files_open and seg.last_used <= cutoff:
+                seg.release()
+                n += 1
+        return n
 
     # -- state ------------------------------------------------------------------------------
 
@@ -409,15 +275,15 @@ class PartitionLog:
         if validate:
             heads = validate_records(mv, max_batch_bytes=max_msg)
         else:
-            heads = _headers_unvalidated(mv)
+            heads = headers_unvalidated(mv)
         if self._compact:
-            _require_keys(mv, heads)
+            require_keys(mv, heads)
         now = self._now_ms()
         nb = len(heads)
         lat = self._log_append_time
         diff_max = self._ts_diff_max if not lat else LONG_MAX
         leo = self.log_end_offset
-        # One pass over the headers (tuple order: batch_layout.FIELDS): per-batch columns,
+        # One pass over the headers (BatchHeader, fields by name): per-batch columns,
         # limits, offsets, producer checks. Nothing is modified until every check passed.
         rel_positions, sizes, bases, last_offsets, max_ts = [], [], [], [], []
         pos = 0
@@ -426,38 +292,40 @@ class PartitionLog:
         pa = None
         need_offsets = False
         for h in heads:
-            size = h[1] + 12
+            size = h.batch_length + LOG_OVERHEAD
             if size > max_msg:
                 raise MessageTooLargeError(
                     f"batch of {size} bytes is over max.message.bytes {max_msg}")
             if diff_max < LONG_MAX:
-                for ts in (h[7], h[8]):
+                for ts in (h.base_timestamp, h.max_timestamp):
                     if ts >= 0 and abs(ts - now) > diff_max:
                         raise InvalidTimestampError(
                             f"timestamp {ts} is more than {diff_max} ms from broker time {now}")
             if assign_offsets:
                 base = nxt
             else:
-                base = h[0]
+                base = h.base_offset
                 if base < nxt:
                     raise InvalidRecordError(
                         f"batch at byte {pos}: base offset {base} is below the next offset {nxt}")
-            if base != h[0]:
+            if base != h.base_offset:
                 need_offsets = True
-            if h[9] >= 0 and h[11] >= 0:  # producer id, base sequence: idempotent producer
+            if h.producer_id >= 0 and h.base_sequence >= 0:  # an idempotent producer
                 if pa is None:
                     pa = self.producers.begin()
-                dup = pa.check(h[9], h[10], h[11], h[6])
+                dup = pa.check(h.producer_id, h.producer_epoch, h.base_sequence,
+                               h.last_offset_delta)
                 if dup is not None:
                     return AppendInfo(dup.first_offset, dup.last_offset, -1, -1,
-                                      self.log_start_offset, nb, sum(x[12] for x in heads), True)
+                                      self.log_start_offset, nb,
+                                      sum(x.records_count for x in heads), True)
             rel_positions.append(pos)
             sizes.append(size)
             bases.append(base)
-            last_offsets.append(base + h[6])
-            max_ts.append(h[8])
-            nxt = base + h[6] + 1
-            num_records += h[12]
+            last_offsets.append(base + h.last_offset_delta)
+            max_ts.append(h.max_timestamp)
+            nxt = base + h.last_offset_delta + 1
+            num_records += h.records_count
             pos += size
         first_offset, last_offset = bases[0], last_offsets[-1]
 
@@ -487,7 +355,7 @@ class PartitionLog:
             self._hw = self.log_end_offset
         if pa is not None:
             pa.commit([(bases[i], last_offsets[i]) for i in range(nb)
-                       if heads[i][9] >= 0 and heads[i][11] >= 0])
+                       if heads[i].producer_id >= 0 and heads[i].base_sequence >= 0])
         if self.log_end_offset - self.recovery_point >= self._flush_messages:
             self.flush()
         return AppendInfo(first_offset, last_offset, max(max_ts), lat_ts, self.log_start_offset,
@@ -506,9 +374,15 @@ class PartitionLog:
         # Trim the old indexes before the new segment appears: a reader that sees the new
         # segment may then trust the old index files' lengths.
         old.on_become_inactive()
-        new = self._new_segment(self.log_end_offset)
+        try:
+            new = self._new_segment(self.log_end_offset)
+        except KafkaStorageError:
+            old.resize_indexes(int(self.config.segment_index_bytes))  # still the active one
+            raise
         self._attach_writeback(new)
         self._set_segments(self._segs + (new,))
+        if old.last_used <= time.monotonic() - IDLE_RELEASE_MS / 1000.0:
+            old.release()  # nobody here reads it: close its files now (reopened on demand)
         log.debug("%s: rolled to %s (%s)", self.path, new.log_path, reason)
 
     # -- read -------------------------------------------------------------------------------
@@ -521,7 +395,6 @@ class PartitionLog:
 
         Raises OffsetOutOfRangeError when ``offset`` < log start offset or > log end offset.
         """
-        segs, bases = self._segs, self._bases
         leo = self.log_end_offset
         if offset < self.log_start_offset or offset > leo:
             raise OffsetOutOfRangeError(
@@ -529,14 +402,7 @@ class PartitionLog:
         bound = leo if max_offset is None else min(max_offset, leo)
         if offset >= bound:
             return None
-        i = max(0, bisect.bisect_right(bases, offset) - 1)
-        for seg in segs[i:]:
-            if seg.base_offset >= bound:
-                break
-            r = seg.read(offset, max_bytes, bound, min_one_batch)
-            if r is not None:
-                return FetchSlice(seg.log_path, seg.fd, r[0], r[1], r[2], seg.base_offset)
-        return None
+        return self._list.read(offset, max_bytes, bound, min_one_batch)
 
     def read_bytes(self, offset: int, max_bytes: int, **kw: Any) -> bytes:
         """The bytes of :meth:`read` (b'' when None); for tools and tests."""
@@ -623,38 +489,23 @@ class PartitionLog:
         and the log start offset, oldest first (Kafka's deleteOldSegments). The active segment is
         deleted by time or size only after a roll replaces it. Returns segments deleted."""
         self._check_open()
-        cfg = self.config
-        deleted = 0
-        if "delete" in cfg.cleanup_policy:
-            rms = int(cfg.retention_ms)
-            if rms >= 0:
-                deleted += self._delete_while(
-                    lambda seg, nxt, st: now_ms - seg.largest_timestamp > rms, "retention.ms")
-            rbytes = int(cfg.retention_bytes)
-            if rbytes >= 0:
-                state = {"diff": self.size_bytes - rbytes}
-
-                def by_size(seg: LogSegment, nxt: LogSegment | None, st: dict) -> bool:
-                    if state["diff"] - seg.size >= 0:
-                        state["diff"] -= seg.size
-                        return True
-                    return False
-
-                deleted += self._delete_while(by_size, "retention.bytes")
-        lso = self.log_start_offset
-        deleted += self._delete_while(
-            lambda seg, nxt, st: nxt is not None and nxt.base_offset <= lso, "log start offset")
+        deleted = apply_retention(self, now_ms)
         self.purge_deleted(now_ms)
         return deleted
 
-    def _delete_while(self, pred: Callable, why: str) -> int:
+    def delete_oldest_while(self, pred: Callable[[LogSegment, LogSegment | None], bool],
+                            why: str) -> int:
+        """Delete the oldest segments while ``pred(segment, next segment or None)`` holds
+        (never an empty active segment; a non-empty one after a roll), moving the log start
+        offset past them; their files are removed after file.delete.delay.ms. Returns the
+        segments deleted. Used by :mod:`appliance.storage.retention`."""
         segs = self._segs
         victims: list[LogSegment] = []
         for i, seg in enumerate(segs):
             nxt = segs[i + 1] if i + 1 < len(segs) else None
             if nxt is None and seg.size == 0:
                 break  # never the empty active segment
-            if not pred(seg, nxt, None):
+            if not pred(seg, nxt):
                 break
             victims.append(seg)
         if not victims:
@@ -694,23 +545,7 @@ class PartitionLog:
         if new is not None and new.base_offset != old[0].base_offset:
             raise ValueError(f"{self.path}: cleaned segment base {new.base_offset} != "
                              f"{old[0].base_offset}")
-        try:
-            if new is not None:
-                new.change_suffix(SWAP_SUFFIX)
-                fsync_dir(self.path)
-            if hook:
-                hook("swap")
-            for s in old:
-                s.rename_to_deleted()
-            if hook:
-                hook("deleted")
-            if new is not None:
-                new.change_suffix("")
-            fsync_dir(self.path)
-        except OSError as e:
-            raise KafkaStorageError(f"{self.path}: segment swap failed: {e}") from e
-        if hook:
-            hook("swapped")
+        swap_in(self.path, old, new, hook)
         self._set_segments(segs[:i] + ((new,) if new is not None else ()) + segs[i + len(old):])
         self._schedule_delete(old, renamed=True)
 
@@ -741,9 +576,7 @@ class PartitionLog:
         self._check_open()
         up_to = self.log_end_offset if up_to_offset is None else min(up_to_offset, self.log_end_offset)
         if up_to > self.recovery_point:
-            for seg in self._segs:
-                if seg.next_offset > self.recovery_point and seg.base_offset < up_to:
-                    seg.flush()
+            flush_segments(self._segs, self.recovery_point, up_to)
             self.recovery_point = up_to
         if self._dir_dirty:
             try:
@@ -789,5 +622,3 @@ class PartitionLog:
         return (f"PartitionLog({self.topic}-{self.partition}, start={self.log_start_offset}, "
                 f"end={self.log_end_offset}, segments={len(self._segs)})")
 
-
-assert INT32_MAX == 0x7FFFFFFF

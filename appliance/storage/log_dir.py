@@ -42,14 +42,18 @@ from appliance.storage.log import (
     partition_dir_name,
     wall_ms,
 )
+from appliance.storage.segment import SEGMENT_SUFFIXES, segment_file_name
 
-__all__ = ["LogDir", "CLEAN_SHUTDOWN_FILE", "TOPIC_PROPERTIES_FILE", "DELETE_DIR_SUFFIX"]
+__all__ = ["LogDir", "CLEAN_SHUTDOWN_FILE", "TOPIC_PROPERTIES_FILE", "DELETE_DIR_SUFFIX",
+           "RELEASE_CHECK_INTERVAL_MS"]
 
 log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanShutdown"
 TOPIC_PROPERTIES_FILE = "topic.properties"
 DELETE_DIR_SUFFIX = "-delete"
+#: How often run_periodic looks for idle inactive segments whose files it can close.
+RELEASE_CHECK_INTERVAL_MS = 10_000
 
 
 def _escape_prop(v: str) -> str:
@@ -77,6 +81,27 @@ def write_topic_properties(part_dir: str, overrides: dict[str, str], sync: bool 
     os.replace(tmp, path)
 
 
+def _remove_new_partition_dir(part_dir: str) -> None:
+    """Remove a partition dir whose creation failed. Out of descriptors (EMFILE), rmtree
+    cannot list it, so the files creation makes are unlinked by name (no descriptor needed)."""
+    shutil.rmtree(part_dir, ignore_errors=True)
+    if not os.path.exists(part_dir):
+        return
+    names = [TOPIC_PROPERTIES_FILE, TOPIC_PROPERTIES_FILE + ".tmp"]
+    names += [segment_file_name(0, s) for s in SEGMENT_SUFFIXES]
+    for name in names:
+        try:
+            os.unlink(os.path.join(part_dir, name))
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            log.warning("%s: cannot remove %s after a failed creation: %s", part_dir, name, e)
+    try:
+        os.rmdir(part_dir)
+    except OSError as e:
+        log.error("%s: cannot remove the half-made partition dir: %s", part_dir, e)
+
+
 class LogDir:
     """All partitions stored in one log directory.
 
@@ -99,7 +124,8 @@ class LogDir:
         self._chunk: int | None = None
         self.cleaner: LogCleaner | None = None
         now = now_ms()
-        self._last = {"retention": now, "recovery_cp": now, "start_cp": now, "flush": now}
+        self._last = {"retention": now, "recovery_cp": now, "start_cp": now, "flush": now,
+                      "release": now}
 
     @classmethod
     def open(cls, path: str, broker_config: BrokerConfig,
@@ -182,6 +208,12 @@ class LogDir:
         part_dir = os.path.join(self.path, partition_dir_name(topic, partition))
         try:
             os.makedirs(part_dir, exist_ok=False)
+        except FileExistsError:
+            raise TopicAlreadyExistsError(f"directory {part_dir} already exists") from None
+        except OSError as e:
+            raise KafkaStorageError(f"cannot create {part_dir}: {e}") from e
+        plog = None
+        try:
             write_topic_properties(part_dir, config.to_properties(), sync=durable)
             plog = PartitionLog.open(part_dir, config, clean_shutdown=True, now_ms=self._now_ms,
                                      writeback_chunk_bytes=self._chunk,
@@ -189,12 +221,16 @@ class LogDir:
             if durable:
                 fsync_dir(part_dir)
                 fsync_dir(self.path)
-            else:
-                self._unsynced.append(part_dir)
-        except FileExistsError:
-            raise TopicAlreadyExistsError(f"directory {part_dir} already exists") from None
-        except OSError as e:
+        except (OSError, KafkaStorageError) as e:
+            # all or nothing: a half-made partition dir would be loaded at the next start
+            if plog is not None:
+                plog.close()
+            _remove_new_partition_dir(part_dir)
+            if isinstance(e, KafkaStorageError):
+                raise
             raise KafkaStorageError(f"cannot create {part_dir}: {e}") from e
+        if not durable:
+            self._unsynced.append(part_dir)
         self.partitions[key] = plog
         return plog
 
@@ -261,7 +297,8 @@ class LogDir:
 
     def run_periodic(self, now_ms: int) -> None:
         """Retention (every log.retention.check.interval.ms), flush policy, checkpoints (their
-        intervals), purge of expired ``.deleted`` files, one bounded step of the log cleaner
+        intervals), purge of expired ``.deleted`` files, closing idle inactive segments' files
+        (every RELEASE_CHECK_INTERVAL_MS), one bounded step of the log cleaner
         (see :mod:`appliance.storage.cleaner`; ``self.cleaner.busy`` says a pass is under way).
         Call it often (e.g. every 100 ms)."""
         bc = self.broker_config
@@ -273,6 +310,11 @@ class LogDir:
         for plog in self.partitions.values():
             plog.maybe_flush(now_ms)
             plog.purge_deleted(now_ms)
+        if now_ms - last["release"] >= RELEASE_CHECK_INTERVAL_MS:
+            # descriptors scale with partitions, not segments: idle inactive segments close
+            last["release"] = now_ms
+            for plog in self.partitions.values():
+                plog.release_idle_segments()
         if now_ms - last["recovery_cp"] >= int(bc["log.flush.offset.checkpoint.interval.ms"]):
             last["recovery_cp"] = now_ms
             self._write_recovery_points()

@@ -53,6 +53,19 @@ class OffsetIndex(AbstractIndex):
                 f"offset {offset} is not larger than the last entry of {self.path}")
         self._append_raw(rel, position)
 
+    def append_many(self, offsets: np.ndarray, positions: np.ndarray) -> int:
+        """Append ``offsets[i] -> positions[i]`` (growing offsets) in one copy while slots are
+        free (:meth:`append` is the one-entry form). Returns the entries written (a full index
+        takes none: the segment rolls before its next append)."""
+        k = min(len(offsets), self.max_entries - self.entries)
+        if k <= 0:
+            return 0
+        ent = np.empty(k, dtype=self.DTYPE)
+        ent["rel"] = offsets[:k] - self.base_offset
+        ent["pos"] = positions[:k]
+        self._append_array(ent)
+        return k
+
     def lookup(self, target_offset: int) -> tuple[int, int]:
         """(offset, position) of the largest entry <= ``target_offset``; (base, 0) if none."""
         rel = target_offset - self.base_offset
@@ -81,15 +94,9 @@ class OffsetIndex(AbstractIndex):
             keep = slot + 1
         self.truncate_to_entries(keep)
 
-    def sanity_check(self, log_size: int | None = None) -> str | None:
-        """None if sound; else the reason (length, non-increasing offsets, positions past the log)."""
-        reason = super().sanity_check(log_size)
-        if reason or not self.entries:
-            return reason
-        arr = self._array()
-        rel = arr["rel"].astype(np.int64)
-        pos = arr["pos"].astype(np.int64)
-        del arr
+    def _check_entries(self, log_size: int | None) -> str | None:
+        """Offsets strictly increasing, positions not going backwards nor past the log."""
+        rel, pos = self._columns("rel", "pos")
         if rel[0] < 0 or np.any(np.diff(rel) <= 0):
             return "relative offsets are not strictly increasing"
         if pos[0] < 0 or np.any(np.diff(pos) < 0):

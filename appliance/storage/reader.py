@@ -19,13 +19,19 @@ Thread-safety: none; use one LogReader per thread.
 
 from __future__ import annotations
 
-import bisect
 import os
 import time
 
 from appliance.errors import KafkaStorageError, OffsetOutOfRangeError
-from appliance.storage.log import FetchSlice, parse_partition_dir_name
-from appliance.storage.segment import LOG_SUFFIX, LogSegment, parse_segment_file_name
+from appliance.records.batch import decode_batch
+from appliance.storage.log import parse_partition_dir_name
+from appliance.storage.segment import (
+    LOG_SUFFIX,
+    LogSegment,
+    SegmentOpenError,
+    parse_segment_file_name,
+)
+from appliance.storage.segment_list import FetchSlice, SegmentList, SegmentVanished
 
 __all__ = ["LogReader"]
 
@@ -52,13 +58,21 @@ class LogReader:
             raise KafkaStorageError(f"{path}: not a <topic>-<partition> directory")
         self.topic, self.partition = tp
         self.retire_delay_s = retire_delay_s
-        self._bases: list[int] = []
-        self._open: dict[int, LogSegment] = {}
+        self._list = SegmentList()
         self._retired: list[tuple[float, LogSegment]] = []
         self.refresh()
 
+    def _lazy(self, base: int) -> LogSegment:
+        return LogSegment(self.path, base, None, writable=False)
+
+    def _retire(self, seg: LogSegment, now: float) -> None:
+        if seg.files_open:
+            self._retired.append((now + self.retire_delay_s, seg))
+
     def refresh(self) -> list[int]:
-        """Re-list the directory; returns the segment base offsets (oldest first)."""
+        """Re-list the directory; returns the segment base offsets (oldest first). Segments
+        gone from the listing are retired; files of older segments not read for
+        ``retire_delay_s`` are closed (they reopen on the next read)."""
         try:
             names = os.listdir(self.path)
         except FileNotFoundError:
@@ -66,10 +80,14 @@ class LogReader:
         bases = sorted(p[0] for p in map(parse_segment_file_name, names)
                        if p is not None and p[1] == LOG_SUFFIX)
         now = time.monotonic()
-        live = set(bases)
-        for b in list(self._open):
-            if b not in live:
-                self._retired.append((now + self.retire_delay_s, self._open.pop(b)))
+        known = {s.base_offset: s for s in self._list}
+        segs = [known.pop(b, None) or self._lazy(b) for b in bases]
+        for seg in known.values():
+            self._retire(seg, now)
+        idle = now - self.retire_delay_s
+        for seg in segs[:-1]:
+            if seg.files_open and seg.last_used <= idle:
+                seg.release(trim=False)
         still = []
         for due, seg in self._retired:
             if due <= now:
@@ -77,28 +95,31 @@ class LogReader:
             else:
                 still.append((due, seg))
         self._retired = still
-        self._bases = bases
+        self._list = SegmentList(segs)
         return bases
 
-    def _segment(self, base: int) -> LogSegment | None:
-        seg = self._open.get(base)
-        if seg is not None and not _same_file(seg):
-            # Deleted (renamed .deleted) by the writer, or replaced by the cleaner's output
-            # under the same name: retire it; the caller re-lists.
-            self._retired.append((time.monotonic() + self.retire_delay_s, self._open.pop(base)))
-            return None
-        if seg is None:
-            try:
-                seg = LogSegment.open(self.path, base, None, writable=False)
-            except KafkaStorageError:
-                return None  # deleted meanwhile
-            self._open[base] = seg
-        return seg
+    def _prepare(self, seg: LogSegment, is_last: bool) -> bool:
+        """Before a read of ``seg``: False when it was deleted (renamed ``.deleted``) or
+        replaced by the cleaner's output under the same name since it was opened (it is
+        retired; the caller re-lists). The last segment picks up what the writer appended."""
+        try:
+            if seg.files_open and not _same_file(seg):
+                self._retire(seg, time.monotonic())
+                fresh = self._lazy(seg.base_offset)
+                self._list = SegmentList(fresh if s is seg else s for s in self._list)
+                return False
+            if is_last or not seg.files_open:
+                seg.refresh_size()
+                seg.offset_index.refresh()
+        except SegmentOpenError:
+            return False  # deleted meanwhile
+        return True
 
     @property
     def log_start_offset_on_disk(self) -> int | None:
         """Base offset of the oldest segment (the log start offset may be above it)."""
-        return self._bases[0] if self._bases else None
+        bases = self._list.bases
+        return bases[0] if bases else None
 
     def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
              min_one_batch: bool = True) -> FetchSlice | None:
@@ -107,36 +128,29 @@ class LogReader:
         bound = _NO_BOUND if max_offset is None else max_offset
         if offset >= bound:
             return None
-        for attempt in range(2):
-            if attempt or not self._bases or offset < self._bases[0]:
-                self.refresh()
-            if not self._bases:
+        listed = False
+        for _ in range(3):
+            bases = self._list.bases
+            if not listed and (not bases or offset < bases[0]):
+                bases = self.refresh()
+            listed = False
+            if not bases:
                 return None
-            if offset < self._bases[0]:
+            if offset < bases[0]:
                 raise OffsetOutOfRangeError(
-                    f"offset {offset} is below the oldest segment {self._bases[0]} of {self.path}")
-            i = bisect.bisect_right(self._bases, offset) - 1
-            vanished = False
-            for base in self._bases[i:]:
-                if base >= bound:
-                    return None
-                seg = self._segment(base)
-                if seg is None:
-                    vanished = True
-                    break
-                last = base == self._bases[-1]
-                if last:
-                    seg.refresh_size()
-                    seg.offset_index.refresh()
-                r = seg.read(offset, max_bytes, bound, min_one_batch)
-                if r is not None:
-                    return FetchSlice(seg.log_path, seg.fd, r[0], r[1], r[2], base)
-            if not vanished and attempt == 0:
-                # Maybe a newer segment appeared after our listing: look once more.
-                known = len(self._bases)
+                    f"offset {offset} is below the oldest segment {bases[0]} of {self.path}")
+            try:
+                r = self._list.read(offset, max_bytes, bound, min_one_batch, self._prepare)
+            except SegmentVanished:
                 self.refresh()
-                if len(self._bases) == known:
-                    return None
+                listed = True
+                continue
+            if r is not None:
+                return r
+            # Maybe a newer segment appeared after our listing: look once more.
+            if len(self.refresh()) == len(bases):
+                return None
+            listed = True
         return None
 
     def offset_for_timestamp(self, ts: int, log_start: int = 0,
@@ -147,18 +161,16 @@ class LogReader:
         Works from the segment files alone (time index, then a batch scan), so it is safe while
         the writer appends: a stale time index only makes the scan start earlier.
         """
-        from appliance.records.batch import decode_batch
         bound = _NO_BOUND if bound is None else bound
-        bases = self.refresh()
-        for i, base in enumerate(bases):
-            if base >= bound:
+        self.refresh()
+        segs = self._list.segments
+        for i, seg in enumerate(segs):
+            if seg.base_offset >= bound:
                 break
-            if i + 1 < len(bases) and bases[i + 1] <= log_start:
+            if i + 1 < len(segs) and segs[i + 1].base_offset <= log_start:
                 continue  # wholly below the log start offset
-            seg = self._segment(base)
-            if seg is None:
+            if not self._prepare(seg, True):
                 continue  # deleted by retention meanwhile
-            seg.refresh_size()
             loc = seg.find_offset_by_timestamp(ts, log_start)
             if loc is None:
                 continue
@@ -176,9 +188,9 @@ class LogReader:
         return b"" if s is None else os.pread(s.fd, s.length, s.position)
 
     def close(self) -> None:
-        for seg in self._open.values():
+        for seg in self._list:
             seg.close(trim=False)
         for _, seg in self._retired:
             seg.close(trim=False)
-        self._open.clear()
+        self._list = SegmentList()
         self._retired.clear()

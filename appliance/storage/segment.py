@@ -7,26 +7,36 @@ Reads go through a read-only mmap of the log file that is remapped (grown) when 
 bytes past its end; the native batch scan walks headers in it, so no batch is copied to find a
 fetch's boundaries.
 
+Descriptors are opened lazily (Kafka's lazy indexes, taken to the log file too): a segment's
+cached state (size, next offset, largest timestamp) outlives its files, :meth:`LogSegment.release`
+closes them, and the next access (``fd``, ``offset_index``, ``time_index``, any read) opens them
+again. The owner releases inactive segments, so a partition at rest holds only its active
+segment's descriptors. Opening is all or nothing: an error (EMFILE included) raises
+:class:`SegmentOpenError` naming the file and leaves no descriptor or half-built segment behind.
+
 Thread-safety: none. A writable segment belongs to the partition's single writer; read-only
 segments (``writable=False``) belong to one reader thread.
 """
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
+import time
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from appliance.errors import KafkaStorageError
 from appliance.storage.flush import ChunkedWriteback
+from appliance.storage.index import index_entry_slots
 from appliance.storage.offset_index import OffsetIndex
 from appliance.storage.time_index import NO_TIMESTAMP, TimeIndex
 from native.scan import SCAN_LIMIT, ScanResult, scan_batches
 
 __all__ = [
-    "LogSegment", "BatchLocation", "RecoveryResult", "segment_file_name", "parse_segment_file_name",
+    "LogSegment", "SegmentOpenError", "BatchLocation", "RecoveryResult", "segment_file_name", "parse_segment_file_name",
     "LOG_SUFFIX", "INDEX_SUFFIX", "TIME_INDEX_SUFFIX", "DELETED_SUFFIX", "CLEANED_SUFFIX",
     "SWAP_SUFFIX", "SEGMENT_SUFFIXES",
 ]
@@ -43,6 +53,20 @@ INT32_MAX = 0x7FFFFFFF
 # Batches walked per native call while looking for an offset: enough to cover an index interval
 # of small batches in one call, few enough that a lookup never walks far past its target.
 _TRANSLATE_CHUNK = 256
+# Appends of at least this many batches are indexed with array operations.
+_VECTOR_MIN = 64
+
+
+class SegmentOpenError(KafkaStorageError):
+    """A segment file (or the partition directory holding it) could not be opened or mapped;
+    ``path`` names it, ``errno`` says why (EMFILE: the process is out of descriptors)."""
+
+    def __init__(self, path: str, err: OSError) -> None:
+        self.path = path
+        self.errno = err.errno
+        hint = (" (the process is out of file descriptors: raise the open-file limit, "
+                "ulimit -n, or hold fewer partitions)" if err.errno == errno.EMFILE else "")
+        super().__init__(f"cannot open {path}: {err.strerror or err}{hint}")
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
@@ -83,20 +107,24 @@ class LogSegment:
     Attributes: ``base_offset``, ``dir``, ``log_path``, ``size`` (bytes of the log file known to
     hold batches), ``next_offset`` (last offset + 1, or base offset when empty), ``max_timestamp``
     and ``offset_of_max_timestamp`` (largest batch max timestamp and where it first appeared),
-    ``offset_index``, ``time_index``, ``deleted``.
+    ``deleted``, ``last_used`` (time.monotonic() of the last open or read). ``fd``,
+    ``offset_index`` and ``time_index`` open the files on first use (see the module docstring).
     """
 
     def __init__(self, dir_: str, base_offset: int, config: Any, *, writable: bool,
-                 fd: int, size: int, suffix: str = "") -> None:
+                 suffix: str = "") -> None:
         self.dir = dir_
         self.base_offset = base_offset
         self.apply_config(config)
         self.writable = writable
         self.suffix = suffix
-        self.log_path = os.path.join(dir_, segment_file_name(base_offset, LOG_SUFFIX) + suffix)
-        self.fd = fd
-        self.size = size
         self.deleted = False
+        self.log_path = self._path(LOG_SUFFIX)
+        self._fd = -1
+        self._closed = False
+        self._oi: OffsetIndex | None = None
+        self._ti: TimeIndex | None = None
+        self.size = 0
         self.next_offset = base_offset
         self.max_timestamp = NO_TIMESTAMP
         self.offset_of_max_timestamp = base_offset
@@ -106,9 +134,8 @@ class LogSegment:
         self.writeback: ChunkedWriteback | None = None
         self._dmm: mmap.mmap | None = None
         self._dmm_len = 0
-        self.offset_index: OffsetIndex
-        self.time_index: TimeIndex
         self.index_problem: str | None = None
+        self.last_used = 0.0
 
     def apply_config(self, config: Any) -> None:
         """Use ``config`` (a TopicConfig, or None for read-only segments) from now on; the
@@ -131,51 +158,97 @@ class LogSegment:
         Missing index files are created empty and ``index_problem`` says so (the owner then
         rebuilds them with :meth:`recover`); an index that fails its sanity check is reported
         the same way. ``next_offset`` is found by walking from the last index entry.
-        Raises KafkaStorageError (I/O failure, or ``create`` on a non-empty existing file).
+        Raises SegmentOpenError (a file cannot be opened: nothing is left open) and
+        KafkaStorageError (``create`` on a non-empty existing file, unreadable indexes).
         """
-        log_path = os.path.join(dir_, segment_file_name(base_offset, LOG_SUFFIX) + suffix)
+        seg = cls(dir_, base_offset, config, writable=writable, suffix=suffix)
         try:
-            if writable:
-                flags = os.O_RDWR | os.O_APPEND | (os.O_CREAT if create else 0)
-                fd = os.open(log_path, flags, 0o644)
-            else:
-                fd = os.open(log_path, os.O_RDONLY)
-            size = os.fstat(fd).st_size
-        except OSError as e:
-            raise KafkaStorageError(f"cannot open segment {log_path}: {e}") from e
-        if create and size:
-            os.close(fd)
-            raise KafkaStorageError(f"segment {log_path} already exists and is not empty")
-        seg = cls(dir_, base_offset, config, writable=writable, fd=fd, size=size, suffix=suffix)
-        try:
+            seg._open_log(create)
+            if create and seg.size:
+                raise KafkaStorageError(f"segment {seg.log_path} already exists and is not empty")
             seg._open_indexes(create)
-            if size:
+            if seg.size:
                 seg._load_tail_state()
-        except (OSError, ValueError) as e:
-            seg.close()
-            raise KafkaStorageError(f"cannot open indexes of {log_path}: {e}") from e
+        except BaseException as e:
+            seg.close(trim=False)
+            if isinstance(e, (OSError, ValueError)):
+                raise KafkaStorageError(f"cannot open indexes of {seg.log_path}: {e}") from e
+            raise
         return seg
 
-    def _index_path(self, suffix: str) -> str:
-        return os.path.join(self.dir, segment_file_name(self.base_offset, suffix) + self.suffix)
+    def _path(self, ext: str) -> str:
+        name = segment_file_name(self.base_offset, ext) + self.suffix
+        return os.path.join(self.dir, name + DELETED_SUFFIX if self.deleted else name)
+
+    def _open_log(self, create: bool = False) -> None:
+        if self._closed:
+            raise KafkaStorageError(f"segment {self.log_path} is closed")
+        try:
+            if self.writable:
+                flags = os.O_RDWR | os.O_APPEND | (os.O_CREAT if create else 0)
+                fd = os.open(self.log_path, flags, 0o644)
+            else:
+                fd = os.open(self.log_path, os.O_RDONLY)
+        except OSError as e:
+            raise SegmentOpenError(self.log_path, e) from e
+        try:
+            if not self.writable or create or self.size == 0:
+                # the writer's size is authoritative once known (bytes past it are not batches)
+                self.size = os.fstat(fd).st_size
+        except OSError as e:
+            os.close(fd)
+            raise SegmentOpenError(self.log_path, e) from e
+        self._fd = fd
+
+    @property
+    def fd(self) -> int:
+        """The log file's descriptor (opened on demand; -1 once closed)."""
+        if self._fd < 0 and not self._closed:
+            self._open_log()
+        return self._fd
+
+    @property
+    def files_open(self) -> bool:
+        """Whether any of the segment's files is open now."""
+        return self._fd >= 0 or self._oi is not None or self._ti is not None
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        oi = self._oi
+        if oi is None:
+            oi = self._oi = self._open_index(OffsetIndex, _EmptyOffsetIndex, INDEX_SUFFIX, 0)
+        return oi
+
+    @property
+    def time_index(self) -> TimeIndex:
+        ti = self._ti
+        if ti is None:
+            ti = self._ti = self._open_index(TimeIndex, _EmptyTimeIndex, TIME_INDEX_SUFFIX, 0)
+        return ti
+
+    def _open_index(self, cls: type, empty: type, ext: str, max_bytes: int) -> Any:
+        """An index object for ``ext``; ``max_bytes`` preallocates a new writable file. A
+        reader cannot rebuild a missing index: it gets a stand-in that walks from position 0."""
+        if self._closed:
+            raise KafkaStorageError(f"segment {self.log_path} is closed")
+        path = self._path(ext)
+        if not self.writable and not os.path.exists(path):
+            return empty(self.base_offset)
+        try:
+            return cls(path, self.base_offset, max_bytes, writable=self.writable)
+        except OSError as e:
+            raise SegmentOpenError(path, e) from e
 
     def _open_indexes(self, create: bool) -> None:
-        ipath, tpath = self._index_path(INDEX_SUFFIX), self._index_path(TIME_INDEX_SUFFIX)
+        ipath, tpath = self._path(INDEX_SUFFIX), self._path(TIME_INDEX_SUFFIX)
         missing = [p for p in (ipath, tpath) if not os.path.exists(p)]
-        # A reader cannot rebuild a missing index: it walks the log from position 0 instead.
         max_bytes = int(self.config.segment_index_bytes) if self.config is not None else 0
-        if self.writable or os.path.exists(ipath):
-            self.offset_index = OffsetIndex(ipath, self.base_offset, max_bytes, writable=self.writable)
-        else:
-            self.offset_index = _EmptyOffsetIndex(self.base_offset)  # type: ignore[assignment]
-        if self.writable or os.path.exists(tpath):
-            self.time_index = TimeIndex(tpath, self.base_offset, max_bytes, writable=self.writable)
-        else:
-            self.time_index = _EmptyTimeIndex(self.base_offset)  # type: ignore[assignment]
+        self._oi = self._open_index(OffsetIndex, _EmptyOffsetIndex, INDEX_SUFFIX, max_bytes)
+        self._ti = self._open_index(TimeIndex, _EmptyTimeIndex, TIME_INDEX_SUFFIX, max_bytes)
         if missing and not create and self.size:
             self.index_problem = "missing " + ", ".join(os.path.basename(p) for p in missing)
         elif self.writable:
-            for idx in (self.offset_index, self.time_index):
+            for idx in (self._oi, self._ti):
                 reason = idx.sanity_check(self.size)
                 if reason:
                     self.index_problem = f"{os.path.basename(idx.path)}: {reason}"
@@ -207,40 +280,44 @@ class LogSegment:
             self.size = os.fstat(self.fd).st_size
         return self.size
 
-    def _data(self, needed: int) -> mmap.mmap | bytes:
-        """A buffer covering at least [0, needed) of the log file (remapped when too short)."""
+    def data(self, needed: int) -> mmap.mmap | bytes:
+        """A read-only buffer covering at least [0, needed) of the log file (remapped when
+        too short); invalid after the next remap, truncation or release."""
         if needed <= 0:
             return b""
         if self._dmm is None or self._dmm_len < needed:
-            if self._dmm is not None:
-                self._dmm.close()
-            self._dmm = mmap.mmap(self.fd, self.size, access=mmap.ACCESS_READ)
+            fd = self.fd
+            self.unmap_data()
+            try:
+                self._dmm = mmap.mmap(fd, self.size, access=mmap.ACCESS_READ)
+            except OSError as e:  # the mapping needs a descriptor of its own
+                raise SegmentOpenError(self.log_path, e) from e
             self._dmm_len = self.size
         return self._dmm
 
-    def _unmap_data(self) -> None:
+    def unmap_data(self) -> None:
+        """Drop the data mapping (it holds a descriptor of its own)."""
         if self._dmm is not None:
-            self._dmm.close()
+            try:
+                self._dmm.close()
+            except BufferError:
+                pass  # views of it are still alive (an error mid-scan): it closes with the last
             self._dmm = None
             self._dmm_len = 0
 
     def _scan(self, start: int, end: int, *, verify_crc: bool, max_batches: int = -1) -> ScanResult:
-        buf = self._data(end)
+        buf = self.data(end)
         return scan_batches(buf, start, end, verify_crc=verify_crc, max_batches=max_batches)
 
-    def translate_offset(self, offset: int, start_position: int = 0) -> BatchLocation | None:
-        """The first batch whose last offset >= ``offset`` (index floor + forward walk), None if
-        the segment has no such batch."""
-        _, pos = self.offset_index.lookup(offset)
-        pos = max(pos, start_position)
-        if pos >= self.size:
-            pos = start_position  # a stale or damaged entry: walk from the start instead
+    def _walk(self, pos: int, pick: Any) -> BatchLocation | None:
+        """Walk batches from ``pos`` in chunks; ``pick(scan)`` gives the index of the wanted
+        batch in a chunk or -1. The first picked batch, None at the end."""
         while pos < self.size:
             r = self._scan(pos, self.size, verify_crc=False, max_batches=_TRANSLATE_CHUNK)
             if r.count == 0:
                 return None
-            k = int(np.searchsorted(r.last_offsets[:r.count], offset, side="left"))
-            if k < r.count:
+            k = pick(r)
+            if k >= 0:
                 return BatchLocation(int(r.positions[k]), int(r.base_offsets[k]),
                                      int(r.last_offsets[k]), int(r.sizes[k]),
                                      int(r.max_timestamps[k]))
@@ -249,11 +326,25 @@ class LogSegment:
             pos = r.stop_position
         return None
 
+    def translate_offset(self, offset: int, start_position: int = 0) -> BatchLocation | None:
+        """The first batch whose last offset >= ``offset`` (index floor + forward walk), None if
+        the segment has no such batch."""
+        _, pos = self.offset_index.lookup(offset)
+        pos = max(pos, start_position)
+        if pos >= self.size:
+            pos = start_position  # a stale or damaged entry: walk from the start instead
+
+        def pick(r: ScanResult) -> int:
+            k = int(np.searchsorted(r.last_offsets[:r.count], offset, side="left"))
+            return k if k < r.count else -1
+        return self._walk(pos, pick)
+
     def read(self, offset: int, max_bytes: int, max_offset: int,
              min_one_batch: bool = True) -> tuple[int, int, int] | None:
         """(position, length, first batch base offset) of whole batches from the one holding
         ``offset``, at most ``max_bytes`` (or one batch if ``min_one_batch``), none with a base
         offset >= ``max_offset``. None when there is nothing to return."""
+        self.last_used = time.monotonic()
         loc = self.translate_offset(offset)
         if loc is None or loc.base_offset >= max_offset:
             return None
@@ -269,7 +360,7 @@ class LogSegment:
 
     def batch_bytes(self, loc: BatchLocation) -> bytes:
         """A copy of one batch's bytes."""
-        return bytes(self._data(loc.position + loc.size)[loc.position:loc.position + loc.size])
+        return bytes(self.data(loc.position + loc.size)[loc.position:loc.position + loc.size])
 
     def batches_from(self, position: int, end: int | None = None) -> ScanResult:
         """Headers of every batch in [position, end) (no CRC check)."""
@@ -277,32 +368,25 @@ class LogSegment:
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> BatchLocation | None:
         """First batch with max timestamp >= ``timestamp`` and last offset >= ``start_offset``."""
+        self.last_used = time.monotonic()
         _, ts_offset = self.time_index.lookup(timestamp)
         _, pos = self.offset_index.lookup(max(ts_offset, start_offset))
         if pos >= self.size:
             pos = 0
-        while pos < self.size:
-            r = self._scan(pos, self.size, verify_crc=False, max_batches=_TRANSLATE_CHUNK)
-            if r.count == 0:
-                return None
+
+        def pick(r: ScanResult) -> int:
             ok = np.flatnonzero((r.max_timestamps[:r.count] >= timestamp)
                                 & (r.last_offsets[:r.count] >= start_offset))
-            if ok.size:
-                k = int(ok[0])
-                return BatchLocation(int(r.positions[k]), int(r.base_offsets[k]),
-                                     int(r.last_offsets[k]), int(r.sizes[k]),
-                                     int(r.max_timestamps[k]))
-            if r.stop_reason != SCAN_LIMIT:
-                return None
-            pos = r.stop_position
-        return None
+            return int(ok[0]) if ok.size else -1
+        return self._walk(pos, pick)
 
     @property
     def largest_timestamp(self) -> int:
         """Largest batch timestamp; the file's mtime when no batch carries one (Kafka)."""
         if self.max_timestamp >= 0:
             return self.max_timestamp
-        return int(os.fstat(self.fd).st_mtime * 1000)
+        st = os.fstat(self._fd) if self._fd >= 0 else os.stat(self.log_path)
+        return int(st.st_mtime * 1000)
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -330,116 +414,80 @@ class LogSegment:
         data starts at. Raises KafkaStorageError on I/O failure (the file is cut back first).
         """
         start = self.size
+        fd = self.fd
         try:
-            n = os.write(self.fd, data)
+            n = os.write(fd, data)
             while n < len(data):  # regular files write fully unless interrupted or ENOSPC
-                n += os.write(self.fd, data[n:])
+                n += os.write(fd, data[n:])
         except OSError as e:
             try:
-                os.ftruncate(self.fd, start)
+                os.ftruncate(fd, start)
             except OSError:
                 pass
             raise KafkaStorageError(f"write to {self.log_path} failed: {e}") from e
         if start == 0 and self.first_append_ms is None:
             self.first_append_ms = now_ms
         self.size = start + len(data)
-        if len(sizes) >= 64:  # a large request or IPC hand-off: index it with array operations
-            self._index_batches_np(np.asarray(rel_positions, np.int64) + start,
-                                   np.asarray(sizes, np.int64), np.asarray(last_offsets, np.int64),
-                                   np.asarray(max_timestamps, np.int64))
+        if len(sizes) >= _VECTOR_MIN:  # a large request or IPC hand-off: array operations
+            self._index_batches(np.asarray(rel_positions, np.int64) + start,
+                                np.asarray(sizes, np.int64), np.asarray(last_offsets, np.int64),
+                                np.asarray(max_timestamps, np.int64))
         else:
-            self._index_batches(start, rel_positions, sizes, last_offsets, max_timestamps)
+            self._index_batches([start + p for p in rel_positions], sizes, last_offsets,
+                                max_timestamps)
         self.next_offset = last_offsets[-1] + 1
         if self.writeback is not None:
             try:
-                self.writeback.after_append(self.fd, self.size)
+                self.writeback.after_append(fd, self.size)
             except OSError as e:
                 raise KafkaStorageError(f"writeback of {self.log_path} failed: {e}") from e
         return start
 
-    def _index_batches(self, start: int, rel_positions: list[int], sizes: list[int],
-                       last_offsets: list[int], max_timestamps: list[int]) -> None:
-        """Kafka's rule: a batch gets an offset-index entry when more than index.interval.bytes
-        were appended since the last entry; the time index then records the max timestamp."""
-        interval = self._interval
-        oi, ti = self.offset_index, self.time_index
-        since = self.bytes_since_last_index_entry
-        max_ts, max_ts_off = self.max_timestamp, self.offset_of_max_timestamp
-        for i in range(len(sizes)):
-            ts = max_timestamps[i]
-            if ts > max_ts:
-                max_ts, max_ts_off = ts, last_offsets[i]
-            if since > interval:
-                if not oi.is_full:
-                    oi.append(last_offsets[i], start + rel_positions[i])
-                if not ti.is_full and max_ts >= 0:
-                    ti.maybe_append(max_ts, max_ts_off)
-                since = 0
-            since += sizes[i]
-        self.bytes_since_last_index_entry = since
-        self.max_timestamp, self.offset_of_max_timestamp = max_ts, max_ts_off
-
-    def _index_batches_np(self, positions: np.ndarray, sizes: np.ndarray,
-                          last_offsets: np.ndarray, max_timestamps: np.ndarray) -> None:
-        """:meth:`_index_batches` for many batches at file positions ``positions``, vectorized
-        when every batch is larger than index.interval.bytes (then every batch after the first
-        gets an entry); otherwise the per-batch loop.
-
-        Measured (perf/bench_storage.py): the loop indexed 16-KiB batches at ~1.5 GB/s, which
-        made it, not the CRC scan (~13 GB/s), the limit of recovery.
-        """
-        interval = self._interval
-        n = len(sizes)
-        oi, ti = self.offset_index, self.time_index
-        if n < 64 or int(sizes.min()) <= interval:
-            self._index_batches(0, (positions - 0).tolist(), sizes.tolist(),
-                                last_offsets.tolist(), max_timestamps.tolist())
+    def _index_batches(self, positions: list[int] | np.ndarray, sizes: list[int] | np.ndarray,
+                       last_offsets: list[int] | np.ndarray,
+                       max_timestamps: list[int] | np.ndarray) -> None:
+        """Index batches at file ``positions``: the batches :func:`index_entry_slots` picks get
+        an offset-index entry, and the time index then records the running max timestamp and
+        where it first appeared (Kafka's LogSegment.append). Lists take a loop, arrays
+        (many batches: a large request, recovery) array operations; the result is the same."""
+        slots, self.bytes_since_last_index_entry = index_entry_slots(
+            sizes, self.bytes_since_last_index_entry, self._interval)
+        max_ts, max_off = self.max_timestamp, self.offset_of_max_timestamp
+        if isinstance(sizes, np.ndarray):
+            cm = np.maximum.accumulate(np.maximum(max_timestamps, max_ts))
+            rises = np.empty(len(cm), dtype=bool)
+            rises[0] = cm[0] > max_ts
+            rises[1:] = cm[1:] > cm[:-1]
+            src = np.maximum.accumulate(np.where(rises, np.arange(len(cm)), -1))
+            off_of_max = np.where(src >= 0, last_offsets[np.maximum(src, 0)], max_off)
+            if len(slots):
+                self.offset_index.append_many(last_offsets[slots], positions[slots])
+                self.time_index.append_many(cm[slots], off_of_max[slots])
+            self.max_timestamp = int(cm[-1])
+            self.offset_of_max_timestamp = int(off_of_max[-1])
             return
-        lo = last_offsets.astype(np.int64)
-        ts = max_timestamps.astype(np.int64)
-        first = 0 if self.bytes_since_last_index_entry > interval else 1
-        # running max timestamp and the last offset of the batch that first reached it
-        cm = np.maximum.accumulate(np.maximum(ts, self.max_timestamp))
-        rises = np.empty(n, dtype=bool)
-        rises[0] = cm[0] > self.max_timestamp
-        rises[1:] = cm[1:] > cm[:-1]
-        src = np.where(rises, np.arange(n), -1)
-        src = np.maximum.accumulate(src)
-        off_of_max = np.where(src >= 0, lo[np.maximum(src, 0)], self.offset_of_max_timestamp)
-        idx = np.arange(first, n)
-        k = min(len(idx), oi.max_entries - oi.entries)
-        if k > 0:
-            ent = np.empty(k, dtype=oi.DTYPE)
-            ent["rel"] = lo[idx[:k]] - self.base_offset
-            ent["pos"] = positions[idx[:k]]
-            oi._write_entries(ent)
-        # time index: an entry wherever the running max grew since the previous entry
-        t_ts, t_off = cm[idx], off_of_max[idx]
-        keep = t_ts >= 0
-        if len(t_ts):
-            grew = np.empty(len(t_ts), dtype=bool)
-            # maybe_append's rule: only a timestamp above the last entry's makes an entry
-            grew[0] = not ti.entries or t_ts[0] > ti.last_entry()[0]
-            grew[1:] = t_ts[1:] > t_ts[:-1]
-            keep &= grew
-        t_ts, t_off = t_ts[keep], t_off[keep]
-        k = min(len(t_ts), ti.max_entries - 1 - ti.entries)
-        if k > 0:
-            ent = np.empty(k, dtype=ti.DTYPE)
-            ent["ts"] = t_ts[:k]
-            ent["rel"] = t_off[:k] - self.base_offset
-            ti._write_entries(ent)
-        self.bytes_since_last_index_entry = int(sizes[-1])
-        self.max_timestamp = int(cm[-1])
-        self.offset_of_max_timestamp = int(off_of_max[-1])
+        # few batches (the common produce request): entry by entry, as Kafka does
+        oi, ti = self.offset_index, self.time_index
+        j, n_slots = 0, len(slots)
+        for i, ts in enumerate(max_timestamps):
+            if ts > max_ts:
+                max_ts, max_off = ts, last_offsets[i]
+            if j < n_slots and slots[j] == i:
+                if not oi.is_full:
+                    oi.append(last_offsets[i], positions[i])
+                if max_ts >= 0 and not ti.is_full:
+                    ti.maybe_append(max_ts, max_off)
+                j += 1
+        self.max_timestamp, self.offset_of_max_timestamp = max_ts, max_off
 
     def on_become_inactive(self) -> None:
         """Roll: record the final max timestamp in the time index and trim both indexes."""
-        if self.max_timestamp >= 0 and self.time_index.entries < self.time_index.max_entries:
-            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp,
-                                         skip_full_check=True)
+        ti = self.time_index
+        if self.max_timestamp >= 0 and ti.entries < ti.max_entries:
+            ti.maybe_append(self.max_timestamp, self.offset_of_max_timestamp,
+                            skip_full_check=True)
         self.offset_index.trim_to_valid_size()
-        self.time_index.trim_to_valid_size()
+        ti.trim_to_valid_size()
         self.writeback = None
 
     def resize_indexes(self, size: int) -> None:
@@ -463,7 +511,7 @@ class LogSegment:
         self.bytes_since_last_index_entry = 0
         self.max_timestamp, self.offset_of_max_timestamp = NO_TIMESTAMP, self.base_offset
         if size_before:
-            buf = self._data(size_before)
+            buf = self.data(size_before)
             r = scan_batches(buf, 0, size_before, verify_crc=True,
                              expect_offset=self.base_offset, max_batch_size=max_batch_size)
         else:
@@ -471,15 +519,15 @@ class LogSegment:
         valid = int(r.stop_position)
         n = int(np.count_nonzero(r.positions[:r.count] < valid))
         if valid < size_before:
-            self._unmap_data()
+            self.unmap_data()
             try:
                 os.ftruncate(self.fd, valid)
             except OSError as e:
                 raise KafkaStorageError(f"cannot truncate {self.log_path}: {e}") from e
         self.size = valid
         if n:
-            self._index_batches_np(r.positions[:n], r.sizes[:n], r.last_offsets[:n],
-                                   r.max_timestamps[:n])
+            self._index_batches(r.positions[:n], r.sizes[:n], r.last_offsets[:n],
+                                r.max_timestamps[:n])
             self.next_offset = int(r.last_offsets[n - 1]) + 1
         else:
             self.next_offset = self.base_offset
@@ -499,7 +547,7 @@ class LogSegment:
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         removed = self.size - loc.position
-        self._unmap_data()
+        self.unmap_data()
         try:
             os.ftruncate(self.fd, loc.position)
         except OSError as e:
@@ -517,46 +565,53 @@ class LogSegment:
         return removed
 
     def flush(self) -> None:
-        """fsync the log file and msync both indexes. Raises KafkaStorageError."""
+        """fsync the log file and both indexes; files that are not open are synced through a
+        short-lived descriptor (their dirty pages outlive the descriptor that wrote them).
+        Raises KafkaStorageError."""
         try:
-            os.fsync(self.fd)
-            self.offset_index.flush()
-            self.time_index.flush()
+            if self._fd >= 0:
+                os.fsync(self._fd)
+            else:
+                _fsync_path(self.log_path)
+            for idx, ext in ((self._oi, INDEX_SUFFIX), (self._ti, TIME_INDEX_SUFFIX)):
+                if idx is not None:
+                    idx.flush()
+                elif self.writable:
+                    _fsync_path(self._path(ext), missing_ok=True)
         except OSError as e:
             raise KafkaStorageError(f"flush of {self.log_path} failed: {e}") from e
 
     # -- lifecycle --------------------------------------------------------------------------
 
     def paths(self) -> list[str]:
-        return [self.log_path, self.offset_index.path, self.time_index.path]
+        return [self.log_path, self._path(INDEX_SUFFIX), self._path(TIME_INDEX_SUFFIX)]
+
+    def _rename_files(self, change: Any) -> None:
+        """Rename the indexes (those that exist), then the log file, after ``change()`` has
+        set the new name parts; open descriptors keep working."""
+        exts = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+        old = [self._path(e) for e in exts]
+        change()
+        new = [self._path(e) for e in exts]
+        for idx, a, b in ((self._oi, old[1], new[1]), (self._ti, old[2], new[2])):
+            if os.path.exists(a):
+                os.rename(a, b)
+            if idx is not None:
+                idx.path = b
+        os.rename(old[0], new[0])
+        self.log_path = new[0]
 
     def rename_to_deleted(self) -> None:
         """Add ``.deleted`` to all three file names; open descriptors keep working."""
-        if self.deleted:
-            return
-        new_log = self.log_path + DELETED_SUFFIX
-        os.rename(self.log_path, new_log)
-        self.log_path = new_log
-        for idx in (self.offset_index, self.time_index):
-            if os.path.exists(idx.path):
-                idx.rename(idx.path + DELETED_SUFFIX)
-        self.deleted = True
+        if not self.deleted:
+            self._rename_files(lambda: setattr(self, "deleted", True))
 
     def change_suffix(self, new_suffix: str) -> None:
         """Rename the three files from the current suffix (``.cleaned``, ``.swap`` or none) to
         ``new_suffix``; open descriptors keep working. The indexes go first and the log file
         last, so a log file carrying a suffix means its indexes were renamed before it (the
         cleaner's crash recovery relies on this). Raises OSError."""
-        old_suffix = self.suffix
-        for idx in (self.offset_index, self.time_index):
-            path = getattr(idx, "path", "")
-            if path and os.path.exists(path):
-                stem = path[:len(path) - len(old_suffix)] if old_suffix else path
-                idx.rename(stem + new_suffix)
-        stem = self.log_path[:len(self.log_path) - len(old_suffix)] if old_suffix else self.log_path
-        os.rename(self.log_path, stem + new_suffix)
-        self.log_path = stem + new_suffix
-        self.suffix = new_suffix
+        self._rename_files(lambda: setattr(self, "suffix", new_suffix))
 
     def delete_files(self) -> None:
         """Close and unlink all three files (missing ones are fine)."""
@@ -567,31 +622,54 @@ class LogSegment:
             except FileNotFoundError:
                 pass
 
+    def release(self, trim: bool = True) -> None:
+        """Close the files but keep the cached state: the next access opens them again. A
+        writable segment's indexes are trimmed first (only an inactive segment is released)."""
+        self.unmap_data()
+        for idx in (self._oi, self._ti):
+            if idx is not None:
+                idx.close(trim=trim and self.writable)
+        self._oi = self._ti = None
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
     def close(self, trim: bool = True) -> None:
-        """Close the files; a writable segment records its final time-index entry and trims its
-        indexes first (Kafka's close). Idempotent."""
-        if self.fd < 0:
+        """Close the files for good; a writable segment with open indexes records its final
+        time-index entry and trims its indexes first (Kafka's close). Idempotent."""
+        if self._closed:
             return
-        if self.writable and trim and not self.deleted:
+        if self.writable and trim and not self.deleted and self._oi is not None:
             try:
                 self.on_become_inactive()
-            except (OSError, ValueError):
-                pass
-        self._unmap_data()
-        self.offset_index.close(trim=trim and self.writable)
-        self.time_index.close(trim=trim and self.writable)
-        os.close(self.fd)
-        self.fd = -1
+            except (OSError, ValueError, KafkaStorageError):
+                pass  # closing anyway: recovery rebuilds what the last entry would have said
+        self.release(trim=trim)
+        self._closed = True
 
     def __repr__(self) -> str:
         return (f"LogSegment(base={self.base_offset}, size={self.size}, "
                 f"next_offset={self.next_offset}, path={self.log_path!r})")
 
 
+def _fsync_path(path: str, missing_ok: bool = False) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        if missing_ok:
+            return
+        raise
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class _EmptyOffsetIndex:
     """Stand-in for a missing index file of a read-only segment: every lookup says position 0."""
 
     entries = 0
+    max_entries = 0
     is_full = True
 
     def __init__(self, base_offset: int) -> None:

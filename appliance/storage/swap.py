@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable, Sequence
 
+from appliance.errors import KafkaStorageError
 from appliance.storage.checkpoint import fsync_dir
 from appliance.storage.segment import (
     CLEANED_SUFFIX,
@@ -40,14 +42,40 @@ from appliance.storage.segment import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
+    LogSegment,
     parse_segment_file_name,
     segment_file_name,
 )
 from native.scan import scan_batches
 
-__all__ = ["complete_interrupted_swaps", "next_offset_of_log_file"]
+__all__ = ["complete_interrupted_swaps", "next_offset_of_log_file", "swap_in"]
 
 log = logging.getLogger(__name__)
+
+
+def swap_in(dir_: str, old: Sequence[LogSegment], new: LogSegment | None,
+            hook: Callable[[str], None] | None = None) -> None:
+    """Steps 2-4 above on disk: ``new`` (complete, fsynced ``.cleaned`` files, or None when
+    every record of ``old`` was redundant) replaces ``old``, whose files end up ``.deleted``
+    (still open). ``hook(step)`` runs after the steps "swap", "deleted" and "swapped" (crash
+    tests kill the process there). Raises KafkaStorageError on I/O failure."""
+    try:
+        if new is not None:
+            new.change_suffix(SWAP_SUFFIX)
+            fsync_dir(dir_)
+        if hook:
+            hook("swap")
+        for s in old:
+            s.rename_to_deleted()
+        if hook:
+            hook("deleted")
+        if new is not None:
+            new.change_suffix("")
+        fsync_dir(dir_)
+    except OSError as e:
+        raise KafkaStorageError(f"{dir_}: segment swap failed: {e}") from e
+    if hook:
+        hook("swapped")
 
 
 def next_offset_of_log_file(path: str, base_offset: int) -> int:

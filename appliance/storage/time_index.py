@@ -63,6 +63,27 @@ class TimeIndex(AbstractIndex):
                 return
         self._append_raw(timestamp, rel)
 
+    def append_many(self, timestamps: np.ndarray, offsets: np.ndarray) -> int:
+        """:meth:`maybe_append` for many entries in one copy: ``timestamps`` is a running
+        maximum; an entry only where it is known (>= 0) and grew past the previous entry; stops
+        when full. Returns the entries written."""
+        if not len(timestamps):
+            return 0
+        keep = timestamps >= 0
+        grew = np.empty(len(timestamps), dtype=bool)
+        grew[0] = not self.entries or timestamps[0] > self.last_entry()[0]
+        grew[1:] = timestamps[1:] > timestamps[:-1]
+        keep &= grew
+        ts, offs = timestamps[keep], offsets[keep]
+        k = min(len(ts), self.max_entries - 1 - self.entries)
+        if k <= 0:
+            return 0
+        ent = np.empty(k, dtype=self.DTYPE)
+        ent["ts"] = ts[:k]
+        ent["rel"] = offs[:k] - self.base_offset
+        self._append_array(ent)
+        return k
+
     def lookup(self, target_ts: int) -> tuple[int, int]:
         """(timestamp, offset) of the entry with the largest timestamp <= ``target_ts``;
         (NO_TIMESTAMP, base_offset) if none."""
@@ -75,9 +96,7 @@ class TimeIndex(AbstractIndex):
     def truncate_to(self, offset: int) -> None:
         """Drop entries for offsets >= ``offset`` (same three cases as the offset index)."""
         rel = offset - self.base_offset
-        arr = self._array()
-        rels = arr["rel"].astype(np.int64)
-        del arr
+        (rels,) = self._columns("rel")
         slot = int(np.searchsorted(rels, rel, side="right")) - 1
         if slot < 0:
             keep = 0
@@ -87,15 +106,9 @@ class TimeIndex(AbstractIndex):
             keep = slot + 1
         self.truncate_to_entries(keep)
 
-    def sanity_check(self, log_size: int | None = None) -> str | None:
-        """None if sound; else the reason (length, timestamps or offsets going backwards)."""
-        reason = super().sanity_check(log_size)
-        if reason or not self.entries:
-            return reason
-        arr = self._array()
-        ts = arr["ts"].astype(np.int64)
-        rel = arr["rel"].astype(np.int64)
-        del arr
+    def _check_entries(self, log_size: int | None) -> str | None:
+        """Timestamps and offsets not going backwards."""
+        ts, rel = self._columns("ts", "rel")
         if np.any(np.diff(ts) < 0):
             return "timestamps go backwards"
         if rel[0] < 0 or np.any(np.diff(rel) < 0):

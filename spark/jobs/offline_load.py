@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="Parquet output directory (overwritten)")
     ap.add_argument("--window", default="5 minutes")
     ap.add_argument("--shm-name", help="broker shared memory name (default: from the log dir)")
-    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--master", help="default: spark-submit's --master, else local[*]")
     args = ap.parse_args(argv)
     from spark.session import session
 

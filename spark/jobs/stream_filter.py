@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--interval", default="2 seconds")
     ap.add_argument("--max-per-trigger", type=int)
     ap.add_argument("--shm-name")
-    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--master", help="default: spark-submit's --master, else local[*]")
     args = ap.parse_args(argv)
     from spark.session import session
 

@@ -103,7 +103,7 @@ class RawMember:
 
     def heartbeat(self) -> int:
         return self.conn.request(12, {"group_id": self.group, "generation_id": self.generation,
-                                      "member_id": self.member_id, "group_instance_id": None},
+                                      "member_id": self.member_id},
                                  version=1).error_code
 
     def leave(self) -> int:

@@ -259,7 +259,7 @@ def test_session_expiry_by_clock_and_rebalance():
     h.call(14, 3, {**sync, "member_id": a, "assignments": []}, "sa")
     g = h.coord.groups["g"]
     assert g.state == S.STABLE
-    hb = {"group_id": "g", "generation_id": 1, "group_instance_id": None}
+    hb = {"group_id": "g", "generation_id": 1}
     for _ in range(3):  # a keeps heartbeating, b goes silent
         h.now += 400
         assert h.call(12, 1, {**hb, "member_id": a})["error_code"] == 0

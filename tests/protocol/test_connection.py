@@ -132,7 +132,7 @@ def test_unknown_api_key_tells_caller_to_close():
         conn.next_event()
 
 
-@pytest.mark.parametrize("api_key,version", [(0, 2), (0, 8), (1, 12), (3, 0), (3, 5), (12, -1)])
+@pytest.mark.parametrize("api_key,version", [(2, 4), (0, 8), (1, 12), (8, 5), (3, 7), (12, -1)])
 def test_unsupported_version_of_other_apis_closes(api_key, version):
     conn = ServerConnection()
     conn.receive_data(struct.pack(">ihhi", 8, api_key, version, 5))  # no client id even
@@ -161,9 +161,9 @@ def test_api_versions_v3_gets_the_v0_layout_fallback_and_stays_open():
     assert isinstance(ev, UnsupportedVersion) and not ev.close_connection
     assert ev.client_id == "kcat" and ev.api_version == 3
     assert ev.response == expected_fallback(0x01020304) == api_versions_fallback_response(0x01020304)
-    # exact bytes, spelled out for the first entries: size, corr id, error 35, count 21, Produce 3-7
-    assert ev.response[:24] == bytes.fromhex("00000088" "01020304" "0023" "00000015"
-                                             "0000" "0003" "0007" "0001" "0004")
+    # exact bytes, spelled out for the first entries: size, corr id, error 35, count 23, Produce 0-7
+    assert ev.response[:24] == bytes.fromhex("00000094" "01020304" "0023" "00000017"
+                                             "0000" "0000" "0007" "0001" "0000")
     assert conn.state is ConnectionState.OPEN
     assert conn.next_event().correlation_id == 7  # the connection carries on
 

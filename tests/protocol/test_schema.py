@@ -15,9 +15,10 @@ from appliance.protocol.types import Array, Int16, Int32, Records, String
 from tests.protocol.schema_values import message_strategy, normalize, project, walk_versions
 
 ADVERTISED = {
-    18: (0, 2), 3: (1, 4), 0: (3, 7), 1: (4, 11), 2: (1, 2), 19: (2, 3), 20: (1, 3), 22: (0, 1),
-    10: (0, 1), 11: (0, 5), 14: (0, 3), 12: (0, 1), 13: (0, 1), 8: (2, 3), 9: (1, 3), 15: (0, 3),
-    16: (0, 1), 37: (0, 1), 32: (0, 2), 33: (0, 1), 42: (0, 1),
+    0: (0, 7), 1: (0, 11), 2: (0, 3), 3: (0, 6), 8: (0, 4), 9: (0, 4), 10: (0, 2), 11: (0, 5),
+    12: (0, 2), 13: (0, 2), 14: (0, 3), 15: (0, 3), 16: (0, 2), 18: (0, 2), 19: (0, 4), 20: (0, 3),
+    22: (0, 1), 32: (0, 2), 33: (0, 1), 37: (0, 1), 42: (0, 1), 44: (0, 0),
+    47: (0, 0),
 }
 
 
@@ -76,7 +77,7 @@ def test_bad_message_range_is_rejected():
 
 def test_unsupported_version_raises():
     with pytest.raises(UnsupportedVersionError):
-        M.Produce.decode_request(2, b"")
+        M.Produce.decode_request(8, b"")
     with pytest.raises(UnsupportedVersionError):
         M.Fetch.encode_response(12, {})
 
@@ -178,3 +179,19 @@ def test_records_none_and_empty_differ():
             {"index": 0, "records": records}]}]})
         assert wire.endswith(tail)
     assert Records.nullable
+
+
+def test_misspelled_key_is_refused_naming_it():
+    # a misspelling must not silently send the field's default
+    good = {"responses": [{"name": "t", "partition_responses": [{"index": 0, "base_offset": 5}]}]}
+    M.Produce.encode_response(7, good)
+    bad = {"responses": [{"name": "t", "partition_responses": [{"index": 0, "base_ofset": 5}]}]}
+    with pytest.raises(ProtocolEncodeError, match=r"Produce\.Response\.Responses\.PartitionResponses v7: "
+                                                  r"unknown field\(s\) 'base_ofset'"):
+        M.Produce.encode_response(7, bad)
+    with pytest.raises(ProtocolEncodeError, match="'throttle_ms'"):
+        M.Produce.encode_response(7, {"throttle_ms": 0, "responses": []})
+    # a field of another version of the message is not a misspelling: it is left out
+    assert M.Produce.encode_response(0, good) == M.Produce.encode_response(
+        0, {"responses": [{"name": "t", "partition_responses": [
+            {"index": 0, "base_offset": 5, "log_start_offset": 9}]}], "throttle_time_ms": 3})

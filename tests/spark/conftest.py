@@ -88,3 +88,65 @@ def reader(spark, broker: BrokerProcess, **options: str):
     for k, v in options.items():
         r = r.option(k, v)
     return r
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory):
+    """A real standalone cluster: master + two 1-core workers, separate JVMs (one per session)."""
+    from spark.standalone import StandaloneCluster
+
+    with StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2, cores=1,
+                           worker_memory="768m") as c:
+        yield c
+
+
+def submit(master: str, script: str, *args: str, conf: dict[str, str] | None = None,
+           timeout: float = 300, background: bool = False, log_path=None):
+    """Run ``spark-submit --master MASTER spark/jobs/SCRIPT args`` as a job is run by hand.
+
+    Returns the CompletedProcess (or, with ``background``, the Popen in its own session)."""
+    import os
+    import sys
+
+    from spark.session import REPO_ROOT
+    from spark.standalone import spark_submit_command
+
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable, "PYTHONPATH": REPO_ROOT}
+    cmd = [*spark_submit_command(), "--master", master, "--driver-memory", "512m",
+           "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2"]
+    if master.startswith("spark://"):
+        cmd += ["--executor-memory", "512m", "--total-executor-cores", "2"]
+    for k, v in (conf or {}).items():
+        cmd += ["--conf", f"{k}={v}"]
+    cmd += [os.path.join(REPO_ROOT, "spark", "jobs", script), *args]
+    if background:
+        out = open(log_path, "ab")
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                cwd=REPO_ROOT, start_new_session=True)
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO_ROOT,
+                         timeout=timeout)
+    return res
+
+
+def parquet_rows(path) -> list[tuple]:
+    """The :func:`kcat` shape from a Parquet export written by spark/jobs/topic_to_parquet.py."""
+    import pyarrow.parquet as pq
+
+    def s(b):
+        return "NULL" if b is None else bytes(b).decode()
+
+    t = pq.read_table(str(path)).to_pylist()
+    out = []
+    for r in t:
+        h = ",".join(f"{x['key']}={s(x['value'])}" for x in r["headers"] or ())
+        out.append((r["partition"], r["offset"], s(r["key"]), s(r["value"]), h))
+    return sorted(out)
+
+
+def executor_log(cluster) -> str:
+    """Everything the executors of every application wrote to stderr so far."""
+    from pathlib import Path
+
+    return "".join(p.read_text(errors="replace")
+                   for p in Path(cluster.workdir, "work").glob("w*/app-*/*/stderr"))

@@ -16,7 +16,6 @@ from appliance.records import batch_layout as L
 from appliance.records.batch import build_batch, decode_records, iter_batches, validate_batch
 from appliance.records.record_types import Compression
 from appliance.storage.checkpoint import read_checkpoint
-from appliance.storage.cleaner import CRASH_ENV
 from appliance.storage.cleaner_manager import CLEANER_OFFSET_CHECKPOINT
 from appliance.storage.log_dir import LogDir
 
@@ -300,14 +299,22 @@ def test_cleaning_aborts_when_the_log_changes_between_steps(tmp_path):
 
 # -- crash in the middle of a cleaning ------------------------------------------------------
 
+# The child process kills itself with SIGKILL when the cleaner reaches ``step`` (set through the
+# cleaner's step observer, so the crash lands exactly in that window of the real code path).
 _CHILD = r"""
-import sys
+import os, signal, sys
 from appliance.config import BrokerConfig
 from appliance.storage.log_dir import LogDir
-root, now = sys.argv[1], int(sys.argv[2])
+root, now, step = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 bc = BrokerConfig.load(overrides={"log.dirs": root, "log.writeback.mode": "os",
                                   "log.cleaner.backoff.ms": "0"})
 d = LogDir.open(root, bc, now_ms=lambda: now)
+
+def kill_at(name):
+    if name == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+d.cleaner.on_step = kill_at
 d.cleaner.clean_all(d.partitions, now)
 print("finished")
 """
@@ -321,9 +328,8 @@ def test_sigkill_mid_cleaning_leaves_a_valid_log(tmp_path, step):
     lg.roll()
     before = all_records(lg)
     d.close()
-    env = dict(os.environ, **{CRASH_ENV: step})
-    p = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path), str(clock.now)],
-                       env=env, capture_output=True, timeout=60)
+    p = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path), str(clock.now), step],
+                       capture_output=True, timeout=60)
     assert p.returncode == -signal.SIGKILL, p.stderr.decode()[-2000:]
     names = os.listdir(os.path.join(str(tmp_path), f"{TOPIC}-0"))
     if step in ("cleaned", "swap"):

@@ -1,97 +1,118 @@
-"""Request handlers, one module per API family; ``dispatch`` routes by API key.
+"""Request handlers, one module per API family, and the tables that route to them.
 
-A handler is ``async def handler(ctx, request) -> body`` where body is a dict (or object) the
-protocol module encodes for the request's version, or ``NO_RESPONSE``. Handlers never touch
-sockets: they read the shared table, read segment files, and submit work to disk workers.
+Two ways in, both keyed by the protocol's API classes (``Produce.API_KEY``, ...):
+
+- :data:`TASK_FREE`: ``start(ctx, request, answer, conn)`` begins the work now and sets the
+  ``answer`` future with the encoded response later, from a doorbell callback, then calls
+  ``ctx.wakeups.answer_ready(conn)``. No asyncio task (see docs/architecture.md, "The produce
+  path without tasks").
+- :data:`HANDLERS` (and :data:`GROUP_HANDLERS`, which also get the client's address):
+  ``async def handle(ctx, request) -> body``, run as a task by :func:`run`.
+
+A body is a dict the protocol module encodes for the request's version, a ``RawBody``, or
+``NO_RESPONSE`` (see :mod:`.answer`). Handlers never touch sockets: they read the shared table,
+read segment files, and submit work to disk workers. A new API is one line in one table.
 """
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Callable
+import asyncio
 from typing import Any
 
-import appliance.protocol as proto
-from appliance.broker.broker_context import NO_RESPONSE, BrokerContext
+from appliance.broker.broker_context import BrokerContext
 from appliance.broker.handlers import (
     api_versions,
     configs,
     fetch,
     groups,
+    incremental_alter_configs,
     list_offsets,
     metadata,
     produce,
     producer_id,
     topics,
 )
+from appliance.broker.handlers.answer import CloseConnection, encode
+from appliance.protocol.messages import (
+    AlterConfigs,
+    ApiVersions,
+    CreatePartitions,
+    CreateTopics,
+    DeleteGroups,
+    DeleteTopics,
+    DescribeConfigs,
+    DescribeGroups,
+    Fetch,
+    FindCoordinator,
+    Heartbeat,
+    IncrementalAlterConfigs,
+    InitProducerId,
+    JoinGroup,
+    LeaveGroup,
+    ListGroups,
+    ListOffsets,
+    Metadata,
+    OffsetCommit,
+    OffsetDelete,
+    OffsetFetch,
+    Produce,
+    SyncGroup,
+)
 
-__all__ = ["dispatch", "start", "encode", "HANDLERS"]
+__all__ = ["TASK_FREE", "HANDLERS", "GROUP_HANDLERS", "run", "start"]
+
+TASK_FREE = {
+    Produce.API_KEY: produce.start,
+}
 
 HANDLERS = {
-    18: api_versions.handle,
-    3: metadata.handle,
-    1: fetch.handle,
-    2: list_offsets.handle,
-    19: topics.handle_create,
-    20: topics.handle_delete,
-    37: topics.handle_create_partitions,
-    32: configs.handle_describe,
-    33: configs.handle_alter,
-    22: producer_id.handle,
-    10: groups.find_coordinator,
+    ApiVersions.API_KEY: api_versions.handle,
+    Metadata.API_KEY: metadata.handle,
+    Fetch.API_KEY: fetch.handle,
+    ListOffsets.API_KEY: list_offsets.handle,
+    CreateTopics.API_KEY: topics.handle_create,
+    DeleteTopics.API_KEY: topics.handle_delete,
+    CreatePartitions.API_KEY: topics.handle_create_partitions,
+    DescribeConfigs.API_KEY: configs.handle_describe,
+    AlterConfigs.API_KEY: configs.handle_alter,
+    IncrementalAlterConfigs.API_KEY: incremental_alter_configs.handle,
+    InitProducerId.API_KEY: producer_id.handle,
+    FindCoordinator.API_KEY: groups.find_coordinator,
 }
 
 # group APIs also need the client's address (DescribeGroups shows it, as Kafka does)
 GROUP_HANDLERS = {
-    11: groups.route, 14: groups.route, 12: groups.route, 13: groups.route,
-    8: groups.route, 9: groups.route,
-    16: groups.list_groups, 15: groups.describe_groups, 42: groups.delete_groups,
+    JoinGroup.API_KEY: groups.route,
+    SyncGroup.API_KEY: groups.route,
+    Heartbeat.API_KEY: groups.route,
+    LeaveGroup.API_KEY: groups.route,
+    OffsetCommit.API_KEY: groups.route,
+    OffsetFetch.API_KEY: groups.route,
+    OffsetDelete.API_KEY: groups.route,
+    ListGroups.API_KEY: groups.list_groups,
+    DescribeGroups.API_KEY: groups.describe_groups,
+    DeleteGroups.API_KEY: groups.delete_groups,
 }
 
 
-async def dispatch(ctx: BrokerContext, request: Any, client_host: str = "") -> Any:
-    """The encoded response chunks for one request, or None when it gets no response."""
+async def run(ctx: BrokerContext, request: Any, client_host: str = "") -> Any:
+    """The encoded response chunks for one request (None when it gets no response)."""
     handler = HANDLERS.get(request.api_key)
     if handler is not None:
         body = await handler(ctx, request)
     elif request.api_key in GROUP_HANDLERS:
         body = await GROUP_HANDLERS[request.api_key](ctx, request, client_host)
     else:
-        from appliance.broker.network_worker import CloseConnection
         raise CloseConnection(f"no handler for API key {request.api_key}")
     return encode(request, body)
 
 
-def encode(request: Any, body: Any) -> Any:
-    """A handler's body as response chunks (None: the request gets no response)."""
-    if body is NO_RESPONSE:
-        return None
-    if isinstance(body, groups.RawBody):  # encoded by the coordinator: add the frame header
-        return [_FRAME_HEAD.pack(len(body) + 4, request.correlation_id) + body]
-    return proto.encode_response(request, body)
-
-
-# requests served without a task (not in HANDLERS): they start now and answer from a doorbell callback
-START_HANDLERS = {0: produce.start}
-
-
-def start(ctx: BrokerContext, request: Any, respond: Callable[[Any], None]) -> None:
-    """Start ``request`` (its API is in START_HANDLERS): ``respond(chunks)`` is called with the
-    encoded answer, or with the exception, when it is ready; maybe before this returns."""
-    starter = START_HANDLERS[request.api_key]
-
-    def done(body: Any) -> None:
-        try:
-            chunks = encode(request, body)
-        except Exception as e:  # an encoding bug: the connection closes, the worker lives
-            respond(e)
-            return
-        respond(chunks)
-
+def start(ctx: BrokerContext, request: Any, answer: asyncio.Future, conn: Any) -> None:
+    """Start ``request`` (its API is in :data:`TASK_FREE`) without a task. A starter that
+    fails sets the answer to its exception: the connection closes, the worker lives."""
     try:
-        starter(ctx, request, done)
+        TASK_FREE[request.api_key](ctx, request, answer, conn)
     except Exception as e:
-        respond(e)
-
-
-_FRAME_HEAD = struct.Struct(">ii")  # size, correlation id (response header v0)
+        if not answer.done():
+            answer.set_exception(e)
+            ctx.wakeups.answer_ready(conn)

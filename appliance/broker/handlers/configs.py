@@ -6,52 +6,19 @@ import asyncio
 import json
 from typing import Any
 
-from appliance.config import TOPIC_KEYS, ConfigError, TopicConfig
+from appliance.broker.handlers.config_entries import broker_entries, topic_entries
+from appliance.config import ConfigError, TopicConfig
 from appliance.errors import ErrorCode
 from appliance.shm.layout import MsgType
 
 __all__ = ["handle_describe", "handle_alter"]
 
 TOPIC, BROKER = 2, 4
-# DescribeConfigs config_source values (Kafka's ConfigSource)
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 
 
-def _fmt(v: Any) -> str | None:
-    if v is None:
-        return None
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, list | tuple):
-        return ",".join(map(str, v))
-    return str(v)
-
-
-def _topic_entries(ctx: Any, name: str, keys: list[str] | None) -> list[dict]:
+def _topic_entries(ctx: Any, name: str, keys: list[str] | None, synonyms: bool) -> list[dict]:
     parts = ctx.index.partitions(name)
-    overrides = ctx.readers.topic_overrides(parts[0].disk, name)
-    cfg = TopicConfig.from_overrides(ctx.config, overrides)
-    out = []
-    for key in TOPIC_KEYS:
-        if keys is not None and key.name not in keys:
-            continue
-        overridden = key.name in overrides
-        out.append({"name": key.name, "value": _fmt(cfg[key.name]), "read_only": False,
-                    "config_source": DYNAMIC_TOPIC_CONFIG if overridden else DEFAULT_CONFIG,
-                    "is_default": not overridden, "is_sensitive": False, "synonyms": []})
-    return out
-
-
-def _broker_entries(ctx: Any, keys: list[str] | None) -> list[dict]:
-    out = []
-    for name, value in sorted(ctx.config.items().items()):
-        if keys is not None and name not in keys:
-            continue
-        explicit = ctx.config.is_set(name)
-        out.append({"name": name, "value": _fmt(value), "read_only": True,
-                    "config_source": STATIC_BROKER_CONFIG if explicit else DEFAULT_CONFIG,
-                    "is_default": not explicit, "is_sensitive": False, "synonyms": []})
-    return out
+    return topic_entries(ctx.config, ctx.readers.topic_overrides(parts[0].disk, name), keys, synonyms)
 
 
 async def handle_describe(ctx: Any, request: Any) -> dict:
@@ -65,13 +32,13 @@ async def handle_describe(ctx: Any, request: Any) -> dict:
                 r.update(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                          error_message=f"Topic '{res.resource_name}' does not exist.")
             else:
-                r["configs"] = _topic_entries(ctx, res.resource_name, keys)
+                r["configs"] = _topic_entries(ctx, res.resource_name, keys, request.body.include_synonyms)
         elif res.resource_type == BROKER:
             if res.resource_name not in ("", str(ctx.broker_id)):
                 r.update(error_code=ErrorCode.INVALID_REQUEST,
                          error_message=f"Unexpected broker id {res.resource_name!r}")
             else:
-                r["configs"] = _broker_entries(ctx, keys)
+                r["configs"] = broker_entries(ctx.config, keys, request.body.include_synonyms)
         else:
             r.update(error_code=ErrorCode.INVALID_REQUEST,
                      error_message=f"Unsupported resource type {res.resource_type}")

@@ -11,14 +11,21 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from appliance.broker.handlers.fetch_down_convert import FIRST_V2_FETCH_VERSION, down_convert
 from appliance.errors import ErrorCode, OffsetOutOfRangeError
+from appliance.protocol.messages import Fetch
 from appliance.protocol.types import FileSlice
 from appliance.shm.layout import SlotState
 
 __all__ = ["handle"]
 
+# generated data classes, not dicts: the encoder's fast path, and a misspelled field fails here
+_Response = Fetch.Response
+_Topic = _Response.Responses
+_Partition = _Topic.Partitions
 
-def _read_all(ctx: Any, body: Any) -> tuple[list[dict], int, bool]:
+
+def _read_all(ctx: Any, body: Any) -> tuple[list, int, bool]:
     total = 0
     max_bytes = body.max_bytes if body.max_bytes > 0 else 2**31 - 1
     any_error = False
@@ -26,24 +33,24 @@ def _read_all(ctx: Any, body: Any) -> tuple[list[dict], int, bool]:
     for t in body.topics:
         parts = []
         for p in t.partitions:
-            r = {"partition_index": p.partition, "error_code": 0, "high_watermark": -1,
-                 "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
-                 "preferred_read_replica": -1, "records": b""}
+            r = _Partition(partition_index=p.partition, high_watermark=-1, aborted_transactions=None,
+                           records=b"")
             parts.append(r)
             info = ctx.index.lookup(t.topic, p.partition)
             if info is None:
-                r["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                r.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 any_error = True
                 continue
             if ctx.table.state(info.slot) != SlotState.ONLINE:
-                r["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                r.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
                 any_error = True
                 continue
             leo, hw, lso = ctx.table.offsets(info.slot)
-            r.update(high_watermark=hw, last_stable_offset=hw, log_start_offset=lso)
+            r.high_watermark = r.last_stable_offset = hw
+            r.log_start_offset = lso
             offset = p.fetch_offset
             if offset < lso or offset > leo:
-                r["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
+                r.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
                 any_error = True
                 continue
             if offset >= hw:
@@ -55,20 +62,20 @@ def _read_all(ctx: Any, body: Any) -> tuple[list[dict], int, bool]:
             try:
                 sl = reader.read(offset, max(limit, 1), max_offset=hw, min_one_batch=(total == 0))
             except OffsetOutOfRangeError:  # retention moved the start since we read the table
-                r["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
+                r.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
                 any_error = True
                 continue
             if sl is None or sl.length == 0:
                 continue
             # the reader's descriptor, not the path: positions refer to this very inode even if
             # the cleaner swaps a new file in under the same name before we send
-            r["records"] = FileSlice(sl.fd if sl.fd is not None else sl.path, sl.position, sl.length)
+            r.records = FileSlice(sl.fd if sl.fd is not None else sl.path, sl.position, sl.length)
             total += sl.length
-        responses.append({"topic": t.topic, "partitions": parts})
+        responses.append(_Topic(topic=t.topic, partitions=parts))
     return responses, total, any_error
 
 
-async def handle(ctx: Any, request: Any) -> dict:
+async def handle(ctx: Any, request: Any) -> Any:
     body = request.body
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(body.max_wait_ms, 0) / 1000
@@ -76,5 +83,8 @@ async def handle(ctx: Any, request: Any) -> dict:
         responses, total, any_error = _read_all(ctx, body)
         remaining = deadline - loop.time()
         if total >= max(body.min_bytes, 1) or any_error or remaining <= 0:
-            return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
-        await ctx.wait_for_data(remaining)
+            resp = _Response(throttle_time_ms=0, error_code=0, session_id=0, responses=responses)
+            if request.api_version < FIRST_V2_FETCH_VERSION:  # old clients only: off the sendfile path
+                return down_convert(ctx, resp, request.api_version)
+            return resp
+        await ctx.wakeups.wait_for_data(remaining)

@@ -12,26 +12,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from appliance.broker.handlers.answer import RawBody
 from appliance.broker.topic_admin import create_topic
-from appliance.coordinator.routing import OFFSETS_TOPIC, offsets_partition_for
+from appliance.coordinator.routing import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, offsets_partition_for
 from appliance.errors import ErrorCode
 from appliance.protocol.registry import API_BY_KEY
 from appliance.shm.layout import GROUP_HEADER, MsgType, SlotState
 
-__all__ = ["RawBody", "find_coordinator", "route", "list_groups", "describe_groups", "delete_groups"]
+__all__ = ["find_coordinator", "route", "list_groups", "describe_groups", "delete_groups"]
 
 _GROUP = GROUP_HEADER.struct  # type: ignore[attr-defined]
-OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
 KEY_TYPE_GROUP = 0
-
-
-class RawBody(bytes):
-    """A response body already encoded (by the coordinator) for the request's version."""
-
-
-def _num_offsets_partitions(ctx: Any) -> int:
-    parts = ctx.index.partitions(OFFSETS_TOPIC)
-    return len(parts) if parts else int(ctx.config["offsets.topic.num.partitions"])
 
 
 def _coordinator_slot(ctx: Any, group_id: str) -> tuple[Any, int]:
@@ -96,6 +87,8 @@ def _error_body(api_key: int, code: int, request: Any) -> dict:
         return {"error_code": code, "topics": [{"name": t.name, "partitions": [
             {"partition_index": p, "committed_offset": -1, "metadata": "", "error_code": code}
             for p in t.partition_indexes]} for t in (b.topics or [])]}
+    if api_key == 47:  # OffsetDelete: the whole request fails at the group level
+        return {"error_code": code, "throttle_time_ms": 0, "topics": []}
     raise ValueError(api_key)
 
 

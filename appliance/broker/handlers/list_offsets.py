@@ -35,7 +35,19 @@ def _one(ctx: Any, topic: str, partition: int, ts: int) -> dict:
     return r
 
 
+def _old_style(r: dict, max_num_offsets: int) -> dict:
+    # v0 answers a list of offsets; we hold one answer per query, as Kafka's own list starts
+    r["old_style_offsets"] = [r["offset"]] if r["offset"] >= 0 and max_num_offsets > 0 else []
+    return r
+
+
 async def handle(ctx: Any, request: Any) -> dict:
+    if request.api_version == 0:
+        return {"topics": [
+            {"name": t.name, "partitions": [
+                _old_style(_one(ctx, t.name, p.partition_index, p.timestamp), p.max_num_offsets)
+                for p in t.partitions]}
+            for t in request.body.topics]}
     return {"throttle_time_ms": 0, "topics": [
         {"name": t.name, "partitions": [_one(ctx, t.name, p.partition_index, p.timestamp)
                                         for p in t.partitions]}

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from appliance.broker.topic_admin import OFFSETS_TOPIC, create_topic
+from appliance.broker.topic_admin import create_topic
+from appliance.config import validate_topic_name
+from appliance.coordinator.routing import OFFSETS_TOPIC
 from appliance.errors import ErrorCode
 from appliance.shm.layout import SlotState
 
@@ -32,7 +34,7 @@ def topic_metadata(ctx: Any, name: str) -> dict:
 
 async def handle(ctx: Any, request: Any) -> dict:
     body = request.body
-    if body.topics is None:
+    if body.topics is None or (request.api_version == 0 and not body.topics):  # v0: [] = all
         names = sorted(ctx.index.topics())
     else:
         names = [t.name for t in body.topics]
@@ -45,7 +47,6 @@ async def handle(ctx: Any, request: Any) -> dict:
     for name in names:
         md = topic_metadata(ctx, name)
         if md["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-            from appliance.config import validate_topic_name
             try:
                 validate_topic_name(name)
             except Exception:

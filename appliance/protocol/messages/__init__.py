@@ -8,6 +8,7 @@ from appliance.protocol.messages.admin import (
     CreateTopics,
     DeleteTopics,
     DescribeConfigs,
+    IncrementalAlterConfigs,
 )
 from appliance.protocol.messages.core import (
     ApiVersions,
@@ -26,6 +27,7 @@ from appliance.protocol.messages.group import (
     LeaveGroup,
     ListGroups,
     OffsetCommit,
+    OffsetDelete,
     OffsetFetch,
     SyncGroup,
 )
@@ -35,4 +37,5 @@ __all__ = [
     "FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit",
     "OffsetFetch", "DescribeGroups", "ListGroups", "DeleteGroups",
     "CreateTopics", "DeleteTopics", "CreatePartitions", "DescribeConfigs", "AlterConfigs",
+    "IncrementalAlterConfigs", "OffsetDelete",
 ]

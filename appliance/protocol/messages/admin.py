@@ -7,13 +7,14 @@ from __future__ import annotations
 from appliance.protocol.schema import ApiMessage, Field, Struct
 from appliance.protocol.types import Array, Boolean, Int8, Int16, Int32, NullableString, String
 
-__all__ = ["CreateTopics", "DeleteTopics", "CreatePartitions", "DescribeConfigs", "AlterConfigs"]
+__all__ = ["CreateTopics", "DeleteTopics", "CreatePartitions", "DescribeConfigs", "AlterConfigs", "IncrementalAlterConfigs"]
 
 
 class CreateTopics(ApiMessage):
-    """CreateTopics (key 19); Kafka: valid 2-7, flexible 5+."""
+    """CreateTopics (key 19); Kafka: valid 2-7, flexible 5+; v4 (KIP-464): -1 partitions or
+    replication factor = the broker defaults (same fields as v3)."""
 
-    API_KEY, MIN_VERSION, MAX_VERSION = 19, 2, 3
+    API_KEY, MIN_VERSION, MAX_VERSION = 19, 0, 4
     REQUEST = (
         Field("topics", Array(Struct(
             Field("name", String),
@@ -29,14 +30,14 @@ class CreateTopics(ApiMessage):
             ))),
         ))),
         Field("timeout_ms", Int32, default=60000),
-        Field("validate_only", Boolean),
+        Field("validate_only", Boolean, versions="1+"),
     )
     RESPONSE = (
-        Field("throttle_time_ms", Int32),
+        Field("throttle_time_ms", Int32, versions="2+"),
         Field("topics", Array(Struct(
             Field("name", String),
             Field("error_code", Int16),
-            Field("error_message", NullableString),
+            Field("error_message", NullableString, versions="1+"),
         ))),
     )
 
@@ -44,13 +45,13 @@ class CreateTopics(ApiMessage):
 class DeleteTopics(ApiMessage):
     """DeleteTopics (key 20); Kafka: valid 1-6, flexible 4+."""
 
-    API_KEY, MIN_VERSION, MAX_VERSION = 20, 1, 3
+    API_KEY, MIN_VERSION, MAX_VERSION = 20, 0, 3
     REQUEST = (
         Field("topic_names", Array(String)),
         Field("timeout_ms", Int32),
     )
     RESPONSE = (
-        Field("throttle_time_ms", Int32),
+        Field("throttle_time_ms", Int32, versions="1+"),
         Field("responses", Array(Struct(
             Field("name", String),
             Field("error_code", Int16),
@@ -129,6 +130,34 @@ class AlterConfigs(ApiMessage):
             Field("resource_name", String),
             Field("configs", Array(Struct(
                 Field("name", String),
+                Field("value", NullableString),
+            ))),
+        ))),
+        Field("validate_only", Boolean),
+    )
+    RESPONSE = (
+        Field("throttle_time_ms", Int32),
+        Field("responses", Array(Struct(
+            Field("error_code", Int16),
+            Field("error_message", NullableString),
+            Field("resource_type", Int8),
+            Field("resource_name", String),
+        ))),
+    )
+
+
+class IncrementalAlterConfigs(ApiMessage):
+    """IncrementalAlterConfigs (key 44, KIP-339); Kafka: valid 0-1, flexible 1+. Each config
+    names an operation: 0 SET, 1 DELETE (back to the default), 2 APPEND, 3 SUBTRACT (list keys)."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 44, 0, 0
+    REQUEST = (
+        Field("resources", Array(Struct(
+            Field("resource_type", Int8),
+            Field("resource_name", String),
+            Field("configs", Array(Struct(
+                Field("name", String),
+                Field("config_operation", Int8),
                 Field("value", NullableString),
             ))),
         ))),

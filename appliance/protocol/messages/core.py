@@ -39,11 +39,11 @@ class ApiVersions(ApiMessage):
 class Metadata(ApiMessage):
     """Metadata (key 3); Kafka: valid 0-13, flexible 9+."""
 
-    API_KEY, MIN_VERSION, MAX_VERSION = 3, 1, 4
+    API_KEY, MIN_VERSION, MAX_VERSION = 3, 0, 6
     REQUEST = (
-        Field("topics", Array(Struct(
+        Field("topics", Array(Struct(  # v0: not nullable, an empty array asks for every topic
             Field("name", String),
-        )), nullable=True),
+        )), nullable="1+"),
         Field("allow_auto_topic_creation", Boolean, versions="4+", default=True),
     )
     RESPONSE = (
@@ -52,20 +52,21 @@ class Metadata(ApiMessage):
             Field("node_id", Int32),
             Field("host", String),
             Field("port", Int32),
-            Field("rack", NullableString),
+            Field("rack", NullableString, versions="1+"),
         ))),
         Field("cluster_id", NullableString, versions="2+"),
-        Field("controller_id", Int32, default=-1),
+        Field("controller_id", Int32, versions="1+", default=-1),
         Field("topics", Array(Struct(
             Field("error_code", Int16),
             Field("name", String),
-            Field("is_internal", Boolean),
+            Field("is_internal", Boolean, versions="1+"),
             Field("partitions", Array(Struct(
                 Field("error_code", Int16),
                 Field("partition_index", Int32),
                 Field("leader_id", Int32),
                 Field("replica_nodes", Array(Int32)),
                 Field("isr_nodes", Array(Int32)),
+                Field("offline_replicas", Array(Int32), versions="5+"),
             ))),
         ))),
     )
@@ -74,9 +75,9 @@ class Metadata(ApiMessage):
 class Produce(ApiMessage):
     """Produce (key 0); Kafka: valid 3-13, flexible 9+."""
 
-    API_KEY, MIN_VERSION, MAX_VERSION = 0, 3, 7
+    API_KEY, MIN_VERSION, MAX_VERSION = 0, 0, 7
     REQUEST = (
-        Field("transactional_id", NullableString),
+        Field("transactional_id", NullableString, versions="3+"),
         Field("acks", Int16),
         Field("timeout_ms", Int32),
         Field("topic_data", Array(Struct(
@@ -94,24 +95,25 @@ class Produce(ApiMessage):
                 Field("index", Int32),
                 Field("error_code", Int16),
                 Field("base_offset", Int64),
-                Field("log_append_time_ms", Int64, default=-1),
+                Field("log_append_time_ms", Int64, versions="2+", default=-1),
                 Field("log_start_offset", Int64, versions="5+", default=-1),
             ))),
         ))),
-        Field("throttle_time_ms", Int32),
+        Field("throttle_time_ms", Int32, versions="1+"),
     )
 
 
 class Fetch(ApiMessage):
-    """Fetch (key 1); Kafka: valid 4-18, flexible 12+."""
+    """Fetch (key 1); Kafka: valid 4-18, flexible 12+; 0-3 kept for old clients (the broker
+    down-converts to magic 0 for v0-1 and magic 1 for v2-3)."""
 
-    API_KEY, MIN_VERSION, MAX_VERSION = 1, 4, 11
+    API_KEY, MIN_VERSION, MAX_VERSION = 1, 0, 11
     REQUEST = (
         Field("replica_id", Int32, default=-1),
         Field("max_wait_ms", Int32),
         Field("min_bytes", Int32),
-        Field("max_bytes", Int32, default=2147483647),
-        Field("isolation_level", Int8),
+        Field("max_bytes", Int32, versions="3+", default=2147483647),
+        Field("isolation_level", Int8, versions="4+"),
         Field("session_id", Int32, versions="7+"),
         Field("session_epoch", Int32, versions="7+", default=-1),
         Field("topics", Array(Struct(
@@ -131,7 +133,7 @@ class Fetch(ApiMessage):
         Field("rack_id", String, versions="11+"),
     )
     RESPONSE = (
-        Field("throttle_time_ms", Int32),
+        Field("throttle_time_ms", Int32, versions="1+"),
         Field("error_code", Int16, versions="7+"),
         Field("session_id", Int32, versions="7+"),
         Field("responses", Array(Struct(
@@ -140,12 +142,12 @@ class Fetch(ApiMessage):
                 Field("partition_index", Int32),
                 Field("error_code", Int16),
                 Field("high_watermark", Int64),
-                Field("last_stable_offset", Int64, default=-1),
+                Field("last_stable_offset", Int64, versions="4+", default=-1),
                 Field("log_start_offset", Int64, versions="5+", default=-1),
                 Field("aborted_transactions", Array(Struct(
                     Field("producer_id", Int64),
                     Field("first_offset", Int64),
-                )), nullable=True),
+                )), versions="4+", nullable=True),
                 Field("preferred_read_replica", Int32, versions="11+", default=-1),
                 Field("records", Records),
             ))),
@@ -156,7 +158,7 @@ class Fetch(ApiMessage):
 class ListOffsets(ApiMessage):
     """ListOffsets (key 2); Kafka: valid 1-11, flexible 6+."""
 
-    API_KEY, MIN_VERSION, MAX_VERSION = 2, 1, 2
+    API_KEY, MIN_VERSION, MAX_VERSION = 2, 0, 3
     REQUEST = (
         Field("replica_id", Int32, default=-1),  # -1: an ordinary consumer, not a follower
         Field("isolation_level", Int8, versions="2+"),
@@ -165,6 +167,7 @@ class ListOffsets(ApiMessage):
             Field("partitions", Array(Struct(
                 Field("partition_index", Int32),
                 Field("timestamp", Int64),
+                Field("max_num_offsets", Int32, versions="0", default=1),
             ))),
         ))),
     )
@@ -175,8 +178,9 @@ class ListOffsets(ApiMessage):
             Field("partitions", Array(Struct(
                 Field("partition_index", Int32),
                 Field("error_code", Int16),
-                Field("timestamp", Int64, default=-1),
-                Field("offset", Int64, default=-1),
+                Field("old_style_offsets", Array(Int64), versions="0"),  # v0: a list, newest first
+                Field("timestamp", Int64, versions="1+", default=-1),
+                Field("offset", Int64, versions="1+", default=-1),
             ))),
         ))),
     )

@@ -17,13 +17,13 @@ from appliance.protocol.types import (
     String,
 )
 
-__all__ = ["FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit", "OffsetFetch", "DescribeGroups", "ListGroups", "DeleteGroups"]
+__all__ = ["FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit", "OffsetFetch", "DescribeGroups", "ListGroups", "DeleteGroups", "OffsetDelete"]
 
 
 class FindCoordinator(ApiMessage):
     """FindCoordinator (key 10); Kafka: valid 0-6, flexible 3+."""
 
-    API_KEY, MIN_VERSION, MAX_VERSION = 10, 0, 1
+    API_KEY, MIN_VERSION, MAX_VERSION = 10, 0, 2
     REQUEST = (
         Field("key", String),
         Field("key_type", Int8, versions="1+"),
@@ -93,7 +93,7 @@ class SyncGroup(ApiMessage):
 class Heartbeat(ApiMessage):
     """Heartbeat (key 12); Kafka: valid 0-4, flexible 4+."""
 
-    API_KEY, MIN_VERSION, MAX_VERSION = 12, 0, 1
+    API_KEY, MIN_VERSION, MAX_VERSION = 12, 0, 2
     REQUEST = (
         Field("group_id", String),
         Field("generation_id", Int32),
@@ -108,7 +108,7 @@ class Heartbeat(ApiMessage):
 class LeaveGroup(ApiMessage):
     """LeaveGroup (key 13); Kafka: valid 0-5, flexible 4+."""
 
-    API_KEY, MIN_VERSION, MAX_VERSION = 13, 0, 1
+    API_KEY, MIN_VERSION, MAX_VERSION = 13, 0, 2
     REQUEST = (
         Field("group_id", String),
         Field("member_id", String),
@@ -122,17 +122,18 @@ class LeaveGroup(ApiMessage):
 class OffsetCommit(ApiMessage):
     """OffsetCommit (key 8); Kafka: valid 2-10, flexible 8+."""
 
-    API_KEY, MIN_VERSION, MAX_VERSION = 8, 2, 3
+    API_KEY, MIN_VERSION, MAX_VERSION = 8, 0, 4
     REQUEST = (
         Field("group_id", String),
-        Field("generation_id_or_member_epoch", Int32, default=-1),
-        Field("member_id", String),
-        Field("retention_time_ms", Int64, default=-1),
+        Field("generation_id_or_member_epoch", Int32, versions="1+", default=-1),
+        Field("member_id", String, versions="1+"),
+        Field("retention_time_ms", Int64, versions="2-4", default=-1),
         Field("topics", Array(Struct(
             Field("name", String),
             Field("partitions", Array(Struct(
                 Field("partition_index", Int32),
                 Field("committed_offset", Int64),
+                Field("commit_timestamp", Int64, versions="1", default=-1),
                 Field("committed_metadata", NullableString),
             ))),
         ))),
@@ -152,7 +153,7 @@ class OffsetCommit(ApiMessage):
 class OffsetFetch(ApiMessage):
     """OffsetFetch (key 9); Kafka: valid 1-10, flexible 6+."""
 
-    API_KEY, MIN_VERSION, MAX_VERSION = 9, 1, 3
+    API_KEY, MIN_VERSION, MAX_VERSION = 9, 0, 4
     REQUEST = (
         Field("group_id", String),
         Field("topics", Array(Struct(
@@ -206,7 +207,7 @@ class DescribeGroups(ApiMessage):
 class ListGroups(ApiMessage):
     """ListGroups (key 16); Kafka: valid 0-5, flexible 3+."""
 
-    API_KEY, MIN_VERSION, MAX_VERSION = 16, 0, 1
+    API_KEY, MIN_VERSION, MAX_VERSION = 16, 0, 2
     REQUEST = ()
     RESPONSE = (
         Field("throttle_time_ms", Int32, versions="1+"),
@@ -230,5 +231,31 @@ class DeleteGroups(ApiMessage):
         Field("results", Array(Struct(
             Field("group_id", String),
             Field("error_code", Int16),
+        ))),
+    )
+
+
+class OffsetDelete(ApiMessage):
+    """OffsetDelete (key 47, KIP-496); Kafka: valid 0 (kafka-python and librdkafka send v0)."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 47, 0, 0
+    REQUEST = (
+        Field("group_id", String),
+        Field("topics", Array(Struct(
+            Field("name", String),
+            Field("partitions", Array(Struct(
+                Field("partition_index", Int32),
+            ))),
+        ))),
+    )
+    RESPONSE = (
+        Field("error_code", Int16),
+        Field("throttle_time_ms", Int32),
+        Field("topics", Array(Struct(
+            Field("name", String),
+            Field("partitions", Array(Struct(
+                Field("partition_index", Int32),
+                Field("error_code", Int16),
+            ))),
         ))),
     )

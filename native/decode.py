@@ -11,7 +11,8 @@ headersCount varint, then per header keyLength varint, key (utf-8), valueLength 
 
 The kernel never raises: a malformed record is reported through the returned status and the
 index of the batch it is in (see :data:`DECODE_ERRORS`). Thread-safe (no shared state); the GIL is
-released.
+released. Its pure-Python twin is :func:`native.decode_twin.decode_records_twin`; the tests in
+tests/native/test_decode.py hold the two to the same output and the same first error.
 """
 
 from __future__ import annotations
@@ -84,9 +85,10 @@ def _decode(a, sec_start, sec_end, base_off, base_ts, max_ts, log_append, counts
             length, p = _varint(a, p, end)
             if p < 0:
                 return n, nh, 2, b
-            rec_end = p + length
-            if length < 6 or rec_end > end:
+            # Compared as lengths, not as end positions: p + a hostile length could overflow.
+            if length < 6 or length > end - p:
                 return n, nh, 3, b
+            rec_end = p + length
             p += 1  # attributes: unused in v2
             ts_delta, p = _varint(a, p, rec_end)
             if p < 0:
@@ -102,7 +104,7 @@ def _decode(a, sec_start, sec_end, base_off, base_ts, max_ts, log_append, counts
             kl, p = _varint(a, p, rec_end)
             if p < 0:
                 return n, nh, 2, b
-            if kl < -1 or p + kl > rec_end:
+            if kl < -1 or kl > rec_end - p:
                 return n, nh, 4, b
             kstart = p
             if kl > 0:
@@ -110,7 +112,7 @@ def _decode(a, sec_start, sec_end, base_off, base_ts, max_ts, log_append, counts
             vl, p = _varint(a, p, rec_end)
             if p < 0:
                 return n, nh, 2, b
-            if vl < -1 or p + vl > rec_end:
+            if vl < -1 or vl > rec_end - p:
                 return n, nh, 4, b
             vstart = p
             if vl > 0:
@@ -126,14 +128,14 @@ def _decode(a, sec_start, sec_end, base_off, base_ts, max_ts, log_append, counts
                 hkl, p = _varint(a, p, rec_end)
                 if p < 0:
                     return n, nh, 2, b
-                if hkl < 0 or p + hkl > rec_end:
+                if hkl < 0 or hkl > rec_end - p:
                     return n, nh, 7, b
                 hks = p
                 p += hkl
                 hvl, p = _varint(a, p, rec_end)
                 if p < 0:
                     return n, nh, 2, b
-                if hvl < -1 or p + hvl > rec_end:
+                if hvl < -1 or hvl > rec_end - p:
                     return n, nh, 4, b
                 hvs = p
                 if hvl > 0:

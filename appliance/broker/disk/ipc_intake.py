@@ -1,0 +1,103 @@
+"""The channels of local IPC producers (appliance/client/ipc.py): produce requests only, each
+answered on its channel's completion ring, the producer woken by a datagram."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+
+from appliance.broker.disk.requests import Requests
+from appliance.broker.disk.ring_intake import ROUND_LIMIT
+from appliance.errors import ErrorCode
+from appliance.shm.ipc_directory import IpcDirectory
+from appliance.shm.layout import (
+    COMPLETION,
+    IPC_CHANNELS,
+    REQUEST,
+    MsgType,
+    disk_wake_address,
+    ipc_channel_name,
+)
+from appliance.shm.ring import Channel, RingFormatError
+
+__all__ = ["IpcIntake"]
+
+log = logging.getLogger("appliance.disk")
+
+_REQ = REQUEST.struct  # type: ignore[attr-defined]
+_COMP = COMPLETION.struct  # type: ignore[attr-defined]
+
+
+class IpcIntake:
+    def __init__(self, base: str, index: int, incarnation: int, requests: Requests) -> None:
+        self.requests = requests
+        self.ipc_dir = IpcDirectory.attach(base, index)
+        self.channels = [Channel.attach(ipc_channel_name(base, index, k)) for k in range(IPC_CHANNELS)]
+        for ch in self.channels:
+            # a producer fails what it queued for our dead predecessor (it watches the incarnation)
+            ch.requests.discard_all()
+        self.ipc_dir.set_worker_incarnation(incarnation)
+        # producers wake us with a datagram here; the worker's loop polls it
+        self.wake_sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.wake_sock.bind(disk_wake_address(base, index))
+        self.wake_sock.setblocking(False)
+
+    def drain_wakeups(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            while self.wake_sock.recv(64):
+                pass
+
+    def drain(self) -> int:
+        """One round over every channel; the number of requests handled."""
+        handled = 0
+        for k, ch in enumerate(self.channels):
+            ring = ch.requests
+            if ring.head == ring.tail:
+                continue
+            answered = False
+            for _ in range(ROUND_LIMIT):
+                if ch.completions.capacity - ch.completions.used() < 4096:
+                    # its producer is not reading its acknowledgements: leave its requests queued
+                    # rather than block this worker (and every other producer) on it
+                    break
+                try:
+                    msg = ring.peek()
+                except RingFormatError as e:
+                    log.warning("IPC channel %d: producer pid %d wrote garbage (%s): discarding its queue",
+                                k, self.ipc_dir.slot(k)[0], e)
+                    ring.discard_all()
+                    break
+                if msg is None:
+                    break
+                msg_type, payload = msg
+                try:
+                    comp = self.requests.handle(None, msg_type, payload) if msg_type == MsgType.PRODUCE \
+                        else _refuse(payload)
+                finally:
+                    del payload
+                    ring.release()
+                handled += 1
+                if comp is not None:
+                    ch.completions.put(MsgType.COMPLETION, comp)  # room was checked above
+                    answered = True
+            if answered:
+                self._wake_producer(k)
+        return handled
+
+    def _wake_producer(self, k: int) -> None:
+        pid, _, name = self.ipc_dir.slot(k)
+        if pid and name:
+            with contextlib.suppress(OSError):  # gone, or its socket buffer is full: it will poll
+                self.wake_sock.sendto(b"\0", name)
+
+    def close(self) -> None:
+        self.wake_sock.close()
+        for ch in self.channels:
+            ch.close()
+
+
+def _refuse(payload: memoryview) -> bytes:
+    """Local producers may only produce."""
+    request_id, slot = _REQ.unpack_from(payload, 0)[:2] if len(payload) >= REQUEST.size else (0, -1)
+    return _COMP.pack(request_id, -1, -1, -1, slot, int(ErrorCode.INVALID_REQUEST))

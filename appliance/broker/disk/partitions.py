@@ -1,0 +1,176 @@
+"""The partitions one disk worker owns: which table slot holds which log, their offsets in the
+shared table, and the requests that change them (produce, create, delete, alter config).
+
+One writer per partition, one thread: no locks on the data path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+
+from appliance.broker.disk.requests import NOTHING, NotHere
+from appliance.config import BrokerConfig, ConfigError, TopicConfig
+from appliance.coordinator.routing import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
+from appliance.errors import ErrorCode, KafkaStorageError
+from appliance.shm.layout import SlotState, WorkerState
+from appliance.shm.partition_table import PartitionTable
+from appliance.storage.log_dir import LogDir
+
+__all__ = ["Partitions"]
+
+log = logging.getLogger("appliance.disk")
+
+
+class Partitions:
+    def __init__(self, index: int, path: str, config: BrokerConfig, table: PartitionTable,
+                 worker_slot: int) -> None:
+        self.index = index  # of this disk (log dir)
+        self.path = path
+        self.config = config
+        self.table = table
+        self.worker_slot = worker_slot  # our heartbeat slot: long rounds stamp it
+        self.logs: dict[int, object] = {}  # table slot -> PartitionLog
+        self.slot_of: dict[tuple[str, int], int] = {}
+        self.log_dir: LogDir | None = None
+        self.created_hooks: list[Callable[[str, int], None]] = []  # (topic, partition) once created
+
+    # -- start ----------------------------------------------------------------------------
+    def open(self) -> None:
+        """Recover the log dir and register every partition in the shared table."""
+        started = time.monotonic()
+        self.log_dir = LogDir.open(self.path, self.config, self._topic_config_for)
+        with self.table.locked():
+            for (topic, partition), plog in self.log_dir.partitions.items():
+                slot = self.table.find(topic, partition)
+                if slot < 0:
+                    slot = self.table.allocate(topic, partition, self._num_partitions(topic),
+                                               self.index, SlotState.OFFLINE)
+                self._register(slot, topic, partition, plog)
+            # slots assigned to this disk whose create request died with the previous worker
+            for info in list(self.table.slots()):
+                if info.disk == self.index and info.slot not in self.logs:
+                    if info.state in (SlotState.CREATING, SlotState.OFFLINE):
+                        plog = self.log_dir.create_partition(
+                            info.topic, info.partition, self._creation_config(info.topic))
+                        self._register(info.slot, info.topic, info.partition, plog)
+                    elif info.state == SlotState.DELETING:
+                        self.table.release(info.slot)
+        log.info("log dir %s open: %d partitions in %.2f s", self.path, len(self.logs),
+                 time.monotonic() - started)
+
+    def _creation_config(self, topic: str) -> TopicConfig:
+        if topic == OFFSETS_TOPIC:
+            return TopicConfig.from_overrides(self.config, OFFSETS_TOPIC_CONFIG)
+        return self.config.topic_defaults()
+
+    def _num_partitions(self, topic: str) -> int:
+        """Partitions of a topic, counted over every log dir (a topic may span disks)."""
+        count = 0
+        for d in self.config.log_dirs:
+            with contextlib.suppress(OSError):
+                for name in os.listdir(d):
+                    t, _, p = name.rpartition("-")
+                    if t == topic and p.isdigit():
+                        count = max(count, int(p) + 1)
+        return max(count, 1)
+
+    def _topic_config_for(self, topic: str) -> TopicConfig:
+        return self.config.topic_defaults()
+
+    def _register(self, slot: int, topic: str, partition: int, plog) -> None:
+        # one broker: the leader is the whole ISR, so everything in its log is committed the
+        # moment it leads (Kafka: the new leader's HW moves to min LEO of the ISR = its own)
+        plog.high_watermark = plog.log_end_offset
+        self.logs[slot] = plog
+        self.slot_of[(topic, partition)] = slot
+        self.publish(slot, plog)
+        self.table.set_state(slot, SlotState.ONLINE)
+
+    def publish(self, slot: int, plog) -> None:
+        self.table.publish(slot, plog.log_end_offset, plog.high_watermark, plog.log_start_offset)
+
+    def publish_start_offsets(self) -> None:
+        """Publish the log start offsets retention moved."""
+        for slot, plog in self.logs.items():
+            lso = plog.log_start_offset
+            if self.table.offsets(slot)[2] != lso:
+                self.publish(slot, plog)
+
+    # -- requests (the handlers of the disk worker's table) -------------------------------
+    def produce(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+        plog = self.logs.get(slot)
+        if plog is None:
+            raise NotHere()
+        info = plog.append(body)
+        if info.duplicate:
+            # a retry of a batch already in the log: acknowledge its original offsets
+            log.debug("duplicate batch for slot %d at offset %d", slot, info.first_offset)
+        plog.high_watermark = plog.log_end_offset  # one broker: the leader is the ISR
+        self.publish(slot, plog)
+        return info.first_offset, info.log_append_time, plog.log_start_offset, b""
+
+    def create(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+        spec = json.loads(bytes(body))
+        info = self.table.read(slot)
+        if info.disk != self.index or info.state not in (SlotState.CREATING, SlotState.ONLINE):
+            raise NotHere()
+        if slot in self.logs:
+            return NOTHING
+        try:
+            cfg = TopicConfig.from_overrides(self.config, spec.get("configs", {}))
+        except ConfigError:
+            cfg = self.config.topic_defaults()  # validated by the network worker already
+        # made durable with the rest of the round's creates, before any of them is answered
+        plog = self.log_dir.create_partition(info.topic, info.partition, cfg, durable=False)
+        self._register(slot, info.topic, info.partition, plog)
+        self.table.heartbeat(self.worker_slot)
+        for hook in self.created_hooks:
+            hook(info.topic, info.partition)
+        return NOTHING
+
+    def sync_created(self) -> int:
+        """Make this round's new partitions durable; the Kafka error code if that failed."""
+        self.table.heartbeat(self.worker_slot)  # a round of creates can take seconds on a slow disk
+        try:
+            self.log_dir.sync_created()
+        except KafkaStorageError as e:
+            log.error("%s", e)
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        return 0
+
+    def delete(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+        self.table.heartbeat(self.worker_slot)  # a round of deletes can take seconds on a slow disk
+        info = self.table.read(slot)
+        plog = self.logs.pop(slot, None)
+        if plog is not None:
+            self.slot_of.pop((info.topic, info.partition), None)
+            self.log_dir.delete_partition(info.topic, info.partition)
+        with self.table.locked():
+            self.table.release(slot)
+        return NOTHING
+
+    def alter(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+        plog = self.logs.get(slot)
+        if plog is None:
+            raise NotHere()
+        cfg = TopicConfig.from_overrides(self.config, json.loads(bytes(body)).get("configs", {}))
+        self.log_dir.update_topic_config(plog.topic, cfg)
+        return NOTHING
+
+    # -- stop -----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Take every partition offline and close the log dir cleanly (flush, checkpoints,
+        clean-shutdown marker); a failure leaves recovery to the next start."""
+        self.table.set_worker_state(self.worker_slot, WorkerState.STOPPING)
+        for slot in self.logs:
+            self.table.set_state(slot, SlotState.OFFLINE)
+        try:
+            self.log_dir.close(clean=True)
+            log.info("log dir %s closed cleanly", self.path)
+        except Exception:
+            log.exception("clean close of %s failed; the next start will recover it", self.path)

@@ -1,0 +1,74 @@
+"""The table of ring message types -> handlers, and the completion each request gets.
+
+A handler is ``handler(n, request_id, slot, body) -> (base_offset, log_append_time,
+log_start_offset, extra)``, or None when its answer comes later (a JoinGroup held by the
+coordinator). ``n`` is the network worker the request came from (None: a local IPC producer).
+It raises ``KafkaError`` (its code is the answer), :class:`NotHere`, or ``OSError``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from appliance.errors import ErrorCode, KafkaError
+from appliance.shm.layout import COMPLETION, REQUEST, MsgType
+
+__all__ = ["Requests", "NotHere", "Handler", "NOTHING", "with_error"]
+
+log = logging.getLogger("appliance.disk")
+
+_REQ = REQUEST.struct  # type: ignore[attr-defined]
+_COMP = COMPLETION.struct  # type: ignore[attr-defined]
+
+Handler = Callable[[Any, int, int, memoryview], "tuple[int, int, int, bytes] | None"]
+NOTHING = (-1, -1, -1, b"")  # the answer of a request with no offsets to report
+
+
+class NotHere(Exception):
+    """The slot is not (or no longer) a partition of this disk worker."""
+
+
+class Requests:
+    def __init__(self, handlers: dict[int, Handler], path: str) -> None:
+        self.handlers = handlers
+        self.path = path  # the log dir, for the log
+
+    def handle(self, n: int | None, msg_type: int, payload: memoryview) -> bytes | None:
+        """The completion for one ring message, or None when it gets none (acks=0 produce,
+        or answered later)."""
+        request_id, slot, acks, _flags, _timeout_ms = _REQ.unpack_from(payload, 0)
+        error = ErrorCode.NONE
+        answer: tuple[int, int, int, bytes] | None = NOTHING
+        handler = self.handlers.get(msg_type)
+        try:
+            if handler is None:
+                error = ErrorCode.INVALID_REQUEST
+            else:
+                answer = handler(n, request_id, slot, payload[REQUEST.size:])
+                if answer is None:
+                    return None
+        except NotHere:
+            error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        except KafkaError as e:
+            error = e.code
+        except OSError as e:
+            log.error("I/O error on %s: %s", self.path, e)
+            error = ErrorCode.KAFKA_STORAGE_ERROR
+        except Exception:
+            log.exception("request type %d for slot %d failed", msg_type, slot)
+            error = ErrorCode.UNKNOWN_SERVER_ERROR
+        if acks == 0 and msg_type == MsgType.PRODUCE:
+            return None
+        if error:
+            answer = NOTHING
+        base_offset, log_append_time, log_start, extra = answer
+        return _COMP.pack(request_id, base_offset, log_append_time, log_start, slot, int(error)) + extra
+
+
+def with_error(comp: bytes, error: int) -> bytes:
+    """``comp`` with its error code replaced (the body after the fixed part is kept)."""
+    fields = list(_COMP.unpack_from(comp, 0))
+    fields[-1] = int(error)
+    return _COMP.pack(*fields) + comp[_COMP.size:]

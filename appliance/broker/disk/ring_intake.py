@@ -1,0 +1,97 @@
+"""The request rings of the network workers: take their requests in rounds, post each
+completion on the sender's completion ring, and ring the network workers' doorbells."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from appliance.broker.disk.partitions import Partitions
+from appliance.broker.disk.requests import Requests, with_error
+from appliance.broker.plumbing import Plumbing, ring_doorbell
+from appliance.shm.layout import MsgType
+from appliance.shm.ring import Channel, RingFormatError
+
+__all__ = ["RingIntake", "ROUND_LIMIT"]
+
+log = logging.getLogger("appliance.disk")
+
+ROUND_LIMIT = 256  # requests taken from one ring per round, so no network worker starves the others
+DATA_BELL_INTERVAL_S = 0.001  # "new data" wake-ups for long polls: at most one per ms
+
+
+class RingIntake:
+    def __init__(self, index: int, plumbing: Plumbing, requests: Requests,
+                 partitions: Partitions) -> None:
+        self.plumbing = plumbing
+        self.requests = requests
+        self.partitions = partitions
+        self.channels = [Channel.attach(plumbing.channel_names[(n, index)])
+                         for n in range(plumbing.num_net)]
+        for ch in self.channels:
+            # requests queued while no disk worker ran were failed by their network workers
+            ch.requests.discard_all()
+        self.data_bell_pending = False
+        self._last_data_bell = 0.0
+
+    def drain(self) -> tuple[int, set[int]]:
+        """One round over every ring: (requests handled, network workers that got completions)."""
+        handled = 0
+        rung: set[int] = set()
+        held: list[tuple[int, bytes]] = []  # create completions: sent once the round is durable
+        handle = self.requests.handle
+        for n, ch in enumerate(self.channels):
+            ring = ch.requests
+            for _ in range(ROUND_LIMIT):
+                try:
+                    msg = ring.peek()
+                except RingFormatError as e:
+                    log.error("request ring of network worker %d is corrupt (%s): discarding it", n, e)
+                    ring.discard_all()
+                    break
+                if msg is None:
+                    break
+                msg_type, payload = msg
+                try:
+                    comp = handle(n, msg_type, payload)
+                finally:
+                    del payload
+                    ring.release()
+                handled += 1
+                if comp is not None and msg_type == MsgType.CREATE_PARTITION:
+                    held.append((n, comp))
+                elif comp is not None:
+                    self.complete(n, comp)
+                    rung.add(n)
+        if held:
+            error = self.partitions.sync_created()
+            for n, comp in held:
+                self.complete(n, with_error(comp, error) if error else comp)
+                rung.add(n)
+        return handled, rung
+
+    def complete(self, n: int, comp: bytes) -> None:
+        ch = self.channels[n]
+        while not ch.completions.put(MsgType.COMPLETION, comp):
+            # the network worker drains completions constantly; wait for room
+            ring_doorbell(self.plumbing.net_bells[n])
+            time.sleep(0.0005)
+
+    def ring_bells(self, rung: set[int] | tuple = ()) -> None:
+        """Ring the network workers in ``rung`` and, when due, every network worker: appends
+        wake long-poll fetches on every network worker, coalesced to one wake-up per
+        DATA_BELL_INTERVAL_S (measured: ringing after every round cost 15 % of the worker under
+        a stream of large batches)."""
+        now = time.monotonic()
+        if self.data_bell_pending and now - self._last_data_bell >= DATA_BELL_INTERVAL_S:
+            for fd in self.plumbing.net_bells:
+                ring_doorbell(fd)
+            self.data_bell_pending = False
+            self._last_data_bell = now
+            return
+        for n in rung:
+            ring_doorbell(self.plumbing.net_bells[n])
+
+    def close(self) -> None:
+        for ch in self.channels:
+            ch.close()

@@ -1,0 +1,91 @@
+"""The leader's ISR and high-watermark rules (Kafka's ``Partition``: maybeIncrementLeaderHW,
+getOutOfSyncReplicas / maybeShrinkIsr, maybeExpandIsr), and how a leader records an ISR change:
+a zkVersion-conditional write of the state znode, then an ISR change notification.
+
+The rules are pure functions so the disk worker that owns the partition can run them in its
+loop; the writes need the ZooKeeper session, so they run in the cluster worker.
+
+Thread-safety: the functions are pure; :class:`IsrChangePropagator` belongs to one thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+from appliance.cluster.leadership import PartitionLeadership
+from appliance.cluster.zk_paths import LeaderIsr, TopicPartition
+from appliance.cluster.zk_store import ZkStore
+
+__all__ = [
+    "high_watermark", "out_of_sync_replicas", "caught_up_replicas", "propose_isr",
+    "IsrChangePropagator", "PROPAGATION_BLACKOUT_MS", "PROPAGATION_INTERVAL_MS",
+]
+
+# Kafka's ReplicaManager: announce ISR changes once none happened for 5 s, or at least every
+# 60 s while they keep coming, so a flapping follower does not flood the controller.
+PROPAGATION_BLACKOUT_MS = 5000
+PROPAGATION_INTERVAL_MS = 60000
+
+
+def high_watermark(leader_id: int, leader_leo: int, isr: Collection[int],
+                   follower_leos: Mapping[int, int], current_hw: int) -> int:
+    """The new HW: the smallest log-end offset over the ISR (the leader's own included), never
+    below the current HW (a follower just added to the ISR may still be behind it)."""
+    leos = [leader_leo] + [follower_leos.get(r, -1) for r in isr if r != leader_id]
+    return max(current_hw, min(leos))
+
+
+def out_of_sync_replicas(leader_id: int, isr: Collection[int], last_caught_up_ms: Mapping[int, int],
+                         now_ms: int, lag_time_max_ms: int) -> set[int]:
+    """Followers in the ISR that have not been caught up to the leader's log end for longer
+    than ``replica.lag.time.max.ms`` (a follower never seen counts as never caught up)."""
+    return {r for r in isr if r != leader_id
+            and now_ms - last_caught_up_ms.get(r, -(1 << 62)) > lag_time_max_ms}
+
+
+def caught_up_replicas(leader_id: int, replicas: Collection[int], isr: Collection[int],
+                       follower_leos: Mapping[int, int], hw: int) -> set[int]:
+    """Assigned followers outside the ISR whose log end has reached the HW: they may join."""
+    return {r for r in replicas if r != leader_id and r not in isr and follower_leos.get(r, -1) >= hw}
+
+
+def propose_isr(store: ZkStore, tp: TopicPartition, held: PartitionLeadership,
+                new_isr: tuple[int, ...]) -> PartitionLeadership | None:
+    """The leader writes a new ISR, conditional on the zkVersion it holds. Returns the new state
+    (with the new zkVersion), or None when the znode moved on: the controller changed the
+    partition and its LeaderAndIsr is on its way; the leader keeps its old ISR until then."""
+    written = store.update_partition_state(
+        tp, LeaderIsr(held.leader, held.leader_epoch, tuple(new_isr), held.controller_epoch, held.zk_version),
+        None)
+    if written is None:
+        return None
+    return PartitionLeadership(held.leader, held.leader_epoch, tuple(new_isr), held.replicas,
+                               written.zk_version, held.controller_epoch, held.offline)
+
+
+class IsrChangePropagator:
+    """Collects partitions whose ISR this broker changed and announces them to the controller
+    with one ``/isr_change_notification`` node, per Kafka's blackout/interval rule."""
+
+    def __init__(self, store: ZkStore, now_ms: int) -> None:
+        self.store = store
+        self.pending: set[TopicPartition] = set()
+        self.last_change_ms = now_ms
+        self.last_propagation_ms = now_ms  # Kafka counts the interval from start-up
+
+    def record(self, tp: TopicPartition, now_ms: int) -> None:
+        self.pending.add(tp)
+        self.last_change_ms = now_ms
+
+    def maybe_propagate(self, now_ms: int) -> bool:
+        """Write the notification if it is due; True if one was written."""
+        if not self.pending:
+            return False
+        quiet = now_ms - self.last_change_ms >= PROPAGATION_BLACKOUT_MS
+        overdue = now_ms - self.last_propagation_ms >= PROPAGATION_INTERVAL_MS
+        if not (quiet or overdue):
+            return False
+        self.store.notify_isr_change(self.pending)
+        self.pending = set()
+        self.last_propagation_ms = now_ms
+        return True

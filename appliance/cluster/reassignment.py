@@ -1,0 +1,167 @@
+"""The library behind ``appliance reassign-partitions`` (Kafka's ReassignPartitionsCommand,
+ZooKeeper era): --generate, --execute and --verify over Kafka's JSON files.
+
+- topics-to-move file: ``{"version":1,"topics":[{"topic":"foo"}]}``
+- reassignment file: ``{"version":1,"partitions":[{"topic":"foo","partition":0,"replicas":[1,2],
+  "log_dirs":["any","any"]}]}`` (``log_dirs`` optional, only "any" is understood)
+
+Bad input raises :class:`ReassignmentError` with a message naming the key or the value; nothing
+is written to ZooKeeper unless the whole request is valid.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+from appliance.cluster.assignment import InvalidReplicationFactor, assign_replicas
+from appliance.cluster.zk_paths import TopicPartition
+from appliance.cluster.zk_store import ZkStore
+
+__all__ = [
+    "ReassignmentError", "parse_topics_to_move", "parse_reassignment", "format_reassignment",
+    "current_assignment", "generate", "execute", "verify", "COMPLETE", "IN_PROGRESS", "FAILED",
+]
+
+COMPLETE, IN_PROGRESS, FAILED = "complete", "in progress", "failed"
+
+
+class ReassignmentError(ValueError):
+    """A reassignment request that cannot be carried out, with the reason."""
+
+
+def _json(text: str, what: str) -> dict:
+    try:
+        obj = json.loads(text)
+    except ValueError as e:
+        raise ReassignmentError(f"{what} is not valid JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise ReassignmentError(f"{what} must be a JSON object")
+    if obj.get("version", 1) != 1:
+        raise ReassignmentError(f"{what}: unsupported version {obj.get('version')!r} (expected 1)")
+    return obj
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def parse_topics_to_move(text: str) -> list[str]:
+    entries = _json(text, "topics-to-move file").get("topics")
+    if not isinstance(entries, list) or not entries:
+        raise ReassignmentError("topics-to-move file: 'topics' must be a non-empty list")
+    topics = []
+    for e in entries:
+        t = e.get("topic") if isinstance(e, dict) else None
+        if not isinstance(t, str) or not t:
+            raise ReassignmentError(f"topics-to-move file: entry {e!r} has no 'topic' name")
+        topics.append(t)
+    if len(set(topics)) != len(topics):
+        raise ReassignmentError("topics-to-move file: a topic is listed twice")
+    return topics
+
+
+def parse_reassignment(text: str) -> dict[TopicPartition, tuple[int, ...]]:
+    entries = _json(text, "reassignment file").get("partitions")
+    if not isinstance(entries, list) or not entries:
+        raise ReassignmentError("reassignment file: 'partitions' must be a non-empty list")
+    out: dict[TopicPartition, tuple[int, ...]] = {}
+    for e in entries:
+        if not isinstance(e, dict):
+            raise ReassignmentError(f"reassignment file: entry {e!r} is not an object")
+        topic, partition, replicas = e.get("topic"), e.get("partition"), e.get("replicas")
+        if not isinstance(topic, str) or not topic:
+            raise ReassignmentError(f"reassignment file: entry {e!r} has no 'topic'")
+        if not _is_int(partition) or partition < 0:
+            raise ReassignmentError(f"reassignment file: 'partition' of {topic} must be an integer >= 0")
+        tp = TopicPartition(topic, partition)
+        if not isinstance(replicas, list) or not replicas or not all(_is_int(r) and r >= 0 for r in replicas):
+            raise ReassignmentError(f"reassignment file: 'replicas' of {tp} must be a non-empty list of broker ids")
+        if len(set(replicas)) != len(replicas):
+            raise ReassignmentError(f"reassignment file: 'replicas' of {tp} names a broker twice: {replicas}")
+        dirs = e.get("log_dirs")
+        if dirs is not None and (not isinstance(dirs, list) or len(dirs) != len(replicas)
+                                 or any(d != "any" for d in dirs)):
+            raise ReassignmentError(f"reassignment file: 'log_dirs' of {tp} must be \"any\" per replica")
+        if tp in out:
+            raise ReassignmentError(f"reassignment file: partition {tp} is listed twice")
+        out[tp] = tuple(replicas)
+    return out
+
+
+def format_reassignment(moves: dict[TopicPartition, tuple[int, ...]]) -> str:
+    return json.dumps({"version": 1, "partitions": [
+        {"topic": tp.topic, "partition": tp.partition, "replicas": list(r), "log_dirs": ["any"] * len(r)}
+        for tp, r in sorted(moves.items())]}, separators=(",", ":"))
+
+
+def current_assignment(store: ZkStore, topics: list[str]) -> dict[TopicPartition, tuple[int, ...]]:
+    """Raises ReassignmentError naming a topic that does not exist."""
+    out = {}
+    for t in topics:
+        a = store.assignment(t)
+        if a is None:
+            raise ReassignmentError(f"topic {t} does not exist")
+        out.update({TopicPartition(t, p): r for p, r in a.partitions.items()})
+    return out
+
+
+def generate(store: ZkStore, topics: list[str], brokers: list[int], rng: random.Random | None = None,
+             ) -> tuple[dict[TopicPartition, tuple[int, ...]], dict[TopicPartition, tuple[int, ...]]]:
+    """(current, proposed): each topic spread over ``brokers`` as topic creation would, keeping
+    its partition count and replication factor."""
+    if not brokers or len(set(brokers)) != len(brokers):
+        raise ReassignmentError("--broker-list must name distinct brokers")
+    unknown = sorted(set(brokers) - set(store.broker_ids()))
+    if unknown:
+        raise ReassignmentError(f"--broker-list names brokers that are not registered: {unknown}")
+    current = current_assignment(store, topics)
+    proposed: dict[TopicPartition, tuple[int, ...]] = {}
+    for t in topics:
+        parts = sorted(tp.partition for tp in current if tp.topic == t)
+        rf = len(current[TopicPartition(t, parts[0])])
+        try:
+            new = assign_replicas(brokers, len(parts), rf, rng=rng)
+        except InvalidReplicationFactor as e:
+            raise ReassignmentError(f"topic {t}: {e}") from None
+        proposed.update({TopicPartition(t, p): new[i] for i, p in enumerate(parts)})
+    return current, proposed
+
+
+def execute(store: ZkStore, moves: dict[TopicPartition, tuple[int, ...]]) -> None:
+    """Validate against the cluster and hand the reassignment to the controller.
+
+    Raises:
+        ReassignmentError: another reassignment is running, a partition does not exist, or a
+            broker is not registered.
+    """
+    if store.reassignment():
+        raise ReassignmentError("there is an existing assignment running")
+    topics = sorted({tp.topic for tp in moves})
+    existing: dict[TopicPartition, tuple[int, ...]] = {}
+    for t in topics:
+        a = store.assignment(t)
+        if a is not None:
+            existing.update({TopicPartition(t, p): r for p, r in a.partitions.items()})
+    missing = sorted(str(tp) for tp in moves if tp not in existing)
+    if missing:
+        raise ReassignmentError(f"partitions do not exist: {', '.join(missing)}")
+    unknown = sorted({b for r in moves.values() for b in r} - set(store.broker_ids()))
+    if unknown:
+        raise ReassignmentError(f"the proposed assignment contains non-existent broker ids: {unknown}")
+    store.request_reassignment(moves)
+
+
+def verify(store: ZkStore, moves: dict[TopicPartition, tuple[int, ...]]) -> dict[TopicPartition, str]:
+    """Per partition: COMPLETE (its replicas are the target and nothing is pending),
+    IN_PROGRESS (still in /admin/reassign_partitions), or FAILED."""
+    pending = store.reassignment()
+    out = {}
+    for tp, target in sorted(moves.items()):
+        if tp in pending:
+            out[tp] = IN_PROGRESS
+            continue
+        a = store.assignment(tp.topic)
+        out[tp] = COMPLETE if a is not None and a.partitions.get(tp.partition) == tuple(target) else FAILED
+    return out

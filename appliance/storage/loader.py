@@ -1,0 +1,171 @@
+"""Loading a partition directory at open: leftovers, segments, recovery (Kafka's LogLoader).
+
+:func:`load_segments` turns whatever a crash left in a ``<topic>-<partition>`` directory into an
+ordered list of sound segments: leftover ``.deleted``/``.cleaned``/``.swap``/``.tmp`` files go
+(an interrupted cleaner swap is first finished or dropped, see :mod:`appliance.storage.swap`),
+every segment from the one holding the recovery point on is CRC-scanned and cut at the first
+invalid batch (an unclean shutdown; later segments are deleted), missing or insane indexes are
+rebuilt. :func:`replay_producer_state` rebuilds the idempotent producers' state from a
+snapshot and the batches after it.
+
+Loading is all or nothing: on any error every segment opened so far is closed before the error
+propagates (EMFILE gives :class:`~appliance.storage.segment.SegmentOpenError` naming the file).
+
+Thread-safety: call while nobody else uses the directory (PartitionLog.open does).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from appliance.records.batch import read_header
+from appliance.storage.producer_state import ProducerStateManager
+from appliance.storage.segment import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+    parse_segment_file_name,
+)
+from appliance.storage.swap import complete_interrupted_swaps
+from native.batch_layout import PRODUCER_ID_OFFSET
+from native.scan import SCAN_END
+
+__all__ = ["remove_leftovers", "load_segments", "replay_producer_state", "STOP_NAMES"]
+
+log = logging.getLogger(__name__)
+
+#: Why a recovery scan stopped, by native.scan stop reason.
+STOP_NAMES = {0: "end", 1: "partial batch", 2: "bad header (garbage or zero fill)",
+              3: "CRC mismatch", 4: "offsets going backwards", 5: "limit"}
+
+
+def remove_leftovers(path: str) -> list[int]:
+    """Finish or drop an interrupted cleaner swap, delete files of unfinished operations and
+    indexes without a log file. Returns the base offsets of the ``.log`` files, sorted.
+    Raises OSError."""
+    bases = set()
+    complete_interrupted_swaps(path)
+    names = os.listdir(path)
+    for name in names:
+        full = os.path.join(path, name)
+        if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")):
+            # .deleted were on their way out; swap.py has already dealt with .cleaned/.swap.
+            log.info("%s: removing leftover %s", path, name)
+            os.unlink(full)
+            continue
+        parsed = parse_segment_file_name(name)
+        if parsed and parsed[1] == LOG_SUFFIX:
+            bases.add(parsed[0])
+    for name in names:
+        parsed = parse_segment_file_name(name)
+        if parsed and parsed[1] in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and parsed[0] not in bases:
+            log.info("%s: removing index %s without a log file", path, name)
+            os.unlink(os.path.join(path, name))
+    return sorted(bases)
+
+
+def load_segments(path: str, config: Any, recovery_point: int, log_start_offset: int,
+                  clean: bool, new_segment: Callable[[int], LogSegment]) -> list[LogSegment]:
+    """The recovered segments of the directory ``path``, oldest first; ``new_segment(base)``
+    makes the first one of an empty directory.
+
+    Recovered: every segment from the one holding ``recovery_point`` on (unless ``clean``) and
+    any segment whose indexes are missing or insane; a segment cut short ends the log (the
+    segments after it are deleted); an empty segment that is not the last is dropped. The
+    segments are visited one at a time and every one but the last is finished (final time-index
+    entry, trimmed indexes) and released before the next opens, so loading holds the
+    descriptors of two segments at most, however many there are; the last one's indexes are
+    preallocated again for appends. Raises OSError and KafkaStorageError (SegmentOpenError when
+    a file cannot be opened), with nothing left open."""
+    bases = remove_leftovers(path)
+    first_unflushed = max(0, bisect.bisect_right(bases, recovery_point) - 1)
+    segs: list[LogSegment] = []
+    try:
+        for i, base in enumerate(bases):
+            seg = LogSegment.open(path, base, config, create=False)
+            segs.append(seg)
+            problem = seg.index_problem
+            cut = False
+            if (not clean and i >= first_unflushed) or problem is not None:
+                why = problem or f"unclean shutdown, recovery point {recovery_point}"
+                res = seg.recover()
+                if res.truncated_bytes:
+                    log.warning("%s: cut %d bytes at position %d: %s (recovering after %s)",
+                                seg.log_path, res.truncated_bytes, res.valid_bytes,
+                                STOP_NAMES.get(res.stop_reason, res.stop_reason), why)
+                if problem is not None:
+                    log.warning("%s: rebuilt the indexes (%s)", seg.log_path, problem)
+                cut = res.stop_reason != SCAN_END
+            if cut and i + 1 < len(bases):
+                for later in bases[i + 1:]:
+                    dead = LogSegment(path, later, config, writable=True)
+                    log.warning("%s: deleting segment after the corruption in %s",
+                                dead.log_path, os.path.basename(seg.log_path))
+                    dead.delete_files()
+                break
+            if i + 1 < len(bases):
+                if seg.size == 0:  # would break offset ordering
+                    seg.delete_files()
+                    segs.pop()
+                    continue
+                seg.on_become_inactive()
+                seg.release()
+        if not segs:
+            segs.append(new_segment(log_start_offset))
+        segs[-1].resize_indexes(int(config.segment_index_bytes))
+    except BaseException:
+        for seg in segs:
+            seg.close(trim=False)
+        raise
+    return segs
+
+
+def replay_producer_state(producers: ProducerStateManager, path: str,
+                          segments: tuple[LogSegment, ...] | list[LogSegment],
+                          log_start_offset: int, log_end_offset: int) -> None:
+    """Rebuild ``producers`` from the newest snapshot at or below the log end offset and the
+    idempotent batches after it (from the log start offset without a snapshot)."""
+    producers.clear()
+    start = producers.load_snapshot(path, log_end_offset)
+    if start is None:
+        start = log_start_offset
+    last = segments[-1]
+    for seg in segments:
+        if seg.next_offset <= start or seg.size == 0:
+            continue
+        was_open = seg.files_open
+        try:
+            _replay_segment(producers, seg, start)
+        finally:
+            if not was_open and seg is not last:
+                seg.release()  # one segment's descriptors at a time, however long the replay
+
+
+def _replay_segment(producers: ProducerStateManager, seg: LogSegment, start: int) -> None:
+    loc = seg.translate_offset(start)
+    if loc is None:
+        return
+    r = seg.batches_from(loc.position)
+    if r.count == 0:
+        return
+    buf = seg.data(seg.size)
+    # Gather producerId of every batch with numpy; replay only idempotent batches.
+    a = np.frombuffer(buf, dtype=np.uint8)
+    pos = r.positions[:r.count]
+    pid = a[pos[:, None] + (PRODUCER_ID_OFFSET + np.arange(8))].copy().view(">i8")[:, 0]
+    del a
+    for k in np.flatnonzero(pid >= 0).tolist():
+        h = read_header(buf, int(pos[k]))
+        if h.base_sequence >= 0:
+            producers.load_batch(h.producer_id, h.producer_epoch, h.base_sequence,
+                                 h.last_offset_delta, h.base_offset)

@@ -1,0 +1,161 @@
+"""The appliance source on a real Spark standalone cluster: in place vs through the broker vs a
+confluent-kafka consumer, and in place vs the raw read rate of the segment files.
+
+One topic (``--partitions`` (2) partitions of 100-byte values, batches of 1000, uncompressed,
+written with ``appliance.storage`` PartitionLog and served by a real broker), one standalone
+cluster (master + ``--workers`` workers of 1 core each, :mod:`spark.standalone`), one driver
+session for the Spark runs. Each figure is the median of ``--runs`` runs after a warm-up:
+
+- in place: ``count(*)``, ``sum(length(value))`` over ``format("appliance")`` with ``log.dirs``;
+- remote: the same with only ``kafka.bootstrap.servers`` (Fetch through the broker);
+- consumer: one confluent-kafka Consumer (assign, no group) reading every record;
+- raw file read: every ``.log`` segment read sequentially from page cache with 8 MiB reads
+  (one thread), expressed in records/s of the same records (file bytes / record count).
+
+Targets (issue 18): in place >= 3x remote, in place >= 40 % of the raw file read rate.
+
+Usage: ``.venv/bin/python perf/bench_spark_cluster.py [--records 4000000] [--runs 3]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import perf.bench_spark as single_host  # noqa: E402
+from perf.bench_spark import TOPIC, VALUE, bench_consumer  # noqa: E402
+
+
+def write_topic(log_dir: str, records: int, partitions: int) -> int:
+    from appliance.config import TopicConfig
+    from appliance.records.batch import build_batch
+    from appliance.storage.checkpoint import REPLICATION_OFFSET_CHECKPOINT, write_checkpoint
+    from appliance.storage.log import PartitionLog
+
+    os.makedirs(log_dir, exist_ok=True)
+    template = build_batch([(None, bytes([65 + i % 26]) * VALUE) for i in range(1000)])
+    per = records // partitions // 1000 * 1000
+    hws = {}
+    for p in range(partitions):
+        lg = PartitionLog.open(os.path.join(log_dir, f"{TOPIC}-{p}"), TopicConfig.defaults())
+        for _ in range(per // 1000):
+            lg.append(template)
+        lg.flush()
+        hws[(TOPIC, p)] = lg.log_end_offset
+        lg.close()
+    write_checkpoint(os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT), hws)
+    return per * partitions
+
+
+def spark_read(spark, expect: int, **options: str) -> float:
+    from pyspark.sql import functions as F
+
+    r = spark.read.format("appliance").option("subscribe", TOPIC)
+    for k, v in options.items():
+        r = r.option(k, v)
+    t = time.perf_counter()
+    row = r.load().agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("b")).collect()[0]
+    dt = time.perf_counter() - t
+    assert row.n == expect and row.b == expect * VALUE, row
+    return dt
+
+
+def raw_read(log_dir: str) -> tuple[float, int]:
+    """Seconds to read every segment file once (from page cache), and the bytes read."""
+    files = sorted(glob.glob(os.path.join(log_dir, f"{TOPIC}-*", "*.log")))
+    buf = bytearray(8 << 20)
+    total = 0
+    t = time.perf_counter()
+    for f in files:
+        with open(f, "rb", buffering=0) as fh:
+            while n := fh.readinto(buf):
+                total += n
+    return time.perf_counter() - t, total
+
+
+def _task_rates(workdir) -> dict[str, list[float]]:
+    """records/s of every finished task, by path, from the executors' progress lines."""
+    import re
+
+    out: dict[str, list[float]] = {}
+    for f in glob.glob(os.path.join(str(workdir), "work", "w*", "app-*", "*", "stderr")):
+        with open(f, errors="replace") as fh:
+            for m in re.finditer(r"\) (in-place|remote): \d+ records \((\d+) records/s\).* done",
+                                 fh.read()):
+                out.setdefault(m.group(1), []).append(float(m.group(2)))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=4_000_000)
+    ap.add_argument("--partitions", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+    single_host.PARTITIONS = args.partitions  # bench_consumer assigns that many partitions
+    from spark.session import session
+    from spark.standalone import StandaloneCluster
+    from tests.broker_process import BrokerProcess
+
+    work = Path(tempfile.mkdtemp(prefix="bench-spark-cluster-"))
+    log_dir = str(work / "disk0")
+    n = write_topic(log_dir, args.records, args.partitions)
+    print(f"topic {TOPIC}: {n:,} records of {VALUE} bytes in {args.partitions} partitions")
+    with BrokerProcess(work) as broker, StandaloneCluster(work / "cluster", args.workers) as c:
+        shm = f"appliance-test-{broker.port}"
+        spark = session("bench-spark-cluster", c.master_url,
+                        **{"spark.executor.memory": "1g", "spark.python.worker.reuse": "true"})
+        spark.sparkContext.setLogLevel("ERROR")
+        in_place = {"log.dirs": log_dir, "shm.name": shm}
+        remote = {"kafka.bootstrap.servers": broker.bootstrap}
+        figures: dict[str, list[float]] = {"in place": [], "remote": [], "consumer": [],
+                                           "raw file read": []}
+        spark_read(spark, n, **in_place)  # warm-up: Python workers, numba cache, page cache
+        spark_read(spark, n, **remote)
+        raw_bytes = 0
+        for i in range(args.runs):
+            figures["in place"].append(spark_read(spark, n, **in_place))
+            figures["remote"].append(spark_read(spark, n, **remote))
+            figures["consumer"].append(bench_consumer(broker.bootstrap, n))
+            dt, raw_bytes = raw_read(log_dir)
+            figures["raw file read"].append(dt)
+            print(f"  run {i + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in
+                                                 figures.items()), flush=True)
+        spark.stop()
+        task_rates = _task_rates(c.workdir)
+    rate = {k: n / statistics.median(v) for k, v in figures.items()}
+    print(f"\n{args.workers} workers x 1 core, {n:,} records ({raw_bytes / 1e6:,.0f} MB of "
+          f"segments, {raw_bytes / n:.1f} bytes per record on disk); medians of {args.runs}:")
+    for k, v in figures.items():
+        print(f"  {k:14s} {statistics.median(v):7.2f} s  {rate[k]:>14,.0f} records/s  "
+              f"runs {[round(x, 2) for x in v]}")
+    r1 = rate["in place"] / rate["remote"]
+    r2 = rate["in place"] / rate["raw file read"]
+    r3 = rate["in place"] / rate["consumer"]
+    print(f"in place / remote: {r1:.2f}x (target >= 3x: {'met' if r1 >= 3 else 'MISSED'})")
+    print(f"in place / raw file read: {100 * r2:.1f} % (target >= 40 %: "
+          f"{'met' if r2 >= 0.4 else 'MISSED'})")
+    print(f"in place / confluent-kafka consumer: {r3:.2f}x")
+    # Inside the tasks (the source's own progress lines): decode rate without Spark's
+    # planning, scheduling and aggregation.
+    for how, rates in task_rates.items():
+        print(f"  per task, {how}: median {statistics.median(rates):,.0f} records/s over "
+              f"{len(rates)} tasks")
+    if len(task_rates) == 2:
+        t1 = statistics.median(task_rates["in-place"]) / statistics.median(task_rates["remote"])
+        print(f"per task in place / remote: {t1:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

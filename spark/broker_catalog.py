@@ -1,0 +1,153 @@
+"""What the broker at ``kafka.bootstrap.servers`` says: topics, partitions, readable ranges.
+
+With ``kafka.bootstrap.servers`` set, the driver plans from the broker (Metadata, then
+ListOffsets for the log start and the high watermark of every partition) instead of the log
+dirs, so executors that do not sit on the broker's host read the same ranges. When ``log.dirs``
+is given too, the partitions found there keep their local path (tasks read them in place), and
+the log dirs must belong to the broker at the bootstrap address: the broker id recorded in the
+log dirs' shared partition table must be one of the brokers the bootstrap server lists.
+
+Thread-safety: a :class:`BrokerView` is used by one thread (a driver call); it owns its client.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from appliance.client.cluster import Cluster, check_error
+from appliance.client.connection import KafkaConnectionError
+from appliance.client.fetching import EARLIEST, LATEST, list_offsets_body
+from appliance.errors import InvalidConfigError, UnknownTopicOrPartitionError
+from spark.catalog import Catalog, PartitionState, _scan_log_dir, _shm_name_from
+
+__all__ = ["BrokerView", "broker_catalog", "local_broker_id", "BrokerUnreachableError"]
+
+log = logging.getLogger(__name__)
+
+LIST_OFFSETS = 2
+METADATA = 3
+#: connection attempts to a bootstrap server are retried for at most this long
+CONNECT_TIMEOUT_MS = 10000
+
+
+class BrokerUnreachableError(KafkaConnectionError):
+    """No server of ``kafka.bootstrap.servers`` answered within the bounded retries."""
+
+
+class BrokerView:
+    """A short-lived client of the broker at ``bootstrap`` for planning (closed by :meth:`close`)."""
+
+    def __init__(self, bootstrap: str, timeout_ms: int = 30000) -> None:
+        self.bootstrap = bootstrap
+        self.broker_ids: tuple[int, ...] = ()  # as of the last metadata()
+        self.cluster = Cluster(bootstrap, client_id="appliance-spark", request_timeout_ms=timeout_ms,
+                               connect_timeout_ms=min(timeout_ms, CONNECT_TIMEOUT_MS),
+                               allow_auto_create=False)
+
+    def metadata(self):
+        """The Metadata answer for every topic. Raises BrokerUnreachableError naming the address."""
+        try:
+            md = self.cluster.refresh(None, auto_create=False)
+        except KafkaConnectionError as e:
+            raise BrokerUnreachableError(
+                f"kafka.bootstrap.servers={self.bootstrap}: no broker answered ({e})") from None
+        self.broker_ids = tuple(sorted(b.node_id for b in md.brokers))
+        return md
+
+    def list_offsets(self, wanted: list[tuple[str, int, int]]) -> dict[tuple[str, int], int]:
+        """(topic, partition, timestamp or -1/-2) -> offset (-1: no record that recent)."""
+        by_leader: dict[int, list[tuple[str, int, int]]] = {}
+        for t, p, ts in wanted:
+            by_leader.setdefault(self.cluster.leader_of(t, p), []).append((t, p, ts))
+        out: dict[tuple[str, int], int] = {}
+        for node, items in by_leader.items():
+            resp = self.cluster.node_connection(node).request(LIST_OFFSETS,
+                                                              list_offsets_body(items))
+            for t in resp.topics:
+                for p in t.partitions:
+                    check_error(p.error_code, f"offsets of {t.name}-{p.partition_index}")
+                    out[(t.name, p.partition_index)] = p.offset
+        return out
+
+    def offset_for_timestamp(self, topic: str, partition: int, ts: int) -> int | None:
+        off = self.list_offsets([(topic, partition, ts)]).get((topic, partition), -1)
+        return None if off < 0 else off
+
+    def close(self) -> None:
+        self.cluster.close()
+
+
+def local_broker_id(log_dirs: tuple[str, ...], shm_name: str | None) -> tuple[int, str] | None:
+    """(broker id, shm name) of the broker whose shared partition table the log dirs name, or
+    None when it cannot be attached here (broker stopped, or another host)."""
+    name = shm_name or _shm_name_from(log_dirs)
+    if not name:
+        return None
+    try:
+        import posix_ipc
+
+        from appliance.shm.partition_table import PartitionTable, TableVersionError
+    except ImportError:  # pragma: no cover - posix_ipc is a runtime dependency
+        return None
+    try:
+        table = PartitionTable.attach(f"/{name}-table")
+    except (posix_ipc.ExistentialError, TableVersionError, OSError):
+        return None
+    try:
+        return table.broker_id, name
+    finally:
+        table.close()
+
+
+def _check_same_broker(md, bootstrap: str, log_dirs: tuple[str, ...], shm_name: str | None) -> None:
+    local = local_broker_id(log_dirs, shm_name)
+    if local is None:
+        log.info("cannot tell which broker log.dirs %s belong to (no live partition table); "
+                 "trusting kafka.bootstrap.servers", ",".join(log_dirs))
+        return
+    ids = sorted(b.node_id for b in md.brokers)
+    if local[0] not in ids:
+        raise InvalidConfigError(
+            f"log.dirs {','.join(log_dirs)} belong to broker id {local[0]} (shared memory "
+            f"{local[1]}), but kafka.bootstrap.servers={bootstrap} is cluster "
+            f"{md.cluster_id!r} with broker id(s) {', '.join(map(str, ids))}: point both "
+            "options at the same broker")
+
+
+def broker_catalog(view: BrokerView, log_dirs: tuple[str, ...] = (),
+                   shm_name: str | None = None) -> Catalog:
+    """Every partition the broker has, with [log start, high watermark) from ListOffsets.
+
+    Partitions also present in ``log_dirs`` (on this host) carry their directory as ``path``;
+    the others have ``path=""``. Raises BrokerUnreachableError, InvalidConfigError (log dirs of
+    another broker), KafkaStorageError (a log dir that is not one).
+    """
+    md = view.metadata()
+    if log_dirs:
+        _check_same_broker(md, view.bootstrap, log_dirs, shm_name)
+    local: dict[tuple[str, int], str] = {}
+    for d in log_dirs:
+        if os.path.isdir(d):
+            local.update(_scan_log_dir(d))
+    parts = [(t.name, p.partition_index) for t in md.topics if t.error_code == 0
+             for p in t.partitions]
+    deadline = time.monotonic() + view.cluster.request_timeout
+    while True:
+        try:
+            starts = view.list_offsets([(t, p, EARLIEST) for t, p in parts])
+            ends = view.list_offsets([(t, p, LATEST) for t, p in parts])
+            break
+        except UnknownTopicOrPartitionError:
+            # a topic deleted between Metadata and ListOffsets: plan again without it
+            if time.monotonic() > deadline:
+                raise
+            md = view.metadata()
+            parts = [(t.name, p.partition_index) for t in md.topics if t.error_code == 0
+                     for p in t.partitions]
+    out = {}
+    for tp in parts:
+        a, b = starts[tp], ends[tp]
+        out[tp] = PartitionState(tp[0], tp[1], local.get(tp, ""), a, max(a, b))
+    return Catalog(out, f"broker {view.bootstrap}")

@@ -1,0 +1,138 @@
+"""Read one partition's offset range [start, end) over the Kafka protocol into Arrow batches.
+
+For tasks whose partition has no local log: Fetch requests (sessionless, isolation
+READ_UNCOMMITTED, as Spark's Kafka source reads) to the partition's leader from ``start`` on,
+never keeping a record at or above ``min(end, high watermark)``; the fetched bytes go through
+the same native scan (CRC32C) and decode kernel as the in-place path, so both give identical
+rows. Control batches are skipped; a compressed batch that starts before ``start`` is trimmed.
+
+Errors: BrokerUnreachableError naming the address once the bounded retries are spent;
+UnknownTopicOrPartitionError naming topic and partition; OffsetOutOfRangeError for records
+removed by retention (with failOnDataLoss); CorruptRecordError naming the partition and offset.
+
+Thread-safety: a generator per task; it owns its client.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from appliance.client.cluster import RETRIABLE, check_error
+from appliance.client.connection import KafkaConnectionError
+from appliance.client.fetching import fetch_body
+from appliance.errors import (
+    CorruptRecordError,
+    KafkaError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
+from native import SCAN_END, SCAN_PARTIAL, scan_batches
+from spark.arrow_reader import STOP_WHY, decode_scanned, to_record_batch
+from spark.broker_catalog import BrokerUnreachableError, BrokerView
+from spark.progress import ReadStats
+from spark.schema import arrow_schema
+
+__all__ = ["fetch_range", "FETCH_RETRIES"]
+
+log = logging.getLogger(__name__)
+
+FETCH = 1
+#: attempts of one Fetch before the task fails (Spark then retries the task itself)
+FETCH_RETRIES = 4
+
+
+def _fetch(view: BrokerView, topic: str, partition: int, offset: int, max_bytes: int):
+    """(records bytes, high watermark) of one Fetch; retries retriable errors a few times."""
+    delay = 0.2
+    for attempt in range(FETCH_RETRIES):
+        try:
+            conn = view.cluster.leader_connection(topic, partition, "fetch")
+            resp = conn.request(FETCH, fetch_body([(topic, partition, offset)], max_wait_ms=0,
+                                                  min_bytes=0, max_bytes=max_bytes,
+                                                  partition_max_bytes=max_bytes))
+            check_error(getattr(resp, "error_code", 0), f"fetching {topic}-{partition}")
+            for t in resp.responses:
+                for p in t.partitions:
+                    if p.partition_index == partition:
+                        if p.error_code in RETRIABLE and attempt + 1 < FETCH_RETRIES:
+                            view.cluster.invalidate(topic)
+                            raise _Retry()
+                        check_error(p.error_code, f"fetching {topic}-{partition} at offset "
+                                    f"{offset} from {view.bootstrap}")
+                        return bytes(p.records or b""), p.high_watermark
+            raise UnknownTopicOrPartitionError(
+                f"{topic}-{partition}: the broker at {view.bootstrap} did not answer for it")
+        except KafkaConnectionError as e:
+            if attempt + 1 == FETCH_RETRIES:
+                raise BrokerUnreachableError(
+                    f"kafka.bootstrap.servers={view.bootstrap}: cannot fetch {topic}-{partition} "
+                    f"after {FETCH_RETRIES} attempts ({e})") from None
+        except _Retry:
+            pass
+        time.sleep(delay)
+        delay *= 2
+    raise AssertionError("unreachable")
+
+
+class _Retry(Exception):
+    pass
+
+
+def fetch_range(view: BrokerView, topic: str, partition: int, start: int, end: int, *,
+                include_headers: bool = False, fail_on_data_loss: bool = True,
+                chunk_bytes: int = 8 << 20, schema: pa.Schema | None = None,
+                stats: ReadStats | None = None) -> Iterator[pa.RecordBatch]:
+    """Yield Arrow batches of the records with ``start <= offset < end`` fetched from the broker.
+
+    ``end`` is the planned bound (at most the high watermark at planning); the high watermark
+    of every Fetch answer bounds it again. Raises as described in the module docstring.
+    """
+    if schema is None:
+        schema = arrow_schema(include_headers)
+    offset = start
+    where = f"{topic}-{partition} fetched from {view.bootstrap}"
+    while offset < end:
+        try:
+            data, hw = _fetch(view, topic, partition, offset, chunk_bytes)
+        except OffsetOutOfRangeError:
+            oldest = view.list_offsets([(topic, partition, -2)])[(topic, partition)]
+            msg = (f"{topic}-{partition}: offset {offset} is no longer at the broker (the log "
+                   f"starts at {oldest})")
+            if fail_on_data_loss or oldest <= offset:
+                raise OffsetOutOfRangeError(msg + "; set failOnDataLoss=false to skip the lost "
+                                            "records") from None
+            log.warning("%s; skipping the lost records (failOnDataLoss=false)", msg)
+            offset = oldest
+            continue
+        hi = min(end, hw)
+        if stats is not None:
+            stats.bytes_fetched += len(data)
+        if offset >= hi or not data:
+            if offset < end:
+                log.warning("%s: nothing at offset %d below the high watermark %d (planned end "
+                            "%d)", where, offset, hw, end)
+            return
+        buf = np.frombuffer(data, np.uint8)
+        scan = scan_batches(buf, 0, len(data), verify_crc=True)
+        if scan.stop_reason not in (SCAN_END, SCAN_PARTIAL) or scan.count == 0:
+            why = STOP_WHY.get(int(scan.stop_reason), str(scan.stop_reason))
+            raise CorruptRecordError(f"{where}: corrupt batch at byte {scan.stop_position} of "
+                                     f"the answer for offset {offset}: {why}")
+        out = decode_scanned(buf, 0, scan, where, 0, offset, hi, include_headers)
+        nxt = int(scan.last_offsets[scan.count - 1]) + 1
+        if out is not None and out.rows:
+            rb = to_record_batch(out, topic, partition, schema, include_headers)
+            if stats is not None:
+                stats.add_rows(rb.num_rows)
+            yield rb
+        offset = max(nxt, offset + 1)
+        if offset >= hi:
+            return
+
+
+assert issubclass(BrokerUnreachableError, KafkaError)

@@ -1,0 +1,136 @@
+"""The disk worker's table of message types fed ring messages in memory: real shared memory,
+a real log dir, no process."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from appliance.broker.disk.worker import DiskWorker
+from appliance.errors import ErrorCode
+from appliance.records.batch import build_batch
+from appliance.shm.layout import COMPLETION, REQUEST, MsgType, SlotState
+from appliance.shm.ring import Channel
+
+_REQ = REQUEST.struct
+_COMP = COMPLETION.struct
+
+
+@pytest.fixture
+def disk(config, plumbing):
+    """Disk worker 0 attached and opened (not running its loop); closed cleanly afterwards."""
+    p, _ = plumbing
+    w = DiskWorker(0, config.log_dirs[0], config, p)
+    w.attach()
+    w.open()
+    yield w
+    w.close()
+    w.rings.close()
+    w.ipc.close()
+    w.table.close()
+
+
+class Sender:
+    """Network worker ``n``'s end of the rings to disk 0."""
+
+    def __init__(self, plumbing, n: int) -> None:
+        self.channel = Channel.attach(plumbing.channel_names[(n, 0)])
+        self.ids = iter(range(1, 1 << 30))
+
+    def send(self, msg_type: int, slot: int, payload: bytes = b"", acks: int = 1) -> int:
+        request_id = next(self.ids)
+        assert self.channel.requests.put(msg_type, _REQ.pack(request_id, slot, acks, 0, 30000), payload)
+        return request_id
+
+    def completions(self) -> list[tuple]:
+        out = []
+        ring = self.channel.completions
+        while (msg := ring.peek()) is not None:
+            msg_type, payload = msg
+            assert msg_type == MsgType.COMPLETION
+            out.append(_COMP.unpack_from(payload, 0) + (bytes(payload[COMPLETION.size:]),))
+            del payload
+            ring.release()
+        return out
+
+
+@pytest.fixture
+def senders(plumbing):
+    p, _ = plumbing
+    made = [Sender(p, 0), Sender(p, 1)]
+    yield made
+    for s in made:
+        s.channel.close()
+
+
+def _create(disk, sender, topic="t", partition=0) -> int:
+    with disk.table.locked():
+        slot = disk.table.allocate(topic, partition, 1, 0)
+    rid = sender.send(MsgType.CREATE_PARTITION, slot, json.dumps({"configs": {}}).encode())
+    assert disk.round()
+    (comp,) = sender.completions()
+    assert (comp[0], comp[5]) == (rid, ErrorCode.NONE)
+    assert disk.table.state(slot) == SlotState.ONLINE
+    return slot
+
+
+def test_the_table_names_every_request_type(disk):
+    assert set(disk.requests.handlers) == {MsgType.PRODUCE, MsgType.CREATE_PARTITION,
+                                           MsgType.DELETE_PARTITION, MsgType.ALTER_CONFIG,
+                                           MsgType.GROUP}
+
+
+def test_an_idle_round_handles_nothing(disk, senders):
+    assert not disk.round()
+    assert senders[0].completions() == []
+
+
+def test_create_then_produce_answers_each_sender_in_its_order(disk, senders):
+    slot = _create(disk, senders[0])
+    a = [senders[0].send(MsgType.PRODUCE, slot, build_batch([(b"k", b"a%d" % i)])) for i in range(2)]
+    b = senders[1].send(MsgType.PRODUCE, slot, build_batch([(b"k", b"b"), (b"k", b"c")]))
+    assert disk.round()
+    got0, got1 = senders[0].completions(), senders[1].completions()
+    assert [(c[0], c[1], c[5]) for c in got0] == [(a[0], 0, 0), (a[1], 1, 0)]
+    assert [(c[0], c[1], c[5]) for c in got1] == [(b, 2, 0)]
+    assert disk.table.offsets(slot)[:2] == (4, 4)  # log end offset, high watermark
+
+
+def test_acks_0_produce_is_appended_without_a_completion(disk, senders):
+    slot = _create(disk, senders[0])
+    senders[0].send(MsgType.PRODUCE, slot, build_batch([(b"k", b"v")]), acks=0)
+    assert disk.round()
+    assert senders[0].completions() == []
+    assert disk.table.offsets(slot)[0] == 1
+
+
+def test_a_slot_of_another_disk_is_not_here(disk, senders):
+    with disk.table.locked():
+        other = disk.table.allocate("elsewhere", 0, 1, 1)
+    rid = senders[0].send(MsgType.PRODUCE, other, build_batch([(b"k", b"v")]))
+    disk.round()
+    assert [(c[0], c[5]) for c in senders[0].completions()] == [(rid, ErrorCode.NOT_LEADER_OR_FOLLOWER)]
+
+
+def test_unknown_type_and_corrupt_batch_get_error_codes(disk, senders):
+    slot = _create(disk, senders[0])
+    bad = bytearray(build_batch([(b"k", b"v")]))
+    bad[-1] ^= 0xFF  # the CRC no longer matches
+    r1 = senders[0].send(MsgType.DELETE_RECORDS, slot)  # no handler for it
+    r2 = senders[0].send(MsgType.PRODUCE, slot, bytes(bad))
+    r3 = senders[0].send(MsgType.PRODUCE, slot, build_batch([(b"k", b"ok")]))
+    disk.round()
+    got = [(c[0], c[1], c[5]) for c in senders[0].completions()]
+    assert got == [(r1, -1, ErrorCode.INVALID_REQUEST), (r2, -1, ErrorCode.CORRUPT_MESSAGE),
+                   (r3, 0, ErrorCode.NONE)]
+
+
+def test_alter_then_delete_releases_the_slot(disk, senders):
+    slot = _create(disk, senders[0])
+    r1 = senders[0].send(MsgType.ALTER_CONFIG, slot, json.dumps({"configs": {"retention.ms": "1000"}}).encode())
+    r2 = senders[0].send(MsgType.DELETE_PARTITION, slot)
+    disk.round()
+    assert [(c[0], c[5]) for c in senders[0].completions()] == [(r1, 0), (r2, 0)]
+    assert disk.table.state(slot) == SlotState.FREE
+    assert slot not in disk.partitions.logs

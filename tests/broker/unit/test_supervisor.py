@@ -1,0 +1,241 @@
+"""The supervisor's decisions with fork, waitpid and kill replaced: no process is started."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import types
+
+import pytest
+
+from appliance.broker import supervisor as sup_mod
+from appliance.broker.exit_codes import EXIT_BOOT_ERROR
+from appliance.broker.supervisor import DISK, NETWORK, HaltServer, Supervisor, _Worker
+from appliance.shm.layout import WorkerState
+
+
+def _exited(code: int) -> int:
+    return code << 8  # a wait status for exit(code)
+
+
+class FakeProcesses:
+    """Pids handed out by ``fork``; ``kill`` records every signal, and a process "exits" on
+    TERM/QUIT/KILL (unless stubborn: then only on KILL); ``waitpid`` reports the exits."""
+
+    def __init__(self) -> None:
+        self.next_pid = 1000
+        self.alive: set[int] = set()
+        self.stubborn: set[int] = set()
+        self.signals: list[tuple[int, int]] = []
+        self.exits: list[tuple[int, int]] = []
+
+    def fork(self) -> int:
+        self.next_pid += 1
+        self.alive.add(self.next_pid)
+        return self.next_pid
+
+    def kill(self, pid: int, sig: int) -> None:
+        if pid not in self.alive:
+            raise ProcessLookupError(pid)
+        self.signals.append((pid, sig))
+        if sig == signal.SIGKILL or (sig in (signal.SIGTERM, signal.SIGQUIT) and pid not in self.stubborn):
+            self.exit(pid, sig)  # a wait status for death by signal ``sig``
+
+    def exit(self, pid: int, status: int) -> None:
+        self.alive.discard(pid)
+        self.exits.append((pid, status))
+
+    def waitpid(self, pid: int, options: int) -> tuple[int, int]:
+        if self.exits:
+            return self.exits.pop(0)
+        if not self.alive:
+            raise ChildProcessError
+        return 0, 0
+
+
+@pytest.fixture
+def procs():
+    return FakeProcesses()
+
+
+@pytest.fixture
+def sup(config, plumbing, procs, monkeypatch):
+    monkeypatch.setattr(sup_mod, "freeze_before_fork", lambda: None)
+    s = Supervisor(config)
+    s.fork, s.waitpid, s.kill = procs.fork, procs.waitpid, procs.kill
+    s.plumbing, s.table = plumbing
+    s._wake_r, s._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    s.workers = [_Worker(DISK, d, s.plumbing.disk_slot(d)) for d in range(2)]
+    s.workers += [_Worker(NETWORK, n, s.plumbing.net_slot(n)) for n in range(2)]
+    for w in s.workers:
+        s._spawn(w)
+    yield s
+    os.close(s._wake_r)
+    os.close(s._wake_w)
+
+
+def _worker(s: Supervisor, kind: int, index: int = 0) -> _Worker:
+    return next(w for w in s.workers if w.kind == kind and w.index == index)
+
+
+def _ready(s: Supervisor) -> None:
+    for w in s.workers:
+        s.table.set_worker_state(w.slot, WorkerState.READY)
+
+
+def _chld(s: Supervisor) -> None:
+    s._sig_queue.append(signal.SIGCHLD)
+
+
+def test_spawn_records_the_worker_as_starting(sup, procs):
+    assert sorted(w.pid for w in sup.workers) == sorted(procs.alive)
+    for w in sup.workers:
+        pid, _, state, _, incarnation = sup.table.worker(w.slot)
+        assert (pid, state, incarnation) == (w.pid, WorkerState.STARTING, 1)
+
+
+@pytest.mark.parametrize("kind", [DISK, NETWORK])
+def test_a_crashed_worker_is_respawned_with_a_new_incarnation(sup, procs, kind):
+    _ready(sup)
+    w = _worker(sup, kind, 1)
+    old = w.pid
+    procs.exit(old, _exited(1))
+    _chld(sup)
+    w.started -= 2  # past the one-second back-off
+    assert sup.tick()
+    assert w.pid not in (0, old) and w.pid in procs.alive
+    _, _, state, _, incarnation = sup.table.worker(w.slot)
+    assert (state, incarnation, w.incarnation) == (WorkerState.STARTING, 2, 2)
+    assert [x for x in sup.workers if x is not w and x.pid == 0] == []
+
+
+def test_a_worker_that_dies_at_once_waits_for_the_back_off(sup, procs):
+    w = _worker(sup, NETWORK)
+    procs.exit(w.pid, _exited(1))
+    _chld(sup)
+    assert sup.tick()
+    assert w.pid == 0  # started < 1 s ago: not yet
+    w.started -= 2
+    assert sup.tick()
+    assert w.pid in procs.alive
+
+
+@pytest.mark.parametrize("kind", [DISK, NETWORK])
+def test_a_boot_error_of_any_worker_halts_with_exit_3(sup, procs, kind):
+    w = _worker(sup, kind)
+    procs.exit(w.pid, _exited(EXIT_BOOT_ERROR))
+    _chld(sup)
+    with pytest.raises(HaltServer) as e:
+        sup.tick()
+    assert e.value.exit_status == EXIT_BOOT_ERROR
+    assert w.pid == 0 and sup.table.worker(w.slot)[2] == WorkerState.DEAD
+
+
+def test_a_boot_error_during_start_up_halts_the_wait_for_ready(sup, procs):
+    for w in sup.workers:
+        if w.kind == DISK:
+            sup.table.set_worker_state(w.slot, WorkerState.READY)
+    sup._wait_ready(DISK)  # returns: every disk is READY
+    procs.exit(_worker(sup, NETWORK, 1).pid, _exited(EXIT_BOOT_ERROR))
+    _chld(sup)
+    with pytest.raises(HaltServer) as e:
+        sup._wait_ready(NETWORK)
+    assert e.value.exit_status == EXIT_BOOT_ERROR
+
+
+def test_a_worker_that_crashes_while_starting_is_respawned_by_the_wait_for_ready(sup, procs):
+    net = [w for w in sup.workers if w.kind == NETWORK]
+    old = net[0].pid
+    procs.exit(old, _exited(1))
+    _chld(sup)
+    net[0].started -= 2
+    sup.table.set_worker_state(net[1].slot, WorkerState.READY)
+    with pytest.raises(HaltServer):  # nothing ever turns READY here: ends at the deadline
+        _wait_briefly(sup, NETWORK)
+    assert net[0].pid not in (0, old) and net[0].pid in procs.alive
+    assert all(w.pid in procs.alive for w in sup.workers if w.kind == DISK)
+
+
+def _wait_briefly(sup, kind):
+    """_wait_ready with a deadline of a fraction of a second."""
+    deadlines = dict(sup_mod.STARTING_DEADLINE_S)
+    sup_mod.STARTING_DEADLINE_S[kind] = 0.3
+    try:
+        sup._wait_ready(kind)
+    finally:
+        sup_mod.STARTING_DEADLINE_S.update(deadlines)
+
+
+@pytest.mark.parametrize("kind", [DISK, NETWORK])
+def test_a_worker_stuck_starting_gets_sigabrt_then_sigkill(sup, procs, kind):
+    w = _worker(sup, kind)
+    procs.stubborn.add(w.pid)
+    assert sup.tick()
+    assert procs.signals == []  # within its deadline
+    w.started -= sup_mod.STARTING_DEADLINE_S[kind] + 1
+    assert sup.tick()
+    assert procs.signals == [(w.pid, signal.SIGABRT)]
+    assert sup.tick()
+    assert procs.signals == [(w.pid, signal.SIGABRT)]  # within the grace period
+    w.aborted -= sup_mod.ABORT_GRACE_S + 1
+    assert sup.tick()
+    assert procs.signals == [(w.pid, signal.SIGABRT), (w.pid, signal.SIGKILL)]
+    _chld(sup)
+    w.started -= 2
+    old = w.pid
+    assert sup.tick()  # reaped and respawned
+    assert w.pid not in (0, old) and w.aborted == 0
+
+
+def test_a_silent_ready_worker_gets_sigabrt(sup, procs, monkeypatch):
+    _ready(sup)
+    assert sup.tick()
+    assert procs.signals == []
+    later = time.monotonic() + sup_mod.HEARTBEAT_TIMEOUT_S + 1
+    monkeypatch.setattr(sup_mod, "time", types.SimpleNamespace(monotonic=lambda: later, sleep=time.sleep))
+    for w in sup.workers[1:]:  # every worker but the first stamps a fresh heartbeat
+        sup.table.heartbeat(w.slot)
+    monkeypatch.setattr(sup.table, "worker", _beats_at(sup.table.worker, sup.workers[0].slot, later))
+    assert sup.tick()
+    assert procs.signals == [(sup.workers[0].pid, signal.SIGABRT)]
+
+
+def _beats_at(worker, stale_slot, now):
+    """table.worker with every heartbeat as fresh as ``now`` but ``stale_slot``'s."""
+    def read(slot):
+        pid, beat, state, kind, inc = worker(slot)
+        return pid, (beat if slot == stale_slot else now), state, kind, inc
+    return read
+
+
+def test_stop_stops_network_workers_before_disk_workers(sup, procs):
+    _ready(sup)
+    kind_of = {w.pid: w.kind for w in sup.workers}
+    sup._sig_queue.append(signal.SIGTERM)
+    assert not sup.tick()
+    assert [(kind_of[pid], sig) for pid, sig in procs.signals] == \
+        [(NETWORK, signal.SIGTERM)] * 2 + [(DISK, signal.SIGTERM)] * 2
+    assert all(w.pid == 0 for w in sup.workers) and not procs.alive
+
+
+def test_a_worker_that_ignores_sigterm_gets_sigkill(sup, procs, monkeypatch):
+    monkeypatch.setattr(sup_mod, "GRACEFUL_TIMEOUT_S", 0.1)
+    disk = _worker(sup, DISK)
+    procs.stubborn.add(disk.pid)
+    pid = disk.pid
+    sup.handle_term()
+    assert (pid, signal.SIGTERM) in procs.signals and procs.signals[-1] == (pid, signal.SIGKILL)
+    assert not procs.alive
+
+
+def test_sigquit_stops_at_once_with_sigquit(sup, procs):
+    sup._sig_queue.append(signal.SIGQUIT)
+    assert not sup.tick()
+    assert {sig for _, sig in procs.signals} == {signal.SIGQUIT}
+
+
+def test_every_handled_signal_has_its_method_and_sighup_is_not_handled():
+    for sig, name in Supervisor.SIGNAL_NAMES.items():
+        assert callable(getattr(Supervisor, "handle_" + name)), sig
+    assert signal.SIGHUP not in Supervisor.SIGNALS

@@ -1,0 +1,27 @@
+import uuid
+
+import pytest
+
+from tests.cluster.zk import ZooKeeperServer
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory):
+    """One real ZooKeeper for the whole session; tests isolate themselves by chroot."""
+    with ZooKeeperServer(tmp_path_factory.mktemp("zk")) as server:
+        yield server
+
+
+@pytest.fixture
+def zk_connect(zk_server):
+    """A zookeeper.connect string with a fresh chroot, so tests never see each other's znodes."""
+    return f"{zk_server.connect}/t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def private_zk(tmp_path):
+    """A ZooKeeper of this test's own, for tests that stop and restart it."""
+    server = ZooKeeperServer(tmp_path / "zk")
+    server.start()
+    yield server
+    server.kill()

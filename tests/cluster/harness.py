@@ -1,0 +1,125 @@
+"""Brokers-without-data for controller tests: each "broker" is a real kazoo session with its
+registration and a Controller, whose requests go to a RecordingChannel. Every request body is
+encoded and decoded with the wire schemas on the way, so what the controller builds is what
+the integration will put on the wire."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from appliance.cluster.controller import Controller
+from appliance.cluster.registry import BrokerRegistry
+from appliance.cluster.request_batch import STOP_REPLICA, BrokerChannel
+from appliance.cluster.zk_paths import BrokerInfo, LeaderIsr
+from appliance.cluster.zk_session import ZkSettings, open_session
+from appliance.protocol.messages.cluster import INTER_BROKER_APIS
+
+__all__ = ["RecordingChannel", "FakeBroker", "wait_for", "force_isr"]
+
+
+def wait_for(pred, timeout: float = 30.0, interval: float = 0.05):
+    """Poll ``pred`` until it returns something truthy; that value, or AssertionError."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
+
+
+def force_isr(store, tp, isr) -> None:
+    """What a leader does when a follower falls behind or catches up: write the ISR with a
+    zkVersion-conditional update, then tell the controller."""
+    def write():
+        cur = store.partition_state(tp)
+        # None = the controller changed the state meanwhile (a real leader would wait for its
+        # LeaderAndIsr); read the new state and write again
+        return store.update_partition_state(tp, LeaderIsr(cur.leader, cur.leader_epoch, tuple(isr),
+                                                          cur.controller_epoch, cur.zk_version), None)
+    wait_for(write)
+    store.notify_isr_change({tp})
+
+
+class RecordingChannel(BrokerChannel):
+    """Keeps every request sent (decoded back from its wire bytes). StopReplica with delete is
+    answered "done" for every partition unless ``answer_stop_replica`` is False."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, int, Any]] = []
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.answer_stop_replica = True
+        self._lock = threading.Lock()
+
+    def add_broker(self, broker: BrokerInfo) -> None:
+        self.brokers[broker.broker_id] = broker
+
+    def remove_broker(self, broker_id: int) -> None:
+        self.brokers.pop(broker_id, None)
+
+    def send(self, broker_id, api_key, api_version, body, on_response=None) -> None:
+        api = INTER_BROKER_APIS[api_key]
+        wire = api.encode_request(api_version, body)
+        decoded = api.decode_request(api_version, wire)
+        with self._lock:
+            self.sent.append((broker_id, api_key, decoded))
+        if api_key == STOP_REPLICA and on_response is not None and self.answer_stop_replica:
+            on_response(broker_id, {"error_code": 0, "partition_errors": [
+                {"topic_name": t.name, "partition_index": p, "error_code": 0}
+                for t in decoded.topics for p in t.partition_indexes]})
+
+    def requests(self, api_key: int, broker_id: int | None = None) -> list[Any]:
+        with self._lock:
+            return [body for b, k, body in self.sent if k == api_key and broker_id in (None, b)]
+
+    def clear(self) -> None:
+        with self._lock:
+            self.sent.clear()
+
+
+class FakeBroker:
+    """A registered broker id with its own ZooKeeper session and controller (no data plane)."""
+
+    def __init__(self, connect: str, broker_id: int, session_timeout_ms: int = 10000, **controller_kw) -> None:
+        self.broker_id = broker_id
+        self.connect = connect
+        self.session_timeout_ms = session_timeout_ms
+        self.controller_kw = controller_kw
+        self.channel = RecordingChannel()
+        self.client = None
+        self.controller: Controller | None = None
+
+    def start(self) -> FakeBroker:
+        # a generous connection timeout: the JVM of a fresh ZooKeeper can be slow on a busy machine
+        self.client = open_session(ZkSettings(self.connect, self.session_timeout_ms, 30000))
+        BrokerRegistry(self.client, BrokerInfo(self.broker_id, "127.0.0.1", 9000 + self.broker_id)).register()
+        self.controller = Controller(self.client, self.broker_id, self.channel, **self.controller_kw)
+        self.controller.start()
+        return self
+
+    @property
+    def active(self) -> bool:
+        return bool(self.controller and self.controller.active)
+
+    def crash(self) -> None:
+        """The broker dies: its session closes (ephemeral znodes go at once), nothing resigns."""
+        self.controller._stopped.set()
+        self.controller.events.close()
+        self.client.stop()
+        self.client.close()
+
+    def stop(self) -> None:
+        if self.client is None:
+            return
+        try:
+            if self.controller is not None and not self.controller._stopped.is_set():
+                self.controller.stop()
+        finally:
+            try:
+                self.client.stop()
+                self.client.close()
+            except Exception:
+                pass

@@ -1,0 +1,92 @@
+"""The leader's ISR/HW rules, and a leader's ISR change travelling through ZooKeeper to the
+controller (conditional write, notification, UpdateMetadata to every broker)."""
+
+from appliance.cluster.assignment import assign_replicas
+from appliance.cluster.isr import (
+    PROPAGATION_BLACKOUT_MS,
+    PROPAGATION_INTERVAL_MS,
+    IsrChangePropagator,
+    caught_up_replicas,
+    high_watermark,
+    out_of_sync_replicas,
+    propose_isr,
+)
+from appliance.cluster.leadership import LeadershipTable
+from appliance.cluster.request_batch import UPDATE_METADATA
+from appliance.cluster.zk_paths import TopicPartition
+from appliance.cluster.zk_session import ZkSettings, open_session
+from appliance.cluster.zk_store import ZkStore
+from tests.cluster.harness import FakeBroker, wait_for
+from tests.cluster.test_leadership import replay
+
+
+def test_high_watermark_is_min_over_isr_and_never_goes_back():
+    assert high_watermark(1, 100, isr=[1, 2, 3], follower_leos={2: 90, 3: 95}, current_hw=80) == 90
+    assert high_watermark(1, 100, isr=[1], follower_leos={2: 10}, current_hw=80) == 100  # alone in the ISR
+    assert high_watermark(1, 100, isr=[1, 2], follower_leos={2: 50}, current_hw=80) == 80
+    assert high_watermark(1, 100, isr=[1, 2], follower_leos={}, current_hw=80) == 80  # unknown position
+
+
+def test_shrink_and_expand_rules():
+    assert out_of_sync_replicas(1, [1, 2, 3], {2: 1000, 3: 11000}, now_ms=40000, lag_time_max_ms=30000) == {2}
+    assert out_of_sync_replicas(1, [1, 2], {}, now_ms=5, lag_time_max_ms=30000) == {2}
+    assert caught_up_replicas(1, [1, 2, 3], [1], {2: 70, 3: 69}, hw=70) == {2}
+
+
+def test_propagation_waits_for_quiet_or_interval(zk_connect):
+    client = open_session(ZkSettings(zk_connect, 30000, 30000))
+    try:
+        store = ZkStore(client)
+        client.ensure_path("/isr_change_notification")
+        p = IsrChangePropagator(store, now_ms=0)
+        a, b = TopicPartition("a", 0), TopicPartition("b", 1)
+        p.record(a, 1000)
+        assert not p.maybe_propagate(1000 + PROPAGATION_BLACKOUT_MS - 1)  # still changing
+        p.record(b, 2000)
+        assert p.maybe_propagate(2000 + PROPAGATION_BLACKOUT_MS)
+        assert store.take_isr_changes() == {a, b}
+        # a flapping ISR is still announced once the interval has passed since the last time
+        t = 2000 + PROPAGATION_BLACKOUT_MS
+        for i in range(1, 40):
+            p.record(a, t + i * 2000)
+            if p.maybe_propagate(t + i * 2000):
+                break
+        assert i * 2000 >= PROPAGATION_INTERVAL_MS and store.take_isr_changes() == {a}
+    finally:
+        client.stop()
+        client.close()
+
+
+def test_leader_isr_change_reaches_every_broker(zk_connect):
+    bs = [FakeBroker(zk_connect, i, 10000).start() for i in (0, 1, 2)]
+    client = open_session(ZkSettings(zk_connect, 30000, 30000))
+    try:
+        admin = ZkStore(client)
+        ctrl = wait_for(lambda: next((b for b in bs if b.active), None))
+        admin.create_topic("i", assign_replicas([0, 1, 2], 1, 3, start_index=0))  # replicas (0, 1, 2)
+        tp = TopicPartition("i", 0)
+        wait_for(lambda: admin.partition_state(tp))
+        ctrl.controller.wait_idle()
+        leader = LeadershipTable(0)
+        replay(leader, ctrl.channel, 0)
+        held = leader.local[tp]
+        assert held.leader == 0 and held.isr == (0, 1, 2)
+
+        # follower 2 fell behind: the leader shrinks the ISR and announces it
+        shrunk = propose_isr(admin, tp, held, (0, 1))
+        assert shrunk is not None and shrunk.zk_version == held.zk_version + 1
+        assert propose_isr(admin, tp, held, (0,)) is None  # a stale zkVersion changes nothing
+        assert admin.partition_state(tp).isr == (0, 1)
+        ctrl.channel.clear()
+        p = IsrChangePropagator(admin, now_ms=0)
+        p.record(tp, 0)
+        assert p.maybe_propagate(PROPAGATION_BLACKOUT_MS)
+        for b in (0, 1, 2):
+            um = wait_for(lambda b=b: [ps for r in ctrl.channel.requests(UPDATE_METADATA, b)
+                                       for ts in r.topic_states for ps in ts.partition_states])
+            assert um[-1].isr == [0, 1] and um[-1].zk_version == shrunk.zk_version
+    finally:
+        client.stop()
+        client.close()
+        for b in bs:
+            b.stop()
