@@ -144,7 +144,11 @@ class Supervisor:
                      soft, hard)
             self._check_port()
             for d in self.log_dirs:
-                os.makedirs(d, exist_ok=True)
+                try:
+                    os.makedirs(d, exist_ok=True)
+                except OSError as e:  # a dead disk: its disk worker starts it offline
+                    if not os.path.isdir(d):
+                        raise HaltServer(f"log dir {d}: {e.strerror}", EXIT_BOOT_ERROR) from e
             self._reclaim_shared_memory()
             # compile or load every numba kernel once here, so no forked worker pays for it on
             # its first request (measured: 0.2-0.4 s of CPU per worker otherwise)
@@ -155,8 +159,11 @@ class Supervisor:
                 int(self.config["appliance.request.ring.bytes"]))
             self._install_signals()
             for d in self.log_dirs:  # so local IPC producers and tools can find our shared memory
-                with open(os.path.join(d, ".appliance-shm-name"), "w") as f:
-                    f.write(self.base + "\n")
+                try:
+                    with open(os.path.join(d, ".appliance-shm-name"), "w") as f:
+                        f.write(self.base + "\n")
+                except OSError as e:  # a dead disk must not stop the others (its worker logs it)
+                    log.warning("log dir %s: cannot write .appliance-shm-name: %s", d, e)
             self.workers = [_Worker(DISK, d, self.plumbing.disk_slot(d)) for d in range(len(self.log_dirs))]
             self.workers += [_Worker(NETWORK, n, self.plumbing.net_slot(n)) for n in range(self.num_net)]
             for kind in (DISK, NETWORK):  # network workers start once every disk is READY

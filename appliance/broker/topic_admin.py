@@ -31,7 +31,12 @@ def _check_replication(ctx: Any, rf: int, assignments: Any) -> None:
         raise _Refused(ErrorCode.INVALID_REPLICATION_FACTOR,
                        f"Replication factor {rf} is larger than the 1 available broker")
     for a in assignments or ():
-        ids = list(getattr(a, "broker_ids", None) or a.get("broker_ids", []))
+        # a decoded request carries objects, internal callers dicts; an empty list is a value
+        ids = a.get("broker_ids") if isinstance(a, dict) else getattr(a, "broker_ids", None)
+        ids = list(ids or ())
+        if not ids:
+            raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                           "replica assignment lists no broker for a partition")
         if ids != [ctx.broker_id]:
             raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                            f"replica assignment {ids} names brokers other than {ctx.broker_id}")

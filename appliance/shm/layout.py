@@ -103,6 +103,7 @@ class SlotState:
     ONLINE = 2
     OFFLINE = 3    # its disk worker is down or recovering
     DELETING = 4
+    STORAGE_ERROR = 5  # its log dir failed (KIP-112): KAFKA_STORAGE_ERROR until the disk is back
 
 
 class WorkerState:

@@ -13,6 +13,7 @@ import os
 import time
 from collections.abc import Callable
 
+from appliance.broker.disk.dir_health import FULL_DISK_ERRNOS, ThrottledLog, io_errno, is_dead_disk
 from appliance.broker.disk.requests import NOTHING, NotHere
 from appliance.config import BrokerConfig, ConfigError, TopicConfig
 from appliance.coordinator.routing import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
@@ -38,12 +39,20 @@ class Partitions:
         self.slot_of: dict[tuple[str, int], int] = {}
         self.log_dir: LogDir | None = None
         self.created_hooks: list[Callable[[str, int], None]] = []  # (topic, partition) once created
+        self.failed: str | None = None  # why the log dir is offline (KIP-112), or None
+        self._throttled = ThrottledLog()
 
     # -- start ----------------------------------------------------------------------------
     def open(self) -> None:
-        """Recover the log dir and register every partition in the shared table."""
+        """Recover the log dir and register every partition in the shared table; a dir that
+        cannot be opened (a dead disk) starts offline instead, so the other dirs serve."""
         started = time.monotonic()
-        self.log_dir = LogDir.open(self.path, self.config, self._topic_config_for)
+        try:
+            self.log_dir = LogDir.open(self.path, self.config, self._topic_config_for)
+        except (OSError, KafkaStorageError) as e:
+            self.log_dir = None
+            self._open_offline(e)
+            return
         with self.table.locked():
             for (topic, partition), plog in self.log_dir.partitions.items():
                 slot = self.table.find(topic, partition)
@@ -62,6 +71,65 @@ class Partitions:
                         self.table.release(info.slot)
         log.info("log dir %s open: %d partitions in %.2f s", self.path, len(self.logs),
                  time.monotonic() - started)
+
+    def _open_offline(self, cause: BaseException) -> None:
+        """Register the partitions the dead dir still lists (the kernel keeps a dead file
+        system's directory entries cached) as STORAGE_ERROR slots: clients get
+        KAFKA_STORAGE_ERROR for them rather than UNKNOWN_TOPIC_OR_PARTITION."""
+        self.failed = f"{type(cause).__name__}: {cause}"
+        log.error("log dir %s is offline: it could not be opened (%s); its partitions answer "
+                  "KAFKA_STORAGE_ERROR until the disk is replaced and the broker restarted",
+                  self.path, self.failed)
+        try:
+            names = os.listdir(self.path)
+        except OSError:
+            names = []
+        with self.table.locked():
+            for name in names:
+                topic, _, part = name.rpartition("-")
+                if not topic or not part.isdigit() or "." in part:
+                    continue
+                slot = self.table.find(topic, int(part))
+                with contextlib.suppress(ValueError, MemoryError):
+                    if slot < 0:
+                        slot = self.table.allocate(topic, int(part), self._num_partitions(topic),
+                                                   self.index, SlotState.STORAGE_ERROR)
+                    self.table.set_state(slot, SlotState.STORAGE_ERROR)
+            # creates the previous worker left unanswered cannot happen here now
+            for info in list(self.table.slots()):
+                if info.disk == self.index and info.state in (SlotState.CREATING, SlotState.OFFLINE):
+                    self.table.set_state(info.slot, SlotState.STORAGE_ERROR)
+
+    def io_error(self, exc: BaseException) -> None:
+        """An I/O error from a request or the maintenance: a dead disk takes the dir offline;
+        a full one is logged (rate-limited) and the next write tries again."""
+        if self.failed:
+            return
+        if is_dead_disk(exc):
+            self.fail(exc)
+        elif io_errno(exc) in FULL_DISK_ERRNOS:
+            self._throttled(logging.WARNING, "full", "log dir %s is full: %s; produce to its "
+                            "partitions answers KAFKA_STORAGE_ERROR until space is freed",
+                            self.path, exc)
+        else:
+            self._throttled(logging.ERROR, f"io:{type(exc).__name__}", "I/O error on log dir %s: %s",
+                            self.path, exc)
+
+    def fail(self, cause: BaseException) -> None:
+        """Take the whole log dir offline (KIP-112): every partition answers
+        KAFKA_STORAGE_ERROR; nothing touches the dir again until a restart."""
+        self.failed = f"{type(cause).__name__}: {cause}"
+        log.error("log dir %s is offline: %s; its %d partitions answer KAFKA_STORAGE_ERROR until "
+                  "the disk is replaced and the broker restarted", self.path, self.failed,
+                  len(self.logs))
+        for slot in self.logs:
+            self.table.set_state(slot, SlotState.STORAGE_ERROR)
+        for info in list(self.table.slots()):  # creates in flight
+            if info.disk == self.index and info.state == SlotState.CREATING:
+                self.table.set_state(info.slot, SlotState.STORAGE_ERROR)
+        # the open files are left alone: closing them would flush to the dead disk
+        self.logs.clear()
+        self.slot_of.clear()
 
     def _creation_config(self, topic: str) -> TopicConfig:
         if topic == OFFSETS_TOPIC:
@@ -96,13 +164,20 @@ class Partitions:
 
     def publish_start_offsets(self) -> None:
         """Publish the log start offsets retention moved."""
+        if self.failed:
+            return
         for slot, plog in self.logs.items():
             lso = plog.log_start_offset
             if self.table.offsets(slot)[2] != lso:
                 self.publish(slot, plog)
 
     # -- requests (the handlers of the disk worker's table) -------------------------------
+    def _check_online(self) -> None:
+        if self.failed:
+            raise KafkaStorageError(f"log dir {self.path} is offline")
+
     def produce(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+        self._check_online()
         plog = self.logs.get(slot)
         if plog is None:
             raise NotHere()
@@ -115,6 +190,7 @@ class Partitions:
         return info.first_offset, info.log_append_time, plog.log_start_offset, b""
 
     def create(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+        self._check_online()
         spec = json.loads(bytes(body))
         info = self.table.read(slot)
         if info.disk != self.index or info.state not in (SlotState.CREATING, SlotState.ONLINE):
@@ -136,10 +212,12 @@ class Partitions:
     def sync_created(self) -> int:
         """Make this round's new partitions durable; the Kafka error code if that failed."""
         self.table.heartbeat(self.worker_slot)  # a round of creates can take seconds on a slow disk
+        if self.failed:
+            return ErrorCode.KAFKA_STORAGE_ERROR
         try:
             self.log_dir.sync_created()
         except KafkaStorageError as e:
-            log.error("%s", e)
+            self.io_error(e)
             return ErrorCode.KAFKA_STORAGE_ERROR
         return 0
 
@@ -147,6 +225,8 @@ class Partitions:
         self.table.heartbeat(self.worker_slot)  # a round of deletes can take seconds on a slow disk
         info = self.table.read(slot)
         plog = self.logs.pop(slot, None)
+        if self.failed:
+            plog = None  # the dead dir keeps the files; the slot goes
         if plog is not None:
             self.slot_of.pop((info.topic, info.partition), None)
             self.log_dir.delete_partition(info.topic, info.partition)
@@ -155,6 +235,7 @@ class Partitions:
         return NOTHING
 
     def alter(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+        self._check_online()
         plog = self.logs.get(slot)
         if plog is None:
             raise NotHere()
@@ -169,6 +250,9 @@ class Partitions:
         self.table.set_worker_state(self.worker_slot, WorkerState.STOPPING)
         for slot in self.logs:
             self.table.set_state(slot, SlotState.OFFLINE)
+        if self.failed or self.log_dir is None:
+            log.info("log dir %s is offline (%s): left as it is", self.path, self.failed)
+            return
         try:
             self.log_dir.close(clean=True)
             log.info("log dir %s closed cleanly", self.path)

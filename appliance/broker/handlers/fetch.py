@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from appliance.broker.handlers.answer import unavailable_error
 from appliance.broker.handlers.fetch_down_convert import FIRST_V2_FETCH_VERSION, down_convert
 from appliance.errors import ErrorCode, OffsetOutOfRangeError
 from appliance.protocol.messages import Fetch
@@ -41,8 +42,9 @@ def _read_all(ctx: Any, body: Any) -> tuple[list, int, bool]:
                 r.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 any_error = True
                 continue
-            if ctx.table.state(info.slot) != SlotState.ONLINE:
-                r.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            state = ctx.table.state(info.slot)
+            if state != SlotState.ONLINE:  # a failed dir's page-cached data is not served
+                r.error_code = unavailable_error(state)
                 any_error = True
                 continue
             leo, hw, lso = ctx.table.offsets(info.slot)

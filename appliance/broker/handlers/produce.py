@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from appliance.broker.handlers.answer import NO_RESPONSE, encode
+from appliance.broker.handlers.answer import NO_RESPONSE, encode, unavailable_error
 from appliance.errors import ErrorCode, KafkaError
 from appliance.protocol.messages import Produce
 from appliance.records.convert import legacy_to_v2
@@ -29,8 +29,9 @@ def _check(ctx: Any, topic: str, index: int, records: Any) -> tuple[Any, Any, An
     if info is None:
         out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return out, None, None
-    if ctx.table.state(info.slot) != SlotState.ONLINE:
-        out.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+    state = ctx.table.state(info.slot)
+    if state != SlotState.ONLINE:
+        out.error_code = unavailable_error(state)
         return out, None, None
     if records is None or len(records) == 0:
         out.error_code = ErrorCode.INVALID_RECORD
