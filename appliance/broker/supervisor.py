@@ -23,6 +23,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import sys
 import time
 from dataclasses import dataclass
@@ -65,6 +66,8 @@ class _Worker:
     incarnation: int = 0
     started: float = 0.0
     aborted: float = 0.0  # when it was sent SIGABRT (0: not)
+    last_beat: float = 0.0  # the heartbeat stamp last read from its slot
+    beat_changed: float = 0.0  # our clock when that stamp last changed
 
 
 def sd_notify(message: str) -> None:
@@ -227,6 +230,7 @@ class Supervisor:
         pid = self.fork()
         if pid:
             w.pid, w.started = pid, time.monotonic()
+            w.last_beat, w.beat_changed = 0.0, w.started
             self.table.set_worker(w.slot, pid=pid, kind=w.kind, state=WorkerState.STARTING,
                                   incarnation=w.incarnation)
             return
@@ -337,8 +341,16 @@ class Supervisor:
                     self._send(w, signal.SIGKILL)
                 continue
             _, beat, state, _, _ = self.table.worker(w.slot)
-            if state == WorkerState.READY and now - beat > HEARTBEAT_TIMEOUT_S:
-                why = f"missed heartbeats for {now - beat:.0f} s"
+            # Silence is judged by when the stamp last CHANGED, on our own clock, not by its
+            # value: a stamp overwritten by anything else (the fuzzer once made it read 0.0,
+            # "missed heartbeats for <uptime> s") must not get a live worker killed.
+            if beat != w.last_beat:
+                if not w.started - 1.0 <= beat <= now + 1.0 and w.last_beat:
+                    log.warning("%s %d: implausible heartbeat stamp %r (bytes %s) in its slot",
+                                KIND_NAMES[w.kind], w.index, beat, struct.pack("=d", beat).hex())
+                w.last_beat, w.beat_changed = beat, now
+            if state == WorkerState.READY and now - w.beat_changed > HEARTBEAT_TIMEOUT_S:
+                why = f"missed heartbeats for {now - w.beat_changed:.0f} s"
             elif state == WorkerState.STARTING and now - w.started > STARTING_DEADLINE_S[w.kind]:
                 why = f"still starting after {now - w.started:.0f} s"
             else:
