@@ -167,7 +167,7 @@ def read_back(bootstrap: str, partitions: int, ends: dict[int, int],
 
 @pytest.fixture
 def jbod(tmp_path, request):
-    """A broker whose two log dirs are ext4 images (disk0 roomy, disk1 64 MiB: the one that
+    """A broker whose two log dirs are ext4 images (disk0 roomy: 2 GiB, sparse, as the rate probes write ~0.5 GB without fsyncs; disk1 64 MiB: the one that
     fails); topic 'jbod' has partition 0 on disk0 and partition 1 on disk1 and fsyncs every
     message unless the test is parametrized with flush='default'."""
     reason = cannot_mount_reason(tmp_path)
@@ -177,7 +177,7 @@ def jbod(tmp_path, request):
     config = {"segment.bytes": str(4 << 20)}
     if flush == "every":
         config["flush.messages"] = "1"
-    with loop_disks(tmp_path, 2, size_mb=[384, 64]) as disks:
+    with loop_disks(tmp_path, 2, size_mb=[2048, 64]) as disks:
         holder = {"broker": BrokerProcess(tmp_path, num_log_dirs=2), "flush": flush}
         try:
             b = holder["broker"].start()

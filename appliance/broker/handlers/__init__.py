@@ -23,6 +23,7 @@ from appliance.broker.broker_context import BrokerContext
 from appliance.broker.handlers import (
     api_versions,
     configs,
+    describe_log_dirs,
     fetch,
     groups,
     incremental_alter_configs,
@@ -42,6 +43,7 @@ from appliance.protocol.messages import (
     DeleteTopics,
     DescribeConfigs,
     DescribeGroups,
+    DescribeLogDirs,
     Fetch,
     FindCoordinator,
     Heartbeat,
@@ -76,6 +78,7 @@ HANDLERS = {
     DescribeConfigs.API_KEY: configs.handle_describe,
     AlterConfigs.API_KEY: configs.handle_alter,
     IncrementalAlterConfigs.API_KEY: incremental_alter_configs.handle,
+    DescribeLogDirs.API_KEY: describe_log_dirs.handle,
     InitProducerId.API_KEY: producer_id.handle,
     FindCoordinator.API_KEY: groups.find_coordinator,
 }

@@ -18,6 +18,7 @@ from appliance.protocol.messages.core import (
     Metadata,
     Produce,
 )
+from appliance.protocol.messages.describe_log_dirs import DescribeLogDirs
 from appliance.protocol.messages.group import (
     DeleteGroups,
     DescribeGroups,
@@ -37,5 +38,5 @@ __all__ = [
     "FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit",
     "OffsetFetch", "DescribeGroups", "ListGroups", "DeleteGroups",
     "CreateTopics", "DeleteTopics", "CreatePartitions", "DescribeConfigs", "AlterConfigs",
-    "IncrementalAlterConfigs", "OffsetDelete",
+    "IncrementalAlterConfigs", "OffsetDelete", "DescribeLogDirs",
 ]
