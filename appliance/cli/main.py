@@ -24,6 +24,7 @@ COMMANDS = {
     "install-service": ("install_service", "install the broker as a hardened systemd service"),
     "status": ("status", "one screen of broker health from its shared memory (--watch, --json)"),
     "mirror-maker": ("mirror_maker", "copy topics from one cluster to another (Kafka's MirrorMaker)"),
+    "log-dirs": ("log_dirs", "each log dir's state and partition sizes (--describe, as kafka-log-dirs)"),
 }
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 
 from tests.broker_process import BrokerProcess
 
-__all__ = ["wait_workers", "worker_pid_map"]
+__all__ = ["wait_workers", "worker_pid_map", "cli_describe"]
 
 
 def worker_pid_map(broker: BrokerProcess) -> dict[str, list[int]]:
@@ -26,3 +29,11 @@ def wait_workers(broker: BrokerProcess, disk: int, network: int, timeout: float 
         if time.monotonic() > deadline:
             raise TimeoutError(f"workers {now}, want {disk} disk and {network} network")
         time.sleep(0.05)
+
+
+def cli_describe(bootstrap: str, *extra: str) -> dict:
+    """`appliance log-dirs --describe` run as a user would: its JSON (Kafka's kafka-log-dirs)."""
+    out = subprocess.run([sys.executable, "-m", "appliance.cli.main", "log-dirs", "--describe",
+                          "--bootstrap-server", bootstrap, *extra],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    return json.loads(out.splitlines()[-1])

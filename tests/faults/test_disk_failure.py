@@ -24,7 +24,7 @@ from tests.broker.clients import create_topic
 from tests.broker.wire import RawConnection, fetch_body, produce_body
 from tests.broker_process import BrokerProcess
 from tests.faults.loopfs import cannot_mount_reason, loop_disks
-from tests.faults.procs import wait_workers, worker_pid_map
+from tests.faults.procs import cli_describe, wait_workers, worker_pid_map
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -365,6 +365,12 @@ def test_broker_starts_with_a_dead_disk(jbod, capsys):
                             f"want KAFKA_STORAGE_ERROR for both")
         healthy = raw_codes(b.port, 0)
         notes.append(f"healthy partition 0: produce -> {healthy[0]}; fetch -> {healthy[1]}")
+        dirs = {d["logDir"]: d for d in cli_describe(b.bootstrap)["brokers"][0]["logDirs"]}
+        notes.append(f"log-dirs --describe: { {k: v['error'] for k, v in dirs.items()} }")
+        if dirs.get(str(disks[1].mount), {}).get("error") != "KafkaStorageException":
+            problems.append(f"log-dirs --describe does not show the dead dir offline: {dirs}")
+        if dirs.get(str(disks[0].mount), {}).get("error") is not None:
+            problems.append(f"log-dirs --describe shows the healthy dir with an error: {dirs}")
         if not (healthy[0].startswith("NONE") and healthy[1].startswith("NONE")):
             problems.append(f"partition 0 on the healthy dir: {healthy}")
     try:
