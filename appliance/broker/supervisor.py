@@ -159,7 +159,8 @@ class Supervisor:
             warmup()
             self.plumbing, self.table = Plumbing.create(
                 self.base, len(self.log_dirs), self.num_net, int(self.config["broker.id"]), self.port,
-                int(self.config["appliance.request.ring.bytes"]))
+                int(self.config["appliance.request.ring.bytes"]),
+                int(self.config["appliance.max.partitions"]))
             self._install_signals()
             for d in self.log_dirs:  # so local IPC producers and tools can find our shared memory
                 try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import resource
 from typing import Any
 
 from appliance.config import ConfigError, TopicConfig, validate_topic_name
@@ -17,6 +18,9 @@ from appliance.errors import ErrorCode, KafkaError
 from appliance.shm.layout import MsgType, SlotState
 
 __all__ = ["create_topic", "delete_topic", "add_partitions", "TopicResult"]
+
+FDS_PER_PARTITION = 3  # a partition at rest: its active segment's log and two indexes
+FD_RESERVE = 512  # sockets, rings, eventfds, segments being read, cleaned or recovered
 
 
 class TopicResult(tuple):
@@ -81,9 +85,27 @@ async def create_topic(ctx: Any, name: str, num_partitions: int = -1, replicatio
         return TopicResult(e.code, e.message)
 
 
+def _check_open_files(counts: list[int], adding: int) -> None:
+    """Refuse (whole) a creation after which some disk worker would hold more partitions than
+    its open-file limit keeps open (a partition at rest holds FDS_PER_PARTITION descriptors)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return
+    room = max((soft - FD_RESERVE) // FDS_PER_PARTITION, 0)
+    after = list(counts)
+    for _ in range(adding):
+        after[after.index(min(after))] += 1
+    if max(after, default=0) > room:
+        raise _Refused(ErrorCode.POLICY_VIOLATION,
+                       f"{adding} more partitions would put {max(after)} on one log dir; its disk "
+                       f"worker's open-file limit ({soft}) holds {room} (raise LimitNOFILE / "
+                       f"ulimit -n, or add log dirs)")
+
+
 def _place(ctx: Any, name: str, partitions: range, total: int) -> list[tuple[int, int]]:
     """Allocate slots (caller holds the table lock): [(slot, disk)], fewest-partitions-first."""
     counts = ctx.table.partitions_per_disk()
+    _check_open_files(counts, len(partitions))
     placed = []
     try:
         for p in partitions:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import mmap
 import os
 import struct
@@ -78,7 +79,10 @@ class PartitionTable:
         self._owner = owner
         self.name = shm.name
         self.capacity = struct.unpack_from("=I", buf, _H["capacity"])[0]
+        if table_size(self.capacity) > len(buf):  # a corrupt header must not aim writes past the end
+            raise TableVersionError(f"{self.name}: {self.capacity} slots do not fit in {len(buf)} bytes")
         self._slot_base = _SLOTS_BASE
+        self._free_hint = 0  # where this process's next free-slot search starts
 
     # -- lifecycle ------------------------------------------------------------------------
     @classmethod
@@ -265,8 +269,12 @@ class PartitionTable:
         raw = topic.encode()
         if not raw or len(raw) > TOPIC_NAME_MAX:
             raise ValueError(f"topic name length {len(raw)} outside 1..{TOPIC_NAME_MAX}")
-        for slot in range(self.capacity):
+        # start where the last allocation of this process ended: a 10,000-partition topic
+        # would otherwise rescan the used slots once per partition (quadratic)
+        start = self._free_hint if self._free_hint < self.capacity else 0
+        for slot in itertools.chain(range(start, self.capacity), range(start)):
             if self.state(slot) == SlotState.FREE:
+                self._free_hint = slot + 1
                 pos = self._spos(slot)
                 seq = _Q.unpack_from(self._buf, pos)[0]
                 _Q.pack_into(self._buf, pos, seq + 1)

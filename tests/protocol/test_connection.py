@@ -161,8 +161,8 @@ def test_api_versions_v3_gets_the_v0_layout_fallback_and_stays_open():
     assert isinstance(ev, UnsupportedVersion) and not ev.close_connection
     assert ev.client_id == "kcat" and ev.api_version == 3
     assert ev.response == expected_fallback(0x01020304) == api_versions_fallback_response(0x01020304)
-    # exact bytes, spelled out for the first entries: size, corr id, error 35, count 23, Produce 0-7
-    assert ev.response[:24] == bytes.fromhex("00000094" "01020304" "0023" "00000017"
+    # exact bytes, spelled out for the first entries: size, corr id, error 35, count 24, Produce 0-7
+    assert ev.response[:24] == bytes.fromhex("0000009a" "01020304" "0023" "00000018"
                                              "0000" "0000" "0007" "0001" "0000")
     assert conn.state is ConnectionState.OPEN
     assert conn.next_event().correlation_id == 7  # the connection carries on
