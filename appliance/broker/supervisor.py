@@ -85,7 +85,7 @@ class Supervisor:
     """Owns the shared memory and the worker processes of one broker."""
 
     SIGNAL_NAMES = {signal.SIGTERM: "term", signal.SIGINT: "int", signal.SIGQUIT: "quit",
-                    signal.SIGCHLD: "chld"}
+                    signal.SIGCHLD: "chld", signal.SIGUSR2: "usr2"}
     SIGNALS = tuple(SIGNAL_NAMES)
 
     # process primitives, replaced by the unit tests
@@ -287,6 +287,17 @@ class Supervisor:
 
     def handle_quit(self) -> None:
         self._stop(graceful=False)
+
+    def handle_usr2(self) -> None:
+        """Bring offline log dirs back (after their disk was replaced or remounted): their disk
+        workers stop and are respawned, and each recovers its dir again, or finds it still
+        dead and keeps it offline. Healthy dirs are not touched."""
+        offline = {i.disk for i in self.table.slots() if i.state == SlotState.STORAGE_ERROR}
+        for w in self.workers:
+            if w.kind == DISK and w.index in offline and w.pid:
+                log.info("SIGUSR2: restarting disk worker %d to reopen offline log dir %s",
+                         w.index, self.log_dirs[w.index])
+                self._send(w, signal.SIGTERM)
 
     def _reap(self) -> None:
         while True:

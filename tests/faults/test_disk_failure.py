@@ -12,6 +12,7 @@ against a broker without log-dir isolation shows how it fails today:
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -393,3 +394,49 @@ def test_broker_starts_with_a_dead_disk(jbod, capsys):
     log = b.log_path.read_text(errors="replace")
     excerpt = "\n".join(line for line in log.splitlines() if " ERROR " in line or "WARNING" in line)[-3000:]
     assert not problems, "\n".join(problems + ["-- notes:"] + notes + ["-- broker log:", excerpt])
+
+
+def test_an_offline_dir_comes_back_on_sigusr2_without_a_broker_restart(jbod, capsys):
+    """Kill the disk under a running broker, remount it (the journal replays), then SIGUSR2 to
+    the supervisor: only that dir's disk worker restarts, its partitions serve again (produce
+    and fetch, with every fsynced record), and the healthy dir's worker is never touched."""
+    holder, disks = jbod
+    b: BrokerProcess = holder["broker"]
+    before = wait_workers(b, disk=2, network=2)
+    healthy_pid = _pid_of_disk(b, 0)
+    acks = Acks()
+    p = _producer(b.bootstrap)
+    for i in range(400):
+        p.produce(TOPIC, b"usr2-%06d" % i, partition=i % 2, on_delivery=acks)
+        p.poll(0)
+    assert p.flush(60) == 0 and len(acks.acked) == 400
+    disks[1].shutdown()
+    deadline = time.monotonic() + 30
+    produce_code = ""
+    while time.monotonic() < deadline:  # the disk worker notices at its next write to the dir
+        produce_code = raw_codes(b.port, 1)[0]
+        if produce_code.startswith("KAFKA_STORAGE_ERROR"):
+            break
+        time.sleep(0.5)
+    assert produce_code.startswith("KAFKA_STORAGE_ERROR"), produce_code
+    disks[1].unmount()
+    disks[1].mount_again()
+    b.proc.send_signal(signal.SIGUSR2)
+    deadline = time.monotonic() + 60
+    codes = ("", "")
+    while time.monotonic() < deadline:
+        codes = raw_codes(b.port, 1)
+        if codes[0].startswith("NONE") and codes[1].startswith("NONE"):
+            break
+        time.sleep(0.5)
+    assert codes[0].startswith("NONE") and codes[1].startswith("NONE"), codes
+    now = worker_pid_map(b)
+    assert healthy_pid in now["disk"] and now["network"] == before["network"], (before, now)
+    assert b.log().count("]: restarting disk worker 1") == 1  # only the offline dir's worker
+    ends = {q: max((o for (pp, o) in acks.acked if pp == q), default=-1) + 1 for q in (0, 1)}
+    stored, problems = read_back(b.bootstrap, 2, ends)
+    lost = [k for k, v in acks.acked.items() if stored.get(k) != v]
+    with capsys.disabled():
+        print(f"\n  SIGUSR2: partition 1 back with produce {codes[0]}, fetch {codes[1]}; "
+              f"{len(stored)} records read, {len(lost)} acknowledged lost")
+    assert not problems and not lost, (problems, lost[:5])

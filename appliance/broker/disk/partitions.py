@@ -127,7 +127,9 @@ class Partitions:
         for info in list(self.table.slots()):  # creates in flight
             if info.disk == self.index and info.state == SlotState.CREATING:
                 self.table.set_state(info.slot, SlotState.STORAGE_ERROR)
-        # the open files are left alone: closing them would flush to the dead disk
+        # close the files without writing (so the dead file system can be unmounted)
+        for plog in self.logs.values():
+            plog.abandon()
         self.logs.clear()
         self.slot_of.clear()
 

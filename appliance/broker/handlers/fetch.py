@@ -45,6 +45,8 @@ def _read_all(ctx: Any, body: Any) -> tuple[list, int, bool]:
             state = ctx.table.state(info.slot)
             if state != SlotState.ONLINE:  # a failed dir's page-cached data is not served
                 r.error_code = unavailable_error(state)
+                if state == SlotState.STORAGE_ERROR:
+                    ctx.readers.forget_partition(info.disk, t.topic, p.partition)
                 any_error = True
                 continue
             leo, hw, lso = ctx.table.offsets(info.slot)
