@@ -105,11 +105,16 @@ def _check_open_files(counts: list[int], adding: int) -> None:
 def _place(ctx: Any, name: str, partitions: range, total: int) -> list[tuple[int, int]]:
     """Allocate slots (caller holds the table lock): [(slot, disk)], fewest-partitions-first."""
     counts = ctx.table.partitions_per_disk()
-    _check_open_files(counts, len(partitions))
+    # never onto an offline log dir (KIP-112): its disk worker would refuse every partition
+    offline = {i.disk for i in ctx.table.slots() if i.state == SlotState.STORAGE_ERROR}
+    usable = [d for d in range(len(counts)) if d not in offline]
+    if not usable:
+        raise _Refused(ErrorCode.KAFKA_STORAGE_ERROR, "every log dir is offline")
+    _check_open_files([counts[d] for d in usable], len(partitions))
     placed = []
     try:
         for p in partitions:
-            disk = min(range(len(counts)), key=counts.__getitem__)
+            disk = min(usable, key=counts.__getitem__)
             placed.append((ctx.table.allocate(name, p, total, disk, SlotState.CREATING), disk))
             counts[disk] += 1
     except MemoryError as e:

@@ -12,6 +12,7 @@ against a broker without log-dir isolation shows how it fails today:
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -419,6 +420,9 @@ def test_an_offline_dir_comes_back_on_sigusr2_without_a_broker_restart(jbod, cap
             break
         time.sleep(0.5)
     assert produce_code.startswith("KAFKA_STORAGE_ERROR"), produce_code
+    create_topic(b.bootstrap, "while-offline", partitions=2)  # placed on the healthy dir only
+    assert sorted(n for n in os.listdir(disks[0].mount) if n.startswith("while-offline")) == [
+        "while-offline-0", "while-offline-1"]
     disks[1].unmount()
     disks[1].mount_again()
     b.proc.send_signal(signal.SIGUSR2)
