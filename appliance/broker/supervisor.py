@@ -352,14 +352,17 @@ class Supervisor:
                               w.index, w.pid)
                     self._send(w, signal.SIGKILL)
                 continue
-            _, beat, state, _, _ = self.table.worker(w.slot)
+            slot_pid, beat, state, slot_kind, slot_inc = self.table.worker(w.slot)
             # Silence is judged by when the stamp last CHANGED, on our own clock, not by its
             # value: a stamp overwritten by anything else (the fuzzer once made it read 0.0,
             # "missed heartbeats for <uptime> s") must not get a live worker killed.
             if beat != w.last_beat:
                 if not w.started - 1.0 <= beat <= now + 1.0 and w.last_beat:
-                    log.warning("%s %d: implausible heartbeat stamp %r (bytes %s) in its slot",
-                                KIND_NAMES[w.kind], w.index, beat, struct.pack("=d", beat).hex())
+                    # the whole slot, to tell a stray 8-byte store from a zeroed page
+                    log.warning("%s %d: implausible heartbeat stamp %r (bytes %s) in its slot "
+                                "(pid %d, state %d, kind %d, incarnation %d)", KIND_NAMES[w.kind],
+                                w.index, beat, struct.pack("=d", beat).hex(), slot_pid, state,
+                                slot_kind, slot_inc)
                 w.last_beat, w.beat_changed = beat, now
             if state == WorkerState.READY and now - w.beat_changed > HEARTBEAT_TIMEOUT_S:
                 why = f"missed heartbeats for {now - w.beat_changed:.0f} s"
