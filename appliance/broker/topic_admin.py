@@ -19,7 +19,7 @@ from appliance.shm.layout import MsgType, SlotState
 
 __all__ = ["create_topic", "delete_topic", "add_partitions", "TopicResult"]
 
-FDS_PER_PARTITION = 3  # a partition at rest: its active segment's log and two indexes
+FDS_PER_PARTITION = 5  # measured: 4-4.6 per partition in a disk worker (10,000 partitions, 3 dirs)
 FD_RESERVE = 512  # sockets, rings, eventfds, segments being read, cleaned or recovered
 
 
