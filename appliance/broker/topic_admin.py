@@ -76,7 +76,7 @@ async def create_topic(ctx: Any, name: str, num_partitions: int = -1, replicatio
             if ctx.index.partitions(name):
                 raise _Refused(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
             return TopicResult()
-        with ctx.table.locked():
+        async with ctx.table.locked_async():
             if ctx.table.find(name, 0) >= 0:
                 raise _Refused(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
             placed = _place(ctx, name, range(num_partitions), num_partitions)
@@ -154,7 +154,7 @@ async def add_partitions(ctx: Any, name: str, count: int, assignments: Any = Non
         _check_replication(ctx, -1, assignments)
         if validate_only:
             return TopicResult()
-        with ctx.table.locked():
+        async with ctx.table.locked_async():
             placed = _place(ctx, name, range(current, count), count)
         overrides = ctx.readers.topic_overrides(parts[0].disk, name)
         return await _create_on_disks(ctx, placed, overrides, timeout_ms)
@@ -168,7 +168,7 @@ async def delete_topic(ctx: Any, name: str, timeout_ms: int = 60000) -> TopicRes
     parts = ctx.index.partitions(name)
     if not parts:
         return TopicResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
-    with ctx.table.locked():
+    async with ctx.table.locked_async():
         for info in parts:
             ctx.table.set_state(info.slot, SlotState.DELETING)
     try:

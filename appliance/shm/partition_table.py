@@ -23,7 +23,7 @@ import mmap
 import os
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import NamedTuple
 
 import posix_ipc
@@ -165,12 +165,35 @@ class PartitionTable:
         finally:
             fcntl.flock(self._shm.fd, fcntl.LOCK_UN)
 
+    @contextlib.asynccontextmanager
+    async def locked_async(self, poll_s: float = 0.002) -> AsyncIterator[None]:
+        """:meth:`locked` for an event loop: waits for the lock without blocking the loop (a
+        disk worker registering thousands of partitions holds it for seconds, and a network
+        worker blocked in flock stops heartbeating and answering everyone). The body must not
+        await: within one process the lock does not exclude another coroutine."""
+        import asyncio
+
+        while True:
+            try:
+                fcntl.flock(self._shm.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                await asyncio.sleep(poll_s)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._shm.fd, fcntl.LOCK_UN)
+
     def next_producer_id(self) -> int:
         """A producer id unique on this broker (seeded from the clock so restarts don't reuse ids)."""
         with self.locked():
-            pid = _q.unpack_from(self._buf, _H["next_producer_id"])[0]
-            _q.pack_into(self._buf, _H["next_producer_id"], pid + 1)
-            return pid
+            return self.take_producer_id()
+
+    def take_producer_id(self) -> int:
+        """:meth:`next_producer_id` for a caller that holds the lock."""
+        pid = _q.unpack_from(self._buf, _H["next_producer_id"])[0]
+        _q.pack_into(self._buf, _H["next_producer_id"], pid + 1)
+        return pid
 
     # -- worker slots ---------------------------------------------------------------------
     def _wpos(self, index: int) -> int:

@@ -119,3 +119,30 @@ def test_attach_refuses_a_capacity_that_does_not_fit(table):
     struct.pack_into("=I", table._buf, TABLE_HEADER.offset("capacity"), 10**6)
     with pytest.raises(TableVersionError, match="do not fit"):
         PartitionTable.attach(table.name)
+
+
+def test_locked_async_waits_for_the_lock_without_blocking_the_loop(table):
+    """Issue 14: a network worker blocked in flock while a disk worker registered thousands of
+    partitions stopped heartbeating. The async lock lets the loop run while it waits."""
+    import asyncio
+
+    other = PartitionTable.attach(table.name)  # its own descriptor: flock excludes it
+
+    async def take() -> int:
+        async with other.locked_async():
+            return other.take_producer_id()
+
+    async def main() -> tuple[int, int, int]:
+        ticks = 0
+        with table.locked():
+            task = asyncio.ensure_future(take())
+            for _ in range(10):
+                await asyncio.sleep(0.005)
+                ticks += 1
+            assert not task.done()
+        first = table.next_producer_id()  # unlocked again: both get distinct ids
+        return ticks, first, await asyncio.wait_for(task, 5)
+
+    ticks, a, b = asyncio.run(main())
+    other.close()
+    assert ticks == 10 and a != b

@@ -40,6 +40,7 @@ class Partitions:
         self.log_dir: LogDir | None = None
         self.created_hooks: list[Callable[[str, int], None]] = []  # (topic, partition) once created
         self.failed: str | None = None  # why the log dir is offline (KIP-112), or None
+        self._topic_counts: dict[str, int] | None = None  # _num_partitions' listing, at start
         self._throttled = ThrottledLog()
 
     # -- start ----------------------------------------------------------------------------
@@ -69,6 +70,7 @@ class Partitions:
                         self._register(info.slot, info.topic, info.partition, plog)
                     elif info.state == SlotState.DELETING:
                         self.table.release(info.slot)
+        self._topic_counts = None  # topics created from now on count their own partitions
         log.info("log dir %s open: %d partitions in %.2f s", self.path, len(self.logs),
                  time.monotonic() - started)
 
@@ -139,15 +141,21 @@ class Partitions:
         return self.config.topic_defaults()
 
     def _num_partitions(self, topic: str) -> int:
-        """Partitions of a topic, counted over every log dir (a topic may span disks)."""
-        count = 0
-        for d in self.config.log_dirs:
-            with contextlib.suppress(OSError):
-                for name in os.listdir(d):
-                    t, _, p = name.rpartition("-")
-                    if t == topic and p.isdigit():
-                        count = max(count, int(p) + 1)
-        return max(count, 1)
+        """Partitions of a topic, counted over every log dir (a topic may span disks). The
+        dirs are listed once per start-up (or per offline open), not once per partition: the
+        registration runs under the table lock, and 2,700 partitions per dir listed 8,100
+        entries 2,700 times."""
+        counts = self._topic_counts
+        if counts is None:
+            counts = {}
+            for d in self.config.log_dirs:
+                with contextlib.suppress(OSError):
+                    for name in os.listdir(d):
+                        t, _, p = name.rpartition("-")
+                        if t and p.isdigit():
+                            counts[t] = max(counts.get(t, 0), int(p) + 1)
+            self._topic_counts = counts
+        return max(counts.get(topic, 0), 1)
 
     def _topic_config_for(self, topic: str) -> TopicConfig:
         return self.config.topic_defaults()
