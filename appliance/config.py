@@ -278,6 +278,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("log.writeback.chunk.bytes", "long", 8388608, "Ours: bytes of a segment written back per sync_file_range chunk.", at_least(4096), ours=True),
     ConfigKey("log.writeback.window.bytes", "long", 134217728, "Ours: dirty bytes an active segment may run ahead of the disk in writeback mode (bursts up to this go at memory speed).", at_least(4096), ours=True),
     ConfigKey("appliance.shm.name", "string", "", "Ours: POSIX shared memory name; empty = derived from broker.id and port.", ours=True),
+    ConfigKey("appliance.max.partitions", "int", 32768, "Ours: partition slots in the shared partition table (304 bytes each); a topic creation beyond them is refused whole with POLICY_VIOLATION.", at_least(1), ours=True),
     ConfigKey("appliance.request.ring.bytes", "long", 67108864, "Ours: shared-memory request ring per (network worker, disk worker) pair; a produce request larger than half of it is refused.", at_least(1 << 20), ours=True),
     ConfigKey("metrics.listener", "string", "", "Ours: Prometheus endpoint, e.g. http://127.0.0.1:9308/metrics; empty = metrics off (nothing listens, nothing counts).", ours=True),
 )

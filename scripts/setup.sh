@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Installs everything the broker and its tests need, idempotently: Debian packages (kcat,
-# zookeeper), a virtualenv in .venv with the project and its test dependencies, and warm numba caches.
+# zookeeper, xfsprogs, ...), a virtualenv in .venv with the project and its test dependencies, and
+# warm numba caches.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
+# the fault tests: xfs_io (ext4 shutdown = a dead disk), mkfs.ext4 and losetup (loop images)
+command -v xfs_io >/dev/null 2>&1 || need_apt+=(xfsprogs)
+command -v mkfs.ext4 >/dev/null 2>&1 || need_apt+=(e2fsprogs)
+command -v losetup >/dev/null 2>&1 || need_apt+=(mount)
 # the Spark tests run a real standalone cluster (pyspark 4 needs Java 17+)
 command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
 # tests/ops: the unit checks, socket buffer checks, the --watch terminal

@@ -22,7 +22,7 @@ from appliance.shm.ring import Channel
 
 __all__ = ["Plumbing", "shm_base_name", "ring_doorbell", "drain_doorbell", "unlink_stale"]
 
-PARTITION_TABLE_CAPACITY = 8192  # slots; 2.6 MiB of shared memory, far above one box's partitions
+PARTITION_TABLE_CAPACITY = 32768  # slots by default (appliance.max.partitions): 10 MiB of shm
 REQUEST_RING_BYTES = 64 << 20  # per (network, disk) pair: holds a full produce request's batches
 COMPLETION_RING_BYTES = 1 << 20  # completions are 40 bytes each
 IPC_REQUEST_RING_BYTES = 32 << 20  # per local producer channel; tmpfs pages are used only when touched
@@ -84,11 +84,12 @@ class Plumbing:
     @classmethod
     def create(cls, base: str, num_disks: int, num_net: int, broker_id: int,
                port: int = 0, request_ring_bytes: int = REQUEST_RING_BYTES,
-               cluster: bool = False) -> tuple[Plumbing, PartitionTable]:
-        table = PartitionTable.create(f"/{base}-table", PARTITION_TABLE_CAPACITY, broker_id, num_disks, port)
+               cluster: bool = False,
+               max_partitions: int = PARTITION_TABLE_CAPACITY) -> tuple[Plumbing, PartitionTable]:
+        table = PartitionTable.create(f"/{base}-table", max_partitions, broker_id, num_disks, port)
         p = cls(base, num_disks, num_net, table.name, cluster=cluster)
         if cluster:
-            LeadershipArea.create(leaders_name(base), PARTITION_TABLE_CAPACITY).close()
+            LeadershipArea.create(leaders_name(base), max_partitions).close()
         p.disk_bells = [os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) for _ in range(num_disks)]
         p.net_bells = [os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) for _ in range(p.num_ring_clients)]
         for n in range(p.num_ring_clients):

@@ -45,6 +45,17 @@ class Readers:
         for path in [p for p in self._files if marker in p]:
             self.invalidate_file(path)
 
+    def forget_partition(self, disk: int, topic: str, partition: int) -> None:
+        """Drop the cached files of a partition whose log dir went offline: when the dir comes
+        back (a new mount), reads must open the new files, not the dead file system's."""
+        r = self._readers.pop((disk, topic, partition), None)
+        if r is not None:
+            with contextlib.suppress(Exception):
+                r.close()
+        prefix = os.path.join(self.log_dirs[disk], f"{topic}-{partition}") + os.sep
+        for path in [p for p in self._files if p.startswith(prefix)]:
+            self.invalidate_file(path)
+
     def offset_for_timestamp(self, disk: int, topic: str, partition: int, ts: int,
                              log_start: int, bound: int) -> tuple[int, int] | None:
         """ListOffsets by time: see :meth:`LogReader.offset_for_timestamp`."""

@@ -24,6 +24,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import sys
 import time
 from dataclasses import dataclass
@@ -71,6 +72,8 @@ class _Worker:
     incarnation: int = 0
     started: float = 0.0
     aborted: float = 0.0  # when it was sent SIGABRT (0: not)
+    last_beat: float = 0.0  # the heartbeat stamp last read from its slot
+    beat_changed: float = 0.0  # our clock when that stamp last changed
 
 
 def sd_notify(message: str) -> None:
@@ -88,7 +91,7 @@ class Supervisor:
     """Owns the shared memory and the worker processes of one broker."""
 
     SIGNAL_NAMES = {signal.SIGTERM: "term", signal.SIGINT: "int", signal.SIGQUIT: "quit",
-                    signal.SIGCHLD: "chld", signal.SIGHUP: "hup"}
+                    signal.SIGCHLD: "chld", signal.SIGHUP: "hup", signal.SIGUSR2: "usr2"}
     SIGNALS = tuple(SIGNAL_NAMES)
 
     # process primitives, replaced by the unit tests
@@ -172,7 +175,11 @@ class Supervisor:
                      soft, hard)
             self._check_port()
             for d in self.log_dirs:
-                os.makedirs(d, exist_ok=True)
+                try:
+                    os.makedirs(d, exist_ok=True)
+                except OSError as e:  # a dead disk: its disk worker starts it offline
+                    if not os.path.isdir(d):
+                        raise HaltServer(f"log dir {d}: {e.strerror}", EXIT_BOOT_ERROR) from e
             self._reclaim_shared_memory()
             # compile or load every numba kernel once here, so no forked worker pays for it on
             # its first request (measured: 0.2-0.4 s of CPU per worker otherwise)
@@ -181,11 +188,15 @@ class Supervisor:
             self._check_metrics_port()  # after the reclaim: it creates the counters object
             self.plumbing, self.table = Plumbing.create(
                 self.base, len(self.log_dirs), self.num_net, int(self.config["broker.id"]), self.port,
-                int(self.config["appliance.request.ring.bytes"]), cluster=self.cluster)
+                int(self.config["appliance.request.ring.bytes"]), cluster=self.cluster,
+                max_partitions=int(self.config["appliance.max.partitions"]))
             self._install_signals()
             for d in self.log_dirs:  # so local IPC producers and tools can find our shared memory
-                with open(os.path.join(d, ".appliance-shm-name"), "w") as f:
-                    f.write(self.base + "\n")
+                try:
+                    with open(os.path.join(d, ".appliance-shm-name"), "w") as f:
+                        f.write(self.base + "\n")
+                except OSError as e:  # a dead disk must not stop the others (its worker logs it)
+                    log.warning("log dir %s: cannot write .appliance-shm-name: %s", d, e)
             self.workers = [_Worker(DISK, d, self.plumbing.disk_slot(d)) for d in range(len(self.log_dirs))]
             self.workers += [_Worker(NETWORK, n, self.plumbing.net_slot(n)) for n in range(self.num_net)]
             if self.cluster:  # it joins once the network workers can take the controller's requests
@@ -251,6 +262,7 @@ class Supervisor:
         pid = self.fork()
         if pid:
             w.pid, w.started = pid, time.monotonic()
+            w.last_beat, w.beat_changed = 0.0, w.started
             self.table.set_worker(w.slot, pid=pid, kind=w.kind, state=WorkerState.STARTING,
                                   incarnation=w.incarnation)
             return
@@ -323,6 +335,17 @@ class Supervisor:
                  len(disks))
         sd_notify("READY=1")
 
+    def handle_usr2(self) -> None:
+        """Bring offline log dirs back (after their disk was replaced or remounted): their disk
+        workers stop and are respawned, and each recovers its dir again, or finds it still
+        dead and keeps it offline. Healthy dirs are not touched."""
+        offline = {i.disk for i in self.table.slots() if i.state == SlotState.STORAGE_ERROR}
+        for w in self.workers:
+            if w.kind == DISK and w.index in offline and w.pid:
+                log.info("SIGUSR2: restarting disk worker %d to reopen offline log dir %s",
+                         w.index, self.log_dirs[w.index])
+                self._send(w, signal.SIGTERM)
+
     def _reap(self) -> None:
         while True:
             try:
@@ -376,9 +399,20 @@ class Supervisor:
                               w.index, w.pid)
                     self._send(w, signal.SIGKILL)
                 continue
-            _, beat, state, _, _ = self.table.worker(w.slot)
-            if state == WorkerState.READY and now - beat > HEARTBEAT_TIMEOUT_S:
-                why = f"missed heartbeats for {now - beat:.0f} s"
+            slot_pid, beat, state, slot_kind, slot_inc = self.table.worker(w.slot)
+            # Silence is judged by when the stamp last CHANGED, on our own clock, not by its
+            # value: a stamp overwritten by anything else (the fuzzer once made it read 0.0,
+            # "missed heartbeats for <uptime> s") must not get a live worker killed.
+            if beat != w.last_beat:
+                if not w.started - 1.0 <= beat <= now + 1.0 and w.last_beat:
+                    # the whole slot, to tell a stray 8-byte store from a zeroed page
+                    log.warning("%s %d: implausible heartbeat stamp %r (bytes %s) in its slot "
+                                "(pid %d, state %d, kind %d, incarnation %d)", KIND_NAMES[w.kind],
+                                w.index, beat, struct.pack("=d", beat).hex(), slot_pid, state,
+                                slot_kind, slot_inc)
+                w.last_beat, w.beat_changed = beat, now
+            if state == WorkerState.READY and now - w.beat_changed > HEARTBEAT_TIMEOUT_S:
+                why = f"missed heartbeats for {now - w.beat_changed:.0f} s"
             elif state == WorkerState.STARTING and now - w.started > STARTING_DEADLINE_S[w.kind]:
                 why = f"still starting after {now - w.started:.0f} s"
             else:

@@ -27,6 +27,7 @@ COMMANDS = {
     "configs": ("configs", "describe and alter topic and broker configs (kafka-configs)"),
     "delete-records": ("delete_records", "move partitions' log start offsets (kafka-delete-records)"),
     "mirror-maker": ("mirror_maker", "copy topics from one cluster to another (Kafka's MirrorMaker)"),
+    "log-dirs": ("log_dirs", "each log dir's state and partition sizes (--describe, as kafka-log-dirs)"),
 }
 
 

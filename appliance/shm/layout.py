@@ -104,6 +104,7 @@ class SlotState:
     ONLINE = 2
     OFFLINE = 3    # its disk worker is down or recovering
     DELETING = 4
+    STORAGE_ERROR = 5  # its log dir failed (KIP-112): KAFKA_STORAGE_ERROR until the disk is back
 
 
 class WorkerState:
@@ -253,11 +254,12 @@ __all__ += [
     "COUNTER_ERROR_CODES", "COUNTER_PARTITIONS", "HIST_BUCKETS", "HIST_WORDS", "counters_name",
 ]
 
-COUNTERS_VERSION = 1
+COUNTERS_VERSION = 2
 COUNTERS_MAGIC = 0x41504C4D  # "APLM"
 COUNTER_API_KEYS = 80        # Kafka API keys 0..79 (the highest in use is below 75)
 COUNTER_ERROR_CODES = 128    # error code + 1 (UNKNOWN_SERVER_ERROR is -1); Kafka's are below 120
-COUNTER_PARTITIONS = 8192    # = the partition table's capacity (plumbing.PARTITION_TABLE_CAPACITY)
+COUNTER_PARTITIONS = 32768   # = the partition table's default capacity (appliance.max.partitions);
+                             # slots beyond it (a larger table) are not counted per partition
 HIST_BUCKETS = 27            # < 1 us, < 2 us, ..., < 2**25 us (33 s), then everything longer
 HIST_WORDS = HIST_BUCKETS + 1
 

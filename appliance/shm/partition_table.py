@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import mmap
 import os
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import NamedTuple
 
 import posix_ipc
@@ -78,7 +79,10 @@ class PartitionTable:
         self._owner = owner
         self.name = shm.name
         self.capacity = struct.unpack_from("=I", buf, _H["capacity"])[0]
+        if table_size(self.capacity) > len(buf):  # a corrupt header must not aim writes past the end
+            raise TableVersionError(f"{self.name}: {self.capacity} slots do not fit in {len(buf)} bytes")
         self._slot_base = _SLOTS_BASE
+        self._free_hint = 0  # where this process's next free-slot search starts
 
     # -- lifecycle ------------------------------------------------------------------------
     @classmethod
@@ -161,12 +165,35 @@ class PartitionTable:
         finally:
             fcntl.flock(self._shm.fd, fcntl.LOCK_UN)
 
+    @contextlib.asynccontextmanager
+    async def locked_async(self, poll_s: float = 0.002) -> AsyncIterator[None]:
+        """:meth:`locked` for an event loop: waits for the lock without blocking the loop (a
+        disk worker registering thousands of partitions holds it for seconds, and a network
+        worker blocked in flock stops heartbeating and answering everyone). The body must not
+        await: within one process the lock does not exclude another coroutine."""
+        import asyncio
+
+        while True:
+            try:
+                fcntl.flock(self._shm.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                await asyncio.sleep(poll_s)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._shm.fd, fcntl.LOCK_UN)
+
     def next_producer_id(self) -> int:
         """A producer id unique on this broker (seeded from the clock so restarts don't reuse ids)."""
         with self.locked():
-            pid = _q.unpack_from(self._buf, _H["next_producer_id"])[0]
-            _q.pack_into(self._buf, _H["next_producer_id"], pid + 1)
-            return pid
+            return self.take_producer_id()
+
+    def take_producer_id(self) -> int:
+        """:meth:`next_producer_id` for a caller that holds the lock."""
+        pid = _q.unpack_from(self._buf, _H["next_producer_id"])[0]
+        _q.pack_into(self._buf, _H["next_producer_id"], pid + 1)
+        return pid
 
     # -- worker slots ---------------------------------------------------------------------
     def _wpos(self, index: int) -> int:
@@ -275,8 +302,12 @@ class PartitionTable:
         raw = topic.encode()
         if not raw or len(raw) > TOPIC_NAME_MAX:
             raise ValueError(f"topic name length {len(raw)} outside 1..{TOPIC_NAME_MAX}")
-        for slot in range(self.capacity):
+        # start where the last allocation of this process ended: a 10,000-partition topic
+        # would otherwise rescan the used slots once per partition (quadratic)
+        start = self._free_hint if self._free_hint < self.capacity else 0
+        for slot in itertools.chain(range(start, self.capacity), range(start)):
             if self.state(slot) == SlotState.FREE:
+                self._free_hint = slot + 1
                 pos = self._spos(slot)
                 seq = _Q.unpack_from(self._buf, pos)[0]
                 _Q.pack_into(self._buf, pos, seq + 1)

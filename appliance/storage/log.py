@@ -725,6 +725,16 @@ class PartitionLog:
         self._close_segments()
         self._closed = True
 
+    def abandon(self) -> None:
+        """Close every file without writing anything (its log dir failed: KIP-112), so the dead
+        file system can be unmounted and replaced. Errors are ignored. Idempotent."""
+        for s in (*self._segs, *(seg for _, seg in self._pending_deletes)):
+            try:
+                s.release(trim=False)
+            except Exception:  # noqa: BLE001 - a dead disk: nothing to save, only descriptors
+                pass
+        self._closed = True
+
     def _close_segments(self) -> None:
         for s in self._segs:
             s.close()

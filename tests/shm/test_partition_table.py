@@ -81,3 +81,68 @@ def test_attach_refuses_other_layouts():
 def test_creator_pid(table):
     assert PartitionTable.creator_pid(table.name) == os.getpid()
     assert PartitionTable.creator_pid("/appliance-test-none-here") is None
+
+
+def test_bad_slot_indexes_never_touch_the_worker_slots(table):
+    """Issue 14: a worker slot's heartbeat once read 0.0. Every slot write is bounds-checked:
+    negative or out-of-range partition slots and worker slots raise IndexError and leave the
+    header and the worker slots byte for byte as they were."""
+    table.set_worker(0, pid=123, kind=0, state=2, incarnation=1)
+    before = bytes(table._buf[:table._slot_base])
+    for bad in (-1, -table.capacity, table.capacity, 2**31 - 1):
+        for write in (lambda s: table.publish(s, 1, 1, 1), lambda s: table.set_state(s, SlotState.ONLINE),
+                      table.release, table.read, table.state):
+            with pytest.raises(IndexError):
+                write(bad)
+    for bad in (-1, 64, 10**6):
+        with pytest.raises(IndexError):
+            table.heartbeat(bad)
+        with pytest.raises(IndexError):
+            table.set_worker_state(bad, 2)
+    assert bytes(table._buf[:table._slot_base]) == before
+
+
+def test_allocation_reuses_freed_slots_after_the_hint_wraps(table):
+    with table.locked():
+        slots = [table.allocate("t", i, 64, disk=0) for i in range(64)]
+        assert sorted(slots) == list(range(64))
+        table.release(slots[5])
+        table.release(slots[40])
+        again = {table.allocate("u", 0, 2, disk=1), table.allocate("u", 1, 2, disk=1)}
+    assert again == {5, 40}
+
+
+def test_attach_refuses_a_capacity_that_does_not_fit(table):
+    import struct
+
+    from appliance.shm.layout import TABLE_HEADER
+    struct.pack_into("=I", table._buf, TABLE_HEADER.offset("capacity"), 10**6)
+    with pytest.raises(TableVersionError, match="do not fit"):
+        PartitionTable.attach(table.name)
+
+
+def test_locked_async_waits_for_the_lock_without_blocking_the_loop(table):
+    """Issue 14: a network worker blocked in flock while a disk worker registered thousands of
+    partitions stopped heartbeating. The async lock lets the loop run while it waits."""
+    import asyncio
+
+    other = PartitionTable.attach(table.name)  # its own descriptor: flock excludes it
+
+    async def take() -> int:
+        async with other.locked_async():
+            return other.take_producer_id()
+
+    async def main() -> tuple[int, int, int]:
+        ticks = 0
+        with table.locked():
+            task = asyncio.ensure_future(take())
+            for _ in range(10):
+                await asyncio.sleep(0.005)
+                ticks += 1
+            assert not task.done()
+        first = table.next_producer_id()  # unlocked again: both get distinct ids
+        return ticks, first, await asyncio.wait_for(task, 5)
+
+    ticks, a, b = asyncio.run(main())
+    other.close()
+    assert ticks == 10 and a != b

@@ -34,6 +34,8 @@ class CoordinatorHost:
 
     def load(self) -> None:
         """Read the groups' state back from the offsets partitions this disk holds."""
+        if self.partitions.log_dir is None:  # an offline log dir: no groups load from it
+            return
         for (topic, partition), plog in self.partitions.log_dir.partitions.items():
             if topic == OFFSETS_TOPIC:
                 self.coordinator.load(partition, _records(plog))

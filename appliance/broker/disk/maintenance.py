@@ -7,6 +7,7 @@ import logging
 import time
 
 from appliance.broker.disk.partitions import Partitions
+from appliance.errors import KafkaStorageError
 
 __all__ = ["Maintenance"]
 
@@ -24,9 +25,14 @@ class Maintenance:
     def run_if_due(self, now: float) -> None:
         if now < self.next_due:
             return
+        if self.partitions.failed:  # an offline dir is not touched again
+            self.next_due = now + INTERVAL_S
+            return
         log_dir = self.partitions.log_dir
         try:
             log_dir.run_periodic(int(time.time() * 1000))
+        except (OSError, KafkaStorageError) as e:
+            self.partitions.io_error(e)
         except Exception:
             log.exception("periodic log maintenance failed")
         self.partitions.publish_start_offsets()

@@ -35,6 +35,8 @@ class Requests:
         self.handlers = handlers
         self.path = path  # the log dir, for the log
         self.acks, self.timeout_ms = 1, 0  # of the message being handled (acks=all waits on them)
+        # told of every storage error (a dead disk takes the dir offline; see dir_health.py)
+        self.on_io_error: Callable[[BaseException], None] | None = None
 
     def handle(self, n: int | None, msg_type: int, payload: memoryview) -> bytes | None:
         """The completion for one ring message, or None when it gets none (acks=0 produce,
@@ -55,8 +57,13 @@ class Requests:
             error = ErrorCode.NOT_LEADER_OR_FOLLOWER
         except KafkaError as e:
             error = e.code
+            if error == ErrorCode.KAFKA_STORAGE_ERROR and self.on_io_error is not None:
+                self.on_io_error(e)
         except OSError as e:
-            log.error("I/O error on %s: %s", self.path, e)
+            if self.on_io_error is not None:
+                self.on_io_error(e)
+            else:
+                log.error("I/O error on %s: %s", self.path, e)
             error = ErrorCode.KAFKA_STORAGE_ERROR
         except Exception:
             log.exception("request type %d for slot %d failed", msg_type, slot)

@@ -81,6 +81,7 @@ class DiskWorker:
         self.table = PartitionTable.attach(self.plumbing.table_name)
         self.partitions = Partitions(self.index, self.path, self.config, self.table, self.slot)
         self.requests = Requests({}, self.path)
+        self.requests.on_io_error = self.partitions.io_error
         self.rings = RingIntake(self.index, self.plumbing, self.requests, self.partitions)
         self.ipc = IpcIntake(self.plumbing.base, self.index, self.table.worker(self.slot)[4],
                              self.requests)

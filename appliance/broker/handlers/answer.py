@@ -10,8 +10,10 @@ import struct
 from typing import Any
 
 import appliance.protocol as proto
+from appliance.errors import ErrorCode
+from appliance.shm.layout import SlotState
 
-__all__ = ["NO_RESPONSE", "CloseConnection", "RawBody", "encode"]
+__all__ = ["NO_RESPONSE", "CloseConnection", "RawBody", "encode", "unavailable_error"]
 
 NO_RESPONSE = object()  # a handler's answer to a request that gets none (acks=0 produce)
 
@@ -24,6 +26,15 @@ class CloseConnection(Exception):
 
 class RawBody(bytes):
     """A response body already encoded (by the coordinator) for the request's version."""
+
+
+def unavailable_error(state: int) -> int:
+    """The error for a partition whose slot is not ONLINE: a failed log dir answers
+    KAFKA_STORAGE_ERROR (KIP-112), a worker that is recovering NOT_LEADER_OR_FOLLOWER (both
+    retriable for clients)."""
+    if state == SlotState.STORAGE_ERROR:
+        return ErrorCode.KAFKA_STORAGE_ERROR
+    return ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
 def encode(request: Any, body: Any) -> Any:

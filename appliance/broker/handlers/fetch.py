@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from appliance.broker.handlers.answer import unavailable_error
 from appliance.broker.handlers.fetch_down_convert import FIRST_V2_FETCH_VERSION, down_convert
 from appliance.errors import ErrorCode, OffsetOutOfRangeError
 from appliance.metrics.responses import remote_wait
@@ -45,8 +46,14 @@ def _read_all(ctx: Any, body: Any) -> tuple[list, int, bool]:
                 r.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 any_error = True
                 continue
-            if ctx.table.state(info.slot) != SlotState.ONLINE or (
-                    leaders is not None and leaders.role(info.slot) != Role.LEADER):
+            state = ctx.table.state(info.slot)
+            if state != SlotState.ONLINE:  # a failed dir's page-cached data is not served
+                r.error_code = unavailable_error(state)
+                if state == SlotState.STORAGE_ERROR:
+                    ctx.readers.forget_partition(info.disk, t.topic, p.partition)
+                any_error = True
+                continue
+            if leaders is not None and leaders.role(info.slot) != Role.LEADER:
                 r.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
                 any_error = True
                 continue

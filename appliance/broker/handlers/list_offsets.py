@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from appliance.broker.handlers.answer import unavailable_error
 from appliance.errors import ErrorCode
 from appliance.shm.layout import Role, SlotState
 
@@ -18,8 +19,11 @@ def _one(ctx: Any, topic: str, partition: int, ts: int) -> dict:
     if info is None:
         r["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return r
-    if ctx.table.state(info.slot) != SlotState.ONLINE or (
-            ctx.leaders is not None and ctx.leaders.role(info.slot) != Role.LEADER):
+    state = ctx.table.state(info.slot)
+    if state != SlotState.ONLINE:
+        r["error_code"] = unavailable_error(state)
+        return r
+    if ctx.leaders is not None and ctx.leaders.role(info.slot) != Role.LEADER:
         r["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
         return r
     leo, hw, lso = ctx.table.offsets(info.slot)

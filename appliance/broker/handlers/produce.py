@@ -7,7 +7,7 @@ import asyncio
 import time
 from typing import Any
 
-from appliance.broker.handlers.answer import NO_RESPONSE, encode
+from appliance.broker.handlers.answer import NO_RESPONSE, encode, unavailable_error
 from appliance.errors import ErrorCode, KafkaError
 from appliance.metrics.recorder import SAMPLE_MASK
 from appliance.metrics.responses import field
@@ -32,8 +32,11 @@ def _check(ctx: Any, topic: str, index: int, records: Any) -> tuple[Any, Any, An
     if info is None:
         out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return out, None, None
-    if ctx.table.state(info.slot) != SlotState.ONLINE or (
-            ctx.leaders is not None and ctx.leaders.role(info.slot) != Role.LEADER):
+    state = ctx.table.state(info.slot)
+    if state != SlotState.ONLINE:
+        out.error_code = unavailable_error(state)
+        return out, None, None
+    if ctx.leaders is not None and ctx.leaders.role(info.slot) != Role.LEADER:
         out.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
         return out, None, None
     if records is None or len(records) == 0:

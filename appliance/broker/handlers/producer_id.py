@@ -15,5 +15,6 @@ async def handle(ctx: Any, request: Any) -> dict:
         # for a transactional id cannot be found
         return {"throttle_time_ms": 0, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
                 "producer_id": -1, "producer_epoch": -1}
-    return {"throttle_time_ms": 0, "error_code": 0, "producer_id": ctx.table.next_producer_id(),
-            "producer_epoch": 0}
+    async with ctx.table.locked_async():  # never block the event loop on the table lock
+        producer_id = ctx.table.take_producer_id()
+    return {"throttle_time_ms": 0, "error_code": 0, "producer_id": producer_id, "producer_epoch": 0}

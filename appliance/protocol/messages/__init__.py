@@ -18,6 +18,7 @@ from appliance.protocol.messages.core import (
     Metadata,
     Produce,
 )
+from appliance.protocol.messages.describe_log_dirs import DescribeLogDirs
 from appliance.protocol.messages.group import (
     DeleteGroups,
     DescribeGroups,
@@ -39,4 +40,5 @@ __all__ = [
     "OffsetFetch", "DescribeGroups", "ListGroups", "DeleteGroups",
     "CreateTopics", "DeleteTopics", "CreatePartitions", "DescribeConfigs", "AlterConfigs",
     "IncrementalAlterConfigs", "OffsetDelete", "DeleteRecords", "AlterReplicaLogDirs",
+    "DescribeLogDirs",
 ]

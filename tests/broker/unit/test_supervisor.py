@@ -201,6 +201,37 @@ def test_a_silent_ready_worker_gets_sigabrt(sup, procs, monkeypatch):
     assert procs.signals == [(sup.workers[0].pid, signal.SIGABRT)]
 
 
+def test_a_heartbeat_stamp_overwritten_with_zero_does_not_kill_a_live_worker(sup, procs, monkeypatch):
+    """Issue 14: the fuzzer once made a disk worker's stamp read 0.0 ("missed heartbeats for
+    <uptime> s") and the supervisor killed a live worker. A stamp that keeps changing is a
+    live worker, whatever its value; one that stops changing for the timeout is not."""
+    _ready(sup)
+    assert sup.tick()
+    victim = sup.workers[0]
+    clock = [time.monotonic()]
+    monkeypatch.setattr(sup_mod, "time", types.SimpleNamespace(monotonic=lambda: clock[0], sleep=time.sleep))
+    real = sup.table.worker
+    stamps = iter([0.0] + [clock[0] + k for k in range(1, 100)])
+
+    def read(slot):
+        pid, beat, state, kind, inc = real(slot)
+        if slot == victim.slot:
+            return pid, next(stamps), state, kind, inc
+        return pid, clock[0], state, kind, inc
+    monkeypatch.setattr(sup.table, "worker", read)
+    for _ in range(3):  # the zeroed stamp, then a worker that keeps stamping
+        clock[0] += sup_mod.HEARTBEAT_TIMEOUT_S / 2
+        assert sup.tick()
+    assert procs.signals == []
+    frozen = 12345.0  # now it stops changing: silent past the timeout
+    monkeypatch.setattr(sup.table, "worker", lambda slot: (*real(slot)[:1], frozen if slot == victim.slot
+                                                           else clock[0], *real(slot)[2:]))
+    assert sup.tick()
+    clock[0] += sup_mod.HEARTBEAT_TIMEOUT_S + 1
+    assert sup.tick()
+    assert procs.signals == [(victim.pid, signal.SIGABRT)]
+
+
 def _beats_at(worker, stale_slot, now):
     """table.worker with every heartbeat as fresh as ``now`` but ``stale_slot``'s."""
     def read(slot):
