@@ -20,6 +20,8 @@ import signal
 import socket
 import time
 
+import setproctitle
+
 import appliance.protocol as proto
 from appliance.broker import handlers
 from appliance.broker.broker_context import BrokerContext
@@ -284,11 +286,7 @@ class NetworkWorker:
         self.slot = plumbing.net_slot(index)
 
     def run(self) -> int:
-        try:
-            import setproctitle
-            setproctitle.setproctitle(f"appliance: network worker {self.index}")
-        except ImportError:
-            pass
+        setproctitle.setproctitle(f"appliance: network worker {self.index}")
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         return asyncio.run(self._main())
 

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 
 import posix_ipc
+import setproctitle
 
 from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_CRASHED
 from appliance.broker.gc_policy import freeze_before_fork
@@ -490,11 +491,7 @@ def _process_alive(pid: int) -> bool:
 
 def serve(config: BrokerConfig) -> int:
     """Run a broker in this process until SIGTERM/SIGINT; returns the exit status."""
-    try:
-        import setproctitle
-        setproctitle.setproctitle(f"appliance: supervisor [broker {config['broker.id']}]")
-    except ImportError:
-        pass
+    setproctitle.setproctitle(f"appliance: supervisor [broker {config['broker.id']}]")
     return Supervisor(config).run()
 
 

@@ -23,6 +23,8 @@ import os
 import signal
 import sys
 
+import setproctitle
+
 from appliance.broker.broker_context import BrokerContext
 from appliance.broker.cluster_link import FORWARD_HEAD, LENGTH
 from appliance.broker.disk_client import DiskClient
@@ -69,11 +71,7 @@ class ClusterWorker:
         self.broker_id = int(config["broker.id"])
 
     def run(self) -> int:
-        try:
-            import setproctitle
-            setproctitle.setproctitle(f"appliance: cluster worker [broker {self.broker_id}]")
-        except ImportError:
-            pass
+        setproctitle.setproctitle(f"appliance: cluster worker [broker {self.broker_id}]")
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         return asyncio.run(self._main())
 

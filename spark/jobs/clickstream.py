@@ -149,18 +149,14 @@ def main(argv: list[str] | None = None) -> int:
                            click_events(args.users, args.events), transport=args.transport)
         print(f"produced {n} clicks to {args.topic}")
         return 0
+    from spark.jobs import run_until_stopped
     from spark.session import session
 
     spark = session("appliance-clickstream", args.master)
     q = sessionize(spark, topic=args.topic, sessions_topic=args.sessions_topic, out=args.out,
                    checkpoint=args.checkpoint, bootstrap=args.bootstrap, log_dirs=args.log_dirs,
                    gap=args.gap, watermark=args.watermark, available_now=args.available_now)
-    try:
-        q.awaitTermination()
-    except KeyboardInterrupt:
-        q.stop()
-    spark.stop()
-    return 0
+    return run_until_stopped(spark, q)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shm-name")
     ap.add_argument("--master", help="default: spark-submit's --master, else local[*]")
     args = ap.parse_args(argv)
+    from spark.jobs import run_until_stopped
     from spark.session import session
 
     spark = session("appliance-stream-filter", args.master)
@@ -63,12 +64,7 @@ def main(argv: list[str] | None = None) -> int:
               sink=args.sink, contains=args.contains, checkpoint=args.checkpoint,
               available_now=args.available_now, interval=args.interval,
               max_per_trigger=args.max_per_trigger, shm_name=args.shm_name)
-    try:
-        q.awaitTermination()
-    except KeyboardInterrupt:
-        q.stop()
-    spark.stop()
-    return 0
+    return run_until_stopped(spark, q)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("give --log-dirs, --bootstrap or both")
     if args.stream and not args.checkpoint:
         ap.error("--stream needs --checkpoint")
+    from spark.jobs import run_until_stopped
     from spark.session import session
 
     spark = session("appliance-topic-to-parquet", args.master)
@@ -68,12 +69,7 @@ def main(argv: list[str] | None = None) -> int:
          .option("checkpointLocation", args.checkpoint)
          .trigger(processingTime=args.interval).start())
     print(f"streaming {args.topic} to {args.out}", flush=True)
-    try:
-        q.awaitTermination()
-    except KeyboardInterrupt:
-        q.stop()
-    spark.stop()
-    return 0
+    return run_until_stopped(spark, q)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ import select
 import signal
 import time
 
+import setproctitle
+
 from appliance.broker.disk.coordinator_host import CoordinatorHost
 from appliance.broker.disk.ipc_intake import IpcIntake
 from appliance.broker.disk.log_admin import LogAdmin
@@ -202,8 +204,4 @@ class DiskWorker:
 
 
 def _name_process(title: str) -> None:
-    try:
-        import setproctitle
-        setproctitle.setproctitle(title)
-    except ImportError:
-        pass
+    setproctitle.setproctitle(title)
