@@ -1,20 +1,16 @@
-"""Processes the operations tests start: a broker from a server.properties file, a ZooKeeper
-server, the `appliance` command line."""
+"""Processes the operations tests start: a broker from a server.properties file and the
+`appliance` command line (a ZooKeeper server: tests/cluster/zk.py)."""
 
 from __future__ import annotations
 
-import glob
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tests.broker_process import BrokerProcess, free_port
 
-__all__ = ["FileBroker", "ZooKeeper", "appliance", "DATA", "free_port"]
+__all__ = ["FileBroker", "appliance", "DATA", "free_port"]
 
 DATA = Path(__file__).parent / "data"
 
@@ -48,47 +44,3 @@ class FileBroker(BrokerProcess):
         self.wait_ready(timeout)
         return self
 
-
-class ZooKeeper:
-    """A real standalone ZooKeeper server (Debian's zookeeper package) on a free loopback port."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.port = free_port()
-        self.dir = Path(workdir) / f"zk-{self.port}"
-        self.dir.mkdir(parents=True)
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def connect(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 60.0) -> ZooKeeper:
-        jars = ":".join(["/etc/zookeeper/conf", *sorted(glob.glob("/usr/share/java/*.jar"))])
-        cfg = self.dir / "zoo.cfg"
-        cfg.write_text(f"dataDir={self.dir}\nclientPort={self.port}\n"
-                       "clientPortAddress=127.0.0.1\ntickTime=2000\n"
-                       "admin.enableServer=false\n")
-        self.proc = subprocess.Popen(
-            ["java", "-Xmx256m", "-cp", jars, "org.apache.zookeeper.server.ZooKeeperServerMain",
-             str(cfg)],
-            stdout=open(self.dir / "zk.log", "ab"), stderr=subprocess.STDOUT,
-            start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError((self.dir / "zk.log").read_text()[-5000:])
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return self
-            except OSError:
-                time.sleep(0.1)
-        raise TimeoutError("ZooKeeper did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)

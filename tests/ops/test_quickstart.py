@@ -18,12 +18,13 @@ import subprocess
 import pytest
 from kazoo.client import KazooClient
 
-from tests.ops.procs import DATA, FileBroker, ZooKeeper, appliance, free_port
+from tests.cluster.zk import ZooKeeperServer
+from tests.ops.procs import DATA, FileBroker, appliance, free_port
 
 
 @pytest.fixture
 def zookeeper(tmp_path):
-    zk = ZooKeeper(tmp_path).start()
+    zk = ZooKeeperServer(tmp_path).start()
     yield zk
     zk.stop()
 
