@@ -670,7 +670,11 @@ class Controller:
         s = ctx.leader_isr.get(tp)
         if r is None or s is None or not set(r.target) <= set(s.isr):
             return
-        if s.leader not in r.target or s.leader not in ctx.live_ids:
+        # the leader must be a target replica, and the target's first (its preferred leader)
+        # takes over when it is in sync, so the new order's leadership holds at once
+        preferred = r.target[0]
+        moved = s.leader != preferred and preferred in s.isr and preferred in ctx.live_ids
+        if s.leader not in r.target or s.leader not in ctx.live_ids or moved:
             if not self._elect_leader(tp, self._reassign_chooser):
                 return  # no target replica can lead yet; try again on the next ISR change
         else:

@@ -15,8 +15,9 @@ from appliance.shm.layout import MsgType, Role
 
 __all__ = ["forward", "cluster_handlers", "FORWARDED_KEYS"]
 
-# LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown
-FORWARDED_KEYS = (4, 5, 6, 7, Metadata.API_KEY, CreateTopics.API_KEY)
+# LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown, ElectLeaders (answered by the
+# controller in its cluster worker; any other broker's says NOT_CONTROLLER)
+FORWARDED_KEYS = (4, 5, 6, 7, 43, Metadata.API_KEY, CreateTopics.API_KEY)
 OFFSETS_FOR_LEADER_EPOCH = 23
 _EPOCH = struct.Struct("=i")
 
