@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -56,8 +57,16 @@ def _partitions(boot: str, topic: str) -> dict[int, tuple[int, list[int], list[i
     return {p.id: (p.leader, list(p.replicas), list(p.isrs)) for p in t.partitions.values()}
 
 
+def _cluster_md(boot: str):
+    """Metadata of the cluster, or None while a broker still joining closes the connection."""
+    try:
+        return AdminClient({"bootstrap.servers": boot}).list_topics(timeout=10)
+    except Exception:
+        return None
+
+
 def _controller(boot: str) -> int:
-    return AdminClient({"bootstrap.servers": boot}).list_topics(timeout=10).controller_id
+    return _wait(lambda: _cluster_md(boot), 60, "metadata").controller_id
 
 
 def _tool(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -74,10 +83,11 @@ def cluster(zk_server, tmp_path_factory):
     try:
         for i in range(3):
             (root / f"b{i}").mkdir()
-            brokers[i] = BrokerProcess(root / f"b{i}", overrides=_overrides(connect, i)).start()
+            brokers[i] = BrokerProcess(root / f"b{i}", overrides=_overrides(connect, i))
+        with ThreadPoolExecutor(3) as pool:  # the three boot side by side
+            list(pool.map(lambda b: b.start(), brokers.values()))
         boot = ",".join(b.bootstrap for b in brokers.values())
-        _wait(lambda: len(AdminClient({"bootstrap.servers": boot}).list_topics(timeout=10).brokers) == 3,
-              60, "three registered brokers")
+        _wait(lambda: (md := _cluster_md(boot)) and len(md.brokers) == 3, 60, "three registered brokers")
         client = open_session(ZkSettings(connect, 30000, 30000))
         yield {"connect": connect, "brokers": brokers, "boot": boot, "store": ZkStore(client), "root": root}
     finally:
@@ -85,11 +95,7 @@ def cluster(zk_server, tmp_path_factory):
             client.stop()
             client.close()
         for b in brokers.values():
-            try:
-                b.stop()
-            except Exception:
-                pass
-            b.kill()
+            b.kill()  # SIGKILL: a controlled shutdown of the last broker would only wait
 
 
 def _create(boot: str, topic: str, assignment: list[list[int]]) -> None:
@@ -177,7 +183,7 @@ def test_reassign_partitions_online_while_producing(cluster, tmp_path):
 
     try:
         ps = _wait(lambda: (ps := _partitions(boot, topic)) and ps[0][0] == 2 and len(ps[1][2]) == 3 and ps,
-                   60, "the new leaders and ISRs in Metadata")
+                   120, "the new leaders and ISRs in Metadata")
     except AssertionError:
         raise AssertionError(f"metadata {_partitions(boot, topic)}, ZooKeeper "
                              f"{store.partition_states([TopicPartition(topic, p) for p in range(3)])}, "
@@ -288,8 +294,8 @@ def test_unclean_election_only_when_asked(cluster):
     assert brokers[a].stop(60) == 0
     brokers[b].start()
     others = brokers[controller].bootstrap
-    _wait(lambda: (s := _partitions(others, topic).get(0)) and s[0] == -1 and b in
-          AdminClient({"bootstrap.servers": others}).list_topics(timeout=10).brokers, 60,
+    _wait(lambda: (s := _partitions(others, topic).get(0)) and s[0] == -1
+          and (md := _cluster_md(others)) and b in md.brokers, 60,
           "broker b back, the partition still without a leader")
     pref = _tool("leader-election", "--bootstrap-server", others, "--election-type", "preferred",
                  "--topic", topic, "--partition", "0")
@@ -309,16 +315,21 @@ def test_unclean_election_only_when_asked(cluster):
 
 
 def test_auto_leader_rebalance(cluster):
-    """Last: every broker restarts with auto.leader.rebalance.enable and a 2 s check interval;
+    """Last: the brokers restart with auto.leader.rebalance.enable and a 2 s check interval;
     a broker that stops and comes back gets its preferred leaderships back without any tool."""
     boot, brokers = cluster["boot"], cluster["brokers"]
-    topic = "elect"
-    for i, b in brokers.items():
-        b.overrides.update({"auto.leader.rebalance.enable": "true",
-                            "leader.imbalance.check.interval.seconds": "2"})
-        _restart(b)
-        _wait(lambda i=i: all(i in s[2] for s in _partitions(boot, topic).values()), 90,
-              f"broker {i} back in every ISR")
+    topic = "balance"
+    _create(boot, topic, [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 2, 1]])
+    # all at once, so whichever becomes the controller has the settings; SIGKILL, since a
+    # controlled shutdown with nowhere to move leadership to only waits
+    with ThreadPoolExecutor(3) as pool:
+        list(pool.map(lambda b: b.kill(), brokers.values()))
+        for b in brokers.values():
+            b.overrides.update({"auto.leader.rebalance.enable": "true",
+                                "leader.imbalance.check.interval.seconds": "2"})
+        list(pool.map(lambda b: b.start(), brokers.values()))
+    _wait(lambda: (ps := _partitions(boot, topic)) and all(len(s[2]) == 3 for s in ps.values()), 90,
+          "every broker back in every ISR")
     # the restarts themselves were rebalanced: each preferred replica leads again
     _wait(lambda: _leaders(boot, topic) == {0: 0, 1: 1, 2: 2, 3: 0}, 60, "preferred leaders after the restarts")
     assert brokers[1].stop(60) == 0
