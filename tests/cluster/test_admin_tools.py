@@ -248,11 +248,22 @@ def _leaders(boot: str, topic: str) -> dict[int, int]:
 def test_preferred_leader_election(cluster, tmp_path):
     boot, brokers, store = cluster["boot"], cluster["brokers"], cluster["store"]
     topic = "elect"
-    _create(boot, topic, [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 2, 1]])
+    _create(boot, topic, [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 2, 1], [0, 1, 2]])
     _restart(brokers[0])
-    _wait(lambda: len(_partitions(boot, topic)[0][2]) == 3, 90, "broker 0 back in the ISR")
+    _wait(lambda: all(len(st[2]) == 3 for st in _partitions(boot, topic).values()), 90,
+          "broker 0 back in every ISR")
     leaders = _leaders(boot, topic)
-    assert leaders[0] != 0 and leaders[3] != 0  # controlled shutdown moved them; nothing moved back
+    assert leaders[0] != 0 and leaders[3] != 0 and leaders[4] != 0  # moved away, nothing moved back
+
+    # a real client's ElectLeaders (librdkafka finds it advertised in cluster mode)
+    from confluent_kafka import ElectionType
+    from confluent_kafka import TopicPartition as CTp
+    admin = AdminClient({"bootstrap.servers": boot})
+    result = admin.elect_leaders(ElectionType.PREFERRED, [CTp(topic, 4)]).result(60)
+    assert [(tp.topic, tp.partition, err) for tp, err in result.items()] == [(topic, 4, None)]
+    _wait(lambda: _leaders(boot, topic)[4] == 0, 30, "confluent-kafka's election to show")
+    result = admin.elect_leaders(ElectionType.PREFERRED, [CTp(topic, 4)]).result(60)
+    assert "ELECTION_NOT_NEEDED" in str(list(result.values())[0])
 
     # the old tools' way: /admin/preferred_replica_election names one partition
     store.request_preferred_election([TopicPartition(topic, 3)])
@@ -266,7 +277,7 @@ def test_preferred_leader_election(cluster, tmp_path):
     assert "Successfully completed leader election (PREFERRED) for partitions" in r.stdout
     assert f"{topic}-0" in r.stdout.splitlines()[0]
     assert f"{topic}-3" in r.stdout and "Valid replica already elected" in r.stdout
-    _wait(lambda: _leaders(boot, topic) == {0: 0, 1: 1, 2: 2, 3: 0}, 30, "every preferred leader")
+    _wait(lambda: _leaders(boot, topic) == {0: 0, 1: 1, 2: 2, 3: 0, 4: 0}, 30, "every preferred leader")
 
     again = _tool("leader-election", "--bootstrap-server", boot, "--election-type", "preferred",
                   "--topic", topic, "--partition", "1")
