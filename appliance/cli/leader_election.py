@@ -26,6 +26,7 @@ from appliance.errors import ErrorCode
 __all__ = ["add_arguments", "run", "parse_partitions_file", "elect"]
 
 _TYPES = {"preferred": 0, "unclean": 1}
+_ELECT_LEADERS = 43
 _VERSION = 1  # the first with election_type (KIP-460)
 _RETRY_S = 0.5
 
@@ -99,6 +100,9 @@ def elect(args: argparse.Namespace, election_type: int,
     deadline = time.monotonic() + args.timeout
     last = "no controller"
     with connect(args) as conn:
+        if _ELECT_LEADERS not in conn.versions:
+            raise CliError(f"broker {conn.address} does not serve ElectLeaders: it is a standalone "
+                           "broker (no zookeeper.connect), where there is no leader to elect")
         while True:
             md = metadata(conn, [])
             brokers = {b.node_id: (b.host, b.port) for b in md.brokers}

@@ -348,3 +348,29 @@ def test_auto_leader_rebalance(cluster):
     brokers[1].start()
     _wait(lambda: _leaders(boot, topic) == {0: 0, 1: 1, 2: 2, 3: 0}, 90,
           "broker 1's leadership to come back by itself")
+
+
+@pytest.mark.parametrize("text,message", [
+    ("[", "is not valid JSON"),
+    ('{"partitions":[]}', "'partitions' must be a non-empty list"),
+    ('{"partitions":[{"partition":0}]}', "has no 'topic'"),
+    ('{"partitions":[{"topic":"t","partition":-1}]}', "'partition' of t must be an integer >= 0"),
+    ('{"partitions":[{"topic":"t","partition":0},{"topic":"t","partition":0}]}', "t-0 is listed twice"),
+])
+def test_leader_election_file_errors_named(text, message):
+    from appliance.cli.leader_election import parse_partitions_file
+    from appliance.cli.main import CliError
+    with pytest.raises(CliError, match=message):
+        parse_partitions_file(text)
+
+
+def test_tools_refuse_a_standalone_broker(tmp_path):
+    """No cluster behind the broker: each tool says so in one line, exit 1, no traceback."""
+    with BrokerProcess(tmp_path) as b:
+        r = _tool("leader-election", "--bootstrap-server", b.bootstrap, "--election-type", "preferred",
+                  "--all-topic-partitions")
+        assert r.returncode == 1 and "standalone broker" in r.stderr and "Traceback" not in r.stderr, r.stderr
+        r = _tool("reassign-partitions", "--bootstrap-server", b.bootstrap, "--verify",
+                  "--reassignment-json-file", _write(tmp_path, "p.json", {"partitions": [
+                      {"topic": "t", "partition": 0, "replicas": [0]}]}))
+        assert r.returncode == 1 and "is not in a cluster" in r.stderr and "Traceback" not in r.stderr, r.stderr
