@@ -15,6 +15,7 @@ nothing written (:mod:`appliance.cluster.reassignment`).
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
 from appliance.cli.main import CliError
@@ -104,6 +105,9 @@ def run(args: argparse.Namespace) -> int:
     except lib.ReassignmentError as e:
         raise CliError(str(e)) from e
     connect = args.zookeeper or zookeeper_of(args.bootstrap_server, args.timeout)
+    if not args.verbose:  # kazoo's connection chatter is not the tool's answer
+        logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+        logging.getLogger("appliance.cluster").setLevel(logging.ERROR)
     try:
         settings = ZkSettings(connect, int(args.timeout * 1000), int(args.timeout * 1000))
     except ValueError as e:
