@@ -100,3 +100,16 @@ def test_execute_refuses_unknown_partitions_and_brokers_without_writing(three):
         generate(store, ["v"], [0, 9])
     with pytest.raises(ReassignmentError, match="replication factor: 2 larger than available brokers: 1"):
         generate(store, ["v"], [2])
+
+
+def test_reordered_replicas_move_leadership_to_the_new_first(three):
+    """[0,1,2] -> [2,1,0]: no replica added or removed, but the preferred replica changed and is
+    in sync, so it leads once the reassignment completes."""
+    bs, store = three
+    tp = TopicPartition("o", 0)
+    store.create_topic("o", {0: (0, 1, 2)})
+    wait_for(lambda: (s := store.partition_state(tp)) and s.leader == 0)
+    execute(store, {tp: (2, 1, 0)})
+    wait_for(lambda: verify(store, {tp: (2, 1, 0)}) == {tp: COMPLETE})
+    s = wait_for(lambda: (s := store.partition_state(tp)) and s.leader == 2 and s)
+    assert sorted(s.isr) == [0, 1, 2]
