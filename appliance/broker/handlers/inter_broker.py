@@ -11,7 +11,7 @@ from appliance.broker.handlers import api_versions, groups
 from appliance.broker.handlers.answer import CloseConnection, RawBody
 from appliance.errors import ErrorCode
 from appliance.protocol.messages import ApiVersions, CreateTopics, FindCoordinator, Metadata
-from appliance.protocol.messages.cluster import ElectLeaders
+from appliance.protocol.registry import inter_broker_api_for_key
 from appliance.shm.layout import MsgType, Role
 
 __all__ = ["forward", "cluster_handlers", "FORWARDED_KEYS", "api_versions_in_cluster"]
@@ -20,9 +20,9 @@ __all__ = ["forward", "cluster_handlers", "FORWARDED_KEYS", "api_versions_in_clu
 # controller in its cluster worker; any other broker's says NOT_CONTROLLER)
 FORWARDED_KEYS = (4, 5, 6, 7, 43, Metadata.API_KEY, CreateTopics.API_KEY)
 OFFSETS_FOR_LEADER_EPOCH = 23
-# advertised in cluster mode, so admin clients (librdkafka's elect_leaders, Kafka's AdminClient)
-# send it; the other inter-broker APIs stay unadvertised (see protocol/messages/cluster.py)
-ADVERTISED_KEYS = (ElectLeaders,)
+# ElectLeaders: advertised in cluster mode, so admin clients (librdkafka's elect_leaders, Kafka's
+# AdminClient) send it; the other inter-broker APIs stay unadvertised (protocol/messages/cluster.py)
+ADVERTISED_KEYS = (43,)
 _EPOCH = struct.Struct("=i")
 
 
@@ -87,9 +87,12 @@ async def api_versions_in_cluster(ctx: Any, request: Any) -> dict:
     """ApiVersions with the cluster-only client APIs (ElectLeaders) added, in key order."""
     body = await api_versions.handle(ctx, request)
     entry = ApiVersions.Response.ApiKeys
+    # (the inter-broker schemas are looked up here, not imported: a standalone broker loads
+    # this module too and must not load them)
+    apis = [inter_broker_api_for_key(k) for k in ADVERTISED_KEYS]
     body["api_keys"] = sorted(body["api_keys"] + [
         entry(api_key=api.API_KEY, min_version=api.MIN_VERSION, max_version=api.MAX_VERSION)
-        for api in ADVERTISED_KEYS], key=lambda e: e.api_key)
+        for api in apis], key=lambda e: e.api_key)
     return body
 
 
