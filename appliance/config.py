@@ -271,6 +271,8 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("unclean.leader.election.enable", "bool", False, "Allow an out-of-sync replica to become leader."),
     ConfigKey("controlled.shutdown.enable", "bool", True, "Move leadership away before shutting down."),
     ConfigKey("auto.leader.rebalance.enable", "bool", True, "Move leadership back to preferred replicas periodically."),
+    ConfigKey("leader.imbalance.per.broker.percentage", "int", 10, "Leadership off its preferred replicas a broker tolerates before the controller moves it back.", at_least(0)),
+    ConfigKey("leader.imbalance.check.interval.seconds", "long", 300, "How often the controller checks the leadership balance.", at_least(1)),
     # Ours.
     ConfigKey("log.writeback.mode", "string", "auto", "Ours: page-cache write-back per log dir: auto (writeback on rotational disks), os, writeback.", one_of("auto", "os", "writeback"), ours=True),
     # 8 MiB: large enough that a SATA disk writes it as one sequential run, small enough that the
@@ -350,8 +352,6 @@ KAFKA_ONLY_KEYS: dict[str, str] = {
     "zookeeper.sync.time.ms": "no ZooKeeper in a standalone broker",
     "controlled.shutdown.max.retries": "no controller in a standalone broker",
     "controlled.shutdown.retry.backoff.ms": "no controller in a standalone broker",
-    "leader.imbalance.per.broker.percentage": "no leadership balancing in a standalone broker",
-    "leader.imbalance.check.interval.seconds": "no leadership balancing in a standalone broker",
     "offset.metadata.max.bytes": "commit metadata is limited by the request size",
     "offsets.load.buffer.size": "offsets are loaded segment by segment",
     "offsets.commit.required.acks": "a standalone broker acknowledges a commit once it is appended",

@@ -65,6 +65,7 @@ PREFERRED, UNCLEAN = 0, 1  # ElectLeaders election types (KIP-460)
 Chooser = Callable[[TopicPartition, tuple[int, ...], LeaderIsr], "rules.Election | None"]
 # A ZooKeeper hiccup mid-event: wait a little and process the event again (it re-reads ZK).
 _RETRY_AFTER_S = 0.5
+_FIRST_REBALANCE_S = 5.0
 
 
 def _truthy(v: str | None, default: bool) -> bool:
@@ -260,8 +261,12 @@ class Controller:
         self._rebalance_stop = stop = threading.Event()
 
         def tick() -> None:
-            while not stop.wait(self.imbalance_interval_s):
+            # Kafka's first check comes 5 s after a controller takes over, not a whole interval
+            # later: leadership moved by the failover comes back soon
+            delay = min(_FIRST_REBALANCE_S, self.imbalance_interval_s)
+            while not stop.wait(delay):
                 self.events.put(ev.AutoLeaderRebalance())
+                delay = self.imbalance_interval_s
         self._rebalance_timer = threading.Thread(target=tick, name="leader-rebalance", daemon=True)
         self._rebalance_timer.start()
 
@@ -670,7 +675,11 @@ class Controller:
         s = ctx.leader_isr.get(tp)
         if r is None or s is None or not set(r.target) <= set(s.isr):
             return
-        if s.leader not in r.target or s.leader not in ctx.live_ids:
+        # the leader must be a target replica, and the target's first (its preferred leader)
+        # takes over when it is in sync, so the new order's leadership holds at once
+        preferred = r.target[0]
+        moved = s.leader != preferred and preferred in s.isr and preferred in ctx.live_ids
+        if s.leader not in r.target or s.leader not in ctx.live_ids or moved:
             if not self._elect_leader(tp, self._reassign_chooser):
                 return  # no target replica can lead yet; try again on the next ISR change
         else:
@@ -709,7 +718,11 @@ class Controller:
         return self._partitions_to(todo, P.ONLINE, self._preferred_chooser)
 
     def process_AutoLeaderRebalance(self, event: ev.AutoLeaderRebalance) -> None:
-        if not self.active:
+        """Kafka's checkAndTriggerAutoLeaderRebalance: per live preferred replica, if more than
+        ``leader.imbalance.per.broker.percentage`` of the partitions it prefers are led
+        elsewhere, elect it for them; nothing while a reassignment is running (it moves
+        leaders itself)."""
+        if not self.active or self.ctx.reassigning:
             return
         ctx = self.ctx
         by_preferred: dict[int, list[TopicPartition]] = {}

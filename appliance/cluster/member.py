@@ -60,14 +60,6 @@ class PrintChannel(BrokerChannel):
                 for t in body.get("topics", []) for p in t["partition_indexes"]]})
 
 
-def _int_setting(config: Any, key: str, default: int) -> int:
-    # leader.imbalance.* are not declared in appliance.config yet: read them raw when given
-    try:
-        return int(config[key])
-    except KeyError:
-        return default
-
-
 def broker_info_from_config(config: Any) -> BrokerInfo:
     """The registration of a broker from its BrokerConfig: broker.id and the first advertised
     listener (an empty host means this machine's name, as Kafka does)."""
@@ -101,8 +93,8 @@ class ClusterMember:
         return cls(ZkSettings.from_config(config), broker_info_from_config(config), channel,
                    unclean_leader_election=config["unclean.leader.election.enable"],
                    auto_leader_rebalance=config["auto.leader.rebalance.enable"],
-                   imbalance_per_broker_pct=_int_setting(config, "leader.imbalance.per.broker.percentage", 10),
-                   imbalance_check_interval_s=_int_setting(config, "leader.imbalance.check.interval.seconds", 300))
+                   imbalance_per_broker_pct=int(config["leader.imbalance.per.broker.percentage"]),
+                   imbalance_check_interval_s=float(config["leader.imbalance.check.interval.seconds"]))
 
     def start(self) -> None:
         """Raises:

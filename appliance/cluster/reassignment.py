@@ -63,10 +63,15 @@ def parse_topics_to_move(text: str) -> list[str]:
 
 
 def parse_reassignment(text: str) -> dict[TopicPartition, tuple[int, ...]]:
+    """Raises ReassignmentError: a malformed entry names the key; the checks Kafka's
+    ``parseAndValidate`` makes give its messages (empty file, empty replica list, a partition
+    listed twice, a broker listed twice in one replica list)."""
     entries = _json(text, "reassignment file").get("partitions")
-    if not isinstance(entries, list) or not entries:
-        raise ReassignmentError("reassignment file: 'partitions' must be a non-empty list")
-    out: dict[TopicPartition, tuple[int, ...]] = {}
+    if not isinstance(entries, list):
+        raise ReassignmentError("reassignment file: 'partitions' must be a list")
+    if not entries:
+        raise ReassignmentError("Partition reassignment data file is empty")
+    parsed: list[tuple[TopicPartition, list[int]]] = []
     for e in entries:
         if not isinstance(e, dict):
             raise ReassignmentError(f"reassignment file: entry {e!r} is not an object")
@@ -76,17 +81,33 @@ def parse_reassignment(text: str) -> dict[TopicPartition, tuple[int, ...]]:
         if not _is_int(partition) or partition < 0:
             raise ReassignmentError(f"reassignment file: 'partition' of {topic} must be an integer >= 0")
         tp = TopicPartition(topic, partition)
-        if not isinstance(replicas, list) or not replicas or not all(_is_int(r) and r >= 0 for r in replicas):
-            raise ReassignmentError(f"reassignment file: 'replicas' of {tp} must be a non-empty list of broker ids")
-        if len(set(replicas)) != len(replicas):
-            raise ReassignmentError(f"reassignment file: 'replicas' of {tp} names a broker twice: {replicas}")
+        if not isinstance(replicas, list) or not all(_is_int(r) and r >= 0 for r in replicas):
+            raise ReassignmentError(f"reassignment file: 'replicas' of {tp} must be a list of broker ids")
         dirs = e.get("log_dirs")
         if dirs is not None and (not isinstance(dirs, list) or len(dirs) != len(replicas)
                                  or any(d != "any" for d in dirs)):
             raise ReassignmentError(f"reassignment file: 'log_dirs' of {tp} must be \"any\" per replica")
-        if tp in out:
-            raise ReassignmentError(f"reassignment file: partition {tp} is listed twice")
-        out[tp] = tuple(replicas)
+        parsed.append((tp, replicas))
+    if any(not r for _, r in parsed):
+        raise ReassignmentError("Partition replica list cannot be empty")
+    twice = _duplicates(tp for tp, _ in parsed)
+    if twice:
+        raise ReassignmentError("Partition reassignment contains duplicate topic partitions: "
+                                + ",".join(map(str, twice)))
+    repeats = [(tp, _duplicates(r)) for tp, r in parsed if _duplicates(r)]
+    if repeats:
+        raise ReassignmentError("Partition replica lists may not contain duplicate entries: " + ". ".join(
+            f"{tp} contains multiple entries for {','.join(map(str, d))}" for tp, d in repeats))
+    return {tp: tuple(r) for tp, r in parsed}
+
+
+def _duplicates(items: Any) -> list:
+    seen: set = set()
+    out: list = []
+    for x in items:
+        if x in seen and x not in out:
+            out.append(x)
+        seen.add(x)
     return out
 
 
@@ -137,7 +158,7 @@ def execute(store: ZkStore, moves: dict[TopicPartition, tuple[int, ...]]) -> Non
             broker is not registered.
     """
     if store.reassignment():
-        raise ReassignmentError("there is an existing assignment running")
+        raise ReassignmentError("There is an existing assignment running.")
     topics = sorted({tp.topic for tp in moves})
     existing: dict[TopicPartition, tuple[int, ...]] = {}
     for t in topics:
@@ -146,10 +167,10 @@ def execute(store: ZkStore, moves: dict[TopicPartition, tuple[int, ...]]) -> Non
             existing.update({TopicPartition(t, p): r for p, r in a.partitions.items()})
     missing = sorted(str(tp) for tp in moves if tp not in existing)
     if missing:
-        raise ReassignmentError(f"partitions do not exist: {', '.join(missing)}")
+        raise ReassignmentError(f"The proposed assignment contains non-existent partitions: {', '.join(missing)}")
     unknown = sorted({b for r in moves.values() for b in r} - set(store.broker_ids()))
     if unknown:
-        raise ReassignmentError(f"the proposed assignment contains non-existent broker ids: {unknown}")
+        raise ReassignmentError("The proposed assignment contains non-existent brokerIDs: " + ",".join(map(str, unknown)))
     store.request_reassignment(moves)
 
 

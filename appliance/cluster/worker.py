@@ -8,7 +8,7 @@ a network worker does.
 
 The network workers hand it, over an abstract Unix stream socket
 (:mod:`appliance.broker.cluster_link`), the controller's LeaderAndIsr / StopReplica /
-UpdateMetadata and the clients' Metadata and CreateTopics; it answers with encoded bodies.
+UpdateMetadata and the clients' Metadata, CreateTopics and ElectLeaders; it answers with encoded bodies.
 
 Exit codes: 3 when the broker cannot join (broker.id registered by another live broker,
 ZooKeeper unreachable past zookeeper.connection.timeout.ms, or the id taken while this
@@ -32,6 +32,7 @@ from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.broker.plumbing import Plumbing
 from appliance.cluster.broker_answers import coordinator_body, create_topics_body, metadata_body
 from appliance.cluster.controlled_shutdown import answer_shutdown, request_shutdown
+from appliance.cluster.elect_leaders import answer_elect_leaders
 from appliance.cluster.fetcher import ReplicaFetcher
 from appliance.cluster.isr_manager import IsrManager
 from appliance.cluster.leadership import partition_states
@@ -46,6 +47,7 @@ from appliance.protocol.messages import CreateTopics, FindCoordinator, Metadata
 from appliance.protocol.messages.cluster import (
     INTER_BROKER_APIS,
     ControlledShutdown,
+    ElectLeaders,
     LeaderAndIsr,
     StopReplica,
     UpdateMetadata,
@@ -196,6 +198,8 @@ class ClusterWorker:
             resp = lt.apply_update_metadata(req)
         elif api_key == ControlledShutdown.API_KEY:
             resp = await answer_shutdown(self.member, req)
+        elif api_key == ElectLeaders.API_KEY:
+            resp = await answer_elect_leaders(self.member, req)
         elif api_key == FindCoordinator.API_KEY:
             resp = coordinator_body(lt)
         elif api_key == Metadata.API_KEY:

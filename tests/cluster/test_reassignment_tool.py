@@ -50,14 +50,16 @@ def test_json_round_trip_in_kafkas_format():
 @pytest.mark.parametrize("text,why", [
     ("{", "not valid JSON"),
     ('{"version":2,"partitions":[]}', "unsupported version 2"),
-    ('{"partitions":[]}', "'partitions' must be a non-empty list"),
+    ('{"partitions":[]}', "Partition reassignment data file is empty"),
     ('{"partitions":[{"partition":0,"replicas":[1]}]}', "has no 'topic'"),
     ('{"partitions":[{"topic":"a","partition":-1,"replicas":[1]}]}', "'partition' of a"),
-    ('{"partitions":[{"topic":"a","partition":0,"replicas":[]}]}', "'replicas' of a-0"),
-    ('{"partitions":[{"topic":"a","partition":0,"replicas":[1,1]}]}', "names a broker twice"),
+    ('{"partitions":[{"topic":"a","partition":0,"replicas":["x"]}]}', "'replicas' of a-0"),
+    ('{"partitions":[{"topic":"a","partition":0,"replicas":[]}]}', "Partition replica list cannot be empty"),
+    ('{"partitions":[{"topic":"a","partition":0,"replicas":[1,1,2,2]},{"topic":"b","partition":0,"replicas":[3,3]}]}',
+     "may not contain duplicate entries: a-0 contains multiple entries for 1,2. b-0 contains multiple entries for 3"),
     ('{"partitions":[{"topic":"a","partition":0,"replicas":[1],"log_dirs":["/d"]}]}', "'log_dirs' of a-0"),
     ('{"partitions":[{"topic":"a","partition":0,"replicas":[1]},{"topic":"a","partition":0,"replicas":[2]}]}',
-     "listed twice"),
+     "contains duplicate topic partitions: a-0"),
 ])
 def test_bad_reassignment_file_named(text, why):
     with pytest.raises(ReassignmentError, match=why):
@@ -75,7 +77,7 @@ def test_generate_execute_verify(three):
 
     moves = {TopicPartition("g", 0): (0, 1, 2)}  # replication factor 1 -> 3
     execute(store, moves)
-    with pytest.raises(ReassignmentError, match="existing assignment running"):
+    with pytest.raises(ReassignmentError, match="There is an existing assignment running"):
         execute(store, moves)
     assert verify(store, moves) == {TopicPartition("g", 0): IN_PROGRESS}
     wait_for(lambda: store.assignment("g").adding == {0: (1, 2)})
@@ -87,9 +89,9 @@ def test_generate_execute_verify(three):
 def test_execute_refuses_unknown_partitions_and_brokers_without_writing(three):
     bs, store = three
     store.create_topic("v", {0: (0, 1)})
-    with pytest.raises(ReassignmentError, match="partitions do not exist: v-3, zz-0"):
+    with pytest.raises(ReassignmentError, match="non-existent partitions: v-3, zz-0"):
         execute(store, {TopicPartition("v", 3): (0,), TopicPartition("zz", 0): (1,)})
-    with pytest.raises(ReassignmentError, match=r"non-existent broker ids: \[7\]"):
+    with pytest.raises(ReassignmentError, match="non-existent brokerIDs: 7"):
         execute(store, {TopicPartition("v", 0): (0, 7)})
     assert store.reassignment() == {}
     with pytest.raises(ReassignmentError, match="topic nope does not exist"):
@@ -98,3 +100,16 @@ def test_execute_refuses_unknown_partitions_and_brokers_without_writing(three):
         generate(store, ["v"], [0, 9])
     with pytest.raises(ReassignmentError, match="replication factor: 2 larger than available brokers: 1"):
         generate(store, ["v"], [2])
+
+
+def test_reordered_replicas_move_leadership_to_the_new_first(three):
+    """[0,1,2] -> [2,1,0]: no replica added or removed, but the preferred replica changed and is
+    in sync, so it leads once the reassignment completes."""
+    bs, store = three
+    tp = TopicPartition("o", 0)
+    store.create_topic("o", {0: (0, 1, 2)})
+    wait_for(lambda: (s := store.partition_state(tp)) and s.leader == 0)
+    execute(store, {tp: (2, 1, 0)})
+    wait_for(lambda: verify(store, {tp: (2, 1, 0)}) == {tp: COMPLETE})
+    s = wait_for(lambda: (s := store.partition_state(tp)) and s.leader == 2 and s)
+    assert sorted(s.isr) == [0, 1, 2]

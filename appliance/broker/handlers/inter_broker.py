@@ -7,17 +7,22 @@ import struct
 from typing import Any
 
 from appliance.broker.cluster_link import ClusterUnavailable
-from appliance.broker.handlers import groups
+from appliance.broker.handlers import api_versions, groups
 from appliance.broker.handlers.answer import CloseConnection, RawBody
 from appliance.errors import ErrorCode
-from appliance.protocol.messages import CreateTopics, FindCoordinator, Metadata
+from appliance.protocol.messages import ApiVersions, CreateTopics, FindCoordinator, Metadata
+from appliance.protocol.registry import inter_broker_api_for_key
 from appliance.shm.layout import MsgType, Role
 
-__all__ = ["forward", "cluster_handlers", "FORWARDED_KEYS"]
+__all__ = ["forward", "cluster_handlers", "FORWARDED_KEYS", "api_versions_in_cluster"]
 
-# LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown
-FORWARDED_KEYS = (4, 5, 6, 7, Metadata.API_KEY, CreateTopics.API_KEY)
+# LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown, ElectLeaders (answered by the
+# controller in its cluster worker; any other broker's says NOT_CONTROLLER)
+FORWARDED_KEYS = (4, 5, 6, 7, 43, Metadata.API_KEY, CreateTopics.API_KEY)
 OFFSETS_FOR_LEADER_EPOCH = 23
+# ElectLeaders: advertised in cluster mode, so admin clients (librdkafka's elect_leaders, Kafka's
+# AdminClient) send it; the other inter-broker APIs stay unadvertised (protocol/messages/cluster.py)
+ADVERTISED_KEYS = (43,)
 _EPOCH = struct.Struct("=i")
 
 
@@ -78,12 +83,26 @@ async def find_coordinator(ctx: Any, request: Any) -> Any:
     return raw
 
 
+async def api_versions_in_cluster(ctx: Any, request: Any) -> dict:
+    """ApiVersions with the cluster-only client APIs (ElectLeaders) added, in key order."""
+    body = await api_versions.handle(ctx, request)
+    entry = ApiVersions.Response.ApiKeys
+    # (the inter-broker schemas are looked up here, not imported: a standalone broker loads
+    # this module too and must not load them)
+    apis = [inter_broker_api_for_key(k) for k in ADVERTISED_KEYS]
+    body["api_keys"] = sorted(body["api_keys"] + [
+        entry(api_key=api.API_KEY, min_version=api.MIN_VERSION, max_version=api.MAX_VERSION)
+        for api in apis], key=lambda e: e.api_key)
+    return body
+
+
 def cluster_handlers(base: dict[int, Any]) -> dict[int, Any]:
-    """``base`` (the standalone table) with the forwarded APIs replaced and the leader's
-    OffsetsForLeaderEpoch added."""
+    """``base`` (the standalone table) with the forwarded APIs replaced, the leader's
+    OffsetsForLeaderEpoch added and ElectLeaders advertised."""
     table = dict(base)
     for key in FORWARDED_KEYS:
         table[key] = forward
     table[OFFSETS_FOR_LEADER_EPOCH] = offsets_for_leader_epoch
     table[FindCoordinator.API_KEY] = find_coordinator
+    table[ApiVersions.API_KEY] = api_versions_in_cluster
     return table

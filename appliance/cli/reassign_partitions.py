@@ -1,0 +1,156 @@
+"""`appliance reassign-partitions`: Kafka's kafka-reassign-partitions.sh (ZooKeeper era).
+
+    appliance reassign-partitions --zookeeper ZK --generate --topics-to-move-json-file F --broker-list 0,1,2
+    appliance reassign-partitions --zookeeper ZK --execute --reassignment-json-file F
+    appliance reassign-partitions --zookeeper ZK --verify --reassignment-json-file F
+
+``--bootstrap-server H:P`` instead of ``--zookeeper`` asks that broker for its
+``zookeeper.connect`` (DescribeConfigs) and goes on the same way: the request is written to
+``/admin/reassign_partitions``, where the controller picks it up, adds the new replicas, waits
+until they are in the ISR, moves leadership to the first of the new list, and stops and deletes
+the replicas no longer wanted. Bad files and requests print Kafka's message and exit 1 with
+nothing written (:mod:`appliance.cluster.reassignment`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from appliance.cli.main import CliError
+from appliance.client.connection import BrokerConnection, ConnectionFailed, parse_bootstrap
+
+__all__ = ["add_arguments", "run", "zookeeper_of"]
+
+_BROKER_RESOURCE = 4
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]", help="the cluster's zookeeper.connect")
+    where.add_argument("--bootstrap-server", metavar="HOST:PORT",
+                       help="a broker of the cluster (its zookeeper.connect is asked for)")
+    action = p.add_mutually_exclusive_group(required=True)
+    action.add_argument("--generate", action="store_true",
+                        help="propose an assignment of --topics-to-move-json-file over --broker-list")
+    action.add_argument("--execute", action="store_true", help="start the reassignment in --reassignment-json-file")
+    action.add_argument("--verify", action="store_true", help="report the state of each partition of the file")
+    p.add_argument("--topics-to-move-json-file", metavar="FILE", help='{"version":1,"topics":[{"topic":"t"}]}')
+    p.add_argument("--reassignment-json-file", metavar="FILE",
+                   help='{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2]}]}')
+    p.add_argument("--broker-list", metavar="0,1,2", help="brokers to spread over (--generate)")
+    p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="ZooKeeper and broker connection timeout (default 30)")
+
+
+def _read(path: str | None, flag: str) -> str:
+    if not path:
+        raise CliError(f"{flag} is required for this action", 2)
+    try:
+        return Path(path).read_text()
+    except OSError as e:
+        raise CliError(f"{flag} {path}: {e.strerror or e}", 2) from e
+
+
+def _broker_list(text: str | None) -> list[int]:
+    if not text:
+        raise CliError("--broker-list is required with --generate", 2)
+    try:
+        return [int(b) for b in text.split(",")]
+    except ValueError:
+        raise CliError(f"--broker-list {text!r}: expected broker ids separated by commas", 2) from None
+
+
+def zookeeper_of(bootstrap: str, timeout: float) -> str:
+    """The ``zookeeper.connect`` of the broker at ``bootstrap`` (DescribeConfigs on its broker
+    resource; the broker's id is found in Metadata by its address). Raises CliError."""
+    try:
+        servers = parse_bootstrap(bootstrap)
+    except ValueError as e:
+        raise CliError(f"--bootstrap-server: {e}", 2) from e
+    errors = []
+    for host, port in servers:
+        try:
+            with BrokerConnection(host, port, timeout=timeout) as conn:
+                md = conn.request(3, {"topics": [], "allow_auto_topic_creation": False})
+                ids = [b.node_id for b in md.brokers if (b.host, b.port) == (host, port)]
+                ids += [b.node_id for b in md.brokers if b.node_id not in ids]
+                for broker_id in ids:
+                    res = conn.request(32, {"resources": [{
+                        "resource_type": _BROKER_RESOURCE, "resource_name": str(broker_id),
+                        "configuration_keys": ["zookeeper.connect"]}], "include_synonyms": False}).results[0]
+                    value = next((c.value for c in res.configs if c.name == "zookeeper.connect"), None)
+                    if res.error_code == 0 and value:
+                        return value
+                errors.append(f"{host}:{port} is not in a cluster (no zookeeper.connect)")
+        except ConnectionFailed as e:
+            errors.append(str(e))
+    raise CliError("; ".join(errors))
+
+
+def run(args: argparse.Namespace) -> int:
+    # kazoo and the cluster modules are imported only by the tools that need them
+    from appliance.cluster import reassignment as lib
+    from appliance.cluster.zk_session import ZkSettings, ZooKeeperUnreachable, open_session
+    from appliance.cluster.zk_store import ZkStore
+
+    # the files are checked before anything connects: bad input never reaches ZooKeeper
+    try:
+        if args.generate:
+            topics = lib.parse_topics_to_move(_read(args.topics_to_move_json_file, "--topics-to-move-json-file"))
+            brokers = _broker_list(args.broker_list)
+        else:
+            moves = lib.parse_reassignment(_read(args.reassignment_json_file, "--reassignment-json-file"))
+    except lib.ReassignmentError as e:
+        raise CliError(str(e)) from e
+    connect = args.zookeeper or zookeeper_of(args.bootstrap_server, args.timeout)
+    if not args.verbose:  # kazoo's connection chatter is not the tool's answer
+        logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+        logging.getLogger("appliance.cluster").setLevel(logging.ERROR)
+    try:
+        settings = ZkSettings(connect, int(args.timeout * 1000), int(args.timeout * 1000))
+    except ValueError as e:
+        raise CliError(str(e), 2) from e
+    try:
+        client = open_session(settings)
+    except ZooKeeperUnreachable as e:
+        raise CliError(str(e)) from e
+    try:
+        store = ZkStore(client)
+        if args.generate:
+            current, proposed = lib.generate(store, topics, brokers)
+            print("Current partition replica assignment")
+            print(lib.format_reassignment(current))
+            print()
+            print("Proposed partition reassignment configuration")
+            print(lib.format_reassignment(proposed))
+        elif args.execute:
+            rollback = {}
+            for t in sorted({tp.topic for tp in moves}):
+                a = store.assignment(t)  # a missing topic: execute() names it below
+                rollback.update({tp: r for tp in moves if tp.topic == t and a is not None
+                                 and (r := a.partitions.get(tp.partition)) is not None})
+            lib.execute(store, moves)
+            print("Current partition replica assignment")
+            print()
+            print(lib.format_reassignment(rollback))
+            print()
+            print("Save this to use as the --reassignment-json-file option during rollback")
+            print("Successfully started reassignment of partitions.")
+        else:
+            status = lib.verify(store, moves)
+            print("Status of partition reassignment:")
+            for tp, state in status.items():
+                said = {lib.COMPLETE: "completed successfully", lib.IN_PROGRESS: "is still in progress",
+                        lib.FAILED: "failed"}[state]
+                print(f"Reassignment of partition {tp} {said}")
+            if lib.FAILED in status.values():
+                return 1
+    except lib.ReassignmentError as e:
+        raise CliError(str(e)) from e
+    finally:
+        client.stop()
+        client.close()
+    return 0
+

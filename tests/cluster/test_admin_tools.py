@@ -1,0 +1,373 @@
+"""The cluster's operator tools against a real cluster (one ZooKeeper, three `appliance serve`
+brokers, shared by the module): `appliance reassign-partitions` while an acks=all idempotent
+confluent-kafka producer runs, `appliance leader-election` (preferred and unclean, through
+ElectLeaders), the old tools' /admin/preferred_replica_election, and last the controller's
+automatic preferred-leader rebalance (the brokers restarted with a short check interval).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from appliance.cluster.zk_paths import TopicPartition
+from appliance.cluster.zk_session import ZkSettings, open_session
+from appliance.cluster.zk_store import ZkStore
+from tests.broker_process import BrokerProcess
+
+SESSION_MS = 6000
+
+
+def _wait(pred, timeout: float, what: str, step: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(step)
+
+
+def _overrides(connect: str, broker_id: int, **extra: str) -> dict[str, str]:
+    return {"zookeeper.connect": connect, "broker.id": str(broker_id),
+            "zookeeper.session.timeout.ms": str(SESSION_MS), "num.network.threads": "1",
+            "replica.lag.time.max.ms": "10000", "auto.leader.rebalance.enable": "false", **extra}
+
+
+def _partitions(boot: str, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
+    """partition -> (leader, replicas, isr) as Metadata says; {} while unknown."""
+    try:
+        md = AdminClient({"bootstrap.servers": boot}).list_topics(topic, timeout=10)
+    except Exception:  # a broker still joining closes the connection: ask again
+        return {}
+    t = md.topics.get(topic)
+    if t is None or t.error is not None:
+        return {}
+    return {p.id: (p.leader, list(p.replicas), list(p.isrs)) for p in t.partitions.values()}
+
+
+def _cluster_md(boot: str):
+    """Metadata of the cluster, or None while a broker still joining closes the connection."""
+    try:
+        return AdminClient({"bootstrap.servers": boot}).list_topics(timeout=10)
+    except Exception:
+        return None
+
+
+def _controller(boot: str) -> int:
+    return _wait(lambda: _cluster_md(boot), 60, "metadata").controller_id
+
+
+def _tool(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "appliance.cli.main", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def cluster(zk_server, tmp_path_factory):
+    connect = f"{zk_server.connect}/a{uuid.uuid4().hex[:10]}"
+    root = tmp_path_factory.mktemp("admin")
+    brokers: dict[int, BrokerProcess] = {}
+    client = None
+    try:
+        for i in range(3):
+            (root / f"b{i}").mkdir()
+            brokers[i] = BrokerProcess(root / f"b{i}", overrides=_overrides(connect, i))
+        with ThreadPoolExecutor(3) as pool:  # the three boot side by side
+            list(pool.map(lambda b: b.start(), brokers.values()))
+        boot = ",".join(b.bootstrap for b in brokers.values())
+        _wait(lambda: (md := _cluster_md(boot)) and len(md.brokers) == 3, 60, "three registered brokers")
+        client = open_session(ZkSettings(connect, 30000, 30000))
+        yield {"connect": connect, "brokers": brokers, "boot": boot, "store": ZkStore(client), "root": root}
+    finally:
+        if client is not None:
+            client.stop()
+            client.close()
+        for b in brokers.values():
+            b.kill()  # SIGKILL: a controlled shutdown of the last broker would only wait
+
+
+def _create(boot: str, topic: str, assignment: list[list[int]]) -> None:
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_topics([NewTopic(topic, num_partitions=len(assignment), replica_assignment=assignment)])[topic].result(60)
+    _wait(lambda: (ps := _partitions(boot, topic)) and len(ps) == len(assignment)
+          and all(leader >= 0 and len(isr) == len(rs) for leader, rs, isr in ps.values()),
+          60, f"leaders and full ISRs of {topic}")
+
+
+def _restart(b: BrokerProcess) -> None:
+    """A graceful stop (controlled shutdown moves its leadership away) and a start."""
+    assert b.stop(60) == 0, b.log()
+    b.start()
+
+
+def _write(tmp: Path, name: str, obj) -> str:
+    path = tmp / name
+    path.write_text(obj if isinstance(obj, str) else json.dumps(obj))
+    return str(path)
+
+
+def test_reassign_partitions_online_while_producing(cluster, tmp_path):
+    boot, store, connect = cluster["boot"], cluster["store"], cluster["connect"]
+    topic = "moves"
+    _create(boot, topic, [[0, 1, 2], [1], [0, 1]])
+
+    acked: list[tuple[int, int, bytes]] = []
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def on_delivery(err, msg):
+        if err is None:
+            acked.append((msg.partition(), msg.offset(), msg.value()))
+        else:
+            errors.append(str(err))
+
+    def produce():
+        p = Producer({"bootstrap.servers": boot, "acks": "all", "enable.idempotence": True,
+                      "linger.ms": 5, "message.timeout.ms": 120000})
+        i = 0
+        while not stop.is_set():
+            p.produce(topic, value=b"%d-%08d" % (i % 3, i), partition=i % 3, on_delivery=on_delivery)
+            i += 1
+            p.poll(0)
+            if i % 20 == 0:
+                time.sleep(0.01)
+        assert p.flush(150) == 0
+
+    t = threading.Thread(target=produce)
+    t.start()
+    try:
+        _wait(lambda: len(acked) > 300, 60, "acknowledged records before the move")
+        # --generate proposes; --execute starts [0,1,2] -> [2,1,0], RF 1 -> 3, {0,1} -> {1,2}
+        gen = _tool("reassign-partitions", "--zookeeper", connect, "--generate", "--broker-list", "0,1,2",
+                    "--topics-to-move-json-file", _write(tmp_path, "move.json", {"version": 1, "topics": [{"topic": topic}]}))
+        assert gen.returncode == 0, gen.stderr
+        assert "Proposed partition reassignment configuration" in gen.stdout
+        proposed = json.loads(gen.stdout.strip().splitlines()[-1])
+        assert sorted(p["partition"] for p in proposed["partitions"]) == [0, 1, 2]
+
+        plan = _write(tmp_path, "plan.json", {"version": 1, "partitions": [
+            {"topic": topic, "partition": 0, "replicas": [2, 1, 0]},
+            {"topic": topic, "partition": 1, "replicas": [1, 2, 0]},
+            {"topic": topic, "partition": 2, "replicas": [1, 2]}]})
+        # through --bootstrap-server: the broker tells the tool its zookeeper.connect
+        ex = _tool("reassign-partitions", "--bootstrap-server", boot.split(",")[0], "--execute",
+                   "--reassignment-json-file", plan)
+        assert ex.returncode == 0, ex.stderr
+        assert "Successfully started reassignment of partitions." in ex.stdout
+        assert '"replicas":[1]' in ex.stdout  # the rollback file: the current assignment
+
+        def verified():
+            v = _tool("reassign-partitions", "--zookeeper", connect, "--verify", "--reassignment-json-file", plan)
+            assert v.returncode == 0, v.stdout + v.stderr
+            return v.stdout.count("completed successfully") == 3 and v.stdout
+        out = _wait(verified, 120, "--verify to report completion", step=1.0)
+        assert "Reassignment of partition moves-1 completed successfully" in out
+        before = len(acked)
+        _wait(lambda: len(acked) > before + 200, 60, "the producer to carry on after the move")
+    finally:
+        stop.set()
+        t.join(200)
+    assert not errors, errors[:5]
+
+    try:
+        ps = _wait(lambda: (ps := _partitions(boot, topic)) and ps[0][0] == 2 and len(ps[1][2]) == 3 and ps,
+                   120, "the new leaders and ISRs in Metadata")
+    except AssertionError:
+        raise AssertionError(f"metadata {_partitions(boot, topic)}, ZooKeeper "
+                             f"{store.partition_states([TopicPartition(topic, p) for p in range(3)])}, "
+                             f"{store.assignment(topic)}") from None
+    assert ps[0][1] == [2, 1, 0] and ps[0][0] == 2  # the new preferred replica leads
+    assert ps[1][1] == [1, 2, 0] and sorted(ps[1][2]) == [0, 1, 2]
+    assert ps[2][1] == [1, 2] and ps[2][0] in (1, 2) and sorted(ps[2][2]) == [1, 2]
+    assert store.reassignment() == {}
+    # broker 0 stopped and deleted its replica of moves-2
+    gone = Path(cluster["brokers"][0].log_dirs[0]) / f"{topic}-2"
+    _wait(lambda: not gone.exists(), 60, f"{gone} to be deleted")
+    assert (Path(cluster["brokers"][2].log_dirs[0]) / f"{topic}-1").is_dir()
+
+    # every acknowledged record exactly once, in order per partition
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTp
+    ends = {p: 1 + max(o for q, o, _ in acked if q == p) for p in range(3)}
+    c = KafkaConsumer(bootstrap_servers=boot, enable_auto_commit=False)
+    tps = [KTp(topic, p) for p in range(3)]
+    c.assign(tps)
+    c.seek_to_beginning(*tps)
+    got: dict[int, list[bytes]] = {p: [] for p in range(3)}
+    deadline = time.monotonic() + 120
+    while any(len(got[p]) < ends[p] for p in got) and time.monotonic() < deadline:
+        for tp, msgs in c.poll(timeout_ms=1000).items():
+            got[tp.partition] += [m.value for m in msgs]
+    c.close()
+    for p in range(3):
+        mine = [v for q, _, v in sorted(acked) if q == p]
+        assert len(got[p]) == len(set(got[p])), f"partition {p} has duplicates"
+        assert got[p] == sorted(got[p]), f"partition {p} out of order"
+        assert set(mine) <= set(got[p]), f"partition {p} lost {len(set(mine) - set(got[p]))} records"
+
+
+@pytest.mark.parametrize("plan,message", [
+    ({"version": 1, "partitions": [{"topic": "moves", "partition": 0, "replicas": [0, 7]}]},
+     "The proposed assignment contains non-existent brokerIDs: 7"),
+    ({"version": 1, "partitions": [{"topic": "moves", "partition": 9, "replicas": [0]},
+                                   {"topic": "nope", "partition": 0, "replicas": [1]}]},
+     "The proposed assignment contains non-existent partitions: moves-9, nope-0"),
+    ({"version": 1, "partitions": [{"topic": "moves", "partition": 0, "replicas": []}]},
+     "Partition replica list cannot be empty"),
+    ({"version": 1, "partitions": [{"topic": "moves", "partition": 0, "replicas": [1, 1]}]},
+     "Partition replica lists may not contain duplicate entries: moves-0 contains multiple entries for 1"),
+    ('{"version":1,"partitions":[{"topic":"moves","partition":0,"replicas":[1]},'
+     '{"topic":"moves","partition":0,"replicas":[2]}]}',
+     "Partition reassignment contains duplicate topic partitions: moves-0"),
+    ("{", "reassignment file is not valid JSON"),
+])
+def test_reassign_bad_input_refused_nothing_written(cluster, tmp_path, plan, message):
+    r = _tool("reassign-partitions", "--zookeeper", cluster["connect"], "--execute",
+              "--reassignment-json-file", _write(tmp_path, "bad.json", plan))
+    assert r.returncode != 0
+    assert message in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert cluster["store"].reassignment() == {}
+
+
+def _leaders(boot: str, topic: str) -> dict[int, int]:
+    return {p: s[0] for p, s in _partitions(boot, topic).items()}
+
+
+def test_preferred_leader_election(cluster, tmp_path):
+    boot, brokers, store = cluster["boot"], cluster["brokers"], cluster["store"]
+    topic = "elect"
+    _create(boot, topic, [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 2, 1], [0, 1, 2]])
+    _restart(brokers[0])
+    _wait(lambda: all(len(st[2]) == 3 for st in _partitions(boot, topic).values()), 90,
+          "broker 0 back in every ISR")
+    leaders = _leaders(boot, topic)
+    assert leaders[0] != 0 and leaders[3] != 0 and leaders[4] != 0  # moved away, nothing moved back
+
+    # a real client's ElectLeaders (librdkafka finds it advertised in cluster mode)
+    from confluent_kafka import ElectionType
+    from confluent_kafka import TopicPartition as CTp
+    admin = AdminClient({"bootstrap.servers": boot})
+    result = admin.elect_leaders(ElectionType.PREFERRED, [CTp(topic, 4)]).result(60)
+    assert [(tp.topic, tp.partition, err) for tp, err in result.items()] == [(topic, 4, None)]
+    _wait(lambda: _leaders(boot, topic)[4] == 0, 30, "confluent-kafka's election to show")
+    result = admin.elect_leaders(ElectionType.PREFERRED, [CTp(topic, 4)]).result(60)
+    assert "ELECTION_NOT_NEEDED" in str(list(result.values())[0])
+
+    # the old tools' way: /admin/preferred_replica_election names one partition
+    store.request_preferred_election([TopicPartition(topic, 3)])
+    _wait(lambda: _leaders(boot, topic)[3] == 0, 60, "the znode's partition to move back")
+    _wait(lambda: not store.client.exists("/admin/preferred_replica_election"), 30, "the znode to go")
+    assert _leaders(boot, topic)[0] != 0
+
+    r = _tool("leader-election", "--bootstrap-server", boot, "--election-type", "preferred",
+              "--all-topic-partitions")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Successfully completed leader election (PREFERRED) for partitions" in r.stdout
+    assert f"{topic}-0" in r.stdout.splitlines()[0]
+    assert f"{topic}-3" in r.stdout and "Valid replica already elected" in r.stdout
+    _wait(lambda: _leaders(boot, topic) == {0: 0, 1: 1, 2: 2, 3: 0, 4: 0}, 30, "every preferred leader")
+
+    again = _tool("leader-election", "--bootstrap-server", boot, "--election-type", "preferred",
+                  "--topic", topic, "--partition", "1")
+    assert again.returncode == 0 and f"Valid replica already elected for partitions {topic}-1" in again.stdout
+    unknown = _tool("leader-election", "--bootstrap-server", boot, "--election-type", "preferred",
+                    "--path-to-json-file", _write(tmp_path, "p.json", {"partitions": [{"topic": topic, "partition": 9}]}))
+    assert unknown.returncode == 1 and f"{topic}-9: UNKNOWN_TOPIC_OR_PARTITION" in unknown.stdout
+    assert "Traceback" not in unknown.stderr
+    bad = _tool("leader-election", "--bootstrap-server", boot, "--election-type", "preferred", "--topic", topic)
+    assert bad.returncode == 2 and "--topic needs --partition" in bad.stderr
+
+
+def test_unclean_election_only_when_asked(cluster):
+    boot, brokers = cluster["boot"], cluster["brokers"]
+    topic = "lossy"
+    controller = _controller(boot)
+    a, b = [i for i in range(3) if i != controller]
+    _create(boot, topic, [[a, b]])
+    p = Producer({"bootstrap.servers": boot, "acks": "all"})
+    p.produce(topic, b"before", partition=0)
+    assert p.flush(60) == 0
+    # b stops first (leaves the ISR), then a, the last ISR member: no leader, b out of sync
+    assert brokers[b].stop(60) == 0
+    _wait(lambda: _partitions(boot, topic)[0][2] == [a], 60, "the ISR to shrink to the leader")
+    assert brokers[a].stop(60) == 0
+    brokers[b].start()
+    others = brokers[controller].bootstrap
+    _wait(lambda: (s := _partitions(others, topic).get(0)) and s[0] == -1
+          and (md := _cluster_md(others)) and b in md.brokers, 60,
+          "broker b back, the partition still without a leader")
+    pref = _tool("leader-election", "--bootstrap-server", others, "--election-type", "preferred",
+                 "--topic", topic, "--partition", "0")
+    assert pref.returncode == 1 and "PREFERRED_LEADER_NOT_AVAILABLE" in pref.stdout, pref.stdout + pref.stderr
+    assert _partitions(others, topic)[0][0] == -1  # unclean election is off: still offline
+
+    r = _tool("leader-election", "--bootstrap-server", others, "--election-type", "unclean",
+              "--topic", topic, "--partition", "0")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"Successfully completed leader election (UNCLEAN) for partitions {topic}-0" in r.stdout
+    _wait(lambda: _partitions(others, topic)[0][:3:2] == (b, [b]), 30, "b leading, alone in the ISR")
+    again = _tool("leader-election", "--bootstrap-server", others, "--election-type", "unclean",
+                  "--topic", topic, "--partition", "0")
+    assert again.returncode == 0 and "Valid replica already elected" in again.stdout
+    # broker a stays down: the next test restarts every broker
+
+
+def test_auto_leader_rebalance(cluster):
+    """Last: the brokers restart with auto.leader.rebalance.enable and a 2 s check interval;
+    a broker that stops and comes back gets its preferred leaderships back without any tool."""
+    boot, brokers = cluster["boot"], cluster["brokers"]
+    topic = "balance"
+    # all at once, so whichever becomes the controller has the settings; SIGKILL, since a
+    # controlled shutdown with nowhere to move leadership to only waits
+    with ThreadPoolExecutor(3) as pool:
+        list(pool.map(lambda b: b.kill(), brokers.values()))
+        for b in brokers.values():
+            b.overrides.update({"auto.leader.rebalance.enable": "true",
+                                "leader.imbalance.check.interval.seconds": "2"})
+        list(pool.map(lambda b: b.start(), brokers.values()))
+    _wait(lambda: (md := _cluster_md(boot)) and len(md.brokers) == 3, 90, "three registered brokers")
+    _create(boot, topic, [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 2, 1]])
+    assert _leaders(boot, topic) == {0: 0, 1: 1, 2: 2, 3: 0}
+    assert brokers[1].stop(60) == 0
+    assert _leaders(boot, topic)[1] != 1  # moved away by the controlled shutdown
+    brokers[1].start()
+    _wait(lambda: _leaders(boot, topic) == {0: 0, 1: 1, 2: 2, 3: 0}, 90,
+          "broker 1's leadership to come back by itself")
+
+
+@pytest.mark.parametrize("text,message", [
+    ("[", "is not valid JSON"),
+    ('{"partitions":[]}', "'partitions' must be a non-empty list"),
+    ('{"partitions":[{"partition":0}]}', "has no 'topic'"),
+    ('{"partitions":[{"topic":"t","partition":-1}]}', "'partition' of t must be an integer >= 0"),
+    ('{"partitions":[{"topic":"t","partition":0},{"topic":"t","partition":0}]}', "t-0 is listed twice"),
+])
+def test_leader_election_file_errors_named(text, message):
+    from appliance.cli.leader_election import parse_partitions_file
+    from appliance.cli.main import CliError
+    with pytest.raises(CliError, match=message):
+        parse_partitions_file(text)
+
+
+def test_tools_refuse_a_standalone_broker(tmp_path):
+    """No cluster behind the broker: each tool says so in one line, exit 1, no traceback."""
+    with BrokerProcess(tmp_path) as b:
+        r = _tool("leader-election", "--bootstrap-server", b.bootstrap, "--election-type", "preferred",
+                  "--all-topic-partitions")
+        assert r.returncode == 1 and "standalone broker" in r.stderr and "Traceback" not in r.stderr, r.stderr
+        r = _tool("reassign-partitions", "--bootstrap-server", b.bootstrap, "--verify",
+                  "--reassignment-json-file", _write(tmp_path, "p.json", {"partitions": [
+                      {"topic": "t", "partition": 0, "replicas": [0]}]}))
+        assert r.returncode == 1 and "is not in a cluster" in r.stderr and "Traceback" not in r.stderr, r.stderr
