@@ -42,11 +42,12 @@ def _wait(pred, timeout: float, what: str, step: float = 0.2):
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-def _broker(workdir: Path, connect: str, broker_id: int, port: int | None = None) -> BrokerProcess:
+def _broker(workdir: Path, connect: str, broker_id: int, port: int | None = None,
+            session_ms: int = SESSION_MS) -> BrokerProcess:
     workdir.mkdir(exist_ok=True)
     return BrokerProcess(workdir, port=port, overrides={
         "zookeeper.connect": connect, "broker.id": str(broker_id),
-        "zookeeper.session.timeout.ms": str(SESSION_MS), "num.network.threads": "1",
+        "zookeeper.session.timeout.ms": str(session_ms), "num.network.threads": "1",
         "replica.lag.time.max.ms": "10000"})
 
 
@@ -332,13 +333,23 @@ def test_broker_restarted_at_once_after_sigkill_waits_for_its_old_session(cluste
     for the expiry instead of refusing its own id, then rejoins every ISR."""
     boot, brokers = cluster["boot"], cluster["brokers"]
     victim = next(i for i in brokers if i != _metadata(boot).controller_id)
+
+    def in_every_isr() -> bool:
+        t = _metadata(boot).topics.get(TOPIC)
+        return t is not None and all(victim in p.isrs for p in t.partitions.values())
+
+    # first give the victim a 30 s session, so that a start-up slowed down by a loaded machine
+    # still comes back before ZooKeeper expires the session of the broker it replaces
+    b = brokers[victim]
+    b.kill()
+    brokers[victim] = _broker(b.workdir, cluster["connect"], victim, port=b.port, session_ms=30000).start()
+    _wait(in_every_isr, 120, f"broker {victim} back in every ISR")
     b = brokers[victim]
     b.kill()
     brokers[victim] = _broker(b.workdir, cluster["connect"], victim, port=b.port).start()
     _wait(lambda: "still held by this broker's previous session" in brokers[victim].log(), 30,
           "the restarted broker to wait for its old session")
-    _wait(lambda: (t := _metadata(boot).topics.get(TOPIC)) is not None
-          and all(victim in p.isrs for p in t.partitions.values()), 120, f"broker {victim} back in every ISR")
+    _wait(in_every_isr, 120, f"broker {victim} back in every ISR")
     assert brokers[victim].proc.poll() is None
 
 
