@@ -293,6 +293,179 @@ def test_group_members_on_different_brokers_share_one_coordinator(cluster):
             c.close()
 
 
+GROUP_TOPIC = "group-events"
+OFFSETS = "__consumer_offsets"
+
+
+def _offsets_leaders(boot: str) -> dict[int, int]:
+    t = _metadata(boot).topics.get(OFFSETS)
+    return {} if t is None or t.error is not None else {p.id: p.leader for p in t.partitions.values()}
+
+
+def _group_led_by(boot: str, broker: int, prefix: str) -> str:
+    """A group id whose ``__consumer_offsets`` partition ``broker`` leads now."""
+    from appliance.coordinator.routing import offsets_partition_for
+    leaders = _offsets_leaders(boot)
+    return next(g for i in range(10_000) if leaders.get(offsets_partition_for(
+        g := f"{prefix}-{i}", len(leaders))) == broker)
+
+
+def _group_request(bootstrap: str, api_key: int, version: int, body: dict):
+    """One group API request to one broker (no client library: we choose the broker)."""
+    import socket
+
+    from appliance.protocol import NEED_DATA, ClientConnection
+    host, port = bootstrap.split(":")
+    conn = ClientConnection(client_id="test")
+    _, frame = conn.send_request(api_key, version, body)
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(frame)
+        while (ev := conn.next_event()) is NEED_DATA:
+            conn.receive_data(s.recv(1 << 20))
+    return ev.body
+
+
+def _committed_confluent(boot: str, group: str, parts: int) -> dict[int, int]:
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": boot, "group.id": group, "enable.auto.commit": False})
+    try:
+        return {tp.partition: tp.offset for tp in
+                c.committed([TopicPartition(GROUP_TOPIC, p) for p in range(parts)], timeout=60)}
+    finally:
+        c.close()
+
+
+def _consume_confluent(consumer, want: int, timeout: float) -> list:
+    got, deadline = [], time.monotonic() + timeout
+    while len(got) < want and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m)
+    return got
+
+
+def _commit_confluent(consumer, timeout: float = 90) -> None:
+    """A synchronous commit, retried over the coordinator's move (retriable errors)."""
+    from confluent_kafka import KafkaException
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            consumer.commit(asynchronous=False)
+            return
+        except KafkaException as e:
+            if time.monotonic() > deadline:
+                raise
+            consumer.poll(0.5)
+            last = e
+            del last
+
+
+def test_group_offsets_survive_the_coordinators_broker_killed(cluster):
+    """A group's coordinator is the leader of its ``__consumer_offsets`` partition, which is
+    replicated: commits made through confluent-kafka and kafka-python survive a SIGKILL of the
+    coordinator's whole broker, the clients find the new coordinator, a consumer resumes right
+    after the last commit, the live member rejoins; the restarted old coordinator answers
+    NOT_COORDINATOR; the topic has replication factor 3."""
+    from confluent_kafka import Consumer
+    from kafka import KafkaConsumer, TopicPartition
+
+    from appliance.errors import ErrorCode
+    boot, brokers = cluster["boot"], cluster["brokers"]
+    parts, total = 3, 600
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_topics([NewTopic(GROUP_TOPIC, parts, 3)])[GROUP_TOPIC].result(60)
+    prod = Producer({"bootstrap.servers": boot, "acks": "all"})
+    for i in range(total):
+        prod.produce(GROUP_TOPIC, f"g{i}".encode(), partition=i % parts)
+    assert prod.flush(60) == 0
+
+    # the first FindCoordinator creates the offsets topic; pick a victim that leads some of it
+    # and is not the controller (its failover is another test's)
+    _wait(lambda: _group_request(brokers[0].bootstrap, 10, 1, {"key": "probe", "key_type": 0}).error_code == 0,
+          90, "a coordinator for a first group")
+    _wait(lambda: (lead := _offsets_leaders(boot)) and all(v >= 0 for v in lead.values()),
+          60, "leaders of __consumer_offsets")
+    controller = _metadata(boot).controller_id
+    victim = next(b for b in sorted(set(_offsets_leaders(boot).values())) if b != controller)
+    g_conf = _group_led_by(boot, victim, "ck")
+    g_kp = _group_led_by(boot, victim, "kp")
+
+    # confluent-kafka: a live member that consumes part and commits
+    live = Consumer({"bootstrap.servers": boot, "group.id": g_conf, "enable.auto.commit": False,
+                     "auto.offset.reset": "earliest", "session.timeout.ms": 10000})
+    live.subscribe([GROUP_TOPIC])
+    first = _consume_confluent(live, 250, 90)
+    assert len(first) == 250
+    _commit_confluent(live)
+    before = _committed_confluent(boot, g_conf, parts)
+    # kafka-python: commit a position on each partition, then leave
+    kp = KafkaConsumer(GROUP_TOPIC, bootstrap_servers=boot, group_id=g_kp, enable_auto_commit=False,
+                       auto_offset_reset="earliest", consumer_timeout_ms=60000)
+    kp_seen = []
+    for m in kp:
+        kp_seen.append(m)
+        if len(kp_seen) == 300:
+            break
+    kp.commit()
+    kp_committed = {p: kp.committed(TopicPartition(GROUP_TOPIC, p)) for p in range(parts)}
+    kp.close()
+    assert sum(v for v in kp_committed.values() if v) == 300
+
+    brokers[victim].kill()
+    survivors = ",".join(b.bootstrap for i, b in brokers.items() if i != victim)
+    _wait(lambda: (lead := _offsets_leaders(survivors)) and victim not in lead.values()
+          and all(v >= 0 for v in lead.values()), SESSION_MS / 1000 + 30, "new offsets leaders")
+
+    # every commit made before the kill is there, read through the new coordinators
+    assert _committed_confluent(survivors, g_conf, parts) == before
+    kp2 = KafkaConsumer(bootstrap_servers=survivors, group_id=g_kp, enable_auto_commit=False)
+    assert {p: kp2.committed(TopicPartition(GROUP_TOPIC, p)) for p in range(parts)} == kp_committed
+    kp2.close()
+
+    # the live member finds the new coordinator, rejoins and goes on from where it was
+    rest = _consume_confluent(live, total - 250, 120)
+    read = [(m.partition(), m.offset()) for m in first + rest]
+    assert len(set(read)) == len(read) == total, (len(first), len(rest))
+    _commit_confluent(live)
+    live.close()
+    assert _committed_confluent(survivors, g_conf, parts) == {p: total // parts for p in range(parts)}
+
+    # kafka-python resumes exactly after its last commit: nothing committed is read again
+    kp3 = KafkaConsumer(GROUP_TOPIC, bootstrap_servers=survivors, group_id=g_kp,
+                        enable_auto_commit=False, auto_offset_reset="earliest", consumer_timeout_ms=30000)
+    resumed = [m for m in kp3]
+    kp3.close()
+    assert len(resumed) == total - 300
+    for p in range(parts):
+        offsets = sorted(m.offset for m in resumed if m.partition == p)
+        assert offsets == list(range(kp_committed[p] or 0, total // parts))
+
+    # the old coordinator, restarted, names the new leaders and refuses the groups it lost
+    b = brokers[victim]
+    brokers[victim] = _broker(b.workdir, cluster["connect"], victim, port=b.port).start()
+    _wait(lambda: (t := _metadata(boot).topics.get(OFFSETS)) is not None
+          and all(victim in p.isrs for p in t.partitions.values()), 120, f"broker {victim} in the offsets ISRs")
+    leaders = _offsets_leaders(boot)
+    from appliance.coordinator.routing import offsets_partition_for
+    refused = 0
+    for g in (g_conf, g_kp):
+        leader = leaders[offsets_partition_for(g, len(leaders))]
+        found = _group_request(brokers[victim].bootstrap, 10, 1, {"key": g, "key_type": 0})
+        assert (found.error_code, found.node_id) == (0, leader)
+        if leader != victim:  # (a preferred-leader election may have given one back)
+            refused += 1
+            answer = _group_request(brokers[victim].bootstrap, 9, 1, {
+                "group_id": g, "topics": [{"name": GROUP_TOPIC, "partition_indexes": [0]}]})
+            assert answer.topics[0].partitions[0].error_code == ErrorCode.NOT_COORDINATOR
+    assert refused
+
+    r = subprocess.run([os.sys.executable, "-m", "appliance.cli.main", "topics", "--bootstrap-server",
+                        boot, "--describe", "--topic", OFFSETS], capture_output=True, text=True, timeout=120)
+    rows = [line for line in r.stdout.splitlines() if "Replicas: " in line]
+    assert len(rows) == 50, r.stdout[-2000:]
+    assert all(len(line.split("Replicas: ")[1].split()[0].split(",")) == 3 for line in rows), r.stdout[-2000:]
+
+
 def test_follower_fetch_from_an_unknown_replica_id_is_refused(cluster):
     from appliance.errors import ErrorCode
     leaders = _leaders(cluster["boot"])
