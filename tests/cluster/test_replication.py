@@ -466,6 +466,46 @@ def test_group_offsets_survive_the_coordinators_broker_killed(cluster):
     assert all(len(line.split("Replicas: ")[1].split()[0].split(",")) == 3 for line in rows), r.stdout[-2000:]
 
 
+def _cluster_worker(broker: BrokerProcess):
+    import psutil
+    return next(p for p in psutil.Process(broker.proc.pid).children(recursive=True)
+                if "cluster worker" in " ".join(p.cmdline()))
+
+
+def test_offset_commit_answered_only_once_replicated(cluster):
+    """The coordinator holds an OffsetCommit's answer until the followers of the offsets
+    partition have the record: with their replica fetchers stopped (SIGSTOP of the cluster
+    workers, shorter than the ZooKeeper session) no answer comes; it comes, successful, once
+    they fetch again."""
+    import signal
+    boot, brokers = cluster["boot"], cluster["brokers"]
+    _wait(lambda: (t := _metadata(boot).topics.get(OFFSETS)) is not None
+          and all(len(p.isrs) == 3 for p in t.partitions.values()), 90, "full offsets ISRs")
+    leader = sorted(set(_offsets_leaders(boot).values()))[0]
+    group = _group_led_by(boot, leader, "held")
+    followers = [_cluster_worker(b) for i, b in brokers.items() if i != leader]
+    answer: list = []
+
+    def commit():
+        answer.append(_group_request(brokers[leader].bootstrap, 8, 2, {
+            "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+            "retention_time_ms": -1, "topics": [{"name": GROUP_TOPIC, "partitions": [
+                {"partition_index": 0, "committed_offset": 7, "committed_metadata": ""}]}]}))
+    for f in followers:
+        f.send_signal(signal.SIGSTOP)
+    try:
+        t = threading.Thread(target=commit, daemon=True)
+        t.start()
+        t.join(2.5)
+        assert not answer, "a commit was answered before any follower had it"
+    finally:
+        for f in followers:
+            f.send_signal(signal.SIGCONT)
+    t.join(60)
+    assert answer and answer[0].topics[0].partitions[0].error_code == 0
+    assert _committed_confluent(boot, group, 1) == {0: 7}
+
+
 def test_follower_fetch_from_an_unknown_replica_id_is_refused(cluster):
     from appliance.errors import ErrorCode
     leaders = _leaders(cluster["boot"])
