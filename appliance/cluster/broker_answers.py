@@ -175,7 +175,12 @@ async def coordinator_body(table: LeadershipTable, store: ZkStore, config: Any, 
             parts = _by_topic(table).get(OFFSETS_TOPIC)
         if not parts:
             return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} is being created")
-    state = parts.get(offsets_partition_for(request.key, len(parts)))
+    count = len(parts)
+    if count != int(config["offsets.topic.num.partitions"]):
+        # created with another count, or the metadata is not complete yet: ZooKeeper knows
+        assignment = await asyncio.get_running_loop().run_in_executor(None, store.assignment, OFFSETS_TOPIC)
+        count = len(assignment.partitions) if assignment is not None else count
+    state = parts.get(offsets_partition_for(request.key, count))
     if state is None or state.leader not in table.live_brokers:
         return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group's offsets partition has no leader")
     return answer(0, None, state.leader)

@@ -143,6 +143,10 @@ class CoordinatorHost:
             if plog is None:
                 return
             self.epochs[partition] = lead.leader_epoch
+            # the topic's own partition count (ZooKeeper's), should it differ from the config
+            total = self.partitions.table.read(slot).num_partitions
+            if total > 0:
+                self.coordinator.num_partitions = total
             self.coordinator.begin_load(partition)
             self.loads[partition] = plog.log_start_offset
             log.info("leading __consumer_offsets-%d (epoch %d): loading its groups", partition,
