@@ -13,7 +13,8 @@ Driven by the disk worker's loop, single-threaded:
   the partition's leader and unloads it (``unload``) when it stops leading.
 
 Commits and group metadata are appended to the offsets partition (``append(partition, batch)``)
-before they are acknowledged.
+before they are acknowledged; a commit enters the cache through ``on_durable``, which the
+cluster-mode host runs only once the append is replicated.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class GroupCoordinator:
                  append: Callable[[int, bytes], None],
                  respond: Callable[[Any, dict], None],
                  partition_exists: Callable[[str, int], bool],
-                 now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+                 now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 on_durable: Callable[[Callable[[], None]], None] | None = None) -> None:
         self.num_partitions = partitions
         self.owned: set[int] = set()
         self.loading: set[int] = set()  # partitions being loaded (COORDINATOR_LOAD_IN_PROGRESS)
@@ -57,6 +59,9 @@ class GroupCoordinator:
         self._append = append
         self._respond = respond
         self._partition_exists = partition_exists
+        # runs what must wait until the last append is durable (cluster mode: replicated to the
+        # ISR; the host drops it if that fails); standalone, an append is durable at once
+        self._on_durable = on_durable or (lambda fn: fn())
         self._now = now_ms
         self.initial_delay_ms = int(config["group.initial.rebalance.delay.ms"])
         self.min_session_ms = int(config["group.min.session.timeout.ms"])
@@ -445,8 +450,11 @@ class GroupCoordinator:
                 self._append(self.partition_for(gid), build_batch(records))
             except KafkaError as e:
                 return all_with(e.code)
-            for k, v in values:
-                group.offsets[k] = v
+
+            def cache(group: Group = group, values: list = values) -> None:
+                for k, v in values:
+                    group.offsets[k] = v
+            self._on_durable(cache)  # Kafka's pendingOffsetCommits: cached once replicated
         return {"throttle_time_ms": 0, "topics": results}
 
     def _fetch(self, body: Any, version: int, token: Any, client_id: str, client_host: str) -> dict:

@@ -482,8 +482,8 @@ def _cluster_worker(broker: BrokerProcess):
 def test_offset_commit_answered_only_once_replicated(cluster):
     """The coordinator holds an OffsetCommit's answer until the followers of the offsets
     partition have the record: with their replica fetchers stopped (SIGSTOP of the cluster
-    workers, shorter than the ZooKeeper session) no answer comes; it comes, successful, once
-    they fetch again."""
+    workers, shorter than the ZooKeeper session) no answer comes and an OffsetFetch does not
+    see the offset; the answer comes, successful, once they fetch again."""
     import signal
     boot, brokers = cluster["boot"], cluster["brokers"]
     _wait(lambda: (t := _metadata(boot).topics.get(OFFSETS)) is not None
@@ -505,6 +505,10 @@ def test_offset_commit_answered_only_once_replicated(cluster):
         t.start()
         t.join(2.5)
         assert not answer, "a commit was answered before any follower had it"
+        # and it is not in the coordinator's cache either (Kafka's pending offset commits)
+        fetched = _group_request(brokers[leader].bootstrap, 9, 1, {
+            "group_id": group, "topics": [{"name": GROUP_TOPIC, "partition_indexes": [0]}]})
+        assert fetched.topics[0].partitions[0].committed_offset == -1
     finally:
         for f in followers:
             f.send_signal(signal.SIGCONT)

@@ -53,12 +53,13 @@ LOAD_STEP_BYTES = 4 << 20  # read per loop pass while loading: bounds the other 
 class _Held:
     """An answer waiting for the high watermark to pass the writes made with it."""
 
-    __slots__ = ("waits", "deadline", "n", "request_id", "data")
+    __slots__ = ("waits", "deadline", "n", "request_id", "data", "on_success")
 
     def __init__(self, waits: list[tuple[int, int, int]], deadline: float, n: int,
-                 request_id: int, data: bytes) -> None:
+                 request_id: int, data: bytes, on_success: list) -> None:
         self.waits = waits  # (slot, offset the HW must reach, leader epoch of the write)
         self.deadline, self.n, self.request_id, self.data = deadline, n, request_id, data
+        self.on_success = on_success  # the coordinator's cache updates (committed offsets)
 
 
 class CoordinatorHost:
@@ -71,7 +72,8 @@ class CoordinatorHost:
         self.coordinator = GroupCoordinator(
             config, int(config["offsets.topic.num.partitions"]),
             append=self._append_offsets, respond=self._respond_later,
-            partition_exists=lambda t, p: self._index.lookup(t, p) is not None)
+            partition_exists=lambda t, p: self._index.lookup(t, p) is not None,
+            on_durable=self._on_durable)
         partitions.created_hooks.append(self._partition_created)
         # cluster mode (attach_cluster)
         self.area: Any = None
@@ -80,6 +82,7 @@ class CoordinatorHost:
         self.loads: dict[int, int] = {}  # offsets partition being loaded -> next offset to read
         self.held: list[_Held] = []
         self._step: dict[int, int] | None = None  # slot -> offset the HW must reach, this step
+        self._durable: list = []  # what the coordinator runs once this step's writes are replicated
         self._next_check = 0.0
 
     def attach_cluster(self, area: Any, replication: Any) -> None:
@@ -223,7 +226,17 @@ class CoordinatorHost:
             self._send(n, request_id, data)
             return
         waits = [(slot, needed, self.area.read(slot).leader_epoch) for slot, needed in self._step.items()]
-        self.held.append(_Held(waits, time.monotonic() + self.commit_timeout_s, n, request_id, data))
+        self.held.append(_Held(waits, time.monotonic() + self.commit_timeout_s, n, request_id, data,
+                               self._durable))
+        self._durable = []
+
+    def _on_durable(self, fn: Any) -> None:
+        """The coordinator's update to make once the write just made is replicated: it rides with
+        the answer held for that write (and is dropped if the write fails)."""
+        if self.area is None or not self._step:
+            fn()  # standalone, or already below the high watermark
+        else:
+            self._durable.append(fn)
 
     def _release(self, now: float) -> None:
         keep = []
@@ -238,6 +251,8 @@ class CoordinatorHost:
                 log.warning("a group write was not replicated in time: %s", ErrorCode(error).name)
                 self._send(h.n, h.request_id, b"", int(error))
             else:
+                for fn in h.on_success:
+                    fn()
                 self._send(h.n, h.request_id, h.data)
         self.held = keep
 
@@ -256,6 +271,10 @@ class CoordinatorHost:
 
     def _flush_step(self) -> None:
         self._step = None
+        # an update no answer waited for (none today: every commit has its answer)
+        pending, self._durable = self._durable, []
+        for fn in pending:
+            fn()
 
     def _respond_later(self, token: tuple, body: dict) -> None:
         """Answer a group request the coordinator held (a JoinGroup waiting for a rebalance)."""
