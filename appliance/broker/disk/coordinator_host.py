@@ -24,6 +24,7 @@ once appended, as before.
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from typing import Any
 
@@ -45,6 +46,9 @@ log = logging.getLogger("appliance.coordinator")
 
 _COMP = COMPLETION.struct  # type: ignore[attr-defined]
 _GROUP = GROUP_HEADER.struct  # type: ignore[attr-defined]
+# record batch v2: baseOffset, batchLength, then at 23 lastOffsetDelta (after partitionLeaderEpoch,
+# magic, crc, attributes)
+_BATCH_HEAD = struct.Struct(">qi11xi")
 
 LEADERSHIP_CHECK_S = 0.1  # how late a leadership change may be noticed with no group request
 LOAD_STEP_BYTES = 4 << 20  # read per loop pass while loading: bounds the other partitions' wait
@@ -160,8 +164,10 @@ class CoordinatorHost:
         for partition in list(self.loads):
             slot = self.partitions.slot_of.get((OFFSETS_TOPIC, partition))
             plog = self.partitions.logs.get(slot) if slot is not None else None
-            if plog is None:
+            if plog is None:  # gone meanwhile (deleted, or its log dir failed): not ours now
                 self.loads.pop(partition)
+                self.epochs.pop(partition, None)
+                self.coordinator.unload(partition)
                 continue
             offset = self.loads[partition]
             while budget > 0 and offset < plog.log_end_offset:
@@ -171,9 +177,8 @@ class CoordinatorHost:
                     offset = plog.log_end_offset
                     break
                 budget -= len(data)
-                batch = decode_records(data)
-                self.coordinator.load_records(partition, batch)
-                offset = max(offset + 1, batch[-1].offset + 1) if batch else plog.log_end_offset
+                self.coordinator.load_records(partition, decode_records(data))
+                offset = max(offset + 1, _next_offset(data))
             if offset >= plog.log_end_offset:
                 del self.loads[partition]
                 self.coordinator.finish_load(partition)
@@ -328,6 +333,16 @@ def _records(plog):
         data = plog.read_bytes(offset, 4 << 20, max_offset=plog.log_end_offset)
         if not data:
             break
-        batch = decode_records(data)
-        yield from batch
-        offset = max(offset + 1, batch[-1].offset + 1) if batch else plog.log_end_offset
+        yield from decode_records(data)
+        offset = max(offset + 1, _next_offset(data))
+
+
+def _next_offset(data: bytes) -> int:
+    """The offset after the last batch of ``data`` (whole batches), from the batch headers:
+    a batch the cleaner emptied of records still moves the position on."""
+    pos, nxt = 0, -1
+    while pos + _BATCH_HEAD.size <= len(data):
+        base, length, last_delta = _BATCH_HEAD.unpack_from(data, pos)
+        nxt = base + last_delta + 1
+        pos += 12 + length
+    return nxt
