@@ -466,6 +466,19 @@ def test_group_offsets_survive_the_coordinators_broker_killed(cluster):
             assert answer.topics[0].partitions[0].error_code == ErrorCode.NOT_COORDINATOR
     assert refused
 
+    # the consumer-groups tool, bootstrapped at a broker that coordinates neither group, finds
+    # the coordinators (and the partitions' leaders for the lag)
+    def tool(*args):
+        r = subprocess.run([os.sys.executable, "-m", "appliance.cli.main", "consumer-groups",
+                            "--bootstrap-server", brokers[victim].bootstrap, *args],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+    assert {g_conf, g_kp} <= set(tool("--list").split())
+    rows = {int(f[2]): (int(f[3]), int(f[4])) for line in tool("--describe", "--group", g_kp).splitlines()
+            if (f := line.split()) and f[0] == g_kp}
+    assert rows == {p: (kp_committed[p], total // parts) for p in range(parts) if kp_committed[p] is not None}
+
     r = subprocess.run([os.sys.executable, "-m", "appliance.cli.main", "topics", "--bootstrap-server",
                         boot, "--describe", "--topic", OFFSETS], capture_output=True, text=True, timeout=120)
     rows = [line for line in r.stdout.splitlines() if "Replicas: " in line]
