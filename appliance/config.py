@@ -256,7 +256,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("offsets.topic.retention.minutes", "int", None, "0.8.2 documentation's name of offsets.retention.minutes.", at_least(1)),
     ConfigKey("offsets.retention.minutes", "int", 10080, "How long committed offsets of an empty group are kept.", at_least(1)),
     ConfigKey("offsets.retention.check.interval.ms", "long", 600000, "How often stale offsets are removed.", at_least(1)),
-    ConfigKey("offsets.commit.timeout.ms", "int", 5000, "Wait for an offset commit to be replicated.", at_least(1)),
+    ConfigKey("offsets.commit.timeout.ms", "int", 5000, "Cluster mode: how long a group write waits to be replicated to the ISR before it fails (a standalone broker answers once appended).", at_least(1)),
     ConfigKey("group.initial.rebalance.delay.ms", "int", 3000, "Wait for more members before the first rebalance of a group."),
     ConfigKey("group.min.session.timeout.ms", "int", 6000, "Smallest session timeout a consumer may ask for."),
     ConfigKey("group.max.session.timeout.ms", "int", 1800000, "Largest session timeout a consumer may ask for."),
@@ -323,16 +323,14 @@ NO_EFFECT: dict[str, str] = {
     "num.recovery.threads.per.data.dir": "each log dir is recovered by its own disk worker process",
     "offsets.topic.segment.bytes": "__consumer_offsets is created with Kafka's 100 MiB segments",
     "offsets.retention.check.interval.ms": "expired offsets are checked on the coordinator's own timer",
-    "offsets.commit.timeout.ms": "a standalone broker acknowledges a commit once it is appended",
 }
 # Keys of the replicated cluster, which this build does not run yet: accepted so a cluster's
 # server.properties starts, no effect. (Remove a key from here when the cluster code reads it.)
 CLUSTER_KEYS: tuple[str, ...] = (
-    "offsets.topic.replication.factor", "num.replica.fetchers",
+    "num.replica.fetchers",
 )
 for _k in CLUSTER_KEYS:
-    NO_EFFECT[_k] = ("not yet: __consumer_offsets is not replicated, and one replica fetcher "
-                     "in the cluster worker follows every leader")
+    NO_EFFECT[_k] = "one replica fetcher in the cluster worker follows every leader"
 
 # Kafka broker keys of the seeds' 0.8.2 documentation (and its production config) that have no
 # counterpart here: accepted without a value check, reported as having no effect.

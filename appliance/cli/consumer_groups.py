@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import time
 
 from appliance.cli.common import add_bootstrap, check, connect, metadata
 from appliance.cli.main import CliError
+from appliance.client.connection import BrokerConnection
 from appliance.errors import ErrorCode
 
 __all__ = ["add_arguments", "run"]
@@ -49,18 +51,58 @@ def _committed(conn, group: str) -> dict[tuple[str, int], int]:
     return out
 
 
-def _list_offsets(conn, parts: list[tuple[str, int]], ts: int) -> dict[tuple[str, int], int]:
-    by_topic: dict[str, list[int]] = {}
+class _Brokers:
+    """Where a group command's requests go: in a cluster, group requests to the group's
+    coordinator (the leader of its ``__consumer_offsets`` partition) and ListOffsets to each
+    partition's leader; with one broker, everything to the bootstrap connection."""
+
+    def __init__(self, conn: BrokerConnection, timeout: float) -> None:
+        self.conn, self.timeout = conn, timeout
+        self.addresses = {b.node_id: (b.host, b.port) for b in metadata(conn, []).brokers}
+        self.opened: dict[int, BrokerConnection] = {}
+
+    def to(self, node: int) -> BrokerConnection:
+        if len(self.addresses) <= 1 or node not in self.addresses:
+            return self.conn
+        if node not in self.opened:
+            self.opened[node] = BrokerConnection(*self.addresses[node], timeout=self.timeout)
+        return self.opened[node]
+
+    def coordinator(self, group: str) -> BrokerConnection:
+        if len(self.addresses) <= 1:
+            return self.conn
+        deadline = time.monotonic() + self.timeout
+        while True:  # while the offsets topic is being created or its leader elected
+            r = self.conn.request(10, {"key": group, "key_type": 0})
+            if r.error_code != ErrorCode.COORDINATOR_NOT_AVAILABLE or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        check(r.error_code, f"finding the coordinator of group {group}")
+        return self.to(r.node_id)
+
+    def close(self) -> None:
+        for c in self.opened.values():
+            c.close()
+
+
+def _list_offsets(brokers: _Brokers, parts: list[tuple[str, int]], ts: int) -> dict[tuple[str, int], int]:
+    leaders: dict[tuple[str, int], int] = {}
+    if len(brokers.addresses) > 1:
+        for t in metadata(brokers.conn, sorted({t for t, _ in parts})).topics:
+            for p in t.partitions:
+                leaders[(t.name, p.partition_index)] = p.leader_id
+    by_node: dict[int, dict[str, list[int]]] = {}
     for t, p in parts:
-        by_topic.setdefault(t, []).append(p)
-    resp = conn.request(2, {"replica_id": -1, "isolation_level": 0, "topics": [
-        {"name": t, "partitions": [{"partition_index": p, "timestamp": ts} for p in ps]}
-        for t, ps in by_topic.items()]})
+        by_node.setdefault(leaders.get((t, p), -1), {}).setdefault(t, []).append(p)
     out = {}
-    for t in resp.topics:
-        for p in t.partitions:
-            check(p.error_code, f"offsets of {t.name}-{p.partition_index}")
-            out[(t.name, p.partition_index)] = p.offset
+    for node, by_topic in by_node.items():
+        resp = brokers.to(node).request(2, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": t, "partitions": [{"partition_index": p, "timestamp": ts} for p in ps]}
+            for t, ps in by_topic.items()]})
+        for t in resp.topics:
+            for p in t.partitions:
+                check(p.error_code, f"offsets of {t.name}-{p.partition_index}")
+                out[(t.name, p.partition_index)] = p.offset
     return out
 
 
@@ -96,86 +138,102 @@ def _parse_datetime(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    with connect(args) as conn:
-        if args.list:
-            resp = conn.request(16, {})
-            check(resp.error_code, "listing groups")
-            for g in sorted(resp.groups, key=lambda g: g.group_id):
-                print(g.group_id)
+    with connect(args) as boot:
+        if args.list:  # in a cluster each broker lists the groups it coordinates
+            brokers = _Brokers(boot, args.timeout)
+            try:
+                names = set()
+                for node in sorted(brokers.addresses) or [-1]:
+                    resp = brokers.to(node).request(16, {})
+                    check(resp.error_code, "listing groups")
+                    names.update(g.group_id for g in resp.groups)
+            finally:
+                brokers.close()
+            for name in sorted(names):
+                print(name)
             return 0
         group = _need_group(args)
-        if args.delete:
-            r = conn.request(42, {"groups_names": [group]}).results[0]
-            if r.error_code == ErrorCode.NON_EMPTY_GROUP:
-                raise CliError(f"group {group} is not empty (it has active members); stop them first")
-            check(r.error_code, f"deleting group {group}")
-            print(f"Deletion of requested consumer groups ('{group}') was successful.")
-            return 0
-        if args.describe:
-            g = _describe_group(conn, group)
-            committed = _committed(conn, group)
-            owner = _assignments(g)
-            parts = sorted(set(committed) | set(owner))
-            ends = _list_offsets(conn, parts, -1) if parts else {}
-            if not parts:
-                print(f"Consumer group '{group}' has no active members and no committed offsets.")
-                return 0
-            print(f"{'GROUP':<20} {'TOPIC':<20} {'PARTITION':>9} {'CURRENT-OFFSET':>14} "
-                  f"{'LOG-END-OFFSET':>14} {'LAG':>6}  CONSUMER-ID HOST CLIENT-ID")
-            for key in parts:
-                cur = committed.get(key)
-                end = ends.get(key, -1)
-                lag = end - cur if cur is not None and end >= 0 else None
-                print(f"{group:<20} {key[0]:<20} {key[1]:>9} {'-' if cur is None else cur:>14} "
-                      f"{end:>14} {'-' if lag is None else lag:>6}  {owner.get(key, '- - -')}")
-            print(f"\nGroup state: {g.group_state}, {len(g.members)} member(s)")
-            return 0
-        # --reset-offsets
-        if not (args.to_earliest or args.to_latest or args.to_offset is not None or args.to_datetime):
-            raise CliError("--reset-offsets needs one of --to-earliest, --to-latest, --to-offset, --to-datetime", 2)
+        brokers = _Brokers(boot, args.timeout)
+        try:
+            return _run_group(args, brokers, brokers.coordinator(group), group)
+        finally:
+            brokers.close()
+
+
+def _run_group(args: argparse.Namespace, brokers: _Brokers, conn: BrokerConnection, group: str) -> int:
+    """--delete, --describe, --reset-offsets of one group; ``conn`` is its coordinator."""
+    if args.delete:
+        r = conn.request(42, {"groups_names": [group]}).results[0]
+        if r.error_code == ErrorCode.NON_EMPTY_GROUP:
+            raise CliError(f"group {group} is not empty (it has active members); stop them first")
+        check(r.error_code, f"deleting group {group}")
+        print(f"Deletion of requested consumer groups ('{group}') was successful.")
+        return 0
+    if args.describe:
         g = _describe_group(conn, group)
-        if g.group_state not in ("Empty", "Dead"):
-            raise CliError(f"group {group} is {g.group_state}: offsets can only be reset while it "
-                           f"has no active members")
         committed = _committed(conn, group)
-        if args.topic:
-            topic, _, plist = args.topic.partition(":")
-            md = metadata(conn, [topic]).topics[0]
-            check(md.error_code, f"topic {topic}")
-            wanted = [int(x) for x in plist.split(",")] if plist else [p.partition_index for p in md.partitions]
-            parts = [(topic, p) for p in sorted(wanted)]
-        elif args.all_topics:
-            parts = sorted(committed)
-        else:
-            raise CliError("--reset-offsets needs --topic or --all-topics", 2)
-        if args.to_earliest:
-            target = _list_offsets(conn, parts, -2)
-        elif args.to_latest:
-            target = _list_offsets(conn, parts, -1)
-        elif args.to_offset is not None:
-            if args.to_offset < 0:
-                raise CliError(f"--to-offset {args.to_offset}: must not be negative", 2)
-            low, high = _list_offsets(conn, parts, -2), _list_offsets(conn, parts, -1)
-            target = {k: min(max(args.to_offset, low[k]), high[k]) for k in parts}
-        else:
-            ts = _parse_datetime(args.to_datetime)
-            found = _list_offsets(conn, parts, ts)
-            latest = _list_offsets(conn, parts, -1)
-            target = {k: (v if v >= 0 else latest[k]) for k, v in found.items()}
-        print(f"{'GROUP':<20} {'TOPIC':<20} {'PARTITION':>9} {'NEW-OFFSET':>10}")
-        for (t, p) in parts:
-            print(f"{group:<20} {t:<20} {p:>9} {target[(t, p)]:>10}")
-        if not args.execute:
-            print("(dry run: add --execute to apply)")
+        owner = _assignments(g)
+        parts = sorted(set(committed) | set(owner))
+        ends = _list_offsets(brokers, parts, -1) if parts else {}
+        if not parts:
+            print(f"Consumer group '{group}' has no active members and no committed offsets.")
             return 0
-        by_topic: dict[str, list] = {}
-        for (t, p), off in target.items():
-            by_topic.setdefault(t, []).append({"partition_index": p, "committed_offset": off,
-                                               "committed_metadata": ""})
-        resp = conn.request(8, {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
-                                "retention_time_ms": -1,
-                                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]})
-        for t in resp.topics:
-            for p in t.partitions:
-                check(p.error_code, f"committing {t.name}-{p.partition_index}")
+        print(f"{'GROUP':<20} {'TOPIC':<20} {'PARTITION':>9} {'CURRENT-OFFSET':>14} "
+              f"{'LOG-END-OFFSET':>14} {'LAG':>6}  CONSUMER-ID HOST CLIENT-ID")
+        for key in parts:
+            cur = committed.get(key)
+            end = ends.get(key, -1)
+            lag = end - cur if cur is not None and end >= 0 else None
+            print(f"{group:<20} {key[0]:<20} {key[1]:>9} {'-' if cur is None else cur:>14} "
+                  f"{end:>14} {'-' if lag is None else lag:>6}  {owner.get(key, '- - -')}")
+        print(f"\nGroup state: {g.group_state}, {len(g.members)} member(s)")
+        return 0
+    # --reset-offsets
+    if not (args.to_earliest or args.to_latest or args.to_offset is not None or args.to_datetime):
+        raise CliError("--reset-offsets needs one of --to-earliest, --to-latest, --to-offset, --to-datetime", 2)
+    g = _describe_group(conn, group)
+    if g.group_state not in ("Empty", "Dead"):
+        raise CliError(f"group {group} is {g.group_state}: offsets can only be reset while it "
+                       f"has no active members")
+    committed = _committed(conn, group)
+    if args.topic:
+        topic, _, plist = args.topic.partition(":")
+        md = metadata(conn, [topic]).topics[0]
+        check(md.error_code, f"topic {topic}")
+        wanted = [int(x) for x in plist.split(",")] if plist else [p.partition_index for p in md.partitions]
+        parts = [(topic, p) for p in sorted(wanted)]
+    elif args.all_topics:
+        parts = sorted(committed)
+    else:
+        raise CliError("--reset-offsets needs --topic or --all-topics", 2)
+    if args.to_earliest:
+        target = _list_offsets(brokers, parts, -2)
+    elif args.to_latest:
+        target = _list_offsets(brokers, parts, -1)
+    elif args.to_offset is not None:
+        if args.to_offset < 0:
+            raise CliError(f"--to-offset {args.to_offset}: must not be negative", 2)
+        low, high = _list_offsets(brokers, parts, -2), _list_offsets(brokers, parts, -1)
+        target = {k: min(max(args.to_offset, low[k]), high[k]) for k in parts}
+    else:
+        ts = _parse_datetime(args.to_datetime)
+        found = _list_offsets(brokers, parts, ts)
+        latest = _list_offsets(brokers, parts, -1)
+        target = {k: (v if v >= 0 else latest[k]) for k, v in found.items()}
+    print(f"{'GROUP':<20} {'TOPIC':<20} {'PARTITION':>9} {'NEW-OFFSET':>10}")
+    for (t, p) in parts:
+        print(f"{group:<20} {t:<20} {p:>9} {target[(t, p)]:>10}")
+    if not args.execute:
+        print("(dry run: add --execute to apply)")
+        return 0
+    by_topic: dict[str, list] = {}
+    for (t, p), off in target.items():
+        by_topic.setdefault(t, []).append({"partition_index": p, "committed_offset": off,
+                                           "committed_metadata": ""})
+    resp = conn.request(8, {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+                            "retention_time_ms": -1,
+                            "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]})
+    for t in resp.topics:
+        for p in t.partitions:
+            check(p.error_code, f"committing {t.name}-{p.partition_index}")
     return 0

@@ -1,6 +1,6 @@
 """The client APIs a cluster-mode broker answers from the cluster's view, in the cluster worker:
-Metadata (every live broker; each partition's leader, replicas and ISR, from UpdateMetadata)
-and CreateTopics (Kafka's AdminZkClient: assign replicas over the live brokers, write
+Metadata (every live broker; each partition's leader, replicas and ISR, from UpdateMetadata),
+FindCoordinator (the leader of the group's ``__consumer_offsets`` partition) and CreateTopics (Kafka's AdminZkClient: assign replicas over the live brokers, write
 ``/brokers/topics/<t>``; the controller elects and sends LeaderAndIsr).
 """
 
@@ -18,7 +18,7 @@ from appliance.cluster.assignment import (
 from appliance.cluster.leadership import LeadershipTable
 from appliance.cluster.zk_store import TopicCollision, TopicExists, ZkStore
 from appliance.config import ConfigError, TopicConfig, validate_topic_name
-from appliance.coordinator.routing import OFFSETS_TOPIC
+from appliance.coordinator.routing import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, offsets_partition_for
 from appliance.errors import ErrorCode, KafkaError
 
 __all__ = ["metadata_body", "create_topics_body", "coordinator_body"]
@@ -141,13 +141,46 @@ async def create_topics_body(table: LeadershipTable, store: ZkStore, config: Any
     return {"throttle_time_ms": 0, "topics": results}
 
 
-def coordinator_body(table: LeadershipTable) -> dict:
-    """FindCoordinator: the lowest live broker id, the same answer on every broker (see
-    :func:`appliance.broker.handlers.inter_broker.find_coordinator`)."""
-    if not table.live_brokers:
-        return {"throttle_time_ms": 0, "error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                "error_message": "no live brokers known yet", "node_id": -1, "host": "", "port": -1}
-    node = min(table.live_brokers)
-    host, port, _ = table.live_brokers[node]
-    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "node_id": node,
-            "host": host, "port": port}
+OFFSETS_TOPIC_ELECTION_WAIT_S = 5.0  # a first FindCoordinator waits this long for the new topic's leaders
+KEY_TYPE_GROUP = 0
+
+
+async def coordinator_body(table: LeadershipTable, store: ZkStore, config: Any, request: Any,
+                           version: int) -> dict:
+    """FindCoordinator, Kafka's rule: the leader of the group's ``__consumer_offsets``
+    partition (COORDINATOR_NOT_AVAILABLE while it has none). The first one creates the topic
+    through ZooKeeper, with ``offsets.topic.num.partitions`` partitions and a replication factor
+    of min(``offsets.topic.replication.factor``, live brokers)."""
+    def answer(code: int, msg: str | None = None, node: int = -1) -> dict:
+        host, port = (table.live_brokers[node][:2]) if node >= 0 else ("", -1)
+        return {"throttle_time_ms": 0, "error_code": int(code), "error_message": msg,
+                "node_id": node, "host": host, "port": port}
+
+    if version >= 1 and request.key_type != KEY_TYPE_GROUP:
+        return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported")
+    if not request.key:
+        return answer(ErrorCode.INVALID_GROUP_ID, "empty group id")
+    parts = _by_topic(table).get(OFFSETS_TOPIC)
+    if not parts:
+        live = max(len(table.live_brokers), 1)
+        rf = min(int(config["offsets.topic.replication.factor"]), live)
+        code, msg = await create_topic(table, store, config, OFFSETS_TOPIC,
+                                       int(config["offsets.topic.num.partitions"]), rf,
+                                       dict(OFFSETS_TOPIC_CONFIG))
+        if code not in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
+            return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, msg)
+        deadline = time.monotonic() + OFFSETS_TOPIC_ELECTION_WAIT_S
+        while not parts and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            parts = _by_topic(table).get(OFFSETS_TOPIC)
+        if not parts:
+            return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} is being created")
+    count = len(parts)
+    if count != int(config["offsets.topic.num.partitions"]):
+        # created with another count, or the metadata is not complete yet: ZooKeeper knows
+        assignment = await asyncio.get_running_loop().run_in_executor(None, store.assignment, OFFSETS_TOPIC)
+        count = len(assignment.partitions) if assignment is not None else count
+    state = parts.get(offsets_partition_for(request.key, count))
+    if state is None or state.leader not in table.live_brokers:
+        return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group's offsets partition has no leader")
+    return answer(0, None, state.leader)

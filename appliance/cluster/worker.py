@@ -201,7 +201,7 @@ class ClusterWorker:
         elif api_key == ElectLeaders.API_KEY:
             resp = await answer_elect_leaders(self.member, req)
         elif api_key == FindCoordinator.API_KEY:
-            resp = coordinator_body(lt)
+            resp = await coordinator_body(lt, self.store, self.config, req, version)
         elif api_key == Metadata.API_KEY:
             resp = await metadata_body(lt, self.store, self.config, req, version)
         elif api_key == CreateTopics.API_KEY:

@@ -8,10 +8,13 @@ Driven by the disk worker's loop, single-threaded:
 - ``poll(now_ms)`` runs the timers — rebalance completion, session expiry, offset expiry — and
   returns when it next needs to run;
 - ``load(partition, records)`` replays a partition of ``__consumer_offsets`` at start, so a
-  restarted broker knows its groups and their committed offsets.
+  restarted broker knows its groups and their committed offsets; in cluster mode the host
+  loads in steps (``begin_load``, ``load_records``, ``finish_load``) when this broker becomes
+  the partition's leader and unloads it (``unload``) when it stops leading.
 
 Commits and group metadata are appended to the offsets partition (``append(partition, batch)``)
-before they are acknowledged.
+before they are acknowledged; a commit enters the cache through ``on_durable``, which the
+cluster-mode host runs only once the append is replicated.
 """
 
 from __future__ import annotations
@@ -46,13 +49,19 @@ class GroupCoordinator:
                  append: Callable[[int, bytes], None],
                  respond: Callable[[Any, dict], None],
                  partition_exists: Callable[[str, int], bool],
-                 now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+                 now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 on_durable: Callable[[Callable[[], None]], None] | None = None) -> None:
         self.num_partitions = partitions
         self.owned: set[int] = set()
+        self.loading: set[int] = set()  # partitions being loaded (COORDINATOR_LOAD_IN_PROGRESS)
+        self._loaded: dict[int, int] = {}  # records applied so far, per partition being loaded
         self.groups: dict[str, Group] = {}
         self._append = append
         self._respond = respond
         self._partition_exists = partition_exists
+        # runs what must wait until the last append is durable (cluster mode: replicated to the
+        # ISR; the host drops it if that fails); standalone, an append is durable at once
+        self._on_durable = on_durable or (lambda fn: fn())
         self._now = now_ms
         self.initial_delay_ms = int(config["group.initial.rebalance.delay.ms"])
         self.min_session_ms = int(config["group.min.session.timeout.ms"])
@@ -68,9 +77,26 @@ class GroupCoordinator:
     def owns_group(self, group_id: str) -> bool:
         return self.partition_for(group_id) in self.owned
 
+    def not_owned_error(self, group_id: str) -> int:
+        """The answer for a group this coordinator does not serve now."""
+        return E.COORDINATOR_LOAD_IN_PROGRESS if self.partition_for(group_id) in self.loading \
+            else E.NOT_COORDINATOR
+
     def load(self, partition: int, records: Iterable[Any]) -> None:
-        """Replay one offsets partition (records in offset order) into the cache."""
-        self.owned.add(partition)
+        """Replay one offsets partition (records in offset order) into the cache, at once."""
+        self.begin_load(partition)
+        self.load_records(partition, records)
+        self.finish_load(partition)
+
+    def begin_load(self, partition: int) -> None:
+        """Start loading a partition (cluster mode: this broker just became its leader); its
+        groups answer COORDINATOR_LOAD_IN_PROGRESS until :meth:`finish_load`."""
+        self.owned.discard(partition)
+        self.loading.add(partition)
+        self._loaded[partition] = 0
+
+    def load_records(self, partition: int, records: Iterable[Any]) -> None:
+        """Apply the next records of a partition being loaded (in offset order)."""
         now = self._now()
         loaded = 0
         for rec in records:
@@ -99,13 +125,39 @@ class GroupCoordinator:
             except (schema.SchemaError, UnicodeDecodeError) as e:
                 log.warning("skipping unreadable __consumer_offsets record at offset %s: %s",
                             getattr(rec, "offset", "?"), e)
+        self._loaded[partition] = self._loaded.get(partition, 0) + loaded
+
+    def finish_load(self, partition: int) -> None:
+        """The partition is loaded: its groups are served from now on."""
         # a group with neither members nor offsets left is gone (deleted or expired)
         for gid in [gid for gid, g in self.groups.items()
                     if self.partition_for(gid) == partition and not g.members and not g.offsets]:
             del self.groups[gid]
+        self.loading.discard(partition)
+        self.owned.add(partition)
+        loaded = self._loaded.pop(partition, 0)
         log.log(logging.INFO if loaded else logging.DEBUG,
                 "loaded __consumer_offsets-%d: %d records, %d groups now cached", partition,
                  loaded, len(self.groups))
+
+    def unload(self, partition: int) -> None:
+        """Forget a partition's groups (cluster mode: this broker no longer leads it); requests
+        held for them are answered NOT_COORDINATOR, so their clients look the coordinator up
+        again (Kafka's removeGroupsForPartition)."""
+        self.owned.discard(partition)
+        self.loading.discard(partition)
+        self._loaded.pop(partition, None)
+        for gid in [gid for gid in self.groups if self.partition_for(gid) == partition]:
+            group = self.groups.pop(gid)
+            for m in group.members.values():
+                if m.join_token is not None:
+                    self._respond(m.join_token, self._join_error(E.NOT_COORDINATOR, m.member_id))
+                    m.join_token = None
+                if m.sync_token is not None:
+                    self._respond(m.sync_token, {"throttle_time_ms": 0, "error_code": E.NOT_COORDINATOR,
+                                                 "assignment": b""})
+                    m.sync_token = None
+        log.info("unloaded __consumer_offsets-%d: %d groups now cached", partition, len(self.groups))
 
     def _new_group(self, group_id: str) -> Group:
         g = Group(group_id, state_timestamp_ms=self._now())
@@ -145,7 +197,7 @@ class GroupCoordinator:
         if not gid:
             return self._join_error(E.INVALID_GROUP_ID)
         if not self.owns_group(gid):
-            return self._join_error(E.NOT_COORDINATOR)
+            return self._join_error(self.not_owned_error(gid))
         if not self.min_session_ms <= body.session_timeout_ms <= self.max_session_ms:
             return self._join_error(E.INVALID_SESSION_TIMEOUT)
         names = [p.name for p in body.protocols]
@@ -270,7 +322,7 @@ class GroupCoordinator:
         if not body.group_id:
             return err(E.INVALID_GROUP_ID)
         if not self.owns_group(body.group_id):
-            return err(E.NOT_COORDINATOR)
+            return err(self.not_owned_error(body.group_id))
         group = self.groups.get(body.group_id)
         if group is None or body.member_id not in group.members:
             return err(E.UNKNOWN_MEMBER_ID)
@@ -313,7 +365,7 @@ class GroupCoordinator:
         if not body.group_id:  # Kafka: only the offset APIs accept an empty group id
             return r(E.INVALID_GROUP_ID)
         if not self.owns_group(body.group_id):
-            return r(E.NOT_COORDINATOR)
+            return r(self.not_owned_error(body.group_id))
         group = self.groups.get(body.group_id)
         if group is None or group.is_(S.DEAD) or body.member_id not in group.members:
             return r(E.UNKNOWN_MEMBER_ID)
@@ -330,7 +382,7 @@ class GroupCoordinator:
         if not body.group_id:  # Kafka: only the offset APIs accept an empty group id
             return r(E.INVALID_GROUP_ID)
         if not self.owns_group(body.group_id):
-            return r(E.NOT_COORDINATOR)
+            return r(self.not_owned_error(body.group_id))
         group = self.groups.get(body.group_id)
         if group is None or body.member_id not in group.members:
             return r(E.UNKNOWN_MEMBER_ID)
@@ -358,7 +410,7 @@ class GroupCoordinator:
         if not gid:
             return all_with(E.INVALID_GROUP_ID)
         if not self.owns_group(gid):
-            return all_with(E.NOT_COORDINATOR)
+            return all_with(self.not_owned_error(gid))
         gen = body.generation_id_or_member_epoch
         group = self.groups.get(gid)
         if group is None:
@@ -398,14 +450,17 @@ class GroupCoordinator:
                 self._append(self.partition_for(gid), build_batch(records))
             except KafkaError as e:
                 return all_with(e.code)
-            for k, v in values:
-                group.offsets[k] = v
+
+            def cache(group: Group = group, values: list = values) -> None:
+                for k, v in values:
+                    group.offsets[k] = v
+            self._on_durable(cache)  # Kafka's pendingOffsetCommits: cached once replicated
         return {"throttle_time_ms": 0, "topics": results}
 
     def _fetch(self, body: Any, version: int, token: Any, client_id: str, client_host: str) -> dict:
         gid = body.group_id
         if not self.owns_group(gid):
-            return {"throttle_time_ms": 0, "topics": [], "error_code": E.NOT_COORDINATOR}
+            return {"throttle_time_ms": 0, "topics": [], "error_code": self.not_owned_error(gid)}
         group = self.groups.get(gid)
         offsets = group.offsets if group is not None else {}
         if body.topics is None:
@@ -429,7 +484,7 @@ class GroupCoordinator:
         out = []
         for gid in body.groups:
             if not self.owns_group(gid):
-                out.append({"error_code": E.NOT_COORDINATOR, "group_id": gid, "group_state": "",
+                out.append({"error_code": self.not_owned_error(gid), "group_id": gid, "group_state": "",
                             "protocol_type": "", "protocol_data": "", "members": []})
                 continue
             g = self.groups.get(gid)
@@ -458,7 +513,7 @@ class GroupCoordinator:
             code = 0
             g = self.groups.get(gid)
             if not self.owns_group(gid):
-                code = E.NOT_COORDINATOR
+                code = self.not_owned_error(gid)
             elif g is None or g.is_(S.DEAD):
                 code = E.GROUP_ID_NOT_FOUND
             elif g.members:
@@ -482,7 +537,7 @@ class GroupCoordinator:
             return {"error_code": code, "throttle_time_ms": 0, "topics": topics}
         gid = body.group_id
         if not self.owns_group(gid):
-            return answer(E.NOT_COORDINATOR, [])
+            return answer(self.not_owned_error(gid), [])
         g = self.groups.get(gid)
         if g is None or g.is_(S.DEAD):
             return answer(E.GROUP_ID_NOT_FOUND, [])

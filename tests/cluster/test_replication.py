@@ -30,6 +30,7 @@ from tests.broker_process import BrokerProcess
 SESSION_MS = 6000
 TOPIC = "events"
 PARTITIONS = 6
+OFFSETS_PARTITIONS = 3
 
 
 def _wait(pred, timeout: float, what: str, step: float = 0.2):
@@ -48,7 +49,10 @@ def _broker(workdir: Path, connect: str, broker_id: int, port: int | None = None
     return BrokerProcess(workdir, port=port, overrides={
         "zookeeper.connect": connect, "broker.id": str(broker_id),
         "zookeeper.session.timeout.ms": str(session_ms), "num.network.threads": "1",
-        "replica.lag.time.max.ms": "10000"})
+        "replica.lag.time.max.ms": "10000",
+        # Kafka's 50 would put 50 more partitions on every broker: a restart after SIGKILL
+        # then recovers for longer than the session timeout the restart test races against
+        "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS)})
 
 
 def _metadata(boot: str):
@@ -292,6 +296,239 @@ def test_group_members_on_different_brokers_share_one_coordinator(cluster):
     finally:
         for c in consumers:
             c.close()
+
+
+GROUP_TOPIC = "group-events"
+OFFSETS = "__consumer_offsets"
+
+
+def _offsets_leaders(boot: str) -> dict[int, int]:
+    t = _metadata(boot).topics.get(OFFSETS)
+    return {} if t is None or t.error is not None else {p.id: p.leader for p in t.partitions.values()}
+
+
+def _group_led_by(boot: str, broker: int, prefix: str) -> str:
+    """A group id whose ``__consumer_offsets`` partition ``broker`` leads now."""
+    from appliance.coordinator.routing import offsets_partition_for
+    leaders = _offsets_leaders(boot)
+    return next(g for i in range(10_000) if leaders.get(offsets_partition_for(
+        g := f"{prefix}-{i}", len(leaders))) == broker)
+
+
+def _group_request(bootstrap: str, api_key: int, version: int, body: dict):
+    """One group API request to one broker (no client library: we choose the broker)."""
+    import socket
+
+    from appliance.protocol import NEED_DATA, ClientConnection
+    host, port = bootstrap.split(":")
+    conn = ClientConnection(client_id="test")
+    _, frame = conn.send_request(api_key, version, body)
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(frame)
+        while (ev := conn.next_event()) is NEED_DATA:
+            conn.receive_data(s.recv(1 << 20))
+    return ev.body
+
+
+def _committed_confluent(boot: str, group: str, parts: int) -> dict[int, int]:
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": boot, "group.id": group, "enable.auto.commit": False})
+    try:
+        return {tp.partition: tp.offset for tp in
+                c.committed([TopicPartition(GROUP_TOPIC, p) for p in range(parts)], timeout=60)}
+    finally:
+        c.close()
+
+
+def _consume_confluent(consumer, want: int, timeout: float) -> list:
+    got, deadline = [], time.monotonic() + timeout
+    while len(got) < want and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m)
+    return got
+
+
+def _commit_confluent(consumer, timeout: float = 90) -> None:
+    """A synchronous commit, retried over the coordinator's move (retriable errors)."""
+    from confluent_kafka import KafkaException
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            consumer.commit(asynchronous=False)
+            return
+        except KafkaException as e:
+            if time.monotonic() > deadline:
+                raise
+            consumer.poll(0.5)
+            last = e
+            del last
+
+
+def test_group_offsets_survive_the_coordinators_broker_killed(cluster):
+    """A group's coordinator is the leader of its ``__consumer_offsets`` partition, which is
+    replicated: commits made through confluent-kafka and kafka-python survive a SIGKILL of the
+    coordinator's whole broker, the clients find the new coordinator, a consumer resumes right
+    after the last commit, the live member rejoins; the restarted old coordinator answers
+    NOT_COORDINATOR; the topic has replication factor 3."""
+    from confluent_kafka import Consumer
+    from kafka import KafkaConsumer, TopicPartition
+
+    from appliance.errors import ErrorCode
+    boot, brokers = cluster["boot"], cluster["brokers"]
+    parts, total = 3, 600
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_topics([NewTopic(GROUP_TOPIC, parts, 3)])[GROUP_TOPIC].result(60)
+    prod = Producer({"bootstrap.servers": boot, "acks": "all"})
+    for i in range(total):
+        prod.produce(GROUP_TOPIC, f"g{i}".encode(), partition=i % parts)
+    assert prod.flush(60) == 0
+
+    # the first FindCoordinator creates the offsets topic; pick a victim that leads some of it
+    # and is not the controller (its failover is another test's)
+    _wait(lambda: _group_request(brokers[0].bootstrap, 10, 1, {"key": "probe", "key_type": 0}).error_code == 0,
+          90, "a coordinator for a first group")
+    _wait(lambda: (lead := _offsets_leaders(boot)) and all(v >= 0 for v in lead.values()),
+          60, "leaders of __consumer_offsets")
+    controller = _metadata(boot).controller_id
+    victim = next(b for b in sorted(set(_offsets_leaders(boot).values())) if b != controller)
+    g_conf = _group_led_by(boot, victim, "ck")
+    g_kp = _group_led_by(boot, victim, "kp")
+
+    # confluent-kafka: a live member that consumes part and commits
+    live = Consumer({"bootstrap.servers": boot, "group.id": g_conf, "enable.auto.commit": False,
+                     "auto.offset.reset": "earliest", "session.timeout.ms": 10000})
+    live.subscribe([GROUP_TOPIC])
+    first = _consume_confluent(live, 250, 90)
+    assert len(first) == 250
+    _commit_confluent(live)
+    before = _committed_confluent(boot, g_conf, parts)
+    # kafka-python: commit a position on each partition, then leave
+    kp = KafkaConsumer(GROUP_TOPIC, bootstrap_servers=boot, group_id=g_kp, enable_auto_commit=False,
+                       auto_offset_reset="earliest", consumer_timeout_ms=60000)
+    kp_seen = []
+    for m in kp:
+        kp_seen.append(m)
+        if len(kp_seen) == 300:
+            break
+    kp.commit()
+    kp_committed = {p: kp.committed(TopicPartition(GROUP_TOPIC, p)) for p in range(parts)}
+    kp.close()
+    assert sum(v for v in kp_committed.values() if v) == 300
+
+    brokers[victim].kill()
+    survivors = ",".join(b.bootstrap for i, b in brokers.items() if i != victim)
+    _wait(lambda: (lead := _offsets_leaders(survivors)) and victim not in lead.values()
+          and all(v >= 0 for v in lead.values()), SESSION_MS / 1000 + 30, "new offsets leaders")
+
+    # every commit made before the kill is there, read through the new coordinators
+    assert _committed_confluent(survivors, g_conf, parts) == before
+    kp2 = KafkaConsumer(bootstrap_servers=survivors, group_id=g_kp, enable_auto_commit=False)
+    assert {p: kp2.committed(TopicPartition(GROUP_TOPIC, p)) for p in range(parts)} == kp_committed
+    kp2.close()
+
+    # the live member finds the new coordinator, rejoins and goes on from where it was
+    rest = _consume_confluent(live, total - 250, 120)
+    read = [(m.partition(), m.offset()) for m in first + rest]
+    assert len(set(read)) == len(read) == total, (len(first), len(rest))
+    _commit_confluent(live)
+    live.close()
+    assert _committed_confluent(survivors, g_conf, parts) == {p: total // parts for p in range(parts)}
+
+    # kafka-python resumes exactly after its last commit: nothing committed is read again
+    kp3 = KafkaConsumer(GROUP_TOPIC, bootstrap_servers=survivors, group_id=g_kp,
+                        enable_auto_commit=False, auto_offset_reset="earliest")
+    resumed, deadline = [], time.monotonic() + 120
+    while len(resumed) < total - 300 and time.monotonic() < deadline:
+        for msgs in kp3.poll(timeout_ms=1000).values():
+            resumed += msgs
+    kp3.close()
+    # a record read again would come first and push the last ones out of this count
+    for p in range(parts):
+        offsets = sorted(m.offset for m in resumed if m.partition == p)
+        assert offsets == list(range(kp_committed[p] or 0, total // parts))
+
+    # the old coordinator, restarted, names the new leaders and refuses the groups it lost
+    b = brokers[victim]
+    brokers[victim] = _broker(b.workdir, cluster["connect"], victim, port=b.port).start()
+    _wait(lambda: (t := _metadata(boot).topics.get(OFFSETS)) is not None
+          and all(victim in p.isrs for p in t.partitions.values()), 120, f"broker {victim} in the offsets ISRs")
+    leaders = _offsets_leaders(boot)
+    from appliance.coordinator.routing import offsets_partition_for
+    refused = 0
+    for g in (g_conf, g_kp):
+        leader = leaders[offsets_partition_for(g, len(leaders))]
+        found = _group_request(brokers[victim].bootstrap, 10, 1, {"key": g, "key_type": 0})
+        assert (found.error_code, found.node_id) == (0, leader)
+        if leader != victim:  # (a preferred-leader election may have given one back)
+            refused += 1
+            answer = _group_request(brokers[victim].bootstrap, 9, 1, {
+                "group_id": g, "topics": [{"name": GROUP_TOPIC, "partition_indexes": [0]}]})
+            assert answer.topics[0].partitions[0].error_code == ErrorCode.NOT_COORDINATOR
+    assert refused
+
+    # the consumer-groups tool, bootstrapped at a broker that coordinates neither group, finds
+    # the coordinators (and the partitions' leaders for the lag)
+    def tool(*args):
+        r = subprocess.run([os.sys.executable, "-m", "appliance.cli.main", "consumer-groups",
+                            "--bootstrap-server", brokers[victim].bootstrap, *args],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+    assert {g_conf, g_kp} <= set(tool("--list").split())
+    rows = {int(f[2]): (int(f[3]), int(f[4])) for line in tool("--describe", "--group", g_kp).splitlines()
+            if (f := line.split()) and f[0] == g_kp}
+    assert rows == {p: (kp_committed[p], total // parts) for p in range(parts) if kp_committed[p] is not None}
+
+    r = subprocess.run([os.sys.executable, "-m", "appliance.cli.main", "topics", "--bootstrap-server",
+                        boot, "--describe", "--topic", OFFSETS], capture_output=True, text=True, timeout=120)
+    rows = [line for line in r.stdout.splitlines() if "Replicas: " in line]
+    assert len(rows) == OFFSETS_PARTITIONS, r.stdout[-2000:]
+    assert all(len(line.split("Replicas: ")[1].split()[0].split(",")) == 3 for line in rows), r.stdout[-2000:]
+
+
+def _cluster_worker(broker: BrokerProcess):
+    import psutil
+    return next(p for p in psutil.Process(broker.proc.pid).children(recursive=True)
+                if "cluster worker" in " ".join(p.cmdline()))
+
+
+def test_offset_commit_answered_only_once_replicated(cluster):
+    """The coordinator holds an OffsetCommit's answer until the followers of the offsets
+    partition have the record: with their replica fetchers stopped (SIGSTOP of the cluster
+    workers, shorter than the ZooKeeper session) no answer comes and an OffsetFetch does not
+    see the offset; the answer comes, successful, once they fetch again."""
+    import signal
+    boot, brokers = cluster["boot"], cluster["brokers"]
+    _wait(lambda: (t := _metadata(boot).topics.get(OFFSETS)) is not None
+          and all(len(p.isrs) == 3 for p in t.partitions.values()), 90, "full offsets ISRs")
+    leader = sorted(set(_offsets_leaders(boot).values()))[0]
+    group = _group_led_by(boot, leader, "held")
+    followers = [_cluster_worker(b) for i, b in brokers.items() if i != leader]
+    answer: list = []
+
+    def commit():
+        answer.append(_group_request(brokers[leader].bootstrap, 8, 2, {
+            "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+            "retention_time_ms": -1, "topics": [{"name": GROUP_TOPIC, "partitions": [
+                {"partition_index": 0, "committed_offset": 7, "committed_metadata": ""}]}]}))
+    for f in followers:
+        f.send_signal(signal.SIGSTOP)
+    try:
+        t = threading.Thread(target=commit, daemon=True)
+        t.start()
+        t.join(2.5)
+        assert not answer, "a commit was answered before any follower had it"
+        # and it is not in the coordinator's cache either (Kafka's pending offset commits)
+        fetched = _group_request(brokers[leader].bootstrap, 9, 1, {
+            "group_id": group, "topics": [{"name": GROUP_TOPIC, "partition_indexes": [0]}]})
+        assert fetched.topics[0].partitions[0].committed_offset == -1
+    finally:
+        for f in followers:
+            f.send_signal(signal.SIGCONT)
+    t.join(60)
+    assert answer and answer[0].topics[0].partitions[0].error_code == 0
+    assert _committed_confluent(boot, group, 1) == {0: 7}
 
 
 def test_follower_fetch_from_an_unknown_replica_id_is_refused(cluster):

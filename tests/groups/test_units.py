@@ -291,3 +291,38 @@ def test_offsets_commit_fetch_and_reload():
     again = Harness()
     again.coord.load(part, h.records(part))
     assert "g" not in again.coord.groups
+
+
+def test_leadership_load_in_steps_and_unload():
+    """Cluster mode's lifecycle of one offsets partition: while it loads its groups answer
+    COORDINATOR_LOAD_IN_PROGRESS; loaded in several steps it serves what was committed;
+    unloaded (leadership lost) it answers NOT_COORDINATOR, also to a member held in JoinGroup."""
+    h = Harness()
+    commit = {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
+              "retention_time_ms": -1}
+    for p in range(3):  # three commits: three batches to load
+        h.call(8, 3, {**commit, "topics": [{"name": "t", "partitions": [
+            {"partition_index": p, "committed_offset": 10 + p, "committed_metadata": ""}]}]})
+    part = h.coord.partition_for("g")
+    records = h.records(part)
+    fetch = {"group_id": "g", "topics": [{"name": "t", "partition_indexes": [0, 1, 2]}]}
+    new = Harness()
+    new.coord.unload(part)
+    assert new.call(9, 3, fetch)["error_code"] == ErrorCode.NOT_COORDINATOR
+    new.coord.begin_load(part)
+    assert new.call(9, 3, fetch)["error_code"] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    assert new.join("", "x")["error_code"] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    new.coord.load_records(part, records[:1])
+    new.coord.load_records(part, records[1:])
+    assert new.call(9, 3, fetch)["error_code"] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    new.coord.finish_load(part)
+    got = new.call(9, 3, fetch)
+    assert [p["committed_offset"] for p in got["topics"][0]["partitions"]] == [10, 11, 12]
+    # a member waits in JoinGroup (initial delay); the partition is unloaded under it
+    slow = Harness(delay_ms=1000)
+    mid = slow.join("", "j")["member_id"]
+    assert slow.join(mid, "j2") is None
+    slow.coord.unload(part)
+    assert slow.answers["j2"]["error_code"] == ErrorCode.NOT_COORDINATOR
+    assert "g" not in slow.coord.groups
+    assert slow.call(9, 3, fetch)["error_code"] == ErrorCode.NOT_COORDINATOR

@@ -1,24 +1,69 @@
 """The group coordinator inside a disk worker: it coordinates every group whose
-``__consumer_offsets`` partition this disk holds, appends its records there, and answers the
-group requests the network workers route to it through the rings."""
+``__consumer_offsets`` partition this disk holds (cluster mode: holds *and leads*), appends its
+records there, and answers the group requests the network workers route to it through the rings.
+
+Cluster mode (Kafka's rule: the coordinator of a group is the leader of its offsets partition):
+
+- leadership is read from the leadership area, which the cluster worker writes when it applies
+  LeaderAndIsr: on every group request for a slot, and every ``LEADERSHIP_CHECK_S`` for all the
+  offsets partitions of this disk. A partition this broker now leads (or leads in a new epoch)
+  is loaded from its log in steps of ``LOAD_STEP_BYTES`` between rounds, so the other partitions
+  of the disk keep being served; its groups answer COORDINATOR_LOAD_IN_PROGRESS meanwhile. A
+  partition it stopped leading is unloaded; its groups answer NOT_COORDINATOR.
+- every write is a leader append (``Replication.leader_append``: acks=all's checks, the leader
+  epoch) and every answer given in the same step as a write is held until the high watermark
+  passes that write, as Kafka writes the offsets topic with acks=-1: a commit that was answered
+  is on every ISR member. Past ``offsets.commit.timeout.ms``, or with the ISR below
+  min.insync.replicas, the held answers become COORDINATOR_NOT_AVAILABLE; if the leadership is
+  lost meanwhile, NOT_COORDINATOR (Kafka's mapping of the append errors for commits).
+
+Standalone: every offsets partition of the disk is loaded at start and a write is acknowledged
+once appended, as before.
+"""
 
 from __future__ import annotations
 
+import logging
+import struct
+import time
+from typing import Any
+
 from appliance.broker.disk.partitions import Partitions
+from appliance.broker.disk.requests import NotHere
 from appliance.broker.disk.ring_intake import RingIntake
 from appliance.config import BrokerConfig
 from appliance.coordinator.coordinator import GroupCoordinator
 from appliance.coordinator.routing import OFFSETS_TOPIC
-from appliance.errors import ErrorCode, error_for_code
+from appliance.errors import ErrorCode, KafkaError, error_for_code
 from appliance.protocol.registry import API_BY_KEY
 from appliance.records.batch import decode_records
-from appliance.shm.layout import COMPLETION, GROUP_HEADER
+from appliance.shm.layout import COMPLETION, GROUP_HEADER, Role
 from appliance.shm.partition_index import PartitionIndex
 
-__all__ = ["CoordinatorHost"]
+__all__ = ["CoordinatorHost", "LEADERSHIP_CHECK_S", "LOAD_STEP_BYTES"]
+
+log = logging.getLogger("appliance.coordinator")
 
 _COMP = COMPLETION.struct  # type: ignore[attr-defined]
 _GROUP = GROUP_HEADER.struct  # type: ignore[attr-defined]
+# record batch v2: baseOffset, batchLength, then at 23 lastOffsetDelta (after partitionLeaderEpoch,
+# magic, crc, attributes)
+_BATCH_HEAD = struct.Struct(">qi11xi")
+
+LEADERSHIP_CHECK_S = 0.1  # how late a leadership change may be noticed with no group request
+LOAD_STEP_BYTES = 4 << 20  # read per loop pass while loading: bounds the other partitions' wait
+
+
+class _Held:
+    """An answer waiting for the high watermark to pass the writes made with it."""
+
+    __slots__ = ("waits", "deadline", "n", "request_id", "data", "on_success")
+
+    def __init__(self, waits: list[tuple[int, int, int]], deadline: float, n: int,
+                 request_id: int, data: bytes, on_success: list) -> None:
+        self.waits = waits  # (slot, offset the HW must reach, leader epoch of the write)
+        self.deadline, self.n, self.request_id, self.data = deadline, n, request_id, data
+        self.on_success = on_success  # the coordinator's cache updates (committed offsets)
 
 
 class CoordinatorHost:
@@ -26,26 +71,125 @@ class CoordinatorHost:
         self.partitions = partitions
         self.rings = rings  # where held answers go
         self._index = PartitionIndex(partitions.table)
+        self.cluster = bool(config["zookeeper.connect"])
+        self.commit_timeout_s = int(config["offsets.commit.timeout.ms"]) / 1000
         self.coordinator = GroupCoordinator(
             config, int(config["offsets.topic.num.partitions"]),
             append=self._append_offsets, respond=self._respond_later,
-            partition_exists=lambda t, p: self._index.lookup(t, p) is not None)
+            partition_exists=lambda t, p: self._index.lookup(t, p) is not None,
+            on_durable=self._on_durable)
         partitions.created_hooks.append(self._partition_created)
+        # cluster mode (attach_cluster)
+        self.area: Any = None
+        self.replication: Any = None
+        self.epochs: dict[int, int] = {}  # offsets partition -> leader epoch loaded (or loading)
+        self.loads: dict[int, int] = {}  # offsets partition being loaded -> next offset to read
+        self.held: list[_Held] = []
+        self._step: dict[int, int] | None = None  # slot -> offset the HW must reach, this step
+        self._durable: list = []  # what the coordinator runs once this step's writes are replicated
+        self._next_check = 0.0
+
+    def attach_cluster(self, area: Any, replication: Any) -> None:
+        """Cluster mode: the leadership area to follow and the leader's append path."""
+        self.area = area
+        self.replication = replication
 
     def load(self) -> None:
-        """Read the groups' state back from the offsets partitions this disk holds."""
-        if self.partitions.log_dir is None:  # an offline log dir: no groups load from it
+        """Standalone: read the groups' state back from the offsets partitions this disk holds.
+        (Cluster mode loads a partition when this broker becomes its leader.)"""
+        if self.cluster or self.partitions.log_dir is None:  # offline log dir: nothing loads
             return
         for (topic, partition), plog in self.partitions.log_dir.partitions.items():
             if topic == OFFSETS_TOPIC:
                 self.coordinator.load(partition, _records(plog))
 
     def poll(self) -> int:
-        """Run due timers (session expiry, rebalance deadlines); when the next one is due (ms)."""
-        return self.coordinator.poll()
+        """Run due timers (session expiry, rebalance deadlines) and, in cluster mode, follow
+        the leadership, load a step, release held answers; when to run next (epoch ms)."""
+        if self.area is None:
+            return self.coordinator.poll()
+        now = time.monotonic()
+        if now >= self._next_check:
+            self._next_check = now + LEADERSHIP_CHECK_S
+            for (topic, partition), slot in list(self.partitions.slot_of.items()):
+                if topic == OFFSETS_TOPIC:
+                    self._follow(slot, partition)
+        if self.loads:
+            self._load_step()
+        if self.held:
+            self._release(now)
+        self._step = {}
+        try:
+            nxt = self.coordinator.poll()
+        finally:
+            self._flush_step()
+        if self.loads:
+            return 0  # more to load: do not sleep
+        if self.held:
+            wake_ms = int((time.time() + min(h.deadline for h in self.held) - now) * 1000) + 1
+            nxt = min(nxt, wake_ms)
+        return nxt
 
+    # -- leadership (cluster mode) --------------------------------------------------------
+    def _follow(self, slot: int, partition: int) -> None:
+        """Load or unload ``partition`` as the leadership area says."""
+        lead = self.area.read(slot)
+        mine = self.epochs.get(partition)
+        if lead.role == Role.LEADER and mine == lead.leader_epoch:
+            return
+        if mine is not None:
+            self.loads.pop(partition, None)
+            self._step = {}
+            try:
+                self.coordinator.unload(partition)
+            finally:
+                self._flush_step()
+            del self.epochs[partition]
+        if lead.role == Role.LEADER:
+            plog = self.partitions.logs.get(slot)
+            if plog is None:
+                return
+            self.epochs[partition] = lead.leader_epoch
+            # the topic's own partition count (ZooKeeper's), should it differ from the config
+            total = self.partitions.table.read(slot).num_partitions
+            if total > 0:
+                self.coordinator.num_partitions = total
+            self.coordinator.begin_load(partition)
+            self.loads[partition] = plog.log_start_offset
+            log.info("leading __consumer_offsets-%d (epoch %d): loading its groups", partition,
+                     lead.leader_epoch)
+
+    def _load_step(self) -> None:
+        budget = LOAD_STEP_BYTES
+        for partition in list(self.loads):
+            slot = self.partitions.slot_of.get((OFFSETS_TOPIC, partition))
+            plog = self.partitions.logs.get(slot) if slot is not None else None
+            if plog is None:  # gone meanwhile (deleted, or its log dir failed): not ours now
+                self.loads.pop(partition)
+                self.epochs.pop(partition, None)
+                self.coordinator.unload(partition)
+                continue
+            offset = self.loads[partition]
+            while budget > 0 and offset < plog.log_end_offset:
+                # the leader's whole log: what is above the HW is the leader's and stays
+                data = plog.read_bytes(offset, min(budget, LOAD_STEP_BYTES), max_offset=plog.log_end_offset)
+                if not data:
+                    offset = plog.log_end_offset
+                    break
+                budget -= len(data)
+                self.coordinator.load_records(partition, decode_records(data))
+                offset = max(offset + 1, _next_offset(data))
+            if offset >= plog.log_end_offset:
+                del self.loads[partition]
+                self.coordinator.finish_load(partition)
+            else:
+                self.loads[partition] = offset
+            if budget <= 0:
+                return
+
+    # -- writes ---------------------------------------------------------------------------
     def _partition_created(self, topic: str, partition: int) -> None:
-        if topic == OFFSETS_TOPIC:
+        if topic == OFFSETS_TOPIC and not self.cluster:
             self.coordinator.load(partition, ())
 
     def _append_offsets(self, partition: int, batch: bytes) -> None:
@@ -53,21 +197,103 @@ class CoordinatorHost:
         slot = parts.slot_of.get((OFFSETS_TOPIC, partition))
         if slot is None:
             raise error_for_code(ErrorCode.NOT_COORDINATOR)(f"{OFFSETS_TOPIC}-{partition} is not here")
+        if self.area is not None:
+            self._leader_append(slot, partition, batch)
+            return
         plog = parts.logs[slot]
         plog.append(batch)
         plog.high_watermark = plog.log_end_offset
         parts.publish(slot, plog)
 
+    def _leader_append(self, slot: int, partition: int, batch: bytes) -> None:
+        if self.area.read(slot).leader_epoch != self.epochs.get(partition):
+            raise error_for_code(ErrorCode.NOT_COORDINATOR)(f"{OFFSETS_TOPIC}-{partition}: leadership moved")
+        try:
+            needed = self.replication.leader_append(slot, batch)
+        except NotHere:
+            raise error_for_code(ErrorCode.NOT_COORDINATOR)(f"{OFFSETS_TOPIC}-{partition} is not led here") from None
+        except KafkaError as e:
+            if e.code == ErrorCode.KAFKA_STORAGE_ERROR:
+                raise error_for_code(ErrorCode.NOT_COORDINATOR)(str(e)) from None
+            # Kafka's mapping for a failed offsets write: retriable, look the coordinator up again
+            raise error_for_code(ErrorCode.COORDINATOR_NOT_AVAILABLE)(str(e)) from None
+        if self.partitions.logs[slot].high_watermark < needed and self._step is not None:
+            self._step[slot] = max(self._step.get(slot, 0), needed)
+
+    # -- answers --------------------------------------------------------------------------
+    def _send(self, n: int, request_id: int, data: bytes, error: int = 0) -> None:
+        self.rings.complete(n, _COMP.pack(request_id, -1, -1, -1, -1, error) + data)
+        self.rings.ring_bells((n,))
+
+    def _hold_or_send(self, n: int, request_id: int, data: bytes) -> None:
+        """Send now, or hold until the writes of this step are replicated."""
+        if not self._step:
+            self._send(n, request_id, data)
+            return
+        waits = [(slot, needed, self.area.read(slot).leader_epoch) for slot, needed in self._step.items()]
+        self.held.append(_Held(waits, time.monotonic() + self.commit_timeout_s, n, request_id, data,
+                               self._durable))
+        self._durable = []
+
+    def _on_durable(self, fn: Any) -> None:
+        """The coordinator's update to make once the write just made is replicated: it rides with
+        the answer held for that write (and is dropped if the write fails)."""
+        if self.area is None or not self._step:
+            fn()  # standalone, or already below the high watermark
+        else:
+            self._durable.append(fn)
+
+    def _release(self, now: float) -> None:
+        keep = []
+        for h in self.held:
+            error = self._replicated(h)
+            if error is None:
+                if now <= h.deadline:
+                    keep.append(h)
+                    continue
+                error = ErrorCode.COORDINATOR_NOT_AVAILABLE  # offsets.commit.timeout.ms
+            if error:
+                log.warning("a group write was not replicated in time: %s", ErrorCode(error).name)
+                self._send(h.n, h.request_id, b"", int(error))
+            else:
+                for fn in h.on_success:
+                    fn()
+                self._send(h.n, h.request_id, h.data)
+        self.held = keep
+
+    def _replicated(self, h: _Held) -> int | None:
+        """NONE when every write of ``h`` is below the HW, an error code, or None (not yet)."""
+        for slot, needed, epoch in h.waits:
+            plog = self.partitions.logs.get(slot)
+            lead = self.area.read(slot)
+            if plog is None or lead.role != Role.LEADER or lead.leader_epoch != epoch:
+                return ErrorCode.NOT_COORDINATOR
+            if plog.high_watermark < needed:
+                return None
+            if len(lead.isr) < int(plog.config.min_insync_replicas):
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE  # Kafka: NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return ErrorCode.NONE
+
+    def _flush_step(self) -> None:
+        self._step = None
+        # an update no answer waited for (none today: every commit has its answer)
+        pending, self._durable = self._durable, []
+        for fn in pending:
+            fn()
+
     def _respond_later(self, token: tuple, body: dict) -> None:
         """Answer a group request the coordinator held (a JoinGroup waiting for a rebalance)."""
         n, request_id, api_key, api_version = token
         data = API_BY_KEY[api_key].encode_response(api_version, body)
-        self.rings.complete(n, _COMP.pack(request_id, -1, -1, -1, -1, 0) + data)
-        self.rings.ring_bells((n,))
+        if self.area is None:
+            self._send(n, request_id, data)
+        else:
+            self._hold_or_send(n, request_id, data)
 
     def handle_group(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple | None:
         """A group request (the handler of MsgType.GROUP): its encoded answer rides after the
-        completion; None when the coordinator holds it (answered by _respond_later)."""
+        completion; None when the coordinator holds it (answered by _respond_later, or, in
+        cluster mode, once what it wrote is replicated)."""
         api_key, api_version, cid_len, host_len = _GROUP.unpack_from(body, 0)
         pos = GROUP_HEADER.size
         client_id = bytes(body[pos:pos + cid_len]).decode(errors="replace")
@@ -77,10 +303,27 @@ class CoordinatorHost:
         api = API_BY_KEY[api_key]
         request = api.decode_request(api_version, bytes(body[pos:]))
         token = (n, request_id, api_key, api_version)
-        answer = self.coordinator.handle(api_key, api_version, request, token, client_id, client_host)
-        if answer is None:
+        if self.area is None:
+            answer = self.coordinator.handle(api_key, api_version, request, token, client_id, client_host)
+            return None if answer is None else (-1, -1, -1, api.encode_response(api_version, answer))
+        info = self.partitions.table.read(slot)
+        if info.topic != OFFSETS_TOPIC or self.partitions.logs.get(slot) is None:
+            raise error_for_code(ErrorCode.NOT_COORDINATOR)("not an offsets partition of this disk")
+        self._follow(slot, info.partition)
+        if info.partition in self.loads:
+            self._load_step()  # small partitions load at once; large ones answer "loading"
+        self._step = {}
+        try:
+            answer = self.coordinator.handle(api_key, api_version, request, token, client_id, client_host)
+            if answer is None:
+                return None
+            data = api.encode_response(api_version, answer)
+            if not self._step:
+                return -1, -1, -1, data
+            self._hold_or_send(n, request_id, data)
             return None
-        return -1, -1, -1, api.encode_response(api_version, answer)
+        finally:
+            self._flush_step()
 
 
 def _records(plog):
@@ -90,6 +333,16 @@ def _records(plog):
         data = plog.read_bytes(offset, 4 << 20, max_offset=plog.log_end_offset)
         if not data:
             break
-        batch = decode_records(data)
-        yield from batch
-        offset = max(offset + 1, batch[-1].offset + 1) if batch else plog.log_end_offset
+        yield from decode_records(data)
+        offset = max(offset + 1, _next_offset(data))
+
+
+def _next_offset(data: bytes) -> int:
+    """The offset after the last batch of ``data`` (whole batches), from the batch headers:
+    a batch the cleaner emptied of records still moves the position on."""
+    pos, nxt = 0, -1
+    while pos + _BATCH_HEAD.size <= len(data):
+        base, length, last_delta = _BATCH_HEAD.unpack_from(data, pos)
+        nxt = base + last_delta + 1
+        pos += 12 + length
+    return nxt

@@ -119,6 +119,30 @@ class Replication:
              info.first_offset, info.log_append_time))
         return None
 
+    def leader_append(self, slot: int, records: bytes) -> int:
+        """A write of this disk worker's own as the partition's leader (the group coordinator's
+        offset commits and group metadata, which Kafka writes with acks=-1): the acks=all checks,
+        the leader epoch stamped, appended. Returns the offset the high watermark must reach
+        before the write may be acknowledged; the caller holds its answer until then.
+
+        Raises NotHere (not the leader) or KafkaError (NOT_ENOUGH_REPLICAS, the append's own)."""
+        plog = self._log(slot)
+        lead = self.area.read(slot)
+        if lead.role != Role.LEADER:
+            raise NotHere()
+        min_isr = int(plog.config.min_insync_replicas)
+        if len(lead.isr) < min_isr:
+            raise _NotEnoughReplicas(f"ISR {lead.isr} is smaller than min.insync.replicas {min_isr}")
+        cache = self.epoch_cache(slot, plog)
+        if lead.leader_epoch > cache.latest_epoch:
+            cache.assign(lead.leader_epoch, plog.log_end_offset)
+        body = memoryview(bytearray(records))
+        _stamp_epoch(body, lead.leader_epoch)
+        info = plog.append(body)
+        if not self.maybe_increment_hw(slot, plog, lead.isr):
+            self.parts.publish(slot, plog)
+        return info.last_offset + 1
+
     def follower_fetch(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
         plog = self._log(slot)
         offset, replica, = _FF.unpack_from(body, 0)[:2]

@@ -126,9 +126,10 @@ class DiskWorker:
             self.rings.complete(n, comp)
             self.rings.ring_bells((n,))
 
-        r = Replication(self.partitions, LeadershipArea.attach(leaders_name(self.plumbing.base)),
-                        self.requests, complete, int(self.config["broker.id"]))
+        area = LeadershipArea.attach(leaders_name(self.plumbing.base))
+        r = Replication(self.partitions, area, self.requests, complete, int(self.config["broker.id"]))
         self.replication = r
+        self.coordinator.attach_cluster(area, r)  # groups follow the offsets partitions' leadership
         self.requests.handlers.update({
             MsgType.PRODUCE: r.produce,
             MsgType.REPLICA_APPEND: r.replica_append,

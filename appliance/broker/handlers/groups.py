@@ -1,7 +1,9 @@
 """Consumer-group APIs on the network side: find the coordinator, route to it, merge answers.
 
 The coordinator of group G is the leader of ``__consumer_offsets`` partition
-abs(hash(G)) % offsets.topic.num.partitions; it runs in the disk worker holding that partition.
+abs(hash(G)) % offsets.topic.num.partitions; it runs in the disk worker holding that partition
+(standalone: this broker leads every partition; in cluster mode FindCoordinator is answered by
+the cluster worker, and a request for a partition led elsewhere gets NOT_COORDINATOR).
 A group request travels to that disk worker through the ring as its encoded body and comes back
 as an encoded response body (``RawBody``), so the coordinator owns every decision. ListGroups,
 DescribeGroups and DeleteGroups may span coordinators: they are split per disk and merged.
@@ -17,7 +19,7 @@ from appliance.broker.topic_admin import create_topic
 from appliance.coordinator.routing import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, offsets_partition_for
 from appliance.errors import ErrorCode
 from appliance.protocol.registry import API_BY_KEY
-from appliance.shm.layout import GROUP_HEADER, MsgType, SlotState
+from appliance.shm.layout import GROUP_HEADER, MsgType, Role, SlotState
 
 __all__ = ["find_coordinator", "route", "list_groups", "describe_groups", "delete_groups"]
 
@@ -28,6 +30,18 @@ KEY_TYPE_GROUP = 0
 def _coordinator_slot(ctx: Any, group_id: str) -> tuple[Any, int]:
     """(PartitionInfo of the group's offsets partition, error code)."""
     parts = ctx.index.partitions(OFFSETS_TOPIC)
+    if ctx.leaders is not None:
+        # cluster mode: this broker holds some replicas of the topic (its partition count is
+        # the topic's); the coordinator is the partition's leader, which the disk worker checks
+        # again (and loads the groups) before it answers
+        if not parts:
+            return None, ErrorCode.NOT_COORDINATOR
+        info = ctx.index.lookup(OFFSETS_TOPIC, offsets_partition_for(group_id, parts[0].num_partitions))
+        if info is None or ctx.leaders.role(info.slot) != Role.LEADER:
+            return None, ErrorCode.NOT_COORDINATOR
+        if ctx.table.state(info.slot) != SlotState.ONLINE:
+            return None, ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return info, 0
     if not parts:
         return None, ErrorCode.COORDINATOR_NOT_AVAILABLE
     info = ctx.index.lookup(OFFSETS_TOPIC, offsets_partition_for(group_id, len(parts)))
@@ -103,13 +117,14 @@ async def route(ctx: Any, request: Any, client_host: str) -> Any:
     return _error_body(request.api_key, code, request)
 
 
-def _by_disk(ctx: Any, group_ids: list[str]) -> tuple[dict[Any, list[str]], list[str]]:
+def _by_disk(ctx: Any, group_ids: list[str]) -> tuple[dict[Any, list[str]], dict[str, int]]:
+    """The groups split by the (disk, slot) coordinating them; and the error of those none does."""
     split: dict[Any, list[str]] = {}
-    missing = []
+    missing: dict[str, int] = {}
     for gid in group_ids:
-        info, _ = _coordinator_slot(ctx, gid)
+        info, code = _coordinator_slot(ctx, gid)
         if info is None:
-            missing.append(gid)
+            missing[gid] = code
         else:
             split.setdefault((info.disk, info.slot), []).append(gid)
     return split, missing
@@ -118,6 +133,8 @@ def _by_disk(ctx: Any, group_ids: list[str]) -> tuple[dict[Any, list[str]], list
 def _online_disks(ctx: Any) -> dict[int, Any]:
     out = {}
     for info in ctx.index.partitions(OFFSETS_TOPIC) or []:
+        if ctx.leaders is not None and ctx.leaders.role(info.slot) != Role.LEADER:
+            continue  # cluster mode: only the partitions led here have groups here
         if ctx.table.state(info.slot) == SlotState.ONLINE:
             out.setdefault(info.disk, info)
     return out
@@ -154,16 +171,15 @@ async def describe_groups(ctx: Any, request: Any, client_host: str) -> dict:
     for gid in request.body.groups:
         g = found.get(gid)
         if g is None:
-            out.append({"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "group_id": gid,
+            out.append({"error_code": missing.get(gid, ErrorCode.COORDINATOR_NOT_AVAILABLE), "group_id": gid,
                         "group_state": "", "protocol_type": "", "protocol_data": "", "members": []})
         else:
             out.append(g)
-    del missing
     return {"throttle_time_ms": 0, "groups": out}
 
 
 async def delete_groups(ctx: Any, request: Any, client_host: str) -> dict:
-    split, _ = _by_disk(ctx, list(request.body.groups_names))
+    split, missing = _by_disk(ctx, list(request.body.groups_names))
     api = API_BY_KEY[request.api_key]
     jobs = [_submit(ctx, request, _Info(disk, slot), client_host, {"groups_names": gids})
             for (disk, slot), gids in split.items()]
@@ -173,7 +189,7 @@ async def delete_groups(ctx: Any, request: Any, client_host: str) -> dict:
             for r in api.decode_response(request.api_version, comp.body).results:
                 found[r.group_id] = r.error_code
     return {"throttle_time_ms": 0, "results": [
-        {"group_id": gid, "error_code": found.get(gid, ErrorCode.COORDINATOR_NOT_AVAILABLE)}
+        {"group_id": gid, "error_code": found.get(gid, missing.get(gid, ErrorCode.COORDINATOR_NOT_AVAILABLE))}
         for gid in request.body.groups_names]}
 
 

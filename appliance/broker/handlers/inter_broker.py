@@ -7,7 +7,7 @@ import struct
 from typing import Any
 
 from appliance.broker.cluster_link import ClusterUnavailable
-from appliance.broker.handlers import api_versions, groups
+from appliance.broker.handlers import api_versions
 from appliance.broker.handlers.answer import CloseConnection, RawBody
 from appliance.errors import ErrorCode
 from appliance.protocol.messages import ApiVersions, CreateTopics, FindCoordinator, Metadata
@@ -72,15 +72,17 @@ async def offsets_for_leader_epoch(ctx: Any, request: Any) -> RawBody:
 
 
 async def find_coordinator(ctx: Any, request: Any) -> Any:
-    """Cluster mode: every broker names the same coordinator for every group (the cluster
-    worker's choice: the lowest live broker id), which keeps the groups and their offsets in its
-    own, unreplicated ``__consumer_offsets`` as a standalone broker does. (Kafka's rule, the
-    leader of the group's partition of a replicated offsets topic, is not built yet.)"""
-    raw = await forward(ctx, request)
-    answer = FindCoordinator.decode_response(request.api_version, raw)
-    if answer.error_code == 0 and answer.node_id == ctx.broker_id:
-        return await groups.find_coordinator(ctx, request)
-    return raw
+    """Cluster mode: the cluster worker names the leader of the group's ``__consumer_offsets``
+    partition (creating the topic on the first call), the same answer on every broker; that
+    broker's disk worker holding the partition is the coordinator (``groups.route``)."""
+    api = request.api
+    body = api.encode_request(request.api_version, request.body)
+    try:
+        return RawBody(await ctx.cluster_link.call(request.api_key, request.api_version, body))
+    except ClusterUnavailable as e:  # still joining: retriable, the client asks again
+        return {"throttle_time_ms": 0, "error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                "error_message": f"this broker has not joined the cluster yet: {e}",
+                "node_id": -1, "host": "", "port": -1}
 
 
 async def api_versions_in_cluster(ctx: Any, request: Any) -> dict:
