@@ -577,9 +577,16 @@ def test_broker_restarted_at_once_after_sigkill_waits_for_its_old_session(cluste
 
     # first give the victim a 30 s session, so that a start-up slowed down by a loaded machine
     # still comes back before ZooKeeper expires the session of the broker it replaces
+    def joins() -> int:
+        return brokers[victim].log_path.read_text(errors="replace").count(
+            f"broker {victim} joined the cluster")
+
     b = brokers[victim]
     b.kill()
+    before = joins()
     brokers[victim] = _broker(b.workdir, cluster["connect"], victim, port=b.port, session_ms=30000).start()
+    # registered with the long session (the ISR alone may still list the killed broker)
+    _wait(lambda: joins() > before, 120, f"broker {victim} registered again")
     _wait(in_every_isr, 120, f"broker {victim} back in every ISR")
     b = brokers[victim]
     b.kill()
