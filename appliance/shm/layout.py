@@ -156,6 +156,8 @@ class MsgType:
     TRUNCATE = 10        # cluster mode: a follower cuts its log at an offset (int64 body)
     FOLLOWER_FETCH = 11  # cluster mode: a follower's fetch position reached the leader (FOLLOWER_FETCH_BODY)
     EPOCH_END = 12       # cluster mode: where a leader epoch ends here (int32 epoch; KIP-101)
+    BECOME_LEADER = 13   # cluster mode: this broker now leads (int32 epoch): stamp it at the LEO
+    TRUNCATE_FULLY = 14  # cluster mode: a follower below the leader's log start: start empty at (int64)
     COMPLETION = 16
 
 
