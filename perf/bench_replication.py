@@ -38,12 +38,22 @@ from tests.broker_process import BrokerProcess  # noqa: E402
 from tests.cluster.zk import ZooKeeperServer  # noqa: E402
 
 
+def _brokers_known(boot: str) -> int:
+    try:
+        return len(AdminClient({"bootstrap.servers": boot}).list_topics(timeout=10).brokers)
+    except Exception:  # a broker still joining the cluster closes the connection: ask again
+        return 0
+
+
 def _create(boot: str, topic: str, partitions: int, rf: int, configs: dict[str, str]) -> None:
     admin = AdminClient({"bootstrap.servers": boot})
     admin.create_topics([NewTopic(topic, partitions, rf, config=configs)])[topic].result(60)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        t = admin.list_topics(timeout=10).topics.get(topic)
+        try:
+            t = admin.list_topics(timeout=10).topics.get(topic)
+        except Exception:  # as in _brokers_known
+            t = None
         if t is not None and t.error is None and len(t.partitions) == partitions and \
                 all(p.leader >= 0 and len(p.isrs) == rf for p in t.partitions.values()):
             return
@@ -150,7 +160,7 @@ def main() -> int:
                 "zookeeper.connect": connect, "broker.id": str(i)}).start())
         boot = ",".join(b.bootstrap for b in brokers)
         deadline = time.monotonic() + 60
-        while len(AdminClient({"bootstrap.servers": boot}).list_topics(timeout=10).brokers) < 3:
+        while _brokers_known(boot) < 3:
             if time.monotonic() > deadline:
                 raise RuntimeError("brokers did not register")
             time.sleep(0.5)
