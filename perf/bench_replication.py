@@ -13,6 +13,9 @@ Phases (each on fresh brokers in a temporary directory; ZooKeeper started like t
    idempotent: the same;
 3. the same cluster, acks=all at --rate records/s for --latency-seconds: per-record latency from
    produce() to its delivery callback; p50/p99/max printed.
+
+Each phase also prints the brokers' CPU time (user + system of every broker process, psutil) per
+million records: steadier than records/s on a shared machine.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import psutil  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
@@ -34,12 +38,22 @@ from tests.broker_process import BrokerProcess  # noqa: E402
 from tests.cluster.zk import ZooKeeperServer  # noqa: E402
 
 
+def _brokers_known(boot: str) -> int:
+    try:
+        return len(AdminClient({"bootstrap.servers": boot}).list_topics(timeout=10).brokers)
+    except Exception:  # a broker still joining the cluster closes the connection: ask again
+        return 0
+
+
 def _create(boot: str, topic: str, partitions: int, rf: int, configs: dict[str, str]) -> None:
     admin = AdminClient({"bootstrap.servers": boot})
     admin.create_topics([NewTopic(topic, partitions, rf, config=configs)])[topic].result(60)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        t = admin.list_topics(timeout=10).topics.get(topic)
+        try:
+            t = admin.list_topics(timeout=10).topics.get(topic)
+        except Exception:  # as in _brokers_known
+            t = None
         if t is not None and t.error is None and len(t.partitions) == partitions and \
                 all(p.leader >= 0 and len(p.isrs) == rf for p in t.partitions.values()):
             return
@@ -47,12 +61,33 @@ def _create(boot: str, topic: str, partitions: int, rf: int, configs: dict[str, 
     raise RuntimeError(f"topic {topic} not ready")
 
 
-def _throughput(boot: str, topic: str, records: int, value: bytes, partitions: int, conf: dict) -> float:
+def _cpu_seconds(brokers: list[BrokerProcess]) -> float:
+    """User + system CPU of every process of these brokers (supervisor and workers)."""
+    total = 0.0
+    for b in brokers:
+        try:
+            root = psutil.Process(b.proc.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            continue
+        for p in procs:
+            try:
+                t = p.cpu_times()
+            except psutil.Error:
+                continue
+            total += t.user + t.system
+    return total
+
+
+def _throughput(boot: str, topic: str, records: int, value: bytes, partitions: int, conf: dict,
+                brokers: list[BrokerProcess]) -> tuple[float, float]:
+    """(records/s, broker CPU seconds per million records) after a warm-up."""
     p = Producer({"bootstrap.servers": boot, "linger.ms": 5, "batch.num.messages": 10000,
                   "queue.buffering.max.messages": 2_000_000, **conf})
     for i in range(10_000):  # warm-up: connections, metadata, numba in the workers
         p.produce(topic, value, partition=i % partitions)
     p.flush(60)
+    cpu = _cpu_seconds(brokers)
     start = time.perf_counter()
     for i in range(records):
         while True:
@@ -65,12 +100,19 @@ def _throughput(boot: str, topic: str, records: int, value: bytes, partitions: i
             p.poll(0)
     if p.flush(600):
         raise RuntimeError("records left unacknowledged")
-    return records / (time.perf_counter() - start)
+    elapsed = time.perf_counter() - start
+    return records / elapsed, (_cpu_seconds(brokers) - cpu) * 1e6 / records
 
 
 def _latency(boot: str, topic: str, rate: int, seconds: float, value: bytes, partitions: int) -> list[float]:
     lat: list[float] = []
     p = Producer({"bootstrap.servers": boot, "acks": "all", "enable.idempotence": True, "linger.ms": 0})
+    # warm-up: connections, metadata and the producer id first, so the first records' latency
+    # is not that of the client's start (it was the whole p99: ~0.5 s for the first 0.5 s)
+    for i in range(1000):
+        p.produce(topic, value, partition=i % partitions)
+    if p.flush(60):
+        raise RuntimeError("warm-up records left unacknowledged")
 
     def done(err, msg, sent):
         if err is None:
@@ -103,8 +145,10 @@ def main() -> int:
     (work / "single").mkdir()
     with BrokerProcess(work / "single") as b:
         _create(b.bootstrap, "bench", args.partitions, 1, {})
-        single = _throughput(b.bootstrap, "bench", args.records, value, args.partitions, {"acks": "1"})
-    print(f"single broker, acks=1:        {single:12,.0f} records/s")
+        single, single_cpu = _throughput(b.bootstrap, "bench", args.records, value, args.partitions,
+                                         {"acks": "1"}, [b])
+    print(f"single broker, acks=1:        {single:12,.0f} records/s  "
+          f"broker CPU {single_cpu:.1f} s per 1M records")
 
     zk = ZooKeeperServer(work / "zk").start()
     brokers = []
@@ -116,21 +160,24 @@ def main() -> int:
                 "zookeeper.connect": connect, "broker.id": str(i)}).start())
         boot = ",".join(b.bootstrap for b in brokers)
         deadline = time.monotonic() + 60
-        while len(AdminClient({"bootstrap.servers": boot}).list_topics(timeout=10).brokers) < 3:
+        while _brokers_known(boot) < 3:
             if time.monotonic() > deadline:
                 raise RuntimeError("brokers did not register")
             time.sleep(0.5)
         _create(boot, "bench", args.partitions, 3, {"min.insync.replicas": "2"})
-        repl = _throughput(boot, "bench", args.records, value, args.partitions,
-                           {"acks": "all", "enable.idempotence": True})
+        repl, repl_cpu = _throughput(boot, "bench", args.records, value, args.partitions,
+                                     {"acks": "all", "enable.idempotence": True}, brokers)
         print(f"3 brokers, RF 3, acks=all:    {repl:12,.0f} records/s  "
-              f"({100 * repl / single:.0f} % of single acks=1; target >= 33 %)")
+              f"({100 * repl / single:.0f} % of single acks=1; target >= 33 %)  "
+              f"broker CPU {repl_cpu:.1f} s per 1M records ({repl_cpu / single_cpu:.1f}x single)")
+        cpu = _cpu_seconds(brokers)
         lat = sorted(_latency(boot, "bench", args.rate, args.latency_seconds, value, args.partitions))
+        lat_cpu = (_cpu_seconds(brokers) - cpu) * 1e6 / max(len(lat), 1)
         if lat:
             p50, p99 = lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))]
             print(f"acks=all at {args.rate:,} records/s: p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, "
                   f"max {lat[-1] * 1000:.1f} ms over {len(lat):,} records (target p99 <= 20 ms); "
-                  f"mean {statistics.fmean(lat) * 1000:.1f} ms")
+                  f"mean {statistics.fmean(lat) * 1000:.1f} ms; broker CPU {lat_cpu:.1f} s per 1M records")
     finally:
         for b in brokers:
             try:

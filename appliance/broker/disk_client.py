@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from appliance.broker.plumbing import Plumbing, drain_doorbell, ring_doorbell
 from appliance.errors import ErrorCode
-from appliance.shm.layout import COMPLETION, REQUEST, MsgType, WorkerState
+from appliance.shm.layout import COMPLETION, NO_COMPLETION_AT_ACKS_0, REQUEST, WorkerState
 from appliance.shm.partition_table import PartitionTable
 from appliance.shm.ring import Channel, RingFormatError
 
@@ -78,7 +78,7 @@ class DiskClient:
         overflow queue, behind which later requests to that disk wait too: produce order holds."""
         request_id = next(self._ids)
         header = _REQ.pack(request_id, slot, acks, 0, timeout_ms)
-        if not (acks == 0 and msg_type == MsgType.PRODUCE):
+        if not (acks == 0 and msg_type in NO_COMPLETION_AT_ACKS_0):
             self._pending[request_id] = (on_done, token, disk)
         overflow = self._overflow[disk]
         if not overflow and self.channels[disk].requests.put(msg_type, header, payload):
@@ -122,7 +122,7 @@ class DiskClient:
             if self._incarnation(disk) != self._incarnations[disk]:
                 return Completion(ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1, -1)
         self._schedule_ring(disk)
-        if acks == 0 and msg_type == MsgType.PRODUCE:
+        if acks == 0 and msg_type in NO_COMPLETION_AT_ACKS_0:
             return None
         fut = loop.create_future()
         self._pending[request_id] = (_resolve, fut, disk)

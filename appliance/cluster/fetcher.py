@@ -37,7 +37,7 @@ __all__ = ["ReplicaFetcher"]
 
 log = logging.getLogger("appliance.cluster.fetcher")
 
-FETCH_VERSION = 4
+FETCH_VERSION = 5  # v5: the leader's log start offset in every answer, out-of-range ones too
 _HEAD = REPLICA_APPEND_HEADER.struct  # type: ignore[attr-defined]
 _BACKOFF_S = 0.5
 _OFFSET = struct.Struct("=q")
@@ -132,6 +132,22 @@ class ReplicaFetcher:
         if any(tp in self.truncating for tp in parts):
             await asyncio.sleep(_BACKOFF_S)
 
+    async def _below_log_start(self, tp: TopicPartition, slot: int, disk: int, leader_start: int) -> bool:
+        """Out of range below the leader's log start (retention or DeleteRecords there while we
+        were away): what lies between can never be fetched, so the log is emptied and starts at
+        the leader's log start offset (Kafka's truncateFullyAndStartAt). False when the cause
+        is the other end (our log end past the leader's: truncation by leader epoch)."""
+        leo = self.ctx.table.offsets(slot)[0]
+        if leader_start < 0 or leo >= leader_start:
+            return False
+        comp = await self.ctx.disks.submit(disk, MsgType.TRUNCATE_FULLY, slot, _OFFSET.pack(leader_start))
+        if comp.error_code:
+            log.warning("%s: truncating fully failed: %s", tp, ErrorCode(comp.error_code).name)
+            return False
+        log.info("%s: log end %d below the leader's log start %d: emptied, fetching from %d",
+                 tp, leo, leader_start, leader_start)
+        return True
+
     async def _ask_epochs(self, ep: tuple[str, int],
                           ask: dict[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int, int]]:
         by_topic: dict[str, list[dict]] = {}
@@ -189,6 +205,8 @@ class ReplicaFetcher:
                     continue  # stopped following it meanwhile
                 slot, disk = where
                 if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                    if await self._below_log_start(tp, slot, disk, p.log_start_offset):
+                        continue  # fetched again from the leader's log start next round
                     self.truncating.add(tp)  # our log end is past the leader's: truncate again
                 if p.error_code:
                     log.debug("fetch of %s from %d: %s", tp, leader, ErrorCode(p.error_code).name)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import struct
 import time
 from typing import Any
 
@@ -23,6 +24,8 @@ from appliance.shm.leadership_area import LeadershipArea
 __all__ = ["LocalReplicas"]
 
 log = logging.getLogger("appliance.cluster")
+
+_EPOCH = struct.Struct("=i")
 
 
 
@@ -58,6 +61,9 @@ class LocalReplicas:
                 self.fetcher.remove(tp)
                 self.area.reset_positions(slot, int(time.monotonic() * 1000))
             self.area.write(slot, role, st.leader, st.leader_epoch, st.replicas, st.isr)
+            if tp in moved:  # KIP-101: the new epoch starts at the LEO, before any append
+                self.ctx.disks.submit_nowait(self.ctx.table.read(slot).disk, MsgType.BECOME_LEADER,
+                                             slot, _EPOCH.pack(st.leader_epoch), 1, 0, _stamped, tp)
 
     async def stop(self, changes: Changes) -> None:
         for tp in changes.stopped:
@@ -101,3 +107,9 @@ class LocalReplicas:
             return -1
         ctx.index.refresh()
         return slot
+
+
+def _stamped(tp: TopicPartition, comp: Any) -> None:
+    # NOT_LEADER_OR_FOLLOWER: a newer LeaderAndIsr came first (produce stamps its epoch then)
+    if comp.error_code and comp.error_code != ErrorCode.NOT_LEADER_OR_FOLLOWER:
+        log.error("%s: stamping the leader epoch failed: %s", tp, ErrorCode(comp.error_code).name)

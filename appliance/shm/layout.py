@@ -17,7 +17,7 @@ import struct
 from dataclasses import dataclass
 
 __all__ = [
-    "LAYOUT_VERSION", "Layout", "TABLE_HEADER", "WORKER_SLOT", "PARTITION_SLOT", "RING_HEADER",
+    "LAYOUT_VERSION", "NO_COMPLETION_AT_ACKS_0", "Layout", "TABLE_HEADER", "WORKER_SLOT", "PARTITION_SLOT", "RING_HEADER",
     "RING_MESSAGE", "REQUEST", "COMPLETION", "GROUP_HEADER", "DELETE_RECORDS_BODY", "MAX_WORKERS", "TOPIC_NAME_MAX", "SlotState",
     "WorkerState", "MsgType", "TABLE_MAGIC", "RING_MAGIC", "table_size", "shm_names",
     "IPC_CHANNELS", "IPC_DIR_HEADER", "IPC_SLOT", "IPC_MAGIC", "ipc_dir_name", "ipc_channel_name",
@@ -156,7 +156,14 @@ class MsgType:
     TRUNCATE = 10        # cluster mode: a follower cuts its log at an offset (int64 body)
     FOLLOWER_FETCH = 11  # cluster mode: a follower's fetch position reached the leader (FOLLOWER_FETCH_BODY)
     EPOCH_END = 12       # cluster mode: where a leader epoch ends here (int32 epoch; KIP-101)
+    BECOME_LEADER = 13   # cluster mode: this broker now leads (int32 epoch): stamp it at the LEO
+    TRUNCATE_FULLY = 14  # cluster mode: a follower below the leader's log start: start empty at (int64)
     COMPLETION = 16
+
+
+# Message types that get no completion when sent with acks=0: an acks=0 produce, and a
+# follower's fetch position (nobody waits on it; its completion only woke the network worker)
+NO_COMPLETION_AT_ACKS_0 = frozenset((MsgType.PRODUCE, MsgType.FOLLOWER_FETCH))
 
 
 # The fixed part of a request; produce payloads (record batches) or JSON (control) follow it.

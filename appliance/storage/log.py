@@ -353,7 +353,7 @@ class PartitionLog:
                 if pa is None:
                     pa = self.producers.begin()
                 dup = pa.check(h.producer_id, h.producer_epoch, h.base_sequence,
-                               h.last_offset_delta)
+                               h.last_offset_delta, assign_offsets)
                 if dup is not None:
                     return AppendInfo(dup.first_offset, dup.last_offset, -1, -1,
                                       self.log_start_offset, nb,
@@ -436,7 +436,7 @@ class PartitionLog:
             for r in rows[:nb].tolist():
                 if r[R_PRODUCER_ID] >= 0 and r[R_BASE_SEQUENCE] >= 0:
                     dup = pa.check(r[R_PRODUCER_ID], r[R_PRODUCER_EPOCH], r[R_BASE_SEQUENCE],
-                                   r[R_DELTA])
+                                   r[R_DELTA], assign_offsets)
                     if dup is not None:
                         return AppendInfo(dup.first_offset, dup.last_offset, -1, -1,
                                           self.log_start_offset, nb, num_records, True)

@@ -94,15 +94,21 @@ class ProducerAppend:
             return self._pending[pid]
         return self._mgr.producers.get(pid)
 
-    def check(self, pid: int, epoch: int, base_seq: int, last_offset_delta: int) -> BatchMetadata | None:
+    def check(self, pid: int, epoch: int, base_seq: int, last_offset_delta: int,
+              validate: bool = True) -> BatchMetadata | None:
         """Check one batch; returns the cached batch if it is a duplicate, else None.
+        ``validate`` False: a follower's append of its leader's batches (Kafka's origin
+        REPLICATION), which only records them: the leader checked them, and a follower that
+        started at the leader's log start has not seen the producer's earlier batches.
 
         Raises InvalidProducerEpochError, OutOfOrderSequenceError, UnknownProducerIdError.
         """
         first_seq = base_seq
         last_seq = _last_seq(base_seq, last_offset_delta)
         entry = self._entry(pid)
-        if entry is not None:
+        if not validate:
+            pass
+        elif entry is not None:
             dup = entry.find_duplicate(epoch, first_seq, last_seq)
             if dup is not None:
                 return dup

@@ -69,3 +69,20 @@ def test_dedupe_survives_reopen_clean_and_unclean(log_path):
         lg.append(pb(7))
     assert lg.append(pb(6)).first_offset == 6
     assert first.first_offset == 0
+
+
+def test_follower_append_records_without_validating(log_path):
+    """A follower that starts mid-log (at its leader's log start) first sees a producer at a
+    sequence other than 0: it records it (Kafka's REPLICATION origin); as leader it then
+    checks the producer's next batches against it."""
+    lg = open_log(log_path)
+    lg.truncate_fully_and_start_at(70)
+    with pytest.raises(UnknownProducerIdError):  # what a leader says to the same batch
+        lg.append(pb(40, n=10))
+    lg.append(batch(n=10, producer_id=7, producer_epoch=0, base_sequence=40, base_offset=70),
+              assign_offsets=False)
+    assert lg.log_end_offset == 80
+    assert lg.append(pb(40, n=10)).duplicate  # now the leader: a retry is recognised
+    with pytest.raises(OutOfOrderSequenceError):
+        lg.append(pb(55))
+    assert lg.append(pb(50)).first_offset == 80

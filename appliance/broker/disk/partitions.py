@@ -44,6 +44,9 @@ class Partitions:
         self.failed: str | None = None  # why the log dir is offline (KIP-112), or None
         self._topic_counts: dict[str, int] | None = None  # _num_partitions' listing, at start
         self._throttled = ThrottledLog()
+        # an offset a long-poll fetch may wait on moved since the worker last rang the network
+        # workers (requests that move none, like a follower's fetch position, wake no one)
+        self.grew = False
 
     # -- start ----------------------------------------------------------------------------
     def open(self) -> None:
@@ -178,8 +181,12 @@ class Partitions:
         self.publish(slot, plog)
         self.table.set_state(slot, SlotState.ONLINE)
 
-    def publish(self, slot: int, plog) -> None:
+    def publish(self, slot: int, plog, wake: bool = True) -> None:
+        """Publish the slot's offsets; ``wake``: long-poll fetches may be waiting on them
+        (False for a follower's replica, which serves no fetch)."""
         self.table.publish(slot, plog.log_end_offset, plog.high_watermark, plog.log_start_offset)
+        if wake:
+            self.grew = True
 
     def publish_start_offsets(self) -> None:
         """Publish the log start offsets retention moved."""

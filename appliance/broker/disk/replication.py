@@ -10,7 +10,13 @@ offset, its timeout passes (REQUEST_TIMED_OUT), or the ISR shrinks below the min
 (NOT_ENOUGH_REPLICAS_AFTER_APPEND).
 
 Follower: REPLICA_APPEND appends the leader's batches with their offsets and takes the high
-watermark min(leader's, own LEO); TRUNCATE cuts the log.
+watermark min(leader's, own LEO); TRUNCATE cuts the log; TRUNCATE_FULLY empties it and starts
+at the leader's log start offset (a follower that fell below it: Kafka's truncateFullyAndStartAt).
+
+Leader epochs (KIP-101): a new leadership's epoch is stamped in the leader-epoch cache at the
+log end offset when it begins (BECOME_LEADER, sent by the cluster worker), before any append,
+so OffsetsForLeaderEpoch answers for it at once; produce and EPOCH_END stamp it too when they
+get here first.
 
 Single-threaded, like the rest of the disk worker.
 """
@@ -102,9 +108,7 @@ class Replication:
         min_isr = int(plog.config.min_insync_replicas)
         if acks == -1 and len(lead.isr) < min_isr:
             raise _NotEnoughReplicas(f"ISR {lead.isr} is smaller than min.insync.replicas {min_isr}")
-        cache = self.epoch_cache(slot, plog)
-        if lead.leader_epoch > cache.latest_epoch:  # the first append of this leadership
-            cache.assign(lead.leader_epoch, plog.log_end_offset)
+        self._stamp_leadership(slot, plog, lead.leader_epoch)
         if body.readonly:
             body = memoryview(bytearray(body))
         _stamp_epoch(body, lead.leader_epoch)
@@ -133,15 +137,29 @@ class Replication:
         min_isr = int(plog.config.min_insync_replicas)
         if len(lead.isr) < min_isr:
             raise _NotEnoughReplicas(f"ISR {lead.isr} is smaller than min.insync.replicas {min_isr}")
-        cache = self.epoch_cache(slot, plog)
-        if lead.leader_epoch > cache.latest_epoch:
-            cache.assign(lead.leader_epoch, plog.log_end_offset)
+        self._stamp_leadership(slot, plog, lead.leader_epoch)
         body = memoryview(bytearray(records))
         _stamp_epoch(body, lead.leader_epoch)
         info = plog.append(body)
         if not self.maybe_increment_hw(slot, plog, lead.isr):
             self.parts.publish(slot, plog)
         return info.last_offset + 1
+
+    def _stamp_leadership(self, slot: int, plog: Any, epoch: int) -> None:
+        """Kafka's makeLeader: the leadership's epoch starts at the log end offset it begins
+        with (a no-op once stamped)."""
+        cache = self.epoch_cache(slot, plog)
+        if epoch > cache.latest_epoch:
+            cache.assign(epoch, plog.log_end_offset)
+
+    def become_leader(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+        plog = self._log(slot)
+        (epoch,) = _EPOCH.unpack_from(body, 0)
+        lead = self.area.read(slot)
+        if lead.role != Role.LEADER or lead.leader_epoch != epoch:
+            raise NotHere()  # superseded by a newer LeaderAndIsr meanwhile
+        self._stamp_leadership(slot, plog, epoch)
+        return plog.log_end_offset, -1, plog.log_start_offset, b""
 
     def follower_fetch(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
         plog = self._log(slot)
@@ -225,6 +243,14 @@ class Replication:
         plog = self._log(slot)
         (leader_hw,) = _RA.unpack_from(body, 0)
         records = body[_RA.size:]
+        start = -1
+        if len(records) >= _LOG_OVERHEAD:
+            base = _BE64.unpack_from(records, 0)[0]
+            if base < plog.log_end_offset == plog.log_start_offset:
+                # just emptied at the leader's log start, which lies inside this batch: the
+                # log starts at the batch instead, the start offset stays (Kafka does the same)
+                start = plog.log_start_offset
+                plog.truncate_fully_and_start_at(base)
         if len(records):
             plog.append(records, assign_offsets=False)
             cache = self.epoch_cache(slot, plog)
@@ -232,7 +258,10 @@ class Replication:
                 if epoch > cache.latest_epoch:
                     cache.assign(epoch, base)
         plog.high_watermark = min(leader_hw, plog.log_end_offset)
-        self.parts.publish(slot, plog)
+        if start > plog.log_start_offset:
+            plog.maybe_increment_log_start_offset(min(start, plog.high_watermark))
+            self.parts.log_dir.write_checkpoints()  # the records below stay unreadable after a restart
+        self.parts.publish(slot, plog, wake=False)
         return plog.log_end_offset, -1, plog.log_start_offset, b""
 
     def truncate(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
@@ -244,10 +273,27 @@ class Replication:
         self.parts.publish(slot, plog)
         return plog.log_end_offset, -1, plog.log_start_offset, b""
 
+    def truncate_fully(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+        """Drop the whole log and start empty at the leader's log start offset: a follower
+        whose log end is below it can never fetch what lies between."""
+        plog = self._log(slot)
+        (offset,) = _OFFSET.unpack_from(body, 0)
+        if self.area.read(slot).role == Role.LEADER:
+            raise NotHere()  # only a follower's log is cut to its leader's
+        plog.truncate_fully_and_start_at(offset)
+        self.epoch_cache(slot, plog).clear()
+        self.positions.pop(slot, None)
+        self.parts.publish(slot, plog)
+        log.info("%s: truncated fully, starting at the leader's log start offset %d", plog.path, offset)
+        return plog.log_end_offset, -1, plog.log_start_offset, b""
+
     def epoch_end(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
         """The leader's OffsetsForLeaderEpoch answer for one partition: (end offset, epoch)
         in the completion's base_offset and log_append_time."""
         plog = self._log(slot)
         (requested,) = _EPOCH.unpack_from(body, 0)
+        lead = self.area.read(slot)
+        if lead.role == Role.LEADER:  # asked before BECOME_LEADER got here
+            self._stamp_leadership(slot, plog, lead.leader_epoch)
         epoch, end = self.epoch_cache(slot, plog).end_offset_for(requested, plog.log_end_offset)
         return end, epoch, plog.log_start_offset, b""

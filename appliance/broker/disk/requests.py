@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from appliance.errors import ErrorCode, KafkaError
-from appliance.shm.layout import COMPLETION, REQUEST, MsgType
+from appliance.shm.layout import COMPLETION, NO_COMPLETION_AT_ACKS_0, REQUEST
 
 __all__ = ["Requests", "NotHere", "Handler", "NOTHING", "with_error"]
 
@@ -68,7 +68,7 @@ class Requests:
         except Exception:
             log.exception("request type %d for slot %d failed", msg_type, slot)
             error = ErrorCode.UNKNOWN_SERVER_ERROR
-        if acks == 0 and msg_type == MsgType.PRODUCE:
+        if acks == 0 and msg_type in NO_COMPLETION_AT_ACKS_0:
             return None
         if error:
             answer = NOTHING

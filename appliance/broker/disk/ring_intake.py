@@ -84,8 +84,14 @@ class RingIntake:
         a stream of large batches)."""
         now = time.monotonic()
         if self.data_bell_pending and now - self._last_data_bell >= DATA_BELL_INTERVAL_S:
-            for fd in self.plumbing.net_bells:
-                ring_doorbell(fd)
+            # the network workers only: the cluster worker (ring client num_net) serves no
+            # long polls, and each wake-up of a process costs both sides
+            bells = self.plumbing.net_bells
+            for n in range(self.plumbing.num_net):
+                ring_doorbell(bells[n])
+            for n in rung:
+                if n >= self.plumbing.num_net:
+                    ring_doorbell(bells[n])
             self.data_bell_pending = False
             self._last_data_bell = now
             return

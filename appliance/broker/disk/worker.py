@@ -136,6 +136,8 @@ class DiskWorker:
             MsgType.TRUNCATE: r.truncate,
             MsgType.FOLLOWER_FETCH: r.follower_fetch,
             MsgType.EPOCH_END: r.epoch_end,
+            MsgType.BECOME_LEADER: r.become_leader,
+            MsgType.TRUNCATE_FULLY: r.truncate_fully,
         })
 
     # -- loop -----------------------------------------------------------------------------
@@ -152,7 +154,8 @@ class DiskWorker:
         """One round over every ring. True if any request was handled."""
         handled, rung = self.rings.drain()
         handled += self.ipc.drain()
-        if handled:
+        if self.partitions.grew:
+            self.partitions.grew = False
             self.rings.data_bell_pending = True
         # requesters learn of their completions at once; one bell per worker serves both the
         # completions and the "new data" wake-up (each eventfd write that wakes a process costs

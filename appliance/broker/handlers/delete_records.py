@@ -11,7 +11,7 @@ import asyncio
 from typing import Any
 
 from appliance.errors import ErrorCode
-from appliance.shm.layout import DELETE_RECORDS_BODY, MsgType, SlotState
+from appliance.shm.layout import DELETE_RECORDS_BODY, MsgType, Role, SlotState
 
 __all__ = ["handle"]
 
@@ -24,8 +24,9 @@ async def _one(ctx: Any, topic: str, partition: int, offset: int, timeout_ms: in
     if info is None:
         r["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return r
-    if ctx.table.state(info.slot) != SlotState.ONLINE:
-        r["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+    if ctx.table.state(info.slot) != SlotState.ONLINE or \
+            (ctx.leaders is not None and ctx.leaders.role(info.slot) != Role.LEADER):
+        r["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER  # cluster mode: only the leader moves it
         return r
     comp = await ctx.disks.submit(info.disk, MsgType.DELETE_RECORDS, info.slot,
                                   _BODY.pack(offset), 1, timeout_ms)

@@ -94,17 +94,13 @@ def _read_all(ctx: Any, body: Any) -> tuple[list, int, bool]:
 
 def _record_follower(ctx: Any, body: Any) -> None:
     """Cluster mode: tell each partition's disk worker where this follower is (its LEO), so the
-    high watermark can move; no answer is awaited."""
+    high watermark can move; acks=0: no completion comes back (it woke this worker for nothing)."""
     for t in body.topics:
         for p in t.partitions:
             info = ctx.index.lookup(t.topic, p.partition)
             if info is not None:
                 ctx.disks.submit_nowait(info.disk, MsgType.FOLLOWER_FETCH, info.slot,
-                                        _FF.pack(p.fetch_offset, body.replica_id), 1, 0, _ignore)
-
-
-def _ignore(token: Any, completion: Any) -> None:
-    pass
+                                        _FF.pack(p.fetch_offset, body.replica_id), 0, 0, None)
 
 
 async def handle(ctx: Any, request: Any) -> Any:
