@@ -629,6 +629,10 @@ def test_controller_then_a_second_broker_killed(cluster):
          "--topic", TOPIC, "--under-replicated-partitions"], capture_output=True, text=True, timeout=60).stdout)
         and r.count("Partition: ") == PARTITIONS and r, 60, "every partition listed as under-replicated")
     assert "PartitionCount" not in under
+    # the controller has taken the dead broker out of every ISR (until then an acks=all produce
+    # may still be appended and fail with NOT_ENOUGH_REPLICAS_AFTER_APPEND, also Kafka's answer)
+    _wait(lambda: all(list(p.isrs) == [survivor] for p in _metadata(only).topics[TOPIC].partitions.values()),
+          60, f"ISR [{survivor}] everywhere")
     tps = [KTP(TOPIC, q) for q in range(PARTITIONS)]
     c = KafkaConsumer(bootstrap_servers=only)
     before = c.end_offsets(tps)
