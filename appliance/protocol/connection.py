@@ -198,9 +198,11 @@ class ServerConnection(_Connection):
             return self._reject(api, frame, api_key, api_version, correlation_id)
         try:
             _, _, _, client_id, pos = parse_request_header(frame)
-            if api.is_flexible(api_version):
+            flexible = api.is_flexible(api_version)
+            if flexible:
                 pos = skip_request_header_tags(frame, pos)
-            body = api.decode_request(api_version, frame, pos)
+            # flexible versions: trailing bytes are ignored, as Kafka's own parser does
+            body = api.decode_request(api_version, frame, pos, trailing_ok=flexible)
         except ProtocolDecodeError as e:
             raise self._fail(f"cannot decode {api.__name__} v{api_version} request "
                              f"(correlation id {correlation_id}): {e}", e) from None

@@ -674,13 +674,16 @@ class ApiMessage:
         return value, end
 
     @classmethod
-    def decode_request(cls, version: int, data: bytes | bytearray | memoryview, pos: int = 0) -> Any:
-        """Decode a request body that fills ``data[pos:]`` exactly. Records fields are
-        memoryview slices of ``data`` (keep ``data`` immutable while they live).
+    def decode_request(cls, version: int, data: bytes | bytearray | memoryview, pos: int = 0,
+                       trailing_ok: bool = False) -> Any:
+        """Decode a request body that fills ``data[pos:]`` exactly (or, with ``trailing_ok``,
+        starts there: Kafka's parser ignores bytes after the body, and librdkafka 2.x sends
+        some after a flexible Metadata request). Records fields are memoryview slices of
+        ``data`` (keep ``data`` immutable while they live).
 
         Raises UnsupportedVersionError for a version outside our range, ProtocolDecodeError
-        for malformed bytes (including trailing bytes)."""
-        return cls._decode(cls._request_struct, "request", version, data, pos, True)[0]
+        for malformed bytes (including trailing bytes unless ``trailing_ok``)."""
+        return cls._decode(cls._request_struct, "request", version, data, pos, not trailing_ok)[0]
 
     @classmethod
     def decode_response(cls, version: int, data: bytes | bytearray | memoryview, pos: int = 0) -> Any:
