@@ -135,6 +135,22 @@ def test_same_bytes_as_kafka_python_json_classes(api, kind, v, data):
     assert normalize(from_kp(kp_cls.decode(ours, version=v), v, value)) == normalize(value)
 
 
+def _inter_broker_versions():
+    from appliance.protocol.messages.cluster import OffsetsForLeaderEpoch as api
+
+    return [(api, kind, v) for kind in ("request", "response")
+            for v in range(api.MIN_VERSION, api.MAX_VERSION + 1)]
+
+
+@pytest.mark.parametrize("api,kind,v", _inter_broker_versions(), ids=lambda x: getattr(x, "__name__", str(x)))
+@settings(max_examples=10, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_inter_broker_apis_kafka_python_knows_agree(api, kind, v, data):
+    """OffsetsForLeaderEpoch (v4 flexible), which kafka-python also speaks."""
+    test_same_bytes_as_kafka_python_json_classes.hypothesis.inner_test(api, kind, v, data)
+
+
 # --- the hand-written (old) classes -------------------------------------------------------
 
 def positional(value, s: Struct, v: int):
