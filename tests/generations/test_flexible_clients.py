@@ -223,3 +223,59 @@ def test_aiokafka_uses_the_newest_shared_versions(proxied):
         if key == API_VERSIONS:
             continue  # aiokafka probes with v0 by design
         assert versions == {expected[key]}, (key, versions, expected[key])
+
+
+def test_new_version_fields_take_effect(proxied):
+    """The fields the flexible versions added are acted on, over the real broker."""
+    from appliance.client.connection import BrokerConnection
+    from appliance.client.subscription import encode_subscription
+
+    broker, _ = proxied
+    topic, group = f"flex-raw-{uuid.uuid4().hex[:6]}", f"g-raw-{uuid.uuid4().hex[:6]}"
+    with BrokerConnection("127.0.0.1", broker.port) as c:
+        # CreateTopics v7: partition count and replication factor answered (defaults filled in)
+        made = c.request(CREATE_TOPICS, {"topics": [{"name": topic, "num_partitions": -1,
+                                                     "replication_factor": -1}]}, version=7).topics[0]
+        assert (made.error_code, made.num_partitions, made.replication_factor) == (0, 1, 1)
+        assert made.topic_id == bytes(16)
+        # Metadata v12 asked by topic id alone: UNKNOWN_TOPIC_ID (we keep no ids); by name: found
+        md = c.request(METADATA, {"topics": [{"topic_id": b"\x01" * 16, "name": None}, {"name": topic}],
+                                  "allow_auto_topic_creation": False}, version=12)
+        by_name = {t.name: t for t in md.topics}
+        assert by_name[None].error_code == 100 and by_name[topic].error_code == 0
+        # DescribeConfigs v4: each key's type and, when asked, its documentation
+        res = c.request(32, {"resources": [{"resource_type": 2, "resource_name": topic,
+                                            "configuration_keys": ["retention.ms"]}],
+                             "include_documentation": True}, version=4).results[0]
+        [entry] = res.configs
+        assert entry.config_type == 5 and entry.documentation  # LONG
+        # DescribeLogDirs v4: the dir's capacity
+        [d] = c.request(35, {"topics": None}, version=4).results
+        assert d.total_bytes > 0 and 0 <= d.usable_bytes <= d.total_bytes
+        # FindCoordinator v3, then a group through JoinGroup v9 / SyncGroup v5 / ListGroups v4
+        coord = c.request(FIND_COORDINATOR, {"key": group, "key_type": 0}, version=3)
+        assert coord.error_code == 0
+    with BrokerConnection(coord.host, coord.port) as g:
+        join = {"group_id": group, "session_timeout_ms": 30000, "rebalance_timeout_ms": 30000,
+                "member_id": "", "protocol_type": "consumer", "reason": "test",
+                "protocols": [{"name": "range", "metadata": encode_subscription([topic])}]}
+        first = g.request(JOIN, join, version=9)
+        assert first.error_code == 79  # MEMBER_ID_REQUIRED (KIP-394), then join with it
+        joined = g.request(JOIN, {**join, "member_id": first.member_id}, version=9)
+        assert joined.error_code == 0 and joined.protocol_type == "consumer"
+        assert joined.protocol_name == "range" and not joined.skip_assignment
+        sync = {"group_id": group, "generation_id": joined.generation_id, "member_id": joined.member_id,
+                "protocol_type": "consumer", "protocol_name": "roundrobin", "assignments": []}
+        assert g.request(SYNC, sync, version=5).error_code == 23  # INCONSISTENT_GROUP_PROTOCOL
+        synced = g.request(SYNC, {**sync, "protocol_name": "range"}, version=5)
+        assert (synced.error_code, synced.protocol_type, synced.protocol_name) == (0, "consumer", "range")
+        stable = g.request(16, {"states_filter": ["stable"]}, version=4).groups
+        assert [(x.group_id, x.group_state) for x in stable if x.group_id == group] == [(group, "Stable")]
+        assert group not in [x.group_id for x in g.request(16, {"states_filter": ["Empty"]}, version=4).groups]
+        # LeaveGroup v5: a batch, each member answered on its own
+        left = g.request(13, {"group_id": group, "members": [
+            {"member_id": joined.member_id, "reason": "done"}, {"member_id": "nobody"}]}, version=5)
+        assert left.error_code == 0
+        assert [(m.member_id, m.error_code) for m in left.members] == [(joined.member_id, 0), ("nobody", 25)]
+        empty = g.request(16, {"states_filter": ["Empty"]}, version=4).groups
+        assert group in [x.group_id for x in empty]
