@@ -34,9 +34,9 @@ from appliance.protocol.types import (
     Array,
     CompactArray,
     compact,
-    decode_uvarint,
     encode_uvarint,
     truncated,
+    uvarint_at,
     write_compact_records,
     write_records,
 )
@@ -303,7 +303,7 @@ def _decode_error(kind: str, value: int, pos: int, remaining: int = -1) -> Proto
 
 def _emit_uvarint(g: _Gen, ind: int, dst: str) -> None:
     """Emit code reading an unsigned varint into ``dst`` (one byte inline, the rare longer
-    ones through types.decode_uvarint; a read past the end raises IndexError = truncated)."""
+    ones through types.uvarint_at; a read past the end raises IndexError = truncated)."""
     g.emit(ind, f"{dst} = buf[pos]")
     g.emit(ind, f"if {dst} < 128:")
     g.emit(ind + 1, "pos += 1")
@@ -462,7 +462,7 @@ def _gen_decoder(s: Struct, v: int, nested: bool = False) -> Any:
     g = _Gen()
     g.ns.update({"_new": object.__new__, "_h": struct.Struct(">h").unpack_from,
                  "_i": struct.Struct(">i").unpack_from, "_unpack": struct.unpack_from,
-                 "_str": str, "_err": _decode_error, "_uv": decode_uvarint})
+                 "_str": str, "_err": _decode_error, "_uv": uvarint_at})
     g.emit(0, "def _dec(buf, pos):")
     g.emit(1, "end = len(buf)")
     _emit_decode_struct(g, s, v, "obj", 1)
@@ -531,15 +531,26 @@ def _emit_encode_tagged(g: _Gen, s: Struct, v: int, tagged: list[Field], names: 
     if not tagged:
         g.emit(ind, "out += b'\\x00'")
         return
+    checks = {}
+    for f in tagged:
+        x = names[f.name]
+        if isinstance(f.type_for(v, True), Array) and not f.default:
+            checks[f.name] = x  # an empty list is the default too
+        elif f.default is None:
+            checks[f.name] = f"{x} is not None"
+        else:
+            checks[f.name] = f"({x} is not None and {x} != {defaults[f.name]})"
+    # the usual case, every tagged field at its default: one byte, nothing built
+    g.emit(ind, f"if not ({' or '.join(checks.values())}):")
+    g.emit(ind + 1, "out += b'\\x00'")
+    g.emit(ind, "else:")
+    ind += 1
     lst = g.var("tl")
     g.emit(ind, f"{lst} = []")
     for f in sorted(tagged, key=lambda f: f.tag):
         x = names[f.name]
         t = f.type_for(v, True)
-        if isinstance(t, Array) and not f.default:
-            g.emit(ind, f"if {x}:")  # an empty list is the default too
-        else:
-            g.emit(ind, f"if {x} is not None and {x} != {defaults[f.name]}:")
+        g.emit(ind, f"if {checks[f.name]}:")
         tb = g.var("tb")
         g.emit(ind + 1, f"{tb} = bytearray()")
         if isinstance(t, Struct):

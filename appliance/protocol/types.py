@@ -29,7 +29,7 @@ __all__ = [
     "write_nullable_bytes", "write_records", "truncated", "decode_array_count",
     "CompactString", "CompactNullableString", "CompactBytes", "CompactNullableBytes",
     "CompactRecords", "CompactArray", "Uuid", "compact", "write_uvarint", "encode_uvarint",
-    "decode_uvarint", "skip_tagged_fields", "write_compact_records",
+    "decode_uvarint", "uvarint_at", "skip_tagged_fields", "write_compact_records",
 ]
 
 _I16 = struct.Struct(">h")
@@ -413,8 +413,6 @@ def decode_array_count(buf: memoryview, pos: int, min_size: int, nullable: bool)
 # tagged-field section. The schema compiler swaps each type for its ``compact`` variant there,
 # so a declaration names String once and gets both encodings.
 
-# Kafka reads at most 5 bytes for an unsigned varint (32 bits); more is a malformed message.
-_UVARINT_MAX_BYTES = 5
 _UVARINT_SMALL = tuple(bytes((i,)) for i in range(128))
 
 
@@ -440,22 +438,38 @@ def encode_uvarint(n: int) -> bytes:
     return bytes(out)
 
 
+def uvarint_at(buf: memoryview, pos: int) -> tuple[int, int]:
+    """decode_uvarint unrolled for generated decoders: raises IndexError on truncated input
+    (their caller reports it as truncated), ProtocolDecodeError past 5 bytes or 32 bits."""
+    b = buf[pos]
+    if b < 0x80:
+        return b, pos + 1
+    n = b & 0x7F
+    b = buf[pos + 1]
+    if b < 0x80:
+        return n | b << 7, pos + 2
+    n |= (b & 0x7F) << 7
+    b = buf[pos + 2]
+    if b < 0x80:
+        return n | b << 14, pos + 3
+    n |= (b & 0x7F) << 14
+    b = buf[pos + 3]
+    if b < 0x80:
+        return n | b << 21, pos + 4
+    n |= (b & 0x7F) << 21
+    b = buf[pos + 4]
+    if b < 0x10:  # the fifth byte holds the top 4 bits of 32
+        return n | b << 28, pos + 5
+    raise ProtocolDecodeError(f"unsigned varint at offset {pos} is longer than 5 bytes or overflows")
+
+
 def decode_uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
     """(value, new position) of the unsigned varint at ``pos``; refuses more than 5 bytes or a
     value above 2**32 - 1 (Kafka's limit), and truncated input."""
-    result = shift = 0
-    for i in range(_UVARINT_MAX_BYTES):
-        try:
-            b = buf[pos + i]
-        except IndexError:
-            raise truncated("unsigned varint", pos) from None
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            if result > 0xFFFFFFFF:
-                break
-            return result, pos + i + 1
-        shift += 7
-    raise ProtocolDecodeError(f"unsigned varint at offset {pos} is longer than 5 bytes or overflows")
+    try:
+        return uvarint_at(buf, pos)
+    except IndexError:
+        raise truncated("unsigned varint", pos) from None
 
 
 def _compact_span(buf: memoryview, pos: int, what: str) -> tuple[int, int]:
