@@ -197,7 +197,9 @@ class GroupMembership:
             self._heartbeat_thread.join(self.heartbeat_interval + 2)
         if self.member_id:
             try:
-                self._request(LEAVE, {"group_id": self.group_id, "member_id": self.member_id})
+                # v0-2 name one member, v3+ (KIP-345) a list: the encoder sends the version's field
+                self._request(LEAVE, {"group_id": self.group_id, "member_id": self.member_id,
+                                      "members": [{"member_id": self.member_id, "group_instance_id": None}]})
             except KafkaError as e:
                 log.info("LeaveGroup of %s failed: %s", self.group_id, e)
         self.member_id, self.generation, self.rejoin_needed = "", -1, True

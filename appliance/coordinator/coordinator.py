@@ -256,6 +256,7 @@ class GroupCoordinator:
         is_leader = member.member_id == group.leader
         return {
             "throttle_time_ms": 0, "error_code": 0, "generation_id": group.generation,
+            "protocol_type": group.protocol_type,  # v7+
             "protocol_name": group.protocol or "", "leader": group.leader or "",
             "member_id": member.member_id,
             "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
@@ -328,13 +329,18 @@ class GroupCoordinator:
             return err(E.UNKNOWN_MEMBER_ID)
         if body.generation_id != group.generation:
             return err(E.ILLEGAL_GENERATION)
+        # v5+ (KIP-559): the member names the protocol it synced for; Kafka checks it
+        if ((body.protocol_type is not None and body.protocol_type != group.protocol_type)
+                or (body.protocol_name is not None and body.protocol_name != group.protocol)):
+            return err(E.INCONSISTENT_GROUP_PROTOCOL)
         member = group.members[body.member_id]
         now = self._now()
         member.last_heartbeat_ms = now
         if group.is_(S.PREPARING_REBALANCE):
             return err(E.REBALANCE_IN_PROGRESS)
         if group.is_(S.STABLE):
-            return {"throttle_time_ms": 0, "error_code": 0, "assignment": member.assignment}
+            return {"throttle_time_ms": 0, "error_code": 0, "assignment": member.assignment,
+                    "protocol_type": group.protocol_type, "protocol_name": group.protocol}
         if not group.is_(S.COMPLETING_REBALANCE):
             return err(E.UNKNOWN_MEMBER_ID)
         member.sync_token = token
@@ -355,7 +361,8 @@ class GroupCoordinator:
             for m in group.members.values():
                 if m.sync_token is not None:
                     t, m.sync_token = m.sync_token, None
-                    self._respond(t, {"throttle_time_ms": 0, "error_code": 0, "assignment": m.assignment})
+                    self._respond(t, {"throttle_time_ms": 0, "error_code": 0, "assignment": m.assignment,
+                                      "protocol_type": group.protocol_type, "protocol_name": group.protocol})
         return None
 
     # -- Heartbeat / LeaveGroup -----------------------------------------------------------
@@ -384,6 +391,17 @@ class GroupCoordinator:
         if not self.owns_group(body.group_id):
             return r(self.not_owned_error(body.group_id))
         group = self.groups.get(body.group_id)
+        if version >= 3:  # KIP-345: a batch of members, each answered with its own error
+            members = []
+            for m in body.members:
+                code = 0
+                if group is None or m.member_id not in group.members:
+                    code = E.UNKNOWN_MEMBER_ID
+                else:
+                    self._remove_member(group, m.member_id, self._now())
+                members.append({"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                                "error_code": code})
+            return {"throttle_time_ms": 0, "error_code": 0, "members": members}
         if group is None or body.member_id not in group.members:
             return r(E.UNKNOWN_MEMBER_ID)
         self._remove_member(group, body.member_id, self._now())
@@ -496,6 +514,7 @@ class GroupCoordinator:
             out.append({"error_code": 0, "group_id": gid, "group_state": g.state,
                         "protocol_type": g.protocol_type, "protocol_data": g.protocol or "",
                         "members": [{"member_id": m.member_id, "client_id": m.client_id,
+                                     "group_instance_id": m.group_instance_id,
                                      "client_host": m.client_host,
                                      "member_metadata": m.metadata_for(g.protocol or "") if stable else b"",
                                      "member_assignment": m.assignment if stable else b""}
@@ -503,9 +522,12 @@ class GroupCoordinator:
         return {"throttle_time_ms": 0, "groups": out}
 
     def _list(self, body: Any, version: int, token: Any, client_id: str, client_host: str) -> dict:
+        # v4+ (KIP-518): only groups in the named states (any case); none named = all
+        wanted = {s.lower() for s in body.states_filter}
         return {"throttle_time_ms": 0, "error_code": 0, "groups": [
-            {"group_id": g.group_id, "protocol_type": g.protocol_type}
-            for g in self.groups.values() if not g.is_(S.DEAD) and self.owns_group(g.group_id)]}
+            {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state}
+            for g in self.groups.values() if not g.is_(S.DEAD) and self.owns_group(g.group_id)
+            and (not wanted or g.state.lower() in wanted)]}
 
     def _delete(self, body: Any, version: int, token: Any, client_id: str, client_host: str) -> dict:
         results = []

@@ -36,6 +36,8 @@ from appliance.protocol.frames import (
     api_versions_fallback_response,
     encode_request_frame,
     parse_request_header,
+    response_body_offset,
+    skip_request_header_tags,
 )
 from appliance.protocol.messages import ApiVersions, Produce
 from appliance.protocol.registry import API_BY_KEY
@@ -196,7 +198,11 @@ class ServerConnection(_Connection):
             return self._reject(api, frame, api_key, api_version, correlation_id)
         try:
             _, _, _, client_id, pos = parse_request_header(frame)
-            body = api.decode_request(api_version, frame, pos)
+            flexible = api.is_flexible(api_version)
+            if flexible:
+                pos = skip_request_header_tags(frame, pos)
+            # flexible versions: trailing bytes are ignored, as Kafka's own parser does
+            body = api.decode_request(api_version, frame, pos, trailing_ok=flexible)
         except ProtocolDecodeError as e:
             raise self._fail(f"cannot decode {api.__name__} v{api_version} request "
                              f"(correlation id {correlation_id}): {e}", e) from None
@@ -275,7 +281,7 @@ class ClientConnection(_Connection):
         api_key, api_version = self._pending.pop(correlation_id)
         api = API_BY_KEY[api_key]
         try:
-            body = api.decode_response(api_version, frame, RESPONSE_HEADER.size)
+            body = api.decode_response(api_version, frame, response_body_offset(api, api_version, frame))
         except ProtocolDecodeError as e:
             body = self._api_versions_fallback(api_key, api_version, frame)
             if body is None:

@@ -1,11 +1,17 @@
-"""Kafka framing: int32 size prefixes, request header v1, response header v0, frame encoders,
-the ApiVersions fallback answer, and the linear frame buffer both connection sides use.
+"""Kafka framing: int32 size prefixes, request headers v1/v2, response headers v0/v1, frame
+encoders, the ApiVersions fallback answer, and the linear frame buffer both connection sides use.
 
-Layouts (non-flexible)::
+Layouts::
 
     frame            = size:int32  payload[size]
     request header 1 = api_key:int16 api_version:int16 correlation_id:int32 client_id:nullable string
+    request header 2 = request header 1, tagged fields          (flexible versions, KIP-482)
     response header 0= correlation_id:int32
+    response header 1= correlation_id:int32 tagged fields       (flexible versions but ApiVersions)
+
+client_id stays a non-compact string in header v2 so a broker can read it before it knows
+whether the version is flexible; ApiVersions always answers with header v0 (KIP-511) so a
+client can read the answer whatever version the broker picked.
 
 Nothing here does I/O; everything is pure bytes in, bytes out. The functions are thread-safe;
 a FrameBuffer is not (one per connection).
@@ -21,12 +27,18 @@ from appliance.protocol.errors import ProtocolDecodeError, ProtocolEncodeError, 
 from appliance.protocol.messages import ApiVersions
 from appliance.protocol.registry import API_BY_KEY, api_versions_entries
 from appliance.protocol.schema import ApiMessage
-from appliance.protocol.types import FileSlice, decode_nullable_string, write_nullable_string
+from appliance.protocol.types import (
+    FileSlice,
+    decode_nullable_string,
+    skip_tagged_fields,
+    write_nullable_string,
+)
 
 __all__ = [
     "SIZE", "REQUEST_HEADER", "RESPONSE_HEADER", "FileSlice", "Chunk", "FrameBuffer",
     "parse_request_header", "encode_request_frame", "encode_response_frame", "encode_response",
     "encode_response_bytes", "frame_length", "api_versions_fallback_response",
+    "response_header", "response_body_offset", "skip_request_header_tags",
 ]
 
 SIZE = struct.Struct(">i")  # the frame size prefix
@@ -52,22 +64,49 @@ def parse_request_header(frame: bytes | memoryview) -> tuple[int, int, int, str 
     return api_key, api_version, correlation_id, client_id, pos
 
 
+def skip_request_header_tags(frame: memoryview, pos: int) -> int:
+    """The body offset of a request header v2 whose client_id ends at ``pos`` (its tagged
+    fields skipped: no request header tag is defined for the APIs we serve)."""
+    return skip_tagged_fields(frame, pos)
+
+
 def _api(api_key: int) -> type[ApiMessage]:
     api = API_BY_KEY.get(api_key)
+    if api is None:
+        from appliance.protocol.registry import inter_broker_api_for_key
+
+        api = inter_broker_api_for_key(api_key)
     if api is None:
         raise ProtocolEncodeError(f"unknown api_key {api_key}")
     return api
 
 
+def response_header(api: type[ApiMessage], api_version: int, correlation_id: int) -> bytes:
+    """The response header for ``api`` at ``api_version``: v1 (an empty tagged-field section
+    after the correlation id) in flexible versions, v0 otherwise and always for ApiVersions."""
+    head = RESPONSE_HEADER.pack(correlation_id)
+    return head + b"\x00" if api.response_header_flexible(api_version) else head
+
+
+def response_body_offset(api: type[ApiMessage], api_version: int, frame: memoryview) -> int:
+    """Where the body starts in a response frame's payload (after header v0 or v1)."""
+    if api.response_header_flexible(api_version):
+        return skip_tagged_fields(frame, RESPONSE_HEADER.size)
+    return RESPONSE_HEADER.size
+
+
 def encode_request_frame(api_key: int, api_version: int, correlation_id: int,
                          client_id: str | None, body: Any) -> bytes:
-    """A whole request frame (size, header v1, body). Raises ProtocolEncodeError,
-    UnsupportedVersionError. A FileSlice in a request is refused."""
+    """A whole request frame (size, header v1 or v2 for flexible versions, body). Raises
+    ProtocolEncodeError, UnsupportedVersionError. A FileSlice in a request is refused."""
+    api = _api(api_key)
     out = bytearray(SIZE.size)
     out += REQUEST_HEADER.pack(api_key, api_version, correlation_id)
     write_nullable_string(client_id, out)
+    if api.is_flexible(api_version):
+        out += b"\x00"  # header v2: no tagged fields
     parts: list = []
-    _api(api_key).write_request(api_version, body, out, parts)
+    api.write_request(api_version, body, out, parts)
     if not parts:
         SIZE.pack_into(out, 0, len(out) - SIZE.size)
         return bytes(out)
@@ -86,15 +125,16 @@ def frame_length(chunks: list[Chunk]) -> int:
 
 
 def encode_response_frame(api_key: int, api_version: int, correlation_id: int, body: Any) -> list[Chunk]:
-    """A whole response frame (size, header v0, body) as chunks to write in order: bytes-like
+    """A whole response frame (size, header v0/v1, body) as chunks to write in order: bytes-like
     pieces (joined wherever possible) and the FileSlices the body's Records fields held, which
     are not read — only their lengths are counted into the size prefix. Large in-memory
     Records values (>= types.RECORDS_INLINE_LIMIT) are passed through uncopied as their own
     chunk. Raises ProtocolEncodeError, UnsupportedVersionError."""
+    api = _api(api_key)
     out = bytearray(SIZE.size)
-    out += RESPONSE_HEADER.pack(correlation_id)
+    out += response_header(api, api_version, correlation_id)
     parts: list[Chunk] = []
-    _api(api_key).write_response(api_version, body, out, parts)
+    api.write_response(api_version, body, out, parts)
     if not parts:
         SIZE.pack_into(out, 0, len(out) - SIZE.size)
         return [bytes(out)]

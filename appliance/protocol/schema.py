@@ -30,7 +30,16 @@ from typing import Any, ClassVar
 
 from appliance.errors import UnsupportedVersionError
 from appliance.protocol.errors import ProtocolDecodeError, ProtocolEncodeError
-from appliance.protocol.types import Array, truncated, write_records
+from appliance.protocol.types import (
+    Array,
+    CompactArray,
+    compact,
+    encode_uvarint,
+    truncated,
+    uvarint_at,
+    write_compact_records,
+    write_records,
+)
 
 __all__ = ["Field", "Struct", "Data", "ApiMessage", "SchemaError", "parse_versions"]
 
@@ -65,17 +74,23 @@ class Field:
     exists in, optionally the versions it is nullable in (``nullable=True`` = all), and the
     default used when encoding a value that lacks it / decoding a version without it."""
 
-    __slots__ = ("name", "type", "versions", "nullable_versions", "default")
+    __slots__ = ("name", "type", "versions", "nullable_versions", "default", "tag")
 
     def __init__(self, name: str, type: Any, versions: str = "0+", *, nullable: bool | str = False,
-                 default: Any = _MISSING) -> None:
+                 default: Any = _MISSING, tag: int | None = None) -> None:
         if not name.isidentifier() or name.startswith("_"):
             raise SchemaError(f"bad field name {name!r}")
         self.name = name
         self.type = type
         self.versions = parse_versions(versions)
-        if nullable and isinstance(type, Struct):
-            # Kafka marks null structs only in flexible versions, which we do not speak.
+        # A tagged field (KIP-482) lives in its struct's tagged section in flexible versions,
+        # written only when it differs from its default; its versions must all be flexible.
+        if tag is not None and not (isinstance(tag, int) and 0 <= tag <= 0x7FFFFFFF):
+            raise SchemaError(f"field {name}: bad tag {tag!r}")
+        self.tag = tag
+        if nullable and isinstance(type, Struct) and tag is None:
+            # Kafka's null struct marker (int8 -1) is not used by any API we speak; a tagged
+            # struct field is simply absent (None) when null.
             raise SchemaError(f"field {name}: a plain struct cannot be nullable")
         if nullable is True:
             self.nullable_versions: tuple[int, int] | None = self.versions
@@ -93,11 +108,13 @@ class Field:
     def in_version(self, v: int) -> bool:
         return self.versions[0] <= v <= self.versions[1]
 
-    def type_for(self, v: int) -> Any:
+    def type_for(self, v: int, flexible: bool = False) -> Any:
+        """The wire type in version v: nullable where declared so, compact in flexible ones."""
+        t = self.type
         nv = self.nullable_versions
-        if nv is not None and nv[0] <= v <= nv[1]:
-            return self.type.as_nullable()
-        return self.type
+        if nv is not None and nv[0] <= v <= nv[1] and not isinstance(t, Struct):
+            t = t.as_nullable()
+        return compact(t) if flexible else t
 
     def __repr__(self) -> str:
         return f"Field({self.name!r}, {self.type!r}, versions={self.versions})"
@@ -120,6 +137,7 @@ class Struct:
         self.fields = fields
         self.name: str | None = None  # the qualified name, set when its message compiles
         self.data_class: type[Data] | None = None
+        self.flex_lo = _MAX_VERSION + 1  # first flexible version, set when its message compiles
         self._decoders: dict[int, Any] = {}
         self._encoders: dict[int, Any] = {}
         self._min_sizes: dict[int, int] = {}
@@ -129,19 +147,28 @@ class Struct:
 
     # -- compile ---------------------------------------------------------------------------
 
-    def _compile(self, qualname: str, lo: int, hi: int, top: bool = True) -> None:
+    def _compile(self, qualname: str, lo: int, hi: int, top: bool = True,
+                 flex_lo: int = _MAX_VERSION + 1) -> None:
         """Check versions and build the data classes; for the top-level struct also one
         encoder and decoder per version in lo..hi (nested structs are inlined into them)."""
+        tags: set[int] = set()
         for f in self.fields:
             if f.versions[1] < lo or f.versions[0] > hi:
                 raise SchemaError(f"{qualname}.{f.name}: versions {f.versions} outside {lo}-{hi}")
+            if f.tag is not None:
+                if f.versions[0] < flex_lo:
+                    raise SchemaError(f"{qualname}.{f.name}: tagged in non-flexible versions")
+                if f.tag in tags:
+                    raise SchemaError(f"{qualname}.{f.name}: duplicate tag {f.tag}")
+                tags.add(f.tag)
         self.name = qualname
+        self.flex_lo = flex_lo
         self.data_class = _make_data_class(qualname, self.fields)
         for f in self.fields:
             sub = _struct_of(f.type)
             if sub is not None:
                 sub._compile(f"{qualname}.{_camel(f.name)}", max(lo, f.versions[0]),
-                             min(hi, f.versions[1]), top=False)
+                             min(hi, f.versions[1]), top=False, flex_lo=flex_lo)
                 setattr(self.data_class, _camel(f.name), sub.data_class)
         if not top:
             return
@@ -149,12 +176,16 @@ class Struct:
             self._decoders[v] = _gen_decoder(self, v)
             self._encoders[v] = _gen_encoder(self, v)
 
+    def flexible(self, v: int) -> bool:
+        return v >= self.flex_lo
+
     def min_size(self, v: int) -> int:
         if v not in self._min_sizes:
-            total = 0
+            flex = self.flexible(v)
+            total = 1 if flex else 0  # the tagged-field count
             for f in self.fields:
-                if f.in_version(v):
-                    t = f.type_for(v)
+                if f.in_version(v) and not (flex and f.tag is not None):
+                    t = f.type_for(v, flex)
                     total += t.min_size(v) if isinstance(t, Struct) else t.min_size
             self._min_sizes[v] = total
         return self._min_sizes[v]
@@ -270,11 +301,23 @@ def _decode_error(kind: str, value: int, pos: int, remaining: int = -1) -> Proto
     return ProtocolDecodeError(f"invalid {kind} {value} at offset {pos}")
 
 
+def _emit_uvarint(g: _Gen, ind: int, dst: str) -> None:
+    """Emit code reading an unsigned varint into ``dst`` (one byte inline, the rare longer
+    ones through types.uvarint_at; a read past the end raises IndexError = truncated)."""
+    g.emit(ind, f"{dst} = buf[pos]")
+    g.emit(ind, f"if {dst} < 128:")
+    g.emit(ind + 1, "pos += 1")
+    g.emit(ind, "else:")
+    g.emit(ind + 1, f"{dst}, pos = _uv(buf, pos)")
+
+
 def _emit_decode_struct(g: _Gen, s: Struct, v: int, target: str, ind: int) -> None:
     """Emit code that decodes struct s (version v) into a new object bound to ``target``."""
+    flex = s.flexible(v)
     cls = g.const(s.data_class, "_C")
     g.emit(ind, f"{target} = _new({cls})")
     run: list[tuple[str, str]] = []
+    tagged: list[Field] = []
 
     def flush() -> None:
         if run:
@@ -287,31 +330,79 @@ def _emit_decode_struct(g: _Gen, s: Struct, v: int, target: str, ind: int) -> No
 
     for f in s.fields:
         dst = f"{target}.{f.name}"
-        if not f.in_version(v):
+        if not f.in_version(v) or (flex and f.tag is not None):
             g.emit(ind, f"{dst} = []" if _is_mutable_default(f) else f"{dst} = {g.const(f.default, '_d')}")
+            if f.in_version(v):
+                tagged.append(f)
             continue
-        t = f.type_for(v)
+        t = f.type_for(v, flex)
         if getattr(t, "fmt", None) is not None:
             run.append((f.name, t.fmt))
             continue
         flush()
         _emit_decode_value(g, t, v, dst, ind)
     flush()
+    if flex:
+        _emit_decode_tagged(g, s, v, target, tagged, ind)
+
+
+def _emit_decode_tagged(g: _Gen, s: Struct, v: int, target: str, tagged: list[Field], ind: int) -> None:
+    """The tagged-field section: known tags decode into their fields (bounded by their
+    size), unknown ones are skipped, as Kafka does."""
+    n = g.var("nt")
+    _emit_uvarint(g, ind, n)
+    g.emit(ind, f"if {n}:")
+    g.emit(ind + 1, f"if {n} * 2 > end - pos: raise _err('count', {n}, pos, end - pos)")
+    g.emit(ind + 1, f"for _ in range({n}):")
+    tag, size, tend = g.var("tg"), g.var("ts"), g.var("te")
+    i2 = ind + 2
+    _emit_uvarint(g, i2, tag)
+    _emit_uvarint(g, i2, size)
+    g.emit(i2, f"{tend} = pos + {size}")
+    g.emit(i2, f"if {tend} > end: raise _err('short', {size}, pos)")
+    for k, f in enumerate(sorted(tagged, key=lambda f: f.tag)):
+        g.emit(i2, f"{'if' if k == 0 else 'elif'} {tag} == {f.tag}:")
+        t = f.type_for(v, True)
+        if isinstance(t, Struct):
+            dec = g.const(_gen_decoder(t, v, nested=True), "_td")
+        else:
+            dec = g.const(t.decode, "_td")
+        p2 = g.var("p")
+        g.emit(i2 + 1, f"{target}.{f.name}, {p2} = {dec}(buf[:{tend}], pos)")
+        g.emit(i2 + 1, f"if {p2} != {tend}: raise _err('tagged field size', {size}, pos)")
+    g.emit(i2, f"pos = {tend}")
 
 
 def _emit_decode_value(g: _Gen, t: Any, v: int, dst: str, ind: int) -> None:
-    from appliance.protocol.types import Bytes, NullableBytes, NullableString, Records, String
+    from appliance.protocol.types import (
+        Bytes,
+        CompactBytes,
+        CompactNullableBytes,
+        CompactNullableString,
+        CompactRecords,
+        CompactString,
+        NullableBytes,
+        NullableString,
+        Records,
+        String,
+    )
 
     if isinstance(t, Struct):
         tmp = g.var("o")
         _emit_decode_struct(g, t, v, tmp, ind)
         g.emit(ind, f"{dst} = {tmp}")
         return
-    if t in (String, NullableString, Bytes, NullableBytes, Records):
-        is_str = t in (String, NullableString)
+    compact_blob = t in (CompactString, CompactNullableString, CompactBytes, CompactNullableBytes,
+                         CompactRecords)
+    if compact_blob or t in (String, NullableString, Bytes, NullableBytes, Records):
+        is_str = t in (String, NullableString, CompactString, CompactNullableString)
         n = g.var("n")
-        g.emit(ind, f"{n}, = {'_h' if is_str else '_i'}(buf, pos)")
-        g.emit(ind, f"pos += {2 if is_str else 4}")
+        if compact_blob:
+            _emit_uvarint(g, ind, n)
+            g.emit(ind, f"{n} -= 1")
+        else:
+            g.emit(ind, f"{n}, = {'_h' if is_str else '_i'}(buf, pos)")
+            g.emit(ind, f"pos += {2 if is_str else 4}")
         g.emit(ind, f"if {n} < 0:")
         if t.nullable:
             g.emit(ind + 1, f"if {n} != -1: raise _err('length', {n}, pos)")
@@ -320,9 +411,13 @@ def _emit_decode_value(g: _Gen, t: Any, v: int, dst: str, ind: int) -> None:
             g.emit(ind + 1, f"raise _err('null' if {n} == -1 else 'length', {n}, pos)")
         g.emit(ind, f"elif pos + {n} > end:")
         g.emit(ind + 1, f"raise _err('short', {n}, pos)")
+        if compact_blob and is_str:
+            g.emit(ind, f"elif {n} > 32767:")
+            g.emit(ind + 1, f"raise _err('string length', {n}, pos)")
         g.emit(ind, "else:")
         piece = f"buf[pos:pos + {n}]"
-        conv = f"_str({piece}, 'utf-8')" if is_str else (piece if t is Records else f"bytes({piece})")
+        records = t in (Records, CompactRecords)
+        conv = f"_str({piece}, 'utf-8')" if is_str else (piece if records else f"bytes({piece})")
         g.emit(ind + 1, f"{dst} = {conv}")
         g.emit(ind + 1, f"pos += {n}")
         return
@@ -330,8 +425,12 @@ def _emit_decode_value(g: _Gen, t: Any, v: int, dst: str, ind: int) -> None:
         el = t.element
         n = g.var("n")
         min_size = el.min_size(v) if isinstance(el, Struct) else el.min_size
-        g.emit(ind, f"{n}, = _i(buf, pos)")
-        g.emit(ind, "pos += 4")
+        if isinstance(t, CompactArray):
+            _emit_uvarint(g, ind, n)
+            g.emit(ind, f"{n} -= 1")
+        else:
+            g.emit(ind, f"{n}, = _i(buf, pos)")
+            g.emit(ind, "pos += 4")
         g.emit(ind, f"if {n} < 0:")
         if t.nullable:
             g.emit(ind + 1, f"if {n} != -1: raise _err('array count', {n}, pos)")
@@ -359,23 +458,26 @@ def _emit_decode_value(g: _Gen, t: Any, v: int, dst: str, ind: int) -> None:
     g.emit(ind, f"{dst}, pos = {dec}(buf, pos)")
 
 
-def _gen_decoder(s: Struct, v: int) -> Any:
+def _gen_decoder(s: Struct, v: int, nested: bool = False) -> Any:
     g = _Gen()
     g.ns.update({"_new": object.__new__, "_h": struct.Struct(">h").unpack_from,
                  "_i": struct.Struct(">i").unpack_from, "_unpack": struct.unpack_from,
-                 "_str": str, "_err": _decode_error})
+                 "_str": str, "_err": _decode_error, "_uv": uvarint_at})
     g.emit(0, "def _dec(buf, pos):")
     g.emit(1, "end = len(buf)")
     _emit_decode_struct(g, s, v, "obj", 1)
     g.emit(1, "return obj, pos")
-    return g.build("_dec", f"decode {s.name} v{v}")
+    return g.build("_dec", f"decode {s.name} v{v}{' (tagged)' if nested else ''}")
 
 
 def _emit_encode_struct(g: _Gen, s: Struct, v: int, src: str, ind: int) -> None:
     """Emit code writing the struct held in variable ``src`` (our object, a dict, or any
     object with the attributes) to ``out``."""
+    flex = s.flexible(v)
     present = [f for f in s.fields if f.in_version(v)]
     if not present:
+        if flex:
+            g.emit(ind, "out += b'\\x00'")
         return
     names = {f.name: g.var("x") for f in present}
     cls = g.const(s.data_class, "_C")
@@ -405,9 +507,12 @@ def _emit_encode_struct(g: _Gen, s: Struct, v: int, src: str, ind: int) -> None:
             run.clear()
             fmts.clear()
 
+    tagged = [f for f in present if flex and f.tag is not None]
     for f in present:
+        if flex and f.tag is not None:
+            continue
         x = names[f.name]
-        t = f.type_for(v)
+        t = f.type_for(v, flex)
         if getattr(t, "fmt", None) is not None:
             run.append(x)
             fmts.append(t.fmt)
@@ -415,25 +520,74 @@ def _emit_encode_struct(g: _Gen, s: Struct, v: int, src: str, ind: int) -> None:
         flush()
         _emit_encode_value(g, t, v, x, ind, f"{s.name}.{f.name}")
     flush()
+    if flex:
+        _emit_encode_tagged(g, s, v, tagged, names, defaults, ind)
+
+
+def _emit_encode_tagged(g: _Gen, s: Struct, v: int, tagged: list[Field], names: dict[str, str],
+                        defaults: dict[str, str], ind: int) -> None:
+    """The tagged-field section: each tagged field whose value is not its default, in tag
+    order, as tag, size, data."""
+    if not tagged:
+        g.emit(ind, "out += b'\\x00'")
+        return
+    checks = {}
+    for f in tagged:
+        x = names[f.name]
+        if isinstance(f.type_for(v, True), Array) and not f.default:
+            checks[f.name] = x  # an empty list is the default too
+        elif f.default is None:
+            checks[f.name] = f"{x} is not None"
+        else:
+            checks[f.name] = f"({x} is not None and {x} != {defaults[f.name]})"
+    # the usual case, every tagged field at its default: one byte, nothing built
+    g.emit(ind, f"if not ({' or '.join(checks.values())}):")
+    g.emit(ind + 1, "out += b'\\x00'")
+    g.emit(ind, "else:")
+    ind += 1
+    lst = g.var("tl")
+    g.emit(ind, f"{lst} = []")
+    for f in sorted(tagged, key=lambda f: f.tag):
+        x = names[f.name]
+        t = f.type_for(v, True)
+        g.emit(ind, f"if {checks[f.name]}:")
+        tb = g.var("tb")
+        g.emit(ind + 1, f"{tb} = bytearray()")
+        if isinstance(t, Struct):
+            enc = g.const(_gen_encoder(t, v, nested=True), "_te")
+            g.emit(ind + 1, f"{enc}({x}, {tb}, None)")
+        else:
+            w = g.const(t.write, "_tw")
+            g.emit(ind + 1, f"{w}({x}, {tb})")
+        g.emit(ind + 1, f"{lst}.append(({f.tag}, {tb}))")
+    g.emit(ind, f"out += _uvb(len({lst}))")
+    tag, data = g.var("tg"), g.var("td")
+    g.emit(ind, f"for {tag}, {data} in {lst}:")
+    g.emit(ind + 1, f"out += _uvb({tag})")
+    g.emit(ind + 1, f"out += _uvb(len({data}))")
+    g.emit(ind + 1, f"out += {data}")
 
 
 def _emit_encode_value(g: _Gen, t: Any, v: int, x: str, ind: int, label: str) -> None:
-    from appliance.protocol.types import Records
+    from appliance.protocol.types import CompactRecords, Records
 
     if t is Records:
         g.emit(ind, f"_records({x}, out, parts)")
+    elif t is CompactRecords:
+        g.emit(ind, f"_crecords({x}, out, parts)")
     elif isinstance(t, Struct):
         _emit_encode_struct(g, t, v, x, ind)
     elif isinstance(t, Array) and isinstance(t.element, Struct):
+        comp = isinstance(t, CompactArray)
         g.emit(ind, f"if {x} is None:")
-        g.emit(ind + 1, "out += _NULL32" if t.nullable
+        g.emit(ind + 1, ("out += b'\\x00'" if comp else "out += _NULL32") if t.nullable
                else f"raise _enc_error('{label}: None in a non-nullable array')")
         g.emit(ind, "else:")
-        g.emit(ind + 1, f"out += _pack_i32(len({x}))")
+        g.emit(ind + 1, f"out += _uvb(len({x}) + 1)" if comp else f"out += _pack_i32(len({x}))")
         e = g.var("e")
         g.emit(ind + 1, f"for {e} in {x}:")
         _emit_encode_struct(g, t.element, v, e, ind + 2)
-        if not any(f.in_version(v) for f in t.element.fields):
+        if not any(f.in_version(v) for f in t.element.fields) and not t.element.flexible(v):
             g.emit(ind + 2, "pass")
     else:
         w = g.const(t.write, "_w")
@@ -445,26 +599,35 @@ def _unknown_keys(struct_name: str, v: int, d: dict, known: frozenset) -> Protoc
     return ProtocolEncodeError(f"{struct_name} v{v}: unknown field(s) {unknown}")
 
 
-def _gen_encoder(s: Struct, v: int) -> Any:
+def _gen_encoder(s: Struct, v: int, nested: bool = False) -> Any:
     g = _Gen()
     g.ns.update({"_pack_i32": _pack_i32, "_NULL32": _NULL32, "_records": write_records,
+                 "_crecords": write_compact_records, "_uvb": encode_uvarint,
                  "_enc_error": ProtocolEncodeError, "_unknown_keys": _unknown_keys})
     g.emit(0, "def _enc(v, out, parts):")
     _emit_encode_struct(g, s, v, "v", 1)
     g.emit(1, "return None")
-    return g.build("_enc", f"encode {s.name} v{v}")
+    return g.build("_enc", f"encode {s.name} v{v}{' (tagged)' if nested else ''}")
 
 
 # --- API messages -----------------------------------------------------------------------------
 
 class ApiMessage:
     """Base for one Kafka API: declare API_KEY, MIN_VERSION, MAX_VERSION (the range we
-    advertise), REQUEST and RESPONSE field tuples. Subclassing compiles both for every version
-    in range; ``cls.Request`` and ``cls.Response`` are then the generated value classes."""
+    advertise), FLEXIBLE (Kafka's flexibleVersions, e.g. "9+"; None = none), REQUEST and
+    RESPONSE field tuples. Subclassing compiles both for every version in range; ``cls.Request``
+    and ``cls.Response`` are then the generated value classes.
+
+    In flexible versions the same declarations encode compactly with tagged-field sections,
+    and the frames use request header v2 / response header v1 (``FLEXIBLE_RESPONSE_HEADER``
+    False keeps header v0: ApiVersions, KIP-511)."""
 
     API_KEY: ClassVar[int]
     MIN_VERSION: ClassVar[int]
     MAX_VERSION: ClassVar[int]
+    FLEXIBLE: ClassVar[str | None] = None
+    FLEXIBLE_RESPONSE_HEADER: ClassVar[bool] = True
+    FLEX_LO: ClassVar[int] = _MAX_VERSION + 1  # the first flexible version (derived)
     REQUEST: ClassVar[tuple[Field, ...]] = ()
     RESPONSE: ClassVar[tuple[Field, ...]] = ()
     Request: ClassVar[type[Data]]
@@ -477,12 +640,27 @@ class ApiMessage:
         lo, hi = cls.MIN_VERSION, cls.MAX_VERSION
         if not 0 <= lo <= hi <= _MAX_VERSION:
             raise SchemaError(f"{cls.__name__}: bad version range {lo}-{hi}")
+        if cls.FLEXIBLE is not None:
+            flex_lo, flex_hi = parse_versions(cls.FLEXIBLE)
+            if flex_hi != _MAX_VERSION:
+                raise SchemaError(f"{cls.__name__}: flexible versions must be open-ended ('N+')")
+            cls.FLEX_LO = flex_lo
         cls._request_struct = Struct(*cls.REQUEST)
-        cls._request_struct._compile(f"{cls.__name__}.Request", lo, hi)
+        cls._request_struct._compile(f"{cls.__name__}.Request", lo, hi, flex_lo=cls.FLEX_LO)
         cls._response_struct = Struct(*cls.RESPONSE)
-        cls._response_struct._compile(f"{cls.__name__}.Response", lo, hi)
+        cls._response_struct._compile(f"{cls.__name__}.Response", lo, hi, flex_lo=cls.FLEX_LO)
         cls.Request = cls._request_struct.data_class
         cls.Response = cls._response_struct.data_class
+
+    @classmethod
+    def is_flexible(cls, version: int) -> bool:
+        """Whether ``version`` uses the flexible encodings and request header v2."""
+        return version >= cls.FLEX_LO
+
+    @classmethod
+    def response_header_flexible(cls, version: int) -> bool:
+        """Whether the response header of ``version`` is v1 (with a tagged-field section)."""
+        return version >= cls.FLEX_LO and cls.FLEXIBLE_RESPONSE_HEADER
 
     @classmethod
     def _check_version(cls, version: int) -> None:
@@ -496,7 +674,7 @@ class ApiMessage:
         buf = data if isinstance(data, memoryview) else memoryview(data)
         try:
             value, end = s._decoders[version](buf, pos)
-        except struct.error:
+        except (struct.error, IndexError):  # IndexError: a varint read past the end
             raise truncated(f"{cls.__name__} {what} v{version}", pos) from None
         except UnicodeDecodeError as e:
             raise ProtocolDecodeError(
@@ -507,13 +685,16 @@ class ApiMessage:
         return value, end
 
     @classmethod
-    def decode_request(cls, version: int, data: bytes | bytearray | memoryview, pos: int = 0) -> Any:
-        """Decode a request body that fills ``data[pos:]`` exactly. Records fields are
-        memoryview slices of ``data`` (keep ``data`` immutable while they live).
+    def decode_request(cls, version: int, data: bytes | bytearray | memoryview, pos: int = 0,
+                       trailing_ok: bool = False) -> Any:
+        """Decode a request body that fills ``data[pos:]`` exactly (or, with ``trailing_ok``,
+        starts there: Kafka's parser ignores bytes after the body, and librdkafka 2.x sends
+        some after a flexible Metadata request). Records fields are memoryview slices of
+        ``data`` (keep ``data`` immutable while they live).
 
         Raises UnsupportedVersionError for a version outside our range, ProtocolDecodeError
-        for malformed bytes (including trailing bytes)."""
-        return cls._decode(cls._request_struct, "request", version, data, pos, True)[0]
+        for malformed bytes (including trailing bytes unless ``trailing_ok``)."""
+        return cls._decode(cls._request_struct, "request", version, data, pos, not trailing_ok)[0]
 
     @classmethod
     def decode_response(cls, version: int, data: bytes | bytearray | memoryview, pos: int = 0) -> Any:

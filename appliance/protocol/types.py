@@ -1,4 +1,4 @@
-"""Kafka's primitive wire types (non-flexible encodings only).
+"""Kafka's primitive wire types, and their compact variants for flexible versions (KIP-482).
 
 Every type offers ``encode(value) -> bytes``, ``write(value, out: bytearray)`` and
 ``decode(buf: memoryview, pos: int) -> (value, new_pos)``. Decoding is bounds-checked and
@@ -27,6 +27,9 @@ __all__ = [
     "decode_string", "decode_nullable_string", "decode_bytes", "decode_nullable_bytes",
     "decode_records", "write_string", "write_nullable_string", "write_bytes",
     "write_nullable_bytes", "write_records", "truncated", "decode_array_count",
+    "CompactString", "CompactNullableString", "CompactBytes", "CompactNullableBytes",
+    "CompactRecords", "CompactArray", "Uuid", "compact", "write_uvarint", "encode_uvarint",
+    "decode_uvarint", "uvarint_at", "skip_tagged_fields", "write_compact_records",
 ]
 
 _I16 = struct.Struct(">h")
@@ -401,3 +404,313 @@ def decode_array_count(buf: memoryview, pos: int, min_size: int, nullable: bool)
         raise ProtocolDecodeError(
             f"array count {n} at offset {pos} needs more bytes than remain ({len(buf) - start})")
     return n, start
+
+
+# --- flexible versions (KIP-482): unsigned varints, compact encodings, tagged fields --------
+#
+# In a message's flexible versions strings, bytes, records and arrays carry an unsigned varint
+# of (length + 1) instead of an int16/int32 length, 0 meaning null; every struct ends with a
+# tagged-field section. The schema compiler swaps each type for its ``compact`` variant there,
+# so a declaration names String once and gets both encodings.
+
+_UVARINT_SMALL = tuple(bytes((i,)) for i in range(128))
+
+
+def write_uvarint(n: int, out: bytearray) -> None:
+    """Append ``n`` (0 <= n < 2**32) as an unsigned LEB128 varint."""
+    if 0 <= n < 128:
+        out += _UVARINT_SMALL[n]
+        return
+    if n < 0 or n > 0xFFFFFFFF:
+        raise ProtocolEncodeError(f"unsigned varint out of range: {n}")
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def encode_uvarint(n: int) -> bytes:
+    """``n`` as an unsigned varint."""
+    if 0 <= n < 128:
+        return _UVARINT_SMALL[n]
+    out = bytearray()
+    write_uvarint(n, out)
+    return bytes(out)
+
+
+def uvarint_at(buf: memoryview, pos: int) -> tuple[int, int]:
+    """decode_uvarint unrolled for generated decoders: raises IndexError on truncated input
+    (their caller reports it as truncated), ProtocolDecodeError past 5 bytes or 32 bits."""
+    b = buf[pos]
+    if b < 0x80:
+        return b, pos + 1
+    n = b & 0x7F
+    b = buf[pos + 1]
+    if b < 0x80:
+        return n | b << 7, pos + 2
+    n |= (b & 0x7F) << 7
+    b = buf[pos + 2]
+    if b < 0x80:
+        return n | b << 14, pos + 3
+    n |= (b & 0x7F) << 14
+    b = buf[pos + 3]
+    if b < 0x80:
+        return n | b << 21, pos + 4
+    n |= (b & 0x7F) << 21
+    b = buf[pos + 4]
+    if b < 0x10:  # the fifth byte holds the top 4 bits of 32
+        return n | b << 28, pos + 5
+    raise ProtocolDecodeError(f"unsigned varint at offset {pos} is longer than 5 bytes or overflows")
+
+
+def decode_uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
+    """(value, new position) of the unsigned varint at ``pos``; refuses more than 5 bytes or a
+    value above 2**32 - 1 (Kafka's limit), and truncated input."""
+    try:
+        return uvarint_at(buf, pos)
+    except IndexError:
+        raise truncated("unsigned varint", pos) from None
+
+
+def _compact_span(buf: memoryview, pos: int, what: str) -> tuple[int, int]:
+    """(start, length) of a compact blob/string at pos; length -1 means null."""
+    n, start = decode_uvarint(buf, pos)
+    n -= 1
+    if n > len(buf) - start:
+        raise truncated(f"{what} of {n} bytes", pos)
+    return start, n
+
+
+def decode_compact_nullable_string(buf: memoryview, pos: int) -> tuple[str | None, int]:
+    start, n = _compact_span(buf, pos, "compact string")
+    if n < 0:
+        return None, start
+    if n > 0x7FFF:
+        raise ProtocolDecodeError(f"compact string of {n} bytes at offset {pos} exceeds 32767")
+    try:
+        return str(buf[start:start + n], "utf-8"), start + n
+    except UnicodeDecodeError as e:
+        raise ProtocolDecodeError(f"invalid UTF-8 in string at offset {pos}: {e.reason}") from None
+
+
+def decode_compact_string(buf: memoryview, pos: int) -> tuple[str, int]:
+    s, end = decode_compact_nullable_string(buf, pos)
+    if s is None:
+        raise ProtocolDecodeError(f"null in non-nullable compact string at offset {pos}")
+    return s, end
+
+
+def write_compact_nullable_string(value: str | None, out: bytearray) -> None:
+    if value is None:
+        out += b"\x00"
+        return
+    write_compact_string(value, out)
+
+
+def write_compact_string(value: str, out: bytearray) -> None:
+    try:
+        raw = value.encode("utf-8")
+    except AttributeError:
+        raise ProtocolEncodeError(f"String: expected str, got {type(value).__name__}") from None
+    except UnicodeEncodeError as e:
+        raise ProtocolEncodeError(f"String: not encodable as UTF-8: {e.reason}") from None
+    if len(raw) > 0x7FFF:
+        raise ProtocolEncodeError(f"String: {len(raw)} bytes exceeds the 32767-byte limit")
+    write_uvarint(len(raw) + 1, out)
+    out += raw
+
+
+def decode_compact_nullable_bytes(buf: memoryview, pos: int) -> tuple[bytes | None, int]:
+    start, n = _compact_span(buf, pos, "compact bytes")
+    if n < 0:
+        return None, start
+    return bytes(buf[start:start + n]), start + n
+
+
+def decode_compact_bytes(buf: memoryview, pos: int) -> tuple[bytes, int]:
+    b, end = decode_compact_nullable_bytes(buf, pos)
+    if b is None:
+        raise ProtocolDecodeError(f"null in non-nullable compact bytes at offset {pos}")
+    return b, end
+
+
+def decode_compact_records(buf: memoryview, pos: int) -> tuple[memoryview | None, int]:
+    """Compact records: a zero-copy slice of ``buf`` (None for null)."""
+    start, n = _compact_span(buf, pos, "compact records")
+    if n < 0:
+        return None, start
+    return buf[start:start + n], start + n
+
+
+def write_compact_nullable_bytes(value: Any, out: bytearray) -> None:
+    if value is None:
+        out += b"\x00"
+        return
+    write_compact_bytes(value, out)
+
+
+def write_compact_bytes(value: Any, out: bytearray) -> None:
+    if value is None:
+        raise ProtocolEncodeError("Bytes: None in a non-nullable field")
+    b = _blob(value, "Bytes")
+    write_uvarint((b.nbytes if isinstance(b, memoryview) else len(b)) + 1, out)
+    out += b
+
+
+def write_compact_records(value: Any, out: bytearray, parts: list) -> None:
+    """write_records with a compact length: large blobs and FileSlices go to ``parts``."""
+    if value is None:
+        out += b"\x00"
+        return
+    if isinstance(value, FileSlice):
+        write_uvarint(value.length + 1, out)
+        parts.append(bytes(out))
+        out.clear()
+        parts.append(value)
+        return
+    b = _blob(value, "Records")
+    n = b.nbytes if isinstance(b, memoryview) else len(b)
+    if n >= 0x7FFFFFFF:
+        raise ProtocolEncodeError(f"Records: {n} bytes exceeds the int32 length limit")
+    write_uvarint(n + 1, out)
+    if n >= RECORDS_INLINE_LIMIT:
+        parts.append(bytes(out))
+        out.clear()
+        parts.append(b)
+    else:
+        out += b
+
+
+class _CompactStringType(WireType):
+    min_size = 1
+
+    def __init__(self, nullable: bool) -> None:
+        self.nullable = nullable
+        self.name = "CompactNullableString" if nullable else "CompactString"
+        self.default = None if nullable else ""
+        self.write = write_compact_nullable_string if nullable else write_compact_string  # type: ignore[method-assign]
+        self.decode = decode_compact_nullable_string if nullable else decode_compact_string  # type: ignore[method-assign]
+
+    def as_nullable(self) -> WireType:
+        return CompactNullableString
+
+
+class _CompactBytesType(WireType):
+    min_size = 1
+
+    def __init__(self, nullable: bool) -> None:
+        self.nullable = nullable
+        self.name = "CompactNullableBytes" if nullable else "CompactBytes"
+        self.default = None if nullable else b""
+        self.write = write_compact_nullable_bytes if nullable else write_compact_bytes  # type: ignore[method-assign]
+        self.decode = decode_compact_nullable_bytes if nullable else decode_compact_bytes  # type: ignore[method-assign]
+
+    def as_nullable(self) -> WireType:
+        return CompactNullableBytes
+
+
+class _CompactRecordsType(_RecordsType):
+    name = "CompactRecords"
+    min_size = 1
+
+    def decode(self, buf: memoryview, pos: int) -> tuple[memoryview | None, int]:
+        return decode_compact_records(buf, pos)
+
+    def write(self, value: Any, out: bytearray) -> None:
+        if isinstance(value, FileSlice):
+            raise ProtocolEncodeError("Records: a FileSlice can only be written by a frame encoder")
+        parts: list = []
+        write_compact_records(value, out, parts)
+        if parts:
+            parts.append(bytes(out))
+            out.clear()
+            for p in parts:
+                out += p
+
+
+CompactString = _CompactStringType(False)
+CompactNullableString = _CompactStringType(True)
+CompactBytes = _CompactBytesType(False)
+CompactNullableBytes = _CompactBytesType(True)
+CompactRecords = _CompactRecordsType()
+# A UUID (topic ids, KIP-516): 16 raw bytes; the zero UUID means "none".
+Uuid = FixedType("Uuid", "16s", bytes(16))
+
+
+class CompactArray(Array):
+    """Array in flexible versions: unsigned varint (count + 1), 0 = null; elements compact too."""
+
+    min_size = 1
+
+    def __init__(self, element: Any, nullable: bool = False) -> None:
+        super().__init__(element, nullable)
+        self.name = "Compact" + self.name
+
+    def as_nullable(self) -> Array:
+        return self if self.nullable else CompactArray(self.element, nullable=True)
+
+    def decode(self, buf: memoryview, pos: int) -> tuple[list | None, int]:
+        n, start = decode_uvarint(buf, pos)
+        n -= 1
+        el = self.element
+        if n < 0:
+            if not self.nullable:
+                raise ProtocolDecodeError(f"null in non-nullable compact array at offset {pos}")
+            return None, start
+        if n * max(el.min_size, 1) > len(buf) - start:
+            raise ProtocolDecodeError(
+                f"array count {n} at offset {pos} needs more bytes than remain ({len(buf) - start})")
+        if el.fmt is not None:
+            return list(struct.unpack_from(f">{n}{el.fmt}", buf, start)), start + n * el.size
+        out = []
+        dec = el.decode
+        for _ in range(n):
+            v, start = dec(buf, start)
+            out.append(v)
+        return out, start
+
+    def write(self, value: Any, out: bytearray) -> None:
+        if value is None:
+            if not self.nullable:
+                raise ProtocolEncodeError(f"{self.name}: None in a non-nullable array")
+            out += b"\x00"
+            return
+        write_uvarint(len(value) + 1, out)
+        el = self.element
+        if el.fmt is not None:
+            try:
+                out += struct.pack(f">{len(value)}{el.fmt}", *value)
+            except (struct.error, TypeError) as e:
+                raise ProtocolEncodeError(f"{self.name}: cannot encode {value!r}: {e}") from None
+            return
+        for v in value:
+            el.write(v, out)
+
+
+_COMPACT = {
+    id(String): CompactString, id(NullableString): CompactNullableString,
+    id(Bytes): CompactBytes, id(NullableBytes): CompactNullableBytes, id(Records): CompactRecords,
+}
+
+
+def compact(t: Any) -> Any:
+    """The flexible-version encoding of wire type ``t`` (itself for fixed-size types and
+    structs; arrays become compact arrays of compact elements)."""
+    if isinstance(t, Array) and not isinstance(t, CompactArray):
+        return CompactArray(compact(t.element), t.nullable)
+    return _COMPACT.get(id(t), t)
+
+
+def skip_tagged_fields(buf: memoryview, pos: int) -> int:
+    """Skip a tagged-field section (count, then tag/size/data each); the position after it."""
+    n, pos = decode_uvarint(buf, pos)
+    end = len(buf)
+    if n > end - pos:  # each field takes at least 2 bytes: a hostile count cannot loop long
+        raise ProtocolDecodeError(f"tagged field count {n} at offset {pos} exceeds the bytes left")
+    for _ in range(n):
+        _, pos = decode_uvarint(buf, pos)
+        size, pos = decode_uvarint(buf, pos)
+        if size > end - pos:
+            raise truncated(f"tagged field of {size} bytes", pos)
+        pos += size
+    return pos

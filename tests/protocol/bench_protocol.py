@@ -55,6 +55,23 @@ def main() -> None:
     resp = {"responses": [{"name": "t", "partition_responses": [{"index": 0, "base_offset": 5}]}]}
     bench("Produce v7 response encode (1 partition)", lambda: encode_response_frame(0, 7, 1, resp), 50000)
 
+    # flexible versions (KIP-482): compact lengths, tagged-field sections, header v2 / v1
+    produce9 = M.Produce.encode_request(9, PRODUCE)
+    fetch12 = M.Fetch.encode_request(12, FETCH_REQ)
+    frame9 = encode_request_frame(0, 9, 1, "bench", PRODUCE)
+
+    def server_roundtrip9():
+        conn = ServerConnection()
+        conn.receive_data(frame9)
+        conn.next_event()
+
+    bench("Produce v9 request decode (flexible)", lambda: M.Produce.decode_request(9, produce9), 20000)
+    bench("Produce v9 request via ServerConnection (flexible)", server_roundtrip9, 5000)
+    bench("Fetch v12 request decode (flexible)", lambda: M.Fetch.decode_request(12, fetch12), 20000)
+    bench("Fetch v12 response encode, 32 FileSlices (flexible)",
+          lambda: encode_response_frame(1, 12, 1, FETCH_RESP), 20000)
+    bench("Produce v9 response encode (flexible)", lambda: encode_response_frame(0, 9, 1, resp), 50000)
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from kafka.protocol.consumer import FetchRequest

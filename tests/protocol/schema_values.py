@@ -31,6 +31,8 @@ def _leaf(t: Any) -> st.SearchStrategy:
         return st.none() | st.binary(max_size=12)
     if t is T.Records:
         return st.none() | st.binary(max_size=24)
+    if t is T.Uuid:
+        return st.binary(min_size=16, max_size=16)
     raise AssertionError(f"no strategy for {t!r}")
 
 

@@ -132,7 +132,7 @@ def test_unknown_api_key_tells_caller_to_close():
         conn.next_event()
 
 
-@pytest.mark.parametrize("api_key,version", [(2, 4), (0, 8), (1, 12), (8, 5), (3, 7), (12, -1)])
+@pytest.mark.parametrize("api_key,version", [(2, 7), (0, 10), (1, 13), (8, 9), (3, 13), (12, -1)])
 def test_unsupported_version_of_other_apis_closes(api_key, version):
     conn = ServerConnection()
     conn.receive_data(struct.pack(">ihhi", 8, api_key, version, 5))  # no client id even
@@ -149,7 +149,7 @@ def expected_fallback(corr: int) -> bytes:
     return struct.pack(">ii", 4 + len(body), corr) + body
 
 
-def test_api_versions_v3_gets_the_v0_layout_fallback_and_stays_open():
+def test_api_versions_v3_is_decoded_flexible():
     # ApiVersions v3: request header v2 (client id as int16 string + empty tagged fields),
     # compact body: client_software_name "kcat", client_software_version "1.7", no tags.
     header = struct.pack(">hhi", 18, 3, 0x01020304) + b"\x00\x04kcat" + b"\x00"
@@ -158,13 +158,26 @@ def test_api_versions_v3_gets_the_v0_layout_fallback_and_stays_open():
     conn = ServerConnection()
     conn.receive_data(frame + heartbeat_frame(7))
     ev = conn.next_event()
+    assert isinstance(ev, Request) and ev.client_id == "kcat" and ev.api_version == 3
+    assert (ev.body.client_software_name, ev.body.client_software_version) == ("kcat", "1.7")
+    assert conn.next_event().correlation_id == 7
+
+
+def test_api_versions_v4_gets_the_v0_layout_fallback_and_stays_open():
+    # a version above ours (Kafka 3.9's v4, same layout as v3): the v0-layout fallback
+    header = struct.pack(">hhi", 18, 4, 0x01020304) + b"\x00\x04kcat" + b"\x00"
+    body = b"\x05kcat" + b"\x041.7" + b"\x00"
+    frame = struct.pack(">i", len(header + body)) + header + body
+    conn = ServerConnection()
+    conn.receive_data(frame + heartbeat_frame(7))
+    ev = conn.next_event()
     assert isinstance(ev, UnsupportedVersion) and not ev.close_connection
-    assert ev.client_id == "kcat" and ev.api_version == 3
+    assert ev.client_id == "kcat" and ev.api_version == 4
     assert ev.response == expected_fallback(0x01020304) == api_versions_fallback_response(0x01020304)
-    # exact bytes, spelled out for the first entries: size, corr id, error 35, count, Produce 0-7
+    # exact bytes, spelled out for the first entries: size, corr id, error 35, count, Produce 0-9
     n = len(SUPPORTED_VERSIONS)  # grows with every API added; 6 bytes per entry
     assert ev.response[:24] == struct.pack(">ii", 10 + 6 * n, 0x01020304) + bytes.fromhex(
-        "0023") + struct.pack(">i", n) + bytes.fromhex("0000" "0000" "0007" "0001" "0000")
+        "0023") + struct.pack(">i", n) + bytes.fromhex("0000" "0000" "0009" "0001" "0000")
     assert conn.state is ConnectionState.OPEN
     assert conn.next_event().correlation_id == 7  # the connection carries on
 
@@ -359,7 +372,7 @@ def test_client_rejects_unknown_api_and_version():
     with pytest.raises(UnsupportedVersionError):
         client.send_request(999, 0, {})
     with pytest.raises(UnsupportedVersionError):
-        client.send_request(1, 12, {})
+        client.send_request(1, 13, {})
     assert client.in_flight == 0
 
 

@@ -24,6 +24,8 @@ def random_value(t, v, rng: random.Random, depth=0):
         if t.nullable and rng.random() < 0.2:
             return None
         return [random_value(t.element, v, rng, depth + 1) for _ in range(rng.randint(0, 3))]
+    if t is T.Uuid:
+        return rng.randbytes(16)
     if t.fmt is not None:
         if t is T.Boolean:
             return rng.random() < 0.5
@@ -39,8 +41,11 @@ def random_value(t, v, rng: random.Random, depth=0):
 def mutate(data: bytes, rng: random.Random) -> bytes:
     b = bytearray(data)
     for _ in range(rng.randint(1, 4)):
-        op = rng.randrange(5)
-        if op == 0 and b:
+        op = rng.randrange(6)
+        if op == 5:  # plant a long or overflowing unsigned varint (compact lengths/counts)
+            i = rng.randint(0, len(b))
+            b[i:i] = rng.choice([b"\xff\xff\xff\xff\x0f", b"\xff\xff\xff\xff\xff\x01", b"\x80"])
+        elif op == 0 and b:
             b[rng.randrange(len(b))] = rng.randrange(256)
         elif op == 1:
             b.insert(rng.randint(0, len(b)), rng.randrange(256))

@@ -1,7 +1,7 @@
 """Real client libraries talk to a tiny loopback server built on our ServerConnection.
 
-librdkafka (confluent-kafka) and kafka-python open with an ApiVersions request newer than we
-support, must understand our v0-layout fallback, retry lower, and read our Metadata answer.
+librdkafka (confluent-kafka) opens with ApiVersions v3, which we speak (flexible, KIP-482/511),
+and then uses flexible Metadata; kafka-python negotiates too; all read our Metadata answer.
 The server here is test scaffolding only (sockets live in tests, never in the package).
 """
 
@@ -12,6 +12,7 @@ import threading
 
 import pytest
 
+from appliance.protocol import messages as M
 from appliance.protocol.connection import NEED_DATA, PEER_CLOSED, Request, ServerConnection
 from appliance.protocol.errors import RemoteProtocolError
 from appliance.protocol.frames import encode_response_bytes
@@ -85,17 +86,17 @@ def server():
     s.close()
 
 
-def test_librdkafka_negotiates_down_and_reads_metadata(server):
+def test_librdkafka_negotiates_flexible_versions_and_reads_metadata(server):
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{server.port}", "log_level": 0})
     md = admin.list_topics(timeout=10)
     assert "t" in md.topics and md.cluster_id == "appliance-test"
     assert list(md.topics["t"].partitions) == [0] and md.brokers[1].port == server.port
-    versions = [v for k, v in server.seen if k == 18]
-    # tried v3 first, got our fallback, retried lower (librdkafka reads the fallback's int32
-    # count as a flexible varint and so drops to v0, exactly as against a real Kafka broker)
-    assert versions[0] > 2 and any(v <= 2 for v in versions[1:])
+    # ApiVersions v3 (flexible request, v0 response header) is answered at once, and Metadata
+    # runs at the newest version both sides know
+    assert {v for k, v in server.seen if k == 18} == {3}
+    assert max(v for k, v in server.seen if k == 3) == M.Metadata.MAX_VERSION
 
 
 def test_kafka_python_negotiates_down_and_reads_metadata(server):

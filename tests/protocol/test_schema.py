@@ -14,13 +14,18 @@ from appliance.protocol.schema import ApiMessage, Field, SchemaError, Struct, pa
 from appliance.protocol.types import Array, Int16, Int32, Records, String
 from tests.protocol.schema_values import message_strategy, normalize, project, walk_versions
 
+# up to what Kafka 3.x serves where our model holds the fields (flexible versions included)
 ADVERTISED = {
-    0: (0, 7), 1: (0, 11), 2: (0, 3), 3: (0, 6), 8: (0, 4), 9: (0, 4), 10: (0, 2), 11: (0, 5),
-    12: (0, 2), 13: (0, 2), 14: (0, 3), 15: (0, 3), 16: (0, 2), 18: (0, 2), 19: (0, 4), 20: (0, 3),
-    22: (0, 1), 32: (0, 2), 33: (0, 1), 35: (0, 1), 37: (0, 1), 42: (0, 1), 44: (0, 0),
+    0: (0, 9), 1: (0, 12), 2: (0, 6), 3: (0, 12), 8: (0, 8), 9: (0, 7), 10: (0, 3), 11: (0, 9),
+    12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 5), 16: (0, 4), 18: (0, 3), 19: (0, 7), 20: (0, 5),
+    22: (0, 4), 32: (0, 4), 33: (0, 2), 35: (0, 4), 37: (0, 3), 42: (0, 2), 44: (0, 1),
     47: (0, 0),
-    21: (0, 1), 34: (0, 1),
+    21: (0, 2), 34: (0, 2),
 }
+# Kafka's flexibleVersions of each (None: none)
+FLEXIBLE_FROM = {0: 9, 1: 12, 2: 6, 3: 9, 8: 8, 9: 6, 10: 3, 11: 6, 12: 4, 13: 4, 14: 4, 15: 5,
+                 16: 3, 18: 3, 19: 5, 20: 4, 21: 2, 22: 2, 32: 4, 33: 2, 34: 2, 35: 2, 37: 2,
+                 42: 2, 44: 1, 47: None}
 
 
 def test_registry_advertises_exactly_the_agreed_ranges():
@@ -76,11 +81,17 @@ def test_bad_message_range_is_rejected():
             API_KEY, MIN_VERSION, MAX_VERSION = 999, 3, 2
 
 
+def test_flexible_versions_are_kafkas():
+    for key, api in API_BY_KEY.items():
+        lo = FLEXIBLE_FROM[key]
+        assert api.FLEX_LO == (0x8000 if lo is None else lo), api.__name__
+
+
 def test_unsupported_version_raises():
     with pytest.raises(UnsupportedVersionError):
-        M.Produce.decode_request(8, b"")
+        M.Produce.decode_request(10, b"")
     with pytest.raises(UnsupportedVersionError):
-        M.Fetch.encode_response(12, {})
+        M.Fetch.encode_response(13, {})
 
 
 def test_decoded_objects_hold_every_field_with_defaults():

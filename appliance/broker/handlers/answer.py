@@ -11,13 +11,15 @@ from typing import Any
 
 import appliance.protocol as proto
 from appliance.errors import ErrorCode
+from appliance.protocol.frames import response_header
+from appliance.protocol.registry import API_BY_KEY, inter_broker_api_for_key
 from appliance.shm.layout import SlotState
 
 __all__ = ["NO_RESPONSE", "CloseConnection", "RawBody", "encode", "unavailable_error"]
 
 NO_RESPONSE = object()  # a handler's answer to a request that gets none (acks=0 produce)
 
-_FRAME_HEAD = struct.Struct(">ii")  # size, correlation id (response header v0)
+_SIZE = struct.Struct(">i")
 
 
 class CloseConnection(Exception):
@@ -41,6 +43,8 @@ def encode(request: Any, body: Any) -> Any:
     """A handler's body as response chunks (None: the request gets no response)."""
     if body is NO_RESPONSE:
         return None
-    if isinstance(body, RawBody):  # encoded by the coordinator: add the frame header
-        return [_FRAME_HEAD.pack(len(body) + 4, request.correlation_id) + body]
+    if isinstance(body, RawBody):  # encoded by the coordinator: add the frame header (v0/v1)
+        api = API_BY_KEY.get(request.api_key) or inter_broker_api_for_key(request.api_key)
+        head = response_header(api, request.api_version, request.correlation_id)
+        return [_SIZE.pack(len(head) + len(body)) + head + body]
     return proto.encode_response(request, body)

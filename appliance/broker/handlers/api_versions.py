@@ -1,4 +1,4 @@
-"""ApiVersions: the exact non-flexible ranges we advertise (from the protocol registry)."""
+"""ApiVersions: the exact ranges we advertise (from the protocol registry)."""
 
 from __future__ import annotations
 

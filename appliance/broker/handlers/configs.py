@@ -12,13 +12,29 @@ from appliance.broker.handlers.config_entries import (
     default_broker_entries,
     topic_entries,
 )
-from appliance.config import ConfigError, TopicConfig
+from appliance.config import BROKER_KEYS, TOPIC_KEYS, ConfigError, TopicConfig
 from appliance.errors import ErrorCode
 from appliance.shm.layout import MsgType
 
 __all__ = ["handle_describe", "handle_alter", "TOPIC", "BROKER"]
 
 TOPIC, BROKER = 2, 4
+
+# DescribeConfigs v3+ (KIP-569): Kafka's ConfigType codes for our key types
+_CONFIG_TYPE = {"boolean": 1, "bool": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6,
+                "list": 7, "class": 8, "password": 9}
+_KEYS = {TOPIC: {k.name: k for k in TOPIC_KEYS}, BROKER: {k.name: k for k in BROKER_KEYS}}
+
+
+def _describe_keys(resource_type: int, configs: list[dict], documentation: bool) -> None:
+    """Add each entry's type and (when asked) its documentation."""
+    keys = _KEYS.get(resource_type, {})
+    for c in configs:
+        key = keys.get(c["name"])
+        if key is not None:
+            c["config_type"] = _CONFIG_TYPE.get(key.type, 0)
+            if documentation:
+                c["documentation"] = key.doc
 
 
 def _topic_entries(ctx: Any, name: str, keys: list[str] | None, synonyms: bool,
@@ -53,6 +69,8 @@ async def handle_describe(ctx: Any, request: Any) -> dict:
         else:
             r.update(error_code=ErrorCode.INVALID_REQUEST,
                      error_message=f"Unsupported resource type {res.resource_type}")
+        if request.api_version >= 3:
+            _describe_keys(res.resource_type, r["configs"], request.body.include_documentation)
         results.append(r)
     return {"throttle_time_ms": 0, "results": results}
 

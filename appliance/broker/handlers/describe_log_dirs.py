@@ -73,7 +73,13 @@ def _sizes(plan: list[tuple[str, bool, dict[str, list[int]]]]) -> list[dict]:
                              "offset_lag": 0, "is_future_key": False})
             if rows:
                 topics.append({"name": name, "partitions": rows})
-        results.append({"error_code": ErrorCode.NONE, "log_dir": path, "topics": topics})
+        entry = {"error_code": ErrorCode.NONE, "log_dir": path, "topics": topics}
+        try:  # v4 (KIP-827): the dir's file system capacity and free space
+            st = os.statvfs(path)
+            entry["total_bytes"], entry["usable_bytes"] = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+        except OSError:
+            pass
+        results.append(entry)
     return results
 
 

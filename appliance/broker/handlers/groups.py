@@ -150,7 +150,8 @@ async def list_groups(ctx: Any, request: Any, client_host: str) -> dict:
             error = comp.error_code
             continue
         for g in api.decode_response(request.api_version, comp.body).groups:
-            groups.append({"group_id": g.group_id, "protocol_type": g.protocol_type})
+            groups.append({"group_id": g.group_id, "protocol_type": g.protocol_type,
+                           "group_state": g.group_state})
     if not ctx.index.partitions(OFFSETS_TOPIC):
         error = 0  # no offsets topic yet: there are simply no groups
     return {"throttle_time_ms": 0, "error_code": error, "groups": groups}

@@ -12,6 +12,8 @@ from appliance.shm.layout import SlotState
 
 __all__ = ["handle", "topic_metadata"]
 
+UNKNOWN_TOPIC_ID = 100  # Kafka's error for a topic id it does not know (KIP-516)
+
 
 def topic_metadata(ctx: Any, name: str) -> dict:
     parts = ctx.index.partitions(name)
@@ -34,10 +36,13 @@ def topic_metadata(ctx: Any, name: str) -> dict:
 
 async def handle(ctx: Any, request: Any) -> dict:
     body = request.body
+    by_id: list = []
     if body.topics is None or (request.api_version == 0 and not body.topics):  # v0: [] = all
         names = sorted(ctx.index.topics())
     else:
-        names = [t.name for t in body.topics]
+        # v10+ may name a topic by id alone; we keep no topic ids (KIP-516): unknown
+        by_id = [t for t in body.topics if t.name is None]
+        names = [t.name for t in body.topics if t.name is not None]
         auto = bool(ctx.config["auto.create.topics.enable"]) and (
             request.api_version < 4 or body.allow_auto_topic_creation)
         for name in names:
@@ -52,6 +57,9 @@ async def handle(ctx: Any, request: Any) -> dict:
             except Exception:
                 md["error_code"] = ErrorCode.INVALID_TOPIC_EXCEPTION
         topics.append(md)
+    if by_id:
+        topics += [{"error_code": UNKNOWN_TOPIC_ID, "name": None if request.api_version >= 12 else "",
+                    "topic_id": t.topic_id, "partitions": []} for t in by_id]
     host, port = ctx.advertised
     return {
         "throttle_time_ms": 0,

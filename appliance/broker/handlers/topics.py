@@ -23,7 +23,14 @@ async def handle_create(ctx: Any, request: Any) -> dict:
         code, msg = await create_topic(
             ctx, t.name, t.num_partitions, t.replication_factor,
             {c.name: c.value for c in t.configs}, t.assignments, body.validate_only, body.timeout_ms)
-        return {"name": t.name, "error_code": code, "error_message": msg}
+        answer = {"name": t.name, "error_code": code, "error_message": msg}
+        if code == 0:  # v5+ (KIP-525): what was created, the broker defaults filled in
+            answer["num_partitions"] = (t.num_partitions if t.num_partitions > 0 else
+                                        len(t.assignments) or int(ctx.config["num.partitions"]))
+            answer["replication_factor"] = (t.replication_factor if t.replication_factor > 0 else
+                                            len(t.assignments[0].broker_ids) if t.assignments else
+                                            int(ctx.config["default.replication.factor"]))
+        return answer
 
     return {"throttle_time_ms": 0, "topics": list(await asyncio.gather(*(one(t) for t in body.topics)))}
 

@@ -2,7 +2,8 @@
 ControlledShutdown (7), OffsetsForLeaderEpoch (23), ElectLeaders (43).
 
 Field lists follow Kafka's clients/src/main/resources/common/message/*.json, restricted to the
-non-flexible versions Kafka 2.x's ZooKeeper-era brokers exchange. They are *not* in
+versions Kafka 2.x's ZooKeeper-era brokers exchange plus the first flexible version of each
+(same fields; our own controller and fetcher send the non-flexible ones). They are *not* in
 ``messages.__all__`` and so not in ``API_BY_KEY`` / ApiVersions: a standalone broker does not
 serve them (librdkafka would start using OffsetsForLeaderEpoch the moment it is advertised).
 The cluster integration looks them up in :data:`INTER_BROKER_APIS` (or through
@@ -53,9 +54,11 @@ def _leader_and_isr_partition(ungrouped: bool) -> Struct:
 
 class LeaderAndIsr(ApiMessage):
     """LeaderAndIsr (key 4); Kafka: valid 0-5, flexible 4+. v1 adds is_new; v2 adds the broker
-    epoch and groups partitions by topic; v3 adds adding/removing replicas (KIP-455)."""
+    epoch and groups partitions by topic; v3 adds adding/removing replicas (KIP-455); v4 is v3
+    made flexible (v5's topic ids are not kept here)."""
 
-    API_KEY, MIN_VERSION, MAX_VERSION = 4, 0, 3
+    API_KEY, MIN_VERSION, MAX_VERSION = 4, 0, 4
+    FLEXIBLE = "4+"
     REQUEST = (
         Field("controller_id", Int32),
         Field("controller_epoch", Int32),
@@ -83,9 +86,10 @@ class LeaderAndIsr(ApiMessage):
 
 class StopReplica(ApiMessage):
     """StopReplica (key 5); Kafka: valid 0-3, flexible 2+. v1 adds the broker epoch and groups
-    partitions by topic."""
+    partitions by topic; v2 is v1 made flexible (v3 regroups partition states: not served)."""
 
-    API_KEY, MIN_VERSION, MAX_VERSION = 5, 0, 1
+    API_KEY, MIN_VERSION, MAX_VERSION = 5, 0, 2
+    FLEXIBLE = "2+"
     REQUEST = (
         Field("controller_id", Int32),
         Field("controller_epoch", Int32),
@@ -128,9 +132,10 @@ def _update_metadata_partition(ungrouped: bool) -> Struct:
 class UpdateMetadata(ApiMessage):
     """UpdateMetadata (key 6); Kafka: valid 0-7, flexible 6+. v1 lists endpoints per broker; v2
     adds the rack; v3 the listener name; v4 offline replicas; v5 the broker epoch and partitions
-    grouped by topic."""
+    grouped by topic; v6 is v5 made flexible (v7's topic ids are not kept here)."""
 
-    API_KEY, MIN_VERSION, MAX_VERSION = 6, 0, 5
+    API_KEY, MIN_VERSION, MAX_VERSION = 6, 0, 6
+    FLEXIBLE = "6+"
     REQUEST = (
         Field("controller_id", Int32),
         Field("controller_epoch", Int32),
@@ -161,9 +166,10 @@ class UpdateMetadata(ApiMessage):
 class ControlledShutdown(ApiMessage):
     """ControlledShutdown (key 7); Kafka: valid 0-3, flexible 3+. v0 has a request header
     without client id, which our framing does not speak, so we start at v1 (= v0's body);
-    v2 adds the broker epoch."""
+    v2 adds the broker epoch; v3 is v2 made flexible."""
 
-    API_KEY, MIN_VERSION, MAX_VERSION = 7, 1, 2
+    API_KEY, MIN_VERSION, MAX_VERSION = 7, 1, 3
+    FLEXIBLE = "3+"
     REQUEST = (
         Field("broker_id", Int32),
         Field("broker_epoch", Int64, "2+", default=-1),
@@ -180,9 +186,10 @@ class ControlledShutdown(ApiMessage):
 class OffsetsForLeaderEpoch(ApiMessage):
     """OffsetsForLeaderEpoch (key 23); Kafka: valid 0-4, flexible 4+. v1 answers with the
     leader epoch; v2 adds current_leader_epoch (fencing) and throttle time; v3 the replica id
-    (-2 = a debugging consumer, -1 = a consumer, >= 0 a follower)."""
+    (-2 = a debugging consumer, -1 = a consumer, >= 0 a follower); v4 is v3 made flexible."""
 
-    API_KEY, MIN_VERSION, MAX_VERSION = 23, 0, 3
+    API_KEY, MIN_VERSION, MAX_VERSION = 23, 0, 4
+    FLEXIBLE = "4+"
     REQUEST = (
         Field("replica_id", Int32, "3+", default=-2),
         Field("topics", Array(Struct(

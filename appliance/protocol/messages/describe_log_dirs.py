@@ -1,6 +1,6 @@
 """DescribeLogDirs (key 35): per log dir its error and the size of each partition it holds.
-Kafka's DescribeLogDirsRequest/Response.json: valid 0-2, flexible 2+; we serve 0-1 (the same
-fields; v1 only changes throttling)."""
+Kafka's DescribeLogDirsRequest/Response.json: valid 0-4, flexible 2+; v1 only changes
+throttling, v3 adds a top-level error code, v4 each dir's total and usable bytes (KIP-827)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ __all__ = ["DescribeLogDirs"]
 class DescribeLogDirs(ApiMessage):
     """DescribeLogDirs (key 35). ``topics`` null asks for every partition."""
 
-    API_KEY, MIN_VERSION, MAX_VERSION = 35, 0, 1
+    API_KEY, MIN_VERSION, MAX_VERSION = 35, 0, 4
+    FLEXIBLE = "2+"
     REQUEST = (
         Field("topics", Array(Struct(
             Field("topic", String),
@@ -22,6 +23,7 @@ class DescribeLogDirs(ApiMessage):
     )
     RESPONSE = (
         Field("throttle_time_ms", Int32),
+        Field("error_code", Int16, versions="3+"),
         Field("results", Array(Struct(
             Field("error_code", Int16),
             Field("log_dir", String),
@@ -34,5 +36,7 @@ class DescribeLogDirs(ApiMessage):
                     Field("is_future_key", Boolean),
                 ))),
             ))),
+            Field("total_bytes", Int64, versions="4+", default=-1),
+            Field("usable_bytes", Int64, versions="4+", default=-1),
         ))),
     )
