@@ -32,6 +32,7 @@ from appliance.storage.checkpoint import (
     REPLICATION_OFFSET_CHECKPOINT,
     fsync_dir,
     read_checkpoint,
+    sync_filesystem,
     write_checkpoint,
 )
 from appliance.storage.cleaner import LogCleaner
@@ -45,7 +46,7 @@ from appliance.storage.log import (
 from appliance.storage.segment import SEGMENT_SUFFIXES, segment_file_name
 
 __all__ = ["LogDir", "CLEAN_SHUTDOWN_FILE", "TOPIC_PROPERTIES_FILE", "DELETE_DIR_SUFFIX",
-           "RELEASE_CHECK_INTERVAL_MS"]
+           "RELEASE_CHECK_INTERVAL_MS", "SYNCFS_MIN_PARTITIONS"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,9 @@ TOPIC_PROPERTIES_FILE = "topic.properties"
 DELETE_DIR_SUFFIX = "-delete"
 #: How often run_periodic looks for idle inactive segments whose files it can close.
 RELEASE_CHECK_INTERVAL_MS = 10_000
+#: Above this many partitions a clean close syncs the file system once (syncfs) instead of
+#: fsyncing each partition's files (measured: 4-5 fsyncs of ~3 ms each per partition).
+SYNCFS_MIN_PARTITIONS = 64
 
 
 def _escape_prop(v: str) -> str:
@@ -328,18 +332,30 @@ class LogDir:
 
     def close(self, clean: bool = True) -> None:
         """Flush every partition (clean), write checkpoints, close, then write the
-        clean-shutdown marker (clean only, and only if everything before it succeeded)."""
+        clean-shutdown marker (clean only, and only if everything before it succeeded).
+
+        With more than SYNCFS_MIN_PARTITIONS partitions the flush is one syncfs(2) of the log
+        dir's file system after every partition is closed, not an fsync per file."""
         ok = True
         if self.cleaner is not None:
             self.cleaner.close()
+        one_sync = clean and len(self.partitions) > SYNCFS_MIN_PARTITIONS
         for plog in self.partitions.values():
             try:
-                if clean:
+                if clean and not one_sync:
                     plog.flush()
             except KafkaStorageError as e:
                 ok = False
                 log.error("%s: flush at shutdown failed: %s", plog.path, e)
             plog.close()
+        if one_sync:
+            try:
+                sync_filesystem(self.path)
+                for plog in self.partitions.values():
+                    plog.recovery_point = plog.log_end_offset  # everything is on disk now
+            except OSError as e:
+                ok = False
+                log.error("%s: sync at shutdown failed: %s", self.path, e)
         if clean and ok:
             self.write_checkpoints()
             with open(os.path.join(self.path, CLEAN_SHUTDOWN_FILE), "w"):
