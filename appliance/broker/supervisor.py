@@ -265,9 +265,10 @@ class Supervisor:
         pid = self.fork()
         if pid:
             w.pid, w.started = pid, time.monotonic()
-            w.last_beat, w.beat_changed = 0.0, w.started
             self.table.set_worker(w.slot, pid=pid, kind=w.kind, state=WorkerState.STARTING,
                                   incarnation=w.incarnation)
+            # the stamp set_worker just wrote is ours: only the worker's own stamps are progress
+            w.last_beat, w.beat_changed = self.table.worker(w.slot)[1], w.started
             return
         # child
         code = EXIT_CRASHED
