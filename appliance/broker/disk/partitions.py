@@ -60,7 +60,7 @@ class Partitions:
         with self.table.locked():
             # one pass over the table, not a find() per partition: find is O(table slots), and
             # 3,333 partitions against a 32,768-slot table took minutes under the lock
-            existing = {(info.topic, info.partition): info.slot for info in self.table.slots()}
+            existing = _slots_by_partition(self.table)
             for n, ((topic, partition), plog) in enumerate(self.log_dir.partitions.items()):
                 if not n % 256:
                     self.table.heartbeat(self.worker_slot)
@@ -101,7 +101,7 @@ class Partitions:
         except OSError:
             names = []
         with self.table.locked():
-            existing = {(info.topic, info.partition): info.slot for info in self.table.slots()}
+            existing = _slots_by_partition(self.table)
             for name in names:
                 topic, _, part = name.rpartition("-")
                 if not topic or not part.isdigit() or "." in part:
@@ -303,3 +303,12 @@ class Partitions:
             log.info("log dir %s closed cleanly", self.path)
         except Exception:
             log.exception("clean close of %s failed; the next start will recover it", self.path)
+
+
+def _slots_by_partition(table: PartitionTable) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> slot for every used slot, in one pass (the lowest slot wins, as
+    with PartitionTable.find). Call under the table lock."""
+    out: dict[tuple[str, int], int] = {}
+    for info in table.slots():
+        out.setdefault((info.topic, info.partition), info.slot)
+    return out
