@@ -58,6 +58,8 @@ assert _P["high_watermark"] == _P["log_end_offset"] + 8 == _P["log_start_offset"
 _WORKERS_BYTES = MAX_WORKERS * WORKER_SLOT.size
 assert TABLE_HEADER.size % 8 == 0 and WORKER_SLOT.size % 8 == 0
 assert _W["heartbeat"] % 8 == 0 and _W["state"] % 4 == 0
+assert _SLOTS_BASE % 8 == 0 and PARTITION_SLOT.size % 8 == 0
+assert _P["state"] % 4 == 0 and _P["disk"] % 4 == 0
 
 
 class TableVersionError(RuntimeError):
@@ -91,6 +93,12 @@ class PartitionTable:
         self._worker_doubles = workers.cast("d")  # see _WORKERS_BYTES
         self._worker_ints = workers.cast("i")
         workers.release()
+        # partition slots' state and disk words, for the same reason: allocate() (under the
+        # lock) takes a slot whose state reads FREE, and a disk worker's set_state (no lock)
+        # passed through 0 = FREE
+        slots = memoryview(buf)[_SLOTS_BASE:_SLOTS_BASE + self.capacity * PARTITION_SLOT.size]
+        self._slot_ints = slots.cast("i")
+        slots.release()
         self._slot_base = _SLOTS_BASE
         self._free_hint = 0  # where this process's next free-slot search starts
 
@@ -139,6 +147,7 @@ class PartitionTable:
     def close(self) -> None:
         self._worker_doubles.release()  # the mapping cannot close while views export it
         self._worker_ints.release()
+        self._slot_ints.release()
         with contextlib.suppress(Exception):
             self._buf.close()
         with contextlib.suppress(Exception):
@@ -281,7 +290,7 @@ class PartitionTable:
         pos = self._spos(slot)
         seq = _Q.unpack_from(self._buf, pos)[0]
         _Q.pack_into(self._buf, pos, seq + 1)
-        _i.pack_into(self._buf, pos + _P["state"], state)
+        self._slot_ints[(pos - _SLOTS_BASE + _P["state"]) // 4] = state  # one aligned store
         _Q.pack_into(self._buf, pos, seq + 2)
         self._bump_generation()
 
@@ -291,7 +300,7 @@ class PartitionTable:
         pos = self._spos(slot)
         seq = _Q.unpack_from(self._buf, pos)[0]
         _Q.pack_into(self._buf, pos, seq + 1)
-        _i.pack_into(self._buf, pos + _P["disk"], disk)
+        self._slot_ints[(pos - _SLOTS_BASE + _P["disk"]) // 4] = disk  # one aligned store
         _Q.pack_into(self._buf, pos, seq + 2)
         self._bump_generation()
 
