@@ -249,7 +249,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("log.cleaner.min.compaction.lag.ms", "long", 0, "Minimum age of a message before it may be compacted.", at_least(0)),
     ConfigKey("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX, "Maximum age before a message must be compacted.", at_least(1)),
     ConfigKey("compression.type", "string", "producer", "Compression of stored batches; producer keeps the producer's.", one_of(*_COMPRESSION)),
-    ConfigKey("num.recovery.threads.per.data.dir", "int", 1, "Threads per log dir for recovery at start.", at_least(1)),
+    ConfigKey("num.recovery.threads.per.data.dir", "int", 8, "Threads per log dir (in its disk worker) opening and recovering partitions at start: the time is mostly disk waits.", at_least(1)),
     ConfigKey("offsets.topic.num.partitions", "int", 50, "Partitions of __consumer_offsets.", at_least(1)),
     ConfigKey("offsets.topic.replication.factor", "int", 3, "Replication factor of __consumer_offsets (capped at the live broker count).", at_least(1)),
     ConfigKey("offsets.topic.segment.bytes", "int", 104857600, "Segment size of __consumer_offsets.", at_least(1)),
@@ -320,7 +320,6 @@ NO_EFFECT: dict[str, str] = {
     "queued.max.requests": "a network worker stops reading a connection only while its disk's request ring is full, not after a request count",
     "fetch.max.bytes": "a fetch response is bounded by the request's own max_bytes and per-partition limits",
     "log.cleaner.io.buffer.size": "the cleaner copies in bounded steps of 32 MiB or 50 ms",
-    "num.recovery.threads.per.data.dir": "each log dir is recovered by its own disk worker process",
     "offsets.topic.segment.bytes": "__consumer_offsets is created with Kafka's 100 MiB segments",
     "offsets.retention.check.interval.ms": "expired offsets are checked on the coordinator's own timer",
 }

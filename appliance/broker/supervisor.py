@@ -234,15 +234,17 @@ class Supervisor:
         return True
 
     def _wait_ready(self, kind: int) -> None:
-        """Until every worker of ``kind`` is READY; a boot error or a stop halts start-up."""
-        deadline = time.monotonic() + STARTING_DEADLINE_S[kind]
+        """Until every worker of ``kind`` is READY; a boot error or a stop halts start-up. The
+        deadline counts from a pending worker's last heartbeat stamp: a disk worker loading
+        thousands of partitions stamps as it goes, and only silence that long halts."""
         last_report = time.monotonic()
         while True:
             pending = [w for w in self.workers if w.kind == kind
                        and self.table.worker(w.slot)[2] != WorkerState.READY]
             if not pending:
                 return
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if all(now - self._last_progress(w, now) > STARTING_DEADLINE_S[kind] for w in pending):
                 raise HaltServer(f"{KIND_NAMES[kind]}s did not become ready in time")
             self._sleep(0.05)
             self._handle_signals()
@@ -263,9 +265,10 @@ class Supervisor:
         pid = self.fork()
         if pid:
             w.pid, w.started = pid, time.monotonic()
-            w.last_beat, w.beat_changed = 0.0, w.started
             self.table.set_worker(w.slot, pid=pid, kind=w.kind, state=WorkerState.STARTING,
                                   incarnation=w.incarnation)
+            # the stamp set_worker just wrote is ours: only the worker's own stamps are progress
+            w.last_beat, w.beat_changed = self.table.worker(w.slot)[1], w.started
             return
         # child
         code = EXIT_CRASHED
@@ -387,6 +390,14 @@ class Supervisor:
                 log.info("restarting %s %d", KIND_NAMES[w.kind], w.index)
                 self._spawn(w)
 
+    def _last_progress(self, w: _Worker, now: float) -> float:
+        """When ``w`` last showed life: its start, or the last change of its heartbeat stamp
+        (seen on our own clock; the stamp's value is not trusted)."""
+        beat = self.table.worker(w.slot)[1]
+        if beat != w.last_beat:
+            w.last_beat, w.beat_changed = beat, now
+        return max(w.started, w.beat_changed)
+
     def _murder_stale_workers(self) -> None:
         """SIGABRT to a worker silent past its heartbeat timeout or stuck STARTING past its
         deadline; SIGKILL if it still lives ABORT_GRACE_S later."""
@@ -414,8 +425,10 @@ class Supervisor:
                 w.last_beat, w.beat_changed = beat, now
             if state == WorkerState.READY and now - w.beat_changed > HEARTBEAT_TIMEOUT_S:
                 why = f"missed heartbeats for {now - w.beat_changed:.0f} s"
-            elif state == WorkerState.STARTING and now - w.started > STARTING_DEADLINE_S[w.kind]:
-                why = f"still starting after {now - w.started:.0f} s"
+            elif (state == WorkerState.STARTING
+                  and now - max(w.started, w.beat_changed) > STARTING_DEADLINE_S[w.kind]):
+                why = (f"still starting after {now - w.started:.0f} s, silent for "
+                       f"{now - max(w.started, w.beat_changed):.0f} s")
             else:
                 continue
             log.error("%s %d (pid %d) %s: SIGABRT", KIND_NAMES[w.kind], w.index, w.pid, why)

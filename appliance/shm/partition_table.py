@@ -46,12 +46,20 @@ _SLOTS_BASE = TABLE_HEADER.size + MAX_WORKERS * WORKER_SLOT.size
 _Q = struct.Struct("=Q")
 _q = struct.Struct("=q")
 _i = struct.Struct("=i")
-_d = struct.Struct("=d")
 _OFFSETS = struct.Struct("=qqq")  # log_end_offset, high_watermark, log_start_offset: contiguous
 _P = PARTITION_SLOT.offsets  # type: ignore[attr-defined]
 _H = TABLE_HEADER.offsets  # type: ignore[attr-defined]
 _W = WORKER_SLOT.offsets  # type: ignore[attr-defined]
 assert _P["high_watermark"] == _P["log_end_offset"] + 8 == _P["log_start_offset"] - 8
+# The worker area is also viewed as doubles and int32s, so that a heartbeat or a state is one
+# aligned store: struct.pack_into zero-fills its target before writing (CPython's
+# s_pack_internal memsets it), so a stamp written with it passes through 0.0 in shared memory,
+# and the supervisor read a live worker's heartbeat as 0.0.
+_WORKERS_BYTES = MAX_WORKERS * WORKER_SLOT.size
+assert TABLE_HEADER.size % 8 == 0 and WORKER_SLOT.size % 8 == 0
+assert _W["heartbeat"] % 8 == 0 and _W["state"] % 4 == 0
+assert _SLOTS_BASE % 8 == 0 and PARTITION_SLOT.size % 8 == 0
+assert _P["state"] % 4 == 0 and _P["disk"] % 4 == 0
 
 
 class TableVersionError(RuntimeError):
@@ -81,6 +89,16 @@ class PartitionTable:
         self.capacity = struct.unpack_from("=I", buf, _H["capacity"])[0]
         if table_size(self.capacity) > len(buf):  # a corrupt header must not aim writes past the end
             raise TableVersionError(f"{self.name}: {self.capacity} slots do not fit in {len(buf)} bytes")
+        workers = memoryview(buf)[TABLE_HEADER.size:TABLE_HEADER.size + _WORKERS_BYTES]
+        self._worker_doubles = workers.cast("d")  # see _WORKERS_BYTES
+        self._worker_ints = workers.cast("i")
+        workers.release()
+        # partition slots' state and disk words, for the same reason: allocate() (under the
+        # lock) takes a slot whose state reads FREE, and a disk worker's set_state (no lock)
+        # passed through 0 = FREE
+        slots = memoryview(buf)[_SLOTS_BASE:_SLOTS_BASE + self.capacity * PARTITION_SLOT.size]
+        self._slot_ints = slots.cast("i")
+        slots.release()
         self._slot_base = _SLOTS_BASE
         self._free_hint = 0  # where this process's next free-slot search starts
 
@@ -127,6 +145,9 @@ class PartitionTable:
             shm.close_fd()
 
     def close(self) -> None:
+        self._worker_doubles.release()  # the mapping cannot close while views export it
+        self._worker_ints.release()
+        self._slot_ints.release()
         with contextlib.suppress(Exception):
             self._buf.close()
         with contextlib.suppress(Exception):
@@ -206,10 +227,13 @@ class PartitionTable:
             self._buf, self._wpos(index), pid, time.monotonic(), state, kind, incarnation)
 
     def set_worker_state(self, index: int, state: int) -> None:
-        _i.pack_into(self._buf, self._wpos(index) + _W["state"], state)
+        # one aligned 4-byte store (pack_into would pass through 0, EMPTY: see _WORKERS_BYTES)
+        self._worker_ints[(self._wpos(index) - TABLE_HEADER.size + _W["state"]) // 4] = state
 
     def heartbeat(self, index: int) -> None:
-        _d.pack_into(self._buf, self._wpos(index) + _W["heartbeat"], time.monotonic())
+        # one aligned 8-byte store (pack_into would pass through 0.0: see _WORKERS_BYTES)
+        self._worker_doubles[(self._wpos(index) - TABLE_HEADER.size + _W["heartbeat"]) // 8] = \
+            time.monotonic()
 
     def worker(self, index: int) -> tuple[int, float, int, int, int]:
         """(pid, heartbeat, state, kind, incarnation)."""
@@ -266,7 +290,7 @@ class PartitionTable:
         pos = self._spos(slot)
         seq = _Q.unpack_from(self._buf, pos)[0]
         _Q.pack_into(self._buf, pos, seq + 1)
-        _i.pack_into(self._buf, pos + _P["state"], state)
+        self._slot_ints[(pos - _SLOTS_BASE + _P["state"]) // 4] = state  # one aligned store
         _Q.pack_into(self._buf, pos, seq + 2)
         self._bump_generation()
 
@@ -276,7 +300,7 @@ class PartitionTable:
         pos = self._spos(slot)
         seq = _Q.unpack_from(self._buf, pos)[0]
         _Q.pack_into(self._buf, pos, seq + 1)
-        _i.pack_into(self._buf, pos + _P["disk"], disk)
+        self._slot_ints[(pos - _SLOTS_BASE + _P["disk"]) // 4] = disk  # one aligned store
         _Q.pack_into(self._buf, pos, seq + 2)
         self._bump_generation()
 

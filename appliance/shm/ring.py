@@ -26,11 +26,15 @@ from appliance.shm.layout import LAYOUT_VERSION, RING_HEADER, RING_MAGIC, RING_M
 
 __all__ = ["Ring", "Channel", "RingFormatError"]
 
-_Q = struct.Struct("=Q")
 _FRAME = RING_MESSAGE.struct  # type: ignore[attr-defined]
 _FRAME_SIZE = RING_MESSAGE.size
 _HEAD = RING_HEADER.offset("head")
 _TAIL = RING_HEADER.offset("tail")
+# head and tail are read and written as single aligned 8-byte words through a typed memoryview:
+# struct.pack_into zero-fills its target before writing (CPython's s_pack_internal memsets it),
+# so the other side could read a position passing through 0 or a partly written one.
+assert _HEAD % 8 == 0 and _TAIL % 8 == 0 and RING_HEADER.size % 8 == 0
+_TAIL_WORD = (_TAIL - _HEAD) // 8
 
 
 class RingFormatError(RuntimeError):
@@ -61,6 +65,7 @@ class Ring:
             raise RingFormatError(f"no ring of layout version {LAYOUT_VERSION} at {base}")
         self.capacity = cap
         self._pending = 0  # consumer: bytes of the message handed out by peek(), not yet released
+        self._pos = self._mv[base + _HEAD:base + _TAIL + 8].cast("Q")  # [0] head, [_TAIL_WORD] tail
 
     @staticmethod
     def footprint(capacity: int) -> int:
@@ -69,18 +74,18 @@ class Ring:
     # positions ---------------------------------------------------------------------------
     @property
     def head(self) -> int:
-        return _Q.unpack_from(self._buf, self._base + _HEAD)[0]
+        return self._pos[0]
 
     @property
     def tail(self) -> int:
-        return _Q.unpack_from(self._buf, self._base + _TAIL)[0]
+        return self._pos[_TAIL_WORD]
 
     def used(self) -> int:
         return self.tail - self.head
 
     def discard_all(self) -> None:
         """Consumer: drop everything queued (after the peer that queued it died)."""
-        _Q.pack_into(self._buf, self._base + _HEAD, self.tail)
+        self._pos[0] = self.tail
         self._pending = 0
 
     # producer ----------------------------------------------------------------------------
@@ -120,7 +125,7 @@ class Ring:
             mv[pos:pos + n] = p
             pos += n
         # publish after the bytes: x86 does not reorder these stores
-        _Q.pack_into(buf, self._base + _TAIL, tail + total)
+        self._pos[_TAIL_WORD] = tail + total
         return True
 
     # consumer ----------------------------------------------------------------------------
@@ -140,7 +145,7 @@ class Ring:
             length, msg_type = _FRAME.unpack_from(self._buf, self._data + idx)
             if msg_type == MsgType.PAD:
                 head += cap - idx
-                _Q.pack_into(self._buf, self._base + _HEAD, head)
+                self._pos[0] = head
                 continue
             total = _align8(_FRAME_SIZE + length)
             if idx + total > cap or head + total > tail:
@@ -155,7 +160,7 @@ class Ring:
         """Consumer: done with the message from :meth:`peek`; its space may be reused."""
         head = self.head + self._pending
         self._pending = 0
-        _Q.pack_into(self._buf, self._base + _HEAD, head)
+        self._pos[0] = head
 
 
 class Channel:
@@ -191,6 +196,7 @@ class Channel:
     def close(self) -> None:
         for ring in (getattr(self, "requests", None), getattr(self, "completions", None)):
             if ring is not None:
+                ring._pos.release()
                 ring._mv.release()
         with contextlib.suppress(Exception):
             self._buf.close()

@@ -11,6 +11,8 @@ by the caller (the disk worker is the only writer of its log dir).
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 from collections.abc import Mapping
 
@@ -18,7 +20,7 @@ from appliance.errors import KafkaStorageError
 
 __all__ = [
     "read_checkpoint", "write_checkpoint", "read_checkpoint_lines", "write_checkpoint_lines",
-    "malformed", "fsync_dir", "CHECKPOINT_VERSION",
+    "malformed", "fsync_dir", "sync_filesystem", "CHECKPOINT_VERSION",
     "RECOVERY_POINT_CHECKPOINT", "REPLICATION_OFFSET_CHECKPOINT", "LOG_START_OFFSET_CHECKPOINT",
 ]
 
@@ -33,6 +35,23 @@ def fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+
+
+def sync_filesystem(path: str) -> None:
+    """syncfs(2) the file system holding ``path``: every dirty page and inode on it is
+    written, in one call. A clean shutdown of thousands of partitions uses it instead of
+    thousands of fsyncs (4-5 per partition: 75 s for 3,850 partitions on this machine's disk).
+    Raises OSError (EIO when a write-back error was seen on the file system)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if _libc.syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"syncfs: {os.strerror(err)}", path)
     finally:
         os.close(fd)
 

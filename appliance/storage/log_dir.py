@@ -16,8 +16,10 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 from appliance.config import BrokerConfig, TopicConfig, parse_properties, validate_topic_name
@@ -32,6 +34,7 @@ from appliance.storage.checkpoint import (
     REPLICATION_OFFSET_CHECKPOINT,
     fsync_dir,
     read_checkpoint,
+    sync_filesystem,
     write_checkpoint,
 )
 from appliance.storage.cleaner import LogCleaner
@@ -45,7 +48,7 @@ from appliance.storage.log import (
 from appliance.storage.segment import SEGMENT_SUFFIXES, segment_file_name
 
 __all__ = ["LogDir", "CLEAN_SHUTDOWN_FILE", "TOPIC_PROPERTIES_FILE", "DELETE_DIR_SUFFIX",
-           "RELEASE_CHECK_INTERVAL_MS"]
+           "RELEASE_CHECK_INTERVAL_MS", "SYNCFS_MIN_PARTITIONS"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,11 @@ TOPIC_PROPERTIES_FILE = "topic.properties"
 DELETE_DIR_SUFFIX = "-delete"
 #: How often run_periodic looks for idle inactive segments whose files it can close.
 RELEASE_CHECK_INTERVAL_MS = 10_000
+#: Above this many partitions a clean close syncs the file system once (syncfs) instead of
+#: fsyncing each partition's files (measured: 4-5 fsyncs of ~3 ms each per partition).
+SYNCFS_MIN_PARTITIONS = 64
+#: How often a long open logs its progress ("loaded N/M partitions in dir D").
+PROGRESS_LOG_S = 5.0
 
 
 def _escape_prop(v: str) -> str:
@@ -121,6 +129,7 @@ class LogDir:
         self.writeback_mode = "os"
         self.writeback_reason = ""
         self.checkpointed_high_watermarks: dict[tuple[str, int], int] = {}
+        self._config_cache: dict[tuple, TopicConfig] = {}
         self._chunk: int | None = None
         self.cleaner: LogCleaner | None = None
         now = now_ms()
@@ -130,11 +139,15 @@ class LogDir:
     @classmethod
     def open(cls, path: str, broker_config: BrokerConfig,
              topic_configs: Callable[[str], TopicConfig] | None = None, *,
-             now_ms: Callable[[], int] = wall_ms) -> LogDir:
+             now_ms: Callable[[], int] = wall_ms,
+             progress: Callable[[int, int], None] | None = None) -> LogDir:
         """Open (creating) the log dir and recover its partitions.
 
         ``topic_configs(topic)`` gives a topic's config; by default the broker's topic defaults
-        plus the ``topic.properties`` overrides saved in the partition directory.
+        plus the ``topic.properties`` overrides saved in the partition directory. The
+        partitions are opened by ``num.recovery.threads.per.data.dir`` threads (their time is
+        mostly waiting for the disk); ``progress(loaded, total)`` is called from this thread
+        as they finish, and a line is logged every PROGRESS_LOG_S.
         Raises KafkaStorageError on I/O failure.
         """
         if topic_configs is None:
@@ -142,7 +155,7 @@ class LogDir:
         self = cls(path, broker_config, topic_configs, now_ms)
         try:
             os.makedirs(path, exist_ok=True)
-            self._open()
+            self._open(progress)
         except OSError as e:
             self.close(clean=False)
             raise KafkaStorageError(f"cannot open log dir {path}: {e}") from e
@@ -151,10 +164,15 @@ class LogDir:
     def _config_for(self, topic: str, part_dir: str) -> TopicConfig:
         overrides = read_topic_properties(part_dir)
         if overrides:
-            return TopicConfig.from_overrides(self.broker_config, overrides)
+            # every partition of a topic saves the same overrides: parse them once
+            key = tuple(sorted(overrides.items()))
+            cfg = self._config_cache.get(key)
+            if cfg is None:
+                cfg = self._config_cache[key] = TopicConfig.from_overrides(self.broker_config, overrides)
+            return cfg
         return self.topic_configs(topic)
 
-    def _open(self) -> None:
+    def _open(self, progress: Callable[[int, int], None] | None = None) -> None:
         marker = os.path.join(self.path, CLEAN_SHUTDOWN_FILE)
         self.had_clean_shutdown = os.path.exists(marker)
         rp = read_checkpoint(os.path.join(self.path, RECOVERY_POINT_CHECKPOINT))
@@ -169,6 +187,7 @@ class LogDir:
         chunk = int(self.broker_config["log.writeback.chunk.bytes"]) if mode == WRITEBACK_CHUNKED else None
         self._chunk = chunk
         self._window = int(self.broker_config["log.writeback.window.bytes"])
+        jobs: list[tuple[tuple[str, int], str]] = []
         for name in sorted(os.listdir(self.path)):
             full = os.path.join(self.path, name)
             if not os.path.isdir(full):
@@ -181,15 +200,51 @@ class LogDir:
             if tp is None:
                 log.warning("%s: ignoring directory %s (not <topic>-<partition>)", self.path, name)
                 continue
-            cfg = self._config_for(tp[0], full)
-            plog = PartitionLog.open(
-                full, cfg, recovery_point=rp.get(tp, 0), log_start_offset=lso.get(tp, 0),
-                clean_shutdown=self.had_clean_shutdown, now_ms=self._now_ms,
-                writeback_chunk_bytes=chunk, writeback_window_bytes=self._window)
-            self.partitions[tp] = plog
+            jobs.append((tp, full))
+
+        def load(job: tuple[tuple[str, int], str]) -> PartitionLog:
+            tp, full = job
+            return PartitionLog.open(
+                full, self._config_for(tp[0], full), recovery_point=rp.get(tp, 0),
+                log_start_offset=lso.get(tp, 0), clean_shutdown=self.had_clean_shutdown,
+                now_ms=self._now_ms, writeback_chunk_bytes=chunk,
+                writeback_window_bytes=self._window)
+
+        self._load_partitions(jobs, load, progress)
         # Single broker: the HW follows the LEO; replication reads the checkpointed value here.
         self.checkpointed_high_watermarks = hw
         self.cleaner = LogCleaner(self.path, self.broker_config)
+
+    def _load_partitions(self, jobs: list, load: Callable[[Any], PartitionLog],
+                         progress: Callable[[int, int], None] | None) -> None:
+        """Open every partition of ``jobs`` with ``load`` in a pool of threads (the time goes to
+        reads of cold files and fsyncs, which release the GIL; Kafka's recovery threads). All
+        or nothing: the partitions opened are kept in ``self.partitions`` (so close() closes
+        them) and the first error is raised once every thread has finished."""
+        total = len(jobs)
+        threads = max(1, min(int(self.broker_config["num.recovery.threads.per.data.dir"]), total))
+        started = last_log = time.monotonic()
+        opened: dict[tuple[str, int], PartitionLog] = {}
+        first_error: BaseException | None = None
+        with ThreadPoolExecutor(threads, thread_name_prefix="recovery") as pool:
+            futures = {pool.submit(load, job): job[0] for job in jobs}
+            for done, fut in enumerate(as_completed(futures), 1):
+                try:
+                    opened[futures[fut]] = fut.result()
+                except BaseException as e:  # noqa: BLE001 - re-raised below, after the others
+                    first_error = first_error or e
+                now = time.monotonic()
+                if progress is not None:
+                    progress(done, total)
+                if now - last_log >= PROGRESS_LOG_S and done < total:
+                    last_log = now
+                    log.info("loaded %d/%d partitions in dir %s (%.0f s)", done, total, self.path,
+                             now - started)
+        for tp, _ in jobs:  # in name order, as listed
+            if tp in opened:
+                self.partitions[tp] = opened[tp]
+        if first_error is not None:
+            raise first_error
 
     # -- partitions -------------------------------------------------------------------------
 
@@ -328,18 +383,41 @@ class LogDir:
 
     def close(self, clean: bool = True) -> None:
         """Flush every partition (clean), write checkpoints, close, then write the
-        clean-shutdown marker (clean only, and only if everything before it succeeded)."""
+        clean-shutdown marker (clean only, and only if everything before it succeeded).
+
+        With more than SYNCFS_MIN_PARTITIONS partitions the flush is one syncfs(2) of the log
+        dir's file system after every partition is closed, not an fsync per file."""
         ok = True
         if self.cleaner is not None:
             self.cleaner.close()
+        one_sync = clean and len(self.partitions) > SYNCFS_MIN_PARTITIONS
+        if one_sync:
+            # closing trims each active segment's indexes (ftruncate, final time-index entry):
+            # ~3.5 ms per partition here, so the recovery threads share it
+            threads = int(self.broker_config["num.recovery.threads.per.data.dir"])
+            with ThreadPoolExecutor(max(1, threads), thread_name_prefix="close") as pool:
+                futures = {pool.submit(plog.close): plog for plog in self.partitions.values()}
+                for fut in as_completed(futures):
+                    if fut.exception() is not None:
+                        ok = False
+                        log.error("%s: close at shutdown failed: %s", futures[fut].path,
+                                  fut.exception())
         for plog in self.partitions.values():
             try:
-                if clean:
+                if clean and not one_sync:
                     plog.flush()
             except KafkaStorageError as e:
                 ok = False
                 log.error("%s: flush at shutdown failed: %s", plog.path, e)
-            plog.close()
+            plog.close()  # idempotent: a no-op after the threads closed it
+        if one_sync:
+            try:
+                sync_filesystem(self.path)
+                for plog in self.partitions.values():
+                    plog.recovery_point = plog.log_end_offset  # everything is on disk now
+            except OSError as e:
+                ok = False
+                log.error("%s: sync at shutdown failed: %s", self.path, e)
         if clean and ok:
             self.write_checkpoints()
             with open(os.path.join(self.path, CLEAN_SHUTDOWN_FILE), "w"):

@@ -146,3 +146,43 @@ def test_locked_async_waits_for_the_lock_without_blocking_the_loop(table):
     ticks, a, b = asyncio.run(main())
     other.close()
     assert ticks == 10 and a != b
+
+
+def test_a_reader_never_sees_a_heartbeat_or_worker_state_pass_through_zero(table):
+    """struct.pack_into zero-fills its target before writing the value (CPython's
+    s_pack_internal memsets the destination), so a stamp written with it passes through 0.0 in
+    shared memory: the supervisor once read a live worker's heartbeat as 0.0. The stamp and the
+    state word are single aligned stores; a reader in another process never sees 0."""
+    import multiprocessing
+    import time
+
+    from appliance.shm.layout import WorkerState
+
+    table.set_worker(3, pid=os.getpid(), kind=0, state=WorkerState.READY, incarnation=1)
+    table.heartbeat(3)
+    stop = multiprocessing.Event()
+
+    def stamp(name: str) -> None:
+        t = PartitionTable.attach(name)
+        while not stop.is_set():
+            for _ in range(1000):
+                t.heartbeat(3)
+                t.set_worker_state(3, WorkerState.READY)
+        t.close()
+
+    child = multiprocessing.get_context("fork").Process(target=stamp, args=(table.name,))
+    child.start()
+    try:
+        zero_beats = zero_states = reads = 0
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            for _ in range(1000):
+                _, beat, state, _, _ = table.worker(3)
+                zero_beats += beat == 0.0
+                zero_states += state == 0
+            reads += 1000
+    finally:
+        stop.set()
+        child.join(10)
+    assert reads > 10_000
+    assert (zero_beats, zero_states) == (0, 0), f"{zero_beats} zero stamps, {zero_states} zero states in {reads} reads"

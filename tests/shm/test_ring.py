@@ -86,3 +86,45 @@ def test_across_processes(channel):
         expect += 1
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_positions_never_pass_through_zero_across_processes(channel):
+    """head and tail are single aligned stores: struct.pack_into zero-fills its target first, so
+    a consumer reading ``tail`` mid-store saw a smaller position (an empty ring, or a frame
+    "past the tail": RingFormatError, and the ring discarded). A producer process streams
+    numbered messages; the consumer must get every one, in order, with no format error."""
+    import multiprocessing
+    import time
+
+    total = 200_000
+
+    def produce(name: str) -> None:
+        ch = Channel.attach(name)
+        ring = ch.requests
+        i = 0
+        while i < total:
+            if ring.put(MsgType.PRODUCE, struct.pack("=I", i)):
+                i += 1
+        ch.close()
+
+    child = multiprocessing.get_context("fork").Process(target=produce, args=(channel.name,))
+    child.start()
+    ring = channel.requests
+    got, errors, zero_tails = 0, 0, 0
+    deadline = time.monotonic() + 60
+    try:
+        while got < total and time.monotonic() < deadline:
+            zero_tails += ring.tail == 0 and got > 0
+            try:
+                msg = ring.peek()
+            except RingFormatError:
+                errors += 1
+                continue
+            if msg is None:
+                continue
+            assert struct.unpack("=I", bytes(msg[1]))[0] == got
+            ring.release()
+            got += 1
+    finally:
+        child.join(30)
+    assert (got, errors, zero_tails) == (total, 0, 0)

@@ -174,6 +174,7 @@ def test_a_worker_stuck_starting_gets_sigabrt_then_sigkill(sup, procs, kind):
     assert sup.tick()
     assert procs.signals == []  # within its deadline
     w.started -= sup_mod.STARTING_DEADLINE_S[kind] + 1
+    w.beat_changed -= sup_mod.STARTING_DEADLINE_S[kind] + 1  # and no stamp since
     assert sup.tick()
     assert procs.signals == [(w.pid, signal.SIGABRT)]
     assert sup.tick()
@@ -186,6 +187,43 @@ def test_a_worker_stuck_starting_gets_sigabrt_then_sigkill(sup, procs, kind):
     old = w.pid
     assert sup.tick()  # reaped and respawned
     assert w.pid not in (0, old) and w.aborted == 0
+
+
+def test_a_starting_worker_that_stamps_progress_outlives_the_deadline(sup, procs):
+    """A disk worker loading thousands of partitions stamps its heartbeat as it goes: the
+    start-up deadline counts from its last stamp, not from its start."""
+    w = _worker(sup, DISK)
+    w.started -= sup_mod.STARTING_DEADLINE_S[DISK] + 1
+    w.beat_changed = w.started
+    sup.table.heartbeat(w.slot)  # progress
+    assert sup.tick()
+    assert procs.signals == []
+    w.beat_changed -= sup_mod.STARTING_DEADLINE_S[DISK] + 1  # then silence past the deadline
+    assert sup.tick()
+    assert procs.signals == [(w.pid, signal.SIGABRT)]
+
+
+def test_the_wait_for_ready_lasts_while_a_worker_stamps_progress(sup, procs):
+    disk = [w for w in sup.workers if w.kind == DISK]
+    deadlines = dict(sup_mod.STARTING_DEADLINE_S)
+    sup_mod.STARTING_DEADLINE_S[DISK] = 0.3
+    stamps = [0]
+
+    def sleep_and_stamp(s: float) -> None:  # the disk workers load for 1 s, stamping, then READY
+        time.sleep(0.02)
+        stamps[0] += 1
+        for w in disk:
+            sup.table.heartbeat(w.slot)
+            if stamps[0] >= 50:
+                sup.table.set_worker_state(w.slot, WorkerState.READY)
+
+    sup._sleep = sleep_and_stamp
+    try:
+        t0 = time.monotonic()
+        sup._wait_ready(DISK)  # no HaltServer: they kept stamping past the 0.3 s deadline
+        assert time.monotonic() - t0 > 0.6
+    finally:
+        sup_mod.STARTING_DEADLINE_S.update(deadlines)
 
 
 def test_a_silent_ready_worker_gets_sigabrt(sup, procs, monkeypatch):
