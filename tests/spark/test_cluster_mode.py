@@ -16,6 +16,7 @@ import os
 import signal
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import pytest
@@ -88,7 +89,9 @@ def cl(tmp_path_factory):
             brokers[i] = BrokerProcess(root / f"b{i}", overrides={
                 "zookeeper.connect": connect, "broker.id": str(i),
                 "zookeeper.session.timeout.ms": str(SESSION_MS), "num.network.threads": "1",
-                "replica.lag.time.max.ms": "10000"}).start()
+                "replica.lag.time.max.ms": "10000"})
+        with ThreadPoolExecutor(3) as pool:  # the three start side by side
+            list(pool.map(BrokerProcess.start, brokers.values()))
         boot = ",".join(b.bootstrap for b in brokers.values())
         _wait(lambda: len(_metadata(boot).brokers) == 3, 60, "three registered brokers")
         admin = AdminClient({"bootstrap.servers": boot})
@@ -203,13 +206,15 @@ def test_lagging_follower_is_never_read_in_place(spark, cl):
 
 def test_leader_killed_during_a_read_changes_nothing(spark, cl):
     boot = cl.boot
-    _wait(lambda: (ps := _partitions(boot)) and all(len(isr) == 3 for _, isr in ps.values()),
-          90, "the stopped broker back in every ISR")
+    _wait(lambda: (ps := _partitions(boot)) and all(leader >= 0 for leader, _ in ps.values()),
+          60, "a leader for every partition")
     expect = kcat(SimpleNamespace(bootstrap=boot), TOPIC)
     assert len(expect) == cl.produced
     controller = _controller(cl, cl.brokers)
     leaders = {p: leader for p, (leader, _) in _partitions(boot).items()}
-    victim = next(b for b in sorted(set(leaders.values())) if b != controller)
+    # A leader that is not the controller when there is one (the controller's own failover
+    # takes longer); the broker stopped before may still be catching up: it is no victim.
+    victim = min(set(leaders.values()), key=lambda b: (b == controller, b))
     survivors = tuple(i for i in cl.brokers if i != victim)
     # Planned before the kill, read remotely in small fetches; the kill lands after the first
     # batch of the victim's partition: the rest comes from the new leader.
