@@ -1,11 +1,13 @@
 """What the broker at ``kafka.bootstrap.servers`` says: topics, partitions, readable ranges.
 
-With ``kafka.bootstrap.servers`` set, the driver plans from the broker (Metadata, then
-ListOffsets for the log start and the high watermark of every partition) instead of the log
-dirs, so executors that do not sit on the broker's host read the same ranges. When ``log.dirs``
-is given too, the partitions found there keep their local path (tasks read them in place), and
-the log dirs must belong to the broker at the bootstrap address: the broker id recorded in the
-log dirs' shared partition table must be one of the brokers the bootstrap server lists.
+With ``kafka.bootstrap.servers`` set, the driver plans from the cluster (Metadata for every
+partition's leader, replicas and ISR, then ListOffsets to each leader for the log start and
+the high watermark) instead of the log dirs, so executors that do not sit on a broker's host
+read the same ranges, and no range reaches past the high watermark. Leadership moving while
+the driver plans (NOT_LEADER_OR_FOLLOWER, a dead leader, no leader yet) makes it plan again
+from fresh metadata. When ``log.dirs`` is given too, every log dir must belong to a broker of
+that cluster (:func:`spark.replicas.dir_owner`; a live broker or a replica Metadata names), and
+a partition with an in-sync replica among them keeps its directory as ``path``.
 
 Thread-safety: a :class:`BrokerView` is used by one thread (a driver call); it owns its client.
 """

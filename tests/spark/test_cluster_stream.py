@@ -56,8 +56,9 @@ def test_driver_sigkill_and_restart_exactly_once(broker, spark_cluster, spark, t
     def committed() -> int:
         return len([n for n in os.listdir(commits) if n.isdigit()]) if commits.is_dir() else 0
 
+    # One executor (one JVM to start per driver, not two competing for the cores).
     driver = submit(spark_cluster.master_url, "topic_to_parquet.py", *args, background=True,
-                    log_path=log)
+                    log_path=log, cores=1)
     try:
         _wait(lambda: committed() >= 2, 600, "two committed micro-batches", driver, log)
         produce(broker, TOPIC, _values(1500, 1000))  # more arrives while the query runs
@@ -65,7 +66,7 @@ def test_driver_sigkill_and_restart_exactly_once(broker, spark_cluster, spark, t
         done_before = committed()
         assert done_before < 5, "the query finished before the kill: nothing was mid-stream"
         driver = submit(spark_cluster.master_url, "topic_to_parquet.py", *args,
-                        background=True, log_path=log)
+                        background=True, log_path=log, cores=1)
         produce(broker, TOPIC, _values(2500, 500))
 
         def count() -> int:
