@@ -197,6 +197,13 @@ def test_lagging_follower_is_never_read_in_place(spark, cl):
         assert behind > 0
         got = [row for r in ranges for row in _rows(_read_range(opts, r))]
         assert sorted(got) == expect
+        # Planned while it was still in the ISR (it left afterwards): read in place as far as
+        # its log goes, the rest fetched from the leader; the same rows.
+        for r in ranges:
+            r.isr = (*r.isr, lag)
+        assert all(_local_path(opts, r) for r in ranges)
+        got = [row for r in ranges for row in _rows(_read_range(opts, r))]
+        assert sorted(got) == expect
         df = _df(spark, **{"log.dirs": _dirs(cl, {lag}),
                            "kafka.bootstrap.servers": _boot(cl, others)})
         assert spark_rows(df) == expect
