@@ -10,7 +10,10 @@ session for the Spark runs. Each figure is the median of ``--runs`` runs after a
 - remote: the same with only ``kafka.bootstrap.servers`` (Fetch through the broker);
 - consumer: one confluent-kafka Consumer (assign, no group) reading every record;
 - raw file read: every ``.log`` segment read sequentially from page cache with 8 MiB reads
-  (one thread), expressed in records/s of the same records (file bytes / record count).
+  (one thread), expressed in records/s of the same records (file bytes / record count);
+- source alone: the in-place read path without Spark (:func:`spark.arrow_reader.read_range`
+  in this process, one thread: mmap, CRC scan, decode kernel, Arrow batches), to tell what
+  the source achieves from what Spark adds (Arrow to the JVM, rows, scheduling).
 
 Targets (issue 18): in place >= 3x remote, in place >= 40 % of the raw file read rate.
 
@@ -82,6 +85,20 @@ def raw_read(log_dir: str) -> tuple[float, int]:
     return time.perf_counter() - t, total
 
 
+def source_read(log_dir: str, partitions: int, expect: int) -> float:
+    """Seconds for read_range over every partition (the in-place path with no Spark)."""
+    from spark.arrow_reader import read_range
+
+    t = time.perf_counter()
+    rows = 0
+    for p in range(partitions):
+        for rb in read_range(os.path.join(log_dir, f"{TOPIC}-{p}"), TOPIC, p, 0, 1 << 62):
+            rows += rb.num_rows
+    dt = time.perf_counter() - t
+    assert rows == expect, rows
+    return dt
+
+
 def _task_rates(workdir) -> dict[str, list[float]]:
     """records/s of every finished task, by path, from the executors' progress lines."""
     import re
@@ -119,7 +136,7 @@ def main() -> int:
         in_place = {"log.dirs": log_dir, "shm.name": shm}
         remote = {"kafka.bootstrap.servers": broker.bootstrap}
         figures: dict[str, list[float]] = {"in place": [], "remote": [], "consumer": [],
-                                           "raw file read": []}
+                                           "raw file read": [], "source alone": []}
         spark_read(spark, n, **in_place)  # warm-up: Python workers, numba cache, page cache
         spark_read(spark, n, **remote)
         raw_bytes = 0
@@ -129,6 +146,7 @@ def main() -> int:
             figures["consumer"].append(bench_consumer(broker.bootstrap, n))
             dt, raw_bytes = raw_read(log_dir)
             figures["raw file read"].append(dt)
+            figures["source alone"].append(source_read(log_dir, args.partitions, n))
             print(f"  run {i + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in
                                                  figures.items()), flush=True)
         spark.stop()
@@ -146,6 +164,9 @@ def main() -> int:
     print(f"in place / raw file read: {100 * r2:.1f} % (target >= 40 %: "
           f"{'met' if r2 >= 0.4 else 'MISSED'})")
     print(f"in place / confluent-kafka consumer: {r3:.2f}x")
+    r4 = rate["source alone"] / rate["raw file read"]
+    print(f"source alone (no Spark) / raw file read: {100 * r4:.1f} %; Spark in place is "
+          f"{100 * rate['in place'] / rate['source alone']:.1f} % of the source alone")
     # Inside the tasks (the source's own progress lines): decode rate without Spark's
     # planning, scheduling and aggregation.
     for how, rates in task_rates.items():

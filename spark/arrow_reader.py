@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Generator
 
 import numpy as np
 import pyarrow as pa
@@ -154,8 +154,10 @@ def _data_loss(what: str, fail: bool) -> None:
 def read_range(path: str, topic: str, partition: int, start: int, end: int, *,
                include_headers: bool = False, fail_on_data_loss: bool = True,
                chunk_bytes: int = 8 << 20, schema: pa.Schema | None = None,
-               stats: ReadStats | None = None) -> Iterator[pa.RecordBatch]:
-    """Yield Arrow batches of the records with ``start <= offset < end`` of one partition.
+               stats: ReadStats | None = None) -> Generator[pa.RecordBatch, None, int]:
+    """Yield Arrow batches of the records with ``start <= offset < end`` of one partition;
+    return the offset the walk reached (``end`` unless the local log ends before it: a
+    replica behind the leader, or compaction emptied the tail).
 
     ``end`` must not exceed the high watermark (the caller's bound). Raises CorruptRecordError
     (naming the file and batch position), OffsetOutOfRangeError (data loss with
@@ -164,7 +166,7 @@ def read_range(path: str, topic: str, partition: int, start: int, end: int, *,
     if schema is None:
         schema = arrow_schema(include_headers)
     if start >= end:
-        return
+        return start
     reader = LogReader(path)
     try:
         offset = start
@@ -176,14 +178,14 @@ def read_range(path: str, topic: str, partition: int, start: int, end: int, *,
                 _data_loss(f"{topic}-{partition}: offset {offset} is no longer on disk "
                            f"(oldest segment starts at {oldest})", fail_on_data_loss)
                 if oldest is None or oldest <= offset:
-                    return
+                    return offset
                 offset = oldest
                 continue
             if sl is None:
                 if not reader.refresh() and offset < end:
                     _data_loss(f"{topic}-{partition}: the partition's segments vanished at "
                                f"offset {offset}", fail_on_data_loss)
-                return  # compaction may leave no batch between offset and end
+                return offset  # compaction may leave no batch between offset and end
             aligned = sl.position - sl.position % _PAGE
             skew = sl.position - aligned
             # Not closed explicitly: numpy views (and an exception's frames) may still export
@@ -198,7 +200,7 @@ def read_range(path: str, topic: str, partition: int, start: int, end: int, *,
                 why = STOP_WHY.get(int(scan.stop_reason), str(scan.stop_reason))
                 raise CorruptRecordError(f"{_file_name(sl)}: corrupt batch at byte {bad}: {why}")
             if scan.count == 0:
-                return
+                return offset
             out = decode_scanned(buf, skew, scan, _file_name(sl), sl.position, start, end,
                                 include_headers)
             nxt = int(scan.last_offsets[scan.count - 1]) + 1
@@ -210,6 +212,7 @@ def read_range(path: str, topic: str, partition: int, start: int, end: int, *,
                     stats.add_rows(rb.num_rows)
                 yield rb
             offset = max(nxt, offset + 1)
+        return offset
     finally:
         reader.close()
 

@@ -1,11 +1,13 @@
 """What the broker at ``kafka.bootstrap.servers`` says: topics, partitions, readable ranges.
 
-With ``kafka.bootstrap.servers`` set, the driver plans from the broker (Metadata, then
-ListOffsets for the log start and the high watermark of every partition) instead of the log
-dirs, so executors that do not sit on the broker's host read the same ranges. When ``log.dirs``
-is given too, the partitions found there keep their local path (tasks read them in place), and
-the log dirs must belong to the broker at the bootstrap address: the broker id recorded in the
-log dirs' shared partition table must be one of the brokers the bootstrap server lists.
+With ``kafka.bootstrap.servers`` set, the driver plans from the cluster (Metadata for every
+partition's leader, replicas and ISR, then ListOffsets to each leader for the log start and
+the high watermark) instead of the log dirs, so executors that do not sit on a broker's host
+read the same ranges, and no range reaches past the high watermark. Leadership moving while
+the driver plans (NOT_LEADER_OR_FOLLOWER, a dead leader, no leader yet) makes it plan again
+from fresh metadata. When ``log.dirs`` is given too, every log dir must belong to a broker of
+that cluster (:func:`spark.replicas.dir_owner`; a live broker or a replica Metadata names), and
+a partition with an in-sync replica among them keeps its directory as ``path``.
 
 Thread-safety: a :class:`BrokerView` is used by one thread (a driver call); it owns its client.
 """
@@ -18,8 +20,13 @@ import time
 
 from appliance.client.cluster import Cluster, check_error
 from appliance.client.connection import KafkaConnectionError
+from appliance.client.errors import LeaderNotAvailableError
 from appliance.client.fetching import EARLIEST, LATEST, list_offsets_body
-from appliance.errors import InvalidConfigError, UnknownTopicOrPartitionError
+from appliance.errors import (
+    InvalidConfigError,
+    NotLeaderOrFollowerError,
+    UnknownTopicOrPartitionError,
+)
 from spark.catalog import Catalog, PartitionState, _scan_log_dir, _shm_name_from
 
 __all__ = ["BrokerView", "broker_catalog", "local_broker_id", "BrokerUnreachableError"]
@@ -30,6 +37,8 @@ LIST_OFFSETS = 2
 METADATA = 3
 #: connection attempts to a bootstrap server are retried for at most this long
 CONNECT_TIMEOUT_MS = 10000
+_PLAN_AGAIN = (UnknownTopicOrPartitionError, NotLeaderOrFollowerError, LeaderNotAvailableError,
+               KafkaConnectionError)
 
 
 class BrokerUnreachableError(KafkaConnectionError):
@@ -101,19 +110,49 @@ def local_broker_id(log_dirs: tuple[str, ...], shm_name: str | None) -> tuple[in
         table.close()
 
 
-def _check_same_broker(md, bootstrap: str, log_dirs: tuple[str, ...], shm_name: str | None) -> None:
-    local = local_broker_id(log_dirs, shm_name)
-    if local is None:
-        log.info("cannot tell which broker log.dirs %s belong to (no live partition table); "
-                 "trusting kafka.bootstrap.servers", ",".join(log_dirs))
-        return
-    ids = sorted(b.node_id for b in md.brokers)
-    if local[0] not in ids:
-        raise InvalidConfigError(
-            f"log.dirs {','.join(log_dirs)} belong to broker id {local[0]} (shared memory "
-            f"{local[1]}), but kafka.bootstrap.servers={bootstrap} is cluster "
-            f"{md.cluster_id!r} with broker id(s) {', '.join(map(str, ids))}: point both "
-            "options at the same broker")
+def _known_ids(md) -> set[int]:
+    """Live brokers and every replica Metadata names (a dead broker's id stays a replica)."""
+    ids = {b.node_id for b in md.brokers}
+    for t in md.topics:
+        for p in t.partitions or ():
+            ids.update(p.replica_nodes or ())
+    return ids
+
+
+def _check_dirs_belong(md, bootstrap: str, log_dirs: tuple[str, ...],
+                       shm_name: str | None) -> None:
+    """Refuse log dirs owned by a broker the cluster at ``bootstrap`` does not know."""
+    from spark.replicas import dir_owner
+
+    known = _known_ids(md)
+    owners: dict[str, int] = {}
+    for d in log_dirs:
+        owner = dir_owner(d) if os.path.isdir(d) else None
+        if owner is not None:
+            owners[d] = owner
+    if not owners:
+        # A broker-less host (no shared table, no meta.properties): trust kafka.bootstrap.servers.
+        local = local_broker_id(log_dirs, shm_name)
+        if local is None:
+            log.info("cannot tell which broker log.dirs %s belong to (no live partition table, "
+                     "no meta.properties); trusting kafka.bootstrap.servers", ",".join(log_dirs))
+            return
+        owners = {d: local[0] for d in log_dirs}
+    for d, owner in owners.items():
+        if owner not in known:
+            from appliance.client.ipc import SHM_NAME_FILE
+
+            name = _shm_name_from([d]) or "?"
+            raise InvalidConfigError(
+                f"log.dirs {d} belong to broker id {owner} (shared memory {name}, named in "
+                f"{SHM_NAME_FILE}), but kafka.bootstrap.servers={bootstrap} is cluster "
+                f"{md.cluster_id!r} with broker id(s) "
+                f"{', '.join(map(str, sorted(known)))}: point both options at the same cluster")
+
+
+def _partitions(md) -> list[tuple[str, int]]:
+    return [(t.name, p.partition_index) for t in md.topics if t.error_code == 0
+            for p in t.partitions]
 
 
 def broker_catalog(view: BrokerView, log_dirs: tuple[str, ...] = (),
@@ -126,28 +165,47 @@ def broker_catalog(view: BrokerView, log_dirs: tuple[str, ...] = (),
     """
     md = view.metadata()
     if log_dirs:
-        _check_same_broker(md, view.bootstrap, log_dirs, shm_name)
-    local: dict[tuple[str, int], str] = {}
-    for d in log_dirs:
-        if os.path.isdir(d):
-            local.update(_scan_log_dir(d))
-    parts = [(t.name, p.partition_index) for t in md.topics if t.error_code == 0
-             for p in t.partitions]
+        for d in log_dirs:
+            if os.path.isdir(d):
+                _scan_log_dir(d)  # raises KafkaStorageError for a dir that is no log dir
+        _check_dirs_belong(md, view.bootstrap, log_dirs, shm_name)
+    parts = _partitions(md)
     deadline = time.monotonic() + view.cluster.request_timeout
     while True:
         try:
             starts = view.list_offsets([(t, p, EARLIEST) for t, p in parts])
             ends = view.list_offsets([(t, p, LATEST) for t, p in parts])
             break
-        except UnknownTopicOrPartitionError:
-            # a topic deleted between Metadata and ListOffsets: plan again without it
+        except _PLAN_AGAIN:
+            # A topic deleted between Metadata and ListOffsets, or leadership moving (cluster
+            # mode: a leader died, an election is under way): plan again from fresh metadata.
             if time.monotonic() > deadline:
                 raise
+            time.sleep(0.2)
+            view.cluster.invalidate()
             md = view.metadata()
-            parts = [(t.name, p.partition_index) for t in md.topics if t.error_code == 0
-                     for p in t.partitions]
+            parts = _partitions(md)
+    info = {(t.name, p.partition_index): p for t in md.topics if t.error_code == 0
+            for p in t.partitions}
     out = {}
     for tp in parts:
         a, b = starts[tp], ends[tp]
-        out[tp] = PartitionState(tp[0], tp[1], local.get(tp, ""), a, max(a, b))
+        p = info[tp]
+        isr = tuple(p.isr_nodes or ())
+        replicas = tuple(p.replica_nodes or ())
+        out[tp] = PartitionState(tp[0], tp[1], _driver_path(log_dirs, tp, isr, p.leader_id,
+                                                            len(replicas)),
+                                 a, max(a, b), p.leader_id, isr, replicas)
     return Catalog(out, f"broker {view.bootstrap}")
+
+
+def _driver_path(log_dirs: tuple[str, ...], tp: tuple[str, int], isr: tuple[int, ...],
+                 leader: int, rf: int) -> str:
+    """The partition's directory on the driver's host that a task there may read ("": none);
+    planning uses it for segment-aligned cuts and timestamp look-ups."""
+    if not log_dirs:
+        return ""
+    from spark.replicas import choose_replica, local_replicas
+
+    r = choose_replica(local_replicas(log_dirs, *tp), isr, leader, rf)
+    return r.path if r else ""

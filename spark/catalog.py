@@ -44,6 +44,10 @@ class PartitionState:
     path: str
     earliest: int  # max(log start offset, base of the oldest segment on disk)
     high_watermark: int
+    # From the cluster's Metadata (planning through kafka.bootstrap.servers), else unknown.
+    leader: int = -1
+    isr: tuple[int, ...] = ()
+    replicas: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -134,7 +138,9 @@ def load_catalog(log_dirs: tuple[str, ...] | list[str], shm_name: str | None) ->
         for tp, path in _scan_log_dir(d).items():
             if tp in dirs:
                 raise KafkaStorageError(f"partition {tp[0]}-{tp[1]} is in two log dirs: "
-                                        f"{dirs[tp]} and {path}")
+                                        f"{dirs[tp]} and {path} (replicas of several brokers? "
+                                        "set kafka.bootstrap.servers: the cluster's ISR then "
+                                        "decides which one is read)")
             dirs[tp] = path
     shm_name = shm_name or _shm_name_from(log_dirs)
     table = _table_offsets(shm_name) if shm_name else None

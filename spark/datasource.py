@@ -87,7 +87,22 @@ def _load_catalog(opts: ReadOptions) -> tuple[Catalog, tuple[int, ...]]:
 
 
 def _local_path(opts: ReadOptions, r: TopicRange) -> str | None:
-    """The partition's directory on this host, if it is there and belongs to the right broker."""
+    """The partition's directory on this host to read in place, or None to fetch it.
+
+    With ``kafka.bootstrap.servers``: only a replica that was in the ISR at planning, owned by
+    a broker of the cluster (:mod:`spark.replicas`); with ``log.dirs`` only: whatever is there.
+    """
+    if opts.remote and r.replicas:
+        from spark.replicas import choose_replica, local_replicas
+
+        here = local_replicas(opts.log_dirs, r.topic, r.partition)
+        chosen = choose_replica(here, r.isr, r.leader, len(r.replicas))
+        if chosen is None and here:
+            log.warning("%s-%d: the local replica(s) %s are not in the ISR %s at planning: "
+                        "reading from the leader at %s", r.topic, r.partition,
+                        ", ".join(f"{x.path} (broker {x.broker_id})" for x in here),
+                        list(r.isr), opts.bootstrap_servers)
+        return chosen.path if chosen else None
     candidates = [r.path] if r.path else []
     candidates += [os.path.join(d, f"{r.topic}-{r.partition}") for d in opts.log_dirs]
     path = next((c for c in candidates if c and os.path.isdir(c)), None)
@@ -111,7 +126,8 @@ def _read(opts: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBat
 
 
 def _read_range(opts: ReadOptions, r: TopicRange) -> Iterator[pa.RecordBatch]:
-    """In place when the partition's log is on this host, else over the Kafka protocol."""
+    """In place when the partition's log is on this host, else over the Kafka protocol; in
+    cluster mode a local replica that ends below the planned end has its tail fetched."""
     path = _local_path(opts, r)
     if path is None and not opts.remote:
         raise UnknownTopicOrPartitionError(
@@ -123,18 +139,24 @@ def _read_range(opts: ReadOptions, r: TopicRange) -> Iterator[pa.RecordBatch]:
     progress_log.info("appliance read %s-%d [%d, %d) %s %s", r.topic, r.partition, r.start,
                       r.end, stats.how, path or f"from {opts.bootstrap_servers}")
     schema = arrow_schema(opts.include_headers)
+    start = r.start
     if path:
-        yield from read_range(path, r.topic, r.partition, r.start, r.end,
-                              include_headers=opts.include_headers,
-                              fail_on_data_loss=opts.fail_on_data_loss,
-                              chunk_bytes=opts.chunk_bytes, schema=schema, stats=stats)
-    else:
+        start = yield from read_range(path, r.topic, r.partition, r.start, r.end,
+                                      include_headers=opts.include_headers,
+                                      fail_on_data_loss=opts.fail_on_data_loss,
+                                      chunk_bytes=opts.chunk_bytes, schema=schema, stats=stats)
+        if start < r.end and opts.remote:
+            progress_log.info("appliance read %s-%d: %s ends at offset %d, below the planned "
+                              "end %d: fetching the rest from %s", r.topic, r.partition, path,
+                              start, r.end, opts.bootstrap_servers)
+            stats.how = f"{IN_PLACE}+{REMOTE}"
+    if start < r.end and (path is None or opts.remote):
         from spark.broker_catalog import BrokerView
         from spark.remote_reader import fetch_range
 
         view = BrokerView(opts.bootstrap_servers, opts.request_timeout_ms)
         try:
-            yield from fetch_range(view, r.topic, r.partition, r.start, r.end,
+            yield from fetch_range(view, r.topic, r.partition, start, r.end,
                                    include_headers=opts.include_headers,
                                    fail_on_data_loss=opts.fail_on_data_loss,
                                    chunk_bytes=min(opts.chunk_bytes, _MAX_FETCH_BYTES),
@@ -147,7 +169,7 @@ def _read_range(opts: ReadOptions, r: TopicRange) -> Iterator[pa.RecordBatch]:
 def _plan(opts: ReadOptions, plans, brokers: tuple[int, ...]) -> list[InputPartition]:
     ranges = split_ranges(plans, opts.min_partitions)
     for r in ranges:
-        r.brokers = brokers
+        r.brokers = brokers  # leader, ISR and replicas came with the partition's state
     return list(ranges)
 
 

@@ -34,10 +34,14 @@ class TopicRange(InputPartition):
     """One task's work: offsets [start, end) of one partition (picklable).
 
     ``path`` is the partition directory on the driver's host ("" when it has none there);
-    ``brokers`` the broker ids the bootstrap server listed at planning (remote planning only).
+    ``brokers`` the broker ids the bootstrap server listed at planning, and ``leader``, ``isr``,
+    ``replicas`` the partition's as Metadata gave them then (remote planning only).
     """
 
     brokers: tuple[int, ...] = ()
+    leader: int = -1
+    isr: tuple[int, ...] = ()
+    replicas: tuple[int, ...] = ()
 
     def __init__(self, topic: str, partition: int, path: str, start: int, end: int) -> None:
         super().__init__((topic, partition, start, end))
@@ -195,7 +199,9 @@ def split_ranges(plans: list[tuple[PartitionState, int, int]], min_partitions: i
         if min_partitions and min_partitions > len(live) and total:
             parts = max(1, round(min_partitions * (b - a) / total))
         for lo, hi in _cuts(s.path, a, b, parts):
-            out.append(TopicRange(s.topic, s.partition, s.path, lo, hi))
+            r = TopicRange(s.topic, s.partition, s.path, lo, hi)
+            r.leader, r.isr, r.replicas = s.leader, s.isr, s.replicas
+            out.append(r)
     return out
 
 

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from appliance.client.cluster import RETRIABLE, check_error
 from appliance.client.connection import KafkaConnectionError
+from appliance.client.errors import LeaderNotAvailableError
 from appliance.client.fetching import fetch_body
 from appliance.errors import (
     CorruptRecordError,
@@ -37,19 +38,27 @@ from spark.broker_catalog import BrokerUnreachableError, BrokerView
 from spark.progress import ReadStats
 from spark.schema import arrow_schema
 
-__all__ = ["fetch_range", "FETCH_RETRIES"]
+__all__ = ["fetch_range"]
 
 log = logging.getLogger(__name__)
 
 FETCH = 1
-#: attempts of one Fetch before the task fails (Spark then retries the task itself)
-FETCH_RETRIES = 4
 
 
-def _fetch(view: BrokerView, topic: str, partition: int, offset: int, max_bytes: int):
-    """(records bytes, high watermark) of one Fetch; retries retriable errors a few times."""
-    delay = 0.2
-    for attempt in range(FETCH_RETRIES):
+def _fetch(view: BrokerView, topic: str, partition: int, offset: int, max_bytes: int,
+           retry_s: float):
+    """(records bytes, high watermark) of one Fetch to the partition's current leader.
+
+    Retriable errors (NOT_LEADER_OR_FOLLOWER while leadership moves, a leader that died, no
+    leader yet) drop the cached metadata and try again with backoff for up to ``retry_s``
+    seconds, so a read follows the new leader; then the error names the address.
+    """
+    delay = 0.1
+    deadline = time.monotonic() + retry_s
+    attempts = 0
+    while True:
+        attempts += 1
+        last = time.monotonic() >= deadline
         try:
             conn = view.cluster.leader_connection(topic, partition, "fetch")
             resp = conn.request(FETCH, fetch_body([(topic, partition, offset)], max_wait_ms=0,
@@ -59,24 +68,23 @@ def _fetch(view: BrokerView, topic: str, partition: int, offset: int, max_bytes:
             for t in resp.responses:
                 for p in t.partitions:
                     if p.partition_index == partition:
-                        if p.error_code in RETRIABLE and attempt + 1 < FETCH_RETRIES:
-                            view.cluster.invalidate(topic)
+                        if p.error_code in RETRIABLE and not last:
                             raise _Retry()
                         check_error(p.error_code, f"fetching {topic}-{partition} at offset "
                                     f"{offset} from {view.bootstrap}")
                         return bytes(p.records or b""), p.high_watermark
             raise UnknownTopicOrPartitionError(
                 f"{topic}-{partition}: the broker at {view.bootstrap} did not answer for it")
-        except KafkaConnectionError as e:
-            if attempt + 1 == FETCH_RETRIES:
+        except (KafkaConnectionError, LeaderNotAvailableError) as e:
+            if last:
                 raise BrokerUnreachableError(
                     f"kafka.bootstrap.servers={view.bootstrap}: cannot fetch {topic}-{partition} "
-                    f"after {FETCH_RETRIES} attempts ({e})") from None
+                    f"after {attempts} attempts in {retry_s:g} s ({e})") from None
         except _Retry:
             pass
-        time.sleep(delay)
-        delay *= 2
-    raise AssertionError("unreachable")
+        view.cluster.invalidate(topic)
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, 1.0)
 
 
 class _Retry(Exception):
@@ -90,15 +98,20 @@ def fetch_range(view: BrokerView, topic: str, partition: int, start: int, end: i
     """Yield Arrow batches of the records with ``start <= offset < end`` fetched from the broker.
 
     ``end`` is the planned bound (at most the high watermark at planning); the high watermark
-    of every Fetch answer bounds it again. Raises as described in the module docstring.
+    of every Fetch answer bounds it again. A leader whose high watermark is still below
+    ``end`` (just elected: its watermark catches up with the old leader's once the followers
+    fetch) is asked again until it reaches ``end``, so a leadership move never shortens the
+    read. Raises as described in the module docstring.
     """
     if schema is None:
         schema = arrow_schema(include_headers)
+    retry_s = max(view.cluster.request_timeout, 1.0)
     offset = start
     where = f"{topic}-{partition} fetched from {view.bootstrap}"
+    behind_since = None
     while offset < end:
         try:
-            data, hw = _fetch(view, topic, partition, offset, chunk_bytes)
+            data, hw = _fetch(view, topic, partition, offset, chunk_bytes, retry_s)
         except OffsetOutOfRangeError:
             oldest = view.list_offsets([(topic, partition, -2)])[(topic, partition)]
             msg = (f"{topic}-{partition}: offset {offset} is no longer at the broker (the log "
@@ -113,10 +126,26 @@ def fetch_range(view: BrokerView, topic: str, partition: int, start: int, end: i
         if stats is not None:
             stats.bytes_fetched += len(data)
         if offset >= hi or not data:
+            if hw < end:
+                # The watermark is below what was planned: a new leader not caught up yet.
+                now = time.monotonic()
+                behind_since = behind_since or now
+                if now - behind_since < retry_s:
+                    view.cluster.invalidate(topic)
+                    time.sleep(0.1)
+                    continue
+                msg = (f"{where}: the high watermark stayed at {hw}, below the planned end "
+                       f"{end}, for {retry_s:g} s (records lost by an unclean leader election?)")
+                if fail_on_data_loss:
+                    raise OffsetOutOfRangeError(msg + "; set failOnDataLoss=false to read what "
+                                                "is there")
+                log.warning("%s; stopping at %d (failOnDataLoss=false)", msg, offset)
+                return
             if offset < end:
                 log.warning("%s: nothing at offset %d below the high watermark %d (planned end "
                             "%d)", where, offset, hw, end)
             return
+        behind_since = None
         buf = np.frombuffer(data, np.uint8)
         scan = scan_batches(buf, 0, len(data), verify_crc=True)
         if scan.stop_reason not in (SCAN_END, SCAN_PARTIAL) or scan.count == 0:
@@ -130,8 +159,8 @@ def fetch_range(view: BrokerView, topic: str, partition: int, start: int, end: i
             if stats is not None:
                 stats.add_rows(rb.num_rows)
             yield rb
-        offset = max(nxt, offset + 1)
-        if offset >= hi:
+        offset = max(nxt, min(offset + 1, hi))
+        if offset >= end:
             return
 
 

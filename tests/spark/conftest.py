@@ -101,10 +101,12 @@ def spark_cluster(tmp_path_factory):
 
 
 def submit(master: str, script: str, *args: str, conf: dict[str, str] | None = None,
-           timeout: float = 300, background: bool = False, log_path=None):
+           timeout: float = 300, background: bool = False, log_path=None, cores: int = 2):
     """Run ``spark-submit --master MASTER spark/jobs/SCRIPT args`` as a job is run by hand.
 
-    Returns the CompletedProcess (or, with ``background``, the Popen in its own session)."""
+    ``cores``: executor cores the application takes on a standalone cluster (1 lets two
+    applications run side by side on the two 1-core workers). Returns the CompletedProcess
+    (or, with ``background``, the Popen in its own session)."""
     import os
     import sys
 
@@ -116,7 +118,7 @@ def submit(master: str, script: str, *args: str, conf: dict[str, str] | None = N
     cmd = [*spark_submit_command(), "--master", master, "--driver-memory", "512m",
            "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2"]
     if master.startswith("spark://"):
-        cmd += ["--executor-memory", "512m", "--total-executor-cores", "2"]
+        cmd += ["--executor-memory", "512m", "--total-executor-cores", str(cores)]
     for k, v in (conf or {}).items():
         cmd += ["--conf", f"{k}={v}"]
     cmd += [os.path.join(REPO_ROOT, "spark", "jobs", script), *args]
@@ -127,6 +129,31 @@ def submit(master: str, script: str, *args: str, conf: dict[str, str] | None = N
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO_ROOT,
                          timeout=timeout)
     return res
+
+
+def submit_all(jobs: dict[str, dict], log_dir, timeout: float = 600) -> dict[str, tuple[int, str]]:
+    """Run several :func:`submit` calls at once (their JVMs start side by side instead of one
+    after another); name -> (exit status, everything the driver printed)."""
+    import os
+    import signal
+    import time
+
+    procs = {}
+    try:
+        for name, kw in jobs.items():
+            kw = dict(kw)
+            procs[name] = submit(kw.pop("master"), kw.pop("script"), *kw.pop("args", ()),
+                                 background=True, log_path=log_dir / f"{name}.log", **kw)
+        deadline = time.monotonic() + timeout
+        for p in procs.values():
+            p.wait(max(1.0, deadline - time.monotonic()))
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    return {n: (p.returncode, (log_dir / f"{n}.log").read_text(errors="replace"))
+            for n, p in procs.items()}
 
 
 def parquet_rows(path) -> list[tuple]:

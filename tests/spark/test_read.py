@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import pytest
 from pyspark.sql import functions as F
@@ -62,10 +63,18 @@ def test_schema_is_sparks_kafka_schema(spark, topics):
     assert abs(row.timestamp.timestamp() - time.time()) < 3600
 
 
-@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
-def test_compressed_topics(spark, topics, codec):
-    df = reader(spark, topics, subscribe=f"c-{codec}", includeHeaders="true").load()
-    assert spark_rows(df) == kcat(topics, f"c-{codec}")
+CODECS = ["gzip", "snappy", "lz4", "zstd"]
+
+
+def test_compressed_topics(spark, topics):
+    # One query over the four topics (one per codec), split by topic afterwards.
+    df = reader(spark, topics, subscribe=",".join(f"c-{c}" for c in CODECS),
+                includeHeaders="true").load()
+    rows = df.collect()
+    for codec in CODECS:
+        got = spark_rows(SimpleNamespace(columns=df.columns, collect=lambda c=codec: [
+            r for r in rows if r.topic == f"c-{c}"]))
+        assert got == kcat(topics, f"c-{codec}"), codec
 
 
 def test_pattern_and_assign(spark, topics):
