@@ -32,7 +32,7 @@ from appliance.broker.handlers.answer import CloseConnection
 from appliance.broker.plumbing import Plumbing
 from appliance.config import BrokerConfig
 from appliance.metrics.listener import parse_listener
-from appliance.metrics.recorder import attach_recorder
+from appliance.metrics.recorder import AnswerTiming, attach_recorder
 from appliance.shm.layout import WorkerState
 from appliance.shm.partition_table import PartitionTable
 
@@ -64,6 +64,10 @@ class KafkaConnection(asyncio.Protocol):
         self._client_host = ""
         self._sock_fd = -1
         self._drained = asyncio.Event()
+        # metrics only: the timed requests' answers (future -> AnswerTiming), and the timed
+        # answers written but still partly in the transport's buffer (sent when it drains)
+        self.timed: dict[asyncio.Future, AnswerTiming] = {}
+        self._sending: list[AnswerTiming] = []
 
     # asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -93,6 +97,8 @@ class KafkaConnection(asyncio.Protocol):
         # handlers still running finish on their own (each is bounded by its timeout); their
         # answers are dropped. Cancelling them would abandon futures mid-gather.
         self._responses.clear()
+        self.timed.clear()
+        self._sending.clear()
         self._drained.set()
         if self._writer is not None:
             self._writer.cancel()
@@ -102,6 +108,23 @@ class KafkaConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._drained.set()
+        if self._sending:  # the last byte of these answers has just gone to the kernel
+            self._sent(self._sending)
+            self._sending = []
+
+    def _sent(self, timings: list[AnswerTiming]) -> None:
+        done = time.monotonic()
+        sent = self.ctx.metrics.sent
+        for t in timings:
+            sent(t, done)
+
+    def _written(self, timings: list[AnswerTiming]) -> None:
+        """``timings``' answers were handed to the transport: sent now if it took every byte,
+        else when it drains (resume_writing)."""
+        if self.transport is not None and self.transport.get_write_buffer_size() == 0:
+            self._sent(timings)
+        else:
+            self._sending.extend(timings)
 
     async def _sendfile(self, f, position: int, length: int) -> None:
         """os.sendfile straight from the page cache to the socket while the kernel takes the
@@ -167,8 +190,13 @@ class KafkaConnection(asyncio.Protocol):
 
     def _dispatch(self, event: proto.Request) -> None:
         if event.api_key not in handlers.TASK_FREE:
-            queued = time.monotonic() if self.ctx.metrics is not None else 0.0
-            self._queue(asyncio.ensure_future(handlers.run(self.ctx, event, self._client_host, queued)))
+            if self.ctx.metrics is None:
+                self._queue(asyncio.ensure_future(handlers.run(self.ctx, event, self._client_host)))
+                return
+            timing = AnswerTiming(event.api_key, time.monotonic())
+            fut = asyncio.ensure_future(handlers.run(self.ctx, event, self._client_host, timing))
+            self.timed[fut] = timing
+            self._queue(fut)
             return
         # no task: answered from a doorbell callback, which sets the future and then calls
         # flush_answers (through ctx.wakeups); queued first, as the answer may come at once
@@ -201,6 +229,8 @@ class KafkaConnection(asyncio.Protocol):
         failed handler goes to the writer task."""
         out: list = []
         responses = self._responses
+        timed = self.timed
+        timings: list[AnswerTiming] = []
         while responses and not self._closing:
             fut = responses[0]
             if not fut.done():
@@ -209,9 +239,18 @@ class KafkaConnection(asyncio.Protocol):
             if fut.cancelled() or fut.exception() is not None or not _all_bytes(chunks):
                 if out:
                     self.transport.write(b"".join(out))
+                    if timings:
+                        self._written(timings)
                 self._writer = asyncio.ensure_future(self._write_slow(fut))
                 return
             responses.popleft()
+            if timed:  # metrics on and a timed answer on this connection (one in 16 produces)
+                t = timed.pop(fut, None)
+                if t is not None:
+                    t.writing = time.monotonic()
+                    if chunks is None:  # acks=0: nothing to send
+                        t.writing = t.ready
+                    timings.append(t)
             if chunks is None:  # acks=0 produce: no response at all
                 continue
             if isinstance(chunks, bytes | bytearray | memoryview):
@@ -220,6 +259,8 @@ class KafkaConnection(asyncio.Protocol):
                 out.extend(chunks)
         if out and not self._closing:
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+        if timings:
+            self._written(timings)
         self._after_writes()
 
     def _after_writes(self) -> None:
@@ -246,6 +287,9 @@ class KafkaConnection(asyncio.Protocol):
             return
         if self._responses and self._responses[0] is fut:
             self._responses.popleft()
+        timing = self.timed.pop(fut, None)
+        if timing is not None:
+            timing.writing = time.monotonic()
         for chunk in chunks:
             if self._closing:
                 return
@@ -262,6 +306,8 @@ class KafkaConnection(asyncio.Protocol):
                 self.transport.close()
                 return
         self._writer = None
+        if timing is not None:
+            self._written([timing])
         self._flush_ready()
 
     def _close_after_responses(self) -> None:

@@ -152,13 +152,19 @@ class BrokerCollector(Collector):
             family.add_metric([_api_name(int(key)), _error_name(int(slot) - 1)], int(errors[key, slot]))
         yield family
         for field, name, doc in (
-                ("total_time", "totaltimems", "From the request's decoding to its response being "
-                 "ready to send, per API (ms); Produce: one request in 16 timed."),
+                ("total_time", "totaltimems", "From the request's decoding to the last byte of "
+                 "its answer handed to the socket, per API (ms); Produce: one request in 16 "
+                 "timed, and every part below is of the same requests."),
+                ("queue_time", "requestqueuetimems", "Produce: from the network worker putting a "
+                 "partition's batches on a disk worker's ring to the disk worker taking them; "
+                 "other APIs: from decoding to the handler starting on the event loop (ms)."),
                 ("local_time", "localtimems", "Produce: the disk worker's append of one "
-                 "partition (one in about 16 timed); other APIs: the handler's own work (ms)."),
-                ("queue_time", "requestqueuetimems", "From the request's decoding to its handler "
-                 "starting on the event loop (ms); Produce starts at once, untimed."),
-                ("remote_time", "remotetimems", "Fetch: the long-poll wait for data (ms).")):
+                 "partition; other APIs: the handler's own work (ms)."),
+                ("remote_time", "remotetimems", "Fetch: the long-poll wait for data (ms)."),
+                ("response_queue_time", "responsequeuetimems", "From the answer being ready to "
+                 "its write starting (behind the connection's earlier answers) (ms)."),
+                ("response_send_time", "responsesendtimems", "From the answer's write starting "
+                 "to its last byte handed to the kernel; a slow reader makes it grow (ms).")):
             words = self._sum(field).reshape(COUNTER_API_KEYS, HIST_WORDS)
             family = HistogramMetricFamily(f"kafka_network_requestmetrics_{name}", doc,
                                            labels=["request"])

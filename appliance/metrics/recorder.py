@@ -24,7 +24,7 @@ from appliance.shm.layout import (
     counters_name,
 )
 
-__all__ = ["Recorder", "attach_recorder", "SAMPLE_MASK"]
+__all__ = ["Recorder", "AnswerTiming", "attach_recorder", "SAMPLE_MASK"]
 
 _O = {name: COUNTER_SLAB.offset(name) // 8 for name, _ in COUNTER_SLAB.fields}
 _LAST = HIST_BUCKETS - 1
@@ -32,11 +32,24 @@ SAMPLE = 16  # produce requests: one in SAMPLE is timed (the request count itsel
 SAMPLE_MASK = SAMPLE - 1
 
 
+class AnswerTiming:
+    """A timed request on its way out: when it was received (decoded), when its answer was
+    ready; the connection adds when the write began and when its last byte reached the socket."""
+
+    __slots__ = ("api_key", "received", "ready", "writing")
+
+    def __init__(self, api_key: int, received: float) -> None:
+        self.api_key = api_key
+        self.received = received
+        self.ready = 0.0  # 0: the answer is not ready yet
+        self.writing = 0.0
+
+
 class Recorder:
     """Adds to one worker's slab. Not thread-safe (one writer per slab, by design)."""
 
     __slots__ = ("w", "counters", "leo_base", "bytes_in", "_bytes_out", "_total", "_local",
-                 "_errors", "_queue", "_remote")
+                 "_errors", "_queue", "_remote", "_resp_queue", "_resp_send")
 
     def __init__(self, counters: SharedCounters, worker_slot: int) -> None:
         self.counters = counters
@@ -50,19 +63,25 @@ class Recorder:
         self._local = _O["local_time"]
         self._queue = _O["queue_time"]
         self._remote = _O["remote_time"]
+        self._resp_queue = _O["response_queue_time"]
+        self._resp_send = _O["response_send_time"]
         self._errors = _O["errors"]
 
     # -- network worker ------------------------------------------------------------------
-    def produce_time(self, seconds: float) -> None:
-        """A sampled Produce request's total time (its count was bumped at its start)."""
-        self._observe(self._total, seconds)  # Produce's API key is 0
-
-    def request(self, api_key: int, seconds: float) -> None:
-        """One request of ``api_key`` answered after ``seconds`` (its total time)."""
+    def count(self, api_key: int) -> None:
+        """One request of ``api_key`` answered (Produce counts inline, at its start)."""
         if 0 <= api_key < COUNTER_API_KEYS:
-            w = self.w
-            w[api_key] += 1
-            self._observe(self._total + api_key * HIST_WORDS, seconds)
+            self.w[api_key] += 1
+
+    def sent(self, t: AnswerTiming, done: float) -> None:
+        """A timed answer's last byte went to the socket at ``done``: its total time and its
+        response queue (ready -> write began: behind earlier answers of the connection) and
+        send (write began -> last byte handed to the kernel: a slow reader makes it grow)."""
+        if 0 <= t.api_key < COUNTER_API_KEYS:
+            base = t.api_key * HIST_WORDS
+            self._observe(self._total + base, done - t.received)
+            self._observe(self._resp_queue + base, t.writing - t.ready)
+            self._observe(self._resp_send + base, done - t.writing)
 
     def phases(self, api_key: int, queue: float, local: float, remote: float) -> None:
         """A task API's time split: waiting for the loop to start its handler, its own work,
@@ -100,11 +119,18 @@ class Recorder:
         if 0 <= api_key < COUNTER_API_KEYS:
             self._observe(self._local + api_key * HIST_WORDS, seconds)
 
+    def queued_us(self, api_key: int, us: int) -> None:
+        """A request's wait on a disk worker's ring, in microseconds."""
+        if 0 <= api_key < COUNTER_API_KEYS:
+            self._observe_us(self._queue + api_key * HIST_WORDS, us)
+
     def flushed(self, seconds: float) -> None:
         self._observe(_O["flush_time"], seconds)
 
     def _observe(self, base: int, seconds: float) -> None:
-        us = int(seconds * 1e6) if seconds > 0 else 0
+        self._observe_us(base, int(seconds * 1e6) if seconds > 0 else 0)
+
+    def _observe_us(self, base: int, us: int) -> None:
         k = us.bit_length()
         w = self.w
         w[base + (k if k < _LAST else _LAST)] += 1

@@ -166,7 +166,10 @@ REQUEST = Layout("request", (
     ("acks", "h"),
     ("flags", "h"),
     ("timeout_ms", "i"),
-    ("reserved", "4x"),
+    # CLOCK_MONOTONIC microseconds mod 2**32 when the network worker put a request it times (the
+    # metrics' one in 16) on the ring, 0 otherwise: the disk worker times its ring queue wait.
+    # Was a zero pad, and 0 still means "untimed": no LAYOUT_VERSION bump needed
+    ("stamp_us", "I"),
 ))
 
 # Follows REQUEST in a GROUP message; then client_id, client_host, and the encoded request body.
@@ -254,7 +257,7 @@ __all__ += [
     "COUNTER_ERROR_CODES", "COUNTER_PARTITIONS", "HIST_BUCKETS", "HIST_WORDS", "counters_name",
 ]
 
-COUNTERS_VERSION = 2
+COUNTERS_VERSION = 3
 COUNTERS_MAGIC = 0x41504C4D  # "APLM"
 COUNTER_API_KEYS = 80        # Kafka API keys 0..79 (the highest in use is below 75)
 COUNTER_ERROR_CODES = 128    # error code + 1 (UNKNOWN_SERVER_ERROR is -1); Kafka's are below 120
@@ -277,8 +280,12 @@ COUNTER_SLAB = Layout("counter_slab", (
     ("errors", f"{COUNTER_API_KEYS * COUNTER_ERROR_CODES}Q"),     # network: (API key, code + 1)
     ("total_time", f"{COUNTER_API_KEYS * HIST_WORDS}Q"),          # network: per API key
     ("local_time", f"{COUNTER_API_KEYS * HIST_WORDS}Q"),          # disk (Produce), network (others)
-    ("queue_time", f"{COUNTER_API_KEYS * HIST_WORDS}Q"),          # network: task APIs
+    ("queue_time", f"{COUNTER_API_KEYS * HIST_WORDS}Q"),          # disk (Produce's ring), network
     ("remote_time", f"{COUNTER_API_KEYS * HIST_WORDS}Q"),         # network: Fetch's long-poll wait
+    ("response_queue_time", f"{COUNTER_API_KEYS * HIST_WORDS}Q"), # network: ready -> write starts
+    ("response_send_time", f"{COUNTER_API_KEYS * HIST_WORDS}Q"),  # network: write -> last byte out
+    ("rejected_connections", "Q"),                                # network: over a connection limit
+    ("muted_reads", "Q"),                                         # network: queued.max.request.bytes
     ("flush_time", f"{HIST_WORDS}Q"),                             # disk: fsyncs of segments
     ("failed_produce", "Q"),                                      # network: partitions refused
     ("failed_fetch", "Q"),                                        # network: partitions refused

@@ -18,7 +18,6 @@ from appliance.broker.disk.requests import NOTHING, NotHere
 from appliance.config import BrokerConfig, ConfigError, TopicConfig
 from appliance.coordinator.routing import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
 from appliance.errors import ErrorCode, KafkaStorageError
-from appliance.metrics.recorder import SAMPLE_MASK
 from appliance.shm.layout import COUNTER_PARTITIONS, SlotState, WorkerState
 from appliance.shm.partition_table import PartitionTable
 from appliance.storage.log_dir import LogDir
@@ -203,13 +202,9 @@ class Partitions:
         m = self.metrics
         if m is None:
             info = plog.append(body)
-        else:  # one add per partition of a request (messages in come from the log-end offset)
-            if plog.log_end_offset & SAMPLE_MASK:
-                info = plog.append(body)
-            else:  # one append in about SAMPLE is timed
-                started = time.monotonic()
-                info = plog.append(body)
-                m.local(0, time.monotonic() - started)  # 0: Produce's API key
+        else:  # one add per partition of a request (messages in come from the log-end offset;
+            # the timing of one request in SAMPLE is Requests._timed's)
+            info = plog.append(body)
             if slot < COUNTER_PARTITIONS:
                 m.w[m.bytes_in + slot] += len(body)
         if info.duplicate:

@@ -88,6 +88,7 @@ class DiskWorker:
         self.ipc = IpcIntake(self.plumbing.base, self.index, self.table.worker(self.slot)[4],
                              self.requests)
         self.partitions.metrics = attach_recorder(self.config, self.plumbing.base, self.slot)
+        self.requests.metrics = self.partitions.metrics
         if self.partitions.metrics is not None:
             flush_observers.append(self.partitions.metrics.flushed)
 

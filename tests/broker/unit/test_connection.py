@@ -61,7 +61,8 @@ class FakeDisks:
     def max_payload(self) -> int:
         return 1 << 20
 
-    def submit_nowait(self, disk, msg_type, slot, payload, acks, timeout_ms, on_done, token) -> None:
+    def submit_nowait(self, disk, msg_type, slot, payload, acks, timeout_ms, on_done, token,
+                      stamp_us=0) -> None:
         if acks != 0:
             self.submitted.append((on_done, token))
 
