@@ -17,6 +17,7 @@ import logging
 import os
 import select
 import signal
+import socket
 import time
 
 import setproctitle
@@ -54,6 +55,7 @@ class DiskWorker:
         self.plumbing = plumbing
         self.alive = True
         self.reload_pending = False  # set by SIGHUP: re-read the config files between rounds
+        self.reload_reply_to: socket.socket | None = None  # the supervisor's confirmations
         self.slot = plumbing.disk_slot(index)
 
     # -- start ----------------------------------------------------------------------------
@@ -145,6 +147,18 @@ class DiskWorker:
     def _on_hup(self, signum, frame) -> None:
         self.reload_pending = True  # acted on by the loop: the handler may interrupt an append
 
+    def _confirm_reload(self, errors: list[str]) -> None:
+        """Tell the supervisor this worker has re-read its configs (it sends READY=1 once every
+        disk worker has): "<index> <incarnation>", then one line per file kept as it was."""
+        if self.reload_reply_to is None:
+            return
+        incarnation = self.table.worker(self.slot)[4]
+        msg = "\n".join([f"{self.index} {incarnation}", *errors]).encode()
+        try:
+            self.reload_reply_to.send(msg[:60000])
+        except OSError as e:  # the supervisor waits until its deadline, then says so
+            log.warning("cannot confirm the reload to the supervisor: %s", e)
+
     def _on_quit(self, signum, frame) -> None:
         os._exit(0)
 
@@ -194,7 +208,7 @@ class DiskWorker:
             self.maintenance.run_if_due(now)
             if self.reload_pending:
                 self.reload_pending = False
-                self.admin.reload_files()
+                self._confirm_reload(self.admin.reload_files())
             if self.mover.outgoing or self.mover.incoming:
                 self.mover.expire(now)
 
