@@ -24,16 +24,20 @@ import setproctitle
 
 import appliance.protocol as proto
 from appliance.broker import handlers
+from appliance.broker.acceptor import Acceptor
 from appliance.broker.broker_context import BrokerContext
+from appliance.broker.connection_limits import ConnectionLimits
 from appliance.broker.disk_client import DiskClient
 from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.broker.gc_policy import freeze_startup_objects
 from appliance.broker.handlers.answer import CloseConnection
 from appliance.broker.plumbing import Plumbing
+from appliance.broker.request_memory import RequestMemory
 from appliance.config import BrokerConfig
 from appliance.metrics.listener import parse_listener
 from appliance.metrics.recorder import AnswerTiming, attach_recorder
-from appliance.shm.layout import WorkerState
+from appliance.shm.connection_counts import ConnectionCounts
+from appliance.shm.layout import WorkerState, conns_name
 from appliance.shm.partition_table import PartitionTable
 
 __all__ = ["NetworkWorker", "KafkaConnection"]
@@ -68,6 +72,14 @@ class KafkaConnection(asyncio.Protocol):
         # answers written but still partly in the transport's buffer (sent when it drains)
         self.timed: dict[asyncio.Future, AnswerTiming] = {}
         self._sending: list[AnswerTiming] = []
+        # connection limits: the address key this connection counts under (set by the
+        # Acceptor), and whether it still counts (released once, on close)
+        self.limit_key: tuple[int, int] | None = None
+        self._counted = ctx.limits is not None
+        # queued.max.request.bytes: the size of each queued request, beside self._responses
+        self._mem = ctx.request_memory
+        self._held: collections.deque[int] = collections.deque()
+        self._muted = False
 
     # asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -94,6 +106,11 @@ class KafkaConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
         self.ctx.connections.discard(self)
+        if self._mem is not None:
+            self._mem.forget(self)
+            self._mem.free(sum(self._held))
+            self._held.clear()
+        self.release_limits()
         # handlers still running finish on their own (each is bounded by its timeout); their
         # answers are dropped. Cancelling them would abandon futures mid-gather.
         self._responses.clear()
@@ -102,6 +119,28 @@ class KafkaConnection(asyncio.Protocol):
         self._drained.set()
         if self._writer is not None:
             self._writer.cancel()
+
+    def release_limits(self) -> None:
+        """This connection no longer counts against max.connections(.per.ip) (once)."""
+        if self._counted:
+            self._counted = False
+            limits = self.ctx.limits
+            limits.give_back()
+            if self.limit_key is not None:
+                limits.release(self.limit_key)
+            if self.ctx.acceptor is not None:
+                self.ctx.acceptor.connection_closed()
+
+    def mute(self) -> None:
+        """queued.max.request.bytes exhausted: read nothing more until memory frees."""
+        self._muted = True
+        if self.transport is not None and not self._closing:
+            self.transport.pause_reading()
+
+    def unmute(self) -> None:
+        self._muted = False
+        if not (self._paused or self._stop_reading or self._closing) and self.transport is not None:
+            self.transport.resume_reading()
 
     def pause_writing(self) -> None:
         self._drained.clear()
@@ -186,26 +225,30 @@ class KafkaConnection(asyncio.Protocol):
             fut.set_exception(CloseConnection(f"api key {event.api_key} v{event.api_version}"))
         else:
             fut.set_result([event.response] if event.response is not None else None)
-        self._queue(fut)
+        self._queue(fut, size=0)
 
     def _dispatch(self, event: proto.Request) -> None:
         if event.api_key not in handlers.TASK_FREE:
             if self.ctx.metrics is None:
-                self._queue(asyncio.ensure_future(handlers.run(self.ctx, event, self._client_host)))
+                self._queue(asyncio.ensure_future(handlers.run(self.ctx, event, self._client_host)),
+                            size=event.size)
                 return
             timing = AnswerTiming(event.api_key, time.monotonic())
             fut = asyncio.ensure_future(handlers.run(self.ctx, event, self._client_host, timing))
             self.timed[fut] = timing
-            self._queue(fut)
+            self._queue(fut, size=event.size)
             return
         # no task: answered from a doorbell callback, which sets the future and then calls
         # flush_answers (through ctx.wakeups); queued first, as the answer may come at once
         answer = asyncio.get_running_loop().create_future()
-        self._queue(answer, notify=False)
+        self._queue(answer, notify=False, size=event.size)
         handlers.start(self.ctx, event, answer, self)
 
-    def _queue(self, fut: asyncio.Future, notify: bool = True) -> None:
+    def _queue(self, fut: asyncio.Future, notify: bool = True, size: int = 0) -> None:
         self._responses.append(fut)
+        if self._mem is not None:  # queued.max.request.bytes: held until its answer is written
+            self._held.append(size)
+            self._mem.hold(self, size)
         if notify:
             fut.add_done_callback(self._on_response_ready)
         if len(self._responses) >= MAX_IN_FLIGHT and not self._paused:
@@ -244,6 +287,8 @@ class KafkaConnection(asyncio.Protocol):
                 self._writer = asyncio.ensure_future(self._write_slow(fut))
                 return
             responses.popleft()
+            if self._mem is not None:
+                self._mem.free(self._held.popleft())
             if timed:  # metrics on and a timed answer on this connection (one in 16 produces)
                 t = timed.pop(fut, None)
                 if t is not None:
@@ -266,7 +311,8 @@ class KafkaConnection(asyncio.Protocol):
     def _after_writes(self) -> None:
         if self._paused and not self._stop_reading and len(self._responses) < MAX_IN_FLIGHT // 2:
             self._paused = False
-            self.transport.resume_reading()
+            if not self._muted:
+                self.transport.resume_reading()
         if self._stop_reading and not self._responses and not self._closing:
             self._closing = True
             self.transport.close()
@@ -287,6 +333,8 @@ class KafkaConnection(asyncio.Protocol):
             return
         if self._responses and self._responses[0] is fut:
             self._responses.popleft()
+            if self._mem is not None:
+                self._mem.free(self._held.popleft())
         timing = self.timed.pop(fut, None)
         if timing is not None:
             timing.writing = time.monotonic()
@@ -369,7 +417,13 @@ class NetworkWorker:
             sock.close()
             ctx.close()
             return EXIT_BOOT_ERROR
-        server = await loop.create_server(lambda: KafkaConnection(ctx), sock=sock)
+        counts = ConnectionCounts.attach(conns_name(self.plumbing.base))
+        ctx.limits = ConnectionLimits(counts, self.index, self.plumbing.num_net, self.config)
+        if int(self.config["queued.max.request.bytes"]) > 0:
+            ctx.request_memory = RequestMemory(int(self.config["queued.max.request.bytes"]),
+                                               ctx.metrics)
+        ctx.acceptor = Acceptor(sock, ctx.limits, lambda: KafkaConnection(ctx), ctx.metrics)
+        ctx.acceptor.start()
         bell = self.plumbing.net_bells[self.index]
         loop.add_reader(bell, ctx.wakeups.on_doorbell)
         freeze_startup_objects()
@@ -377,7 +431,7 @@ class NetworkWorker:
         beat = asyncio.ensure_future(self._heartbeat(table, disks))
         await stop.wait()
         # graceful: no new connections, finish what is in flight, then go
-        server.close()
+        ctx.acceptor.close()
         if metrics_server is not None:
             metrics_server.close()
         deadline = time.monotonic() + STOP_GRACE_S
@@ -390,6 +444,7 @@ class NetworkWorker:
         loop.remove_reader(bell)
         table.set_worker_state(self.slot, WorkerState.DEAD)
         ctx.close()
+        counts.close()
         return EXIT_OK
 
     async def _serve_metrics(self, table: PartitionTable, ctx: BrokerContext) -> asyncio.Server | None:

@@ -92,6 +92,22 @@ class Recorder:
             if remote:
                 self._observe(self._remote + api_key * HIST_WORDS, remote)
 
+    def rejected_connection(self) -> None:
+        """A connection closed at once: its address was at max.connections.per.ip."""
+        self.w[_O["rejected_connections"]] += 1
+
+    def delayed_accept(self) -> None:
+        """Accepting paused: the broker held max.connections."""
+        self.w[_O["delayed_accepts"]] += 1
+
+    def muted(self) -> None:
+        """A connection muted: queued.max.request.bytes of requests were held unanswered."""
+        self.w[_O["muted_reads"]] += 1
+
+    def request_memory(self, held: int) -> None:
+        """The bytes of requests this network worker holds read but unanswered (a gauge)."""
+        self.w[_O["request_memory"]] = held
+
     def error(self, api_key: int, code: int) -> None:
         """A response (or one of its partitions) of ``api_key`` carried error ``code``."""
         if 0 <= api_key < COUNTER_API_KEYS and -1 <= code < COUNTER_ERROR_CODES - 1:

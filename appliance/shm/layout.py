@@ -284,8 +284,10 @@ COUNTER_SLAB = Layout("counter_slab", (
     ("remote_time", f"{COUNTER_API_KEYS * HIST_WORDS}Q"),         # network: Fetch's long-poll wait
     ("response_queue_time", f"{COUNTER_API_KEYS * HIST_WORDS}Q"), # network: ready -> write starts
     ("response_send_time", f"{COUNTER_API_KEYS * HIST_WORDS}Q"),  # network: write -> last byte out
-    ("rejected_connections", "Q"),                                # network: over a connection limit
-    ("muted_reads", "Q"),                                         # network: queued.max.request.bytes
+    ("rejected_connections", "Q"),                                # network: over max.connections.per.ip
+    ("delayed_accepts", "Q"),                                     # network: accepts paused, max.connections
+    ("muted_reads", "Q"),                                         # network: queued.max.request.bytes hit
+    ("request_memory", "Q"),                                      # network: gauge, bytes of requests held
     ("flush_time", f"{HIST_WORDS}Q"),                             # disk: fsyncs of segments
     ("failed_produce", "Q"),                                      # network: partitions refused
     ("failed_fetch", "Q"),                                        # network: partitions refused
@@ -302,6 +304,35 @@ COUNTER_SLAB = Layout("counter_slab", (
 
 def counters_name(base: str) -> str:
     return f"/{base}-metrics"
+
+
+# -- connection counts -----------------------------------------------------------------------
+# One object per broker (`/<base>-conns`), always made: per network worker index a region of
+# CONN_REGION_WORDS uint64 words that only that worker writes: its open connections (word 0),
+# then CONN_IP_SLOTS entries of (address high 64 bits, low 64 bits, connections) for the client
+# addresses it holds connections from (IPv4 as ::ffff:a.b.c.d; count 0 = free entry). The other
+# workers read them to apply max.connections / max.connections.per.ip across the broker. A
+# respawned worker zeroes its region (its predecessor's sockets died with it).
+
+__all__ += ["CONN_VERSION", "CONN_MAGIC", "CONN_HEADER", "CONN_IP_SLOTS", "CONN_REGION_WORDS",
+            "conns_name"]
+
+CONN_VERSION = 1
+CONN_MAGIC = 0x41504C43  # "APLC"
+CONN_IP_SLOTS = 4096     # distinct client addresses per network worker (more: not limited per IP)
+CONN_REGION_WORDS = 8 + 3 * CONN_IP_SLOTS  # count, 7 reserved, then the address entries
+
+CONN_HEADER = Layout("conn_header", (
+    ("magic", "I"),
+    ("version", "I"),
+    ("ip_slots", "I"),
+    ("workers", "I"),
+    ("reserved", "48x"),
+))
+
+
+def conns_name(base: str) -> str:
+    return f"/{base}-conns"
 
 
 # -- cluster mode: leadership per partition slot -----------------------------------------------

@@ -82,6 +82,7 @@ def _ctx(lookup=None):
         wakeups=Wakeups(disks), index=index,
         table=types.SimpleNamespace(state=lambda slot: SlotState.ONLINE), readers=None,
         metrics=None,  # metrics off (BrokerContext.metrics)
+        limits=None, acceptor=None, request_memory=None,  # no connection limits
         leaders=None, extra_apis=None, handlers=None)  # standalone (BrokerContext's defaults)
 
 
