@@ -393,6 +393,8 @@ class NetworkWorker:
         disks = DiskClient(self.index, self.plumbing, table)
         ctx = BrokerContext(self.index, self.config, table, disks, self.log_dirs)
         ctx.metrics = attach_recorder(self.config, self.plumbing.base, self.slot)
+        counts = ConnectionCounts.attach(conns_name(self.plumbing.base))
+        ctx.limits = ConnectionLimits(counts, self.index, self.plumbing.num_net, self.config)
         if self.plumbing.cluster:
             _join_cluster(ctx, self.plumbing)
         host, port = self.config.listeners[0]
@@ -417,8 +419,6 @@ class NetworkWorker:
             sock.close()
             ctx.close()
             return EXIT_BOOT_ERROR
-        counts = ConnectionCounts.attach(conns_name(self.plumbing.base))
-        ctx.limits = ConnectionLimits(counts, self.index, self.plumbing.num_net, self.config)
         if int(self.config["queued.max.request.bytes"]) > 0:
             ctx.request_memory = RequestMemory(int(self.config["queued.max.request.bytes"]),
                                                ctx.metrics)
@@ -458,7 +458,7 @@ class NetworkWorker:
         slots = [self.plumbing.disk_slot(d) for d in range(self.plumbing.num_disks)]
         slots += [self.plumbing.net_slot(n) for n in range(self.plumbing.num_net)]
         from appliance.metrics.group_lag import committed_offsets
-        collector = BrokerCollector(table, ctx.metrics.counters, slots, self.log_dirs)
+        collector = BrokerCollector(table, ctx.metrics.counters, slots, self.log_dirs, ctx.limits)
 
         async def render() -> bytes:
             collector.committed = await committed_offsets(ctx)
