@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import time
+from typing import Any
 
 import setproctitle
 
@@ -273,7 +274,7 @@ class KafkaConnection(asyncio.Protocol):
         out: list = []
         responses = self._responses
         timed = self.timed
-        timings: list[AnswerTiming] = []
+        timings: list[AnswerTiming] | None = None  # made only for a timed answer (1 in 16)
         while responses and not self._closing:
             fut = responses[0]
             if not fut.done():
@@ -295,6 +296,8 @@ class KafkaConnection(asyncio.Protocol):
                     t.writing = time.monotonic()
                     if chunks is None:  # acks=0: nothing to send
                         t.writing = t.ready
+                    if timings is None:
+                        timings = []
                     timings.append(t)
             if chunks is None:  # acks=0 produce: no response at all
                 continue
@@ -428,7 +431,7 @@ class NetworkWorker:
         loop.add_reader(bell, ctx.wakeups.on_doorbell)
         freeze_startup_objects()
         table.set_worker_state(self.slot, WorkerState.READY)
-        beat = asyncio.ensure_future(self._heartbeat(table, disks))
+        beat = asyncio.ensure_future(self._heartbeat(table, disks, ctx.metrics))
         await stop.wait()
         # graceful: no new connections, finish what is in flight, then go
         ctx.acceptor.close()
@@ -466,9 +469,12 @@ class NetworkWorker:
 
         return await serve_endpoint(msock, listener.path, render)
 
-    async def _heartbeat(self, table: PartitionTable, disks: DiskClient) -> None:
+    async def _heartbeat(self, table: PartitionTable, disks: DiskClient,
+                         metrics: Any = None) -> None:
         while True:
             table.heartbeat(self.slot)
+            if metrics is not None:
+                metrics.publish()
             disks.check_disks()
             await asyncio.sleep(0.25)
 

@@ -48,8 +48,9 @@ class AnswerTiming:
 class Recorder:
     """Adds to one worker's slab. Not thread-safe (one writer per slab, by design)."""
 
-    __slots__ = ("w", "counters", "leo_base", "bytes_in", "_bytes_out", "_total", "_local",
-                 "_errors", "_queue", "_remote", "_resp_queue", "_resp_send")
+    __slots__ = ("w", "counters", "leo_base", "bytes_in", "bytes_in_words", "produce_count",
+                 "_bytes_out", "_total", "_local", "_errors", "_queue", "_remote", "_resp_queue",
+                 "_resp_send")
 
     def __init__(self, counters: SharedCounters, worker_slot: int) -> None:
         self.counters = counters
@@ -58,6 +59,15 @@ class Recorder:
         # (the partition table has COUNTER_PARTITIONS slots; tests/metrics/test_recorder.py)
         self.leo_base = _O["leo_base"]
         self.bytes_in = _O["bytes_in"]
+        # the disk worker's per-partition byte counts as their own view: one index per append
+        # (measured ~2x cheaper than w[bytes_in + slot] in CPython 3.11)
+        self.bytes_in_words = self.w[self.bytes_in:self.bytes_in + COUNTER_PARTITIONS]
+        # Produce requests of this network worker: a Python int bumped per request, written to
+        # the slab (word 0) on every timed request and by publish() (the heartbeat, 4 times a
+        # second), so a scrape lags by at most 15 requests or 0.25 s. A shared-memory read and
+        # write per request cost ~1.6x the add of a slot attribute. A respawned worker goes on
+        # from its predecessor's count.
+        self.produce_count = int(self.w[0])
         self._bytes_out = _O["bytes_out"]
         self._total = _O["total_time"]
         self._local = _O["local_time"]
@@ -68,6 +78,10 @@ class Recorder:
         self._errors = _O["errors"]
 
     # -- network worker ------------------------------------------------------------------
+    def publish(self) -> None:
+        """Write the Produce request count to the slab (the heartbeat calls it)."""
+        self.w[0] = self.produce_count
+
     def count(self, api_key: int) -> None:
         """One request of ``api_key`` answered (Produce counts inline, at its start)."""
         if 0 <= api_key < COUNTER_API_KEYS:

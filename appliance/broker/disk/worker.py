@@ -45,6 +45,7 @@ __all__ = ["DiskWorker"]
 log = logging.getLogger("appliance.disk")
 
 IDLE_WAIT_S = 0.1  # the longest the loop sleeps: bounds heartbeat and maintenance latency
+PUBLISH_INTERVAL_S = 0.25  # metrics: bytes-in counts reach the shared counters this often
 
 
 class DiskWorker:
@@ -56,6 +57,7 @@ class DiskWorker:
         self.alive = True
         self.reload_pending = False  # set by SIGHUP: re-read the config files between rounds
         self.reload_reply_to: socket.socket | None = None  # the supervisor's confirmations
+        self._next_publish = 0.0  # metrics: when the pending bytes-in counts go to shm next
         self.slot = plumbing.disk_slot(index)
 
     # -- start ----------------------------------------------------------------------------
@@ -89,7 +91,7 @@ class DiskWorker:
         self.rings = RingIntake(self.index, self.plumbing, self.requests, self.partitions)
         self.ipc = IpcIntake(self.plumbing.base, self.index, self.table.worker(self.slot)[4],
                              self.requests)
-        self.partitions.metrics = attach_recorder(self.config, self.plumbing.base, self.slot)
+        self.partitions.set_metrics(attach_recorder(self.config, self.plumbing.base, self.slot))
         self.requests.metrics = self.partitions.metrics
         if self.partitions.metrics is not None:
             flush_observers.append(self.partitions.metrics.flushed)
@@ -206,6 +208,9 @@ class DiskWorker:
             if self.replication is not None:
                 self.replication.poll()
             self.maintenance.run_if_due(now)
+            if now >= self._next_publish and self.partitions.metrics is not None:
+                self.partitions.publish_bytes()  # bytes in: a scrape lags by <= 0.25 s
+                self._next_publish = now + PUBLISH_INTERVAL_S
             if self.reload_pending:
                 self.reload_pending = False
                 self._confirm_reload(self.admin.reload_files())

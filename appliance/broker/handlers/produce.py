@@ -132,11 +132,10 @@ def start(ctx: Any, request: Any, answer: asyncio.Future, conn: Any) -> None:
     pending = PendingProduce(ctx, request, answer, conn)
     m = ctx.metrics
     stamp = 0
-    if m is not None:  # the request count (word 0: Produce's API key); one in SAMPLE is timed
-        w = m.w
-        n = w[0] + 1
-        w[0] = n
+    if m is not None:  # the request count (Recorder.produce_count); one in SAMPLE is timed
+        m.produce_count = n = m.produce_count + 1
         if not n & SAMPLE_MASK:
+            m.w[0] = n  # word 0: Produce's API key
             received = time.monotonic()
             pending.timing = conn.timed[answer] = AnswerTiming(0, received)
             stamp = int(received * 1e6) & 0xFFFFFFFF or 1  # REQUEST.stamp_us: the ring wait
