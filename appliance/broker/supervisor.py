@@ -350,7 +350,9 @@ class Supervisor:
         sd_notify(f"RELOADING=1\nMONOTONIC_USEC={time.monotonic_ns() // 1000}")
         self._drain_reload_replies()  # late answers to an earlier reload count for nothing
         disks = [w for w in self.workers if w.kind == DISK and w.pid]
-        self._reload_waiting = {w.index: w.incarnation for w in disks}
+        # only READY ones answer soon; one still starting (recovering) reads the files anyway
+        self._reload_waiting = {w.index: w.incarnation for w in disks
+                                if self.table.worker(w.slot)[2] == WorkerState.READY}
         self._reload_deadline = time.monotonic() + RELOAD_DEADLINE_S
         for w in disks:
             self._send(w, signal.SIGHUP)
