@@ -20,9 +20,9 @@ for the same two cores. The cost of the metrics is the ratio of the medians, on 
 
 On a shared 2-core machine the run-to-run noise of those end-to-end figures is far above 2 %,
 so the script also times, in this process, exactly the code a one-record produce request runs
-when metrics are on (network worker: the request count, and on one request in 16 the clocks
+when metrics are on (network worker: the request count, and on one request in 32 the clocks
 and the total / response-queue / response-send histograms; disk worker: the byte count, and on
-the stamped one in 16 two clocks and the ring-queue and local-time histograms) against a plain
+the stamped one in 32 two clocks and the ring-queue and local-time histograms) against a plain
 shared-memory slab, and divides it by the broker CPU per
 one-record request measured with metrics off: that ratio is the cost on the produce path.
 """

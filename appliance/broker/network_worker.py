@@ -274,7 +274,7 @@ class KafkaConnection(asyncio.Protocol):
         out: list = []
         responses = self._responses
         timed = self.timed
-        timings: list[AnswerTiming] | None = None  # made only for a timed answer (1 in 16)
+        timings: list[AnswerTiming] | None = None  # made only for a timed answer (1 in 32)
         while responses and not self._closing:
             fut = responses[0]
             if not fut.done():
@@ -290,7 +290,7 @@ class KafkaConnection(asyncio.Protocol):
             responses.popleft()
             if self._mem is not None:
                 self._mem.free(self._held.popleft())
-            if timed:  # metrics on and a timed answer on this connection (one in 16 produces)
+            if timed:  # metrics on and a timed answer on this connection (one in 32 produces)
                 t = timed.pop(fut, None)
                 if t is not None:
                     t.writing = time.monotonic()

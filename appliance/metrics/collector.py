@@ -155,7 +155,7 @@ class BrokerCollector(Collector):
         yield family
         for field, name, doc in (
                 ("total_time", "totaltimems", "From the request's decoding to the last byte of "
-                 "its answer handed to the socket, per API (ms); Produce: one request in 16 "
+                 "its answer handed to the socket, per API (ms); Produce: one request in 32 "
                  "timed, and every part below is of the same requests."),
                 ("queue_time", "requestqueuetimems", "Produce: from the network worker putting a "
                  "partition's batches on a disk worker's ring to the disk worker taking them; "

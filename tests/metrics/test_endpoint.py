@@ -122,14 +122,14 @@ def test_requests_of_every_network_worker_are_summed(broker):
         counters.close()
 
 
-def test_produce_latency_is_sampled_one_in_16(broker):
-    """32 one-record requests on one connection (one network worker, one partition): exactly
-    two are timed (request counts 16k), end to end and in the disk worker, whatever the counts
+def test_produce_latency_is_sampled_one_in_32(broker):
+    """64 one-record requests on one connection (one network worker, one partition): exactly
+    two are timed (request counts 32k), end to end and in the disk worker, whatever the counts
     were before."""
     time.sleep(0.6)  # earlier tests' produce counts published (Recorder.publish, 4 per second)
     before = scrape(broker.metrics_port)
     with RawConnection(broker.port) as c:
-        for i in range(32):
+        for i in range(64):
             r = c.request(0, 7, produce_body(TOPIC, 0, build_batch([(b"k", b"v%d" % i)])))
             assert r.responses[0].partition_responses[0].error_code == 0
     # the count reaches the shared memory on every 16th request and 4 times a second
@@ -138,18 +138,18 @@ def test_produce_latency_is_sampled_one_in_16(broker):
         after = scrape(broker.metrics_port)
         requests = value(after, "kafka_network_requestmetrics_requests_total", request="Produce") \
             - value(before, "kafka_network_requestmetrics_requests_total", request="Produce")
-        if requests == 32 or time.monotonic() > deadline:
+        if requests == 64 or time.monotonic() > deadline:
             break
         time.sleep(0.1)
 
     def moved(name, **labels):
         return value(after, name, **labels) - value(before, name, **labels)
 
-    assert requests == 32
+    assert requests == 64
     assert moved("kafka_network_requestmetrics_totaltimems_count", request="Produce") == 2
     assert moved("kafka_network_requestmetrics_localtimems_count", request="Produce") == 2
     assert moved("kafka_network_requestmetrics_totaltimems_sum", request="Produce") > 0
-    assert moved("kafka_server_brokertopicmetrics_messagesin_total", topic=TOPIC) == 32
+    assert moved("kafka_server_brokertopicmetrics_messagesin_total", topic=TOPIC) == 64
 
 
 _PREFIX = "kafka_network_requestmetrics_"
@@ -161,8 +161,8 @@ def _moved(before: dict, after: dict, name: str, **labels: str) -> float:
 
 
 def test_produce_time_split_moves_together_and_a_stalled_disk_shows_in_queue_time(broker):
-    """64 pipelined one-record produce requests while both disk workers are SIGSTOPped for
-    1.5 s: the 4 timed ones (1 in 16) show in every part of the split (same counts: the parts
+    """128 pipelined one-record produce requests while both disk workers are SIGSTOPped for
+    1.5 s: the 4 timed ones (1 in 32) show in every part of the split (same counts: the parts
     are of the same requests), their ring wait holds the stall, and the parts add up to no more
     than the total."""
     disks = broker.worker_pids("disk worker")
@@ -170,7 +170,7 @@ def test_produce_time_split_moves_together_and_a_stalled_disk_shows_in_queue_tim
     before = scrape(broker.metrics_port)
     with RawConnection(broker.port, timeout=60) as c:
         frames = b"".join(request_frame(0, 7, produce_body(TOPIC, 1, build_batch([(b"k", b"s%d" % i)])),
-                                        correlation_id=i) for i in range(64))
+                                        correlation_id=i) for i in range(128))
         for pid in disks:
             os.kill(pid, signal.SIGSTOP)
         try:
@@ -179,7 +179,7 @@ def test_produce_time_split_moves_together_and_a_stalled_disk_shows_in_queue_tim
         finally:
             for pid in disks:
                 os.kill(pid, signal.SIGCONT)
-        for i in range(64):  # every answer, in order (the correlation id leads each frame)
+        for i in range(128):  # every answer, in order (the correlation id leads each frame)
             assert int.from_bytes(read_frame(c.sock)[:4], "big") == i
     after = scrape(broker.metrics_port)
     counts = {part: _moved(before, after, f"{_PREFIX}{part}_count", request="Produce")
