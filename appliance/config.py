@@ -15,8 +15,10 @@ may be shared freely.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import logging
 import re
+import socket
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +29,7 @@ from appliance.records.format_version import check_format_version
 __all__ = [
     "ConfigError", "ConfigKey", "TopicKey", "BROKER_KEYS", "TOPIC_KEYS", "BrokerConfig",
     "TopicConfig", "parse_properties", "render_server_properties", "validate_topic_name",
-    "LONG_MAX", "INT_MAX", "NO_EFFECT", "CLUSTER_KEYS", "KAFKA_ONLY_KEYS",
+    "LONG_MAX", "INT_MAX", "NO_EFFECT", "CLUSTER_KEYS", "KAFKA_ONLY_KEYS", "parse_ip_overrides",
 ]
 
 log = logging.getLogger(__name__)
@@ -136,6 +138,43 @@ def one_of(*choices: str, case_insensitive: bool = False) -> Validator:
     return check
 
 
+def _minus_one_or_positive(v: int) -> str | None:
+    return None if v == -1 or v > 0 else "must be -1 (no limit) or positive"
+
+
+def parse_ip_overrides(text: str) -> dict[str, int]:
+    """``max.connections.per.ip.overrides``: "host:n,host:n" -> {IP address: n}. Host names
+    are resolved (every address they have). Raises ValueError saying what is wrong."""
+    out: dict[str, int] = {}
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        host = host.strip().strip("[]")
+        if not sep or not host or not count.strip().isdigit():
+            raise ValueError(f"{item!r} is not host:count")
+        try:
+            addrs = {str(ipaddress.ip_address(host))}
+        except ValueError:
+            try:
+                addrs = {str(ipaddress.ip_address(ai[4][0].split("%")[0]))
+                         for ai in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+            except OSError as e:
+                raise ValueError(f"host {host!r} does not resolve: {e}") from None
+        for addr in addrs:
+            out[addr] = int(count)
+    return out
+
+
+def _ip_overrides(v: str) -> str | None:
+    try:
+        parse_ip_overrides(v)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def _listener_list(v: list[str]) -> str | None:
     for item in v:
         if _LISTENER_RE.fullmatch(item) is None:
@@ -211,6 +250,12 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     # Kafka's default is 100 KiB; a fixed SO_RCVBUF turns off Linux's receive autotuning, which
     # lets a large produce stream grow the window well past that.
     ConfigKey("socket.receive.buffer.bytes", "int", -1, "SO_RCVBUF of client sockets (-1: OS default with autotuning; Kafka's default is 102400).", at_least(-1)),
+    # Kafka's names and defaults (no limit); enforced across every network worker of the broker
+    ConfigKey("max.connections", "int", INT_MAX, "Connections the broker holds at once; past it, new ones wait to be accepted until one closes.", at_least(0)),
+    ConfigKey("max.connections.per.ip", "int", INT_MAX, "Connections from one address; one more is closed at once.", at_least(0)),
+    ConfigKey("max.connections.per.ip.overrides", "string", "", "Per-address limits, host:n,host:n (hosts are resolved at start).", _ip_overrides),
+    # Kafka's is per broker (one memory pool); ours is per network worker, each its own process
+    ConfigKey("queued.max.request.bytes", "long", -1, "Bytes of requests a network worker holds read but unanswered before it stops reading sockets (-1: no limit).", _minus_one_or_positive),
     ConfigKey("queued.max.requests", "int", 500, "Requests queued per network worker before it stops reading sockets.", at_least(1)),
     ConfigKey("fetch.max.bytes", "int", 57671680, "Largest fetch response the broker builds.", at_least(1024)),
     ConfigKey("log.segment.bytes", "int", 1073741824, "Segment file size before a roll.", at_least(14)),
@@ -352,8 +397,6 @@ KAFKA_ONLY_KEYS: dict[str, str] = {
     "offset.metadata.max.bytes": "commit metadata is limited by the request size",
     "offsets.load.buffer.size": "offsets are loaded segment by segment",
     "offsets.commit.required.acks": "a standalone broker acknowledges a commit once it is appended",
-    "max.connections.per.ip": "connections are not limited per address",
-    "max.connections.per.ip.overrides": "connections are not limited per address",
     "connections.max.idle.ms": "idle connections are kept until the client closes them",
 }
 
@@ -488,6 +531,9 @@ class BrokerConfig:
                               f"must not exceed group.max.session.timeout.ms ({hi})")
         if not self.listeners:
             raise ConfigError("listeners", self._raw.get("listeners", ""), "needs at least one listener")
+        if self["max.connections.per.ip"] == 0 and not self["max.connections.per.ip.overrides"]:
+            raise ConfigError("max.connections.per.ip", 0,  # Kafka refuses it too
+                              "0 admits nobody; set max.connections.per.ip.overrides as well")
 
     def get(self, key: str) -> Any:
         """Typed value of a declared key, or the raw string of an unknown one. KeyError if absent."""

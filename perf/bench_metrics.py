@@ -20,9 +20,10 @@ for the same two cores. The cost of the metrics is the ratio of the medians, on 
 
 On a shared 2-core machine the run-to-run noise of those end-to-end figures is far above 2 %,
 so the script also times, in this process, exactly the code a one-record produce request runs
-when metrics are on (network worker: the clock at the start, the request count, its histogram
-and the error scan at the answer; disk worker: two clocks, the message and byte counts and the
-local-time histogram) against a plain shared-memory slab, and divides it by the broker CPU per
+when metrics are on (network worker: the request count, and on one request in 32 the clocks
+and the total / response-queue / response-send histograms; disk worker: the byte count, and on
+the stamped one in 32 two clocks and the ring-queue and local-time histograms) against a plain
+shared-memory slab, and divides it by the broker CPU per
 one-record request measured with metrics off: that ratio is the cost on the produce path.
 """
 
@@ -109,31 +110,46 @@ def run_once(mode: str, args: argparse.Namespace, parent: str) -> dict[str, tupl
 
 
 # The metrics code of one one-record produce request, as written in handlers/produce.py (start
-# and finish) and broker/disk/partitions.py (produce), around stand-ins for what it surrounds.
+# and finish), broker/network_worker.py (the connection's write of the answer),
+# broker/disk/requests.py (Requests.handle: the timed path of a stamped message) and
+# broker/disk/partitions.py (produce; the bytes go to shared memory 4 times a second, not
+# timed here), around stand-ins for what it surrounds. One request in
+# SAMPLE takes the timed path on both sides, as in the broker.
 _NET = """
-p.started = 0.0
+stamp = 0
 m = ctx.metrics
 if m is not None:
-    w = m.w
-    n = w[0] + 1
-    w[0] = n
+    m.produce_count = n = m.produce_count + 1
     if not n & SAMPLE_MASK:
-        p.started = clock()
-if p.started:
-    ctx.metrics.produce_time(clock() - p.started)
+        m.w[0] = n
+        received = clock()
+        p.timing = timed[answer] = AnswerTiming(0, received)
+        stamp = int(received * 1e6) & 0xFFFFFFFF or 1
+if p.timing is not None:
+    p.timing.ready = clock()
+if timed:
+    t = timed.pop(answer, None)
+    if t is not None:
+        t.writing = clock()
+        m.sent(t, clock())
+    p.timing = None
 """
 _DISK = """
-m = parts.metrics
-if m is None:
+rq.i = i = rq.i + 1
+stamp = 0 if rq.metrics is None or i & SAMPLE_MASK else 1
+if stamp and rq.metrics is not None:
+    taken = clock()
+    rq.metrics.queued_us(0, (int(taken * 1e6) - stamp) & 0xFFFFFFFF)
     plog.log_end_offset += 1
+    rq.metrics.local(0, clock() - taken)
 else:
-    if plog.log_end_offset & SAMPLE_MASK:
-        plog.log_end_offset += 1
-    else:
-        started = clock()
-        plog.log_end_offset += 1
-        m.local(0, clock() - started)
-    m.w[m.bytes_in + slot] += len(body)
+    plog.log_end_offset += 1
+m = parts.metrics
+if m is not None and slot < COUNTER_PARTITIONS:
+    pending = parts.bytes_pending
+    if not pending[slot]:
+        parts.bytes_dirty.append(slot)
+    pending[slot] += len(body)
 """
 
 
@@ -143,9 +159,9 @@ def hook_cost_ns(rounds: int = 9, loops: int = 100_000) -> dict[str, list[float]
     import timeit
     from types import SimpleNamespace
 
-    from appliance.metrics.recorder import SAMPLE_MASK, Recorder
+    from appliance.metrics.recorder import SAMPLE_MASK, AnswerTiming, Recorder
     from appliance.shm.counters import SharedCounters
-    from appliance.shm.layout import counters_name
+    from appliance.shm.layout import COUNTER_PARTITIONS, counters_name
 
     counters = SharedCounters.create(counters_name(f"bench-metrics-{free_port()}"))
     try:
@@ -155,10 +171,13 @@ def hook_cost_ns(rounds: int = 9, loops: int = 100_000) -> dict[str, list[float]
                 per = {}
                 for mode in ("off", "on"):
                     m = Recorder(counters, 2) if mode == "on" else None
-                    env = {"ctx": SimpleNamespace(metrics=m), "parts": SimpleNamespace(metrics=m),
-                           "p": SimpleNamespace(started=0.0),
+                    env = {"ctx": SimpleNamespace(metrics=m), "parts": SimpleNamespace(
+                               metrics=m, bytes_pending=[0] * COUNTER_PARTITIONS, bytes_dirty=[]),
+                           "rq": SimpleNamespace(metrics=m, i=0), "p": SimpleNamespace(timing=None),
+                           "timed": {}, "answer": object(), "AnswerTiming": AnswerTiming,
                            "plog": SimpleNamespace(log_end_offset=0), "clock": time.monotonic,
-                           "SAMPLE_MASK": SAMPLE_MASK, "slot": 7, "body": b"x" * 170}
+                           "SAMPLE_MASK": SAMPLE_MASK, "COUNTER_PARTITIONS": COUNTER_PARTITIONS,
+                           "slot": 7, "body": b"x" * 170}
                     per[mode] = min(timeit.repeat(code, globals=env, number=loops,
                                                   repeat=3)) / loops * 1e9
                 costs[side].append(per["on"] - per["off"])

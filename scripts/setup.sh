@@ -17,6 +17,8 @@ command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
 command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 command -v ss >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
+# perf/count_metrics_instructions.py counts instructions with callgrind
+command -v valgrind >/dev/null 2>&1 || need_apt+=(valgrind)
 # cluster tests and the quick start start a real ZooKeeper server from Debian's package
 [ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -38,6 +38,11 @@ class BrokerContext:
         self.advertised = (host, port)
         self.cluster_id = f"appliance-{self.broker_id}"
         self.metrics: Any = None  # a metrics Recorder when metrics are on (metrics.listener set)
+        # set by the network worker: max.connections(.per.ip) (ConnectionLimits), its Acceptor,
+        # and queued.max.request.bytes (RequestMemory, None when -1: no bound)
+        self.limits: Any = None
+        self.acceptor: Any = None
+        self.request_memory: Any = None
         # cluster mode (set by the network worker): the leadership area, the line to the cluster
         # worker, the inter-broker APIs and the handler table; None/standalone otherwise
         self.leaders: Any = None

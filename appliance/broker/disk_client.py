@@ -71,13 +71,14 @@ class DiskClient:
 
     def submit_nowait(self, disk: int, msg_type: int, slot: int, payload: bytes | memoryview,
                       acks: int, timeout_ms: int, on_done: Callable[[Any, Completion], None],
-                      token: Any = None) -> None:
+                      token: Any = None, stamp_us: int = 0) -> None:
         """Queue a request and call ``on_done(token, completion)`` from :meth:`on_doorbell` when it is
         answered: no task and no future, so an answer costs one pass of the event loop (acks=0
         produce: ``on_done`` is never called). When the ring is full the request waits in an
-        overflow queue, behind which later requests to that disk wait too: produce order holds."""
+        overflow queue, behind which later requests to that disk wait too: produce order holds.
+        ``stamp_us``: a timed request's stamp (REQUEST.stamp_us), 0 when untimed."""
         request_id = next(self._ids)
-        header = _REQ.pack(request_id, slot, acks, 0, timeout_ms)
+        header = _REQ.pack(request_id, slot, acks, 0, timeout_ms, stamp_us)
         if not (acks == 0 and msg_type in NO_COMPLETION_AT_ACKS_0):
             self._pending[request_id] = (on_done, token, disk)
         overflow = self._overflow[disk]
@@ -107,7 +108,7 @@ class DiskClient:
                      acks: int = 1, timeout_ms: int = 30000, *more: bytes | memoryview) -> Completion | None:
         """Queue a request on ``disk``'s ring; await its completion (None when acks == 0)."""
         request_id = next(self._ids)
-        header = _REQ.pack(request_id, slot, acks, 0, timeout_ms)
+        header = _REQ.pack(request_id, slot, acks, 0, timeout_ms, 0)
         ring = self.channels[disk].requests
         loop = asyncio.get_running_loop()
         while not ring.put(msg_type, header, payload, *more):

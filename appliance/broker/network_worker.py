@@ -19,21 +19,26 @@ import os
 import signal
 import socket
 import time
+from typing import Any
 
 import setproctitle
 
 import appliance.protocol as proto
 from appliance.broker import handlers
+from appliance.broker.acceptor import Acceptor
 from appliance.broker.broker_context import BrokerContext
+from appliance.broker.connection_limits import ConnectionLimits
 from appliance.broker.disk_client import DiskClient
 from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.broker.gc_policy import freeze_startup_objects
 from appliance.broker.handlers.answer import CloseConnection
 from appliance.broker.plumbing import Plumbing
+from appliance.broker.request_memory import RequestMemory
 from appliance.config import BrokerConfig
 from appliance.metrics.listener import parse_listener
-from appliance.metrics.recorder import attach_recorder
-from appliance.shm.layout import WorkerState
+from appliance.metrics.recorder import AnswerTiming, attach_recorder
+from appliance.shm.connection_counts import ConnectionCounts
+from appliance.shm.layout import WorkerState, conns_name
 from appliance.shm.partition_table import PartitionTable
 
 __all__ = ["NetworkWorker", "KafkaConnection"]
@@ -64,6 +69,18 @@ class KafkaConnection(asyncio.Protocol):
         self._client_host = ""
         self._sock_fd = -1
         self._drained = asyncio.Event()
+        # metrics only: the timed requests' answers (future -> AnswerTiming), and the timed
+        # answers written but still partly in the transport's buffer (sent when it drains)
+        self.timed: dict[asyncio.Future, AnswerTiming] = {}
+        self._sending: list[AnswerTiming] = []
+        # connection limits: the address key this connection counts under (set by the
+        # Acceptor), and whether it still counts (released once, on close)
+        self.limit_key: tuple[int, int] | None = None
+        self._counted = ctx.limits is not None
+        # queued.max.request.bytes: the size of each queued request, beside self._responses
+        self._mem = ctx.request_memory
+        self._held: collections.deque[int] = collections.deque()
+        self._muted = False
 
     # asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -90,18 +107,64 @@ class KafkaConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
         self.ctx.connections.discard(self)
+        if self._mem is not None:
+            self._mem.forget(self)
+            self._mem.free(sum(self._held))
+            self._held.clear()
+        self.release_limits()
         # handlers still running finish on their own (each is bounded by its timeout); their
         # answers are dropped. Cancelling them would abandon futures mid-gather.
         self._responses.clear()
+        self.timed.clear()
+        self._sending.clear()
         self._drained.set()
         if self._writer is not None:
             self._writer.cancel()
+
+    def release_limits(self) -> None:
+        """This connection no longer counts against max.connections(.per.ip) (once)."""
+        if self._counted:
+            self._counted = False
+            limits = self.ctx.limits
+            limits.give_back()
+            if self.limit_key is not None:
+                limits.release(self.limit_key)
+            if self.ctx.acceptor is not None:
+                self.ctx.acceptor.connection_closed()
+
+    def mute(self) -> None:
+        """queued.max.request.bytes exhausted: read nothing more until memory frees."""
+        self._muted = True
+        if self.transport is not None and not self._closing:
+            self.transport.pause_reading()
+
+    def unmute(self) -> None:
+        self._muted = False
+        if not (self._paused or self._stop_reading or self._closing) and self.transport is not None:
+            self.transport.resume_reading()
 
     def pause_writing(self) -> None:
         self._drained.clear()
 
     def resume_writing(self) -> None:
         self._drained.set()
+        if self._sending:  # the last byte of these answers has just gone to the kernel
+            self._sent(self._sending)
+            self._sending = []
+
+    def _sent(self, timings: list[AnswerTiming]) -> None:
+        done = time.monotonic()
+        sent = self.ctx.metrics.sent
+        for t in timings:
+            sent(t, done)
+
+    def _written(self, timings: list[AnswerTiming]) -> None:
+        """``timings``' answers were handed to the transport: sent now if it took every byte,
+        else when it drains (resume_writing)."""
+        if self.transport is not None and self.transport.get_write_buffer_size() == 0:
+            self._sent(timings)
+        else:
+            self._sending.extend(timings)
 
     async def _sendfile(self, f, position: int, length: int) -> None:
         """os.sendfile straight from the page cache to the socket while the kernel takes the
@@ -163,21 +226,30 @@ class KafkaConnection(asyncio.Protocol):
             fut.set_exception(CloseConnection(f"api key {event.api_key} v{event.api_version}"))
         else:
             fut.set_result([event.response] if event.response is not None else None)
-        self._queue(fut)
+        self._queue(fut, size=0)
 
     def _dispatch(self, event: proto.Request) -> None:
         if event.api_key not in handlers.TASK_FREE:
-            queued = time.monotonic() if self.ctx.metrics is not None else 0.0
-            self._queue(asyncio.ensure_future(handlers.run(self.ctx, event, self._client_host, queued)))
+            if self.ctx.metrics is None:
+                self._queue(asyncio.ensure_future(handlers.run(self.ctx, event, self._client_host)),
+                            size=event.size)
+                return
+            timing = AnswerTiming(event.api_key, time.monotonic())
+            fut = asyncio.ensure_future(handlers.run(self.ctx, event, self._client_host, timing))
+            self.timed[fut] = timing
+            self._queue(fut, size=event.size)
             return
         # no task: answered from a doorbell callback, which sets the future and then calls
         # flush_answers (through ctx.wakeups); queued first, as the answer may come at once
         answer = asyncio.get_running_loop().create_future()
-        self._queue(answer, notify=False)
+        self._queue(answer, notify=False, size=event.size)
         handlers.start(self.ctx, event, answer, self)
 
-    def _queue(self, fut: asyncio.Future, notify: bool = True) -> None:
+    def _queue(self, fut: asyncio.Future, notify: bool = True, size: int = 0) -> None:
         self._responses.append(fut)
+        if self._mem is not None:  # queued.max.request.bytes: held until its answer is written
+            self._held.append(size)
+            self._mem.hold(self, size)
         if notify:
             fut.add_done_callback(self._on_response_ready)
         if len(self._responses) >= MAX_IN_FLIGHT and not self._paused:
@@ -201,6 +273,8 @@ class KafkaConnection(asyncio.Protocol):
         failed handler goes to the writer task."""
         out: list = []
         responses = self._responses
+        timed = self.timed
+        timings: list[AnswerTiming] | None = None  # made only for a timed answer (1 in 32)
         while responses and not self._closing:
             fut = responses[0]
             if not fut.done():
@@ -209,9 +283,22 @@ class KafkaConnection(asyncio.Protocol):
             if fut.cancelled() or fut.exception() is not None or not _all_bytes(chunks):
                 if out:
                     self.transport.write(b"".join(out))
+                    if timings:
+                        self._written(timings)
                 self._writer = asyncio.ensure_future(self._write_slow(fut))
                 return
             responses.popleft()
+            if self._mem is not None:
+                self._mem.free(self._held.popleft())
+            if timed:  # metrics on and a timed answer on this connection (one in 32 produces)
+                t = timed.pop(fut, None)
+                if t is not None:
+                    t.writing = time.monotonic()
+                    if chunks is None:  # acks=0: nothing to send
+                        t.writing = t.ready
+                    if timings is None:
+                        timings = []
+                    timings.append(t)
             if chunks is None:  # acks=0 produce: no response at all
                 continue
             if isinstance(chunks, bytes | bytearray | memoryview):
@@ -220,12 +307,15 @@ class KafkaConnection(asyncio.Protocol):
                 out.extend(chunks)
         if out and not self._closing:
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+        if timings:
+            self._written(timings)
         self._after_writes()
 
     def _after_writes(self) -> None:
         if self._paused and not self._stop_reading and len(self._responses) < MAX_IN_FLIGHT // 2:
             self._paused = False
-            self.transport.resume_reading()
+            if not self._muted:
+                self.transport.resume_reading()
         if self._stop_reading and not self._responses and not self._closing:
             self._closing = True
             self.transport.close()
@@ -246,6 +336,11 @@ class KafkaConnection(asyncio.Protocol):
             return
         if self._responses and self._responses[0] is fut:
             self._responses.popleft()
+            if self._mem is not None:
+                self._mem.free(self._held.popleft())
+        timing = self.timed.pop(fut, None)
+        if timing is not None:
+            timing.writing = time.monotonic()
         for chunk in chunks:
             if self._closing:
                 return
@@ -262,6 +357,8 @@ class KafkaConnection(asyncio.Protocol):
                 self.transport.close()
                 return
         self._writer = None
+        if timing is not None:
+            self._written([timing])
         self._flush_ready()
 
     def _close_after_responses(self) -> None:
@@ -299,6 +396,8 @@ class NetworkWorker:
         disks = DiskClient(self.index, self.plumbing, table)
         ctx = BrokerContext(self.index, self.config, table, disks, self.log_dirs)
         ctx.metrics = attach_recorder(self.config, self.plumbing.base, self.slot)
+        counts = ConnectionCounts.attach(conns_name(self.plumbing.base))
+        ctx.limits = ConnectionLimits(counts, self.index, self.plumbing.num_net, self.config)
         if self.plumbing.cluster:
             _join_cluster(ctx, self.plumbing)
         host, port = self.config.listeners[0]
@@ -323,15 +422,19 @@ class NetworkWorker:
             sock.close()
             ctx.close()
             return EXIT_BOOT_ERROR
-        server = await loop.create_server(lambda: KafkaConnection(ctx), sock=sock)
+        if int(self.config["queued.max.request.bytes"]) > 0:
+            ctx.request_memory = RequestMemory(int(self.config["queued.max.request.bytes"]),
+                                               ctx.metrics)
+        ctx.acceptor = Acceptor(sock, ctx.limits, lambda: KafkaConnection(ctx), ctx.metrics)
+        ctx.acceptor.start()
         bell = self.plumbing.net_bells[self.index]
         loop.add_reader(bell, ctx.wakeups.on_doorbell)
         freeze_startup_objects()
         table.set_worker_state(self.slot, WorkerState.READY)
-        beat = asyncio.ensure_future(self._heartbeat(table, disks))
+        beat = asyncio.ensure_future(self._heartbeat(table, disks, ctx.metrics))
         await stop.wait()
         # graceful: no new connections, finish what is in flight, then go
-        server.close()
+        ctx.acceptor.close()
         if metrics_server is not None:
             metrics_server.close()
         deadline = time.monotonic() + STOP_GRACE_S
@@ -344,6 +447,7 @@ class NetworkWorker:
         loop.remove_reader(bell)
         table.set_worker_state(self.slot, WorkerState.DEAD)
         ctx.close()
+        counts.close()
         return EXIT_OK
 
     async def _serve_metrics(self, table: PartitionTable, ctx: BrokerContext) -> asyncio.Server | None:
@@ -357,7 +461,7 @@ class NetworkWorker:
         slots = [self.plumbing.disk_slot(d) for d in range(self.plumbing.num_disks)]
         slots += [self.plumbing.net_slot(n) for n in range(self.plumbing.num_net)]
         from appliance.metrics.group_lag import committed_offsets
-        collector = BrokerCollector(table, ctx.metrics.counters, slots, self.log_dirs)
+        collector = BrokerCollector(table, ctx.metrics.counters, slots, self.log_dirs, ctx.limits)
 
         async def render() -> bytes:
             collector.committed = await committed_offsets(ctx)
@@ -365,9 +469,12 @@ class NetworkWorker:
 
         return await serve_endpoint(msock, listener.path, render)
 
-    async def _heartbeat(self, table: PartitionTable, disks: DiskClient) -> None:
+    async def _heartbeat(self, table: PartitionTable, disks: DiskClient,
+                         metrics: Any = None) -> None:
         while True:
             table.heartbeat(self.slot)
+            if metrics is not None:
+                metrics.publish()
             disks.check_disks()
             await asyncio.sleep(0.25)
 

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 
 import posix_ipc
 
+from appliance.shm.connection_counts import ConnectionCounts
 from appliance.shm.ipc_directory import IpcDirectory
-from appliance.shm.layout import leaders_name
+from appliance.shm.layout import conns_name, leaders_name
 from appliance.shm.leadership_area import LeadershipArea
 from appliance.shm.partition_table import PartitionTable
 from appliance.shm.ring import Channel
@@ -51,7 +52,8 @@ def unlink_stale(base: str) -> list[str]:
     removed = []
     with contextlib.suppress(FileNotFoundError):
         for name in os.listdir("/dev/shm"):
-            if name in (f"{base}-table", f"{base}-metrics", f"{base}-leaders") or name.startswith(
+            if name in (f"{base}-table", f"{base}-metrics", f"{base}-leaders",
+                        f"{base}-conns") or name.startswith(
                     (f"{base}-ring-", f"{base}-ipc-")):
                 with contextlib.suppress(posix_ipc.ExistentialError):
                     posix_ipc.unlink_shared_memory("/" + name)
@@ -99,6 +101,7 @@ class Plumbing:
                 p.channel_names[(n, d)] = name
         for d in range(num_disks):
             IpcDirectory.create(base, d, IPC_REQUEST_RING_BYTES, COMPLETION_RING_BYTES).close()
+        ConnectionCounts.create(conns_name(base)).close()
         return p, table
 
     def disk_slot(self, disk: int) -> int:

@@ -51,6 +51,9 @@ GRACEFUL_TIMEOUT_S = 30.0
 READY_TIMEOUT_S = 600.0  # recovery of a large unclean log dir can take minutes: progress is logged
 NETWORK_READY_TIMEOUT_S = 60.0  # a network worker only attaches and binds
 ABORT_GRACE_S = 5.0  # after SIGABRT, the time a wedged worker gets to write its traceback
+# a disk worker confirms a reload within one loop round (<= 0.1 s) plus the re-read; one that is
+# stopped or wedged must not hold READY=1 back for ever (the heartbeat check deals with it)
+RELOAD_DEADLINE_S = 30.0
 DISK, NETWORK, CLUSTER = 0, 1, 2
 # the cluster worker's start is bounded by zookeeper.connection.timeout.ms, after which it exits 3
 STARTING_DEADLINE_S = {DISK: READY_TIMEOUT_S, NETWORK: NETWORK_READY_TIMEOUT_S, CLUSTER: READY_TIMEOUT_S}
@@ -115,6 +118,13 @@ class Supervisor:
         self.counters: SharedCounters | None = None
         self._stopping = False
         self.cluster = bool(str(config["zookeeper.connect"] or "").strip())  # cluster mode
+        # SIGHUP: disk workers confirm their reload on this datagram pair (children inherit the
+        # write end); READY=1 waits for every confirmation or RELOAD_DEADLINE_S
+        self.reload_replies, self.reload_reply_to = socket.socketpair(socket.AF_UNIX,
+                                                                      socket.SOCK_DGRAM)
+        self.reload_replies.setblocking(False)
+        self._reload_waiting: dict[int, int] = {}  # disk index -> incarnation told to reload
+        self._reload_deadline = 0.0
 
     # -- signals: enqueue only ------------------------------------------------------------
     def _signal(self, signum: int, frame: object) -> None:
@@ -229,6 +239,7 @@ class Supervisor:
         self._handle_signals()
         if self._stopping:
             return False
+        self._reload_progress()
         self._murder_stale_workers()
         self._respawn_missing()
         return True
@@ -278,6 +289,9 @@ class Supervisor:
             signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a disk worker installs its reload handler
             os.close(self._wake_r)
             os.close(self._wake_w)
+            self.reload_replies.close()
+            if w.kind != DISK:
+                self.reload_reply_to.close()
             faulthandler.enable()  # SIGABRT from the supervisor leaves the wedged stack in the log
             code = self._worker_main(w)
         except SystemExit as e:
@@ -294,7 +308,9 @@ class Supervisor:
         # imported in the child only: the supervisor itself never loads storage or asyncio code
         if w.kind == DISK:
             from appliance.broker.disk.worker import DiskWorker
-            return DiskWorker(w.index, self.log_dirs[w.index], self.config, self.plumbing).run()
+            worker = DiskWorker(w.index, self.log_dirs[w.index], self.config, self.plumbing)
+            worker.reload_reply_to = self.reload_reply_to
+            return worker.run()
         if w.kind == CLUSTER:  # kazoo is imported there, after the fork, never here
             from appliance.cluster.worker import ClusterWorker
             return ClusterWorker(self.config, self.plumbing, self.log_dirs).run()
@@ -304,8 +320,10 @@ class Supervisor:
     # -- the loop -------------------------------------------------------------------------
     def _sleep(self, timeout: float) -> None:
         with contextlib.suppress(InterruptedError):
-            r, _, _ = select.select([self._wake_r], [], [], timeout)
-            if r:
+            r, _, _ = select.select([self._wake_r, self.reload_replies], [], [], timeout)
+            if self.reload_replies in r:
+                self._reload_progress()  # drains them: a reply left unread would spin select
+            if self._wake_r in r:
                 with contextlib.suppress(BlockingIOError):
                     while os.read(self._wake_r, 4096):
                         pass
@@ -329,14 +347,63 @@ class Supervisor:
 
     def handle_hup(self) -> None:
         """Reload, in systemd's protocol: RELOADING=1 (with the monotonic time it began), every
-        disk worker told to re-read its configs, READY=1. The workers act on it within one loop
-        round (<= 0.1 s); one that is starting reads the files afresh anyway."""
+        disk worker told to re-read its configs, then READY=1 once each has confirmed
+        (:meth:`_reload_progress`). A worker that is starting reads the files afresh anyway; one
+        that dies meanwhile is not waited for (its successor reads them at start)."""
         sd_notify(f"RELOADING=1\nMONOTONIC_USEC={time.monotonic_ns() // 1000}")
+        self._drain_reload_replies()  # late answers to an earlier reload count for nothing
         disks = [w for w in self.workers if w.kind == DISK and w.pid]
+        # only READY ones answer soon; one still starting (recovering) reads the files anyway
+        self._reload_waiting = {w.index: w.incarnation for w in disks
+                                if self.table.worker(w.slot)[2] == WorkerState.READY}
+        self._reload_deadline = time.monotonic() + RELOAD_DEADLINE_S
         for w in disks:
             self._send(w, signal.SIGHUP)
         log.info("SIGHUP: %d disk workers re-read the dynamic broker configs and topic configs",
                  len(disks))
+        self._reload_progress()
+
+    def _drain_reload_replies(self) -> list[tuple[int, int, list[str]]]:
+        """Every confirmation waiting: (disk index, incarnation, errors)."""
+        out = []
+        while True:
+            try:
+                data = self.reload_replies.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                return out
+            head, *errors = data.decode(errors="replace").split("\n")
+            try:
+                index, incarnation = (int(x) for x in head.split())
+            except ValueError:
+                log.warning("reload: unreadable confirmation %r", data[:200])
+                continue
+            out.append((index, incarnation, [e for e in errors if e]))
+
+    def _reload_progress(self) -> None:
+        """Count the disk workers' reload confirmations; READY=1 when none is missing (or at
+        the deadline, naming the ones that did not answer)."""
+        replies = self._drain_reload_replies()
+        if not self._reload_waiting:
+            return
+        for index, incarnation, errors in replies:
+            if self._reload_waiting.get(index) != incarnation:
+                continue
+            del self._reload_waiting[index]
+            for error in errors:
+                log.error("SIGHUP: disk worker %d [%s] kept its configs: %s", index,
+                          self.log_dirs[index], error)
+        for w in self.workers:  # a worker gone since: its successor reads the files at start
+            if w.kind == DISK and w.index in self._reload_waiting and (
+                    not w.pid or w.incarnation != self._reload_waiting[w.index]):
+                del self._reload_waiting[w.index]
+        if self._reload_waiting and time.monotonic() < self._reload_deadline:
+            return
+        if self._reload_waiting:
+            log.error("SIGHUP: no reload confirmation from disk workers %s in %.0f s; READY=1 "
+                      "anyway", ", ".join(str(i) for i in sorted(self._reload_waiting)),
+                      RELOAD_DEADLINE_S)
+            self._reload_waiting = {}
+        log.info("SIGHUP: reload done")
         sd_notify("READY=1")
 
     def handle_usr2(self) -> None:
@@ -479,6 +546,8 @@ class Supervisor:
                     w.pid = 0
 
     def _cleanup(self) -> None:
+        self.reload_replies.close()
+        self.reload_reply_to.close()
         if self.table is not None:
             self.table.close()
         if self.plumbing is not None:

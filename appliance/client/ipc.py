@@ -169,7 +169,7 @@ class _DiskLink:
                     f"disk worker {self.disk} holding {topic}-{partition} is not running (restarting?)")
             rid = self._id_base | next(self._ids)
             fut = _Future(self, rid, topic, partition, inc, deadline)
-            header = _REQ.pack(rid, slot, acks, 0, timeout_ms)
+            header = _REQ.pack(rid, slot, acks, 0, timeout_ms, 0)
             while not self.requests.put(MsgType.PRODUCE, header, batch):
                 self._ring_disk()
                 if time.monotonic() >= deadline:

@@ -74,8 +74,9 @@ def _log_files(path: str) -> tuple[int, int]:
 
 class BrokerCollector(Collector):
     def __init__(self, table: PartitionTable, counters: SharedCounters, worker_slots: list[int],
-                 log_dirs: list[str]) -> None:
+                 log_dirs: list[str], limits: Any = None) -> None:
         self.table = table
+        self.limits = limits  # the serving worker's ConnectionLimits: broker-wide connection counts
         self.counters = counters
         self.worker_slots = worker_slots
         self.log_dirs = log_dirs
@@ -94,6 +95,7 @@ class BrokerCollector(Collector):
         parts = [p for p in self.table.slots() if p.state != SlotState.FREE]
         yield from self._topic_counters(parts)
         yield from self._requests()
+        yield from self._connections()
         yield from self._partitions(parts)
         yield from self._workers()
         yield from self._group_lag(parts)
@@ -152,13 +154,19 @@ class BrokerCollector(Collector):
             family.add_metric([_api_name(int(key)), _error_name(int(slot) - 1)], int(errors[key, slot]))
         yield family
         for field, name, doc in (
-                ("total_time", "totaltimems", "From the request's decoding to its response being "
-                 "ready to send, per API (ms); Produce: one request in 16 timed."),
+                ("total_time", "totaltimems", "From the request's decoding to the last byte of "
+                 "its answer handed to the socket, per API (ms); Produce: one request in 32 "
+                 "timed, and every part below is of the same requests."),
+                ("queue_time", "requestqueuetimems", "Produce: from the network worker putting a "
+                 "partition's batches on a disk worker's ring to the disk worker taking them; "
+                 "other APIs: from decoding to the handler starting on the event loop (ms)."),
                 ("local_time", "localtimems", "Produce: the disk worker's append of one "
-                 "partition (one in about 16 timed); other APIs: the handler's own work (ms)."),
-                ("queue_time", "requestqueuetimems", "From the request's decoding to its handler "
-                 "starting on the event loop (ms); Produce starts at once, untimed."),
-                ("remote_time", "remotetimems", "Fetch: the long-poll wait for data (ms).")):
+                 "partition; other APIs: the handler's own work (ms)."),
+                ("remote_time", "remotetimems", "Fetch: the long-poll wait for data (ms)."),
+                ("response_queue_time", "responsequeuetimems", "From the answer being ready to "
+                 "its write starting (behind the connection's earlier answers) (ms)."),
+                ("response_send_time", "responsesendtimems", "From the answer's write starting "
+                 "to its last byte handed to the kernel; a slow reader makes it grow (ms).")):
             words = self._sum(field).reshape(COUNTER_API_KEYS, HIST_WORDS)
             family = HistogramMetricFamily(f"kafka_network_requestmetrics_{name}", doc,
                                            labels=["request"])
@@ -170,6 +178,27 @@ class BrokerCollector(Collector):
                                        "Log flushes (fsync) and their time (ms).")
         _histogram(family, [], self._sum("flush_time"))
         yield family
+
+    def _connections(self) -> Iterator[Any]:
+        """The connection limits and the request memory bound (Kafka's socket server and
+        acceptor metrics)."""
+        if self.limits is not None:
+            yield GaugeMetricFamily("kafka_server_socketservermetrics_connectioncount",
+                                    "Client connections open, every network worker.",
+                                    value=self.limits.open_connections())
+        for field, name, doc in (
+                ("rejected_connections", "kafka_network_socketserver_rejectedconnections",
+                 "Connections closed at once: their address held max.connections.per.ip."),
+                ("delayed_accepts", "kafka_network_acceptor_acceptorblocked",
+                 "Times accepting paused because the broker held max.connections (the new "
+                 "connections wait in the backlog)."),
+                ("muted_reads", "kafka_network_socketserver_mutedchannels",
+                 "Connections muted (not read) because queued.max.request.bytes of requests "
+                 "were held unanswered.")):
+            yield CounterMetricFamily(name, doc, value=int(self._sum(field)[0]))
+        yield GaugeMetricFamily("kafka_network_socketserver_memorypoolused", "Bytes of requests "
+                                "read and not yet answered, every network worker.",
+                                value=int(self._sum("request_memory")[0]))
 
     # -- gauges read now -----------------------------------------------------------------
     def _partitions(self, parts: list) -> Iterator[Any]:

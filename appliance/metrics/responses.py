@@ -39,12 +39,13 @@ def _is_struct(node: Any) -> bool:
 
 def record_response(ctx: Any, request: Any, body: Any, queued: float, started: float,
                     ended: float) -> None:
-    """``queued``: the request decoded; ``started``: its handler began; ``ended``: it answered
-    (time.monotonic() values)."""
+    """``queued``: the request decoded; ``started``: its handler began; ``ended``: its answer
+    was ready (time.monotonic() values). Its total time is recorded when its answer is sent
+    (:meth:`Recorder.sent`)."""
     m = ctx.metrics
     api = request.api_key
     remote = remote_wait.get()
-    m.request(api, ended - queued)
+    m.count(api)
     m.phases(api, started - queued, ended - started - remote, remote)
     if isinstance(body, bytes | bytearray | memoryview) or not _is_struct(body):
         return  # a coordinator's encoded body, or no response

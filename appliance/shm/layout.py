@@ -173,7 +173,10 @@ REQUEST = Layout("request", (
     ("acks", "h"),
     ("flags", "h"),
     ("timeout_ms", "i"),
-    ("reserved", "4x"),
+    # CLOCK_MONOTONIC microseconds mod 2**32 when the network worker put a request it times (the
+    # metrics' one in 16) on the ring, 0 otherwise: the disk worker times its ring queue wait.
+    # Was a zero pad, and 0 still means "untimed": no LAYOUT_VERSION bump needed
+    ("stamp_us", "I"),
 ))
 
 # Follows REQUEST in a GROUP message; then client_id, client_host, and the encoded request body.
@@ -261,7 +264,7 @@ __all__ += [
     "COUNTER_ERROR_CODES", "COUNTER_PARTITIONS", "HIST_BUCKETS", "HIST_WORDS", "counters_name",
 ]
 
-COUNTERS_VERSION = 2
+COUNTERS_VERSION = 3
 COUNTERS_MAGIC = 0x41504C4D  # "APLM"
 COUNTER_API_KEYS = 80        # Kafka API keys 0..79 (the highest in use is below 75)
 COUNTER_ERROR_CODES = 128    # error code + 1 (UNKNOWN_SERVER_ERROR is -1); Kafka's are below 120
@@ -284,8 +287,14 @@ COUNTER_SLAB = Layout("counter_slab", (
     ("errors", f"{COUNTER_API_KEYS * COUNTER_ERROR_CODES}Q"),     # network: (API key, code + 1)
     ("total_time", f"{COUNTER_API_KEYS * HIST_WORDS}Q"),          # network: per API key
     ("local_time", f"{COUNTER_API_KEYS * HIST_WORDS}Q"),          # disk (Produce), network (others)
-    ("queue_time", f"{COUNTER_API_KEYS * HIST_WORDS}Q"),          # network: task APIs
+    ("queue_time", f"{COUNTER_API_KEYS * HIST_WORDS}Q"),          # disk (Produce's ring), network
     ("remote_time", f"{COUNTER_API_KEYS * HIST_WORDS}Q"),         # network: Fetch's long-poll wait
+    ("response_queue_time", f"{COUNTER_API_KEYS * HIST_WORDS}Q"), # network: ready -> write starts
+    ("response_send_time", f"{COUNTER_API_KEYS * HIST_WORDS}Q"),  # network: write -> last byte out
+    ("rejected_connections", "Q"),                                # network: over max.connections.per.ip
+    ("delayed_accepts", "Q"),                                     # network: accepts paused, max.connections
+    ("muted_reads", "Q"),                                         # network: queued.max.request.bytes hit
+    ("request_memory", "Q"),                                      # network: gauge, bytes of requests held
     ("flush_time", f"{HIST_WORDS}Q"),                             # disk: fsyncs of segments
     ("failed_produce", "Q"),                                      # network: partitions refused
     ("failed_fetch", "Q"),                                        # network: partitions refused
@@ -302,6 +311,35 @@ COUNTER_SLAB = Layout("counter_slab", (
 
 def counters_name(base: str) -> str:
     return f"/{base}-metrics"
+
+
+# -- connection counts -----------------------------------------------------------------------
+# One object per broker (`/<base>-conns`), always made: per network worker index a region of
+# CONN_REGION_WORDS uint64 words that only that worker writes: its open connections (word 0),
+# then CONN_IP_SLOTS entries of (address high 64 bits, low 64 bits, connections) for the client
+# addresses it holds connections from (IPv4 as ::ffff:a.b.c.d; count 0 = free entry). The other
+# workers read them to apply max.connections / max.connections.per.ip across the broker. A
+# respawned worker zeroes its region (its predecessor's sockets died with it).
+
+__all__ += ["CONN_VERSION", "CONN_MAGIC", "CONN_HEADER", "CONN_IP_SLOTS", "CONN_REGION_WORDS",
+            "conns_name"]
+
+CONN_VERSION = 1
+CONN_MAGIC = 0x41504C43  # "APLC"
+CONN_IP_SLOTS = 4096     # distinct client addresses per network worker (more: not limited per IP)
+CONN_REGION_WORDS = 8 + 3 * CONN_IP_SLOTS  # count, 7 reserved, then the address entries
+
+CONN_HEADER = Layout("conn_header", (
+    ("magic", "I"),
+    ("version", "I"),
+    ("ip_slots", "I"),
+    ("workers", "I"),
+    ("reserved", "48x"),
+))
+
+
+def conns_name(base: str) -> str:
+    return f"/{base}-conns"
 
 
 # -- cluster mode: leadership per partition slot -----------------------------------------------

@@ -4,6 +4,7 @@ under a real produce/consume load (confluent-kafka): counters against what was s
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from appliance.errors import ErrorCode
 from appliance.records.batch import build_batch
 from appliance.shm.counters import SharedCounters
 from appliance.shm.layout import counters_name
-from tests.broker.wire import RawConnection, fetch_body, produce_body
+from tests.broker.wire import RawConnection, fetch_body, produce_body, read_frame, request_frame
 from tests.broker_process import BrokerProcess, free_port
 from tests.metrics.scrape import scrape, value, wait_for_endpoint
 
@@ -31,14 +32,17 @@ RECORDS = 3000
 def broker(tmp_path_factory):
     mport = free_port()
     b = BrokerProcess(tmp_path_factory.mktemp("metrics"), num_log_dirs=2, overrides={
-        "num.network.threads": "2", "metrics.listener": f"http://127.0.0.1:{mport}/metrics"})
+        "num.network.threads": "2", "metrics.listener": f"http://127.0.0.1:{mport}/metrics",
+        # a small send buffer: a reader that stops makes a fetch answer wait in the broker
+        "socket.send.buffer.bytes": "65536"})
     b.metrics_port = mport
     with b:
         wait_for_endpoint(mport)
         admin = AdminClient({"bootstrap.servers": b.bootstrap})
         futures = admin.create_topics([
             NewTopic(TOPIC, PARTITIONS, 1),
-            NewTopic("m-small", 1, 1, config={"max.message.bytes": "1000"})])
+            NewTopic("m-small", 1, 1, config={"max.message.bytes": "1000"}),
+            NewTopic("m-big", 1, 1)])
         for f in futures.values():
             f.result(30)
         yield b
@@ -63,6 +67,7 @@ def test_messages_and_bytes_match_the_load(broker):
     _produce(broker.bootstrap, RECORDS // 2)
     during = scrape(broker.metrics_port)  # mid-load: the counters only grow
     _produce(broker.bootstrap, RECORDS - RECORDS // 2, RECORDS // 2)
+    time.sleep(0.6)  # bytes in reach the shared counters 4 times a second (Partitions.publish_bytes)
     after = scrape(broker.metrics_port)
     name = "kafka_server_brokertopicmetrics_messagesin_total"
     assert value(before, name, topic=TOPIC) == 0
@@ -117,25 +122,99 @@ def test_requests_of_every_network_worker_are_summed(broker):
         counters.close()
 
 
-def test_produce_latency_is_sampled_one_in_16(broker):
-    """32 one-record requests on one connection (one network worker, one partition): exactly
-    two are timed end to end (request counts 16k) and two appends by the disk worker (log-end
-    offsets 16k), whatever the counts were before."""
+def test_produce_latency_is_sampled_one_in_32(broker):
+    """64 one-record requests on one connection (one network worker, one partition): exactly
+    two are timed (request counts 32k), end to end and in the disk worker, whatever the counts
+    were before."""
+    time.sleep(0.6)  # earlier tests' produce counts published (Recorder.publish, 4 per second)
     before = scrape(broker.metrics_port)
     with RawConnection(broker.port) as c:
-        for i in range(32):
+        for i in range(64):
             r = c.request(0, 7, produce_body(TOPIC, 0, build_batch([(b"k", b"v%d" % i)])))
             assert r.responses[0].partition_responses[0].error_code == 0
-    after = scrape(broker.metrics_port)
+    # the count reaches the shared memory on every 16th request and 4 times a second
+    deadline = time.monotonic() + 10
+    while True:
+        after = scrape(broker.metrics_port)
+        requests = value(after, "kafka_network_requestmetrics_requests_total", request="Produce") \
+            - value(before, "kafka_network_requestmetrics_requests_total", request="Produce")
+        if requests == 64 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
 
     def moved(name, **labels):
         return value(after, name, **labels) - value(before, name, **labels)
 
-    assert moved("kafka_network_requestmetrics_requests_total", request="Produce") == 32
+    assert requests == 64
     assert moved("kafka_network_requestmetrics_totaltimems_count", request="Produce") == 2
     assert moved("kafka_network_requestmetrics_localtimems_count", request="Produce") == 2
     assert moved("kafka_network_requestmetrics_totaltimems_sum", request="Produce") > 0
-    assert moved("kafka_server_brokertopicmetrics_messagesin_total", topic=TOPIC) == 32
+    assert moved("kafka_server_brokertopicmetrics_messagesin_total", topic=TOPIC) == 64
+
+
+_PREFIX = "kafka_network_requestmetrics_"
+_PARTS = ("requestqueuetimems", "localtimems", "responsequeuetimems", "responsesendtimems")
+
+
+def _moved(before: dict, after: dict, name: str, **labels: str) -> float:
+    return value(after, name, **labels) - value(before, name, **labels)
+
+
+def test_produce_time_split_moves_together_and_a_stalled_disk_shows_in_queue_time(broker):
+    """128 pipelined one-record produce requests while both disk workers are SIGSTOPped for
+    1.5 s: the 4 timed ones (1 in 32) show in every part of the split (same counts: the parts
+    are of the same requests), their ring wait holds the stall, and the parts add up to no more
+    than the total."""
+    disks = broker.worker_pids("disk worker")
+    assert len(disks) == 2
+    before = scrape(broker.metrics_port)
+    with RawConnection(broker.port, timeout=60) as c:
+        frames = b"".join(request_frame(0, 7, produce_body(TOPIC, 1, build_batch([(b"k", b"s%d" % i)])),
+                                        correlation_id=i) for i in range(128))
+        for pid in disks:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            c.send_raw(frames)
+            time.sleep(1.5)
+        finally:
+            for pid in disks:
+                os.kill(pid, signal.SIGCONT)
+        for i in range(128):  # every answer, in order (the correlation id leads each frame)
+            assert int.from_bytes(read_frame(c.sock)[:4], "big") == i
+    after = scrape(broker.metrics_port)
+    counts = {part: _moved(before, after, f"{_PREFIX}{part}_count", request="Produce")
+              for part in (*_PARTS, "totaltimems")}
+    assert set(counts.values()) == {4}, counts
+    sums = {part: _moved(before, after, f"{_PREFIX}{part}_sum", request="Produce")
+            for part in (*_PARTS, "totaltimems")}
+    assert sums["requestqueuetimems"] >= 4 * 500, sums  # ms: each waited out most of the stall
+    parts = sum(sums[p] for p in _PARTS)
+    assert parts <= sums["totaltimems"] + 1, sums  # +1 ms: microsecond truncation per part
+    assert parts >= 0.5 * sums["totaltimems"], sums  # the stall dominates both
+
+
+def test_a_reader_that_stops_makes_fetch_response_send_time_grow(broker):
+    """A consumer with a tiny receive buffer asks for 2 MB and reads nothing for 2 s: the
+    answer's last byte reaches the kernel only when it reads, which is its send time."""
+    with RawConnection(broker.port) as c:
+        for _ in range(20):
+            r = c.request(0, 7, produce_body("m-big", 0, build_batch([(b"k", os.urandom(100_000))])))
+            assert r.responses[0].partition_responses[0].error_code == 0, r
+    before = scrape(broker.metrics_port)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(30)
+    sock.connect(("127.0.0.1", broker.port))
+    try:
+        sock.sendall(request_frame(1, 11, fetch_body("m-big", 0, 0, max_bytes=4 << 20)))
+        time.sleep(2.0)
+        assert len(read_frame(sock)) > 1_500_000
+    finally:
+        sock.close()
+    after = scrape(broker.metrics_port)
+    assert _moved(before, after, f"{_PREFIX}responsesendtimems_count", request="Fetch") == 1
+    assert _moved(before, after, f"{_PREFIX}responsesendtimems_sum", request="Fetch") >= 700  # ms
+    assert _moved(before, after, f"{_PREFIX}totaltimems_sum", request="Fetch") >= 700
 
 
 def test_consumer_group_lag_per_partition(broker):
@@ -294,6 +373,7 @@ def test_counts_survive_a_disk_worker_killed_and_respawned(broker):
     else:
         raise AssertionError("disk worker 0 did not come back")
     _produce(broker.bootstrap, 100, 10**6)
+    time.sleep(0.6)  # bytes in published
     after = scrape(broker.metrics_port)
     assert value(after, "kafka_server_brokertopicmetrics_messagesin_total", topic=TOPIC) == messages + 100
     assert value(after, "kafka_server_brokertopicmetrics_bytesin_total", topic=TOPIC) > bytes_in

@@ -29,9 +29,9 @@ def test_partition_words_cover_every_table_slot():
 
 def test_slabs_are_summed_per_worker(counters):
     a, b = Recorder(counters, 0), Recorder(counters, 5)
-    a.request(3, 0.001)
-    b.request(3, 0.002)
-    b.request(1, 0.0)
+    a.count(3)
+    b.count(3)
+    b.count(1)
     a.error(0, -1)
     a.error(0, 3)
     b.bytes_out(10, 100)

@@ -4,6 +4,7 @@ the real broker started with NOTIFY_SOCKET set)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -138,6 +139,19 @@ def _recv_until(sock: socket.socket, want: str, got: list[str], timeout: float) 
             got.append(msg)
 
 
+def _recv_after(sock: socket.socket, want: str, got: list[str], start: int,
+                timeout: float) -> int:
+    """Receive until ``want`` arrives at or after ``got[start]``; its index."""
+    deadline = time.monotonic() + timeout
+    while want not in got[start:]:
+        left = deadline - time.monotonic()
+        assert left > 0, f"no {want} in {got[start:]}"
+        sock.settimeout(min(left, 1.0))
+        with contextlib.suppress(TimeoutError):
+            got.extend(sock.recv(4096).decode().splitlines())
+    return got.index(want, start)
+
+
 def _earliest(bootstrap: str, topic: str) -> int:
     from kafka import KafkaConsumer, TopicPartition
     c = KafkaConsumer(bootstrap_servers=bootstrap, request_timeout_ms=30000)
@@ -181,6 +195,39 @@ def _reload_applies_a_hand_edited_dynamic_config(broker: BrokerProcess, sock: so
     assert "reloaded on SIGHUP" in broker.log()
 
 
+def _reload_waits_for_every_disk_worker(broker: BrokerProcess, sock: socket.socket,
+                                        got: list[str]) -> None:
+    """READY=1 follows RELOADING=1 only once every disk worker has re-read its configs: a
+    SIGSTOPped disk worker holds it back until SIGCONT. A topic.properties that does not parse
+    is logged by the supervisor naming the worker and the key, and READY=1 still comes."""
+    (disk,) = broker.worker_pids("disk worker 0")
+    before = len(got)
+    os.kill(disk, signal.SIGSTOP)
+    try:
+        broker.proc.send_signal(signal.SIGHUP)
+        i = _recv_after(sock, "RELOADING=1", got, before, 60)
+        with contextlib.suppress(AssertionError):  # 2 s: a running worker confirms in ~0.1 s
+            _recv_after(sock, "READY=1", got, i, 2.0)
+        assert "READY=1" not in got[i:], got[i:]
+    finally:
+        os.kill(disk, signal.SIGCONT)
+    _recv_after(sock, "READY=1", got, i, 30)
+
+    props = Path(broker.log_dirs[0]) / "reload-0" / "topic.properties"
+    props.write_text("retention.ms=abc\n")
+    before = len(got)
+    broker.proc.send_signal(signal.SIGHUP)
+    i = _recv_after(sock, "RELOADING=1", got, before, 60)
+    _recv_after(sock, "READY=1", got, i, 30)
+    deadline = time.monotonic() + 10
+    while "SIGHUP: disk worker 0" not in broker.log():
+        assert time.monotonic() < deadline, broker.log()[-3000:]
+        time.sleep(0.1)
+    line = next(ln for ln in broker.log().splitlines() if "SIGHUP: disk worker 0" in ln)
+    assert "retention.ms" in line and "'abc'" in line, line
+    assert broker.proc.poll() is None
+
+
 def test_sd_notify_ready_watchdog_reloading_stopping(tmp_path, monkeypatch):
     # a short path: AF_UNIX addresses are limited to 108 bytes
     with tempfile.TemporaryDirectory(dir="/tmp") as d:
@@ -203,6 +250,7 @@ def test_sd_notify_ready_watchdog_reloading_stopping(tmp_path, monkeypatch):
                     sock.settimeout(max(0.1, deadline - time.monotonic()))
                     got.extend(sock.recv(4096).decode().splitlines())
                 _reload_applies_a_hand_edited_dynamic_config(broker, sock, got)
+                _reload_waits_for_every_disk_worker(broker, sock, got)
                 broker.proc.send_signal(signal.SIGTERM)
                 _recv_until(sock, "STOPPING=1", got, 60)
                 assert broker.proc.wait(60) == 0

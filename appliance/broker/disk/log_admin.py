@@ -48,27 +48,31 @@ class LogAdmin:
         log.info("%s: dynamic broker configs reloaded", self.parts.path)
         return NOTHING
 
-    def reload_files(self) -> None:
+    def reload_files(self) -> list[str]:
         """SIGHUP: re-read the dynamic broker configs and every partition's ``topic.properties``
         (an operator may have edited either by hand). A file that does not parse is logged and
-        the configs in force stay: a typo must not take the log dir down."""
+        the configs in force stay: a typo must not take the log dir down. Returns what was
+        kept, one line per file naming it and the key (the supervisor logs them too)."""
         parts = self.parts
         try:
             self.load_broker_config()
         except ConfigError as e:
             log.error("%s: dynamic broker configs not reloaded: %s", parts.path, e)
-            return
+            return [f"dynamic-broker-configs.json: {e}"]
         changed = 0
+        errors: list[str] = []
         for plog in parts.logs.values():
             try:
                 cfg = TopicConfig.from_overrides(parts.config, read_topic_properties(plog.path))
             except (ConfigError, OSError) as e:
                 log.error("%s: topic config not reloaded: %s", plog.path, e)
+                errors.append(f"{plog.path}/topic.properties: {e}")
                 continue
             changed += cfg.to_properties() != plog.config.to_properties()
             plog.config = cfg
         log.info("%s: reloaded on SIGHUP: dynamic broker configs and %d topic configs "
                  "(%d changed overrides)", parts.path, len(parts.logs), changed)
+        return errors
 
     def delete_records(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
         """Move the log start offset of ``slot`` up to the requested offset; answer the new

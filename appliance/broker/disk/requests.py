@@ -9,6 +9,7 @@ It raises ``KafkaError`` (its code is the answer), :class:`NotHere`, or ``OSErro
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -37,11 +38,25 @@ class Requests:
         self.acks, self.timeout_ms = 1, 0  # of the message being handled (acks=all waits on them)
         # told of every storage error (a dead disk takes the dir offline; see dir_health.py)
         self.on_io_error: Callable[[BaseException], None] | None = None
+        self.metrics: Any = None  # a metrics Recorder when metrics are on
+
+    def _timed(self, handler: Handler, n: int | None, request_id: int, slot: int,
+               payload: memoryview, stamp: int) -> Any:
+        """A message the network worker timed (Produce, one request in SAMPLE): its wait on
+        the ring (RequestQueueTime; CLOCK_MONOTONIC is one clock for every process) and the
+        handler's own time (LocalTime). Two clock reads, on timed messages only."""
+        taken = time.monotonic()
+        m = self.metrics
+        m.queued_us(0, (int(taken * 1e6) - stamp) & 0xFFFFFFFF)  # 0: Produce's API key
+        try:
+            return handler(n, request_id, slot, payload[REQUEST.size:])
+        finally:
+            m.local(0, time.monotonic() - taken)
 
     def handle(self, n: int | None, msg_type: int, payload: memoryview) -> bytes | None:
         """The completion for one ring message, or None when it gets none (acks=0 produce,
         or answered later)."""
-        request_id, slot, acks, _flags, timeout_ms = _REQ.unpack_from(payload, 0)
+        request_id, slot, acks, _flags, timeout_ms, stamp = _REQ.unpack_from(payload, 0)
         self.acks, self.timeout_ms = acks, timeout_ms
         error = ErrorCode.NONE
         answer: tuple[int, int, int, bytes] | None = NOTHING
@@ -49,6 +64,10 @@ class Requests:
         try:
             if handler is None:
                 error = ErrorCode.INVALID_REQUEST
+            elif stamp and self.metrics is not None:
+                answer = self._timed(handler, n, request_id, slot, payload, stamp)
+                if answer is None:
+                    return None
             else:
                 answer = handler(n, request_id, slot, payload[REQUEST.size:])
                 if answer is None:

@@ -17,6 +17,7 @@ import logging
 import os
 import select
 import signal
+import socket
 import time
 
 import setproctitle
@@ -44,6 +45,7 @@ __all__ = ["DiskWorker"]
 log = logging.getLogger("appliance.disk")
 
 IDLE_WAIT_S = 0.1  # the longest the loop sleeps: bounds heartbeat and maintenance latency
+PUBLISH_INTERVAL_S = 0.25  # metrics: bytes-in counts reach the shared counters this often
 
 
 class DiskWorker:
@@ -54,6 +56,8 @@ class DiskWorker:
         self.plumbing = plumbing
         self.alive = True
         self.reload_pending = False  # set by SIGHUP: re-read the config files between rounds
+        self.reload_reply_to: socket.socket | None = None  # the supervisor's confirmations
+        self._next_publish = 0.0  # metrics: when the pending bytes-in counts go to shm next
         self.slot = plumbing.disk_slot(index)
 
     # -- start ----------------------------------------------------------------------------
@@ -87,7 +91,8 @@ class DiskWorker:
         self.rings = RingIntake(self.index, self.plumbing, self.requests, self.partitions)
         self.ipc = IpcIntake(self.plumbing.base, self.index, self.table.worker(self.slot)[4],
                              self.requests)
-        self.partitions.metrics = attach_recorder(self.config, self.plumbing.base, self.slot)
+        self.partitions.set_metrics(attach_recorder(self.config, self.plumbing.base, self.slot))
+        self.requests.metrics = self.partitions.metrics
         if self.partitions.metrics is not None:
             flush_observers.append(self.partitions.metrics.flushed)
 
@@ -147,6 +152,18 @@ class DiskWorker:
     def _on_hup(self, signum, frame) -> None:
         self.reload_pending = True  # acted on by the loop: the handler may interrupt an append
 
+    def _confirm_reload(self, errors: list[str]) -> None:
+        """Tell the supervisor this worker has re-read its configs (it sends READY=1 once every
+        disk worker has): "<index> <incarnation>", then one line per file kept as it was."""
+        if self.reload_reply_to is None:
+            return
+        incarnation = self.table.worker(self.slot)[4]
+        msg = "\n".join([f"{self.index} {incarnation}", *errors]).encode()
+        try:
+            self.reload_reply_to.send(msg[:60000])
+        except OSError as e:  # the supervisor waits until its deadline, then says so
+            log.warning("cannot confirm the reload to the supervisor: %s", e)
+
     def _on_quit(self, signum, frame) -> None:
         os._exit(0)
 
@@ -195,9 +212,12 @@ class DiskWorker:
             if self.replication is not None:
                 self.replication.poll()
             self.maintenance.run_if_due(now)
+            if now >= self._next_publish and self.partitions.metrics is not None:
+                self.partitions.publish_bytes()  # bytes in: a scrape lags by <= 0.25 s
+                self._next_publish = now + PUBLISH_INTERVAL_S
             if self.reload_pending:
                 self.reload_pending = False
-                self.admin.reload_files()
+                self._confirm_reload(self.admin.reload_files())
             if self.mover.outgoing or self.mover.incoming:
                 self.mover.expire(now)
 

@@ -37,6 +37,7 @@ from appliance.broker.handlers import (
     topics,
 )
 from appliance.broker.handlers.answer import CloseConnection, encode
+from appliance.metrics.recorder import AnswerTiming
 from appliance.metrics.responses import record_response
 from appliance.protocol.messages import (
     AlterConfigs,
@@ -106,9 +107,10 @@ GROUP_HANDLERS = {
 }
 
 
-async def run(ctx: BrokerContext, request: Any, client_host: str = "", queued: float = 0.0) -> Any:
+async def run(ctx: BrokerContext, request: Any, client_host: str = "",
+              timing: AnswerTiming | None = None) -> Any:
     """The encoded response chunks for one request (None when it gets no response).
-    ``queued``: time.monotonic() when it was decoded (metrics only)."""
+    ``timing`` (metrics only): when it was decoded; its answer's ready time is set here."""
     started = time.monotonic()
     handler = (HANDLERS if ctx.handlers is None else ctx.handlers).get(request.api_key)
     if handler is not None:
@@ -117,8 +119,9 @@ async def run(ctx: BrokerContext, request: Any, client_host: str = "", queued: f
         body = await GROUP_HANDLERS[request.api_key](ctx, request, client_host)
     else:
         raise CloseConnection(f"no handler for API key {request.api_key}")
-    if ctx.metrics is not None:
-        record_response(ctx, request, body, queued or started, started, time.monotonic())
+    if timing is not None and ctx.metrics is not None:
+        timing.ready = time.monotonic()
+        record_response(ctx, request, body, timing.received, started, timing.ready)
     return encode(request, body)
 
 

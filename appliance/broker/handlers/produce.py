@@ -9,7 +9,7 @@ from typing import Any
 
 from appliance.broker.handlers.answer import NO_RESPONSE, encode, unavailable_error
 from appliance.errors import ErrorCode, KafkaError
-from appliance.metrics.recorder import SAMPLE_MASK
+from appliance.metrics.recorder import SAMPLE_MASK, AnswerTiming
 from appliance.metrics.responses import field
 from appliance.protocol.messages import Produce
 from appliance.records.convert import legacy_to_v2
@@ -80,7 +80,7 @@ class PendingProduce:
     :meth:`partition_done` once per partition put on a ring, and the last one answers. One
     object per request, in place of a closure per partition and two around the answer."""
 
-    __slots__ = ("ctx", "request", "answer", "conn", "topics", "results", "waiting", "started")
+    __slots__ = ("ctx", "request", "answer", "conn", "topics", "results", "waiting", "timing")
 
     def __init__(self, ctx: Any, request: Any, answer: asyncio.Future, conn: Any) -> None:
         self.ctx = ctx
@@ -90,7 +90,7 @@ class PendingProduce:
         self.topics = request.body.topic_data
         self.results: list = []  # one per partition, in request order
         self.waiting = 0
-        self.started = 0.0  # set on the requests the metrics time (one in SAMPLE)
+        self.timing: AnswerTiming | None = None  # on the requests the metrics time (1 in SAMPLE)
 
     def partition_done(self, out: Any, comp: Any) -> None:
         _fill(out, comp)
@@ -106,8 +106,8 @@ class PendingProduce:
         answer = self.answer
         if answer.done():
             return
-        if self.started:
-            self.ctx.metrics.produce_time(time.monotonic() - self.started)
+        if self.timing is not None:
+            self.timing.ready = time.monotonic()
         try:
             answer.set_result(encode(self.request, body))
         except Exception as e:  # an encoding bug: the connection closes, the worker lives
@@ -131,12 +131,14 @@ def start(ctx: Any, request: Any, answer: asyncio.Future, conn: Any) -> None:
     passes a single-record produce took, and most of its cost."""
     pending = PendingProduce(ctx, request, answer, conn)
     m = ctx.metrics
-    if m is not None:  # the request count (word 0: Produce's API key); one in SAMPLE is timed
-        w = m.w
-        n = w[0] + 1
-        w[0] = n
+    stamp = 0
+    if m is not None:  # the request count (Recorder.produce_count); one in SAMPLE is timed
+        m.produce_count = n = m.produce_count + 1
         if not n & SAMPLE_MASK:
-            pending.started = time.monotonic()
+            m.w[0] = n  # word 0: Produce's API key
+            received = time.monotonic()
+            pending.timing = conn.timed[answer] = AnswerTiming(0, received)
+            stamp = int(received * 1e6) & 0xFFFFFFFF or 1  # REQUEST.stamp_us: the ring wait
     body = request.body
     acks = body.acks
     topics = pending.topics
@@ -161,7 +163,8 @@ def start(ctx: Any, request: Any, answer: asyncio.Future, conn: Any) -> None:
     submit = ctx.disks.submit_nowait
     done = pending.partition_done
     for info, records, out in submits:
-        submit(info.disk, MsgType.PRODUCE, info.slot, records, acks, body.timeout_ms, done, out)
+        submit(info.disk, MsgType.PRODUCE, info.slot, records, acks, body.timeout_ms, done, out,
+               stamp)
     if acks == 0:
         pending.finish(NO_RESPONSE)
     elif not submits:

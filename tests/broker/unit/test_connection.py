@@ -61,7 +61,8 @@ class FakeDisks:
     def max_payload(self) -> int:
         return 1 << 20
 
-    def submit_nowait(self, disk, msg_type, slot, payload, acks, timeout_ms, on_done, token) -> None:
+    def submit_nowait(self, disk, msg_type, slot, payload, acks, timeout_ms, on_done, token,
+                      stamp_us=0) -> None:
         if acks != 0:
             self.submitted.append((on_done, token))
 
@@ -81,6 +82,7 @@ def _ctx(lookup=None):
         wakeups=Wakeups(disks), index=index,
         table=types.SimpleNamespace(state=lambda slot: SlotState.ONLINE), readers=None,
         metrics=None,  # metrics off (BrokerContext.metrics)
+        limits=None, acceptor=None, request_memory=None,  # no connection limits
         leaders=None, extra_apis=None, handlers=None)  # standalone (BrokerContext's defaults)
 
 

@@ -41,7 +41,7 @@ class Sender:
 
     def send(self, msg_type: int, slot: int, payload: bytes = b"", acks: int = 1) -> int:
         request_id = next(self.ids)
-        assert self.channel.requests.put(msg_type, _REQ.pack(request_id, slot, acks, 0, 30000), payload)
+        assert self.channel.requests.put(msg_type, _REQ.pack(request_id, slot, acks, 0, 30000, 0), payload)
         return request_id
 
     def completions(self) -> list[tuple]:

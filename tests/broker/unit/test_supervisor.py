@@ -311,7 +311,9 @@ def test_every_handled_signal_has_its_method():
 
 
 def test_sighup_is_forwarded_to_the_disk_workers_between_reloading_and_ready(sup, procs,
-                                                                             monkeypatch):
+                                                                             monkeypatch, caplog):
+    """READY=1 only once every disk worker has confirmed its reload (a confirmation from an
+    earlier incarnation counts for nothing); a file a worker kept is logged naming it."""
     _ready(sup)
     told: list[str] = []
     monkeypatch.setattr(sup_mod, "sd_notify", told.append)
@@ -320,9 +322,29 @@ def test_sighup_is_forwarded_to_the_disk_workers_between_reloading_and_ready(sup
     sup._sig_queue.append(signal.SIGHUP)
     assert sup.tick()  # still running
     assert sorted((kind_of[pid], sig) for pid, sig in procs.signals) == [(DISK, signal.SIGHUP)] * 2
-    told = [m for m in told if m != "WATCHDOG=1"]
-    assert len(told) == 2 and told[1] == "READY=1"
     first, usec = told[0].split("\n")
     assert first == "RELOADING=1"
     assert usec.startswith("MONOTONIC_USEC=") and int(usec.split("=")[1]) >= before
+    assert "READY=1" not in told  # nobody confirmed yet
+    disk0, disk1 = _worker(sup, DISK, 0), _worker(sup, DISK, 1)
+    sup.reload_reply_to.send(f"0 {disk0.incarnation + 7}".encode())  # a stale incarnation
+    sup.reload_reply_to.send(f"1 {disk1.incarnation}\nx/topic.properties: retention.ms='abc'".encode())
+    assert sup.tick() and "READY=1" not in told
+    assert "disk worker 1" in caplog.text and "retention.ms='abc'" in caplog.text
+    sup.reload_reply_to.send(f"0 {disk0.incarnation}".encode())
+    assert sup.tick()
+    assert [m for m in told if m != "WATCHDOG=1"][-1] == "READY=1"
     assert len(procs.alive) == 4  # nothing stopped
+
+
+def test_a_reload_unconfirmed_at_its_deadline_still_ends_in_ready(sup, monkeypatch, caplog):
+    _ready(sup)
+    told: list[str] = []
+    monkeypatch.setattr(sup_mod, "sd_notify", told.append)
+    sup._sig_queue.append(signal.SIGHUP)
+    assert sup.tick() and "READY=1" not in told
+    sup.reload_reply_to.send(f"1 {_worker(sup, DISK, 1).incarnation}".encode())
+    sup._reload_deadline = 0.0  # as if RELOAD_DEADLINE_S had passed
+    assert sup.tick()
+    assert "READY=1" in told
+    assert "no reload confirmation from disk workers 0" in caplog.text
