@@ -104,6 +104,12 @@ def _check_open_files(counts: list[int], adding: int) -> None:
 
 def _place(ctx: Any, name: str, partitions: range, total: int) -> list[tuple[int, int]]:
     """Allocate slots (caller holds the table lock): [(slot, disk)], fewest-partitions-first."""
+    # bound the work before doing it: a count no table could hold (a fuzzed CreatePartitions
+    # asked for 2**31) is refused at once, not walked partition by partition
+    if len(partitions) > ctx.table.capacity:
+        raise _Refused(ErrorCode.INVALID_PARTITIONS,
+                       f"{len(partitions)} partitions exceed this broker's partition table "
+                       f"({ctx.table.capacity} slots, appliance.max.partitions)")
     counts = ctx.table.partitions_per_disk()
     # never onto an offline log dir (KIP-112): its disk worker would refuse every partition
     offline = {i.disk for i in ctx.table.slots() if i.state == SlotState.STORAGE_ERROR}

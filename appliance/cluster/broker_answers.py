@@ -98,6 +98,13 @@ async def create_topic(table: LeadershipTable, store: ZkStore, config: Any, name
         return int(ErrorCode.INVALID_CONFIG), str(e)
     loop = asyncio.get_running_loop()
     live = await loop.run_in_executor(None, store.broker_ids)
+    # bound the work before doing it: more replicas than every live broker's partition table
+    # holds is refused at once, not planned one partition at a time
+    room = int(config["appliance.max.partitions"]) * max(len(live), 1)
+    if not assignments and num_partitions * max(replication_factor, 1) > room:
+        return int(ErrorCode.INVALID_PARTITIONS), (
+            f"{num_partitions} partitions of {replication_factor} replicas exceed the partition "
+            f"tables of the {len(live)} live brokers ({room} slots, appliance.max.partitions)")
     if assignments:
         plan = {a.partition_index: tuple(a.broker_ids) for a in assignments}
         unknown = {b for ids in plan.values() for b in ids} - set(live)

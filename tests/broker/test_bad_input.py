@@ -354,3 +354,27 @@ def test_fetch_unknown_partition(bad_broker):
     with _raw(bad_broker) as c:
         r = c.request(1, 11, fetch_body(KEPT, 9, 0))
         assert r.responses[0].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_partition_counts_no_table_holds_are_refused_at_once(bad_broker, bystander):
+    """A fuzzed CreatePartitions asked for 2**31-1 partitions and held its network worker for
+    30 s (until the supervisor aborted it): a count beyond the partition table is refused at
+    once with INVALID_PARTITIONS, for CreateTopics too, and nothing is created."""
+    import time
+
+    huge = 2**31 - 1
+    with RawConnection(bad_broker.port) as c:
+        started = time.monotonic()
+        r = c.request(37, 1, {"topics": [{"name": KEPT, "count": huge, "assignments": None}],
+                              "timeout_ms": 30000, "validate_only": False})
+        assert r.results[0].error_code == ErrorCode.INVALID_PARTITIONS
+        assert "partition table" in r.results[0].error_message
+        r = c.request(19, 4, {"topics": [{"name": "huge", "num_partitions": huge, "replication_factor": -1,
+                                          "assignments": [], "configs": []}],
+                              "timeout_ms": 30000, "validate_only": False})
+        assert r.topics[0].error_code == ErrorCode.INVALID_PARTITIONS
+        assert time.monotonic() - started < 10
+        md = c.request(3, 1, metadata_body())  # all topics (v1 would auto-create a named one)
+    parts = {t.name: len(t.partitions) for t in md.topics}
+    assert parts[KEPT] == 2 and parts.get("huge", 0) == 0
+    assert _kept_bytes(bystander)
