@@ -242,7 +242,12 @@ def test_reassign_bad_input_refused_nothing_written(cluster, tmp_path, plan, mes
 
 
 def _leaders(boot: str, topic: str) -> dict[int, int]:
-    return {p: s[0] for p, s in _partitions(boot, topic).items()}
+    """partition -> leader from the first answer about the topic: _partitions' {} means no
+    broker answered yet (one still joining, or not yet told of the topic), not "no leaders"."""
+    deadline = time.monotonic() + 30
+    while not (ps := _partitions(boot, topic)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return {p: s[0] for p, s in ps.items()}
 
 
 def test_preferred_leader_election(cluster, tmp_path):
