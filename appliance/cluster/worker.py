@@ -187,7 +187,7 @@ class ClusterWorker:
         if api_key == LeaderAndIsr.API_KEY:
             async with self.replicas.lock:
                 resp, changes = lt.apply_leader_and_isr(req)
-                touched = [tp for tp, _ in partition_states(req, "topic_states", "ungroupedpartition_states")]
+                touched = [tp for tp, _ in partition_states(req, "topic_states", "ungrouped_partition_states")]
                 if not resp["error_code"]:
                     await self.replicas.apply(changes, touched)
         elif api_key == StopReplica.API_KEY:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 
 from appliance.cluster import zk_paths as zp
 from appliance.cluster.zk_paths import BrokerInfo, LeaderIsr, TopicAssignment, TopicPartition
@@ -196,7 +196,7 @@ class ZkStore:
         tx.check(zp.CONTROLLER_EPOCH, epoch_zk_version)
         tx.set_data(path, data, version=state.zk_version)
         results = tx.commit()
-        if isinstance(results[0], Exception):
+        if _epoch_check_failed(results):
             raise ControllerMoved("controller epoch changed: this controller is no longer active")
         if isinstance(results[1], BadVersionError):
             return None
@@ -207,7 +207,7 @@ class ZkStore:
 
     @staticmethod
     def _raise_first(results: list) -> None:
-        if isinstance(results[0], Exception):
+        if _epoch_check_failed(results):
             raise ControllerMoved("controller epoch changed: this controller is no longer active")
         for r in results[1:]:
             if isinstance(r, Exception):
@@ -333,3 +333,10 @@ class ZkStore:
 
 def _rolled_back(e: Exception) -> bool:
     return type(e).__name__ == "RolledBackError"
+
+
+def _epoch_check_failed(results: list) -> bool:
+    """The controller-epoch check (a transaction's first op) failed. When a later op fails
+    instead, ZooKeeper rolls the check back and kazoo reports it as RolledBackError: that is a
+    conflict of that op (a leader's own ISR write moved the version), not a new controller."""
+    return isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError)

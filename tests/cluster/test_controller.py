@@ -4,6 +4,7 @@ process (separate kazoo clients), requests recorded instead of sent."""
 from collections import Counter
 
 import pytest
+from kazoo.exceptions import NodeExistsError
 
 from appliance.cluster.assignment import assign_replicas
 from appliance.cluster.controller import PREFERRED, UNCLEAN, Controller
@@ -102,6 +103,23 @@ def test_failover_when_controller_session_expires_and_stale_epoch_fenced(zk_serv
 
     # the expired broker re-registers and takes part again (not as controller)
     assert wait_for(lambda: old.broker_id in admin.broker_ids())
+
+
+def test_a_version_conflict_is_not_a_new_controller(admin):
+    """A controller write that loses to the leader's own ISR write (its zkVersion moved) is
+    re-read and decided again; only a changed controller epoch means another controller."""
+    epoch, epoch_zkv = admin.try_become_controller(0)
+    tp = TopicPartition("t", 0)
+    s = admin.create_partition_state(tp, LeaderIsr(0, 0, (0, 1), epoch), epoch_zkv)
+    grown = admin.update_partition_state(tp, LeaderIsr(0, 0, (0,), epoch, s.zk_version), None)  # the leader's
+    assert grown is not None and grown.zk_version == s.zk_version + 1
+    assert admin.update_partition_state(tp, LeaderIsr(1, 1, (1,), epoch, s.zk_version), epoch_zkv) is None
+    with pytest.raises(NodeExistsError):
+        admin.create_partition_state(tp, LeaderIsr(0, 0, (0,), epoch), epoch_zkv)
+    moved = admin.update_partition_state(tp, LeaderIsr(1, 1, (1,), epoch, grown.zk_version), epoch_zkv)
+    assert moved is not None and admin.partition_state(tp) == moved
+    with pytest.raises(ControllerMoved):  # another epoch version still fences, whatever the zkVersion
+        admin.update_partition_state(tp, LeaderIsr(0, 2, (0,), epoch, moved.zk_version), epoch_zkv + 1)
 
 
 def test_topic_creation_spreads_leaders_and_sends_leader_and_isr(brokers, admin):

@@ -188,8 +188,9 @@ def test_new_leader_stamps_its_epoch_before_any_append(cluster):
     old_epoch = before[-1][0]
 
     brokers[old].stop()  # controlled shutdown: leadership moves to another ISR member
-    new = _wait(lambda: (p := _partition(boot)) and p.leader not in (-1, old) and p.leader, 60,
-                "a new leader")
+    # the partition, not its leader id, is the wait's value: broker 0 would read as "not yet"
+    new = _wait(lambda: (p := _partition(boot)) and p.leader not in (-1, old) and p, 60,
+                "a new leader").leader
     checkpoint = _segment(brokers[new]).parent / LEADER_EPOCH_CHECKPOINT
     entries = _wait(lambda: (e := read_leader_epoch_checkpoint(str(checkpoint))) and e[-1][0] > old_epoch
                     and e, 30, "the new epoch in the new leader's checkpoint")
