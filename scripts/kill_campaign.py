@@ -12,6 +12,7 @@ committed offset went backwards."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
 import time
@@ -22,7 +23,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.faults.kill_campaign import Campaign  # noqa: E402
 
 
+def _stop_on_sigterm(signum: int, frame: object) -> None:
+    # a SIGTERM (kill, pkill, a CI timeout) unwinds through main's finally: the broker it
+    # started is stopped instead of being left running as an orphan
+    raise SystemExit(128 + signum)
+
+
 def main() -> int:
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kills", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1)
