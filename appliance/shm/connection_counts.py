@@ -9,7 +9,6 @@ back off but never both get in over a limit.
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import struct
 
@@ -24,6 +23,7 @@ from appliance.shm.layout import (
     CONN_VERSION,
     MAX_WORKERS,
 )
+from appliance.shm.mapping import attach_mapped, create_mapped, release_mapped
 
 __all__ = ["ConnectionCounts"]
 
@@ -46,8 +46,7 @@ class ConnectionCounts:
     def create(cls, name: str) -> ConnectionCounts:
         """Create (exclusively) and zero the object. Raises posix_ipc.ExistentialError."""
         size = CONN_HEADER.size + MAX_WORKERS * CONN_REGION_WORDS * 8
-        shm = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600, size=size)
-        buf = mmap.mmap(shm.fd, size)
+        shm, buf = create_mapped(name, size)
         CONN_HEADER.struct.pack_into(buf, 0, CONN_MAGIC, CONN_VERSION,  # type: ignore[attr-defined]
                                      CONN_IP_SLOTS, MAX_WORKERS)
         return cls(shm, buf)
@@ -55,18 +54,13 @@ class ConnectionCounts:
     @classmethod
     def attach(cls, name: str) -> ConnectionCounts:
         """Map an existing object. Raises posix_ipc.ExistentialError, RuntimeError (layout)."""
-        shm = posix_ipc.SharedMemory(name)
-        buf = mmap.mmap(shm.fd, shm.size)
+        shm, buf = attach_mapped(name)
         magic, version, slots, workers = struct.unpack_from("=IIII", buf, 0)
         if (magic, version, slots, workers) != (CONN_MAGIC, CONN_VERSION, CONN_IP_SLOTS, MAX_WORKERS):
-            buf.close()
-            shm.close_fd()
+            release_mapped(shm, buf)
             raise RuntimeError(f"{name}: connection counts of version {version}, expected {CONN_VERSION}")
         return cls(shm, buf)
 
     def close(self) -> None:
         self.regions = self.totals = self.entries = None  # type: ignore[assignment]
-        with contextlib.suppress(Exception):
-            self._buf.close()
-        with contextlib.suppress(Exception):
-            self._shm.close_fd()
+        release_mapped(self._shm, self._buf)

@@ -7,7 +7,6 @@ see a count one increment old, never a torn word (aligned 8-byte stores).
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import struct
 
@@ -22,6 +21,7 @@ from appliance.shm.layout import (
     COUNTERS_VERSION,
     MAX_WORKERS,
 )
+from appliance.shm.mapping import attach_mapped, create_mapped, release_mapped, unlink_mapped
 
 __all__ = ["SharedCounters", "CountersVersionError"]
 
@@ -47,8 +47,7 @@ class SharedCounters:
     def create(cls, name: str) -> SharedCounters:
         """Create (exclusively) and zero the object. Raises posix_ipc.ExistentialError."""
         size = COUNTERS_HEADER.size + MAX_WORKERS * COUNTER_SLAB.size
-        shm = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600, size=size)
-        buf = mmap.mmap(shm.fd, size)
+        shm, buf = create_mapped(name, size)
         COUNTERS_HEADER.struct.pack_into(  # type: ignore[attr-defined]
             buf, 0, COUNTERS_MAGIC, COUNTERS_VERSION, COUNTER_PARTITIONS, MAX_WORKERS, COUNTER_SLAB.size)
         return cls(shm, buf)
@@ -56,13 +55,11 @@ class SharedCounters:
     @classmethod
     def attach(cls, name: str) -> SharedCounters:
         """Map an existing object. Raises posix_ipc.ExistentialError, CountersVersionError."""
-        shm = posix_ipc.SharedMemory(name)
-        buf = mmap.mmap(shm.fd, shm.size)
+        shm, buf = attach_mapped(name)
         magic, version, _, workers, slab = struct.unpack_from("=IIIIQ", buf, 0)
         if (magic, version, workers, slab) != (COUNTERS_MAGIC, COUNTERS_VERSION, MAX_WORKERS,
                                                COUNTER_SLAB.size):
-            buf.close()
-            shm.close_fd()
+            release_mapped(shm, buf)
             raise CountersVersionError(
                 f"{name} has magic {magic:#x} version {version}; this build reads "
                 f"{COUNTERS_MAGIC:#x} version {COUNTERS_VERSION}")
@@ -89,11 +86,7 @@ class SharedCounters:
 
     def close(self) -> None:
         self.words = None  # type: ignore[assignment]
-        with contextlib.suppress(Exception):
-            self._buf.close()
-        with contextlib.suppress(Exception):
-            self._shm.close_fd()
+        release_mapped(self._shm, self._buf)
 
     def unlink(self) -> None:
-        with contextlib.suppress(posix_ipc.ExistentialError):
-            self._shm.unlink()
+        unlink_mapped(self._shm)

@@ -9,7 +9,6 @@ other lookup.
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import struct
 from typing import NamedTuple
@@ -17,6 +16,7 @@ from typing import NamedTuple
 import posix_ipc
 
 from appliance.shm.layout import LEADERSHIP_SLOT, MAX_REPLICAS, Role
+from appliance.shm.mapping import attach_mapped, create_mapped, release_mapped
 
 __all__ = ["LeadershipArea", "Leadership"]
 
@@ -50,19 +50,14 @@ class LeadershipArea:
 
     @classmethod
     def create(cls, name: str, capacity: int) -> LeadershipArea:
-        shm = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600, size=capacity * _SIZE)
-        return cls(shm, mmap.mmap(shm.fd, capacity * _SIZE))
+        return cls(*create_mapped(name, capacity * _SIZE))
 
     @classmethod
     def attach(cls, name: str) -> LeadershipArea:
-        shm = posix_ipc.SharedMemory(name)
-        return cls(shm, mmap.mmap(shm.fd, shm.size))
+        return cls(*attach_mapped(name))
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._buf.close()
-        with contextlib.suppress(Exception):
-            self._shm.close_fd()
+        release_mapped(self._shm, self._buf)
 
     def role(self, slot: int) -> int:
         """The role alone: one aligned 4-byte load, no seqlock (the routing check)."""

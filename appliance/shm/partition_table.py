@@ -39,6 +39,7 @@ from appliance.shm.layout import (
     SlotState,
     table_size,
 )
+from appliance.shm.mapping import release_mapped, unlink_mapped
 
 __all__ = ["PartitionTable", "PartitionInfo", "TableVersionError"]
 
@@ -148,14 +149,10 @@ class PartitionTable:
         self._worker_doubles.release()  # the mapping cannot close while views export it
         self._worker_ints.release()
         self._slot_ints.release()
-        with contextlib.suppress(Exception):
-            self._buf.close()
-        with contextlib.suppress(Exception):
-            self._shm.close_fd()
+        release_mapped(self._shm, self._buf)
 
     def unlink(self) -> None:
-        with contextlib.suppress(posix_ipc.ExistentialError):
-            self._shm.unlink()
+        unlink_mapped(self._shm)
 
     # -- header ---------------------------------------------------------------------------
     @property

@@ -15,7 +15,6 @@ Wake-ups are not here: the rings carry data, a doorbell (an eventfd) says "look"
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 import struct
@@ -23,6 +22,7 @@ import struct
 import posix_ipc
 
 from appliance.shm.layout import LAYOUT_VERSION, RING_HEADER, RING_MAGIC, RING_MESSAGE, MsgType
+from appliance.shm.mapping import release_mapped, unlink_mapped
 
 __all__ = ["Ring", "Channel", "RingFormatError"]
 
@@ -198,11 +198,7 @@ class Channel:
             if ring is not None:
                 ring._pos.release()
                 ring._mv.release()
-        with contextlib.suppress(Exception):
-            self._buf.close()
-        with contextlib.suppress(Exception):
-            self._shm.close_fd()
+        release_mapped(self._shm, self._buf)
 
     def unlink(self) -> None:
-        with contextlib.suppress(posix_ipc.ExistentialError):
-            self._shm.unlink()
+        unlink_mapped(self._shm)
