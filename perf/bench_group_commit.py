@@ -21,11 +21,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient  # noqa: E402
 
-from perf.bench_replication import _create  # noqa: E402
+from perf.bench_replication import _create, three_brokers  # noqa: E402
 from tests.broker_process import BrokerProcess  # noqa: E402
-from tests.cluster.zk import ZooKeeperServer  # noqa: E402
 
 PARTITIONS = 6
 
@@ -68,29 +66,9 @@ def main() -> int:
     with BrokerProcess(work / "single") as b:
         _create(b.bootstrap, "bench", PARTITIONS, 1, {})
         _report("standalone broker          ", _commit_latencies(b.bootstrap, args.commits))
-    zk = ZooKeeperServer(work / "zk").start()
-    brokers = []
-    try:
-        connect = f"{zk.connect}/bench{uuid.uuid4().hex[:6]}"
-        for i in range(3):
-            (work / f"b{i}").mkdir()
-            brokers.append(BrokerProcess(work / f"b{i}", overrides={
-                "zookeeper.connect": connect, "broker.id": str(i)}).start())
-        boot = ",".join(b.bootstrap for b in brokers)
-        deadline = time.monotonic() + 60
-        while len(AdminClient({"bootstrap.servers": boot}).list_topics(timeout=10).brokers) < 3:
-            if time.monotonic() > deadline:
-                raise RuntimeError("brokers did not register")
-            time.sleep(0.5)
+    with three_brokers(work) as (_, boot):
         _create(boot, "bench", PARTITIONS, 3, {})
         _report("3 brokers, offsets RF 3    ", _commit_latencies(boot, args.commits))
-    finally:
-        for b in brokers:
-            try:
-                b.stop()
-            finally:
-                b.kill()
-        zk.kill()
     return 0
 
 

@@ -21,11 +21,13 @@ million records: steadier than records/s on a shared machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -43,6 +45,34 @@ def _brokers_known(boot: str) -> int:
         return len(AdminClient({"bootstrap.servers": boot}).list_topics(timeout=10).brokers)
     except Exception:  # a broker still joining the cluster closes the connection: ask again
         return 0
+
+
+@contextlib.contextmanager
+def three_brokers(work: Path) -> Iterator[tuple[list[BrokerProcess], str]]:
+    """A ZooKeeper and three brokers under ``work``, all registered; stopped on exit.
+    Yields (brokers, bootstrap string)."""
+    zk = ZooKeeperServer(work / "zk").start()
+    brokers: list[BrokerProcess] = []
+    try:
+        connect = f"{zk.connect}/bench{uuid.uuid4().hex[:6]}"
+        for i in range(3):
+            (work / f"b{i}").mkdir()
+            brokers.append(BrokerProcess(work / f"b{i}", overrides={
+                "zookeeper.connect": connect, "broker.id": str(i)}).start())
+        boot = ",".join(b.bootstrap for b in brokers)
+        deadline = time.monotonic() + 60
+        while _brokers_known(boot) < 3:
+            if time.monotonic() > deadline:
+                raise RuntimeError("brokers did not register")
+            time.sleep(0.5)
+        yield brokers, boot
+    finally:
+        for b in brokers:
+            try:
+                b.stop()
+            finally:
+                b.kill()
+        zk.kill()
 
 
 def _create(boot: str, topic: str, partitions: int, rf: int, configs: dict[str, str]) -> None:
@@ -150,20 +180,7 @@ def main() -> int:
     print(f"single broker, acks=1:        {single:12,.0f} records/s  "
           f"broker CPU {single_cpu:.1f} s per 1M records")
 
-    zk = ZooKeeperServer(work / "zk").start()
-    brokers = []
-    try:
-        connect = f"{zk.connect}/bench{uuid.uuid4().hex[:6]}"
-        for i in range(3):
-            (work / f"b{i}").mkdir()
-            brokers.append(BrokerProcess(work / f"b{i}", overrides={
-                "zookeeper.connect": connect, "broker.id": str(i)}).start())
-        boot = ",".join(b.bootstrap for b in brokers)
-        deadline = time.monotonic() + 60
-        while _brokers_known(boot) < 3:
-            if time.monotonic() > deadline:
-                raise RuntimeError("brokers did not register")
-            time.sleep(0.5)
+    with three_brokers(work) as (brokers, boot):
         _create(boot, "bench", args.partitions, 3, {"min.insync.replicas": "2"})
         repl, repl_cpu = _throughput(boot, "bench", args.records, value, args.partitions,
                                      {"acks": "all", "enable.idempotence": True}, brokers)
@@ -178,13 +195,6 @@ def main() -> int:
             print(f"acks=all at {args.rate:,} records/s: p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, "
                   f"max {lat[-1] * 1000:.1f} ms over {len(lat):,} records (target p99 <= 20 ms); "
                   f"mean {statistics.fmean(lat) * 1000:.1f} ms; broker CPU {lat_cpu:.1f} s per 1M records")
-    finally:
-        for b in brokers:
-            try:
-                b.stop()
-            finally:
-                b.kill()
-        zk.kill()
     return 0
 
 
