@@ -16,19 +16,46 @@ from appliance.cluster.zk_paths import BrokerInfo, LeaderIsr
 from appliance.cluster.zk_session import ZkSettings, open_session
 from appliance.protocol.messages.cluster import INTER_BROKER_APIS
 
-__all__ = ["RecordingChannel", "FakeBroker", "wait_for", "force_isr"]
+__all__ = ["RecordingChannel", "FakeBroker", "wait_for", "force_isr", "cluster_metadata", "brokers_known"]
 
 
-def wait_for(pred, timeout: float = 30.0, interval: float = 0.05):
-    """Poll ``pred`` until it returns something truthy; that value, or AssertionError."""
+def wait_for(pred, timeout: float = 30.0, what: str = "the condition", step: float = 0.05):
+    """Poll ``pred`` until it returns something truthy; that value, or AssertionError naming
+    ``what``."""
     deadline = time.monotonic() + timeout
     while True:
         v = pred()
         if v:
             return v
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(step)
+
+
+def cluster_metadata(boot: str):
+    """confluent-kafka's Metadata of a real cluster. A broker still joining (its cluster worker
+    waits for ZooKeeper) closes the connection, a retriable error; list_topics raises it, so
+    ask again for up to a minute."""
+    from confluent_kafka.admin import AdminClient
+
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return AdminClient({"bootstrap.servers": boot}).list_topics(timeout=10)
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def brokers_known(boot: str) -> int:
+    """How many brokers Metadata lists now; 0 while no broker answers."""
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        return len(AdminClient({"bootstrap.servers": boot}).list_topics(timeout=10).brokers)
+    except Exception:  # a broker still joining closes the connection: ask again
+        return 0
 
 
 def force_isr(store, tp, isr) -> None:

@@ -7,6 +7,7 @@ automatic preferred-leader rebalance (the brokers restarted with a short check i
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -24,19 +25,11 @@ from appliance.cluster.zk_paths import TopicPartition
 from appliance.cluster.zk_session import ZkSettings, open_session
 from appliance.cluster.zk_store import ZkStore
 from tests.broker_process import BrokerProcess
+from tests.cluster.harness import wait_for
+
+_wait = functools.partial(wait_for, step=0.2)  # Metadata polls: 5 a second is plenty
 
 SESSION_MS = 6000
-
-
-def _wait(pred, timeout: float, what: str, step: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(step)
 
 
 def _overrides(connect: str, broker_id: int, **extra: str) -> dict[str, str]:

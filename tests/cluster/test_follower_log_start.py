@@ -13,9 +13,9 @@ stamps before its first append; real processes: one ZooKeeper, three `appliance 
 
 from __future__ import annotations
 
+import functools
 import socket
 import struct
-import time
 import uuid
 from pathlib import Path
 
@@ -28,21 +28,15 @@ from appliance.protocol.frames import RESPONSE_HEADER, SIZE
 from appliance.protocol.messages.cluster import OffsetsForLeaderEpoch
 from appliance.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT, read_leader_epoch_checkpoint
 from tests.broker_process import BrokerProcess
+from tests.cluster.harness import brokers_known as _brokers_known
+from tests.cluster.harness import wait_for
+
+_wait = functools.partial(wait_for, step=0.2)  # Metadata polls: 5 a second is plenty
 
 SESSION_MS = 6000
 TOPIC = "edges"
 _HEAD = struct.Struct(">qi")  # a record batch's baseOffset and batchLength
 _LAST_DELTA = struct.Struct(">i")  # lastOffsetDelta, at byte 23 of the batch
-
-
-def _wait(pred, timeout: float, what: str, step: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def _broker(workdir: Path, connect: str, broker_id: int, port: int | None = None) -> BrokerProcess:
@@ -61,13 +55,6 @@ def _partition(boot: str):
     if t is None or t.error is not None or 0 not in t.partitions:
         return None
     return t.partitions[0]
-
-
-def _brokers_known(boot: str) -> int:
-    try:
-        return len(AdminClient({"bootstrap.servers": boot}).list_topics(timeout=10).brokers)
-    except Exception:  # a broker still joining closes the connection: ask again
-        return 0
 
 
 def _produce(boot: str, first: int, count: int, per_batch: int = 10) -> None:

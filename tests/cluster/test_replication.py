@@ -14,6 +14,7 @@ a duplicate broker.id and an unreachable ZooKeeper exit with code 3.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import threading
@@ -26,21 +27,15 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker_process import BrokerProcess
+from tests.cluster.harness import cluster_metadata as _metadata
+from tests.cluster.harness import wait_for
+
+_wait = functools.partial(wait_for, step=0.2)  # Metadata polls: 5 a second is plenty
 
 SESSION_MS = 6000
 TOPIC = "events"
 PARTITIONS = 6
 OFFSETS_PARTITIONS = 3
-
-
-def _wait(pred, timeout: float, what: str, step: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def _broker(workdir: Path, connect: str, broker_id: int, port: int | None = None,
@@ -53,19 +48,6 @@ def _broker(workdir: Path, connect: str, broker_id: int, port: int | None = None
         # Kafka's 50 would put 50 more partitions on every broker: a restart after SIGKILL
         # then recovers for longer than the session timeout the restart test races against
         "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS)})
-
-
-def _metadata(boot: str):
-    # a broker still joining (its cluster worker waits for ZooKeeper) closes the connection, a
-    # retriable error for clients; list_topics raises it, so ask again
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            return AdminClient({"bootstrap.servers": boot}).list_topics(timeout=10)
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")

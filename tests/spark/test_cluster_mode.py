@@ -12,9 +12,9 @@ nothing in that read, and a read after the leadership moved gives the same rows.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
@@ -28,33 +28,16 @@ from spark.datasource import ApplianceBatchReader, _local_path, _read_range
 from spark.options import parse_read_options
 from spark.replicas import dir_owner
 from tests.broker_process import BrokerProcess
+from tests.cluster.harness import cluster_metadata as _metadata
+from tests.cluster.harness import wait_for
 from tests.cluster.zk import ZooKeeperServer
 from tests.spark.conftest import kcat, spark_rows
+
+_wait = functools.partial(wait_for, step=0.2)  # Metadata polls: 5 a second is plenty
 
 TOPIC = "rep"
 PARTITIONS = 3
 SESSION_MS = 6000
-
-
-def _wait(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-def _metadata(boot: str):
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            return AdminClient({"bootstrap.servers": boot}).list_topics(timeout=10)
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
 
 
 def _partitions(boot: str) -> dict[int, tuple[int, tuple[int, ...]]]:
