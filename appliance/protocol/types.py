@@ -184,22 +184,39 @@ def write_string(value: str, out: bytearray) -> None:
     out += raw
 
 
-class _StringType(WireType):
-    min_size = 2
+class _SizedType(WireType):
+    """A length-prefixed string or bytes type, one of a (plain, nullable) pair made by
+    :func:`_sized_pair`: the four variants (compact or not, nullable or not) differ only in
+    name, smallest encoding, empty value and their write/decode functions."""
 
-    def __init__(self, nullable: bool) -> None:
+    def __init__(self, name: str, min_size: int, default: Any, nullable: bool,
+                 write: Any, decode: Any) -> None:
+        self.name = name
+        self.min_size = min_size
+        self.default = default
         self.nullable = nullable
-        self.name = "NullableString" if nullable else "String"
-        self.default = None if nullable else ""
-        self.write = write_nullable_string if nullable else write_string  # type: ignore[method-assign]
-        self.decode = decode_nullable_string if nullable else decode_string  # type: ignore[method-assign]
+        self.write = write  # type: ignore[method-assign]
+        self.decode = decode  # type: ignore[method-assign]
+        self._nullable_twin: WireType = self
 
     def as_nullable(self) -> WireType:
-        return NullableString
+        return self._nullable_twin
 
 
-String = _StringType(False)
-NullableString = _StringType(True)
+def _sized_pair(name: str, min_size: int, empty: Any, write: Any, decode: Any,
+                write_nullable: Any, decode_nullable: Any) -> tuple[_SizedType, _SizedType]:
+    """(plain, nullable) variants of one sized type; "String" -> "NullableString",
+    "CompactBytes" -> "CompactNullableBytes"."""
+    nullable_name = name.replace("Compact", "CompactNullable") if name.startswith("Compact") \
+        else "Nullable" + name
+    plain = _SizedType(name, min_size, empty, False, write, decode)
+    nullable = _SizedType(nullable_name, min_size, None, True, write_nullable, decode_nullable)
+    plain._nullable_twin = nullable
+    return plain, nullable
+
+
+String, NullableString = _sized_pair("String", 2, "", write_string, decode_string,
+                                     write_nullable_string, decode_nullable_string)
 
 
 # --- bytes and records ---------------------------------------------------------------------
@@ -290,22 +307,8 @@ def write_records(value: Any, out: bytearray, parts: list) -> None:
         out += b
 
 
-class _BytesType(WireType):
-    min_size = 4
-
-    def __init__(self, nullable: bool) -> None:
-        self.nullable = nullable
-        self.name = "NullableBytes" if nullable else "Bytes"
-        self.default = None if nullable else b""
-        self.write = write_nullable_bytes if nullable else write_bytes  # type: ignore[method-assign]
-        self.decode = decode_nullable_bytes if nullable else decode_bytes  # type: ignore[method-assign]
-
-    def as_nullable(self) -> WireType:
-        return NullableBytes
-
-
-Bytes = _BytesType(False)
-NullableBytes = _BytesType(True)
+Bytes, NullableBytes = _sized_pair("Bytes", 4, b"", write_bytes, decode_bytes,
+                                   write_nullable_bytes, decode_nullable_bytes)
 
 
 class _RecordsType(WireType):
@@ -581,34 +584,6 @@ def write_compact_records(value: Any, out: bytearray, parts: list) -> None:
         out += b
 
 
-class _CompactStringType(WireType):
-    min_size = 1
-
-    def __init__(self, nullable: bool) -> None:
-        self.nullable = nullable
-        self.name = "CompactNullableString" if nullable else "CompactString"
-        self.default = None if nullable else ""
-        self.write = write_compact_nullable_string if nullable else write_compact_string  # type: ignore[method-assign]
-        self.decode = decode_compact_nullable_string if nullable else decode_compact_string  # type: ignore[method-assign]
-
-    def as_nullable(self) -> WireType:
-        return CompactNullableString
-
-
-class _CompactBytesType(WireType):
-    min_size = 1
-
-    def __init__(self, nullable: bool) -> None:
-        self.nullable = nullable
-        self.name = "CompactNullableBytes" if nullable else "CompactBytes"
-        self.default = None if nullable else b""
-        self.write = write_compact_nullable_bytes if nullable else write_compact_bytes  # type: ignore[method-assign]
-        self.decode = decode_compact_nullable_bytes if nullable else decode_compact_bytes  # type: ignore[method-assign]
-
-    def as_nullable(self) -> WireType:
-        return CompactNullableBytes
-
-
 class _CompactRecordsType(_RecordsType):
     name = "CompactRecords"
     min_size = 1
@@ -628,10 +603,12 @@ class _CompactRecordsType(_RecordsType):
                 out += p
 
 
-CompactString = _CompactStringType(False)
-CompactNullableString = _CompactStringType(True)
-CompactBytes = _CompactBytesType(False)
-CompactNullableBytes = _CompactBytesType(True)
+CompactString, CompactNullableString = _sized_pair(
+    "CompactString", 1, "", write_compact_string, decode_compact_string,
+    write_compact_nullable_string, decode_compact_nullable_string)
+CompactBytes, CompactNullableBytes = _sized_pair(
+    "CompactBytes", 1, b"", write_compact_bytes, decode_compact_bytes,
+    write_compact_nullable_bytes, decode_compact_nullable_bytes)
 CompactRecords = _CompactRecordsType()
 # A UUID (topic ids, KIP-516): 16 raw bytes; the zero UUID means "none".
 Uuid = FixedType("Uuid", "16s", bytes(16))
