@@ -28,6 +28,7 @@ from appliance.errors import (
     UnknownTopicOrPartitionError,
 )
 from spark.catalog import Catalog, PartitionState, _scan_log_dir, _shm_name_from
+from spark.replicas import table_broker_id
 
 __all__ = ["BrokerView", "broker_catalog", "local_broker_id", "BrokerUnreachableError"]
 
@@ -94,20 +95,8 @@ def local_broker_id(log_dirs: tuple[str, ...], shm_name: str | None) -> tuple[in
     name = shm_name or _shm_name_from(log_dirs)
     if not name:
         return None
-    try:
-        import posix_ipc
-
-        from appliance.shm.partition_table import PartitionTable, TableVersionError
-    except ImportError:  # pragma: no cover - posix_ipc is a runtime dependency
-        return None
-    try:
-        table = PartitionTable.attach(f"/{name}-table")
-    except (posix_ipc.ExistentialError, TableVersionError, OSError):
-        return None
-    try:
-        return table.broker_id, name
-    finally:
-        table.close()
+    broker = table_broker_id(name)
+    return None if broker is None else (broker, name)
 
 
 def _known_ids(md) -> set[int]:

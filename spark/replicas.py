@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from spark.catalog import _shm_name_from
 
-__all__ = ["dir_owner", "LocalReplica", "local_replicas", "choose_replica", "META_PROPERTIES"]
+__all__ = ["dir_owner", "LocalReplica", "local_replicas", "choose_replica", "table_broker_id", "META_PROPERTIES"]
 
 META_PROPERTIES = "meta.properties"
 
@@ -44,7 +44,9 @@ def _meta_properties_id(log_dir: str) -> int | None:
     return None
 
 
-def _table_broker_id(shm_name: str) -> int | None:
+def table_broker_id(shm_name: str) -> int | None:
+    """The broker id in the shared partition table named by ``shm_name``; None when it cannot
+    be attached here (broker gone, another host, another layout)."""
     try:
         import posix_ipc
 
@@ -75,7 +77,7 @@ def dir_owner(log_dir: str) -> int | None:
     key = (os.path.abspath(log_dir), stamp)
     if key not in _owners:
         name = _shm_name_from([log_dir])
-        _owners[key] = _table_broker_id(name) if name else None
+        _owners[key] = table_broker_id(name) if name else None
     return _owners[key]
 
 
