@@ -81,13 +81,18 @@ class Stream(threading.Thread):
             self.p.poll(0)
             if i % 20 == 0:
                 time.sleep(self.pace)
+        # What the failed dir never acknowledged would only time out (message.timeout.ms, 20 s)
+        # in the queue: purge it now (reported as errors, never as acknowledged), then drain.
+        self.p.purge()
         self.p.flush(30)
 
 
-def produce_rate(bootstrap: str, partition: int, acks: Acks, seconds: float = 2.0,
+def produce_rate(bootstrap: str, partition: int, acks: Acks, seconds: float = 1.0,
                  windows: int = 3) -> float:
     """The best of ``windows`` measurements of :func:`_rate_once`: the machine is shared, and
-    the best window is the least disturbed estimate of what the broker can do."""
+    the best window is the least disturbed estimate of what the broker can do. One-second
+    windows: every record a probe writes is read back and checked afterwards, and that read
+    (~100k records/s through the consumer) is most of the test's time."""
     return max(_rate_once(bootstrap, partition, acks, seconds) for _ in range(windows))
 
 
@@ -320,8 +325,12 @@ def test_full_disk_takes_only_its_partitions_offline(jbod, capsys):
 
     def fill(disk, acks: Acks) -> None:
         disk.fill(leave_bytes=256 << 10)  # the stream itself writes the last 256 KiB
+        # Done when the disk is nearly full or the broker has already taken the dir offline (a
+        # write can fail with some space left: ext4 allocates in blocks and extents).
+        offline = f"log dir {disk.mount} is offline"
         deadline = time.monotonic() + 30
-        while disk.free_bytes() > 64 << 10 and time.monotonic() < deadline:
+        while (disk.free_bytes() > 64 << 10 and offline not in holder["broker"].log()
+               and time.monotonic() < deadline):
             time.sleep(0.2)
 
     _scenario(holder, disks, fill, "free", capsys)
