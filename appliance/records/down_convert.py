@@ -4,8 +4,10 @@ Same contract and same bytes as :func:`appliance.records.convert.v2_to_legacy`, 
 twin: offsets kept, keys, values, timestamps (magic 1) and each batch's codec kept (one wrapper
 message per compressed batch), headers dropped, control batches skipped. The kernel converts
 uncompressed batches by itself; this module decompresses and recompresses, grows the output and,
-when the kernel finds something malformed, runs the twin for the precise error. Stateless,
-thread-safe (the kernels release the GIL).
+when the kernel finds something malformed, runs the twin for the precise error. One deliberate
+difference: the twin decodes header keys as UTF-8 and refuses a batch whose keys are not; the
+kernel drops headers unread, as Kafka does (it decodes header keys leniently and drops them
+too). Stateless, thread-safe (the kernels release the GIL).
 """
 
 from __future__ import annotations
