@@ -12,9 +12,10 @@ records/s of both (median, min, max) and the median of the per-pair ratios.
 confluent-kafka fills a one-partition topic first (v2 batches, the chosen codec). Each fetcher is
 a plain socket speaking our protocol module (so the client's own decoding is not measured): it
 fetches from offset 0 to the high watermark with 1 MiB per request and counts records from the
-returned offsets. Printed per fetcher: records/s, MB/s of fetched payload, and broker CPU
-(user+sys of the supervisor and all its workers, psutil) per GB of the topic's log; then the
-ratios of the old fetchers to the current one. Medians over --runs.
+returned offsets. Printed per fetcher: records/s, MB/s of fetched payload, broker CPU (user+sys
+of the supervisor and all its workers, psutil) and this client's CPU per GB of the topic's log
+(psutil counts 10 ms ticks: use enough --records); then the ratios of the old fetchers to the
+current one. Medians over --runs, with min and max.
 """
 
 from __future__ import annotations
@@ -180,13 +181,16 @@ def main() -> None:
         fill(b.bootstrap, args.records, args.value_size, args.codec)
         log_bytes = sum(f.stat().st_size for f in Path(b.log_dirs[0]).glob(f"{TOPIC}-0/*.log"))
         rates: dict[str, list[tuple[float, float, float]]] = {name: [] for name, _ in FETCHERS}
+        client: dict[str, list[float]] = {name: [] for name, _ in FETCHERS}  # this process's CPU
         for name, version in FETCHERS:  # untimed: every message decoded once, and a warm-up
             assert fetch_all(b.port, version, args.records, check=True)[0] == args.records, name
         for _ in range(args.runs):
             for name, version in FETCHERS:
+                me0 = sum(psutil.Process().cpu_times()[:2])
                 cpu0, t0 = broker_cpu(b.proc.pid), time.perf_counter()
                 got, size = fetch_all(b.port, version, args.records)
                 dt, cpu = time.perf_counter() - t0, broker_cpu(b.proc.pid) - cpu0
+                client[name].append(sum(psutil.Process().cpu_times()[:2]) - me0)
                 assert got == args.records, (name, got)
                 rates[name].append((got / dt, size / dt / 1e6, cpu / (log_bytes / 1e9)))
     print(f"{args.records} records of {args.value_size} B, codec {args.codec}, log {log_bytes / 1e6:.1f} MB, "
@@ -196,7 +200,8 @@ def main() -> None:
         rs = [r[0] for r in rates[name]]
         cs = [r[2] for r in rates[name]]
         print(f"  {name:22s} {rps:12,.0f} records/s (min {min(rs):,.0f}, max {max(rs):,.0f}) "
-              f"{mbps:7.1f} MB/s  broker CPU {cpu_gb:6.2f} s/GB (min {min(cs):.2f}, max {max(cs):.2f})")
+              f"{mbps:7.1f} MB/s  broker CPU {cpu_gb:6.2f} s/GB (min {min(cs):.2f}, max {max(cs):.2f}), "
+              f"client CPU {statistics.median(client[name]) / (log_bytes / 1e9):6.2f} s/GB")
     cur = med["current (Fetch v11)"]
     for name, _ in FETCHERS[:2]:
         cpu_ratio = f"{med[name][2] / cur[2]:6.1f}x" if cur[2] > 0 else "(current too fast to time: use more --records)"
