@@ -22,7 +22,7 @@ from native.intrinsics import load_u64_le, sse42_crc32_u8, sse42_crc32_u64
 
 __all__ = [
     "crc32c", "crc32", "crc32c_update", "crc32_update", "crc32c_table",
-    "crc32c_raw", "CRC32C_IMPL",
+    "crc32c_raw", "crc32_raw", "CRC32C_IMPL",
 ]
 
 _MASK32 = np.uint64(0xFFFFFFFF)
@@ -124,6 +124,8 @@ def _crc32c_raw_sse42(state, a, start, end):
 
 #: The CRC32C raw-state kernel other kernels call (``crc32c_raw(state, a, start, end)``).
 crc32c_raw = _crc32c_raw_sse42 if HAS_SSE42 else _crc32c_raw_table
+#: The CRC32 (zlib) raw-state kernel other kernels call (``crc32_raw(state, a, start, end)``).
+crc32_raw = _crc32_raw_table
 #: Which CRC32C kernel is in use: "sse4.2" or "table".
 CRC32C_IMPL: str = "sse4.2" if HAS_SSE42 else "table"
 

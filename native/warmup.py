@@ -26,6 +26,12 @@ def warmup() -> None:
     walk_records(batch, 61, len(batch), 2)
     from native.validate import validate_plain_batches
     validate_plain_batches(batch, 1 << 20)
+    from native.batch_layout import HEADER_SIZE
+    from native.down_convert import convert_batches, convert_records, records_bound
+    out = np.empty(records_bound(len(batch)), np.uint8)
+    for magic in (0, 1):
+        convert_batches(np.frombuffer(batch, np.uint8), 0, magic, True, out, 0)
+        convert_records(batch[HEADER_SIZE:], 2, 0, 0, 0, False, 1, magic, magic == 1, out)
 
 
 if __name__ == "__main__":

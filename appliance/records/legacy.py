@@ -27,28 +27,35 @@ from appliance.errors import (
 from appliance.records.compression import DEFAULT_MAX_DECOMPRESSED, codec_of, compress, decompress
 from appliance.records.record_types import Compression, Record, TimestampType
 from native import crc32
+from native.legacy_layout import (
+    CODEC_MASK,
+    CRC_OFFSET,
+    HEADER_V0,
+    HEADER_V1,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    NO_TIMESTAMP,
+    TIMESTAMP_TYPE_BIT,
+)
 
 __all__ = [
     "LegacyMessage", "LegacyEntry", "build_message_set", "iter_message_set", "iter_entries",
     "validate_message_set", "HEADER_V0", "HEADER_V1", "LOG_OVERHEAD", "NO_TIMESTAMP",
 ]
 
-# Declared once per magic; everything else is derived.
-HEADER_V0 = struct.Struct(">qiIbb")   # offset, messageSize, crc, magic, attributes
-HEADER_V1 = struct.Struct(">qiIbbq")  # ... + timestamp
+# The layout is declared once, in native/legacy_layout.py (the kernels read it too).
 _HEADERS = (HEADER_V0, HEADER_V1)
 _ENTRY_PREFIX = struct.Struct(">qi")  # offset, messageSize
-LOG_OVERHEAD = _ENTRY_PREFIX.size     # messageSize counts the bytes after these 12
-_CRC_OFFSET = LOG_OVERHEAD
-_MAGIC_OFFSET = _CRC_OFFSET + 4       # the CRC covers magic..end
+assert _ENTRY_PREFIX.size == LOG_OVERHEAD
+_CRC_OFFSET = CRC_OFFSET
+_MAGIC_OFFSET = MAGIC_OFFSET          # the CRC covers magic..end
 _LEN = struct.Struct(">i")
 _U32 = struct.Struct(">I")
 # Smallest messageSize: header after the prefix, plus two -1 lengths.
 _MIN_SIZE = tuple(h.size - LOG_OVERHEAD + 2 * _LEN.size for h in _HEADERS)
 
-_CODEC_MASK = 0x07
-_TIMESTAMP_TYPE_BIT = 0x08
-NO_TIMESTAMP = -1
+_CODEC_MASK = CODEC_MASK
+_TIMESTAMP_TYPE_BIT = TIMESTAMP_TYPE_BIT
 _LEGACY_CODECS = (Compression.NONE, Compression.GZIP, Compression.SNAPPY, Compression.LZ4)
 
 

@@ -267,3 +267,32 @@ def test_down_conversion_disabled_refuses_old_fetchers(module_broker):
             assert part.error_code == ErrorCode.UNSUPPORTED_VERSION and not part.records
         part = conn.request(1, 4, body).responses[0].partitions[0]
         assert part.error_code == 0 and len(part.records) > 0
+
+
+@pytest.mark.parametrize("ver", [(0, 8, 2), (0, 10)], ids=["magic0", "magic1"])
+def test_old_consumers_read_many_small_fetches(module_broker, ver):
+    """A 5000-byte fetch size: each answer holds a few whole batches (the reader never cuts one),
+    so the old consumer goes through many down-converted answers, each starting where the last
+    ended, across uncompressed and compressed batches with and without headers (the kernel's and
+    the wrapper's paths), and reads every record once, in order."""
+    topic = f"generations-cuts-{ver[1]}"
+    create_topic(module_broker.bootstrap, topic, 1)
+    expected = []
+    for codec in ("none", "lz4", "none", "gzip", "snappy"):
+        p = Producer({"bootstrap.servers": module_broker.bootstrap, "compression.type": codec,
+                      "linger.ms": 50, "batch.num.messages": 25})
+        for i in range(100):
+            k, v = b"%s-%d" % (codec.encode(), i), bytes([i]) * (i % 7 * 20)
+            p.produce(topic, v, k, partition=0, headers=[("h", b"x")] if i % 3 else None)
+            expected.append((len(expected), k, v))
+        assert p.flush(TIMEOUT) == 0
+    c = KafkaConsumer(bootstrap_servers=module_broker.bootstrap, auto_offset_reset="earliest",
+                      enable_auto_commit=False, consumer_timeout_ms=10000, api_version=ver,
+                      max_partition_fetch_bytes=5000, fetch_max_bytes=5000)
+    c.assign([TopicPartition(topic, 0)])
+    got = []
+    deadline = time.monotonic() + TIMEOUT
+    while len(got) < len(expected) and time.monotonic() < deadline:
+        got += [(m.offset, m.key, m.value) for m in c]
+    c.close()
+    assert got == expected

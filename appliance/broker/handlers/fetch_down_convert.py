@@ -3,7 +3,8 @@ understands (v0-1: magic 0, v2-3: magic 1), as Kafka does for clients older than
 
 Only old versions come here: current clients keep the zero-copy path (their records stay
 FileSlices for sendfile), which is Kafka's rule too. Conversion keeps offsets, keys, values,
-timestamps (magic 1) and each batch's codec (one wrapper message per compressed batch); it drops
+timestamps (magic 1) and each batch's codec (one wrapper message per compressed batch), in the
+numba kernel (records/down_convert.py, native/down_convert.py); it drops
 record headers and skips transaction markers, which the old formats cannot carry. A batch the
 old format cannot carry (ZSTD) answers UNSUPPORTED_COMPRESSION_TYPE for its partition, as Kafka
 does; whatever else goes wrong answers that partition's error code, never a broken message set.
@@ -19,7 +20,7 @@ from typing import Any
 from appliance.config import TopicConfig
 from appliance.errors import ErrorCode, KafkaError
 from appliance.protocol.types import FileSlice
-from appliance.records.convert import v2_to_legacy
+from appliance.records.down_convert import down_convert_batches
 
 __all__ = ["magic_for_version", "down_convert"]
 
@@ -66,7 +67,7 @@ def down_convert(ctx: Any, response: Any, version: int) -> Any:
             if size == 0:
                 continue
             try:
-                p.records = v2_to_legacy(_read(records), magic=magic, allow_partial=True)
+                p.records = down_convert_batches(_read(records), magic=magic, allow_partial=True)
             except KafkaError as e:
                 p.records, p.error_code = b"", e.code
             except OSError:
