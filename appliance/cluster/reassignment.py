@@ -1,5 +1,9 @@
-"""The library behind ``appliance reassign-partitions`` (Kafka's ReassignPartitionsCommand,
-ZooKeeper era): --generate, --execute and --verify over Kafka's JSON files.
+"""The library behind ``appliance reassign-partitions`` (Kafka's ReassignPartitionsCommand):
+--generate, --execute, --cancel and --verify over Kafka's JSON files.
+
+The tool starts and cancels reassignments with AlterPartitionReassignments (API 45); the
+controller runs those and the ZooKeeper-era ``/admin/reassign_partitions`` znode (which
+:func:`execute` writes, as Kafka's old tool did) through the same code.
 
 - topics-to-move file: ``{"version":1,"topics":[{"topic":"foo"}]}``
 - reassignment file: ``{"version":1,"partitions":[{"topic":"foo","partition":0,"replicas":[1,2],
@@ -21,7 +25,8 @@ from appliance.cluster.zk_store import ZkStore
 
 __all__ = [
     "ReassignmentError", "parse_topics_to_move", "parse_reassignment", "format_reassignment",
-    "current_assignment", "generate", "execute", "verify", "COMPLETE", "IN_PROGRESS", "FAILED",
+    "current_assignment", "generate", "check_moves", "execute", "verify", "in_progress",
+    "COMPLETE", "IN_PROGRESS", "FAILED",
 ]
 
 COMPLETE, IN_PROGRESS, FAILED = "complete", "in progress", "failed"
@@ -150,15 +155,12 @@ def generate(store: ZkStore, topics: list[str], brokers: list[int], rng: random.
     return current, proposed
 
 
-def execute(store: ZkStore, moves: dict[TopicPartition, tuple[int, ...]]) -> None:
-    """Validate against the cluster and hand the reassignment to the controller.
+def check_moves(store: ZkStore, moves: dict[TopicPartition, tuple[int, ...]]) -> None:
+    """Kafka's checks before a reassignment is asked for.
 
     Raises:
-        ReassignmentError: another reassignment is running, a partition does not exist, or a
-            broker is not registered.
+        ReassignmentError: a partition does not exist, or a broker is not registered.
     """
-    if store.reassignment():
-        raise ReassignmentError("There is an existing assignment running.")
     topics = sorted({tp.topic for tp in moves})
     existing: dict[TopicPartition, tuple[int, ...]] = {}
     for t in topics:
@@ -171,16 +173,41 @@ def execute(store: ZkStore, moves: dict[TopicPartition, tuple[int, ...]]) -> Non
     unknown = sorted({b for r in moves.values() for b in r} - set(store.broker_ids()))
     if unknown:
         raise ReassignmentError("The proposed assignment contains non-existent brokerIDs: " + ",".join(map(str, unknown)))
+
+
+def execute(store: ZkStore, moves: dict[TopicPartition, tuple[int, ...]]) -> None:
+    """The ZooKeeper-era request: validate, then write ``/admin/reassign_partitions`` for the
+    controller (as Kafka's old tool and ZooKeeper tooling do).
+
+    Raises:
+        ReassignmentError: another reassignment is running, a partition does not exist, or a
+            broker is not registered.
+    """
+    if store.reassignment():
+        raise ReassignmentError("There is an existing assignment running.")
+    check_moves(store, moves)
     store.request_reassignment(moves)
+
+
+def in_progress(store: ZkStore, tps: list[TopicPartition]) -> set[TopicPartition]:
+    """Those of ``tps`` still moving: in /admin/reassign_partitions, or with replicas being
+    added or removed in their topic znode (where the API's reassignments are kept)."""
+    pending = store.reassignment()
+    out = {tp for tp in tps if tp in pending}
+    for t in sorted({tp.topic for tp in tps}):
+        a = store.assignment(t)
+        if a is not None:
+            out |= {tp for tp in tps if tp.topic == t and (a.adding.get(tp.partition) or a.removing.get(tp.partition))}
+    return out
 
 
 def verify(store: ZkStore, moves: dict[TopicPartition, tuple[int, ...]]) -> dict[TopicPartition, str]:
     """Per partition: COMPLETE (its replicas are the target and nothing is pending),
-    IN_PROGRESS (still in /admin/reassign_partitions), or FAILED."""
-    pending = store.reassignment()
+    IN_PROGRESS (still moving, see :func:`in_progress`), or FAILED."""
+    moving = in_progress(store, list(moves))
     out = {}
     for tp, target in sorted(moves.items()):
-        if tp in pending:
+        if tp in moving:
             out[tp] = IN_PROGRESS
             continue
         a = store.assignment(tp.topic)
