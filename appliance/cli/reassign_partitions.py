@@ -1,8 +1,8 @@
 """`appliance reassign-partitions`: Kafka's kafka-reassign-partitions.sh.
 
     appliance reassign-partitions --zookeeper ZK --generate --topics-to-move-json-file F --broker-list 0,1,2
-    appliance reassign-partitions --zookeeper ZK --execute --reassignment-json-file F [--additional]
-    appliance reassign-partitions --zookeeper ZK --verify --reassignment-json-file F
+    appliance reassign-partitions --zookeeper ZK --execute --reassignment-json-file F [--additional] [--throttle B]
+    appliance reassign-partitions --zookeeper ZK --verify --reassignment-json-file F [--preserve-throttles]
     appliance reassign-partitions --zookeeper ZK --cancel --reassignment-json-file F
 
 ``--bootstrap-server H:P`` instead of ``--zookeeper`` asks that broker for its
@@ -10,7 +10,9 @@
 AlterPartitionReassignments (API 45) to the controller, the path admin clients take; the
 controller adds the new replicas, waits until they are in the ISR, moves leadership to the
 first of the new list, and stops and deletes the replicas no longer wanted. --cancel puts the
-listed partitions back on their original replicas. Bad files and requests print Kafka's message
+listed partitions back on their original replicas. ``--throttle`` writes Kafka's replication
+throttle configs (:mod:`appliance.cluster.replication_throttle`); --verify removes them once
+nothing of the file is still moving. Bad files and requests print Kafka's message
 and exit 1 with nothing changed (:mod:`appliance.cluster.reassignment`).
 """
 
@@ -52,6 +54,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--broker-list", metavar="0,1,2", help="brokers to spread over (--generate)")
     p.add_argument("--additional", action="store_true",
                    help="--execute even while other reassignments are in progress")
+    p.add_argument("--throttle", type=int, default=-1, metavar="BYTES/S",
+                   help="--execute: cap the replication of the moving replicas at this rate "
+                        "(--verify removes it once every partition has moved)")
+    p.add_argument("--preserve-throttles", action="store_true",
+                   help="--verify, --cancel: leave the throttle in place")
     p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                    help="ZooKeeper and broker connection timeout (default 30)")
 
@@ -181,9 +188,16 @@ def run(args: argparse.Namespace) -> int:
             lib.check_moves(store, moves)
             if not args.additional and _ongoing(locate, args.timeout):
                 raise CliError(_EXISTING)
+            if args.throttle >= 0:
+                # set before the move starts, so the new replicas never fetch unthrottled
+                lib.set_throttle(store, moves, rollback, args.throttle)
             refused = _alter(locate, moves, args.timeout)
             if refused:
                 raise CliError(_errors("Error reassigning partition(s):", refused))
+            if args.throttle >= 0:
+                print("Warning: You must run --verify periodically, until the reassignment completes, "
+                      "to ensure the throttle is removed.")
+                print(f"The inter-broker throttle limit was set to {args.throttle} B/s")
             print("Current partition replica assignment")
             print()
             print(lib.format_reassignment(rollback))
@@ -201,6 +215,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"No reassignment was in progress for: {','.join(idle)}")
             if failed:
                 raise CliError(_errors("Error cancelling partition reassignment(s):", failed))
+            if not args.preserve_throttles and lib.remove_throttle(store, sorted({tp.topic for tp in moves})):
+                print("Throttle was removed.")
         else:
             status = lib.verify(store, moves)
             print("Status of partition reassignment:")
@@ -208,6 +224,9 @@ def run(args: argparse.Namespace) -> int:
                 said = {lib.COMPLETE: "completed successfully", lib.IN_PROGRESS: "is still in progress",
                         lib.FAILED: "failed"}[state]
                 print(f"Reassignment of partition {tp} {said}")
+            if lib.IN_PROGRESS not in status.values() and not args.preserve_throttles:
+                if lib.remove_throttle(store, sorted({tp.topic for tp in moves})):
+                    print("Throttle was removed.")
             if lib.FAILED in status.values():
                 return 1
     except lib.ReassignmentError as e:

@@ -19,6 +19,7 @@ import json
 import random
 from typing import Any
 
+from appliance.cluster import replication_throttle as rt
 from appliance.cluster.assignment import InvalidReplicationFactor, assign_replicas
 from appliance.cluster.zk_paths import TopicPartition
 from appliance.cluster.zk_store import ZkStore
@@ -26,6 +27,7 @@ from appliance.cluster.zk_store import ZkStore
 __all__ = [
     "ReassignmentError", "parse_topics_to_move", "parse_reassignment", "format_reassignment",
     "current_assignment", "generate", "check_moves", "execute", "verify", "in_progress",
+    "set_throttle", "remove_throttle",
     "COMPLETE", "IN_PROGRESS", "FAILED",
 ]
 
@@ -213,3 +215,40 @@ def verify(store: ZkStore, moves: dict[TopicPartition, tuple[int, ...]]) -> dict
         a = store.assignment(tp.topic)
         out[tp] = COMPLETE if a is not None and a.partitions.get(tp.partition) == tuple(target) else FAILED
     return out
+
+
+def set_throttle(store: ZkStore, moves: dict[TopicPartition, tuple[int, ...]],
+                 current: dict[TopicPartition, tuple[int, ...]], rate: int) -> None:
+    """Kafka's --throttle: both replication rates on every broker a moving partition is or will
+    be on; per topic, the replicas each moving partition has (leader side) and the ones being
+    added (follower side). Other configs of the topics and brokers are kept."""
+    moving = {tp: r for tp, r in moves.items() if current.get(tp) != tuple(r)}
+    for b in sorted({b for tp, r in moving.items() for b in (*r, *current.get(tp, ()))}):
+        cfg = store.broker_config(b)
+        cfg.update({rt.LEADER_RATE: str(rate), rt.FOLLOWER_RATE: str(rate)})
+        store.set_broker_config(b, cfg)
+    for t in sorted({tp.topic for tp in moving}):
+        mine = {tp: r for tp, r in moving.items() if tp.topic == t}
+        cfg = store.topic_config(t)
+        cfg[rt.LEADER_REPLICAS] = rt.format_replicas(
+            (tp.partition, b) for tp in mine for b in current.get(tp, ()))
+        cfg[rt.FOLLOWER_REPLICAS] = rt.format_replicas(
+            (tp.partition, b) for tp, r in mine.items() for b in r if b not in current.get(tp, ()))
+        store.set_topic_config(t, cfg)
+
+
+def remove_throttle(store: ZkStore, topics: list[str]) -> bool:
+    """Take the throttle off every registered broker and ``topics``; True if any was set."""
+    removed = False
+    for b in store.broker_ids():
+        cfg = store.broker_config(b)
+        if rt.LEADER_RATE in cfg or rt.FOLLOWER_RATE in cfg:
+            store.set_broker_config(b, {k: v for k, v in cfg.items()
+                                        if k not in (rt.LEADER_RATE, rt.FOLLOWER_RATE)})
+            removed = True
+    for t in topics:
+        cfg = store.topic_config(t)
+        if rt.REPLICATION_KEYS & set(cfg):
+            store.set_topic_config(t, {k: v for k, v in cfg.items() if k not in rt.REPLICATION_KEYS})
+            removed = True
+    return removed

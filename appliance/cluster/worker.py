@@ -41,6 +41,7 @@ from appliance.cluster.local_replicas import LocalReplicas
 from appliance.cluster.member import ClusterMember
 from appliance.cluster.reassignment_api import answer_alter_reassignments, answer_list_reassignments
 from appliance.cluster.registry import BrokerIdInUse
+from appliance.cluster.replication_throttle import ThrottleSettings
 from appliance.cluster.wire_channel import WireChannel
 from appliance.cluster.zk_session import ZooKeeperUnreachable, open_session
 from appliance.cluster.zk_store import ZkStore
@@ -108,7 +109,8 @@ class ClusterWorker:
             return EXIT_BOOT_ERROR
         store = ZkStore(self.member.client)
         self.store = store
-        self.fetcher = ReplicaFetcher(ctx, store, self.broker_id)
+        self.fetcher = ReplicaFetcher(ctx, store, self.broker_id,
+                                      ThrottleSettings(self.member.client, self.broker_id))
         self.replicas = LocalReplicas(ctx, self.member.leadership, area, store, self.fetcher)
         isr = IsrManager(ctx, self.member.leadership, area, store, self.replicas.lock)
         isr_task = asyncio.ensure_future(isr.run())

@@ -1,7 +1,7 @@
 """The cluster's operator tools against a real cluster (one ZooKeeper, three `appliance serve`
 brokers, shared by the module): `appliance reassign-partitions` while an acks=all idempotent
 confluent-kafka producer runs, AlterPartitionReassignments / ListPartitionReassignments with kafka-python
-and `reassign-partitions --cancel`, `appliance leader-election` (preferred and unclean, through
+and `reassign-partitions --cancel`, a move under `--throttle`, `appliance leader-election` (preferred and unclean, through
 ElectLeaders), the old tools' /admin/preferred_replica_election, and last the controller's
 automatic preferred-leader rebalance (the brokers restarted with a short check interval).
 """
@@ -328,6 +328,50 @@ def test_reassignment_api_with_kafka_python_and_cancel(cluster, tmp_path):
             got_values += [m.value for m in msgs]
     c.close()
     assert got_values == [b"r%04d" % i for i in range(200)]
+
+
+def test_throttled_reassignment_is_capped_and_verify_removes_the_throttle(cluster, tmp_path):
+    """--throttle 200000 B/s on a move that copies ~3 MB to a new replica: Kafka's configs are
+    written, the copy takes well over what it takes unthrottled (< 3 s here), --verify reports
+    completion and removes the throttle, and the new replica has every record."""
+    from appliance.cluster import replication_throttle as rt
+    from appliance.cluster.reassignment import COMPLETE, verify
+
+    boot, brokers, store = cluster["boot"], cluster["brokers"], cluster["store"]
+    topic, rate, n = "slow", 200_000, 3000
+    controller = _controller(boot)
+    home, newcomer = [i for i in range(3) if i != controller]
+    _create(boot, topic, [[home]])
+    p = Producer({"bootstrap.servers": boot, "acks": "all", "linger.ms": 5})
+    for i in range(n):
+        p.produce(topic, (b"%06d" % i) * 166 + b"....", partition=0)  # 1000 bytes
+    assert p.flush(60) == 0
+    plan = _write(tmp_path, "slow.json", {"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [home, newcomer]}]})
+    started = time.monotonic()
+    ex = _tool("reassign-partitions", "--zookeeper", cluster["connect"], "--execute",
+               "--reassignment-json-file", plan, "--throttle", str(rate))
+    assert ex.returncode == 0, ex.stdout + ex.stderr
+    assert f"The inter-broker throttle limit was set to {rate} B/s" in ex.stdout
+    assert store.broker_config(newcomer)[rt.FOLLOWER_RATE] == str(rate)
+    assert store.broker_config(home)[rt.LEADER_RATE] == str(rate)
+    cfg = store.topic_config(topic)
+    assert cfg[rt.FOLLOWER_REPLICAS] == f"0:{newcomer}" and cfg[rt.LEADER_REPLICAS] == f"0:{home}"
+    tp = TopicPartition(topic, 0)
+    _wait(lambda: verify(store, {tp: (home, newcomer)}) == {tp: COMPLETE}, 120, "the throttled move", step=0.5)
+    took = time.monotonic() - started
+    # ~3.1 MB at 200 kB/s with one second's burst: about 14 s
+    assert took > 8, f"the throttled move took only {took:.1f} s"
+    v = _tool("reassign-partitions", "--zookeeper", cluster["connect"], "--verify", "--reassignment-json-file", plan)
+    assert v.returncode == 0 and "completed successfully" in v.stdout and "Throttle was removed." in v.stdout, v.stdout
+    assert rt.FOLLOWER_RATE not in store.broker_config(newcomer) and rt.LEADER_RATE not in store.broker_config(home)
+    assert not rt.REPLICATION_KEYS & set(store.topic_config(topic))
+    # the new replica has everything: it leads once the original stops
+    ps = _wait(lambda: (ps := _partitions(boot, topic)) and sorted(ps[0][2]) == sorted([home, newcomer]) and ps,
+               60, "both replicas in the ISR")
+    assert ps[0][1] == [home, newcomer]
+    seg = Path(brokers[newcomer].log_dirs[0]) / f"{topic}-0" / "00000000000000000000.log"
+    assert seg.stat().st_size > n * 1000
 
 
 def _leaders(boot: str, topic: str) -> dict[int, int]:
