@@ -179,27 +179,24 @@ class ReplicaFetcher:
         return {TopicPartition(t.topic, p.partition): (p.error_code, p.leader_epoch, p.end_offset)
                 for t in resp.topics for p in t.partitions}
 
-    def _throttled(self, parts: dict[TopicPartition, Any]) -> set[TopicPartition]:
-        if self.throttle is None or self.throttle.follower_rate is None:
-            return set()
-        return {tp for tp in parts if self.throttle.throttled(tp)}
-
-    def _over_rate(self) -> bool:
-        rate = self.throttle.follower_rate if self.throttle is not None else None
-        return rate is not None and self.limiter.exceeded(rate)
-
     async def _fetch_once(self, leader: int, conn: ClientConnection, reader: Any, writer: Any) -> None:
         parts = dict(self.followed.get(leader, {}))
         table = self.ctx.table
-        throttled = self._throttled(parts)
-        held = throttled & self.lagging if self._over_rate() else set()
+        # one read of the rate per round: the watch may change it meanwhile
+        rate = self.throttle.follower_rate if self.throttle is not None else None
+        throttled = {tp for tp in parts if self.throttle.throttled(tp)} if rate is not None else set()
+        held = throttled & self.lagging if throttled and self.limiter.exceeded(rate) else set()
+        # a throttled replica catching up asks for at most one second's worth per fetch, so
+        # the rate holds fetch by fetch (the leader still sends at least one whole batch)
+        capped = min(self.max_bytes, max(rate or 0, 1))
         by_topic: dict[str, list[dict]] = {}
         for tp, (slot, _disk) in parts.items():
             if tp in self.truncating or tp in held:
                 continue
             leo = table.offsets(slot)[0]
+            limit = capped if tp in throttled and tp in self.lagging else self.max_bytes
             by_topic.setdefault(tp.topic, []).append(
-                {"partition": tp.partition, "fetch_offset": leo, "partition_max_bytes": self.max_bytes})
+                {"partition": tp.partition, "fetch_offset": leo, "partition_max_bytes": limit})
         if not by_topic and held:
             await asyncio.sleep(_THROTTLED_IDLE_S)  # all held back: nothing to ask for yet
             return
