@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
-import time
 from pathlib import Path
 from typing import Any
 
 from appliance.cli.common import add_bootstrap, connect, metadata
+from appliance.cli.controller_request import ask_controller
 from appliance.cli.main import CliError
 from appliance.errors import ErrorCode
 
@@ -28,7 +27,6 @@ __all__ = ["add_arguments", "run", "parse_partitions_file", "elect"]
 _TYPES = {"preferred": 0, "unclean": 1}
 _ELECT_LEADERS = 43
 _VERSION = 1  # the first with election_type (KIP-460)
-_RETRY_S = 0.5
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -66,28 +64,6 @@ def parse_partitions_file(text: str) -> list[tuple[str, int]]:
     return out
 
 
-def _call(host: str, port: int, body: dict, timeout: float) -> Any:
-    """One ElectLeaders request on its own connection (the API is not in the client registry:
-    a standalone broker does not serve it)."""
-    from appliance.cluster.wire_channel import encode_request
-    from appliance.protocol.frames import RESPONSE_HEADER, SIZE
-    from appliance.protocol.messages.cluster import ElectLeaders
-
-    def read(s: socket.socket, n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = s.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError(f"broker {host}:{port} closed the connection")
-            buf += chunk
-        return buf
-
-    with socket.create_connection((host, port), timeout=timeout) as s:
-        s.sendall(encode_request(ElectLeaders.API_KEY, _VERSION, 1, "appliance-leader-election", body))
-        (size,) = SIZE.unpack(read(s, SIZE.size))
-        return ElectLeaders.decode_response(_VERSION, read(s, size), RESPONSE_HEADER.size)
-
-
 def elect(args: argparse.Namespace, election_type: int,
           partitions: list[tuple[str, int]] | None) -> Any:
     """The controller's ElectLeaders answer. Raises CliError when no controller answers."""
@@ -97,26 +73,17 @@ def elect(args: argparse.Namespace, election_type: int,
     body = {"election_type": election_type, "timeout_ms": int(args.timeout * 1000),
             "topic_partitions": None if partitions is None else [
                 {"topic": t, "partition_id": ps} for t, ps in by_topic.items()]}
-    deadline = time.monotonic() + args.timeout
-    last = "no controller"
     with connect(args) as conn:
         if _ELECT_LEADERS not in conn.versions:
             raise CliError(f"broker {conn.address} does not serve ElectLeaders: it is a standalone "
                            "broker (no zookeeper.connect), where there is no leader to elect")
-        while True:
+
+        def locate() -> tuple[int, dict[int, tuple[str, int]]]:
             md = metadata(conn, [])
-            brokers = {b.node_id: (b.host, b.port) for b in md.brokers}
-            if md.controller_id in brokers:
-                try:
-                    answer = _call(*brokers[md.controller_id], body, args.timeout)
-                    if answer.error_code != ErrorCode.NOT_CONTROLLER:
-                        return answer
-                    last = f"broker {md.controller_id} is no longer the controller"
-                except (OSError, ConnectionError) as e:
-                    last = f"controller {md.controller_id}: {e}"
-            if time.monotonic() + _RETRY_S > deadline:
-                raise CliError(f"leader election failed: {last}")
-            time.sleep(_RETRY_S)
+            return md.controller_id, {b.node_id: (b.host, b.port) for b in md.brokers}
+
+        return ask_controller(locate, _ELECT_LEADERS, _VERSION, body, args.timeout, "leader election",
+                              client_id="appliance-leader-election")
 
 
 def run(args: argparse.Namespace) -> int:

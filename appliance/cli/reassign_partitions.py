@@ -1,15 +1,19 @@
-"""`appliance reassign-partitions`: Kafka's kafka-reassign-partitions.sh (ZooKeeper era).
+"""`appliance reassign-partitions`: Kafka's kafka-reassign-partitions.sh.
 
     appliance reassign-partitions --zookeeper ZK --generate --topics-to-move-json-file F --broker-list 0,1,2
-    appliance reassign-partitions --zookeeper ZK --execute --reassignment-json-file F
-    appliance reassign-partitions --zookeeper ZK --verify --reassignment-json-file F
+    appliance reassign-partitions --zookeeper ZK --execute --reassignment-json-file F [--additional] [--throttle B]
+    appliance reassign-partitions --zookeeper ZK --verify --reassignment-json-file F [--preserve-throttles]
+    appliance reassign-partitions --zookeeper ZK --cancel --reassignment-json-file F
 
 ``--bootstrap-server H:P`` instead of ``--zookeeper`` asks that broker for its
-``zookeeper.connect`` (DescribeConfigs) and goes on the same way: the request is written to
-``/admin/reassign_partitions``, where the controller picks it up, adds the new replicas, waits
-until they are in the ISR, moves leadership to the first of the new list, and stops and deletes
-the replicas no longer wanted. Bad files and requests print Kafka's message and exit 1 with
-nothing written (:mod:`appliance.cluster.reassignment`).
+``zookeeper.connect`` (DescribeConfigs) and goes on the same way. --execute and --cancel send
+AlterPartitionReassignments (API 45) to the controller, the path admin clients take; the
+controller adds the new replicas, waits until they are in the ISR, moves leadership to the
+first of the new list, and stops and deletes the replicas no longer wanted. --cancel puts the
+listed partitions back on their original replicas. ``--throttle`` writes Kafka's replication
+throttle configs (:mod:`appliance.cluster.replication_throttle`); --verify removes them once
+nothing of the file is still moving. Bad files and requests print Kafka's message
+and exit 1 with nothing changed (:mod:`appliance.cluster.reassignment`).
 """
 
 from __future__ import annotations
@@ -18,12 +22,18 @@ import argparse
 import logging
 from pathlib import Path
 
+from appliance.cli.common import check
+from appliance.cli.controller_request import ask_controller
 from appliance.cli.main import CliError
 from appliance.client.connection import BrokerConnection, ConnectionFailed, parse_bootstrap
+from appliance.errors import ErrorCode
 
 __all__ = ["add_arguments", "run", "zookeeper_of"]
 
 _BROKER_RESOURCE = 4
+_ALTER, _LIST = 45, 46  # AlterPartitionReassignments v0, ListPartitionReassignments v0
+_EXISTING = ("Cannot execute because there is an existing partition assignment.  Use --additional to "
+             "override this and create a new partition assignment in addition to the existing one.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,10 +46,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         help="propose an assignment of --topics-to-move-json-file over --broker-list")
     action.add_argument("--execute", action="store_true", help="start the reassignment in --reassignment-json-file")
     action.add_argument("--verify", action="store_true", help="report the state of each partition of the file")
+    action.add_argument("--cancel", action="store_true",
+                        help="cancel the reassignments of the partitions in --reassignment-json-file")
     p.add_argument("--topics-to-move-json-file", metavar="FILE", help='{"version":1,"topics":[{"topic":"t"}]}')
     p.add_argument("--reassignment-json-file", metavar="FILE",
                    help='{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2]}]}')
     p.add_argument("--broker-list", metavar="0,1,2", help="brokers to spread over (--generate)")
+    p.add_argument("--additional", action="store_true",
+                   help="--execute even while other reassignments are in progress")
+    p.add_argument("--throttle", type=int, default=-1, metavar="BYTES/S",
+                   help="--execute: cap the replication of the moving replicas at this rate "
+                        "(--verify removes it once every partition has moved)")
+    p.add_argument("--preserve-throttles", action="store_true",
+                   help="--verify, --cancel: leave the throttle in place")
     p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                    help="ZooKeeper and broker connection timeout (default 30)")
 
@@ -89,6 +108,37 @@ def zookeeper_of(bootstrap: str, timeout: float) -> str:
     raise CliError("; ".join(errors))
 
 
+def _alter(locate, moves: dict, timeout: float) -> dict:
+    """AlterPartitionReassignments to the controller: partition name -> (error code, message)
+    for each partition the controller refused."""
+    by_topic: dict[str, list[dict]] = {}
+    for tp, replicas in sorted(moves.items()):
+        by_topic.setdefault(tp.topic, []).append(
+            {"partition_index": tp.partition, "replicas": None if replicas is None else list(replicas)})
+    body = {"timeout_ms": int(timeout * 1000),
+            "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+    answer = ask_controller(locate, _ALTER, 0, body, timeout, "reassignment")
+    if answer.error_code:
+        check(answer.error_code, "reassignment failed", answer.error_message)
+    return {f"{t.name}-{p.partition_index}": (p.error_code, p.error_message)
+            for t in answer.responses for p in t.partitions if p.error_code}
+
+
+def _ongoing(locate, timeout: float) -> list[str]:
+    """The partitions the controller is reassigning (ListPartitionReassignments)."""
+    answer = ask_controller(locate, _LIST, 0, {"timeout_ms": int(timeout * 1000), "topics": None},
+                            timeout, "listing reassignments")
+    if answer.error_code:
+        check(answer.error_code, "listing reassignments failed", answer.error_message)
+    return sorted(f"{t.name}-{p.partition_index}" for t in answer.topics for p in t.partitions)
+
+
+def _errors(title: str, refused: dict) -> str:
+    lines = [f"{tp}: {ErrorCode(code).name if code in ErrorCode._value2member_map_ else code}"
+             + (f" ({message})" if message else "") for tp, (code, message) in sorted(refused.items())]
+    return title + "\n" + "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
     # kazoo and the cluster modules are imported only by the tools that need them
     from appliance.cluster import reassignment as lib
@@ -118,6 +168,10 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(str(e)) from e
     try:
         store = ZkStore(client)
+
+        def locate() -> tuple[int, dict[int, tuple[str, int]]]:
+            return store.controller_id(), {b: (i.host, i.port) for b, i in store.brokers().items()}
+
         if args.generate:
             current, proposed = lib.generate(store, topics, brokers)
             print("Current partition replica assignment")
@@ -128,16 +182,41 @@ def run(args: argparse.Namespace) -> int:
         elif args.execute:
             rollback = {}
             for t in sorted({tp.topic for tp in moves}):
-                a = store.assignment(t)  # a missing topic: execute() names it below
+                a = store.assignment(t)  # a missing topic: check_moves() names it below
                 rollback.update({tp: r for tp in moves if tp.topic == t and a is not None
                                  and (r := a.partitions.get(tp.partition)) is not None})
-            lib.execute(store, moves)
+            lib.check_moves(store, moves)
+            if not args.additional and _ongoing(locate, args.timeout):
+                raise CliError(_EXISTING)
+            if args.throttle >= 0:
+                # set before the move starts, so the new replicas never fetch unthrottled
+                lib.set_throttle(store, moves, rollback, args.throttle)
+            refused = _alter(locate, moves, args.timeout)
+            if refused:
+                raise CliError(_errors("Error reassigning partition(s):", refused))
+            if args.throttle >= 0:
+                print("Warning: You must run --verify periodically, until the reassignment completes, "
+                      "to ensure the throttle is removed.")
+                print(f"The inter-broker throttle limit was set to {args.throttle} B/s")
             print("Current partition replica assignment")
             print()
             print(lib.format_reassignment(rollback))
             print()
             print("Save this to use as the --reassignment-json-file option during rollback")
             print("Successfully started reassignment of partitions.")
+        elif args.cancel:
+            refused = _alter(locate, dict.fromkeys(moves), args.timeout)
+            idle = sorted(tp for tp, (code, _) in refused.items() if code == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS)
+            failed = {tp: e for tp, e in refused.items() if tp not in idle}
+            cancelled = [str(tp) for tp in sorted(moves) if str(tp) not in refused]
+            if cancelled:
+                print(f"Successfully cancelled partition reassignment(s) for: {','.join(cancelled)}")
+            if idle:
+                print(f"No reassignment was in progress for: {','.join(idle)}")
+            if failed:
+                raise CliError(_errors("Error cancelling partition reassignment(s):", failed))
+            if not args.preserve_throttles and lib.remove_throttle(store, sorted({tp.topic for tp in moves})):
+                print("Throttle was removed.")
         else:
             status = lib.verify(store, moves)
             print("Status of partition reassignment:")
@@ -145,6 +224,9 @@ def run(args: argparse.Namespace) -> int:
                 said = {lib.COMPLETE: "completed successfully", lib.IN_PROGRESS: "is still in progress",
                         lib.FAILED: "failed"}[state]
                 print(f"Reassignment of partition {tp} {said}")
+            if lib.IN_PROGRESS not in status.values() and not args.preserve_throttles:
+                if lib.remove_throttle(store, sorted({tp.topic for tp in moves})):
+                    print("Throttle was removed.")
             if lib.FAILED in status.values():
                 return 1
     except lib.ReassignmentError as e:

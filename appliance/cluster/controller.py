@@ -618,32 +618,91 @@ class Controller:
             self._maybe_complete_reassignment(tp)
 
     def process_ReassignPartitions(self, event: ev.ReassignPartitions) -> None:
+        """/admin/reassign_partitions (the ZooKeeper-era tools): each entry goes through
+        :meth:`_reassign`, as AlterPartitionReassignments does; refused entries are dropped from
+        the znode, the rest stay there until they complete."""
         if not self.active or not self.store.watch_reassignment(self._enqueue(ev.ReassignPartitions)):
             return
         moves = self.store.reassignment()
-        keep = dict(moves)
+        refused = set()
         for tp, target in sorted(moves.items()):
-            if tp in self.ctx.reassigning:
-                continue
-            problem = self._reassignment_problem(tp, target)
-            if problem or tuple(target) == self.ctx.replicas.get(tp):
-                if problem:
-                    log.error("reassignment of %s to %s refused: %s", tp, list(target), problem)
-                del keep[tp]
-                continue
-            self.ctx.reassigning[tp] = Reassignment(self.ctx.replicas[tp], tuple(target))
-            self._start_reassignment(tp)
+            code, why = self._reassign(tp, tuple(target))
+            if code:
+                log.error("reassignment of %s to %s refused: %s", tp, list(target), why)
+                refused.add(tp)
+        keep = {tp: t for tp, t in moves.items() if tp not in refused and tp in self.ctx.reassigning}
         if keep != moves:
-            self.store.set_reassignment({tp: t for tp, t in keep.items() if tp in self.ctx.reassigning})
+            self.store.set_reassignment(keep)
 
-    def _reassignment_problem(self, tp: TopicPartition, target: tuple[int, ...]) -> str | None:
-        if tp not in self.ctx.replicas or tp.topic in self.ctx.topics_deleting:
-            return "unknown partition"
-        if not target or len(set(target)) != len(target):
-            return "empty or duplicate replica list"
-        missing = sorted(set(target) - set(self.ctx.live))
+    def process_AlterPartitionReassignments(self, event: ev.AlterPartitionReassignments) -> None:
+        """AlterPartitionReassignments (API 45): the same :meth:`_reassign` per partition. An
+        accepted partition leaves /admin/reassign_partitions, so a znode entry cannot restart
+        what the API changed or cancelled (Kafka does the same)."""
+        if not self.active:
+            if event.reply is not None:
+                event.reply(None)
+            return
+        results = {tp: self._reassign(tp, target, event.same_replication_factor)
+                   for tp, target in sorted(event.moves.items(), key=lambda kv: kv[0])}
+        pending = self.store.reassignment()
+        left = {tp: t for tp, t in pending.items() if not (tp in results and results[tp][0] == ErrorCode.NONE)}
+        if left != pending:
+            self.store.set_reassignment(left)
+        if event.reply is not None:
+            event.reply(results)
+
+    def process_ListPartitionReassignments(self, event: ev.ListPartitionReassignments) -> None:
+        if not self.active:
+            if event.reply is not None:
+                event.reply(None)
+            return
+        ctx = self.ctx
+        # a cancel still waiting for an original replica to catch up moves nothing: not listed
+        listed = {tp: (ctx.replicas[tp], r.adding, r.removing) for tp, r in ctx.reassigning.items()
+                  if r.target != r.original and (event.partitions is None or tp in event.partitions)}
+        if event.reply is not None:
+            event.reply(listed)
+
+    def _reassign(self, tp: TopicPartition, target: tuple[int, ...] | None,
+                  same_replication_factor: bool = False) -> tuple[ErrorCode, str | None]:
+        """Start, redirect or (``target`` None) cancel ``tp``'s reassignment: the one path of
+        both the znode and the API. Returns (error code, message) as AlterPartitionReassignments
+        answers them; on an error nothing has changed."""
+        ctx = self.ctx
+        if tp not in ctx.replicas or tp.topic in ctx.topics_deleting:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {tp} does not exist"
+        current = ctx.reassigning.get(tp)
+        if target is None:
+            if current is None or current.target == current.original:
+                return ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, f"no reassignment of {tp} is in progress"
+            target = current.original  # cancel: back to the replicas it had
+        else:
+            problem = self._replica_list_problem(target)
+            if problem:
+                return ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem
+        original = current.original if current is not None else ctx.replicas[tp]
+        if same_replication_factor and len(target) != len(original):
+            return (ErrorCode.INVALID_REPLICATION_FACTOR, f"the replication factor of {tp} would change "
+                    f"from {len(original)} to {len(target)}, and allow_replication_factor_change is false")
+        if current is not None and current.target == target:
+            return ErrorCode.NONE, None  # already on its way there
+        if current is None and target == ctx.replicas[tp]:
+            return ErrorCode.NONE, None  # nothing to move
+        ctx.reassigning[tp] = Reassignment(original, target)
+        self._start_reassignment(tp)
+        return ErrorCode.NONE, None
+
+    def _replica_list_problem(self, target: tuple[int, ...]) -> str | None:
+        """Kafka's validateReplicas messages (all INVALID_REPLICA_ASSIGNMENT)."""
+        if not target:
+            return "Empty replica list specified in partition reassignment."
+        if len(set(target)) != len(target):
+            return f"Duplicate replica ids in partition reassignment replica list: {list(target)}"
+        if any(b < 0 for b in target):
+            return f"Invalid broker id in replica list: {list(target)}"
+        missing = [b for b in target if b not in self.ctx.live]
         if missing:
-            return f"brokers {missing} are not registered"
+            return f"Some brokers specified for partition reassignment are not alive: {missing}"
         return None
 
     def _write_assignment(self, topic: str) -> None:
@@ -657,15 +716,36 @@ class Controller:
     def _start_reassignment(self, tp: TopicPartition) -> None:
         """Step 1: replicas = target + original; every replica hears it (leader epoch + 1); the
         new ones start following. Completion waits until the target replicas are all in the
-        ISR; the leader's ISR change notification is the catch-up signal."""
-        r = self.ctx.reassigning[tp]
-        self.ctx.replicas[tp] = r.full
+        ISR; the leader's ISR change notification is the catch-up signal.
+
+        When a reassignment in progress is redirected or cancelled, replicas it was adding that
+        the new one does not want leave the ISR, stop and delete their copies at once."""
+        ctx = self.ctx
+        r = ctx.reassigning[tp]
+        before = ctx.replicas[tp]
+        fresh = [(tp, b) for b in r.full if b not in before]
+        unneeded = [(tp, b) for b in before if b not in r.full]
+        ctx.replicas[tp] = r.full
         self._write_assignment(tp.topic)
-        self._replicas_to([(tp, b) for b in r.adding], R.NEW)
-        if self._update_state(tp, lambda cur: (cur.leader, cur.isr)) is not None:
-            self.batch.add_leader_and_isr(self._live_replicas(tp), tp, self.ctx.info(tp))
-        self._replicas_to([(tp, b) for b in r.adding], R.ONLINE)
+        self._replicas_to(fresh, R.NEW)
+
+        def compute(cur: LeaderIsr) -> tuple[int, tuple[int, ...]]:
+            isr = tuple(i for i in cur.isr if i in r.full) or cur.isr  # never an empty ISR
+            if cur.leader in r.full or cur.leader == NO_LEADER:
+                return cur.leader, isr
+            e = rules.reassign_partition_leader(r.full, isr, ctx.live_ids)
+            return (e.leader, isr) if e is not None else (NO_LEADER, isr)
+
+        if self._update_state(tp, compute) is not None:
+            self.batch.add_leader_and_isr(self._live_replicas(tp), tp, ctx.info(tp))
+        self._replicas_to(fresh, R.ONLINE)
+        self._drop_replicas(unneeded)
         self._maybe_complete_reassignment(tp)
+
+    def _drop_replicas(self, pairs: list[tuple[TopicPartition, int]]) -> None:
+        """Replicas no longer in their partition's list: stop them and delete their copies."""
+        for target in (R.OFFLINE, R.DELETION_STARTED, R.DELETION_SUCCESSFUL, R.NON_EXISTENT):
+            self._replicas_to(pairs, target)
 
     def _maybe_complete_reassignment(self, tp: TopicPartition) -> None:
         """Step 2, once the target replicas are all in sync: leadership onto the target,
@@ -677,8 +757,10 @@ class Controller:
             return
         # the leader must be a target replica, and the target's first (its preferred leader)
         # takes over when it is in sync, so the new order's leadership holds at once
+        # (a cancel, target == original, keeps its leader: it moved nothing)
         preferred = r.target[0]
-        moved = s.leader != preferred and preferred in s.isr and preferred in ctx.live_ids
+        moved = (s.leader != preferred and preferred in s.isr and preferred in ctx.live_ids
+                 and r.target != r.original)
         if s.leader not in r.target or s.leader not in ctx.live_ids or moved:
             if not self._elect_leader(tp, self._reassign_chooser):
                 return  # no target replica can lead yet; try again on the next ISR change
@@ -689,11 +771,7 @@ class Controller:
         del ctx.reassigning[tp]
         ctx.replicas[tp] = r.target
         self.batch.add_leader_and_isr(self._live_replicas(tp), tp, ctx.info(tp))
-        old = [(tp, b) for b in r.removing]
-        self._replicas_to(old, R.OFFLINE)
-        self._replicas_to(old, R.DELETION_STARTED)
-        self._replicas_to(old, R.DELETION_SUCCESSFUL)
-        self._replicas_to(old, R.NON_EXISTENT)
+        self._drop_replicas([(tp, b) for b in r.removing])
         self._write_assignment(tp.topic)
         pending = self.store.reassignment()
         if tp in pending:

@@ -18,7 +18,7 @@ __all__ = [
     "ControllerEvent", "Startup", "Reelect", "SessionExpired", "BrokerChange", "TopicChange",
     "PartitionModifications", "TopicDeletion", "IsrChangeNotification", "ReassignPartitions",
     "PreferredReplicaElection", "ControlledShutdown", "AutoLeaderRebalance", "ElectLeaders",
-    "ReplicaDeletionResult", "Barrier",
+    "AlterPartitionReassignments", "ListPartitionReassignments", "ReplicaDeletionResult", "Barrier",
 ]
 
 
@@ -94,6 +94,27 @@ class ElectLeaders(ControllerEvent):
     election_type: int
     partitions: set[TopicPartition] | None
     reply: Callable[[dict[str, Any]], None] | None = None
+
+
+@dataclass
+class AlterPartitionReassignments(ControllerEvent):
+    """AlterPartitionReassignments (API 45): partition -> target replicas, None = cancel.
+    ``reply`` gets partition -> (error code, message), or None when this controller is not
+    active; ``same_replication_factor`` refuses a target of another length (v1's
+    allow_replication_factor_change false)."""
+
+    moves: dict[TopicPartition, tuple[int, ...] | None]
+    reply: Callable[[dict[TopicPartition, tuple[int, str | None]] | None], None] | None = None
+    same_replication_factor: bool = False
+
+
+@dataclass
+class ListPartitionReassignments(ControllerEvent):
+    """ListPartitionReassignments (API 46); partitions None = all. ``reply`` gets partition ->
+    (replicas, adding, removing) for those being reassigned, or None when not active."""
+
+    partitions: set[TopicPartition] | None
+    reply: Callable[[dict[TopicPartition, tuple[tuple[int, ...], ...]] | None], None] | None = None
 
 
 @dataclass

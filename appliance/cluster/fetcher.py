@@ -16,6 +16,7 @@ import os
 import struct
 from typing import Any
 
+from appliance.cluster.replication_throttle import RateLimiter, ThrottleSettings
 from appliance.cluster.truncation import follower_truncation_offset
 from appliance.cluster.wire_channel import encode_request
 from appliance.cluster.zk_paths import TopicPartition
@@ -42,10 +43,12 @@ _HEAD = REPLICA_APPEND_HEADER.struct  # type: ignore[attr-defined]
 _BACKOFF_S = 0.5
 _OFFSET = struct.Struct("=q")
 EPOCH_VERSION = 3
+_THROTTLED_IDLE_S = 0.1  # every followed partition held back by the throttle: wait this long
 
 
 class ReplicaFetcher:
-    def __init__(self, ctx: Any, store: ZkStore, broker_id: int) -> None:
+    def __init__(self, ctx: Any, store: ZkStore, broker_id: int,
+                 throttle: ThrottleSettings | None = None) -> None:
         self.ctx = ctx
         self.store = store
         self.broker_id = broker_id
@@ -54,11 +57,18 @@ class ReplicaFetcher:
         self.followed: dict[int, dict[TopicPartition, tuple[int, int]]] = {}  # leader -> tp -> (slot, disk)
         self.tasks: dict[int, asyncio.Task] = {}
         self.truncating: set[TopicPartition] = set()  # new followers: truncate before fetching
+        # reassignment throttle (replication_throttle.py): one rate for all leaders, as Kafka's
+        self.throttle = throttle
+        self.limiter = RateLimiter()
+        self.lagging: set[TopicPartition] = set()  # below the leader's high watermark last time
 
     def add(self, tp: TopicPartition, slot: int, disk: int, leader: int) -> None:
         self.remove(tp)
         self.followed.setdefault(leader, {})[tp] = (slot, disk)
         self.truncating.add(tp)
+        self.lagging.add(tp)
+        if self.throttle is not None:
+            self.throttle.watch_topic(tp.topic)
         task = self.tasks.get(leader)
         if task is None or task.done():
             self.tasks[leader] = asyncio.ensure_future(self._run(leader))
@@ -67,6 +77,7 @@ class ReplicaFetcher:
         for parts in self.followed.values():
             parts.pop(tp, None)
         self.truncating.discard(tp)
+        self.lagging.discard(tp)
 
     def stop(self) -> None:
         for t in self.tasks.values():
@@ -171,13 +182,24 @@ class ReplicaFetcher:
     async def _fetch_once(self, leader: int, conn: ClientConnection, reader: Any, writer: Any) -> None:
         parts = dict(self.followed.get(leader, {}))
         table = self.ctx.table
+        # one read of the rate per round: the watch may change it meanwhile
+        rate = self.throttle.follower_rate if self.throttle is not None else None
+        throttled = {tp for tp in parts if self.throttle.throttled(tp)} if rate is not None else set()
+        held = throttled & self.lagging if throttled and self.limiter.exceeded(rate) else set()
+        # a throttled replica catching up asks for at most one second's worth per fetch, so
+        # the rate holds fetch by fetch (the leader still sends at least one whole batch)
+        capped = min(self.max_bytes, max(rate or 0, 1))
         by_topic: dict[str, list[dict]] = {}
         for tp, (slot, _disk) in parts.items():
-            if tp in self.truncating:
+            if tp in self.truncating or tp in held:
                 continue
             leo = table.offsets(slot)[0]
+            limit = capped if tp in throttled and tp in self.lagging else self.max_bytes
             by_topic.setdefault(tp.topic, []).append(
-                {"partition": tp.partition, "fetch_offset": leo, "partition_max_bytes": self.max_bytes})
+                {"partition": tp.partition, "fetch_offset": leo, "partition_max_bytes": limit})
+        if not by_topic and held:
+            await asyncio.sleep(_THROTTLED_IDLE_S)  # all held back: nothing to ask for yet
+            return
         body = {"replica_id": self.broker_id, "max_wait_ms": self.max_wait_ms, "min_bytes": 1,
                 "max_bytes": 64 << 20, "isolation_level": 0,
                 "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
@@ -213,14 +235,20 @@ class ReplicaFetcher:
                     backoff = True
                     continue
                 records = bytes(p.records or b"")
+                if tp in throttled:
+                    self.limiter.record(len(records))
                 if not records and table.offsets(slot)[1] >= min(p.high_watermark, table.offsets(slot)[0]):
                     continue
-                appends.append((tp, asyncio.ensure_future(self.ctx.disks.submit(
+                appends.append((tp, slot, p.high_watermark, asyncio.ensure_future(self.ctx.disks.submit(
                     disk, MsgType.REPLICA_APPEND, slot, _HEAD.pack(p.high_watermark), 1, 30000, records))))
-        for tp, fut in appends:
+        for tp, slot, hw, fut in appends:
             comp = await fut
             if comp.error_code:
                 log.warning("replica append of %s failed: %s", tp, ErrorCode(comp.error_code).name)
                 backoff = True
+            elif table.offsets(slot)[0] >= hw:
+                self.lagging.discard(tp)
+            else:
+                self.lagging.add(tp)
         if backoff:
             await asyncio.sleep(_BACKOFF_S)

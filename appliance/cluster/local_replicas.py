@@ -15,6 +15,7 @@ from typing import Any
 
 from appliance.cluster.fetcher import ReplicaFetcher
 from appliance.cluster.leadership import Changes, LeadershipTable
+from appliance.cluster.replication_throttle import REPLICATION_KEYS
 from appliance.cluster.zk_paths import TopicPartition
 from appliance.cluster.zk_store import ZkStore
 from appliance.errors import ErrorCode
@@ -95,6 +96,8 @@ class LocalReplicas:
         assignment = await loop.run_in_executor(None, self.store.assignment, tp.topic)
         total = len(assignment.partitions) if assignment is not None else tp.partition + 1
         overrides = await loop.run_in_executor(None, self.store.topic_config, tp.topic)
+        # the throttled-replica lists are the fetcher's (replication_throttle.py), not the log's
+        overrides = {k: v for k, v in overrides.items() if k not in REPLICATION_KEYS}
         with ctx.table.locked():
             slot = ctx.table.find(tp.topic, tp.partition)
             if slot < 0:

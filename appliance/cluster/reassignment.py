@@ -1,5 +1,9 @@
-"""The library behind ``appliance reassign-partitions`` (Kafka's ReassignPartitionsCommand,
-ZooKeeper era): --generate, --execute and --verify over Kafka's JSON files.
+"""The library behind ``appliance reassign-partitions`` (Kafka's ReassignPartitionsCommand):
+--generate, --execute, --cancel and --verify over Kafka's JSON files.
+
+The tool starts and cancels reassignments with AlterPartitionReassignments (API 45); the
+controller runs those and the ZooKeeper-era ``/admin/reassign_partitions`` znode (which
+:func:`execute` writes, as Kafka's old tool did) through the same code.
 
 - topics-to-move file: ``{"version":1,"topics":[{"topic":"foo"}]}``
 - reassignment file: ``{"version":1,"partitions":[{"topic":"foo","partition":0,"replicas":[1,2],
@@ -15,13 +19,16 @@ import json
 import random
 from typing import Any
 
+from appliance.cluster import replication_throttle as rt
 from appliance.cluster.assignment import InvalidReplicationFactor, assign_replicas
 from appliance.cluster.zk_paths import TopicPartition
 from appliance.cluster.zk_store import ZkStore
 
 __all__ = [
     "ReassignmentError", "parse_topics_to_move", "parse_reassignment", "format_reassignment",
-    "current_assignment", "generate", "execute", "verify", "COMPLETE", "IN_PROGRESS", "FAILED",
+    "current_assignment", "generate", "check_moves", "execute", "verify", "in_progress",
+    "set_throttle", "remove_throttle",
+    "COMPLETE", "IN_PROGRESS", "FAILED",
 ]
 
 COMPLETE, IN_PROGRESS, FAILED = "complete", "in progress", "failed"
@@ -150,15 +157,12 @@ def generate(store: ZkStore, topics: list[str], brokers: list[int], rng: random.
     return current, proposed
 
 
-def execute(store: ZkStore, moves: dict[TopicPartition, tuple[int, ...]]) -> None:
-    """Validate against the cluster and hand the reassignment to the controller.
+def check_moves(store: ZkStore, moves: dict[TopicPartition, tuple[int, ...]]) -> None:
+    """Kafka's checks before a reassignment is asked for.
 
     Raises:
-        ReassignmentError: another reassignment is running, a partition does not exist, or a
-            broker is not registered.
+        ReassignmentError: a partition does not exist, or a broker is not registered.
     """
-    if store.reassignment():
-        raise ReassignmentError("There is an existing assignment running.")
     topics = sorted({tp.topic for tp in moves})
     existing: dict[TopicPartition, tuple[int, ...]] = {}
     for t in topics:
@@ -171,18 +175,80 @@ def execute(store: ZkStore, moves: dict[TopicPartition, tuple[int, ...]]) -> Non
     unknown = sorted({b for r in moves.values() for b in r} - set(store.broker_ids()))
     if unknown:
         raise ReassignmentError("The proposed assignment contains non-existent brokerIDs: " + ",".join(map(str, unknown)))
+
+
+def execute(store: ZkStore, moves: dict[TopicPartition, tuple[int, ...]]) -> None:
+    """The ZooKeeper-era request: validate, then write ``/admin/reassign_partitions`` for the
+    controller (as Kafka's old tool and ZooKeeper tooling do).
+
+    Raises:
+        ReassignmentError: another reassignment is running, a partition does not exist, or a
+            broker is not registered.
+    """
+    if store.reassignment():
+        raise ReassignmentError("There is an existing assignment running.")
+    check_moves(store, moves)
     store.request_reassignment(moves)
+
+
+def in_progress(store: ZkStore, tps: list[TopicPartition]) -> set[TopicPartition]:
+    """Those of ``tps`` still moving: in /admin/reassign_partitions, or with replicas being
+    added or removed in their topic znode (where the API's reassignments are kept)."""
+    pending = store.reassignment()
+    out = {tp for tp in tps if tp in pending}
+    for t in sorted({tp.topic for tp in tps}):
+        a = store.assignment(t)
+        if a is not None:
+            out |= {tp for tp in tps if tp.topic == t and (a.adding.get(tp.partition) or a.removing.get(tp.partition))}
+    return out
 
 
 def verify(store: ZkStore, moves: dict[TopicPartition, tuple[int, ...]]) -> dict[TopicPartition, str]:
     """Per partition: COMPLETE (its replicas are the target and nothing is pending),
-    IN_PROGRESS (still in /admin/reassign_partitions), or FAILED."""
-    pending = store.reassignment()
+    IN_PROGRESS (still moving, see :func:`in_progress`), or FAILED."""
+    moving = in_progress(store, list(moves))
     out = {}
     for tp, target in sorted(moves.items()):
-        if tp in pending:
+        if tp in moving:
             out[tp] = IN_PROGRESS
             continue
         a = store.assignment(tp.topic)
         out[tp] = COMPLETE if a is not None and a.partitions.get(tp.partition) == tuple(target) else FAILED
     return out
+
+
+def set_throttle(store: ZkStore, moves: dict[TopicPartition, tuple[int, ...]],
+                 current: dict[TopicPartition, tuple[int, ...]], rate: int) -> None:
+    """Kafka's --throttle: both replication rates on every broker a moving partition is or will
+    be on; per topic, the replicas each moving partition has (leader side) and the ones being
+    added (follower side). Other configs of the topics and brokers are kept."""
+    moving = {tp: r for tp, r in moves.items() if current.get(tp) != tuple(r)}
+    for b in sorted({b for tp, r in moving.items() for b in (*r, *current.get(tp, ()))}):
+        cfg = store.broker_config(b)
+        cfg.update({rt.LEADER_RATE: str(rate), rt.FOLLOWER_RATE: str(rate)})
+        store.set_broker_config(b, cfg)
+    for t in sorted({tp.topic for tp in moving}):
+        mine = {tp: r for tp, r in moving.items() if tp.topic == t}
+        cfg = store.topic_config(t)
+        cfg[rt.LEADER_REPLICAS] = rt.format_replicas(
+            (tp.partition, b) for tp in mine for b in current.get(tp, ()))
+        cfg[rt.FOLLOWER_REPLICAS] = rt.format_replicas(
+            (tp.partition, b) for tp, r in mine.items() for b in r if b not in current.get(tp, ()))
+        store.set_topic_config(t, cfg)
+
+
+def remove_throttle(store: ZkStore, topics: list[str]) -> bool:
+    """Take the throttle off every registered broker and ``topics``; True if any was set."""
+    removed = False
+    for b in store.broker_ids():
+        cfg = store.broker_config(b)
+        if rt.LEADER_RATE in cfg or rt.FOLLOWER_RATE in cfg:
+            store.set_broker_config(b, {k: v for k, v in cfg.items()
+                                        if k not in (rt.LEADER_RATE, rt.FOLLOWER_RATE)})
+            removed = True
+    for t in topics:
+        cfg = store.topic_config(t)
+        if rt.REPLICATION_KEYS & set(cfg):
+            store.set_topic_config(t, {k: v for k, v in cfg.items() if k not in rt.REPLICATION_KEYS})
+            removed = True
+    return removed

@@ -8,7 +8,8 @@ a network worker does.
 
 The network workers hand it, over an abstract Unix stream socket
 (:mod:`appliance.broker.cluster_link`), the controller's LeaderAndIsr / StopReplica /
-UpdateMetadata and the clients' Metadata, CreateTopics and ElectLeaders; it answers with encoded bodies.
+UpdateMetadata and the clients' Metadata, CreateTopics, ElectLeaders and the reassignment APIs
+(45, 46); it answers with encoded bodies.
 
 Exit codes: 3 when the broker cannot join (broker.id registered by another live broker,
 ZooKeeper unreachable past zookeeper.connection.timeout.ms, or the id taken while this
@@ -38,7 +39,9 @@ from appliance.cluster.isr_manager import IsrManager
 from appliance.cluster.leadership import partition_states
 from appliance.cluster.local_replicas import LocalReplicas
 from appliance.cluster.member import ClusterMember
+from appliance.cluster.reassignment_api import answer_alter_reassignments, answer_list_reassignments
 from appliance.cluster.registry import BrokerIdInUse
+from appliance.cluster.replication_throttle import ThrottleSettings
 from appliance.cluster.wire_channel import WireChannel
 from appliance.cluster.zk_session import ZooKeeperUnreachable, open_session
 from appliance.cluster.zk_store import ZkStore
@@ -51,6 +54,10 @@ from appliance.protocol.messages.cluster import (
     LeaderAndIsr,
     StopReplica,
     UpdateMetadata,
+)
+from appliance.protocol.messages.reassignments import (
+    AlterPartitionReassignments,
+    ListPartitionReassignments,
 )
 from appliance.shm.layout import WorkerState, cluster_address, leaders_name
 from appliance.shm.leadership_area import LeadershipArea
@@ -102,7 +109,8 @@ class ClusterWorker:
             return EXIT_BOOT_ERROR
         store = ZkStore(self.member.client)
         self.store = store
-        self.fetcher = ReplicaFetcher(ctx, store, self.broker_id)
+        self.fetcher = ReplicaFetcher(ctx, store, self.broker_id,
+                                      ThrottleSettings(self.member.client, self.broker_id))
         self.replicas = LocalReplicas(ctx, self.member.leadership, area, store, self.fetcher)
         isr = IsrManager(ctx, self.member.leadership, area, store, self.replicas.lock)
         isr_task = asyncio.ensure_future(isr.run())
@@ -200,6 +208,10 @@ class ClusterWorker:
             resp = await answer_shutdown(self.member, req)
         elif api_key == ElectLeaders.API_KEY:
             resp = await answer_elect_leaders(self.member, req)
+        elif api_key == AlterPartitionReassignments.API_KEY:
+            resp = await answer_alter_reassignments(self.member, req)
+        elif api_key == ListPartitionReassignments.API_KEY:
+            resp = await answer_list_reassignments(self.member, req)
         elif api_key == FindCoordinator.API_KEY:
             resp = await coordinator_body(lt, self.store, self.config, req, version)
         elif api_key == Metadata.API_KEY:

@@ -17,6 +17,7 @@ Formats (Kafka: core/src/main/scala/kafka/zk/ZkData.scala):
   ``/controller_epoch``: the epoch as decimal text
 - ``/config/topics/<topic>``: ``{"version":1,"config":{..}}``; a change is announced by a
   sequential ``/config/changes/config_change_`` holding ``{"version":2,"entity_path":"topics/<t>"}``
+- ``/config/brokers/<id>``: a broker's dynamic configs, same shape (the reassignment throttle rates).
 - ``/admin/delete_topics/<topic>`` (no data); ``/admin/reassign_partitions``:
   ``{"version":1,"partitions":[{"topic":..,"partition":..,"replicas":[..]}]}``;
   ``/admin/preferred_replica_election`` and ``/isr_change_notification/isr_change_<seq>``:
@@ -31,12 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
-    "BROKER_IDS", "BROKER_TOPICS", "CONTROLLER", "CONTROLLER_EPOCH", "CONFIG_TOPICS",
+    "BROKER_IDS", "BROKER_TOPICS", "CONTROLLER", "CONTROLLER_EPOCH", "CONFIG_TOPICS", "CONFIG_BROKERS",
     "CONFIG_CHANGES", "CONFIG_CHANGE_PREFIX", "DELETE_TOPICS", "REASSIGN_PARTITIONS",
     "PREFERRED_REPLICA_ELECTION", "ISR_CHANGE_NOTIFICATION", "ISR_CHANGE_PREFIX", "CLUSTER_ID",
     "PERSISTENT_PATHS", "ZnodeFormatError", "BrokerInfo", "LeaderIsr", "TopicAssignment",
     "TopicPartition", "broker_path", "topic_path", "partitions_path", "partition_state_path",
-    "topic_config_path", "delete_topic_path", "encode_broker", "decode_broker", "encode_topic",
+    "topic_config_path", "broker_config_path", "decode_config", "delete_topic_path", "encode_broker", "decode_broker", "encode_topic",
     "decode_topic", "encode_partition_state", "decode_partition_state", "encode_controller",
     "decode_controller", "encode_controller_epoch", "decode_controller_epoch",
     "encode_topic_config", "decode_topic_config", "encode_config_change", "encode_partitions",
@@ -49,6 +50,7 @@ BROKER_TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
+CONFIG_BROKERS = "/config/brokers"
 CONFIG_CHANGES = "/config/changes"
 CONFIG_CHANGE_PREFIX = CONFIG_CHANGES + "/config_change_"
 DELETE_TOPICS = "/admin/delete_topics"
@@ -61,7 +63,7 @@ CLUSTER_ID = "/cluster/id"
 # What a Kafka broker creates at start (KafkaZkClient.createTopLevelPaths).
 PERSISTENT_PATHS = (
     "/consumers", BROKER_IDS, BROKER_TOPICS, CONFIG_CHANGES, CONFIG_TOPICS, "/config/clients",
-    "/config/users", "/config/brokers", DELETE_TOPICS, "/brokers/seqid", ISR_CHANGE_NOTIFICATION,
+    "/config/users", CONFIG_BROKERS, DELETE_TOPICS, "/brokers/seqid", ISR_CHANGE_NOTIFICATION,
     "/latest_producer_id_block", "/log_dir_event_notification",
 )
 
@@ -138,6 +140,10 @@ def partitions_path(topic: str) -> str:
 
 def partition_state_path(topic: str, partition: int) -> str:
     return f"{BROKER_TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def broker_config_path(broker_id: int) -> str:
+    return f"{CONFIG_BROKERS}/{broker_id}"
 
 
 def topic_config_path(topic: str) -> str:
@@ -303,7 +309,11 @@ def encode_topic_config(config: dict[str, str]) -> bytes:
 
 
 def decode_topic_config(topic: str, data: bytes) -> dict[str, str]:
-    path = topic_config_path(topic)
+    return decode_config(topic_config_path(topic), data)
+
+
+def decode_config(path: str, data: bytes) -> dict[str, str]:
+    """The ``config`` object of a /config/topics or /config/brokers znode."""
     cfg = _load(data, path).get("config") or {}
     if not isinstance(cfg, dict):
         raise ZnodeFormatError(f"{path}: config is not an object")

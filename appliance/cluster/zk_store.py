@@ -115,6 +115,31 @@ class ZkStore:
             return {}
         return zp.decode_topic_config(topic, data)
 
+    def set_topic_config(self, topic: str, config: dict[str, str]) -> None:
+        self._set_config(zp.topic_config_path(topic), config)
+
+    def broker_config(self, broker_id: int) -> dict[str, str]:
+        """A broker's dynamic configs, ``/config/brokers/<id>`` ({} when none)."""
+        path = zp.broker_config_path(broker_id)
+        try:
+            data, _ = self.client.get(path)
+        except NoNodeError:
+            return {}
+        return zp.decode_config(path, data)
+
+    def set_broker_config(self, broker_id: int, config: dict[str, str]) -> None:
+        self._set_config(zp.broker_config_path(broker_id), config)
+
+    def _set_config(self, path: str, config: dict[str, str]) -> None:
+        data = zp.encode_topic_config(config)
+        try:
+            self.client.set(path, data)
+        except NoNodeError:
+            try:
+                self.client.create(path, data, makepath=True)
+            except NodeExistsError:
+                self.client.set(path, data)
+
     def delete_topic_znodes(self, topic: str) -> None:
         """The last step of topic deletion: assignment, states, config, the delete request."""
         for path in (zp.topic_path(topic), zp.topic_config_path(topic), zp.delete_topic_path(topic)):

@@ -1,6 +1,7 @@
 """The cluster's operator tools against a real cluster (one ZooKeeper, three `appliance serve`
 brokers, shared by the module): `appliance reassign-partitions` while an acks=all idempotent
-confluent-kafka producer runs, `appliance leader-election` (preferred and unclean, through
+confluent-kafka producer runs, AlterPartitionReassignments / ListPartitionReassignments with kafka-python
+and `reassign-partitions --cancel`, a move under `--throttle`, `appliance leader-election` (preferred and unclean, through
 ElectLeaders), the old tools' /admin/preferred_replica_election, and last the controller's
 automatic preferred-leader rebalance (the brokers restarted with a short check interval).
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -232,6 +234,147 @@ def test_reassign_bad_input_refused_nothing_written(cluster, tmp_path, plan, mes
     assert r.returncode != 0
     assert message in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert cluster["store"].reassignment() == {}
+
+
+def test_reassignment_api_with_kafka_python_and_cancel(cluster, tmp_path):
+    """AlterPartitionReassignments / ListPartitionReassignments through kafka-python's admin
+    client; bad input over the wire; a reassignment held in progress (the new replica's disk
+    worker SIGSTOPped, well under the supervisor's 30 s) is listed, reported by --verify,
+    blocks a second --execute, and `--cancel` puts the partition back: the new copy is
+    deleted and every acknowledged record is still there."""
+    import signal
+
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTp
+    from kafka import errors as kerr
+    from kafka.admin import KafkaAdminClient
+
+    from appliance.cli.controller_request import call
+    from appliance.errors import ErrorCode
+
+    boot, brokers = cluster["boot"], cluster["brokers"]
+    topic, tp = "undo", KTp("undo", 0)
+    controller = _controller(boot)
+    home, newcomer = [i for i in range(3) if i != controller]
+    _create(boot, topic, [[home]])
+    p = Producer({"bootstrap.servers": boot, "acks": "all", "enable.idempotence": True})
+    for i in range(200):
+        p.produce(topic, b"r%04d" % i, partition=0)
+    assert p.flush(60) == 0
+
+    admin = KafkaAdminClient(bootstrap_servers=boot, request_timeout_ms=30000)
+    try:
+        assert admin.list_partition_reassignments() == {}
+        got = admin.alter_partition_reassignments({KTp(topic, 5): [home], tp: [newcomer, newcomer]})
+        assert got == {KTp(topic, 5): kerr.UnknownTopicOrPartitionError,
+                       tp: kerr.InvalidReplicationAssignmentError}
+        assert admin.alter_partition_reassignments({tp: [home, 9]}) == {tp: kerr.InvalidReplicationAssignmentError}
+        assert admin.alter_partition_reassignments({tp: None}) == {tp: kerr.NoReassignmentInProgressError}
+        # an empty list (kafka-python refuses to send one) and a broker that is not the controller
+        body = {"timeout_ms": 10000, "topics": [{"name": topic, "partitions": [
+            {"partition_index": 0, "replicas": []}]}]}
+        ctl, other = brokers[controller].bootstrap.split(":"), brokers[home].bootstrap.split(":")
+        empty = call(ctl[0], int(ctl[1]), 45, 0, body, 30)
+        assert empty.error_code == 0
+        assert empty.responses[0].partitions[0].error_code == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+        assert call(other[0], int(other[1]), 45, 0, body, 30).error_code == ErrorCode.NOT_CONTROLLER
+        assert call(other[0], int(other[1]), 46, 0, {"timeout_ms": 1000, "topics": None}, 30).error_code \
+            == ErrorCode.NOT_CONTROLLER
+        assert _partitions(boot, topic)[0][1] == [home]  # none of that changed anything
+
+        disks = brokers[newcomer].worker_pids("disk worker")
+        assert disks
+        plan = _write(tmp_path, "undo.json", {"version": 1, "partitions": [
+            {"topic": topic, "partition": 0, "replicas": [home, newcomer]}]})
+        for pid in disks:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            assert admin.alter_partition_reassignments({tp: [home, newcomer]}) == {tp: None}
+            assert admin.list_partition_reassignments() == {
+                tp: {"replicas": [home, newcomer], "adding_replicas": [newcomer], "removing_replicas": []}}
+            assert admin.list_partition_reassignments([KTp(topic, 3)]) == {}
+            v = _tool("reassign-partitions", "--zookeeper", cluster["connect"], "--verify",
+                      "--reassignment-json-file", plan)
+            assert v.returncode == 0 and f"Reassignment of partition {topic}-0 is still in progress" in v.stdout, \
+                v.stdout + v.stderr
+            again = _tool("reassign-partitions", "--zookeeper", cluster["connect"], "--execute",
+                          "--reassignment-json-file", plan)
+            assert again.returncode == 1 and "Cannot execute because there is an existing partition assignment" \
+                in again.stderr, again.stderr
+            cancel = _tool("reassign-partitions", "--bootstrap-server", boot, "--cancel",
+                           "--reassignment-json-file", plan)
+            assert cancel.returncode == 0, cancel.stdout + cancel.stderr
+            assert f"Successfully cancelled partition reassignment(s) for: {topic}-0" in cancel.stdout
+            assert admin.list_partition_reassignments() == {}
+        finally:
+            for pid in disks:
+                os.kill(pid, signal.SIGCONT)
+        twice = _tool("reassign-partitions", "--bootstrap-server", boot, "--cancel", "--reassignment-json-file", plan)
+        assert twice.returncode == 0 and f"No reassignment was in progress for: {topic}-0" in twice.stdout
+    finally:
+        admin.close()
+    _wait(lambda: (ps := _partitions(boot, topic)) and ps[0] == (home, [home], [home]), 60,
+          "the original replica alone again in Metadata")
+    assert cluster["store"].assignment(topic).partitions == {0: (home,)}
+    gone = Path(brokers[newcomer].log_dirs[0]) / f"{topic}-0"
+    _wait(lambda: not gone.exists(), 60, f"the cancelled copy {gone} to be deleted")
+    c = KafkaConsumer(bootstrap_servers=boot, enable_auto_commit=False)
+    c.assign([tp])
+    c.seek_to_beginning(tp)
+    got_values: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(got_values) < 200 and time.monotonic() < deadline:
+        for msgs in c.poll(timeout_ms=1000).values():
+            got_values += [m.value for m in msgs]
+    c.close()
+    assert got_values == [b"r%04d" % i for i in range(200)]
+
+
+def test_throttled_reassignment_is_capped_and_verify_removes_the_throttle(cluster, tmp_path):
+    """--throttle 200000 B/s on a move that copies ~3 MB to a new replica: Kafka's configs are
+    written, the copy takes well over what it takes unthrottled, --verify reports completion
+    and removes the throttle, and the new replica has every byte."""
+    from appliance.cluster import replication_throttle as rt
+    from appliance.cluster.reassignment import COMPLETE, verify
+
+    boot, brokers, store = cluster["boot"], cluster["brokers"], cluster["store"]
+    topic, rate, n = "slow", 200_000, 3000
+    controller = _controller(boot)
+    home, newcomer = [i for i in range(3) if i != controller]
+    _create(boot, topic, [[home]])
+    p = Producer({"bootstrap.servers": boot, "acks": "all", "linger.ms": 5})
+    for i in range(n):
+        p.produce(topic, (b"%06d" % i) * 166 + b"....", partition=0)  # 1000 bytes
+    assert p.flush(60) == 0
+    plan = _write(tmp_path, "slow.json", {"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [home, newcomer]}]})
+    ex = _tool("reassign-partitions", "--zookeeper", cluster["connect"], "--execute",
+               "--reassignment-json-file", plan, "--throttle", str(rate))
+    assert ex.returncode == 0, ex.stdout + ex.stderr
+    started = time.monotonic()
+    assert f"The inter-broker throttle limit was set to {rate} B/s" in ex.stdout
+    assert store.broker_config(newcomer)[rt.FOLLOWER_RATE] == str(rate)
+    assert store.broker_config(home)[rt.LEADER_RATE] == str(rate)
+    cfg = store.topic_config(topic)
+    assert cfg[rt.FOLLOWER_REPLICAS] == f"0:{newcomer}" and cfg[rt.LEADER_REPLICAS] == f"0:{home}"
+    # the copy itself: the new replica's segment growing to the leader's size (unthrottled,
+    # under a second here; at 200 kB/s ~3.1 MB with one second's burst take about 14.5 s)
+    seg = Path(brokers[newcomer].log_dirs[0]) / f"{topic}-0" / "00000000000000000000.log"
+    size = (Path(brokers[home].log_dirs[0]) / f"{topic}-0" / "00000000000000000000.log").stat().st_size
+    _wait(lambda: seg.exists() and seg.stat().st_size >= size, 120, "the new replica's copy", step=0.2)
+    took = time.monotonic() - started
+    assert took > 10, f"the throttled copy took only {took:.1f} s"
+    tp = TopicPartition(topic, 0)
+    _wait(lambda: verify(store, {tp: (home, newcomer)}) == {tp: COMPLETE}, 60, "the move to complete", step=0.5)
+    v = _tool("reassign-partitions", "--zookeeper", cluster["connect"], "--verify", "--reassignment-json-file", plan)
+    assert v.returncode == 0 and "completed successfully" in v.stdout and "Throttle was removed." in v.stdout, v.stdout
+    assert rt.FOLLOWER_RATE not in store.broker_config(newcomer) and rt.LEADER_RATE not in store.broker_config(home)
+    assert not rt.REPLICATION_KEYS & set(store.topic_config(topic))
+    # the new replica has everything: it leads once the original stops
+    ps = _wait(lambda: (ps := _partitions(boot, topic)) and sorted(ps[0][2]) == sorted([home, newcomer]) and ps,
+               60, "both replicas in the ISR")
+    assert ps[0][1] == [home, newcomer]
+    assert seg.stat().st_size == size > n * 1000
 
 
 def _leaders(boot: str, topic: str) -> dict[int, int]:

@@ -18,6 +18,10 @@ from appliance.protocol.messages.cluster import (
     StopReplica,
     UpdateMetadata,
 )
+from appliance.protocol.messages.reassignments import (
+    AlterPartitionReassignments,
+    ListPartitionReassignments,
+)
 from appliance.protocol.registry import SUPPORTED_VERSIONS, inter_broker_api_for_key
 from tests.protocol.schema_values import message_strategy, normalize, project
 
@@ -114,6 +118,27 @@ GOLDEN = [
     (ElectLeaders, "response", 1, {"throttle_time_ms": 0, "error_code": 0, "replica_election_results": [
         {"topic": "t", "partition_result": [{"partition_id": 0, "error_code": 84, "error_message": None}]}]},
      "00000000" "0000" "00000001" + T + "00000001" "00000000" "0054" "ffff"),
+    # --- AlterPartitionReassignments / ListPartitionReassignments (flexible from v0): the bytes
+    # kafka-python 3.0.12 encodes for the same values (a null replica list = cancel) ---
+    (AlterPartitionReassignments, "request", 0, {"timeout_ms": 1000, "topics": [{"name": "t", "partitions": [
+        {"partition_index": 0, "replicas": [1, 2]}, {"partition_index": 1, "replicas": None}]}]},
+     "000003e8" "02" "0274" "03" "00000000" "03" "00000001" "00000002" "00" "00000001" "00" "00" "00" "00"),
+    (AlterPartitionReassignments, "request", 1, {"timeout_ms": 1000, "allow_replication_factor_change": False,
+                                                 "topics": [{"name": "t", "partitions": [
+                                                     {"partition_index": 0, "replicas": [1, 2]},
+                                                     {"partition_index": 1, "replicas": None}]}]},
+     "000003e8" "00" "02" "0274" "03" "00000000" "03" "00000001" "00000002" "00" "00000001" "00" "00" "00" "00"),
+    (AlterPartitionReassignments, "response", 1, {
+        "throttle_time_ms": 0, "allow_replication_factor_change": True, "error_code": 0, "error_message": None,
+        "responses": [{"name": "t", "partitions": [{"partition_index": 0, "error_code": 39, "error_message": "bad"}]}]},
+     "00000000" "01" "0000" "00" "02" "0274" "02" "00000000" "0027" "04626164" "00" "00" "00"),
+    (ListPartitionReassignments, "request", 0, {"timeout_ms": 1000, "topics": None}, "000003e8" "00" "00"),
+    (ListPartitionReassignments, "request", 0, {"timeout_ms": 1000, "topics": [{"name": "t", "partition_indexes": [0, 3]}]},
+     "000003e8" "02" "0274" "03" "00000000" "00000003" "00" "00"),
+    (ListPartitionReassignments, "response", 0, {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "topics": [
+        {"name": "t", "partitions": [{"partition_index": 0, "replicas": [0, 1], "adding_replicas": [1],
+                                      "removing_replicas": []}]}]},
+     "00000000" "0000" "00" "02" "0274" "02" "00000000" "03" "00000000" "00000001" "02" "00000001" "01" "00" "00" "00"),
 ]
 
 
@@ -161,4 +186,4 @@ def test_not_advertised_by_standalone_brokers():
         assert key not in SUPPORTED_VERSIONS
         assert inter_broker_api_for_key(key) is api
     assert inter_broker_api_for_key(0) is None
-    assert sorted(INTER_BROKER_APIS) == [4, 5, 6, 7, 23, 43]
+    assert sorted(INTER_BROKER_APIS) == [4, 5, 6, 7, 23, 43, 45, 46]

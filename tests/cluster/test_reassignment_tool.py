@@ -1,11 +1,15 @@
 """reassign-partitions' library: Kafka's JSON files, --generate / --execute / --verify against
-a real ZooKeeper with a real controller; bad files and requests name what is wrong."""
+a real ZooKeeper with a real controller; bad files and requests name what is wrong. And the
+controller's side of AlterPartitionReassignments / ListPartitionReassignments (start, redirect,
+cancel, bad input), which shares its path with the znode."""
 
 import json
 import random
+import threading
 
 import pytest
 
+from appliance.cluster import events as ev
 from appliance.cluster.reassignment import (
     COMPLETE,
     FAILED,
@@ -21,6 +25,7 @@ from appliance.cluster.reassignment import (
 from appliance.cluster.zk_paths import TopicPartition
 from appliance.cluster.zk_session import ZkSettings, open_session
 from appliance.cluster.zk_store import ZkStore
+from appliance.errors import ErrorCode
 from tests.cluster.harness import FakeBroker, force_isr, wait_for
 
 
@@ -113,3 +118,110 @@ def test_reordered_replicas_move_leadership_to_the_new_first(three):
     wait_for(lambda: verify(store, {tp: (2, 1, 0)}) == {tp: COMPLETE})
     s = wait_for(lambda: (s := store.partition_state(tp)) and s.leader == 2 and s)
     assert sorted(s.isr) == [0, 1, 2]
+
+
+# -- AlterPartitionReassignments / ListPartitionReassignments as the controller runs them --------
+
+def _controller(bs):
+    return wait_for(lambda: next((b.controller for b in bs if b.active), None), what="an active controller")
+
+
+def _ask(bs, make):
+    """Put the event ``make(reply)`` on the active controller and return its reply."""
+    got = []
+    done = threading.Event()
+
+    def reply(body):
+        got.append(body)
+        done.set()
+
+    _controller(bs).put(make(reply))
+    assert done.wait(30), "the controller did not reply"
+    return got[0]
+
+
+def _alter(bs, moves, **kw):
+    return _ask(bs, lambda reply: ev.AlterPartitionReassignments(moves, reply, **kw))
+
+
+def _listed(bs, partitions=None):
+    return _ask(bs, lambda reply: ev.ListPartitionReassignments(partitions, reply))
+
+
+def _stop_deletes(bs, broker_id, tp):
+    return [r for b in bs for r in b.channel.requests(5, broker_id) if r.delete_partitions
+            and any(t.name == tp.topic and tp.partition in t.partition_indexes for t in r.topics)]
+
+
+def test_api_starts_lists_and_cancels_back_to_the_original_replicas(three):
+    bs, store = three
+    tp = TopicPartition("c", 0)
+    store.create_topic("c", {0: (0,)})
+    wait_for(lambda: store.partition_state(tp))
+    assert _alter(bs, {tp: (0, 1, 2)}) == {tp: (ErrorCode.NONE, None)}
+    assert store.assignment("c").adding == {0: (1, 2)}
+    assert _listed(bs) == {tp: ((0, 1, 2), (1, 2), ())}
+    assert _listed(bs, {TopicPartition("c", 5)}) == {}  # only the asked partitions are listed
+    assert verify(store, {tp: (0, 1, 2)}) == {tp: IN_PROGRESS}
+    # the same target again changes nothing; a new controller would find it in the topic znode
+    assert _alter(bs, {tp: (0, 1, 2)}) == {tp: (ErrorCode.NONE, None)}
+
+    assert _alter(bs, {tp: None}) == {tp: (ErrorCode.NONE, None)}  # cancel: replica 0 is in sync
+    wait_for(lambda: (a := store.assignment("c")) and a.partitions == {0: (0,)} and not a.adding)
+    assert _listed(bs) == {}
+    s = store.partition_state(tp)
+    assert s.leader == 0 and s.isr == (0,)
+    for b in (1, 2):  # the replicas it was adding are stopped and deleted
+        wait_for(lambda b=b: _stop_deletes(bs, b, tp), what=f"StopReplica(delete) to broker {b}")
+    assert _alter(bs, {tp: None})[tp][0] == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
+    assert verify(store, {tp: (0,)}) == {tp: COMPLETE}
+
+
+def test_api_redirects_a_reassignment_in_progress(three):
+    """[0] -> [0,1] still catching up, then -> [0,2]: broker 1's new replica is dropped at once,
+    broker 2's added; the original stays the original."""
+    bs, store = three
+    tp = TopicPartition("r", 0)
+    store.create_topic("r", {0: (0,)})
+    wait_for(lambda: store.partition_state(tp))
+    assert _alter(bs, {tp: (0, 1)}) == {tp: (ErrorCode.NONE, None)}
+    assert _alter(bs, {tp: (0, 2)}) == {tp: (ErrorCode.NONE, None)}
+    a = store.assignment("r")
+    assert a.partitions == {0: (0, 2)} and a.adding == {0: (2,)} and not a.removing.get(0)
+    wait_for(lambda: _stop_deletes(bs, 1, tp), what="StopReplica(delete) to broker 1")
+    force_isr(store, tp, [0, 2])
+    wait_for(lambda: verify(store, {tp: (0, 2)}) == {tp: COMPLETE})
+
+
+def test_api_bad_input_gets_kafkas_errors_and_changes_nothing(three):
+    bs, store = three
+    tp = TopicPartition("b", 0)
+    store.create_topic("b", {0: (0, 1)})
+    wait_for(lambda: store.partition_state(tp))
+    before = store.assignment("b"), store.partition_state(tp)
+    got = _alter(bs, {TopicPartition("b", 4): (0,), TopicPartition("zz", 0): (1,), tp: (1, 1)})
+    assert got[TopicPartition("b", 4)][0] == got[TopicPartition("zz", 0)][0] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert got[tp] == (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                       "Duplicate replica ids in partition reassignment replica list: [1, 1]")
+    assert _alter(bs, {tp: (0, 7)})[tp] == (
+        ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Some brokers specified for partition reassignment are not alive: [7]")
+    assert _alter(bs, {tp: ()})[tp][0] == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    assert _alter(bs, {tp: (-1, 0)})[tp][0] == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    assert _alter(bs, {tp: (0, 1, 2)}, same_replication_factor=True)[tp][0] == ErrorCode.INVALID_REPLICATION_FACTOR
+    assert (store.assignment("b"), store.partition_state(tp)) == before
+    assert _listed(bs) == {}
+
+
+def test_api_cancel_of_a_znode_reassignment_clears_the_znode(three):
+    """One path: a reassignment written to /admin/reassign_partitions is cancelled through the
+    API, and the znode entry goes, so it cannot start again."""
+    bs, store = three
+    tp = TopicPartition("z", 0)
+    store.create_topic("z", {0: (0,)})
+    wait_for(lambda: store.partition_state(tp))
+    execute(store, {tp: (1, 2)})
+    wait_for(lambda: _listed(bs) == {tp: ((1, 2, 0), (1, 2), (0,))})
+    assert _alter(bs, {tp: None}) == {tp: (ErrorCode.NONE, None)}
+    wait_for(lambda: store.reassignment() == {} and store.assignment("z").partitions == {0: (0,)})
+    assert _listed(bs) == {}
+    assert store.partition_state(tp).leader == 0

@@ -16,13 +16,14 @@ from appliance.shm.layout import MsgType, Role
 
 __all__ = ["forward", "cluster_handlers", "FORWARDED_KEYS", "api_versions_in_cluster"]
 
-# LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown, ElectLeaders (answered by the
-# controller in its cluster worker; any other broker's says NOT_CONTROLLER)
-FORWARDED_KEYS = (4, 5, 6, 7, 43, Metadata.API_KEY, CreateTopics.API_KEY)
+# LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown, ElectLeaders and the reassignment
+# APIs (answered by the controller in its cluster worker; any other broker's says NOT_CONTROLLER)
+FORWARDED_KEYS = (4, 5, 6, 7, 43, 45, 46, Metadata.API_KEY, CreateTopics.API_KEY)
 OFFSETS_FOR_LEADER_EPOCH = 23
-# ElectLeaders: advertised in cluster mode, so admin clients (librdkafka's elect_leaders, Kafka's
-# AdminClient) send it; the other inter-broker APIs stay unadvertised (protocol/messages/cluster.py)
-ADVERTISED_KEYS = (43,)
+# ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments: advertised in cluster
+# mode, so admin clients (librdkafka's elect_leaders, kafka-python's and Kafka's AdminClient) send
+# them; the other inter-broker APIs stay unadvertised (protocol/messages/cluster.py)
+ADVERTISED_KEYS = (43, 45, 46)
 _EPOCH = struct.Struct("=i")
 
 
@@ -86,7 +87,7 @@ async def find_coordinator(ctx: Any, request: Any) -> Any:
 
 
 async def api_versions_in_cluster(ctx: Any, request: Any) -> dict:
-    """ApiVersions with the cluster-only client APIs (ElectLeaders) added, in key order."""
+    """ApiVersions with the cluster-only client APIs (ElectLeaders, 45, 46) added, in key order."""
     body = await api_versions.handle(ctx, request)
     entry = ApiVersions.Response.ApiKeys
     # (the inter-broker schemas are looked up here, not imported: a standalone broker loads

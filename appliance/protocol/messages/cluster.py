@@ -1,5 +1,6 @@
 """The inter-broker APIs of cluster mode: LeaderAndIsr (4), StopReplica (5), UpdateMetadata (6),
-ControlledShutdown (7), OffsetsForLeaderEpoch (23), ElectLeaders (43).
+ControlledShutdown (7), OffsetsForLeaderEpoch (23), ElectLeaders (43); and the table of every
+cluster-only API, which adds the reassignment APIs (45, 46) of :mod:`.reassignments`.
 
 Field lists follow Kafka's clients/src/main/resources/common/message/*.json, restricted to the
 versions Kafka 2.x's ZooKeeper-era brokers exchange plus the first flexible version of each
@@ -12,6 +13,10 @@ The cluster integration looks them up in :data:`INTER_BROKER_APIS` (or through
 
 from __future__ import annotations
 
+from appliance.protocol.messages.reassignments import (
+    AlterPartitionReassignments,
+    ListPartitionReassignments,
+)
 from appliance.protocol.schema import ApiMessage, Field, Struct
 from appliance.protocol.types import (
     Array,
@@ -244,5 +249,6 @@ class ElectLeaders(ApiMessage):
 
 INTER_BROKER_APIS: dict[int, type[ApiMessage]] = {
     cls.API_KEY: cls for cls in (LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown,
-                                 OffsetsForLeaderEpoch, ElectLeaders)
+                                 OffsetsForLeaderEpoch, ElectLeaders, AlterPartitionReassignments,
+                                 ListPartitionReassignments)
 }

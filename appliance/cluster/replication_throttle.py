@@ -1,0 +1,141 @@
+"""Replication throttling for reassignments (Kafka's KIP-73 replication quotas), follower side.
+
+Kafka's layout, which `reassign-partitions --execute --throttle` writes and --verify removes:
+
+- ``/config/brokers/<id>``: ``leader.replication.throttled.rate`` and
+  ``follower.replication.throttled.rate`` (bytes/s) for every broker a moving partition is on;
+- ``/config/topics/<t>``: ``leader.replication.throttled.replicas`` (``partition:broker`` of the
+  replicas the partition had) and ``follower.replication.throttled.replicas`` (those being
+  added), comma-separated, or ``*`` for all.
+
+Enforced here, in the follower's fetcher: a throttled replica that is not caught up (its log
+end below the leader's high watermark at the last fetch) is left out of the fetch while this
+broker's throttled bytes have used up the follower rate (Kafka's ``shouldFollowerThrottle``;
+a token bucket here, Kafka's is a windowed rate). Replicas in sync are never held back, so acks=all does not slow.
+The leader-side rate is written for Kafka's tooling but not enforced by the leader.
+
+Settings come from kazoo data watches on those znodes (the cluster worker's session); the
+fetcher reads the cached values, never ZooKeeper, per round.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from appliance.cluster.zk_paths import TopicPartition, broker_config_path, topic_config_path
+
+__all__ = [
+    "LEADER_RATE", "FOLLOWER_RATE", "LEADER_REPLICAS", "FOLLOWER_REPLICAS", "REPLICATION_KEYS",
+    "parse_replicas", "format_replicas", "is_throttled",
+    "RateLimiter", "ThrottleSettings",
+]
+
+LEADER_RATE = "leader.replication.throttled.rate"
+FOLLOWER_RATE = "follower.replication.throttled.rate"
+LEADER_REPLICAS = "leader.replication.throttled.replicas"
+FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
+# topic keys that tell the replication path, not the log: never handed to a disk worker
+REPLICATION_KEYS = frozenset({LEADER_REPLICAS, FOLLOWER_REPLICAS})
+ALL = "*"
+
+
+def parse_replicas(value: str | None) -> frozenset[tuple[int, int]] | str:
+    """``"0:1,1:2"`` -> {(0, 1), (1, 2)} (partition, broker); ``"*"`` -> ALL. Entries that do
+    not parse are ignored (Kafka validates them when they are set)."""
+    value = (value or "").strip()
+    if value == ALL:
+        return ALL
+    out = set()
+    for item in value.split(","):
+        p, sep, b = item.strip().partition(":")
+        if sep and p.strip().isdigit() and b.strip().isdigit():
+            out.add((int(p), int(b)))
+    return frozenset(out)
+
+
+def format_replicas(pairs: Iterable[tuple[int, int]]) -> str:
+    return ",".join(f"{p}:{b}" for p, b in sorted(set(pairs)))
+
+
+def is_throttled(replicas: frozenset[tuple[int, int]] | str, partition: int, broker_id: int) -> bool:
+    return replicas == ALL or (partition, broker_id) in replicas
+
+
+class RateLimiter:
+    """A token bucket in bytes: it refills at the rate given to :meth:`exceeded`, holds at most
+    one second's worth, and goes into debt by what a fetch brought beyond it, so one large
+    fetch is paid for by the rounds after it and the average stays at the rate."""
+
+    def __init__(self, clock: Any = time.monotonic) -> None:
+        self.clock = clock
+        self._tokens = 0.0
+        self._at: float | None = None
+        self._rate = 0
+
+    def _refill(self, rate: int) -> None:
+        self._rate = rate
+        now = self.clock()
+        if self._at is None:
+            self._tokens = float(rate)
+        else:
+            self._tokens = min(float(rate), self._tokens + (now - self._at) * rate)
+        self._at = now
+
+    def record(self, nbytes: int) -> None:
+        if self._at is not None:
+            self._refill(self._rate)
+        self._tokens -= nbytes
+
+    def exceeded(self, rate: int) -> bool:
+        self._refill(rate)
+        return self._tokens < 0
+
+
+def _config_of(data: bytes | None) -> dict[str, str]:
+    if not data:
+        return {}
+    try:
+        cfg = json.loads(data).get("config") or {}
+    except (ValueError, AttributeError):
+        return {}
+    return {str(k): str(v) for k, v in cfg.items()} if isinstance(cfg, dict) else {}
+
+
+class ThrottleSettings:
+    """This broker's follower rate and the followed topics' throttled replicas, kept current by
+    data watches (kazoo's thread writes, the fetcher's loop reads: whole-value swaps only)."""
+
+    def __init__(self, client: Any, broker_id: int) -> None:
+        self.client = client
+        self.broker_id = broker_id
+        self.follower_rate: int | None = None
+        self._replicas: dict[str, frozenset[tuple[int, int]] | str] = {}
+        self._watched: set[str] = set()
+        self._lock = threading.Lock()
+        client.DataWatch(broker_config_path(broker_id), self._on_broker)
+
+    def _on_broker(self, data: bytes | None, _stat: Any) -> None:
+        v = _config_of(data).get(FOLLOWER_RATE, "")
+        self.follower_rate = int(v) if v.strip().isdigit() else None
+
+    def watch_topic(self, topic: str) -> None:
+        """Follow ``topic``'s throttled replicas from now on (idempotent)."""
+        with self._lock:
+            if topic in self._watched:
+                return
+            self._watched.add(topic)
+
+        def on_topic(data: bytes | None, _stat: Any) -> None:
+            self._replicas[topic] = parse_replicas(_config_of(data).get(FOLLOWER_REPLICAS))
+
+        self.client.DataWatch(topic_config_path(topic), on_topic)
+
+    def throttled(self, tp: TopicPartition) -> bool:
+        """Whether this broker's replica of ``tp`` is a throttled follower (a rate is set and
+        the topic lists it)."""
+        return (self.follower_rate is not None
+                and is_throttled(self._replicas.get(tp.topic, frozenset()), tp.partition, self.broker_id))
