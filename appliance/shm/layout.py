@@ -25,7 +25,7 @@ __all__ = [
     "REPLICA_APPEND_HEADER", "FOLLOWER_FETCH_BODY",
 ]
 
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3  # 3: partition slots carry the topic id
 TABLE_MAGIC = 0x41504C54  # "APLT"
 RING_MAGIC = 0x41504C52  # "APLR"
 MAX_WORKERS = 64  # disk + network workers per broker; far above what a box has disks/cores for
@@ -92,6 +92,7 @@ PARTITION_SLOT = Layout("partition_slot", (
     ("log_end_offset", "q"),
     ("high_watermark", "q"),
     ("log_start_offset", "q"),
+    ("topic_id", "16s"),          # KIP-516 topic id (a UUID's 16 bytes), the same in every slot
     ("topic_len", "H"),
     ("topic", f"{TOPIC_NAME_MAX}s"),
     ("pad", "5x"),

@@ -183,6 +183,35 @@ class LogReader:
                     return rec.offset, rec.timestamp
         return None
 
+    def max_timestamp(self, log_start: int = 0,
+                      bound: int | None = None) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record in [log_start, bound) with the largest
+        timestamp (ListOffsets' MAX_TIMESTAMP, -3, KIP-734), or None for an empty range.
+        Batch headers narrow it to one batch (the earliest on ties, as Kafka), whose records
+        are then read for the exact offset."""
+        bound = _NO_BOUND if bound is None else bound
+        self.refresh()
+        segs = self._list.segments
+        best = None
+        for i, seg in enumerate(segs):
+            if seg.base_offset >= bound:
+                break
+            if i + 1 < len(segs) and segs[i + 1].base_offset <= log_start:
+                continue
+            if not self._prepare(seg, True):
+                continue
+            loc = seg.max_timestamp_batch(log_start, bound)
+            if loc is not None and (best is None or loc.max_timestamp > best[1].max_timestamp):
+                best = (seg, loc)
+        if best is None:
+            return None
+        seg, loc = best
+        found = None
+        for rec in decode_batch(seg.batch_bytes(loc))[1]:
+            if log_start <= rec.offset < bound and (found is None or rec.timestamp > found[1]):
+                found = (rec.offset, rec.timestamp)
+        return found
+
     def read_bytes(self, offset: int, max_bytes: int, **kw) -> bytes:
         s = self.read(offset, max_bytes, **kw)
         return b"" if s is None else os.pread(s.fd, s.length, s.position)

@@ -20,8 +20,14 @@ from appliance.config import BrokerConfig, ConfigError, TopicConfig
 from appliance.coordinator.routing import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
 from appliance.errors import ErrorCode, KafkaStorageError
 from appliance.shm.layout import COUNTER_PARTITIONS, SlotState, WorkerState
-from appliance.shm.partition_table import PartitionTable
+from appliance.shm.partition_table import ZERO_TOPIC_ID, PartitionTable
 from appliance.storage.log_dir import LogDir
+from appliance.storage.partition_metadata import (
+    new_topic_id,
+    read_topic_id,
+    topic_id_text,
+    write_topic_id,
+)
 
 __all__ = ["Partitions"]
 
@@ -69,7 +75,8 @@ class Partitions:
         with self.table.locked():
             # one pass over the table, not a find() per partition: find is O(table slots), and
             # 3,333 partitions against a 32,768-slot table took minutes under the lock
-            existing = _slots_by_partition(self.table)
+            ids: dict[str, bytes] = {}
+            existing = _slots_by_partition(self.table, ids)
             for n, ((topic, partition), plog) in enumerate(self.log_dir.partitions.items()):
                 if not n % 256:
                     self.table.heartbeat(self.worker_slot)
@@ -77,19 +84,44 @@ class Partitions:
                 if slot < 0:
                     slot = self.table.allocate(topic, partition, self._num_partitions(topic),
                                                self.index, SlotState.OFFLINE)
+                self._adopt_topic_id(slot, topic, plog.path, ids)
                 self._register(slot, topic, partition, plog)
             # slots assigned to this disk whose create request died with the previous worker
             for info in list(self.table.slots()):
                 if info.disk == self.index and info.slot not in self.logs:
                     if info.state in (SlotState.CREATING, SlotState.OFFLINE):
                         plog = self.log_dir.create_partition(
-                            info.topic, info.partition, self._creation_config(info.topic))
+                            info.topic, info.partition, self._creation_config(info.topic),
+                            topic_id=info.topic_id if info.topic_id != ZERO_TOPIC_ID else None)
                         self._register(info.slot, info.topic, info.partition, plog)
                     elif info.state == SlotState.DELETING:
                         self.table.release(info.slot)
         self._topic_counts = None  # topics created from now on count their own partitions
         log.info("log dir %s open: %d partitions in %.2f s", self.path, len(self.logs),
                  time.monotonic() - started)
+
+    def _adopt_topic_id(self, slot: int, topic: str, part_dir: str, ids: dict[str, bytes]) -> None:
+        """Give a loaded partition's slot its topic id (KIP-516) and keep ``partition.metadata``
+        in step. The slot's id wins (a restarted worker's table, or the allocator's), then the
+        file's, then one another partition of the topic already has (``ids``, filled as we go:
+        the dirs register under the table lock, one after the other). A topic from before topic
+        ids gets a new one, written back so it is stable across restarts; in cluster mode it is
+        left to the cluster worker, which takes ZooKeeper's (every broker must agree)."""
+        slot_id = self.table.read(slot).topic_id
+        file_id = read_topic_id(part_dir)
+        tid = slot_id if slot_id != ZERO_TOPIC_ID else (file_id or ids.get(topic))
+        if tid is None:
+            if self.config["zookeeper.connect"]:
+                return
+            tid = new_topic_id()
+        if file_id is not None and file_id != tid:
+            log.warning("%s: partition.metadata names topic id %s, the topic's is %s; "
+                        "rewriting it", part_dir, topic_id_text(file_id), topic_id_text(tid))
+        ids.setdefault(topic, tid)
+        if slot_id != tid:
+            self.table.set_topic_id(slot, tid)
+        if file_id != tid:
+            write_topic_id(part_dir, tid)
 
     def _opening(self, loaded: int, total: int) -> None:
         """LogDir.open's progress: stamp the heartbeat (a start-up that keeps loading is alive;
@@ -274,7 +306,9 @@ class Partitions:
             self.metrics.reset_partition(slot)
             self.bytes_pending[slot] = 0
         # made durable with the rest of the round's creates, before any of them is answered
-        plog = self.log_dir.create_partition(info.topic, info.partition, cfg, durable=False)
+        tid = info.topic_id if info.topic_id != ZERO_TOPIC_ID else None
+        plog = self.log_dir.create_partition(info.topic, info.partition, cfg, durable=False,
+                                             topic_id=tid)
         self._register(slot, info.topic, info.partition, plog)
         self.table.heartbeat(self.worker_slot)
         for hook in self.created_hooks:
@@ -334,10 +368,14 @@ class Partitions:
             log.exception("clean close of %s failed; the next start will recover it", self.path)
 
 
-def _slots_by_partition(table: PartitionTable) -> dict[tuple[str, int], int]:
+def _slots_by_partition(table: PartitionTable,
+                        ids: dict[str, bytes] | None = None) -> dict[tuple[str, int], int]:
     """(topic, partition) -> slot for every used slot, in one pass (the lowest slot wins, as
-    with PartitionTable.find). Call under the table lock."""
+    with PartitionTable.find); ``ids`` (when given) gets each topic's id found on the way.
+    Call under the table lock."""
     out: dict[tuple[str, int], int] = {}
     for info in table.slots():
         out.setdefault((info.topic, info.partition), info.slot)
+        if ids is not None and info.topic_id != ZERO_TOPIC_ID:
+            ids.setdefault(info.topic, info.topic_id)
     return out

@@ -24,6 +24,8 @@ async def handle_create(ctx: Any, request: Any) -> dict:
             ctx, t.name, t.num_partitions, t.replication_factor,
             {c.name: c.value for c in t.configs}, t.assignments, body.validate_only, body.timeout_ms)
         answer = {"name": t.name, "error_code": code, "error_message": msg}
+        if code == 0 and not body.validate_only:  # v7+: the new topic's id (KIP-516)
+            answer["topic_id"] = ctx.index.topic_id(t.name)
         if code == 0:  # v5+ (KIP-525): what was created, the broker defaults filled in
             answer["num_partitions"] = (t.num_partitions if t.num_partitions > 0 else
                                         len(t.assignments) or int(ctx.config["num.partitions"]))
