@@ -115,6 +115,7 @@ class ErrorCode(IntEnum):
     UNKNOWN_TOPIC_ID = 100  # KIP-516: a request names a topic id no topic has
     INCONSISTENT_TOPIC_ID = 103
     FETCH_SESSION_TOPIC_ID_ERROR = 106
+    UNSUPPORTED_ENDPOINT_TYPE = 115  # DescribeCluster asked for KRaft controllers (KIP-919)
 
 
 class KafkaError(Exception):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from types import SimpleNamespace
 from typing import Any
 
 from appliance.cluster.assignment import (
@@ -18,10 +19,13 @@ from appliance.cluster.assignment import (
 from appliance.cluster.leadership import LeadershipTable
 from appliance.cluster.zk_store import TopicCollision, TopicExists, ZkStore
 from appliance.config import ConfigError, TopicConfig, validate_topic_name
+from appliance.coordinator.batched_lookup import FIRST_BATCHED_VERSION, batched_coordinators
 from appliance.coordinator.routing import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, offsets_partition_for
 from appliance.errors import ErrorCode, KafkaError
 
-__all__ = ["metadata_body", "create_topics_body", "coordinator_body"]
+__all__ = ["metadata_body", "create_topics_body", "coordinator_body", "describe_cluster_body"]
+
+CLUSTER_ID = "appliance-cluster"
 
 
 def _topic_entry(table: LeadershipTable, name: str, parts: dict[int, Any]) -> dict:
@@ -76,9 +80,17 @@ async def metadata_body(table: LeadershipTable, store: ZkStore, config: Any, req
     return {"throttle_time_ms": 0,
             "brokers": [{"node_id": b, "host": h, "port": p, "rack": r}
                         for b, (h, p, r) in sorted(table.live_brokers.items())],
-            "cluster_id": "appliance-cluster",
+            "cluster_id": CLUSTER_ID,
             "controller_id": table.fence.controller_id,
             "topics": entries}
+
+
+def describe_cluster_body(table: LeadershipTable) -> dict:
+    """DescribeCluster (KIP-700): the live brokers and the controller, as Metadata has them."""
+    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
+            "cluster_id": CLUSTER_ID, "controller_id": table.fence.controller_id,
+            "brokers": [{"broker_id": b, "host": h, "port": p, "rack": r}
+                        for b, (h, p, r) in sorted(table.live_brokers.items())]}
 
 
 async def create_topic(table: LeadershipTable, store: ZkStore, config: Any, name: str,
@@ -157,7 +169,13 @@ async def coordinator_body(table: LeadershipTable, store: ZkStore, config: Any, 
     """FindCoordinator, Kafka's rule: the leader of the group's ``__consumer_offsets``
     partition (COORDINATOR_NOT_AVAILABLE while it has none). The first one creates the topic
     through ZooKeeper, with ``offsets.topic.num.partitions`` partitions and a replication factor
-    of min(``offsets.topic.replication.factor``, live brokers)."""
+    of min(``offsets.topic.replication.factor``, live brokers). v4+: several keys at once."""
+    if version >= FIRST_BATCHED_VERSION:
+        return await batched_coordinators(
+            lambda key: coordinator_body(table, store, config,
+                                         SimpleNamespace(key=key, key_type=request.key_type), 3),
+            request, version)
+
     def answer(code: int, msg: str | None = None, node: int = -1) -> dict:
         host, port = (table.live_brokers[node][:2]) if node >= 0 else ("", -1)
         return {"throttle_time_ms": 0, "error_code": int(code), "error_message": msg,

@@ -30,7 +30,12 @@ from appliance.broker.cluster_link import FORWARD_HEAD, LENGTH
 from appliance.broker.disk_client import DiskClient
 from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.broker.plumbing import Plumbing
-from appliance.cluster.broker_answers import coordinator_body, create_topics_body, metadata_body
+from appliance.cluster.broker_answers import (
+    coordinator_body,
+    create_topics_body,
+    describe_cluster_body,
+    metadata_body,
+)
 from appliance.cluster.controlled_shutdown import answer_shutdown, request_shutdown
 from appliance.cluster.elect_leaders import answer_elect_leaders
 from appliance.cluster.fetcher import ReplicaFetcher
@@ -43,7 +48,7 @@ from appliance.cluster.wire_channel import WireChannel
 from appliance.cluster.zk_session import ZooKeeperUnreachable, open_session
 from appliance.cluster.zk_store import ZkStore
 from appliance.config import BrokerConfig
-from appliance.protocol.messages import CreateTopics, FindCoordinator, Metadata
+from appliance.protocol.messages import CreateTopics, DescribeCluster, FindCoordinator, Metadata
 from appliance.protocol.messages.cluster import (
     INTER_BROKER_APIS,
     ControlledShutdown,
@@ -61,7 +66,7 @@ __all__ = ["ClusterWorker"]
 log = logging.getLogger("appliance.cluster")
 
 _APIS = {**INTER_BROKER_APIS, Metadata.API_KEY: Metadata, CreateTopics.API_KEY: CreateTopics,
-         FindCoordinator.API_KEY: FindCoordinator}
+         FindCoordinator.API_KEY: FindCoordinator, DescribeCluster.API_KEY: DescribeCluster}
 
 
 class ClusterWorker:
@@ -206,6 +211,8 @@ class ClusterWorker:
             resp = await metadata_body(lt, self.store, self.config, req, version)
         elif api_key == CreateTopics.API_KEY:
             resp = await create_topics_body(lt, self.store, self.config, req)
+        elif api_key == DescribeCluster.API_KEY:
+            resp = describe_cluster_body(lt)
         else:
             raise ConnectionError(f"API {api_key} is not served by the cluster worker")
         return api.encode_response(version, resp)

@@ -159,6 +159,7 @@ class MsgType:
     EPOCH_END = 12       # cluster mode: where a leader epoch ends here (int32 epoch; KIP-101)
     BECOME_LEADER = 13   # cluster mode: this broker now leads (int32 epoch): stamp it at the LEO
     TRUNCATE_FULLY = 14  # cluster mode: a follower below the leader's log start: start empty at (int64)
+    DESCRIBE_PRODUCERS = 15  # a partition's producer state: PRODUCER_ENTRY records follow the completion
     COMPLETION = 16
 
 
@@ -192,6 +193,15 @@ GROUP_HEADER = Layout("group_header", (
 DELETE_RECORDS_BODY = Layout("delete_records_body", (
     ("offset", "q"),             # the new log start offset; -1 = the high watermark
 ))
+
+# DESCRIBE_PRODUCERS' answer: one record per active producer of the partition, after the completion.
+PRODUCER_ENTRY = Layout("producer_entry", (
+    ("producer_id", "q"),
+    ("last_offset", "q"),         # of its last batch in the log (-1: none retained)
+    ("producer_epoch", "i"),
+    ("last_sequence", "i"),
+))
+__all__ += ["PRODUCER_ENTRY"]
 
 # A completion may be followed by an encoded response body (GROUP requests).
 COMPLETION = Layout("completion", (

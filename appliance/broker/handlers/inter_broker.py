@@ -7,10 +7,18 @@ import struct
 from typing import Any
 
 from appliance.broker.cluster_link import ClusterUnavailable
-from appliance.broker.handlers import api_versions
+from appliance.broker.handlers import api_versions, describe_cluster
 from appliance.broker.handlers.answer import CloseConnection, RawBody
 from appliance.errors import ErrorCode
-from appliance.protocol.messages import ApiVersions, CreateTopics, FindCoordinator, Metadata
+from appliance.protocol.messages import (
+    ApiVersions,
+    CreateTopics,
+    DeleteTopics,
+    DescribeCluster,
+    Fetch,
+    FindCoordinator,
+    Metadata,
+)
 from appliance.protocol.registry import inter_broker_api_for_key
 from appliance.shm.layout import MsgType, Role
 
@@ -24,6 +32,8 @@ OFFSETS_FOR_LEADER_EPOCH = 23
 # AdminClient) send it; the other inter-broker APIs stay unadvertised (protocol/messages/cluster.py)
 ADVERTISED_KEYS = (43,)
 _EPOCH = struct.Struct("=i")
+# the newest versions before topic ids (KIP-516), advertised in cluster mode (see api_versions_in_cluster)
+CAPPED_IN_CLUSTER = {Fetch.API_KEY: 12, DeleteTopics.API_KEY: 5}
 
 
 async def forward(ctx: Any, request: Any) -> Any:
@@ -85,9 +95,22 @@ async def find_coordinator(ctx: Any, request: Any) -> Any:
                 "node_id": -1, "host": "", "port": -1}
 
 
+async def describe_cluster_in_cluster(ctx: Any, request: Any) -> Any:
+    """DescribeCluster: every live broker and the controller, from the cluster worker."""
+    refused = describe_cluster.wrong_endpoint_type(request)
+    if refused is not None:
+        return refused
+    return await forward(ctx, request)
+
+
 async def api_versions_in_cluster(ctx: Any, request: Any) -> dict:
-    """ApiVersions with the cluster-only client APIs (ElectLeaders) added, in key order."""
+    """ApiVersions with the cluster-only client APIs (ElectLeaders) added, in key order, and
+    the APIs that name topics by id capped below that: ids are kept per broker and not yet
+    agreed through ZooKeeper, so clients must use names (Fetch 12, DeleteTopics 5)."""
     body = await api_versions.handle(ctx, request)
+    for e in body["api_keys"]:
+        if e.api_key in CAPPED_IN_CLUSTER:
+            e.max_version = CAPPED_IN_CLUSTER[e.api_key]
     entry = ApiVersions.Response.ApiKeys
     # (the inter-broker schemas are looked up here, not imported: a standalone broker loads
     # this module too and must not load them)
@@ -107,4 +130,5 @@ def cluster_handlers(base: dict[int, Any]) -> dict[int, Any]:
     table[OFFSETS_FOR_LEADER_EPOCH] = offsets_for_leader_epoch
     table[FindCoordinator.API_KEY] = find_coordinator
     table[ApiVersions.API_KEY] = api_versions_in_cluster
+    table[DescribeCluster.API_KEY] = describe_cluster_in_cluster
     return table
