@@ -16,9 +16,9 @@ from typing import Any
 
 from appliance.broker.handlers.answer import RawBody
 from appliance.broker.topic_admin import create_topic
+from appliance.coordinator.batched_lookup import batched_coordinators
 from appliance.coordinator.routing import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, offsets_partition_for
 from appliance.errors import ErrorCode
-from appliance.coordinator.batched_lookup import batched_coordinators
 from appliance.protocol.messages import OffsetFetch
 from appliance.protocol.registry import API_BY_KEY
 from appliance.shm.layout import GROUP_HEADER, MsgType, Role, SlotState
