@@ -44,6 +44,7 @@ from appliance.cluster.leadership import partition_states
 from appliance.cluster.local_replicas import LocalReplicas
 from appliance.cluster.member import ClusterMember
 from appliance.cluster.registry import BrokerIdInUse
+from appliance.cluster.topic_ids import TopicIds
 from appliance.cluster.wire_channel import WireChannel
 from appliance.cluster.zk_session import ZooKeeperUnreachable, open_session
 from appliance.cluster.zk_store import ZkStore
@@ -108,7 +109,9 @@ class ClusterWorker:
         store = ZkStore(self.member.client)
         self.store = store
         self.fetcher = ReplicaFetcher(ctx, store, self.broker_id)
-        self.replicas = LocalReplicas(ctx, self.member.leadership, area, store, self.fetcher)
+        self.topic_ids = TopicIds(store)
+        self.replicas = LocalReplicas(ctx, self.member.leadership, area, store, self.fetcher,
+                                      self.topic_ids)
         isr = IsrManager(ctx, self.member.leadership, area, store, self.replicas.lock)
         isr_task = asyncio.ensure_future(isr.run())
         table.set_worker_state(self.slot, WorkerState.READY)
@@ -208,7 +211,7 @@ class ClusterWorker:
         elif api_key == FindCoordinator.API_KEY:
             resp = await coordinator_body(lt, self.store, self.config, req, version)
         elif api_key == Metadata.API_KEY:
-            resp = await metadata_body(lt, self.store, self.config, req, version)
+            resp = await metadata_body(lt, self.store, self.config, req, version, self.topic_ids)
         elif api_key == CreateTopics.API_KEY:
             resp = await create_topics_body(lt, self.store, self.config, req)
         elif api_key == DescribeCluster.API_KEY:

@@ -161,6 +161,7 @@ class MsgType:
     TRUNCATE_FULLY = 14  # cluster mode: a follower below the leader's log start: start empty at (int64)
     DESCRIBE_PRODUCERS = 15  # a partition's producer state: PRODUCER_ENTRY records follow the completion
     COMPLETION = 16
+    TOPIC_ID = 17        # cluster mode: the partition's topic id from ZooKeeper (16 bytes): slot and partition.metadata
 
 
 # Message types that get no completion when sent with acks=0: an acks=0 produce, and a

@@ -18,7 +18,7 @@ from appliance.broker.disk.dir_health import FULL_DISK_ERRNOS, ThrottledLog, io_
 from appliance.broker.disk.requests import NOTHING, NotHere
 from appliance.config import BrokerConfig, ConfigError, TopicConfig
 from appliance.coordinator.routing import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
-from appliance.errors import ErrorCode, KafkaStorageError
+from appliance.errors import ErrorCode, InvalidRequestError, KafkaStorageError
 from appliance.shm.layout import COUNTER_PARTITIONS, SlotState, WorkerState
 from appliance.shm.partition_table import ZERO_TOPIC_ID, PartitionTable
 from appliance.storage.log_dir import LogDir
@@ -313,6 +313,22 @@ class Partitions:
         self.table.heartbeat(self.worker_slot)
         for hook in self.created_hooks:
             hook(info.topic, info.partition)
+        return NOTHING
+
+    def set_topic_id(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+        """Cluster mode: ZooKeeper's id for the partition's topic (KIP-516), into the slot and
+        ``partition.metadata``; this worker is the single writer of both."""
+        self._check_online()
+        plog = self.logs.get(slot)
+        if plog is None:
+            raise NotHere()
+        if len(body) != 16:
+            raise InvalidRequestError(f"a topic id is 16 bytes, not {len(body)}")
+        tid = bytes(body)
+        if self.table.read(slot).topic_id != tid:
+            self.table.set_topic_id(slot, tid)
+        if read_topic_id(plog.path) != tid:
+            write_topic_id(plog.path, tid)
         return NOTHING
 
     def sync_created(self) -> int:

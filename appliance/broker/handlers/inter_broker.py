@@ -15,7 +15,6 @@ from appliance.protocol.messages import (
     CreateTopics,
     DeleteTopics,
     DescribeCluster,
-    Fetch,
     FindCoordinator,
     Metadata,
 )
@@ -32,8 +31,8 @@ OFFSETS_FOR_LEADER_EPOCH = 23
 # AdminClient) send it; the other inter-broker APIs stay unadvertised (protocol/messages/cluster.py)
 ADVERTISED_KEYS = (43,)
 _EPOCH = struct.Struct("=i")
-# the newest versions before topic ids (KIP-516), advertised in cluster mode (see api_versions_in_cluster)
-CAPPED_IN_CLUSTER = {Fetch.API_KEY: 12, DeleteTopics.API_KEY: 5}
+# below the standalone maxima in cluster mode (see api_versions_in_cluster)
+CAPPED_IN_CLUSTER = {DeleteTopics.API_KEY: 5}
 
 
 async def forward(ctx: Any, request: Any) -> Any:
@@ -105,8 +104,8 @@ async def describe_cluster_in_cluster(ctx: Any, request: Any) -> Any:
 
 async def api_versions_in_cluster(ctx: Any, request: Any) -> dict:
     """ApiVersions with the cluster-only client APIs (ElectLeaders) added, in key order, and
-    the APIs that name topics by id capped below that: ids are kept per broker and not yet
-    agreed through ZooKeeper, so clients must use names (Fetch 12, DeleteTopics 5)."""
+    DeleteTopics capped at 5: deletion by id (v6) is not served in cluster mode (topic ids
+    are, from ZooKeeper: Metadata v10+ and Fetch v13+ use them)."""
     body = await api_versions.handle(ctx, request)
     for e in body["api_keys"]:
         if e.api_key in CAPPED_IN_CLUSTER:
