@@ -144,3 +144,19 @@ def test_a_topic_from_before_ids_gets_one_from_the_controller(cluster):
         {"version": 2, "partitions": {"0": [0, 1], "1": [1, 0]}}).encode(), makepath=True)
     tid = _agreed(cluster, topic)
     assert _znode(zk, topic)["version"] == 3 and tid != bytes(16)
+
+
+def test_a_reassignment_keeps_the_topic_id(cluster):
+    """The controller rewrites the topic znode at every reassignment step: the id stays."""
+    topic = f"move-{uuid.uuid4().hex[:6]}"
+    zk = cluster["zk"]
+    admin = AdminClient({"bootstrap.servers": cluster["boot"]})
+    admin.create_topics([NewTopic(topic, num_partitions=2, replica_assignment=[[0], [1]])])[topic].result(60)
+    tid = _agreed(cluster, topic)
+    zk.create(zp.REASSIGN_PARTITIONS, zp.encode_reassignment(
+        {zp.TopicPartition(topic, 0): (1, 0), zp.TopicPartition(topic, 1): (0,)}), makepath=True)
+    wait_for(lambda: zk.exists(zp.REASSIGN_PARTITIONS) is None, 90, "the reassignment to finish",
+             step=0.3)
+    node = _znode(zk, topic)
+    assert node["partitions"] == {"0": [1, 0], "1": [0]}
+    assert node["topic_id"] == _text(tid) and _agreed(cluster, topic) == tid
