@@ -408,9 +408,10 @@ class LogSegment:
         return self._walk(pos, pick)
 
     def max_timestamp_batch(self, start_offset: int, bound: int) -> BatchLocation | None:
-        """The first batch (by offset) with the largest max timestamp among those holding
-        offsets in [``start_offset``, ``bound``); None when there is none. Walks every batch
-        header of the segment (ListOffsets' MAX_TIMESTAMP, KIP-734: an admin query)."""
+        """The first batch (by offset) with the largest max timestamp among those wholly inside
+        [``start_offset``, ``bound``); None when there is none (batches cut by either end are
+        the caller's to read record by record). Walks every batch header of the segment
+        (ListOffsets' MAX_TIMESTAMP, KIP-734: an admin query)."""
         self.last_used = time.monotonic()
         best: BatchLocation | None = None
         pos = 0
@@ -419,7 +420,7 @@ class LogSegment:
             if r.count == 0:
                 break
             n = r.count
-            ok = (r.last_offsets[:n] >= start_offset) & (r.base_offsets[:n] < bound)
+            ok = (r.base_offsets[:n] >= start_offset) & (r.last_offsets[:n] < bound)
             if ok.any():
                 ts = np.where(ok, r.max_timestamps[:n], np.iinfo(np.int64).min)
                 k = int(np.argmax(ts))  # the first of equal maxima: the earliest offset wins
