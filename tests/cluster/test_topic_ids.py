@@ -160,3 +160,28 @@ def test_a_reassignment_keeps_the_topic_id(cluster):
     node = _znode(zk, topic)
     assert node["partitions"] == {"0": [1, 0], "1": [0]}
     assert node["topic_id"] == _text(tid) and _agreed(cluster, topic) == tid
+
+
+def test_find_coordinator_v4_and_describe_cluster_in_cluster_mode(cluster):
+    """Batched FindCoordinator names the same coordinator as one key at a time, from either
+    broker; DescribeCluster lists both brokers and the controller, the same everywhere."""
+    groups = [f"g{i}-{uuid.uuid4().hex[:6]}" for i in range(4)]
+    answers = []
+    for b in cluster["brokers"].values():
+        with BrokerConnection("127.0.0.1", b.port) as c:
+            batched = wait_for(lambda c=c: (r := c.request(10, {"key_type": 0, "coordinator_keys": groups},
+                                                           version=4))
+                               and all(x.error_code == 0 for x in r.coordinators) and r,
+                               60, "coordinators for every group", step=0.5)
+            single = [c.request(10, {"key": g, "key_type": 0}, version=3) for g in groups]
+            assert [x.key for x in batched.coordinators] == groups
+            assert [(x.node_id, x.port) for x in batched.coordinators] == [
+                (s.node_id, s.port) for s in single]
+            answers.append([x.node_id for x in batched.coordinators])
+            desc = c.request(60, {"include_cluster_authorized_operations": False,
+                                  "endpoint_type": 1}, version=1)
+            assert desc.error_code == 0 and desc.cluster_id == "appliance-cluster"
+            assert sorted((x.broker_id, x.port) for x in desc.brokers) == sorted(
+                (i, p.port) for i, p in cluster["brokers"].items())
+            assert desc.controller_id in cluster["brokers"]
+    assert answers[0] == answers[1]

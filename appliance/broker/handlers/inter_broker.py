@@ -9,6 +9,7 @@ from typing import Any
 from appliance.broker.cluster_link import ClusterUnavailable
 from appliance.broker.handlers import api_versions, describe_cluster
 from appliance.broker.handlers.answer import CloseConnection, RawBody
+from appliance.coordinator.batched_lookup import FIRST_BATCHED_VERSION
 from appliance.errors import ErrorCode
 from appliance.protocol.messages import (
     ApiVersions,
@@ -89,9 +90,13 @@ async def find_coordinator(ctx: Any, request: Any) -> Any:
     try:
         return RawBody(await ctx.cluster_link.call(request.api_key, request.api_version, body))
     except ClusterUnavailable as e:  # still joining: retriable, the client asks again
-        return {"throttle_time_ms": 0, "error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                "error_message": f"this broker has not joined the cluster yet: {e}",
-                "node_id": -1, "host": "", "port": -1}
+        one = {"error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+               "error_message": f"this broker has not joined the cluster yet: {e}",
+               "node_id": -1, "host": "", "port": -1}
+        if request.api_version >= FIRST_BATCHED_VERSION:
+            return {"throttle_time_ms": 0, "coordinators": [
+                {"key": k, **one} for k in request.body.coordinator_keys]}
+        return {"throttle_time_ms": 0, **one}
 
 
 async def describe_cluster_in_cluster(ctx: Any, request: Any) -> Any:
