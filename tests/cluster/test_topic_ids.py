@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from appliance.client.connection import BrokerConnection
@@ -129,6 +129,10 @@ def test_created_topic_id_is_in_zookeeper_and_the_same_everywhere(cluster):
             assert m is not None, f"only {len(got)} of {N}"
             assert m.error() is None, m.error()
             got.append(m.value())
+        # committed and read back: librdkafka 2.16 reads offsets with OffsetFetch v8 (groups)
+        c.commit(asynchronous=False)
+        committed = c.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], timeout=30)
+        assert sorted((x.partition, x.offset) for x in committed) == [(0, N // 2), (1, N // 2)]
     finally:
         c.close()
     assert sorted(got) == sorted(b"v%d" % i for i in range(N))
