@@ -112,6 +112,10 @@ class ErrorCode(IntEnum):
     GROUP_SUBSCRIBED_TO_TOPIC = 86
     INVALID_RECORD = 87
     UNSTABLE_OFFSET_COMMIT = 88
+    UNKNOWN_TOPIC_ID = 100  # KIP-516: a request names a topic id no topic has
+    INCONSISTENT_TOPIC_ID = 103
+    FETCH_SESSION_TOPIC_ID_ERROR = 106
+    UNSUPPORTED_ENDPOINT_TYPE = 115  # DescribeCluster asked for KRaft controllers (KIP-919)
 
 
 class KafkaError(Exception):

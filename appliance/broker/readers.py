@@ -61,6 +61,11 @@ class Readers:
         """ListOffsets by time: see :meth:`LogReader.offset_for_timestamp`."""
         return self.reader(disk, topic, partition).offset_for_timestamp(ts, log_start, bound)
 
+    def max_timestamp(self, disk: int, topic: str, partition: int, log_start: int,
+                      bound: int) -> tuple[int, int] | None:
+        """ListOffsets' MAX_TIMESTAMP: see :meth:`LogReader.max_timestamp`."""
+        return self.reader(disk, topic, partition).max_timestamp(log_start, bound)
+
     def topic_overrides(self, disk: int, topic: str) -> dict[str, str]:
         """The topic's config overrides as saved beside its partition 0 (or the first found)."""
         return read_topic_properties(os.path.join(self.log_dirs[disk], f"{topic}-0"))

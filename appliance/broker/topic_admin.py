@@ -16,6 +16,7 @@ from typing import Any
 from appliance.config import ConfigError, TopicConfig, validate_topic_name
 from appliance.errors import ErrorCode, KafkaError
 from appliance.shm.layout import MsgType, SlotState
+from appliance.storage.partition_metadata import new_topic_id
 
 __all__ = ["create_topic", "delete_topic", "add_partitions", "TopicResult"]
 
@@ -79,7 +80,7 @@ async def create_topic(ctx: Any, name: str, num_partitions: int = -1, replicatio
         async with ctx.table.locked_async():
             if ctx.table.find(name, 0) >= 0:
                 raise _Refused(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
-            placed = _place(ctx, name, range(num_partitions), num_partitions)
+            placed = _place(ctx, name, range(num_partitions), num_partitions, new_topic_id())
         return await _create_on_disks(ctx, placed, overrides, timeout_ms)
     except _Refused as e:
         return TopicResult(e.code, e.message)
@@ -102,8 +103,10 @@ def _check_open_files(counts: list[int], adding: int) -> None:
                        f"ulimit -n, or add log dirs)")
 
 
-def _place(ctx: Any, name: str, partitions: range, total: int) -> list[tuple[int, int]]:
-    """Allocate slots (caller holds the table lock): [(slot, disk)], fewest-partitions-first."""
+def _place(ctx: Any, name: str, partitions: range, total: int,
+           topic_id: bytes) -> list[tuple[int, int]]:
+    """Allocate slots (caller holds the table lock): [(slot, disk)], fewest-partitions-first;
+    each slot carries ``topic_id``, which its disk worker saves in ``partition.metadata``."""
     # bound the work before doing it: a count no table could hold (a fuzzed CreatePartitions
     # asked for 2**31) is refused at once, not walked partition by partition
     if len(partitions) > ctx.table.capacity:
@@ -121,7 +124,8 @@ def _place(ctx: Any, name: str, partitions: range, total: int) -> list[tuple[int
     try:
         for p in partitions:
             disk = min(usable, key=counts.__getitem__)
-            placed.append((ctx.table.allocate(name, p, total, disk, SlotState.CREATING), disk))
+            placed.append((ctx.table.allocate(name, p, total, disk, SlotState.CREATING, topic_id),
+                           disk))
             counts[disk] += 1
     except MemoryError as e:
         for slot, _ in placed:
@@ -161,7 +165,7 @@ async def add_partitions(ctx: Any, name: str, count: int, assignments: Any = Non
         if validate_only:
             return TopicResult()
         async with ctx.table.locked_async():
-            placed = _place(ctx, name, range(current, count), count)
+            placed = _place(ctx, name, range(current, count), count, parts[0].topic_id)
         overrides = ctx.readers.topic_overrides(parts[0].disk, name)
         return await _create_on_disks(ctx, placed, overrides, timeout_ms)
     except _Refused as e:

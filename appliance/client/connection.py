@@ -40,6 +40,16 @@ def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
     return out
 
 
+# APIs whose newer versions change the body this client's code builds (topics by id, batched
+# coordinator keys, several groups): it asks for the last version of the shape it writes
+CLIENT_MAX_VERSIONS = {
+    1: 12,   # Fetch: v13+ name topics by id
+    9: 7,    # OffsetFetch: v8+ take a list of groups
+    10: 3,   # FindCoordinator: v4+ take a list of keys
+    20: 5,   # DeleteTopics: v6+ take (name, id) pairs
+}
+
+
 class BrokerConnection:
     def __init__(self, host: str, port: int, timeout: float = 10.0, client_id: str = "appliance-cli") -> None:
         self.address = f"{host}:{port}"
@@ -65,8 +75,11 @@ class BrokerConnection:
             self.versions[entry.api_key] = (entry.min_version, entry.max_version)
 
     def version_for(self, api_key: int) -> int:
-        """The highest version of ``api_key`` both sides speak. Raises UnsupportedVersionError."""
+        """The highest version of ``api_key`` both sides speak, at most what this client's
+        request builders are written for. Raises UnsupportedVersionError."""
         ours = proto.SUPPORTED_VERSIONS.get(api_key)
+        if ours is not None and api_key in CLIENT_MAX_VERSIONS:
+            ours = (ours[0], min(ours[1], CLIENT_MAX_VERSIONS[api_key]))
         theirs = self.versions.get(api_key)
         if ours is None or theirs is None or max(ours[0], theirs[0]) > min(ours[1], theirs[1]):
             raise UnsupportedVersionError(f"broker {self.address} and this client share no version "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from types import SimpleNamespace
 from typing import Any
 
 from appliance.cluster.assignment import (
@@ -16,12 +17,18 @@ from appliance.cluster.assignment import (
     assign_replicas,
 )
 from appliance.cluster.leadership import LeadershipTable
+from appliance.cluster.topic_ids import TopicIds
 from appliance.cluster.zk_store import TopicCollision, TopicExists, ZkStore
 from appliance.config import ConfigError, TopicConfig, validate_topic_name
+from appliance.coordinator.batched_lookup import FIRST_BATCHED_VERSION, batched_coordinators
 from appliance.coordinator.routing import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, offsets_partition_for
 from appliance.errors import ErrorCode, KafkaError
 
-__all__ = ["metadata_body", "create_topics_body", "coordinator_body"]
+FIRST_TOPIC_ID_METADATA = 10  # Metadata answers topic ids (KIP-516)
+
+__all__ = ["metadata_body", "create_topics_body", "coordinator_body", "describe_cluster_body"]
+
+CLUSTER_ID = "appliance-cluster"
 
 
 def _topic_entry(table: LeadershipTable, name: str, parts: dict[int, Any]) -> dict:
@@ -44,12 +51,19 @@ def _by_topic(table: LeadershipTable) -> dict[str, dict[int, Any]]:
 
 
 async def metadata_body(table: LeadershipTable, store: ZkStore, config: Any, request: Any,
-                        version: int) -> dict:
+                        version: int, topic_ids: TopicIds | None = None) -> dict:
     topics = _by_topic(table)
+    by_id: list[bytes] = []
     if request.topics is None or (version == 0 and not request.topics):
         names = sorted(topics)
     else:
-        names = [t.name for t in request.topics]
+        names = [t.name for t in request.topics if t.name is not None]
+        asked_ids = [t.topic_id for t in request.topics if t.name is None]
+        if asked_ids:  # v12+: topics asked by id alone (KIP-516)
+            known = await topic_ids.ids(topics) if topic_ids is not None else {}
+            name_of = {tid: n for n, tid in known.items()}
+            names += [name_of[i] for i in asked_ids if i in name_of]
+            by_id = [i for i in asked_ids if i not in name_of]
         auto = bool(config["auto.create.topics.enable"]) and (version < 4 or request.allow_auto_topic_creation)
         missing = [n for n in names if n not in topics and n != OFFSETS_TOPIC]
         if auto and missing:
@@ -73,12 +87,26 @@ async def metadata_body(table: LeadershipTable, store: ZkStore, config: Any, req
         for e in entries:
             if e["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and e["name"] in known:
                 e["error_code"] = int(ErrorCode.LEADER_NOT_AVAILABLE)
+    if topic_ids is not None and version >= FIRST_TOPIC_ID_METADATA:
+        ids = await topic_ids.ids(e["name"] for e in entries if e["error_code"] == 0)
+        for e in entries:
+            e["topic_id"] = ids.get(e["name"], bytes(16))
+    entries += [{"error_code": int(ErrorCode.UNKNOWN_TOPIC_ID), "name": None if version >= 12 else "",
+                 "topic_id": i, "is_internal": False, "partitions": []} for i in by_id]
     return {"throttle_time_ms": 0,
             "brokers": [{"node_id": b, "host": h, "port": p, "rack": r}
                         for b, (h, p, r) in sorted(table.live_brokers.items())],
-            "cluster_id": "appliance-cluster",
+            "cluster_id": CLUSTER_ID,
             "controller_id": table.fence.controller_id,
             "topics": entries}
+
+
+def describe_cluster_body(table: LeadershipTable) -> dict:
+    """DescribeCluster (KIP-700): the live brokers and the controller, as Metadata has them."""
+    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
+            "cluster_id": CLUSTER_ID, "controller_id": table.fence.controller_id,
+            "brokers": [{"broker_id": b, "host": h, "port": p, "rack": r}
+                        for b, (h, p, r) in sorted(table.live_brokers.items())]}
 
 
 async def create_topic(table: LeadershipTable, store: ZkStore, config: Any, name: str,
@@ -157,7 +185,13 @@ async def coordinator_body(table: LeadershipTable, store: ZkStore, config: Any, 
     """FindCoordinator, Kafka's rule: the leader of the group's ``__consumer_offsets``
     partition (COORDINATOR_NOT_AVAILABLE while it has none). The first one creates the topic
     through ZooKeeper, with ``offsets.topic.num.partitions`` partitions and a replication factor
-    of min(``offsets.topic.replication.factor``, live brokers)."""
+    of min(``offsets.topic.replication.factor``, live brokers). v4+: several keys at once."""
+    if version >= FIRST_BATCHED_VERSION:
+        return await batched_coordinators(
+            lambda key: coordinator_body(table, store, config,
+                                         SimpleNamespace(key=key, key_type=request.key_type), 3),
+            request, version)
+
     def answer(code: int, msg: str | None = None, node: int = -1) -> dict:
         host, port = (table.live_brokers[node][:2]) if node >= 0 else ("", -1)
         return {"throttle_time_ms": 0, "error_code": int(code), "error_message": msg,

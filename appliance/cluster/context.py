@@ -48,6 +48,7 @@ class ControllerContext:
     topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     reassigning: dict[TopicPartition, Reassignment] = field(default_factory=dict)
     topics_deleting: set[str] = field(default_factory=set)
+    topic_ids: dict[str, bytes] = field(default_factory=dict)  # KIP-516, as in ZooKeeper
 
     @property
     def live_ids(self) -> set[int]:
@@ -84,4 +85,5 @@ class ControllerContext:
             self.partition_states.pop(tp, None)
             self.reassigning.pop(tp, None)
         self.topic_configs.pop(topic, None)
+        self.topic_ids.pop(topic, None)
         self.topics_deleting.discard(topic)

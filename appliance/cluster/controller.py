@@ -21,6 +21,7 @@ everything else runs on the event thread.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import threading
@@ -54,6 +55,7 @@ from appliance.cluster.request_batch import (
 from appliance.cluster.zk_paths import LeaderIsr, TopicAssignment, TopicPartition
 from appliance.cluster.zk_store import ControllerMoved, ZkStore
 from appliance.errors import ErrorCode
+from appliance.storage.partition_metadata import new_topic_id, topic_id_text
 
 __all__ = ["Controller", "PREFERRED", "UNCLEAN"]
 
@@ -274,6 +276,13 @@ class Controller:
         a = self.store.assignment(topic, watch=self._enqueue(lambda: ev.PartitionModifications(topic)))
         if a is None:
             return
+        if a.topic_id is None:
+            # a topic from before topic ids (KIP-516): the controller gives it one, as Kafka's
+            # does, and every broker reads it from the znode
+            a = dataclasses.replace(a, topic_id=new_topic_id())
+            self.store.set_assignment(topic, a)
+            log.info("controller: topic %s gets topic id %s", topic, topic_id_text(a.topic_id))
+        self.ctx.topic_ids[topic] = a.topic_id
         for p, rs in a.partitions.items():
             tp = TopicPartition(topic, p)
             self.ctx.replicas[tp] = rs
@@ -711,7 +720,8 @@ class Controller:
         self.store.set_assignment(topic, TopicAssignment(
             {tp.partition: ctx.replicas[tp] for tp in tps},
             {tp.partition: ctx.reassigning[tp].adding for tp in tps if tp in ctx.reassigning},
-            {tp.partition: ctx.reassigning[tp].removing for tp in tps if tp in ctx.reassigning}))
+            {tp.partition: ctx.reassigning[tp].removing for tp in tps if tp in ctx.reassigning},
+            ctx.topic_ids.get(topic)))
 
     def _start_reassignment(self, tp: TopicPartition) -> None:
         """Step 1: replicas = target + original; every replica hears it (leader epoch + 1); the

@@ -16,6 +16,7 @@ from typing import Any
 from appliance.cluster.fetcher import ReplicaFetcher
 from appliance.cluster.leadership import Changes, LeadershipTable
 from appliance.cluster.replication_throttle import REPLICATION_KEYS
+from appliance.cluster.topic_ids import TopicIds
 from appliance.cluster.zk_paths import TopicPartition
 from appliance.cluster.zk_store import ZkStore
 from appliance.errors import ErrorCode
@@ -32,12 +33,13 @@ _EPOCH = struct.Struct("=i")
 
 class LocalReplicas:
     def __init__(self, ctx: Any, table: LeadershipTable, area: LeadershipArea, store: ZkStore,
-                 fetcher: ReplicaFetcher) -> None:
+                 fetcher: ReplicaFetcher, topic_ids: TopicIds) -> None:
         self.ctx = ctx  # a BrokerContext on the cluster worker's own rings
         self.table = table
         self.area = area
         self.store = store
         self.fetcher = fetcher
+        self.topic_ids = topic_ids
         self.lock = asyncio.Lock()  # one LeaderAndIsr / StopReplica applied at a time
 
     async def apply(self, changes: Changes, touched: list[TopicPartition]) -> None:
@@ -51,6 +53,7 @@ class LocalReplicas:
             slot = await self._ensure_partition(tp)
             if slot < 0:
                 continue
+            await self._ensure_topic_id(tp, slot)
             me = self.table.broker_id
             role = Role.LEADER if st.leader == me else Role.FOLLOWER
             if tp in moved and role == Role.FOLLOWER:
@@ -78,6 +81,14 @@ class LocalReplicas:
                     self.ctx.table.set_state(info.slot, SlotState.DELETING)
                 await self._submit(info.disk, MsgType.DELETE_PARTITION, info.slot, b"")
                 self.ctx.index.refresh()
+
+    async def _ensure_topic_id(self, tp: TopicPartition, slot: int) -> None:
+        """The slot carries ZooKeeper's topic id (KIP-516), so that every broker answers the
+        same id and a fetch by id finds the partition; its disk worker writes it."""
+        tid = (await self.topic_ids.ids([tp.topic])).get(tp.topic)
+        info = self.ctx.table.read(slot)
+        if tid is not None and info.topic_id != tid:
+            await self._submit(info.disk, MsgType.TOPIC_ID, slot, tid)
 
     async def _submit(self, disk: int, msg_type: int, slot: int, payload: bytes) -> int:
         comp = await self.ctx.disks.submit(disk, msg_type, slot, payload)

@@ -31,7 +31,12 @@ from appliance.broker.cluster_link import FORWARD_HEAD, LENGTH
 from appliance.broker.disk_client import DiskClient
 from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.broker.plumbing import Plumbing
-from appliance.cluster.broker_answers import coordinator_body, create_topics_body, metadata_body
+from appliance.cluster.broker_answers import (
+    coordinator_body,
+    create_topics_body,
+    describe_cluster_body,
+    metadata_body,
+)
 from appliance.cluster.controlled_shutdown import answer_shutdown, request_shutdown
 from appliance.cluster.elect_leaders import answer_elect_leaders
 from appliance.cluster.fetcher import ReplicaFetcher
@@ -42,11 +47,12 @@ from appliance.cluster.member import ClusterMember
 from appliance.cluster.reassignment_api import answer_alter_reassignments, answer_list_reassignments
 from appliance.cluster.registry import BrokerIdInUse
 from appliance.cluster.replication_throttle import ThrottleSettings
+from appliance.cluster.topic_ids import TopicIds
 from appliance.cluster.wire_channel import WireChannel
 from appliance.cluster.zk_session import ZooKeeperUnreachable, open_session
 from appliance.cluster.zk_store import ZkStore
 from appliance.config import BrokerConfig
-from appliance.protocol.messages import CreateTopics, FindCoordinator, Metadata
+from appliance.protocol.messages import CreateTopics, DescribeCluster, FindCoordinator, Metadata
 from appliance.protocol.messages.cluster import (
     INTER_BROKER_APIS,
     ControlledShutdown,
@@ -68,7 +74,7 @@ __all__ = ["ClusterWorker"]
 log = logging.getLogger("appliance.cluster")
 
 _APIS = {**INTER_BROKER_APIS, Metadata.API_KEY: Metadata, CreateTopics.API_KEY: CreateTopics,
-         FindCoordinator.API_KEY: FindCoordinator}
+         FindCoordinator.API_KEY: FindCoordinator, DescribeCluster.API_KEY: DescribeCluster}
 
 
 class ClusterWorker:
@@ -111,7 +117,9 @@ class ClusterWorker:
         self.store = store
         self.fetcher = ReplicaFetcher(ctx, store, self.broker_id,
                                       ThrottleSettings(self.member.client, self.broker_id))
-        self.replicas = LocalReplicas(ctx, self.member.leadership, area, store, self.fetcher)
+        self.topic_ids = TopicIds(store)
+        self.replicas = LocalReplicas(ctx, self.member.leadership, area, store, self.fetcher,
+                                      self.topic_ids)
         isr = IsrManager(ctx, self.member.leadership, area, store, self.replicas.lock)
         isr_task = asyncio.ensure_future(isr.run())
         table.set_worker_state(self.slot, WorkerState.READY)
@@ -215,9 +223,11 @@ class ClusterWorker:
         elif api_key == FindCoordinator.API_KEY:
             resp = await coordinator_body(lt, self.store, self.config, req, version)
         elif api_key == Metadata.API_KEY:
-            resp = await metadata_body(lt, self.store, self.config, req, version)
+            resp = await metadata_body(lt, self.store, self.config, req, version, self.topic_ids)
         elif api_key == CreateTopics.API_KEY:
             resp = await create_topics_body(lt, self.store, self.config, req)
+        elif api_key == DescribeCluster.API_KEY:
+            resp = describe_cluster_body(lt)
         else:
             raise ConnectionError(f"API {api_key} is not served by the cluster worker")
         return api.encode_response(version, resp)

@@ -10,7 +10,7 @@ Formats (Kafka: core/src/main/scala/kafka/zk/ZkData.scala):
   "timestamp":"<ms>","endpoints":["PLAINTEXT://h:p"],"listener_security_protocol_map":{..}}``
   (+ ``"rack"`` when set)
 - ``/brokers/topics/<topic>``: ``{"version":2,"partitions":{"0":[1,2,3]},"adding_replicas":{},
-  "removing_replicas":{}}``
+  "removing_replicas":{}}``; version 3 adds ``"topic_id"`` (KIP-516, Kafka's text form of the id)
 - ``/brokers/topics/<topic>/partitions/<p>/state``: ``{"controller_epoch":..,"leader":..,
   "version":1,"leader_epoch":..,"isr":[..]}``
 - ``/controller`` (ephemeral): ``{"version":1,"brokerid":..,"timestamp":"<ms>"}``;
@@ -30,6 +30,8 @@ import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from appliance.storage.partition_metadata import parse_topic_id, topic_id_text
 
 __all__ = [
     "BROKER_IDS", "BROKER_TOPICS", "CONTROLLER", "CONTROLLER_EPOCH", "CONFIG_TOPICS", "CONFIG_BROKERS",
@@ -110,11 +112,13 @@ class LeaderIsr:
 
 @dataclass(frozen=True, slots=True)
 class TopicAssignment:
-    """A topic znode: partition -> replica list, plus KIP-455's reassignment in flight."""
+    """A topic znode: partition -> replica list, plus KIP-455's reassignment in flight and the
+    topic's id (None in a znode written before topic ids)."""
 
     partitions: dict[int, tuple[int, ...]]
     adding: dict[int, tuple[int, ...]] = field(default_factory=dict)
     removing: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    topic_id: bytes | None = None
 
 
 def split_chroot(connect: str) -> tuple[str, str]:
@@ -229,9 +233,13 @@ def _encode_assign(m: dict[int, tuple[int, ...]]) -> dict[str, list[int]]:
 
 
 def encode_topic(a: TopicAssignment) -> bytes:
-    return _dump({"version": 2, "partitions": _encode_assign(a.partitions),
-                  "adding_replicas": _encode_assign(a.adding),
-                  "removing_replicas": _encode_assign(a.removing)})
+    obj: dict[str, Any] = {"version": 3 if a.topic_id else 2}
+    if a.topic_id:
+        obj["topic_id"] = topic_id_text(a.topic_id)
+    obj.update({"partitions": _encode_assign(a.partitions),
+                "adding_replicas": _encode_assign(a.adding),
+                "removing_replicas": _encode_assign(a.removing)})
+    return _dump(obj)
 
 
 def _decode_assign(v: Any, what: str, path: str) -> dict[int, tuple[int, ...]]:
@@ -252,10 +260,17 @@ def _decode_assign(v: Any, what: str, path: str) -> dict[int, tuple[int, ...]]:
 def decode_topic(topic: str, data: bytes) -> TopicAssignment:
     path = topic_path(topic)
     obj = _load(data, path)
+    topic_id = None
+    if obj.get("topic_id") is not None:
+        try:
+            topic_id = parse_topic_id(str(obj["topic_id"]))
+        except ValueError as e:
+            raise ZnodeFormatError(f"{path}: {e}") from e
     return TopicAssignment(
         partitions=_decode_assign(_get(obj, "partitions", dict, path), "partitions", path),
         adding=_decode_assign(obj.get("adding_replicas"), "adding_replicas", path),
-        removing=_decode_assign(obj.get("removing_replicas"), "removing_replicas", path))
+        removing=_decode_assign(obj.get("removing_replicas"), "removing_replicas", path),
+        topic_id=topic_id)
 
 
 def encode_partition_state(s: LeaderIsr) -> bytes:

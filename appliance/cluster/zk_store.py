@@ -20,6 +20,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, Roll
 
 from appliance.cluster import zk_paths as zp
 from appliance.cluster.zk_paths import BrokerInfo, LeaderIsr, TopicAssignment, TopicPartition
+from appliance.storage.partition_metadata import new_topic_id
 
 __all__ = ["ZkStore", "ControllerMoved", "TopicExists", "TopicCollision"]
 
@@ -100,7 +101,8 @@ class ZkStore:
         except NodeExistsError:
             self.client.set(zp.topic_config_path(topic), data)
         try:
-            self.client.create(zp.topic_path(topic), zp.encode_topic(TopicAssignment(dict(partitions))),
+            self.client.create(zp.topic_path(topic),
+                               zp.encode_topic(TopicAssignment(dict(partitions), topic_id=new_topic_id())),
                                makepath=True)
         except NodeExistsError:
             raise TopicExists(topic) from None

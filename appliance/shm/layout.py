@@ -25,7 +25,7 @@ __all__ = [
     "REPLICA_APPEND_HEADER", "FOLLOWER_FETCH_BODY",
 ]
 
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3  # 3: partition slots carry the topic id
 TABLE_MAGIC = 0x41504C54  # "APLT"
 RING_MAGIC = 0x41504C52  # "APLR"
 MAX_WORKERS = 64  # disk + network workers per broker; far above what a box has disks/cores for
@@ -92,6 +92,7 @@ PARTITION_SLOT = Layout("partition_slot", (
     ("log_end_offset", "q"),
     ("high_watermark", "q"),
     ("log_start_offset", "q"),
+    ("topic_id", "16s"),          # KIP-516 topic id (a UUID's 16 bytes), the same in every slot
     ("topic_len", "H"),
     ("topic", f"{TOPIC_NAME_MAX}s"),
     ("pad", "5x"),
@@ -158,7 +159,9 @@ class MsgType:
     EPOCH_END = 12       # cluster mode: where a leader epoch ends here (int32 epoch; KIP-101)
     BECOME_LEADER = 13   # cluster mode: this broker now leads (int32 epoch): stamp it at the LEO
     TRUNCATE_FULLY = 14  # cluster mode: a follower below the leader's log start: start empty at (int64)
+    DESCRIBE_PRODUCERS = 15  # a partition's producer state: PRODUCER_ENTRY records follow the completion
     COMPLETION = 16
+    TOPIC_ID = 17        # cluster mode: the partition's topic id from ZooKeeper (16 bytes): slot and partition.metadata
 
 
 # Message types that get no completion when sent with acks=0: an acks=0 produce, and a
@@ -191,6 +194,15 @@ GROUP_HEADER = Layout("group_header", (
 DELETE_RECORDS_BODY = Layout("delete_records_body", (
     ("offset", "q"),             # the new log start offset; -1 = the high watermark
 ))
+
+# DESCRIBE_PRODUCERS' answer: one record per active producer of the partition, after the completion.
+PRODUCER_ENTRY = Layout("producer_entry", (
+    ("producer_id", "q"),
+    ("last_offset", "q"),         # of its last batch in the log (-1: none retained)
+    ("producer_epoch", "i"),
+    ("last_sequence", "i"),
+))
+__all__ += ["PRODUCER_ENTRY"]
 
 # A completion may be followed by an encoded response body (GROUP requests).
 COMPLETION = Layout("completion", (

@@ -41,7 +41,9 @@ from appliance.shm.layout import (
 )
 from appliance.shm.mapping import release_mapped, unlink_mapped
 
-__all__ = ["PartitionTable", "PartitionInfo", "TableVersionError"]
+__all__ = ["PartitionTable", "PartitionInfo", "TableVersionError", "ZERO_TOPIC_ID"]
+
+ZERO_TOPIC_ID = bytes(16)  # no topic id yet (Kafka's Uuid.ZERO_UUID)
 
 _SLOTS_BASE = TABLE_HEADER.size + MAX_WORKERS * WORKER_SLOT.size
 _Q = struct.Struct("=Q")
@@ -77,6 +79,7 @@ class PartitionInfo(NamedTuple):
     log_end_offset: int
     high_watermark: int
     log_start_offset: int
+    topic_id: bytes = ZERO_TOPIC_ID
 
 
 class PartitionTable:
@@ -251,10 +254,10 @@ class PartitionTable:
             s1 = _Q.unpack_from(buf, pos)[0]
             if s1 & 1:
                 continue
-            (_, state, disk, part, nparts, leo, hw, lso, tlen, topic) = unpack(buf, pos)
+            (_, state, disk, part, nparts, leo, hw, lso, tid, tlen, topic) = unpack(buf, pos)
             if _Q.unpack_from(buf, pos)[0] == s1:
                 return PartitionInfo(slot, state, disk, topic[:tlen].decode(), part, nparts,
-                                     leo, hw, lso)
+                                     leo, hw, lso, tid)
 
     def offsets(self, slot: int) -> tuple[int, int, int]:
         """(log_end_offset, high_watermark, log_start_offset), consistent, without the topic decode."""
@@ -291,6 +294,17 @@ class PartitionTable:
         _Q.pack_into(self._buf, pos, seq + 2)
         self._bump_generation()
 
+    def set_topic_id(self, slot: int, topic_id: bytes) -> None:
+        """Give the slot its topic's id (a disk worker that loaded or made one for it)."""
+        if len(topic_id) != 16:
+            raise ValueError(f"a topic id is 16 bytes, not {len(topic_id)}")
+        pos = self._spos(slot)
+        seq = _Q.unpack_from(self._buf, pos)[0]
+        _Q.pack_into(self._buf, pos, seq + 1)
+        self._buf[pos + _P["topic_id"]:pos + _P["topic_id"] + 16] = topic_id
+        _Q.pack_into(self._buf, pos, seq + 2)
+        self._bump_generation()
+
     def set_disk(self, slot: int, disk: int) -> None:
         """Hand the slot to another disk worker (a replica moved between log dirs). Caller holds
         :meth:`locked`; only the slot's current owner calls it, while the slot is OFFLINE."""
@@ -315,8 +329,9 @@ class PartitionTable:
         return -1
 
     def allocate(self, topic: str, partition: int, num_partitions: int, disk: int,
-                 state: int = SlotState.CREATING) -> int:
-        """Take a free slot for (topic, partition). Caller holds :meth:`locked`.
+                 state: int = SlotState.CREATING, topic_id: bytes = ZERO_TOPIC_ID) -> int:
+        """Take a free slot for (topic, partition). Caller holds :meth:`locked`. ``topic_id``:
+        the topic's id when the allocator knows it (zero: the disk worker gives it one).
 
         Raises ValueError for a bad topic name, MemoryError when the table is full.
         """
@@ -334,7 +349,7 @@ class PartitionTable:
                 _Q.pack_into(self._buf, pos, seq + 1)
                 PARTITION_SLOT.struct.pack_into(  # type: ignore[attr-defined]
                     self._buf, pos, seq + 1, state, disk, partition, num_partitions, 0, 0, 0,
-                    len(raw), raw)
+                    topic_id, len(raw), raw)
                 _Q.pack_into(self._buf, pos, seq + 2)
                 self._bump_generation()
                 return slot

@@ -45,6 +45,7 @@ from appliance.storage.log import (
     partition_dir_name,
     wall_ms,
 )
+from appliance.storage.partition_metadata import PARTITION_METADATA_FILE, write_topic_id
 from appliance.storage.segment import SEGMENT_SUFFIXES, segment_file_name
 
 __all__ = ["LogDir", "CLEAN_SHUTDOWN_FILE", "TOPIC_PROPERTIES_FILE", "DELETE_DIR_SUFFIX",
@@ -95,7 +96,8 @@ def _remove_new_partition_dir(part_dir: str) -> None:
     shutil.rmtree(part_dir, ignore_errors=True)
     if not os.path.exists(part_dir):
         return
-    names = [TOPIC_PROPERTIES_FILE, TOPIC_PROPERTIES_FILE + ".tmp"]
+    names = [TOPIC_PROPERTIES_FILE, TOPIC_PROPERTIES_FILE + ".tmp",
+             PARTITION_METADATA_FILE, PARTITION_METADATA_FILE + ".tmp"]
     names += [segment_file_name(0, s) for s in SEGMENT_SUFFIXES]
     for name in names:
         try:
@@ -249,9 +251,10 @@ class LogDir:
     # -- partitions -------------------------------------------------------------------------
 
     def create_partition(self, topic: str, partition: int, config: TopicConfig,
-                         durable: bool = True) -> PartitionLog:
+                         durable: bool = True, topic_id: bytes | None = None) -> PartitionLog:
         """Create an empty partition (its dir and first segment) with ``config``; the config's
-        overrides are saved in ``topic.properties``. ``durable=False`` leaves the fsyncs to
+        overrides are saved in ``topic.properties``, ``topic_id`` (when given) in
+        ``partition.metadata``. ``durable=False`` leaves the fsyncs to
         :meth:`sync_created`, which makes a whole batch of new partitions durable at once.
         Raises InvalidTopicError, TopicAlreadyExistsError, KafkaStorageError."""
         validate_topic_name(topic)
@@ -270,6 +273,8 @@ class LogDir:
         plog = None
         try:
             write_topic_properties(part_dir, config.to_properties(), sync=durable)
+            if topic_id is not None:
+                write_topic_id(part_dir, topic_id, sync=durable)
             plog = PartitionLog.open(part_dir, config, clean_shutdown=True, now_ms=self._now_ms,
                                      writeback_chunk_bytes=self._chunk,
                                      writeback_window_bytes=self._window)
@@ -299,11 +304,15 @@ class LogDir:
             return
         try:
             for part_dir in pending:
-                fd = os.open(os.path.join(part_dir, TOPIC_PROPERTIES_FILE), os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                for name in (TOPIC_PROPERTIES_FILE, PARTITION_METADATA_FILE):
+                    try:
+                        fd = os.open(os.path.join(part_dir, name), os.O_RDONLY)
+                    except FileNotFoundError:  # no topic id given at creation
+                        continue
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
                 fsync_dir(part_dir)
             fsync_dir(self.path)
         except OSError as e:

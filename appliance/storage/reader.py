@@ -48,6 +48,11 @@ def _same_file(seg: LogSegment) -> bool:
     return st.st_ino == fst.st_ino and st.st_dev == fst.st_dev
 
 
+def _cut(loc, log_start: int, bound: int) -> bool:
+    """Whether the batch at ``loc`` holds offsets on both sides of an end of the range."""
+    return loc.base_offset < log_start or loc.last_offset >= bound
+
+
 class LogReader:
     """Read-only view of one ``<topic>-<partition>`` directory."""
 
@@ -182,6 +187,42 @@ class LogReader:
                 if rec.timestamp >= ts and rec.offset >= log_start:
                     return rec.offset, rec.timestamp
         return None
+
+    def max_timestamp(self, log_start: int = 0,
+                      bound: int | None = None) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record in [log_start, bound) with the largest
+        timestamp (ListOffsets' MAX_TIMESTAMP, -3, KIP-734), or None for an empty range.
+        Batch headers find the best batch wholly inside the range (the earliest on ties, as
+        Kafka); the batches cut by either end are read record by record; only those few
+        batches are decoded."""
+        bound = _NO_BOUND if bound is None else bound
+        self.refresh()
+        segs = self._list.segments
+        best = None  # (segment, BatchLocation) of the best batch wholly inside the range
+        edges = []  # the same for the batches cut by an end of it
+        for i, seg in enumerate(segs):
+            if seg.base_offset >= bound:
+                break
+            nxt = segs[i + 1].base_offset if i + 1 < len(segs) else _NO_BOUND
+            if nxt <= log_start:
+                continue
+            if not self._prepare(seg, True):
+                continue
+            loc = seg.max_timestamp_batch(log_start, bound)
+            if loc is not None and (best is None or loc.max_timestamp > best[1].max_timestamp):
+                best = (seg, loc)  # strictly larger: the earlier segment wins a tie
+            for edge in (log_start, bound - 1):
+                if seg.base_offset <= edge < nxt:
+                    e = seg.translate_offset(edge)
+                    if e is not None and _cut(e, log_start, bound):
+                        edges.append((seg, e))
+        found = None
+        for seg, loc in edges + ([best] if best is not None else []):
+            for rec in decode_batch(seg.batch_bytes(loc))[1]:
+                if log_start <= rec.offset < bound and (
+                        found is None or (-rec.timestamp, rec.offset) < (-found[1], found[0])):
+                    found = (rec.offset, rec.timestamp)
+        return found
 
     def read_bytes(self, offset: int, max_bytes: int, **kw) -> bytes:
         s = self.read(offset, max_bytes, **kw)

@@ -407,6 +407,31 @@ class LogSegment:
             return int(ok[0]) if ok.size else -1
         return self._walk(pos, pick)
 
+    def max_timestamp_batch(self, start_offset: int, bound: int) -> BatchLocation | None:
+        """The first batch (by offset) with the largest max timestamp among those wholly inside
+        [``start_offset``, ``bound``); None when there is none (batches cut by either end are
+        the caller's to read record by record). Walks every batch header of the segment
+        (ListOffsets' MAX_TIMESTAMP, KIP-734: an admin query)."""
+        self.last_used = time.monotonic()
+        best: BatchLocation | None = None
+        pos = 0
+        while pos < self.size:
+            r = self._scan(pos, self.size, verify_crc=False, max_batches=_TRANSLATE_CHUNK)
+            if r.count == 0:
+                break
+            n = r.count
+            ok = (r.base_offsets[:n] >= start_offset) & (r.last_offsets[:n] < bound)
+            if ok.any():
+                ts = np.where(ok, r.max_timestamps[:n], np.iinfo(np.int64).min)
+                k = int(np.argmax(ts))  # the first of equal maxima: the earliest offset wins
+                if best is None or int(ts[k]) > best.max_timestamp:
+                    best = BatchLocation(int(r.positions[k]), int(r.base_offsets[k]),
+                                         int(r.last_offsets[k]), int(r.sizes[k]), int(ts[k]))
+            if r.stop_reason != SCAN_LIMIT or int(r.base_offsets[n - 1]) >= bound:
+                break
+            pos = r.stop_position
+        return best
+
     @property
     def largest_timestamp(self) -> int:
         """Largest batch timestamp; the file's mtime when no batch carries one (Kafka)."""

@@ -23,17 +23,21 @@ from tests.generations.capture import CaptureProxy
 pytestmark = pytest.mark.timeout(180)
 
 N = 50
-PRODUCE, FETCH, METADATA, API_VERSIONS = 0, 1, 3, 18
+PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS = 0, 1, 2, 3, 18
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN, HEARTBEAT, SYNC = 8, 9, 10, 11, 12, 14
 CREATE_TOPICS = 19
+DESCRIBE_CLUSTER, DESCRIBE_PRODUCERS = 60, 61
+FIRST_TOPIC_ID_FETCH = 13
 
 # librdkafka 2.x's own maxima where they are below ours (rdkafka_request.c / rdkafka_cgrp.c:
-# its classic group protocol stops before the flexible versions); every other API it uses it
-# can run at our newest version
-LIBRDKAFKA_CAPS = {FIND_COORDINATOR: 2, JOIN: 5, HEARTBEAT: 3, 13: 1, SYNC: 3, CREATE_TOPICS: 4}
-# kafka-python 3.0 has classes for newer versions than its coordinator sends
-# (kafka/coordinator/base.py: JoinGroup max_version=7)
-KAFKA_PYTHON_CAPS = {JOIN: 7}
+# its classic group protocol stops before the flexible versions; ListOffsets at 7); every other
+# API it uses it can run at our newest version
+LIBRDKAFKA_CAPS = {FIND_COORDINATOR: 2, JOIN: 5, HEARTBEAT: 3, 13: 1, SYNC: 3, CREATE_TOPICS: 4,
+                   LIST_OFFSETS: 7}
+# kafka-python 3.0 has classes for newer versions than its coordinator and fetcher send
+# (kafka/coordinator/base.py: JoinGroup max_version=7; kafka/consumer/fetcher.py: Fetch 12,
+# names, no topic ids)
+KAFKA_PYTHON_CAPS = {JOIN: 7, FETCH: 12}
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +107,11 @@ def test_confluent_kafka_uses_flexible_versions(proxied):
     topic, group = f"flex-ck-{uuid.uuid4().hex[:6]}", f"g-ck-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": boot, "client.id": "cap-ck-admin"})
     admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+    # describe_cluster: librdkafka 2.16 builds it from a Metadata request (not API 60, which
+    # kafka-python's admin client uses: see below); the answer must still be right
+    cluster = admin.describe_cluster(request_timeout=30).result(30)
+    assert cluster.cluster_id == "appliance-0" and cluster.controller.id == 0
+    assert [(n.id, n.port) for n in cluster.nodes] == [(0, proxy.port)]
     p = Producer({"bootstrap.servers": boot, "client.id": "cap-ck-producer", "enable.idempotence": True})
     for i in range(N):
         p.produce(topic, key=str(i).encode(), value=f"v{i}".encode())
@@ -129,6 +138,9 @@ def test_confluent_kafka_uses_flexible_versions(proxied):
         assert key in seen, f"api {key} not used: {seen}"
     for key, versions in seen.items():
         assert versions == {LIBRDKAFKA_CAPS.get(key, SUPPORTED_VERSIONS[key][1])}, (key, versions)
+    # every record above came back through Fetch by topic id (KIP-516): librdkafka took the ids
+    # from Metadata v12 and named no topic in its fetches
+    assert min(seen[FETCH]) >= FIRST_TOPIC_ID_FETCH
     # the data path runs flexible: ApiVersions v3, Metadata v12, Produce v9, Fetch v12, ...
     for key in (API_VERSIONS, METADATA, PRODUCE, FETCH, OFFSET_COMMIT, OFFSET_FETCH):
         assert API_BY_KEY[key].is_flexible(max(seen[key])), key
@@ -237,12 +249,14 @@ def test_new_version_fields_take_effect(proxied):
         made = c.request(CREATE_TOPICS, {"topics": [{"name": topic, "num_partitions": -1,
                                                      "replication_factor": -1}]}, version=7).topics[0]
         assert (made.error_code, made.num_partitions, made.replication_factor) == (0, 1, 1)
-        assert made.topic_id == bytes(16)
-        # Metadata v12 asked by topic id alone: UNKNOWN_TOPIC_ID (we keep no ids); by name: found
-        md = c.request(METADATA, {"topics": [{"topic_id": b"\x01" * 16, "name": None}, {"name": topic}],
+        assert made.topic_id != bytes(16)  # KIP-516: the new topic's id
+        # Metadata v12 asked by topic id alone: unknown ones UNKNOWN_TOPIC_ID, ours by its name
+        md = c.request(METADATA, {"topics": [{"topic_id": b"\x01" * 16, "name": None},
+                                             {"topic_id": made.topic_id, "name": None}],
                                   "allow_auto_topic_creation": False}, version=12)
         by_name = {t.name: t for t in md.topics}
         assert by_name[None].error_code == 100 and by_name[topic].error_code == 0
+        assert by_name[topic].topic_id == made.topic_id
         # DescribeConfigs v4: each key's type and, when asked, its documentation
         res = c.request(32, {"resources": [{"resource_type": 2, "resource_name": topic,
                                             "configuration_keys": ["retention.ms"]}],
@@ -279,3 +293,57 @@ def test_new_version_fields_take_effect(proxied):
         assert [(m.member_id, m.error_code) for m in left.members] == [(joined.member_id, 0), ("nobody", 25)]
         empty = g.request(16, {"states_filter": ["Empty"]}, version=4).groups
         assert group in [x.group_id for x in empty]
+
+
+def test_kcat_reads_through_the_versions_its_librdkafka_knows(proxied):
+    """kcat (the system's, on librdkafka 2.0.2) produces and consumes with negotiation on. Its
+    librdkafka predates topic ids: its Fetch stops at 11, named topics, and it reads every
+    record; a newer librdkafka takes Fetch 13+ (the confluent-kafka test above)."""
+    import subprocess
+
+    _, proxy = proxied
+    boot = f"127.0.0.1:{proxy.port}"
+    topic = f"flex-kc-{uuid.uuid4().hex[:6]}"
+    lines = b"".join(b"v%d\n" % i for i in range(N))
+    subprocess.run(["kcat", "-b", boot, "-X", "client.id=cap-kcat-p", "-P", "-t", topic, "-p", "0"],
+                   input=lines, check=True, timeout=60)
+    out = subprocess.run(["kcat", "-b", boot, "-X", "client.id=cap-kcat-c", "-C", "-t", topic,
+                          "-o", "beginning", "-c", str(N), "-e", "-q"],
+                         capture_output=True, check=True, timeout=60).stdout
+    assert out.split() == [b"v%d" % i for i in range(N)]
+    seen = proxy.versions("cap-kcat")
+    print("kcat versions:", {k: sorted(v) for k, v in sorted(seen.items())})
+    # librdkafka 2.0's own maxima (rdkafka_request.c): Fetch 11, Produce 7, Metadata 4
+    assert (seen[FETCH], seen[PRODUCE], seen[METADATA]) == ({11}, {7}, {4})
+
+
+def test_kafka_python_admin_describes_cluster_and_producers(proxied):
+    """kafka-python's admin client sends DescribeCluster (60) and DescribeProducers (61), at the
+    newest version both know, and reads the idempotent producer's state back."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
+
+    _, proxy = proxied
+    boot = f"127.0.0.1:{proxy.port}"
+    topic = f"flex-kpa-{uuid.uuid4().hex[:6]}"
+    p = KafkaProducer(bootstrap_servers=boot, client_id="cap-kpa-producer", enable_idempotence=True)
+    for i in range(N):
+        p.send(topic, value=f"v{i}".encode(), partition=0)
+    p.flush(30)
+    p.close()
+    admin = KafkaAdminClient(bootstrap_servers=boot, client_id="cap-kpa-admin")
+    try:
+        cluster = admin.describe_cluster()
+        states = admin.describe_producers([TopicPartition(topic, 0)])
+    finally:
+        admin.close()
+    assert cluster["cluster_id"] == "appliance-0" and cluster["controller_id"] == 0
+    assert [(b["broker_id"], b["port"]) for b in cluster["brokers"]] == [(0, proxy.port)]
+    [state] = states[TopicPartition(topic, 0)].active_producers
+    assert state.producer_id >= 0 and state.last_sequence == N - 1 and state.last_timestamp > 0
+    seen = proxy.versions("cap-kpa-admin")
+    print("kafka-python admin versions:", {k: sorted(v) for k, v in sorted(seen.items())})
+    expected = newest_shared(kafka_python_max())
+    assert seen[DESCRIBE_CLUSTER] == {expected[DESCRIBE_CLUSTER]}
+    assert seen[DESCRIBE_PRODUCERS] == {expected[DESCRIBE_PRODUCERS]}

@@ -132,7 +132,7 @@ def test_unknown_api_key_tells_caller_to_close():
         conn.next_event()
 
 
-@pytest.mark.parametrize("api_key,version", [(2, 7), (0, 10), (1, 13), (8, 9), (3, 13), (12, -1)])
+@pytest.mark.parametrize("api_key,version", [(2, 9), (0, 10), (1, 16), (8, 9), (3, 13), (12, -1)])
 def test_unsupported_version_of_other_apis_closes(api_key, version):
     conn = ServerConnection()
     conn.receive_data(struct.pack(">ihhi", 8, api_key, version, 5))  # no client id even
@@ -372,7 +372,7 @@ def test_client_rejects_unknown_api_and_version():
     with pytest.raises(UnsupportedVersionError):
         client.send_request(999, 0, {})
     with pytest.raises(UnsupportedVersionError):
-        client.send_request(1, 13, {})
+        client.send_request(1, 16, {})
     assert client.in_flight == 0
 
 

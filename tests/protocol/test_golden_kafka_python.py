@@ -112,7 +112,7 @@ def from_kp(obj, v, like=None):
         elif _is_bitfield(field):
             x = _from_bits(x)
         elif _is_uuid(field):
-            x = x.bytes
+            x = x.bytes if x is not None else bytes(16)  # kafka-python reads the zero UUID as None
         out[ours] = x
     return out
 

@@ -186,3 +186,33 @@ def test_a_reader_never_sees_a_heartbeat_or_worker_state_pass_through_zero(table
         child.join(10)
     assert reads > 10_000
     assert (zero_beats, zero_states) == (0, 0), f"{zero_beats} zero stamps, {zero_states} zero states in {reads} reads"
+
+
+def test_topic_ids_in_slots_and_the_index(table):
+    """A slot carries its topic's id (KIP-516): given at allocation or set later by the disk
+    worker; the index maps ids to names, and a reused slot does not keep the old id."""
+    from appliance.shm.partition_index import PartitionIndex
+    from appliance.shm.partition_table import ZERO_TOPIC_ID
+
+    a, b = bytes(range(16)), bytes(range(1, 17))
+    with table.locked():
+        s0 = table.allocate("orders", 0, 2, disk=0, topic_id=a)
+        s1 = table.allocate("orders", 1, 2, disk=1, topic_id=a)
+        s2 = table.allocate("legacy", 0, 1, disk=0)
+    table.publish(s0, 10, 10, 0)  # offsets written around it leave it alone
+    other = PartitionTable.attach(table.name)
+    index = PartitionIndex(other)
+    assert other.read(s0).topic_id == other.read(s1).topic_id == a
+    assert other.read(s2).topic_id == ZERO_TOPIC_ID
+    assert index.topic_id("orders") == a and index.topic_id("legacy") == ZERO_TOPIC_ID
+    assert index.topic_name(a) == "orders" and index.topic_name(b) is None
+    assert index.topic_name(ZERO_TOPIC_ID) is None
+    table.set_topic_id(s2, b)
+    assert index.topic_name(b) == "legacy" and other.read(s2).topic.startswith("legacy")
+    with pytest.raises(ValueError):
+        table.set_topic_id(s2, b[:8])
+    with table.locked():
+        table.release(s2)
+        again = table.allocate("legacy", 0, 1, disk=0)
+    assert other.read(again).topic_id == ZERO_TOPIC_ID and index.topic_name(b) is None
+    other.close()

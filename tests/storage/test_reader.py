@@ -57,3 +57,34 @@ def test_reader_without_index_files(log_path):
     r = LogReader(log_path)
     assert decode_records(r.read_bytes(33, 1))[0].offset == 32
     r.close()
+
+
+def _stamped(timestamps: list[int], compression=None) -> bytes:
+    from appliance.records.batch import build_batch
+    from appliance.records.record_types import Record
+
+    kw = {} if compression is None else {"compression": compression}
+    return build_batch([Record(i, ts, b"k", b"v%d" % i) for i, ts in enumerate(timestamps)], **kw)
+
+
+def test_max_timestamp_finds_the_first_record_with_the_largest_timestamp(log_path):
+    """ListOffsets' MAX_TIMESTAMP (KIP-734): over segments and compressed batches, the first
+    record (lowest offset) among equal largest timestamps, within [log_start, bound)."""
+    from appliance.records.compression import Compression
+
+    lg = open_log(log_path, cfg(segment_bytes=200))  # a roll every batch or two
+    r = LogReader(log_path)
+    assert r.max_timestamp() is None  # empty
+    lg.append(_stamped([10, 50, 30]))                     # offsets 0-2
+    lg.append(_stamped([20, 50], Compression.GZIP))       # 3-4: ties with offset 1
+    lg.append(_stamped([5, 70, 70, 1], Compression.LZ4))  # 5-8: the largest at 6
+    lg.append(_stamped([40]))                             # 9
+    assert len(lg.segments()) > 1
+    assert r.max_timestamp() == (6, 70)
+    assert r.max_timestamp(0, 6) == (1, 50)    # bound: offsets 6 and above not readable
+    assert r.max_timestamp(2, 6) == (4, 50)    # log start past offset 1
+    assert r.max_timestamp(7, 100) == (7, 70)  # inside the batch
+    assert r.max_timestamp(9, 10) == (9, 40)
+    assert r.max_timestamp(10, 10) is None
+    r.close()
+    lg.close()

@@ -14,7 +14,7 @@ from appliance.broker.disk.partitions import Partitions
 from appliance.broker.disk.requests import NOTHING, NotHere
 from appliance.config import BrokerConfig, ConfigError, TopicConfig
 from appliance.errors import InvalidRequestError, OffsetOutOfRangeError
-from appliance.shm.layout import DELETE_RECORDS_BODY
+from appliance.shm.layout import DELETE_RECORDS_BODY, PRODUCER_ENTRY
 from appliance.storage.log_dir import read_topic_properties
 from appliance.storage.retention import delete_below_log_start
 
@@ -23,6 +23,7 @@ __all__ = ["LogAdmin", "HIGH_WATERMARK"]
 log = logging.getLogger("appliance.disk")
 
 _BODY = DELETE_RECORDS_BODY.struct  # type: ignore[attr-defined]
+_PRODUCER = PRODUCER_ENTRY.struct  # type: ignore[attr-defined]
 HIGH_WATERMARK = -1  # Kafka's DeleteRecordsRequest.HIGH_WATERMARK
 
 
@@ -42,6 +43,18 @@ class LogAdmin:
             parts.log_dir.broker_config = cfg
         for plog in parts.logs.values():
             plog.config = TopicConfig.from_overrides(cfg, plog.config.to_properties())
+
+    def describe_producers(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+        """DescribeProducers (KIP-664): the partition's producer state, as PRODUCER_ENTRY
+        records (the network worker reads each last batch's timestamp from the log)."""
+        plog = self.parts.logs.get(slot)
+        if plog is None:
+            raise NotHere()
+        out = bytearray()
+        for entry in plog.producers.producers.values():
+            last = entry.batches[-1].last_offset if entry.batches else -1
+            out += _PRODUCER.pack(entry.producer_id, last, entry.epoch, entry.last_seq)
+        return -1, -1, plog.log_start_offset, bytes(out)
 
     def reload_broker_config(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
         self.load_broker_config()

@@ -18,10 +18,18 @@ from appliance.broker.disk.dir_health import FULL_DISK_ERRNOS, ThrottledLog, io_
 from appliance.broker.disk.requests import NOTHING, NotHere
 from appliance.config import BrokerConfig, ConfigError, TopicConfig
 from appliance.coordinator.routing import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
-from appliance.errors import ErrorCode, KafkaStorageError
+from appliance.errors import ErrorCode, InvalidRequestError, KafkaStorageError
 from appliance.shm.layout import COUNTER_PARTITIONS, SlotState, WorkerState
-from appliance.shm.partition_table import PartitionTable
+from appliance.shm.partition_table import ZERO_TOPIC_ID, PartitionTable
+from appliance.storage.checkpoint import fsync_dir
 from appliance.storage.log_dir import LogDir
+from appliance.storage.partition_metadata import (
+    PARTITION_METADATA_FILE,
+    new_topic_id,
+    read_topic_id,
+    topic_id_text,
+    write_topic_id,
+)
 
 __all__ = ["Partitions"]
 
@@ -49,6 +57,7 @@ class Partitions:
         self.bytes_dirty: list[int] = []
         self.failed: str | None = None  # why the log dir is offline (KIP-112), or None
         self._topic_counts: dict[str, int] | None = None  # _num_partitions' listing, at start
+        self._unsynced_ids: list[str] = []  # partition dirs whose new topic id awaits an fsync
         self._throttled = ThrottledLog()
         # an offset a long-poll fetch may wait on moved since the worker last rang the network
         # workers (requests that move none, like a follower's fetch position, wake no one)
@@ -66,10 +75,14 @@ class Partitions:
             self.log_dir = None
             self._open_offline(e)
             return
+        # read before taking the table lock (measured 26-77 us a partition at load 9): the
+        # other dirs' workers wait on that lock to register theirs
+        file_ids = {key: read_topic_id(plog.path) for key, plog in self.log_dir.partitions.items()}
         with self.table.locked():
             # one pass over the table, not a find() per partition: find is O(table slots), and
             # 3,333 partitions against a 32,768-slot table took minutes under the lock
-            existing = _slots_by_partition(self.table)
+            ids: dict[str, bytes] = {}
+            existing = _slots_by_partition(self.table, ids)
             for n, ((topic, partition), plog) in enumerate(self.log_dir.partitions.items()):
                 if not n % 256:
                     self.table.heartbeat(self.worker_slot)
@@ -77,19 +90,66 @@ class Partitions:
                 if slot < 0:
                     slot = self.table.allocate(topic, partition, self._num_partitions(topic),
                                                self.index, SlotState.OFFLINE)
+                self._adopt_topic_id(slot, topic, plog.path, file_ids[(topic, partition)], ids)
                 self._register(slot, topic, partition, plog)
             # slots assigned to this disk whose create request died with the previous worker
             for info in list(self.table.slots()):
                 if info.disk == self.index and info.slot not in self.logs:
                     if info.state in (SlotState.CREATING, SlotState.OFFLINE):
                         plog = self.log_dir.create_partition(
-                            info.topic, info.partition, self._creation_config(info.topic))
+                            info.topic, info.partition, self._creation_config(info.topic),
+                            topic_id=info.topic_id if info.topic_id != ZERO_TOPIC_ID else None)
                         self._register(info.slot, info.topic, info.partition, plog)
                     elif info.state == SlotState.DELETING:
                         self.table.release(info.slot)
+        self._sync_topic_ids()
         self._topic_counts = None  # topics created from now on count their own partitions
         log.info("log dir %s open: %d partitions in %.2f s", self.path, len(self.logs),
                  time.monotonic() - started)
+
+    def _adopt_topic_id(self, slot: int, topic: str, part_dir: str, file_id: bytes | None,
+                        ids: dict[str, bytes]) -> None:
+        """Give a loaded partition's slot its topic id (KIP-516) and keep ``partition.metadata``
+        in step. The slot's id wins (a restarted worker's table, or the allocator's), then the
+        file's, then one another partition of the topic already has (``ids``, filled as we go:
+        the dirs register under the table lock, one after the other; ``file_id``: the file's,
+        read before the lock). A topic from before topic ids gets a new one, written back
+        (made durable after the lock: see :meth:`_sync_topic_ids`) so it is stable across
+        restarts; in cluster mode it is left to the cluster worker, which takes ZooKeeper's
+        (every broker must agree)."""
+        slot_id = self.table.read(slot).topic_id
+        tid = slot_id if slot_id != ZERO_TOPIC_ID else (file_id or ids.get(topic))
+        if tid is None:
+            if self.config["zookeeper.connect"]:
+                return
+            tid = new_topic_id()
+        if file_id is not None and file_id != tid:
+            log.warning("%s: partition.metadata names topic id %s, the topic's is %s; "
+                        "rewriting it", part_dir, topic_id_text(file_id), topic_id_text(tid))
+        ids.setdefault(topic, tid)
+        if slot_id != tid:
+            self.table.set_topic_id(slot, tid)
+        if file_id != tid:
+            write_topic_id(part_dir, tid, sync=False)
+            self._unsynced_ids.append(part_dir)
+
+    def _sync_topic_ids(self) -> None:
+        """fsync the ``partition.metadata`` files :meth:`open` wrote, outside the table lock
+        (a crash before this only means those topics get new ids at the next start)."""
+        pending, self._unsynced_ids = self._unsynced_ids, []
+        try:
+            for n, part_dir in enumerate(pending):
+                if not n % 256:
+                    self.table.heartbeat(self.worker_slot)
+                fd = os.open(os.path.join(part_dir, PARTITION_METADATA_FILE), os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                fsync_dir(part_dir)
+        except OSError as e:  # the dir's health is judged by its data, not by this file
+            log.warning("%s: new topic ids not made durable (%s); they are made again at the "
+                        "next start if lost", self.path, e)
 
     def _opening(self, loaded: int, total: int) -> None:
         """LogDir.open's progress: stamp the heartbeat (a start-up that keeps loading is alive;
@@ -274,11 +334,29 @@ class Partitions:
             self.metrics.reset_partition(slot)
             self.bytes_pending[slot] = 0
         # made durable with the rest of the round's creates, before any of them is answered
-        plog = self.log_dir.create_partition(info.topic, info.partition, cfg, durable=False)
+        tid = info.topic_id if info.topic_id != ZERO_TOPIC_ID else None
+        plog = self.log_dir.create_partition(info.topic, info.partition, cfg, durable=False,
+                                             topic_id=tid)
         self._register(slot, info.topic, info.partition, plog)
         self.table.heartbeat(self.worker_slot)
         for hook in self.created_hooks:
             hook(info.topic, info.partition)
+        return NOTHING
+
+    def set_topic_id(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+        """Cluster mode: ZooKeeper's id for the partition's topic (KIP-516), into the slot and
+        ``partition.metadata``; this worker is the single writer of both."""
+        self._check_online()
+        plog = self.logs.get(slot)
+        if plog is None:
+            raise NotHere()
+        if len(body) != 16:
+            raise InvalidRequestError(f"a topic id is 16 bytes, not {len(body)}")
+        tid = bytes(body)
+        if self.table.read(slot).topic_id != tid:
+            self.table.set_topic_id(slot, tid)
+        if read_topic_id(plog.path) != tid:
+            write_topic_id(plog.path, tid)
         return NOTHING
 
     def sync_created(self) -> int:
@@ -334,10 +412,14 @@ class Partitions:
             log.exception("clean close of %s failed; the next start will recover it", self.path)
 
 
-def _slots_by_partition(table: PartitionTable) -> dict[tuple[str, int], int]:
+def _slots_by_partition(table: PartitionTable,
+                        ids: dict[str, bytes] | None = None) -> dict[tuple[str, int], int]:
     """(topic, partition) -> slot for every used slot, in one pass (the lowest slot wins, as
-    with PartitionTable.find). Call under the table lock."""
+    with PartitionTable.find); ``ids`` (when given) gets each topic's id found on the way.
+    Call under the table lock."""
     out: dict[tuple[str, int], int] = {}
     for info in table.slots():
         out.setdefault((info.topic, info.partition), info.slot)
+        if ids is not None and info.topic_id != ZERO_TOPIC_ID:
+            ids.setdefault(info.topic, info.topic_id)
     return out

@@ -114,6 +114,8 @@ class DiskWorker:
             MsgType.ALTER_CONFIG: parts.alter,
             MsgType.GROUP: self.coordinator.handle_group,
             MsgType.DELETE_RECORDS: admin.delete_records,
+            MsgType.DESCRIBE_PRODUCERS: admin.describe_producers,
+            MsgType.TOPIC_ID: parts.set_topic_id,
             MsgType.ALTER_BROKER_CONFIG: admin.reload_broker_config,
             MsgType.REPLICA_MOVE: self.mover.handle,
         })

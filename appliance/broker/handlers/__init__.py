@@ -26,7 +26,9 @@ from appliance.broker.handlers import (
     api_versions,
     configs,
     delete_records,
+    describe_cluster,
     describe_log_dirs,
+    describe_producers,
     fetch,
     groups,
     incremental_alter_configs,
@@ -48,9 +50,11 @@ from appliance.protocol.messages import (
     DeleteGroups,
     DeleteRecords,
     DeleteTopics,
+    DescribeCluster,
     DescribeConfigs,
     DescribeGroups,
     DescribeLogDirs,
+    DescribeProducers,
     Fetch,
     FindCoordinator,
     Heartbeat,
@@ -90,6 +94,8 @@ HANDLERS = {
     FindCoordinator.API_KEY: groups.find_coordinator,
     DeleteRecords.API_KEY: delete_records.handle,
     AlterReplicaLogDirs.API_KEY: alter_replica_log_dirs.handle,
+    DescribeCluster.API_KEY: describe_cluster.handle,
+    DescribeProducers.API_KEY: describe_producers.handle,
 }
 
 # group APIs also need the client's address (DescribeGroups shows it, as Kafka does)

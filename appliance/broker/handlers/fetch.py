@@ -19,7 +19,11 @@ from appliance.protocol.messages import Fetch
 from appliance.protocol.types import FileSlice
 from appliance.shm.layout import FOLLOWER_FETCH_BODY, MsgType, Role, SlotState
 
-__all__ = ["handle"]
+__all__ = ["handle", "replica_id_of", "topic_names", "FIRST_TOPIC_ID_VERSION",
+           "FIRST_REPLICA_STATE_VERSION"]
+
+FIRST_TOPIC_ID_VERSION = 13  # topics named by id (KIP-516)
+FIRST_REPLICA_STATE_VERSION = 15  # the replica id moves into ReplicaState (KIP-903)
 
 # generated data classes, not dicts: the encoder's fast path, and a misspelled field fails here
 _Response = Fetch.Response
@@ -28,20 +32,40 @@ _Partition = _Topic.Partitions
 _FF = FOLLOWER_FETCH_BODY.struct  # type: ignore[attr-defined]
 
 
-def _read_all(ctx: Any, body: Any) -> tuple[list, int, bool]:
+def replica_id_of(request: Any) -> int:
+    """The fetching replica's broker id (-1: a consumer); v15+ carry it in ReplicaState."""
+    if request.api_version >= FIRST_REPLICA_STATE_VERSION:
+        state = request.body.replica_state
+        return state.replica_id if state is not None else -1
+    return request.body.replica_id
+
+
+def topic_names(ctx: Any, request: Any) -> list[str | None]:
+    """The name of each requested topic; v13+ name them by id (KIP-516): None for an id no
+    topic has (the zero UUID included)."""
+    if request.api_version >= FIRST_TOPIC_ID_VERSION:
+        return [ctx.index.topic_name(t.topic_id) for t in request.body.topics]
+    return [t.topic for t in request.body.topics]
+
+
+def _read_all(ctx: Any, body: Any, names: list[str | None], replica_id: int) -> tuple[list, int, bool]:
     total = 0
     max_bytes = body.max_bytes if body.max_bytes > 0 else 2**31 - 1
     any_error = False
     responses = []
     leaders = ctx.leaders  # cluster mode: only the leader serves, followers read up to the LEO
-    replica = leaders is not None and body.replica_id >= 0
-    for t in body.topics:
+    replica = leaders is not None and replica_id >= 0
+    for t, name in zip(body.topics, names, strict=True):
         parts = []
         for p in t.partitions:
             r = _Partition(partition_index=p.partition, high_watermark=-1, aborted_transactions=None,
                            records=b"")
             parts.append(r)
-            info = ctx.index.lookup(t.topic, p.partition)
+            if name is None:
+                r.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+                any_error = True
+                continue
+            info = ctx.index.lookup(name, p.partition)
             if info is None:
                 r.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 any_error = True
@@ -50,14 +74,14 @@ def _read_all(ctx: Any, body: Any) -> tuple[list, int, bool]:
             if state != SlotState.ONLINE:  # a failed dir's page-cached data is not served
                 r.error_code = unavailable_error(state)
                 if state == SlotState.STORAGE_ERROR:
-                    ctx.readers.forget_partition(info.disk, t.topic, p.partition)
+                    ctx.readers.forget_partition(info.disk, name, p.partition)
                 any_error = True
                 continue
             if leaders is not None and leaders.role(info.slot) != Role.LEADER:
                 r.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
                 any_error = True
                 continue
-            if replica and body.replica_id not in leaders.read(info.slot).replicas:
+            if replica and replica_id not in leaders.read(info.slot).replicas:
                 r.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER  # Kafka: not an assigned replica
                 any_error = True
                 continue
@@ -75,7 +99,7 @@ def _read_all(ctx: Any, body: Any) -> tuple[list, int, bool]:
             limit = min(p.partition_max_bytes, max_bytes - total)
             if limit <= 0 and total > 0:
                 continue
-            reader = ctx.readers.reader(info.disk, t.topic, p.partition)
+            reader = ctx.readers.reader(info.disk, name, p.partition)
             try:
                 sl = reader.read(offset, max(limit, 1), max_offset=end, min_one_batch=(total == 0))
             except OffsetOutOfRangeError:  # retention moved the start since we read the table
@@ -88,30 +112,34 @@ def _read_all(ctx: Any, body: Any) -> tuple[list, int, bool]:
             # the cleaner swaps a new file in under the same name before we send
             r.records = FileSlice(sl.fd if sl.fd is not None else sl.path, sl.position, sl.length)
             total += sl.length
-        responses.append(_Topic(topic=t.topic, partitions=parts))
+        responses.append(_Topic(topic=name or "", topic_id=t.topic_id, partitions=parts))
     return responses, total, any_error
 
 
-def _record_follower(ctx: Any, body: Any) -> None:
+def _record_follower(ctx: Any, body: Any, names: list[str | None], replica_id: int) -> None:
     """Cluster mode: tell each partition's disk worker where this follower is (its LEO), so the
     high watermark can move; acks=0: no completion comes back (it woke this worker for nothing)."""
-    for t in body.topics:
+    for t, name in zip(body.topics, names, strict=True):
+        if name is None:
+            continue
         for p in t.partitions:
-            info = ctx.index.lookup(t.topic, p.partition)
+            info = ctx.index.lookup(name, p.partition)
             if info is not None:
                 ctx.disks.submit_nowait(info.disk, MsgType.FOLLOWER_FETCH, info.slot,
-                                        _FF.pack(p.fetch_offset, body.replica_id), 0, 0, None)
+                                        _FF.pack(p.fetch_offset, replica_id), 0, 0, None)
 
 
 async def handle(ctx: Any, request: Any) -> Any:
     body = request.body
-    if ctx.leaders is not None and body.replica_id >= 0:
-        _record_follower(ctx, body)
+    replica_id = replica_id_of(request)
+    names = topic_names(ctx, request)
+    if ctx.leaders is not None and replica_id >= 0:
+        _record_follower(ctx, body, names, replica_id)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(body.max_wait_ms, 0) / 1000
     waited = 0.0
     while True:
-        responses, total, any_error = _read_all(ctx, body)
+        responses, total, any_error = _read_all(ctx, body, names, replica_id)
         remaining = deadline - loop.time()
         if total >= max(body.min_bytes, 1) or any_error or remaining <= 0:
             if waited and ctx.metrics is not None:

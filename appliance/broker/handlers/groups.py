@@ -16,8 +16,10 @@ from typing import Any
 
 from appliance.broker.handlers.answer import RawBody
 from appliance.broker.topic_admin import create_topic
+from appliance.coordinator.batched_lookup import batched_coordinators
 from appliance.coordinator.routing import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, offsets_partition_for
 from appliance.errors import ErrorCode
+from appliance.protocol.messages import OffsetFetch
 from appliance.protocol.registry import API_BY_KEY
 from appliance.shm.layout import GROUP_HEADER, MsgType, Role, SlotState
 
@@ -25,6 +27,8 @@ __all__ = ["find_coordinator", "route", "list_groups", "describe_groups", "delet
 
 _GROUP = GROUP_HEADER.struct  # type: ignore[attr-defined]
 KEY_TYPE_GROUP = 0
+FIRST_MULTI_GROUP_VERSION = 8  # OffsetFetch names several groups (KIP-709)
+_SINGLE_GROUP_VERSION = 7  # the newest OffsetFetch of one group: what a coordinator is asked
 
 
 def _coordinator_slot(ctx: Any, group_id: str) -> tuple[Any, int]:
@@ -51,7 +55,11 @@ def _coordinator_slot(ctx: Any, group_id: str) -> tuple[Any, int]:
 
 
 async def find_coordinator(ctx: Any, request: Any) -> dict:
-    body = request.body
+    return await batched_coordinators(
+        lambda key: _find_one(ctx, key, request.body.key_type, request.api_version), request)
+
+
+async def _find_one(ctx: Any, key: str, key_type: int, version: int) -> dict:
     host, port = ctx.advertised
 
     def answer(code: int, msg: str | None = None) -> dict:
@@ -59,9 +67,9 @@ async def find_coordinator(ctx: Any, request: Any) -> dict:
         return {"throttle_time_ms": 0, "error_code": code, "error_message": msg,
                 "node_id": ctx.broker_id if ok else -1, "host": host if ok else "", "port": port if ok else -1}
 
-    if request.api_version >= 1 and body.key_type != KEY_TYPE_GROUP:
+    if version >= 1 and key_type != KEY_TYPE_GROUP:
         return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported")
-    if not body.key:
+    if not key:
         return answer(ErrorCode.INVALID_GROUP_ID, "empty group id")
     if not ctx.index.partitions(OFFSETS_TOPIC):
         # Kafka creates the offsets topic on the first FindCoordinator
@@ -70,16 +78,20 @@ async def find_coordinator(ctx: Any, request: Any) -> dict:
                                        OFFSETS_TOPIC_CONFIG)
         if code not in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
             return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, msg)
-    _, code = _coordinator_slot(ctx, body.key)
+    _, code = _coordinator_slot(ctx, key)
     return answer(code)
 
 
-async def _submit(ctx: Any, request: Any, info: Any, client_host: str, body: Any = None) -> Any:
+async def _submit(ctx: Any, request: Any, info: Any, client_host: str, body: Any = None,
+                  version: int | None = None) -> Any:
+    """Send a group request to the coordinator's disk worker; ``body``/``version``: another
+    body (and version) than the client's (a part of a batched request)."""
     api = API_BY_KEY[request.api_key]
-    encoded = api.encode_request(request.api_version, request.body if body is None else body)
+    version = request.api_version if version is None else version
+    encoded = api.encode_request(version, request.body if body is None else body)
     cid = (request.client_id or "").encode()[:1024]
     host = client_host.encode()[:255]
-    header = _GROUP.pack(request.api_key, request.api_version, len(cid), len(host))
+    header = _GROUP.pack(request.api_key, version, len(cid), len(host))
     return await ctx.disks.submit(info.disk, MsgType.GROUP, info.slot, header, 1, 30000, cid, host, encoded)
 
 
@@ -107,7 +119,10 @@ def _error_body(api_key: int, code: int, request: Any) -> dict:
 
 
 async def route(ctx: Any, request: Any, client_host: str) -> Any:
-    """JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch: one coordinator."""
+    """JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch: one coordinator
+    (OffsetFetch v8+: one per group, asked concurrently)."""
+    if request.api_key == OffsetFetch.API_KEY and request.api_version >= FIRST_MULTI_GROUP_VERSION:
+        return await _offset_fetch_groups(ctx, request, client_host)
     info, code = _coordinator_slot(ctx, request.body.group_id)
     if info is not None:
         comp = await _submit(ctx, request, info, client_host)
@@ -115,6 +130,30 @@ async def route(ctx: Any, request: Any, client_host: str) -> Any:
             return RawBody(comp.body)
         code = comp.error_code or ErrorCode.UNKNOWN_SERVER_ERROR
     return _error_body(request.api_key, code, request)
+
+
+async def _offset_fetch_groups(ctx: Any, request: Any, client_host: str) -> dict:
+    """OffsetFetch v8 (KIP-709): each group is asked of its own coordinator as a v7 request
+    (the coordinator's code is the single-group one) and the answers are put together."""
+    api = API_BY_KEY[request.api_key]
+
+    async def one(g: Any) -> dict:
+        single = {"group_id": g.group_id, "topics": g.topics,
+                  "require_stable": request.body.require_stable}
+        info, code = _coordinator_slot(ctx, g.group_id)
+        if info is not None:
+            comp = await _submit(ctx, request, info, client_host, single, _SINGLE_GROUP_VERSION)
+            if comp.body:
+                r = api.decode_response(_SINGLE_GROUP_VERSION, comp.body)
+                return {"group_id": g.group_id, "topics": r.topics, "error_code": r.error_code}
+            code = comp.error_code or ErrorCode.UNKNOWN_SERVER_ERROR
+        return {"group_id": g.group_id, "error_code": code, "topics": [
+            {"name": t.name, "partitions": [
+                {"partition_index": p, "committed_offset": -1, "metadata": "", "error_code": code}
+                for p in t.partition_indexes]} for t in (g.topics or [])]}
+
+    groups = await asyncio.gather(*(one(g) for g in request.body.groups))
+    return {"throttle_time_ms": 0, "groups": list(groups)}
 
 
 def _by_disk(ctx: Any, group_ids: list[str]) -> tuple[dict[Any, list[str]], dict[str, int]]:

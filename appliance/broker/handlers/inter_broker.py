@@ -7,10 +7,18 @@ import struct
 from typing import Any
 
 from appliance.broker.cluster_link import ClusterUnavailable
-from appliance.broker.handlers import api_versions
+from appliance.broker.handlers import api_versions, describe_cluster
 from appliance.broker.handlers.answer import CloseConnection, RawBody
+from appliance.coordinator.batched_lookup import FIRST_BATCHED_VERSION
 from appliance.errors import ErrorCode
-from appliance.protocol.messages import ApiVersions, CreateTopics, FindCoordinator, Metadata
+from appliance.protocol.messages import (
+    ApiVersions,
+    CreateTopics,
+    DeleteTopics,
+    DescribeCluster,
+    FindCoordinator,
+    Metadata,
+)
 from appliance.protocol.registry import inter_broker_api_for_key
 from appliance.shm.layout import MsgType, Role
 
@@ -25,6 +33,8 @@ OFFSETS_FOR_LEADER_EPOCH = 23
 # them; the other inter-broker APIs stay unadvertised (protocol/messages/cluster.py)
 ADVERTISED_KEYS = (43, 45, 46)
 _EPOCH = struct.Struct("=i")
+# below the standalone maxima in cluster mode (see api_versions_in_cluster)
+CAPPED_IN_CLUSTER = {DeleteTopics.API_KEY: 5}
 
 
 async def forward(ctx: Any, request: Any) -> Any:
@@ -81,14 +91,31 @@ async def find_coordinator(ctx: Any, request: Any) -> Any:
     try:
         return RawBody(await ctx.cluster_link.call(request.api_key, request.api_version, body))
     except ClusterUnavailable as e:  # still joining: retriable, the client asks again
-        return {"throttle_time_ms": 0, "error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                "error_message": f"this broker has not joined the cluster yet: {e}",
-                "node_id": -1, "host": "", "port": -1}
+        one = {"error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+               "error_message": f"this broker has not joined the cluster yet: {e}",
+               "node_id": -1, "host": "", "port": -1}
+        if request.api_version >= FIRST_BATCHED_VERSION:
+            return {"throttle_time_ms": 0, "coordinators": [
+                {"key": k, **one} for k in request.body.coordinator_keys]}
+        return {"throttle_time_ms": 0, **one}
+
+
+async def describe_cluster_in_cluster(ctx: Any, request: Any) -> Any:
+    """DescribeCluster: every live broker and the controller, from the cluster worker."""
+    refused = describe_cluster.wrong_endpoint_type(request)
+    if refused is not None:
+        return refused
+    return await forward(ctx, request)
 
 
 async def api_versions_in_cluster(ctx: Any, request: Any) -> dict:
-    """ApiVersions with the cluster-only client APIs (ElectLeaders, 45, 46) added, in key order."""
+    """ApiVersions with the cluster-only client APIs (ElectLeaders, 45, 46) added, in key order,
+    and DeleteTopics capped at 5: deletion by id (v6) is not served in cluster mode (topic ids
+    are, from ZooKeeper: Metadata v10+ and Fetch v13+ use them)."""
     body = await api_versions.handle(ctx, request)
+    for e in body["api_keys"]:
+        if e.api_key in CAPPED_IN_CLUSTER:
+            e.max_version = CAPPED_IN_CLUSTER[e.api_key]
     entry = ApiVersions.Response.ApiKeys
     # (the inter-broker schemas are looked up here, not imported: a standalone broker loads
     # this module too and must not load them)
@@ -108,4 +135,5 @@ def cluster_handlers(base: dict[int, Any]) -> dict[int, Any]:
     table[OFFSETS_FOR_LEADER_EPOCH] = offsets_for_leader_epoch
     table[FindCoordinator.API_KEY] = find_coordinator
     table[ApiVersions.API_KEY] = api_versions_in_cluster
+    table[DescribeCluster.API_KEY] = describe_cluster_in_cluster
     return table

@@ -1,4 +1,6 @@
-"""ListOffsets: earliest (-2), latest (-1, the high watermark), or the first offset at a time."""
+"""ListOffsets: earliest (-2), latest (-1, the high watermark), the record with the largest
+timestamp (-3, v7+), the local log start (-4, v8+: no tiered storage, so the log start), or the
+first offset at a time."""
 
 from __future__ import annotations
 
@@ -10,10 +12,12 @@ from appliance.shm.layout import Role, SlotState
 
 __all__ = ["handle"]
 
-LATEST, EARLIEST = -1, -2
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
+# the first version that may ask each special timestamp (an older one asking it is refused)
+_FIRST_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8}
 
 
-def _one(ctx: Any, topic: str, partition: int, ts: int) -> dict:
+def _one(ctx: Any, topic: str, partition: int, ts: int, version: int) -> dict:
     r = {"partition_index": partition, "error_code": 0, "timestamp": -1, "offset": -1}
     info = ctx.index.lookup(topic, partition)
     if info is None:
@@ -27,10 +31,16 @@ def _one(ctx: Any, topic: str, partition: int, ts: int) -> dict:
         r["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
         return r
     leo, hw, lso = ctx.table.offsets(info.slot)
-    if ts == LATEST:
+    if ts < 0 and version < _FIRST_VERSION.get(ts, 0):
+        r["error_code"] = ErrorCode.INVALID_REQUEST  # a version that cannot ask for it
+    elif ts == LATEST:
         r["offset"] = hw
-    elif ts == EARLIEST:
+    elif ts in (EARLIEST, EARLIEST_LOCAL):
         r["offset"] = lso
+    elif ts == MAX_TIMESTAMP:
+        found = ctx.readers.max_timestamp(info.disk, topic, partition, lso, hw)
+        if found is not None:
+            r["offset"], r["timestamp"] = found
     elif ts < 0:
         r["error_code"] = ErrorCode.INVALID_REQUEST
     else:
@@ -50,10 +60,10 @@ async def handle(ctx: Any, request: Any) -> dict:
     if request.api_version == 0:
         return {"topics": [
             {"name": t.name, "partitions": [
-                _old_style(_one(ctx, t.name, p.partition_index, p.timestamp), p.max_num_offsets)
+                _old_style(_one(ctx, t.name, p.partition_index, p.timestamp, 0), p.max_num_offsets)
                 for p in t.partitions]}
             for t in request.body.topics]}
     return {"throttle_time_ms": 0, "topics": [
-        {"name": t.name, "partitions": [_one(ctx, t.name, p.partition_index, p.timestamp)
-                                        for p in t.partitions]}
+        {"name": t.name, "partitions": [_one(ctx, t.name, p.partition_index, p.timestamp,
+                                             request.api_version) for p in t.partitions]}
         for t in request.body.topics]}

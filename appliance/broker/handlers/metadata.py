@@ -12,8 +12,6 @@ from appliance.shm.layout import SlotState
 
 __all__ = ["handle", "topic_metadata"]
 
-UNKNOWN_TOPIC_ID = 100  # Kafka's error for a topic id it does not know (KIP-516)
-
 
 def topic_metadata(ctx: Any, name: str) -> dict:
     parts = ctx.index.partitions(name)
@@ -31,7 +29,8 @@ def topic_metadata(ctx: Any, name: str) -> dict:
             "replica_nodes": me,
             "isr_nodes": me if online else [],
         })
-    return {"error_code": 0, "name": name, "is_internal": name == OFFSETS_TOPIC, "partitions": out}
+    return {"error_code": 0, "name": name, "topic_id": ctx.index.topic_id(name),
+            "is_internal": name == OFFSETS_TOPIC, "partitions": out}
 
 
 async def handle(ctx: Any, request: Any) -> dict:
@@ -40,9 +39,15 @@ async def handle(ctx: Any, request: Any) -> dict:
     if body.topics is None or (request.api_version == 0 and not body.topics):  # v0: [] = all
         names = sorted(ctx.index.topics())
     else:
-        # v10+ may name a topic by id alone; we keep no topic ids (KIP-516): unknown
-        by_id = [t for t in body.topics if t.name is None]
-        names = [t.name for t in body.topics if t.name is not None]
+        # v12+ may name a topic by id alone (KIP-516): answered under its name, or unknown
+        names = []
+        for t in body.topics:
+            if t.name is not None:
+                names.append(t.name)
+            elif (found := ctx.index.topic_name(t.topic_id)) is not None:
+                names.append(found)
+            else:
+                by_id.append(t)
         auto = bool(ctx.config["auto.create.topics.enable"]) and (
             request.api_version < 4 or body.allow_auto_topic_creation)
         for name in names:
@@ -58,7 +63,8 @@ async def handle(ctx: Any, request: Any) -> dict:
                 md["error_code"] = ErrorCode.INVALID_TOPIC_EXCEPTION
         topics.append(md)
     if by_id:
-        topics += [{"error_code": UNKNOWN_TOPIC_ID, "name": None if request.api_version >= 12 else "",
+        topics += [{"error_code": ErrorCode.UNKNOWN_TOPIC_ID,
+                    "name": None if request.api_version >= 12 else "",
                     "topic_id": t.topic_id, "partitions": []} for t in by_id]
     host, port = ctx.advertised
     return {

@@ -6,8 +6,11 @@ import asyncio
 from typing import Any
 
 from appliance.broker.topic_admin import add_partitions, create_topic, delete_topic
+from appliance.errors import ErrorCode
 
 __all__ = ["handle_create", "handle_delete", "handle_create_partitions"]
+
+FIRST_DELETE_BY_ID_VERSION = 6
 
 
 async def handle_create(ctx: Any, request: Any) -> dict:
@@ -24,6 +27,8 @@ async def handle_create(ctx: Any, request: Any) -> dict:
             ctx, t.name, t.num_partitions, t.replication_factor,
             {c.name: c.value for c in t.configs}, t.assignments, body.validate_only, body.timeout_ms)
         answer = {"name": t.name, "error_code": code, "error_message": msg}
+        if code == 0 and not body.validate_only:  # v7+: the new topic's id (KIP-516)
+            answer["topic_id"] = ctx.index.topic_id(t.name)
         if code == 0:  # v5+ (KIP-525): what was created, the broker defaults filled in
             answer["num_partitions"] = (t.num_partitions if t.num_partitions > 0 else
                                         len(t.assignments) or int(ctx.config["num.partitions"]))
@@ -37,9 +42,26 @@ async def handle_create(ctx: Any, request: Any) -> dict:
 
 async def handle_delete(ctx: Any, request: Any) -> dict:
     body = request.body
-    results = await asyncio.gather(*(delete_topic(ctx, n, body.timeout_ms) for n in body.topic_names))
-    return {"throttle_time_ms": 0, "responses": [
-        {"name": n, "error_code": r[0]} for n, r in zip(body.topic_names, results, strict=True)]}
+    if request.api_version < FIRST_DELETE_BY_ID_VERSION:
+        results = await asyncio.gather(*(delete_topic(ctx, n, body.timeout_ms) for n in body.topic_names))
+        return {"throttle_time_ms": 0, "responses": [
+            {"name": n, "error_code": r[0], "error_message": r[1]}
+            for n, r in zip(body.topic_names, results, strict=True)]}
+
+    async def one(t: Any) -> dict:
+        # v6: by name or by id (KIP-516), never both (Kafka's rule)
+        if t.name is not None and t.topic_id != bytes(16):
+            return {"name": t.name, "topic_id": t.topic_id, "error_code": ErrorCode.INVALID_REQUEST,
+                    "error_message": "You may not specify both topic name and topic id."}
+        name = t.name if t.name is not None else ctx.index.topic_name(t.topic_id)
+        if name is None:
+            return {"name": None, "topic_id": t.topic_id, "error_code": ErrorCode.UNKNOWN_TOPIC_ID,
+                    "error_message": "This server does not host this topic ID."}
+        topic_id = ctx.index.topic_id(name)
+        code, msg = await delete_topic(ctx, name, body.timeout_ms)
+        return {"name": name, "topic_id": topic_id, "error_code": code, "error_message": msg}
+
+    return {"throttle_time_ms": 0, "responses": list(await asyncio.gather(*(one(t) for t in body.topics)))}
 
 
 async def handle_create_partitions(ctx: Any, request: Any) -> dict:

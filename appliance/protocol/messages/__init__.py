@@ -18,7 +18,9 @@ from appliance.protocol.messages.core import (
     Metadata,
     Produce,
 )
+from appliance.protocol.messages.describe_cluster import DescribeCluster
 from appliance.protocol.messages.describe_log_dirs import DescribeLogDirs
+from appliance.protocol.messages.describe_producers import DescribeProducers
 from appliance.protocol.messages.group import (
     DeleteGroups,
     DescribeGroups,
@@ -40,5 +42,5 @@ __all__ = [
     "OffsetFetch", "DescribeGroups", "ListGroups", "DeleteGroups",
     "CreateTopics", "DeleteTopics", "CreatePartitions", "DescribeConfigs", "AlterConfigs",
     "IncrementalAlterConfigs", "OffsetDelete", "DeleteRecords", "AlterReplicaLogDirs",
-    "DescribeLogDirs",
+    "DescribeLogDirs", "DescribeCluster", "DescribeProducers",
 ]

@@ -67,18 +67,23 @@ class CreateTopics(ApiMessage):
 
 class DeleteTopics(ApiMessage):
     """DeleteTopics (key 20); Kafka: valid 1-6, flexible 4+. v5 answers an error message; v6
-    names topics by id, which we do not keep, so we stop at 5."""
+    names each topic by name or by id (KIP-516)."""
 
-    API_KEY, MIN_VERSION, MAX_VERSION = 20, 0, 5
+    API_KEY, MIN_VERSION, MAX_VERSION = 20, 0, 6
     FLEXIBLE = "4+"
     REQUEST = (
-        Field("topic_names", Array(String)),
+        Field("topics", Array(Struct(
+            Field("name", NullableString),
+            Field("topic_id", Uuid),
+        )), versions="6+"),
+        Field("topic_names", Array(String), versions="0-5"),
         Field("timeout_ms", Int32),
     )
     RESPONSE = (
         Field("throttle_time_ms", Int32, versions="1+"),
         Field("responses", Array(Struct(
-            Field("name", String),
+            Field("name", String, nullable="6+"),
+            Field("topic_id", Uuid, versions="6+"),
             Field("error_code", Int16),
             Field("error_message", NullableString, versions="5+"),
         ))),

@@ -46,7 +46,7 @@ class ApiVersions(ApiMessage):
 
 class Metadata(ApiMessage):
     """Metadata (key 3); Kafka: valid 0-13, flexible 9+. v7 adds leader epochs, v8 authorized
-    operations, v10 topic ids (we have none: the zero UUID), v11 drops the cluster's authorized
+    operations, v10 topic ids (KIP-516), v11 drops the cluster's authorized
     operations, v12 lets a topic be asked by id alone (name null)."""
 
     API_KEY, MIN_VERSION, MAX_VERSION = 3, 0, 12
@@ -129,15 +129,22 @@ class Produce(ApiMessage):
 
 
 class Fetch(ApiMessage):
-    """Fetch (key 1); Kafka: valid 4-18, flexible 12+; 0-3 kept for old clients (the broker
+    """Fetch (key 1); Kafka: valid 4-17, flexible 12+; 0-3 kept for old clients (the broker
     down-converts to magic 0 for v0-1 and magic 1 for v2-3). v12 (flexible) adds the last
-    fetched epoch and the tagged diverging epoch / current leader / snapshot id; v13+ name
-    topics by id, which we do not keep, so we stop at 12."""
+    fetched epoch and the tagged diverging epoch / current leader / snapshot id; v13 names
+    topics by id (KIP-516); v14 only adds an error we never send (tiered storage); v15 moves
+    the replica id into the tagged ReplicaState (KIP-903). v16's NodeEndpoints (KIP-951) and
+    v17's directory ids (KIP-853) are not served, so we stop at 15."""
 
-    API_KEY, MIN_VERSION, MAX_VERSION = 1, 0, 12
+    API_KEY, MIN_VERSION, MAX_VERSION = 1, 0, 15
     FLEXIBLE = "12+"
     REQUEST = (
-        Field("replica_id", Int32, default=-1),
+        Field("cluster_id", NullableString, versions="12+", tag=0),  # KIP-595 (KRaft fetchers)
+        Field("replica_id", Int32, versions="0-14", default=-1),
+        Field("replica_state", Struct(  # KIP-903: v15+ carries the replica id here
+            Field("replica_id", Int32, default=-1),
+            Field("replica_epoch", Int64, default=-1),
+        ), versions="15+", tag=1),
         Field("max_wait_ms", Int32),
         Field("min_bytes", Int32),
         Field("max_bytes", Int32, versions="3+", default=2147483647),
@@ -145,7 +152,8 @@ class Fetch(ApiMessage):
         Field("session_id", Int32, versions="7+"),
         Field("session_epoch", Int32, versions="7+", default=-1),
         Field("topics", Array(Struct(
-            Field("topic", String),
+            Field("topic", String, versions="0-12"),
+            Field("topic_id", Uuid, versions="13+"),
             Field("partitions", Array(Struct(
                 Field("partition", Int32),
                 Field("current_leader_epoch", Int32, versions="9+", default=-1),
@@ -156,18 +164,19 @@ class Fetch(ApiMessage):
             ))),
         ))),
         Field("forgotten_topics_data", Array(Struct(
-            Field("topic", String),
+            Field("topic", String, versions="7-12"),
+            Field("topic_id", Uuid, versions="13+"),
             Field("partitions", Array(Int32)),
         )), versions="7+"),
         Field("rack_id", String, versions="11+"),
-        Field("cluster_id", NullableString, versions="12+", tag=0),  # KIP-595 (KRaft fetchers)
     )
     RESPONSE = (
         Field("throttle_time_ms", Int32, versions="1+"),
         Field("error_code", Int16, versions="7+"),
         Field("session_id", Int32, versions="7+"),
         Field("responses", Array(Struct(
-            Field("topic", String),
+            Field("topic", String, versions="0-12"),
+            Field("topic_id", Uuid, versions="13+"),
             Field("partitions", Array(Struct(
                 Field("partition_index", Int32),
                 Field("error_code", Int16),
@@ -198,10 +207,11 @@ class Fetch(ApiMessage):
 
 
 class ListOffsets(ApiMessage):
-    """ListOffsets (key 2); Kafka: valid 1-11, flexible 6+. v4 adds leader epochs; v7 is the
-    max-timestamp query (-3, KIP-734), which we do not serve, so we stop at 6."""
+    """ListOffsets (key 2); Kafka: valid 1-10, flexible 6+. v4 adds leader epochs; v7 the
+    max-timestamp query (-3, KIP-734); v8 the local log start (-4, KIP-405: with no tiered
+    storage, the log start). v9's last tiered offset (-5) is not served: we stop at 8."""
 
-    API_KEY, MIN_VERSION, MAX_VERSION = 2, 0, 6
+    API_KEY, MIN_VERSION, MAX_VERSION = 2, 0, 8
     FLEXIBLE = "6+"
     REQUEST = (
         Field("replica_id", Int32, default=-1),  # -1: an ordinary consumer, not a follower

@@ -21,22 +21,32 @@ __all__ = ["FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup
 
 
 class FindCoordinator(ApiMessage):
-    """FindCoordinator (key 10); Kafka: valid 0-6, flexible 3+. v4+ batch several keys per
-    request (KIP-699); we stop at 3."""
+    """FindCoordinator (key 10); Kafka: valid 0-6, flexible 3+. v4 batches several keys per
+    request (KIP-699); v5 only adds TRANSACTION_ABORTABLE (KIP-890) and v6 share groups
+    (KIP-932), neither served, so we stop at 4."""
 
-    API_KEY, MIN_VERSION, MAX_VERSION = 10, 0, 3
+    API_KEY, MIN_VERSION, MAX_VERSION = 10, 0, 4
     FLEXIBLE = "3+"
     REQUEST = (
-        Field("key", String),
+        Field("key", String, versions="0-3"),
         Field("key_type", Int8, versions="1+"),
+        Field("coordinator_keys", Array(String), versions="4+"),
     )
     RESPONSE = (
         Field("throttle_time_ms", Int32, versions="1+"),
-        Field("error_code", Int16),
+        Field("error_code", Int16, versions="0-3"),
         Field("error_message", NullableString, versions="1-3"),
-        Field("node_id", Int32),
-        Field("host", String),
-        Field("port", Int32),
+        Field("node_id", Int32, versions="0-3"),
+        Field("host", String, versions="0-3"),
+        Field("port", Int32, versions="0-3"),
+        Field("coordinators", Array(Struct(
+            Field("key", String),
+            Field("node_id", Int32),
+            Field("host", String),
+            Field("port", Int32),
+            Field("error_code", Int16),
+            Field("error_message", NullableString),
+        )), versions="4+"),
     )
 
 
@@ -185,16 +195,24 @@ class OffsetCommit(ApiMessage):
 class OffsetFetch(ApiMessage):
     """OffsetFetch (key 9); Kafka: valid 1-10, flexible 6+. v5 answers the committed leader
     epoch, v7 asks for stable offsets only (KIP-447: no transactions here, so every offset is
-    stable); v8+ fetch several groups at once, which we do not serve: we stop at 7."""
+    stable); v8 fetches several groups at once (KIP-709). v9's member id and epoch belong to
+    the new consumer protocol (KIP-848), not served: we stop at 8."""
 
-    API_KEY, MIN_VERSION, MAX_VERSION = 9, 0, 7
+    API_KEY, MIN_VERSION, MAX_VERSION = 9, 0, 8
     FLEXIBLE = "6+"
     REQUEST = (
-        Field("group_id", String),
+        Field("group_id", String, versions="0-7"),
         Field("topics", Array(Struct(
             Field("name", String),
             Field("partition_indexes", Array(Int32)),
-        )), nullable="2-7"),
+        )), versions="0-7", nullable="2-7"),
+        Field("groups", Array(Struct(
+            Field("group_id", String),
+            Field("topics", Array(Struct(
+                Field("name", String),
+                Field("partition_indexes", Array(Int32)),
+            )), nullable=True),
+        )), versions="8+"),
         Field("require_stable", Boolean, versions="7+"),
     )
     RESPONSE = (
@@ -208,8 +226,22 @@ class OffsetFetch(ApiMessage):
                 Field("metadata", NullableString),
                 Field("error_code", Int16),
             ))),
-        ))),
+        )), versions="0-7"),
         Field("error_code", Int16, versions="2-7"),
+        Field("groups", Array(Struct(
+            Field("group_id", String),
+            Field("topics", Array(Struct(
+                Field("name", String),
+                Field("partitions", Array(Struct(
+                    Field("partition_index", Int32),
+                    Field("committed_offset", Int64),
+                    Field("committed_leader_epoch", Int32, default=-1),
+                    Field("metadata", NullableString),
+                    Field("error_code", Int16),
+                ))),
+            ))),
+            Field("error_code", Int16),
+        )), versions="8+"),
     )
 
 

@@ -80,7 +80,43 @@ def test_the_table_names_every_request_type(disk):
     assert set(disk.requests.handlers) == {MsgType.PRODUCE, MsgType.CREATE_PARTITION,
                                            MsgType.DELETE_PARTITION, MsgType.ALTER_CONFIG,
                                            MsgType.GROUP, MsgType.DELETE_RECORDS,
-                                           MsgType.ALTER_BROKER_CONFIG, MsgType.REPLICA_MOVE}
+                                           MsgType.ALTER_BROKER_CONFIG, MsgType.REPLICA_MOVE,
+                                           MsgType.DESCRIBE_PRODUCERS, MsgType.TOPIC_ID}
+
+
+def test_topic_id_message_sets_the_slot_and_partition_metadata(disk, senders):
+    slot = _create(disk, senders[0])
+    part_dir = Path(disk.partitions.logs[slot].path)
+    assert disk.table.read(slot).topic_id == bytes(16)  # allocated without one
+    assert not (part_dir / "partition.metadata").exists()
+    tid = bytes(range(16))
+    rid = senders[0].send(MsgType.TOPIC_ID, slot, tid)
+    bad = senders[0].send(MsgType.TOPIC_ID, slot, tid[:8])  # not 16 bytes: refused, nothing set
+    assert disk.round()
+    assert [(c[0], c[5]) for c in senders[0].completions()] == [
+        (rid, ErrorCode.NONE), (bad, ErrorCode.INVALID_REQUEST)]
+    assert disk.table.read(slot).topic_id == tid
+    assert (part_dir / "partition.metadata").read_text() == "version: 0\ntopic_id: AAECAwQFBgcICQoLDA0ODw\n"
+
+
+def test_describe_producers_lists_each_producer_state(disk, senders):
+    from appliance.shm.layout import PRODUCER_ENTRY
+
+    slot = _create(disk, senders[0])
+    for pid, seqs in ((7, (0, 3)), (9, (0,))):
+        for base_seq in seqs:
+            batch = build_batch([(b"k", b"a"), (b"k", b"b"), (b"k", b"c")], producer_id=pid,
+                                producer_epoch=2, base_sequence=base_seq)
+            senders[0].send(MsgType.PRODUCE, slot, batch)
+    rid = senders[0].send(MsgType.DESCRIBE_PRODUCERS, slot)
+    missing = senders[0].send(MsgType.DESCRIBE_PRODUCERS, slot + 1)
+    assert disk.round()
+    comps = {c[0]: c for c in senders[0].completions()}
+    assert comps[missing][5] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    body = comps[rid][6]
+    entries = sorted(PRODUCER_ENTRY.struct.iter_unpack(body))
+    # (producer id, offset of its last batch's last record, epoch, last sequence)
+    assert entries == [(7, 5, 2, 5), (9, 8, 2, 2)]
 
 
 def test_an_idle_round_handles_nothing(disk, senders):

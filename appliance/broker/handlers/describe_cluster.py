@@ -1,0 +1,34 @@
+"""DescribeCluster (API 60, KIP-700): the cluster id, the controller and the brokers. A
+standalone broker is the whole cluster and its own controller; in cluster mode the cluster
+worker answers from its view of the live brokers (``cluster.broker_answers``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from appliance.errors import ErrorCode
+from appliance.protocol.messages.describe_cluster import ENDPOINT_TYPE_BROKERS
+
+__all__ = ["handle", "wrong_endpoint_type"]
+
+
+def wrong_endpoint_type(request: Any) -> dict | None:
+    """The answer to a request for controller endpoints (KIP-919: KRaft controllers, which we
+    do not have), as Kafka's brokers answer it; None for an ordinary request."""
+    if request.api_version >= 1 and request.body.endpoint_type != ENDPOINT_TYPE_BROKERS:
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+                "error_message": "The broker only supports the brokers endpoint type",
+                "endpoint_type": request.body.endpoint_type, "cluster_id": "",
+                "controller_id": -1, "brokers": []}
+    return None
+
+
+async def handle(ctx: Any, request: Any) -> dict:
+    refused = wrong_endpoint_type(request)
+    if refused is not None:
+        return refused
+    host, port = ctx.advertised
+    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
+            "endpoint_type": ENDPOINT_TYPE_BROKERS, "cluster_id": ctx.cluster_id,
+            "controller_id": ctx.broker_id,
+            "brokers": [{"broker_id": ctx.broker_id, "host": host, "port": port, "rack": None}]}
