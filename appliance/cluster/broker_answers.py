@@ -176,6 +176,44 @@ async def create_topics_body(table: LeadershipTable, store: ZkStore, config: Any
     return {"throttle_time_ms": 0, "topics": results}
 
 
+# below the network worker's wait on the cluster link (broker/cluster_link.py, 60 s)
+DELETE_WAIT_CAP_S = 50.0
+
+
+async def delete_topics_body(store: ZkStore, config: Any, request: Any) -> dict:
+    """DeleteTopics in cluster mode, Kafka's ZooKeeper way: mark each topic under
+    ``/admin/delete_topics``; the controller stops and deletes every replica, then the topic's
+    znodes. Answered once the topic znode is gone, or REQUEST_TIMED_OUT at the request's timeout
+    (the deletion goes on)."""
+    loop = asyncio.get_running_loop()
+    results: list[dict] = []
+    marked: list[str] = []
+    known = set(await loop.run_in_executor(None, store.topics))
+    for name in request.topic_names:
+        if not bool(config["delete.topic.enable"]):
+            results.append({"name": name, "error_code": int(ErrorCode.TOPIC_DELETION_DISABLED),
+                            "error_message": "delete.topic.enable is false"})
+        elif name not in known:
+            results.append({"name": name, "error_code": int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                            "error_message": f"Topic '{name}' does not exist."})
+        else:
+            await loop.run_in_executor(None, store.request_topic_deletion, name)
+            results.append({"name": name, "error_code": 0, "error_message": None})
+            marked.append(name)
+    deadline = time.monotonic() + min(max(request.timeout_ms, 0) / 1000, DELETE_WAIT_CAP_S)
+    while marked:
+        left = set(await loop.run_in_executor(None, store.topics))
+        marked = [n for n in marked if n in left]
+        if not marked or time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(0.1)
+    for r in results:
+        if r["name"] in marked:
+            r["error_code"] = int(ErrorCode.REQUEST_TIMED_OUT)
+            r["error_message"] = "the controller is still deleting the topic"
+    return {"throttle_time_ms": 0, "responses": results}
+
+
 OFFSETS_TOPIC_ELECTION_WAIT_S = 5.0  # a first FindCoordinator waits this long for the new topic's leaders
 KEY_TYPE_GROUP = 0
 

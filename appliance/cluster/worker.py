@@ -34,6 +34,7 @@ from appliance.broker.plumbing import Plumbing
 from appliance.cluster.broker_answers import (
     coordinator_body,
     create_topics_body,
+    delete_topics_body,
     describe_cluster_body,
     metadata_body,
 )
@@ -52,7 +53,13 @@ from appliance.cluster.wire_channel import WireChannel
 from appliance.cluster.zk_session import ZooKeeperUnreachable, open_session
 from appliance.cluster.zk_store import ZkStore
 from appliance.config import BrokerConfig
-from appliance.protocol.messages import CreateTopics, DescribeCluster, FindCoordinator, Metadata
+from appliance.protocol.messages import (
+    CreateTopics,
+    DeleteTopics,
+    DescribeCluster,
+    FindCoordinator,
+    Metadata,
+)
 from appliance.protocol.messages.cluster import (
     INTER_BROKER_APIS,
     ControlledShutdown,
@@ -74,6 +81,7 @@ __all__ = ["ClusterWorker"]
 log = logging.getLogger("appliance.cluster")
 
 _APIS = {**INTER_BROKER_APIS, Metadata.API_KEY: Metadata, CreateTopics.API_KEY: CreateTopics,
+         DeleteTopics.API_KEY: DeleteTopics,
          FindCoordinator.API_KEY: FindCoordinator, DescribeCluster.API_KEY: DescribeCluster}
 
 
@@ -226,6 +234,8 @@ class ClusterWorker:
             resp = await metadata_body(lt, self.store, self.config, req, version, self.topic_ids)
         elif api_key == CreateTopics.API_KEY:
             resp = await create_topics_body(lt, self.store, self.config, req)
+        elif api_key == DeleteTopics.API_KEY:
+            resp = await delete_topics_body(self.store, self.config, req)
         elif api_key == DescribeCluster.API_KEY:
             resp = describe_cluster_body(lt)
         else:
