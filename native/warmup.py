@@ -26,6 +26,8 @@ def warmup() -> None:
     walk_records(batch, 61, len(batch), 2)
     from native.validate import validate_plain_batches
     validate_plain_batches(batch, 1 << 20)
+    from native.fence import memory_fence
+    memory_fence()
 
 
 if __name__ == "__main__":

@@ -150,6 +150,8 @@ class _DiskLink:
         self.requests = claimed.channel.requests
         self.completions = claimed.channel.completions
         self.completions.discard_all()  # whatever the previous owner left unread
+        self.completions.done_waiting()  # nor is its "waiting" flag ours
+        self._sleepers = 0  # threads asleep in poll(), published in the completion ring's header
         self.disk_address = disk_wake_address(transport.base, disk)
         self._ids = itertools.count(1)
         self._id_base = (claimed.claim & 0xFFFF) << 48
@@ -184,16 +186,32 @@ class _DiskLink:
             self.wake.sendto(b"\0", self.disk_address)
 
     def poll(self, timeout: float) -> None:
-        """Collect completions (waiting up to ``timeout`` s for a wake-up); fail what a dead worker held."""
+        """Collect completions (waiting up to ``timeout`` s for a wake-up); fail what a dead worker held.
+
+        The disk worker sends the wake-up datagram only while the completion ring's header says
+        someone sleeps here (the ring's prepare_to_wait handshake), not after every round it
+        answers. The sleep holds no lock, so sends go on meanwhile."""
         with self.lock:
-            got = self._drain()
-            if not got and self.pending and timeout > 0:
-                with contextlib.suppress(InterruptedError):
-                    select.select([self.wake], [], [], timeout)
-                with contextlib.suppress(BlockingIOError, OSError):
-                    while self.wake.recv(64):
-                        pass
+            sleep = not self._drain() and bool(self.pending) and timeout > 0
+            if sleep:
+                self._sleepers += 1
+                sleep = not self.completions.prepare_to_wait(self._sleepers)
+                if not sleep:  # completions arrived between the drain and the flag
+                    self._sleepers -= 1
+                    self.completions.done_waiting(self._sleepers)
+                    self._drain()
+        if sleep:
+            with contextlib.suppress(InterruptedError, ValueError, OSError):  # closed meanwhile
+                select.select([self.wake], [], [], timeout)
+            with self.lock:
+                self._sleepers -= 1
+                self.completions.done_waiting(self._sleepers)
+                if not self._sleepers:  # the last one out empties the socket: others still see it readable
+                    with contextlib.suppress(BlockingIOError, OSError):
+                        while self.wake.recv(64):
+                            pass
                 self._drain()
+        with self.lock:
             self._check_worker()
 
     def _drain(self) -> int:
