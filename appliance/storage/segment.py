@@ -500,10 +500,9 @@ class LogSegment:
                 for r in batches:
                     if not r[R_INDEXED]:
                         continue
-                    if not oi.is_full:
-                        oi.append(r[R_LAST], start + r[R_POS])
-                    if r[R_RUN_MAX_TS] >= 0 and not ti.is_full:
-                        ti.maybe_append(r[R_RUN_MAX_TS], r[R_RUN_OFFSET_OF_MAX])
+                    oi.append_if_room(r[R_LAST], start + r[R_POS])
+                    if r[R_RUN_MAX_TS] >= 0:
+                        ti.append_if_room(r[R_RUN_MAX_TS], r[R_RUN_OFFSET_OF_MAX])
             else:
                 sel = rows[:nb][rows[:nb, R_INDEXED] != 0]
                 oi.append_many(sel[:, R_LAST], sel[:, R_POS] + start)
@@ -750,6 +749,9 @@ class _EmptyOffsetIndex:
     entries = 0
     max_entries = 0
     is_full = True
+
+    def append_if_room(self, key: int, value: int) -> None:
+        pass  # always full
 
     def __init__(self, base_offset: int) -> None:
         self.base_offset = base_offset
