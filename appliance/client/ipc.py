@@ -28,6 +28,7 @@ import posix_ipc
 
 from appliance.errors import (
     KafkaError,
+    MessageTooLargeError,
     NotLeaderOrFollowerError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
@@ -169,6 +170,12 @@ class _DiskLink:
             if state != WorkerState.READY:
                 raise NotLeaderOrFollowerError(
                     f"disk worker {self.disk} holding {topic}-{partition} is not running (restarting?)")
+            if REQUEST.size + len(batch) > self.requests.max_message():
+                # a KafkaError, as the broker's answer to an oversized request would be: a
+                # ValueError from the ring killed the producer's sender thread
+                raise MessageTooLargeError(
+                    f"batch of {len(batch)} bytes for {topic}-{partition} is over the IPC ring's "
+                    f"limit of {self.requests.max_message() - REQUEST.size} bytes")
             rid = self._id_base | next(self._ids)
             fut = _Future(self, rid, topic, partition, inc, deadline)
             header = _REQ.pack(rid, slot, acks, 0, timeout_ms, 0)
@@ -281,7 +288,8 @@ class IpcTransport:
                    timeout_ms: int = 30000) -> _Future:
         """Queue one v2 batch (or several back to back) for ``topic``-``partition``; returns a future.
 
-        Raises UnknownTopicOrPartitionError, NotLeaderOrFollowerError (worker down), RequestTimedOutError."""
+        Raises UnknownTopicOrPartitionError, NotLeaderOrFollowerError (worker down), RequestTimedOutError,
+        MessageTooLargeError (over the channel ring's limit)."""
         info = self.index.lookup(topic, partition)
         if info is None:
             raise UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist on broker '{self.base}'")
