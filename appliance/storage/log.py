@@ -432,7 +432,7 @@ class PartitionLog:
         now = self._now_ms()
         PARAMS_IN.pack_into(self._plan_params_mv, PARAMS_IN_AT, validate, assign_offsets,
                             self.log_end_offset, now, self._ts_diff_max,
-                            active.bytes_since_last_index_entry, active.index_interval_bytes,
+                            active.bytes_since_last_index_entry, active._interval,
                             active.max_timestamp, active.offset_of_max_timestamp)
         t = type(records)
         a = _frombuffer(records, _U8) if t is bytes or t is bytearray else as_u8(mv)

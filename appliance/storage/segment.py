@@ -427,7 +427,12 @@ class LogSegment:
         if (self.first_append_ms is not None
                 and now_ms - self.first_append_ms > self._segment_ms - self.roll_jitter_ms):
             return f"segment.ms {self._segment_ms} (jitter {self.roll_jitter_ms}) elapsed"
-        if self.offset_index.is_full or self.time_index.is_full:
+        oi, ti = self._oi, self._ti
+        if oi is None or ti is None:
+            oi, ti = self.offset_index, self.time_index
+        # is_full of each, without two property calls per append (the time index keeps its
+        # last slot for the roll)
+        if oi.entries >= oi.max_entries or ti.entries >= ti.max_entries - 1:
             return "index full"
         if last_offset - self.base_offset > INT32_MAX:
             return "relative offset overflow"
@@ -461,7 +466,7 @@ class LogSegment:
         """Write ``data`` (a buffer, or a list of buffers: one writev) at the end of the file.
         Raises KafkaStorageError (the file cut back to where it was first)."""
         start = self.size
-        fd = self.fd
+        fd = self._fd if self._fd >= 0 else self.fd
         try:
             if type(data) is list:
                 n = os.writev(fd, data)
