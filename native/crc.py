@@ -30,10 +30,14 @@ _CRC32C_SLICE8 = slice8_table(CRC32C_POLY)
 _CRC32_SLICE8 = slice8_table(CRC32_POLY)
 
 # Block sizes of the 3-stream hardware loop (as in Mark Adler's crc32c.c): LONG for big
-# buffers, SHORT for what remains; both divisible by 8.
+# buffers, then MEDIUM, then SHORT for what remains; all divisible by 8. MEDIUM is ours: a
+# produce batch of ~16 KiB is under 3 x LONG, and in SHORT blocks the merges (two table
+# shifts per 768 bytes) took a third of its time.
 _LONG = 8192
+_MEDIUM = 2048
 _SHORT = 256
 _SHIFT_LONG = shift_table(_LONG, CRC32C_POLY)
+_SHIFT_MEDIUM = shift_table(_MEDIUM, CRC32C_POLY)
 _SHIFT_SHORT = shift_table(_SHORT, CRC32C_POLY)
 
 
@@ -101,6 +105,18 @@ def _crc32c_raw_sse42(state, a, start, end):
         c0 = _shift(_SHIFT_LONG, c0) ^ c1
         c0 = _shift(_SHIFT_LONG, c0) ^ c2
         i += 2 * _LONG
+    while end - i >= 3 * _MEDIUM:
+        c1 = np.uint64(0)
+        c2 = np.uint64(0)
+        stop = i + _MEDIUM
+        while i < stop:
+            c0 = sse42_crc32_u64(c0, load_u64_le(a, i))
+            c1 = sse42_crc32_u64(c1, load_u64_le(a, i + _MEDIUM))
+            c2 = sse42_crc32_u64(c2, load_u64_le(a, i + 2 * _MEDIUM))
+            i += 8
+        c0 = _shift(_SHIFT_MEDIUM, c0) ^ c1
+        c0 = _shift(_SHIFT_MEDIUM, c0) ^ c2
+        i += 2 * _MEDIUM
     while end - i >= 3 * _SHORT:
         c1 = np.uint64(0)
         c2 = np.uint64(0)

@@ -1,4 +1,5 @@
-"""LLVM-level helpers for the numba kernels: unaligned loads and the SSE4.2 ``crc32`` instruction.
+"""LLVM-level helpers for the numba kernels: unaligned loads, the SSE4.2 ``crc32`` instruction and
+a full memory fence.
 
 Each is a ``numba.extending.intrinsic``: it only emits IR, so it is inlined into the calling
 kernel and works with ``cache=True`` (the cached object code contains the instruction).
@@ -14,7 +15,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["load_u64_le", "sse42_crc32_u64", "sse42_crc32_u8"]
+__all__ = ["load_u64_le", "sse42_crc32_u64", "sse42_crc32_u8", "full_fence"]
 
 _I8 = ir.IntType(8)
 _I32 = ir.IntType(32)
@@ -66,5 +67,19 @@ def sse42_crc32_u8(typingctx, crc, byte):
         )
         res = builder.call(fn, [builder.trunc(args[0], _I32), args[1]])
         return builder.zext(res, _I64)
+
+    return sig, codegen
+
+
+@intrinsic
+def full_fence(typingctx):
+    """A sequentially consistent fence (``mfence`` on x86): stores before it are visible to other
+    cores before any load after it. x86 keeps store order, but may let a later load pass an
+    earlier store: a "set my flag, then read yours" handshake needs this between the two."""
+    sig = types.void()
+
+    def codegen(context, builder, signature, args):
+        builder.fence("seq_cst")
+        return context.get_dummy_value()
 
     return sig, codegen

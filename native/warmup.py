@@ -32,6 +32,8 @@ def warmup() -> None:
     for magic in (0, 1):
         convert_batches(np.frombuffer(batch, np.uint8), 0, magic, True, out, 0)
         convert_records(batch[HEADER_SIZE:], 2, 0, 0, 0, False, 1, magic, magic == 1, out)
+    from native.fence import memory_fence
+    memory_fence()
 
 
 if __name__ == "__main__":

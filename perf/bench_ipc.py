@@ -11,7 +11,8 @@ pre-framed batches built into a reused buffer and pushed through the bare transp
 Also the client's value-by-value paths, over both transports: ``send_many`` of a list of
 bytes (``--records``/4) and ``send()`` one record per call (``--records``/40).
 Prints medians (and min-max) and the targets: IPC >= 5,000,000 records/s, IPC >= 3x TCP,
-value-by-value >= 2,000,000 records/s.
+value-by-value >= 2,000,000 records/s, and the floor of that last one: a loop of trivial method calls in the
+same shape, with and without an object returned per call.
 """
 
 from __future__ import annotations
@@ -103,6 +104,36 @@ def run_producer_send(port: int, base: str, topic: str, records: int, transport:
         p.close()
 
 
+class _Floor:
+    """What one Python call per record costs here, with nothing behind it (the floor of
+    ``Producer.send``): ``send`` returns None; ``send_obj`` returns a two-slot object, as
+    Producer.send must (a future per record; each such object is also work for Python's
+    cycle collector while the caller keeps the futures)."""
+
+    class _Pair:
+        __slots__ = ("a", "b")
+
+        def __init__(self, a: object, b: int) -> None:
+            self.a, self.b = a, b
+
+    def send(self, topic: str, value: bytes, *, partition: int | None = None) -> None:
+        return None
+
+    def send_obj(self, topic: str, value: bytes, *, partition: int | None = None) -> object:
+        return self._Pair(self, partition)
+
+
+def run_floor(records: int, kind: str) -> float:
+    """Calls per second of _Floor.<kind> in the loop run_producer_send times."""
+    value = b"x" * VALUE
+    send = getattr(_Floor(), kind)
+    t0 = time.perf_counter()
+    futs = [send("topic", value, partition=0) for _ in range(records)]
+    rate = records / (time.perf_counter() - t0)
+    del futs
+    return rate
+
+
 def run_ipc(base: str, topic: str, records: int, batch: int) -> float:
     values, offsets = _columns(batch)
     out = np.empty(max_batch_size(batch, 0, batch * VALUE), np.uint8)
@@ -172,13 +203,19 @@ def main() -> int:
     v, o = _columns(10)
     build_batch_columns(v, o, timestamp=0)
     results: dict[str, list[float]] = {"producer-ipc": [], "producer-tcp": [], "raw-ipc": [], "raw-tcp": [],
-                                       "list-ipc": [], "list-tcp": [], "send-ipc": [], "send-tcp": []}
+                                       "list-ipc": [], "list-tcp": [], "send-ipc": [], "send-tcp": [],
+                                       "floor-send": [], "floor-send_obj": []}
     with tempfile.TemporaryDirectory(prefix="bench-ipc-") as tmp, BrokerProcess(Path(tmp)) as broker:
         admin = BrokerConnection("127.0.0.1", broker.port)
         base = broker.overrides["appliance.shm.name"]
         for run in range(args.runs):
             for kind in results:
                 topic = f"bench-{kind}-{run}"
+                if kind.startswith("floor"):
+                    rate = run_floor(args.records // 40, kind.split("-")[1])
+                    results[kind].append(rate)
+                    print(f"run {run + 1} {kind:<13}: {rate:>12,.0f} calls/s", flush=True)
+                    continue
                 r = admin.request(19, {"topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1,
                                                    "assignments": [], "configs": []}],
                                        "timeout_ms": 30000, "validate_only": False})
@@ -213,6 +250,10 @@ def main() -> int:
         print(f"{what:<27} ipc {li:>11,.0f} {spread[kind + '-ipc']}  tcp {lt:>11,.0f} "
               f"{spread[kind + '-tcp']} records/s ({n:,} records)  ipc target {PER_RECORD_TARGET:,}: "
               f"{'MET' if li >= PER_RECORD_TARGET else 'NOT MET'}")
+    fs, fo = med["floor-send"], med["floor-send_obj"]
+    print(f"floor of send() here: a trivial method call {fs:,.0f} calls/s {spread['floor-send']}; one returning "
+          f"a two-slot object {fo:,.0f} {spread['floor-send_obj']}; send() over ipc is {med['send-ipc'] / fo:.0%} "
+          f"of the latter")
     print(f"bare IPC transport: {med['raw-ipc']:>12,.0f} records/s (pre-framed batches of {args.batch})")
     print(f"bare TCP transport: {med['raw-tcp']:>12,.0f} records/s (pre-framed batches of {args.batch})")
     return 0

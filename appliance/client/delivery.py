@@ -22,7 +22,8 @@ from typing import Any, NamedTuple
 
 from appliance.client.errors import KafkaConnectionError
 
-__all__ = ["RecordMetadata", "ProducerFuture", "CallbackHandler", "call_hook", "complete_many"]
+__all__ = ["RecordMetadata", "ProducerFuture", "RunFuture", "RecordFuture", "CallbackHandler", "call_hook",
+           "complete_many"]
 
 log = logging.getLogger("appliance.client.producer")
 
@@ -102,6 +103,89 @@ class ProducerFuture:
         if callbacks:
             for fn in callbacks:
                 _safe(fn, value, error)
+
+
+class RunFuture(ProducerFuture):
+    """The outcome of a run of values sent one by one that went out as one batch: completed
+    once, with the batch's RecordMetadata (its first offset, and the LogAppendTime or -1);
+    each record's :class:`RecordFuture` derives its own from it. ``stamps`` (the records'
+    timestamps, set when the batch is built) fill in the timestamp without LogAppendTime.
+
+    Measured reason: a ProducerFuture per record, each completed with its own RecordMetadata,
+    cost ~1.5 us per record between the caller's thread and the completion thread."""
+
+    __slots__ = ("stamps", "_record_callbacks")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stamps: Any = None
+        self._record_callbacks: list[tuple[int, Callable[..., None]]] | None = None
+
+    def metadata(self, i: int) -> RecordMetadata:
+        """Record ``i``'s metadata (the run is done and succeeded)."""
+        m = self._value
+        return RecordMetadata(m.topic, m.partition, m.offset + i if m.offset >= 0 else -1,  # type: ignore[union-attr]
+                              m.timestamp if m.timestamp >= 0 else int(self.stamps[i]))  # type: ignore[union-attr]
+
+    def add_record_callback(self, i: int, fn: Callable[[RecordMetadata | None, BaseException | None], None]) -> None:
+        with _LOCK:
+            if not self._done:
+                if self._record_callbacks is None:
+                    self._record_callbacks = []
+                self._record_callbacks.append((i, fn))
+                return
+        self._call_record(i, fn)
+
+    def _call_record(self, i: int, fn: Callable[..., None]) -> None:
+        if self._error is not None:
+            _safe(fn, None, self._error)
+        else:
+            _safe(fn, self.metadata(i), None)
+
+    def _complete(self, value: RecordMetadata | None, error: BaseException | None) -> None:
+        with _LOCK:
+            if self._done:
+                return
+            self._value, self._error = value, error
+            self._done = True
+            ev, callbacks, self._callbacks = self._event, self._callbacks, None
+            calls, self._record_callbacks = self._record_callbacks, None
+        if ev is not None:
+            ev.set()
+        for fn in callbacks or ():
+            _safe(fn, value, error)
+        for i, fn in calls or ():
+            self._call_record(i, fn)
+
+
+class RecordFuture:
+    """One record's future inside a :class:`RunFuture`: the ProducerFuture interface (``done``,
+    ``result``, ``exception``, ``add_callback``), two slots and nothing to complete per record."""
+
+    __slots__ = ("_run", "_i")
+
+    def __init__(self, run: RunFuture, i: int) -> None:
+        self._run, self._i = run, i
+
+    def done(self) -> bool:
+        return self._run._done
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        """Raises the delivery error, or KafkaConnectionError if not done within ``timeout`` s."""
+        run = self._run
+        if not run._wait(timeout):
+            raise KafkaConnectionError(f"record not acknowledged within {timeout:g} s")
+        if run._error is not None:
+            raise run._error
+        return run.metadata(self._i)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._run._wait(timeout)
+        return self._run._error
+
+    def add_callback(self, fn: Callable[[RecordMetadata | None, BaseException | None], None]) -> None:
+        """``fn(metadata, error)`` once done (at once if it already is). Runs in the completing thread."""
+        self._run.add_record_callback(self._i, fn)
 
 
 def complete_many(futures: list[ProducerFuture], values: list[RecordMetadata]) -> None:

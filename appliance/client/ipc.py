@@ -28,6 +28,7 @@ import posix_ipc
 
 from appliance.errors import (
     KafkaError,
+    MessageTooLargeError,
     NotLeaderOrFollowerError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
@@ -150,6 +151,8 @@ class _DiskLink:
         self.requests = claimed.channel.requests
         self.completions = claimed.channel.completions
         self.completions.discard_all()  # whatever the previous owner left unread
+        self.completions.done_waiting()  # nor is its "waiting" flag ours
+        self._sleepers = 0  # threads asleep in poll(), published in the completion ring's header
         self.disk_address = disk_wake_address(transport.base, disk)
         self._ids = itertools.count(1)
         self._id_base = (claimed.claim & 0xFFFF) << 48
@@ -167,6 +170,12 @@ class _DiskLink:
             if state != WorkerState.READY:
                 raise NotLeaderOrFollowerError(
                     f"disk worker {self.disk} holding {topic}-{partition} is not running (restarting?)")
+            if REQUEST.size + len(batch) > self.requests.max_message():
+                # a KafkaError, as the broker's answer to an oversized request would be: a
+                # ValueError from the ring killed the producer's sender thread
+                raise MessageTooLargeError(
+                    f"batch of {len(batch)} bytes for {topic}-{partition} is over the IPC ring's "
+                    f"limit of {self.requests.max_message() - REQUEST.size} bytes")
             rid = self._id_base | next(self._ids)
             fut = _Future(self, rid, topic, partition, inc, deadline)
             header = _REQ.pack(rid, slot, acks, 0, timeout_ms, 0)
@@ -184,16 +193,32 @@ class _DiskLink:
             self.wake.sendto(b"\0", self.disk_address)
 
     def poll(self, timeout: float) -> None:
-        """Collect completions (waiting up to ``timeout`` s for a wake-up); fail what a dead worker held."""
+        """Collect completions (waiting up to ``timeout`` s for a wake-up); fail what a dead worker held.
+
+        The disk worker sends the wake-up datagram only while the completion ring's header says
+        someone sleeps here (the ring's prepare_to_wait handshake), not after every round it
+        answers. The sleep holds no lock, so sends go on meanwhile."""
         with self.lock:
-            got = self._drain()
-            if not got and self.pending and timeout > 0:
-                with contextlib.suppress(InterruptedError):
-                    select.select([self.wake], [], [], timeout)
-                with contextlib.suppress(BlockingIOError, OSError):
-                    while self.wake.recv(64):
-                        pass
+            sleep = not self._drain() and bool(self.pending) and timeout > 0
+            if sleep:
+                self._sleepers += 1
+                sleep = not self.completions.prepare_to_wait(self._sleepers)
+                if not sleep:  # completions arrived between the drain and the flag
+                    self._sleepers -= 1
+                    self.completions.done_waiting(self._sleepers)
+                    self._drain()
+        if sleep:
+            with contextlib.suppress(InterruptedError, ValueError, OSError):  # closed meanwhile
+                select.select([self.wake], [], [], timeout)
+            with self.lock:
+                self._sleepers -= 1
+                self.completions.done_waiting(self._sleepers)
+                if not self._sleepers:  # the last one out empties the socket: others still see it readable
+                    with contextlib.suppress(BlockingIOError, OSError):
+                        while self.wake.recv(64):
+                            pass
                 self._drain()
+        with self.lock:
             self._check_worker()
 
     def _drain(self) -> int:
@@ -263,7 +288,8 @@ class IpcTransport:
                    timeout_ms: int = 30000) -> _Future:
         """Queue one v2 batch (or several back to back) for ``topic``-``partition``; returns a future.
 
-        Raises UnknownTopicOrPartitionError, NotLeaderOrFollowerError (worker down), RequestTimedOutError."""
+        Raises UnknownTopicOrPartitionError, NotLeaderOrFollowerError (worker down), RequestTimedOutError,
+        MessageTooLargeError (over the channel ring's limit)."""
         info = self.index.lookup(topic, partition)
         if info is None:
             raise UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist on broker '{self.base}'")

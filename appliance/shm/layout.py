@@ -25,7 +25,7 @@ __all__ = [
     "REPLICA_APPEND_HEADER", "FOLLOWER_FETCH_BODY",
 ]
 
-LAYOUT_VERSION = 3  # 3: partition slots carry the topic id
+LAYOUT_VERSION = 4  # 3: partition slots carry the topic id; 4: RING_HEADER.waiting
 TABLE_MAGIC = 0x41504C54  # "APLT"
 RING_MAGIC = 0x41504C52  # "APLR"
 MAX_WORKERS = 64  # disk + network workers per broker; far above what a box has disks/cores for
@@ -131,7 +131,10 @@ RING_HEADER = Layout("ring_header", (
     ("capacity", "Q"),            # bytes of the data area (a multiple of 8)
     ("pad0", "48x"),
     ("head", "Q"),                # consumer position (monotonic byte count)
-    ("pad1", "56x"),
+    # nonzero while the consumer sleeps (or is about to): the producer wakes it after publishing
+    # a message only then (IPC channels; Ring.prepare_to_wait / Ring.consumer_waiting)
+    ("waiting", "Q"),
+    ("pad1", "48x"),
     ("tail", "Q"),                # producer position (monotonic byte count)
     ("pad2", "56x"),
 ))

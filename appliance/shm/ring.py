@@ -10,7 +10,12 @@ Positions are monotonic byte counts (they never wrap in 2^64); the slot of a pos
 ``pos % capacity``. A message never straddles the end of the data area: when it does not fit
 before the end, the producer writes a PAD frame and starts over at 0.
 
-Wake-ups are not here: the rings carry data, a doorbell (an eventfd) says "look".
+Wake-ups are not here: the rings carry data, a doorbell (an eventfd or a datagram) says "look".
+What is here is when to ring: a consumer about to sleep sets the header's ``waiting`` word and
+re-checks the ring (:meth:`Ring.prepare_to_wait`); the producer, after publishing, rings only when
+that word is set (:meth:`Ring.consumer_waiting`). A memory fence sits between each side's store and
+load, so one of the two always sees the other: no wake-up is lost, and none is sent to a consumer
+that is busy reading anyway.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import posix_ipc
 
 from appliance.shm.layout import LAYOUT_VERSION, RING_HEADER, RING_MAGIC, RING_MESSAGE, MsgType
 from appliance.shm.mapping import release_mapped, unlink_mapped
+from native.fence import memory_fence
 
 __all__ = ["Ring", "Channel", "RingFormatError"]
 
@@ -30,11 +36,14 @@ _FRAME = RING_MESSAGE.struct  # type: ignore[attr-defined]
 _FRAME_SIZE = RING_MESSAGE.size
 _HEAD = RING_HEADER.offset("head")
 _TAIL = RING_HEADER.offset("tail")
+_WAITING = RING_HEADER.offset("waiting")
 # head and tail are read and written as single aligned 8-byte words through a typed memoryview:
 # struct.pack_into zero-fills its target before writing (CPython's s_pack_internal memsets it),
 # so the other side could read a position passing through 0 or a partly written one.
-assert _HEAD % 8 == 0 and _TAIL % 8 == 0 and RING_HEADER.size % 8 == 0
+assert _HEAD % 8 == 0 and _TAIL % 8 == 0 and _WAITING % 8 == 0 and RING_HEADER.size % 8 == 0
+assert _HEAD < _WAITING < _TAIL
 _TAIL_WORD = (_TAIL - _HEAD) // 8
+_WAITING_WORD = (_WAITING - _HEAD) // 8
 
 
 class RingFormatError(RuntimeError):
@@ -59,13 +68,14 @@ class Ring:
         if capacity is not None:  # initialise
             if capacity % 8:
                 raise ValueError("ring capacity must be a multiple of 8")
-            RING_HEADER.struct.pack_into(buf, base, RING_MAGIC, LAYOUT_VERSION, capacity, 0, 0)  # type: ignore[attr-defined]
+            RING_HEADER.struct.pack_into(buf, base, RING_MAGIC, LAYOUT_VERSION, capacity, 0, 0, 0)  # type: ignore[attr-defined]
         magic, version, cap = struct.unpack_from("=IIQ", buf, base)
         if magic != RING_MAGIC or version != LAYOUT_VERSION:
             raise RingFormatError(f"no ring of layout version {LAYOUT_VERSION} at {base}")
         self.capacity = cap
         self._pending = 0  # consumer: bytes of the message handed out by peek(), not yet released
-        self._pos = self._mv[base + _HEAD:base + _TAIL + 8].cast("Q")  # [0] head, [_TAIL_WORD] tail
+        # [0] head, [_WAITING_WORD] waiting, [_TAIL_WORD] tail
+        self._pos = self._mv[base + _HEAD:base + _TAIL + 8].cast("Q")
 
     @staticmethod
     def footprint(capacity: int) -> int:
@@ -87,6 +97,23 @@ class Ring:
         """Consumer: drop everything queued (after the peer that queued it died)."""
         self._pos[0] = self.tail
         self._pending = 0
+
+    # sleeping and waking -----------------------------------------------------------------
+    def prepare_to_wait(self, sleepers: int = 1) -> bool:
+        """Consumer, before it sleeps: publish that ``sleepers`` threads wait on this ring, then
+        re-check it. True when a message is (or arrived) there: do not sleep on the doorbell."""
+        self._pos[_WAITING_WORD] = sleepers
+        memory_fence()  # the flag is visible before the tail is read (the producer: the reverse)
+        return self._pos[_TAIL_WORD] != self._pos[0] + self._pending
+
+    def done_waiting(self, sleepers: int = 0) -> None:
+        """Consumer: awake again (``sleepers`` other threads still wait)."""
+        self._pos[_WAITING_WORD] = sleepers
+
+    def consumer_waiting(self) -> bool:
+        """Producer, after :meth:`put`: whether the consumer sleeps and must be rung."""
+        memory_fence()  # the tail is visible before the flag is read
+        return self._pos[_WAITING_WORD] != 0
 
     # producer ----------------------------------------------------------------------------
     def max_message(self) -> int:

@@ -63,6 +63,7 @@ class AbstractIndex:
         self.corrupt_reason: str | None = None
         self._last: tuple[int, ...] | None = None  # cached last entry (appends check it)
         self._mapped = 0
+        self._slots = 0  # entries the mapping holds: _mapped // _esize, kept for the append path
         self.entries = 0
         flags = os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY
         self._fd = os.open(path, flags, 0o644)
@@ -113,10 +114,11 @@ class AbstractIndex:
             access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
             self._mm = mmap.mmap(self._fd, length, access=access)
         self._mapped = length
+        self._slots = length // self._esize
 
     @property
     def max_entries(self) -> int:
-        return self._mapped // self._esize
+        return self._slots
 
     @property
     def is_full(self) -> bool:
@@ -201,7 +203,7 @@ class AbstractIndex:
         return np.frombuffer(self._mm, dtype=self.DTYPE, count=self.entries)
 
     def _append_raw(self, *fields: int) -> None:
-        if self.entries >= self.max_entries:
+        if self.entries >= self._slots:
             raise IndexFullError(f"index {self.path} is full ({self.entries} entries)")
         self.ENTRY.pack_into(self._mm, self.entries * self._esize, *fields)
         self.entries += 1

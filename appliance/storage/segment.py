@@ -452,7 +452,12 @@ class LogSegment:
         if (self.first_append_ms is not None
                 and now_ms - self.first_append_ms > self._segment_ms - self.roll_jitter_ms):
             return f"segment.ms {self._segment_ms} (jitter {self.roll_jitter_ms}) elapsed"
-        if self.offset_index.is_full or self.time_index.is_full:
+        oi, ti = self._oi, self._ti
+        if oi is None or ti is None:
+            oi, ti = self.offset_index, self.time_index
+        # is_full of each, without two property calls per append (the time index keeps its
+        # last slot for the roll)
+        if oi.entries >= oi.max_entries or ti.entries >= ti.max_entries - 1:
             return "index full"
         if last_offset - self.base_offset > INT32_MAX:
             return "relative offset overflow"
@@ -486,7 +491,7 @@ class LogSegment:
         """Write ``data`` (a buffer, or a list of buffers: one writev) at the end of the file.
         Raises KafkaStorageError (the file cut back to where it was first)."""
         start = self.size
-        fd = self.fd
+        fd = self._fd if self._fd >= 0 else self.fd
         try:
             if type(data) is list:
                 n = os.writev(fd, data)
@@ -525,10 +530,9 @@ class LogSegment:
                 for r in batches:
                     if not r[R_INDEXED]:
                         continue
-                    if not oi.is_full:
-                        oi.append(r[R_LAST], start + r[R_POS])
-                    if r[R_RUN_MAX_TS] >= 0 and not ti.is_full:
-                        ti.maybe_append(r[R_RUN_MAX_TS], r[R_RUN_OFFSET_OF_MAX])
+                    oi.append_if_room(r[R_LAST], start + r[R_POS])
+                    if r[R_RUN_MAX_TS] >= 0:
+                        ti.append_if_room(r[R_RUN_MAX_TS], r[R_RUN_OFFSET_OF_MAX])
             else:
                 sel = rows[:nb][rows[:nb, R_INDEXED] != 0]
                 oi.append_many(sel[:, R_LAST], sel[:, R_POS] + start)
@@ -775,6 +779,9 @@ class _EmptyOffsetIndex:
     entries = 0
     max_entries = 0
     is_full = True
+
+    def append_if_room(self, key: int, value: int) -> None:
+        pass  # always full
 
     def __init__(self, base_offset: int) -> None:
         self.base_offset = base_offset

@@ -53,3 +53,62 @@ def test_complete_many_wakes_waiters_and_runs_callbacks_in_order():
     late = []
     futs[0].add_callback(lambda md, err: late.append(md.offset))  # after completion: at once
     assert late == [0]
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ipc"])
+def test_plain_values_between_keyed_records_keep_their_order(module_broker, topic_name, transport):
+    """Plain bytes values join a run (one batch); a keyed record, a send_many or another run
+    after it must not overtake it or join it: offsets follow send order, each record's
+    metadata carries its own timestamp, callbacks get each record's own metadata."""
+    _create(module_broker.bootstrap, topic_name)
+    expect, futs, seen = [], [], {}
+    with Producer(bootstrap_servers=module_broker.bootstrap, transport=transport, linger_ms=50,
+                  batch_size=2000) as p:  # small batches: runs close when full, too
+        for i in range(1200):
+            if i % 97 == 0:
+                rec = (b"k%d" % i, b"keyed-%d" % i)
+                futs.append(p.send(topic_name, rec, partition=0))
+                expect.append(rec)
+            elif i % 251 == 0:
+                vals = [b"bulk-%d-%d" % (i, j) for j in range(3)]
+                futs.append(p.send_many(topic_name, vals, partition=0)[0])
+                expect += [(None, v) for v in vals]
+                futs += [None, None]  # send_many: one future per batch
+            else:
+                f = p.send(topic_name, b"plain-%d" % i, partition=0)
+                if i % 50 == 1:
+                    f.add_callback(lambda md, err, i=i: seen.__setitem__(i, (md, err)))
+                futs.append(f)
+                expect.append((None, b"plain-%d" % i))
+        p.flush()
+        md = [f.result(30) if f is not None else None for f in futs]
+    recs = _read_all(module_broker.bootstrap, topic_name)
+    assert [(r.key, r.value) for r in recs] == expect
+    for k, m in enumerate(md):
+        if m is not None and expect[k][0] is None and expect[k][1].startswith(b"plain"):
+            assert (m.offset, m.timestamp) == (recs[k].offset, recs[k].timestamp)
+    called = [i for i in range(1200) if i % 50 == 1 and i % 97 and i % 251]
+    assert sorted(seen) == called and all(err is None for _, err in seen.values())
+    for i, (m, _) in seen.items():
+        assert recs[m.offset].value == b"plain-%d" % i
+
+
+def test_a_refused_run_fails_every_record_of_it(module_broker, topic_name):
+    """A run the broker refuses (its batch is over the topic's max.message.bytes) fails each
+    record's future and callback with the broker's error; none is reported delivered."""
+    from appliance.client.admin import AdminClient, NewTopic
+    from appliance.errors import MessageTooLargeError
+
+    with AdminClient(module_broker.bootstrap) as a:
+        a.create_topics([NewTopic(topic_name, 1, config={"max.message.bytes": "2000"})])
+    errors = []
+    with Producer(bootstrap_servers=module_broker.bootstrap, linger_ms=20, retries=0) as p:
+        futs = [p.send(topic_name, b"v" * 100, partition=0) for _ in range(50)]  # ~5.8 KB batch
+        futs[7].add_callback(lambda md, err: errors.append((md, err)))
+        p.flush()
+        for f in futs:
+            assert f.done()
+            with pytest.raises(MessageTooLargeError):
+                f.result(0)
+        assert isinstance(futs[3].exception(0), MessageTooLargeError)
+    assert len(errors) == 1 and errors[0][0] is None and isinstance(errors[0][1], MessageTooLargeError)

@@ -287,3 +287,28 @@ def test_producer_bulk_list_lands_intact(broker, transport):
     recs = _read_all(broker, topic)
     assert [r.offset for r in recs] == list(range(len(values)))
     assert [r.value for r in recs] == values
+
+
+def test_a_batch_over_the_ring_limit_fails_its_send_and_nothing_else(broker):
+    """A batch larger than a channel ring can ever hold is refused with MessageTooLargeError
+    (a Kafka error the producer reports on the record's future), not a ValueError that killed
+    the producer's sender thread: the next send still goes through."""
+    from appliance.client.producer import Producer
+    from appliance.errors import MessageTooLargeError
+
+    _create(broker, "over-ring")
+    base = find_broker_base(log_dir=broker.log_dirs[0])
+    with IpcTransport(base) as t:
+        limit = t._link(0).requests.max_message() - REQUEST.size
+        with pytest.raises(MessageTooLargeError):
+            t.send_batch("over-ring", 0, bytes(limit + 1))
+    p = Producer(bootstrap_servers=broker.bootstrap, transport="ipc", shm_name=base, acks=1,
+                 max_request_size=2 * limit, retries=0)
+    try:
+        big = p.send("over-ring", b"x" * (limit + 100), partition=0)
+        with pytest.raises(MessageTooLargeError):
+            big.result(30)
+        assert p.send("over-ring", b"small", partition=0).result(30).offset == 0
+    finally:
+        p.close()
+    assert [r.value for r in _read_all(broker, "over-ring")] == [b"small"]

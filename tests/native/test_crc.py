@@ -22,9 +22,10 @@ from native.twins import crc32_twin, crc32c_twin
 
 REPO = Path(__file__).resolve().parents[2]
 
-# Lengths around every branch of the kernels: 8-byte words, the 3 x 256 and 3 x 8192 blocks.
+# Lengths around every branch of the kernels: 8-byte words, the 3 x 256, 3 x 2048 and 3 x 8192 blocks.
 EDGE_LENGTHS = sorted({
     *range(0, 20), 255, 256, 257, 767, 768, 769, 775, 776, 1536 + 7,
+    3 * 2048 - 1, 3 * 2048, 3 * 2048 + 1, 3 * 2048 + 768 + 9, 2 * 3 * 2048 + 5, 16675,
     3 * 8192 - 1, 3 * 8192, 3 * 8192 + 1, 3 * 8192 + 768 + 9, 2 * 3 * 8192 + 5,
 })
 

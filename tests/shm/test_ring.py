@@ -128,3 +128,72 @@ def test_positions_never_pass_through_zero_across_processes(channel):
     finally:
         child.join(30)
     assert (got, errors, zero_tails) == (total, 0, 0)
+
+
+def test_waiting_flag_handshake(channel):
+    ring = channel.completions
+    assert not ring.consumer_waiting()
+    assert ring.prepare_to_wait() is False  # empty: sleep
+    assert ring.consumer_waiting()
+    ring.done_waiting()
+    assert not ring.consumer_waiting()
+    assert ring.put(MsgType.COMPLETION, b"x" * 8)
+    assert ring.prepare_to_wait() is True  # a message is there: do not sleep
+    ring.done_waiting()
+    ring.done_waiting()
+    ring.peek()
+    assert ring.prepare_to_wait() is False  # the one message is in hand: nothing new to wait for
+    ring.done_waiting()
+    ring.release()
+    assert ring.prepare_to_wait() is False
+    ring.done_waiting()
+
+
+def test_no_lost_wakeup_across_processes(channel):
+    """A producer process rings (a pipe) only when the consumer's "waiting" flag is set; the
+    consumer sleeps on the pipe whenever the ring is empty. A wake-up lost to the store/load
+    race would leave the consumer asleep until its 5 s timeout with a message in the ring."""
+    import select
+    import time
+
+    total = 20_000
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # producer child
+        try:
+            os.close(r)
+            ring = Channel.attach(channel.name).requests
+            for i in range(total):
+                while not ring.put(MsgType.PRODUCE, struct.pack("=I", i)):
+                    pass
+                if ring.consumer_waiting():
+                    os.write(w, b"\0")
+                if i % 64 == 0:
+                    time.sleep(0)  # let the consumer catch up and go to sleep often
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    os.close(w)
+    ring = channel.requests
+    got, sleeps, timeouts = 0, 0, 0
+    try:
+        while got < total:
+            msg = ring.peek()
+            if msg is not None:
+                assert struct.unpack("=I", bytes(msg[1]))[0] == got
+                ring.release()
+                got += 1
+                continue
+            if not ring.prepare_to_wait():
+                sleeps += 1
+                if not select.select([r], [], [], 5.0)[0]:
+                    timeouts += 1
+                    break
+                os.read(r, 4096)
+            ring.done_waiting()
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(r)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert (got, timeouts) == (total, 0)
+    assert sleeps > 0  # the consumer did sleep, so the handshake was exercised
