@@ -256,18 +256,21 @@ class ReplicaMover:
         self._abort(slot, req)
         if self.parts.failed:
             raise KafkaStorageError(f"log dir {self.parts.path} is offline: {self.parts.failed}")
-        need = _dir_bytes(src)
-        st = os.statvfs(self.parts.path)
-        if st.f_bavail * st.f_frsize < need + (need >> 3) + (1 << 20):
-            raise KafkaStorageError(f"{self.parts.path} has too little free space for {topic}-{partition} "
-                                    f"({need} bytes)")
         future = os.path.join(self.parts.path,
                               f"{partition_dir_name(topic, partition)}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}")
         move = _Incoming(topic, partition, src, future)
         self.incoming[slot] = move
         try:
+            # written first: a dead disk fails here (EIO) and the dir is taken offline, where
+            # statvfs alone would still answer from memory
             os.mkdir(future)
-        except OSError:
+            fsync_dir(self.parts.path)
+            need = _dir_bytes(src)
+            st = os.statvfs(self.parts.path)
+            if st.f_bavail * st.f_frsize < need + (need >> 3) + (1 << 20):
+                raise KafkaStorageError(f"{self.parts.path} has too little free space for {topic}-{partition} "
+                                        f"({need} bytes)")
+        except (OSError, KafkaStorageError):
             self._abort(slot, req)
             raise
         log.info("%s: copying %s-%d from %s into %s", self.parts.path, topic, partition, src, future)
