@@ -245,7 +245,7 @@ class ReplicaMover:
                 except Exception:
                     log.exception("taking %s-%d back failed", out.topic, out.partition)
         for slot, move in list(self.incoming.items()):
-            if move.job is None and now - move.touched > FUTURE_IDLE_TIMEOUT_S:
+            if (move.job is None or not move.job.running) and now - move.touched > FUTURE_IDLE_TIMEOUT_S:
                 self._abort(slot, {})
 
     # -- destination ------------------------------------------------------------------------
@@ -278,8 +278,13 @@ class ReplicaMover:
 
     def _start(self, move: _Incoming) -> tuple:
         rate = int(self.parts.config[_THROTTLE_KEY])
-        move.job = _CopyJob(lambda pace: self._sync_files(move, pace), rate,
-                            f"copy {move.topic}-{move.partition}")
+        def work(pace: _Pace) -> None:
+            try:
+                self._sync_files(move, pace)
+            finally:
+                move.touched = time.monotonic()  # idle from here if its driver never asks again
+
+        move.job = _CopyJob(work, rate, f"copy {move.topic}-{move.partition}")
         return COPYING
 
     def _progress(self, slot: int, req: dict) -> tuple:
