@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
@@ -18,7 +19,7 @@ from appliance.records.batch import build_batch
 from tests.broker.clients import create_topic
 from tests.broker.wire import RawConnection, produce_body
 
-__all__ = ["MoveSetup", "place", "fill", "evict", "LatencyProbe", "alter"]
+__all__ = ["MoveSetup", "place", "fill", "evict", "future_bytes", "LatencyProbe", "alter"]
 
 FILL_VALUE = 64 << 10  # bytes per record of the large partition
 
@@ -65,6 +66,20 @@ def fill(bootstrap: str, topic: str, nbytes: int) -> None:
     assert p.flush(300) == 0
 
 
+def future_bytes(log_dir: str) -> int:
+    """Bytes of the files in the future replicas under ``log_dir`` (0 when there is none)."""
+    total = 0
+    for name in os.listdir(log_dir):
+        if name.endswith("-future"):
+            d = os.path.join(log_dir, name)
+            try:
+                for f in os.listdir(d):
+                    total += os.stat(os.path.join(d, f)).st_size
+            except FileNotFoundError:  # renamed or removed meanwhile
+                pass
+    return total
+
+
 def evict(path: str) -> None:
     """Drop the files under ``path`` from the page cache (after writing them back), so that a
     copy reads them from the disk as it would a partition written long ago."""
@@ -80,13 +95,16 @@ def evict(path: str) -> None:
 @dataclass
 class LatencyProbe:
     """Produces one small record (acks=1) to ``topic``-``partition`` after another, over one
-    raw connection, and records each request's (start, end) and error code."""
+    raw connection, and records each request's (start, end) and error code; ``watch`` (if
+    given) is called after each answer and its value kept in ``seen``."""
 
     port: int
     topic: str
     partition: int
+    watch: Callable[[], int] | None = None
     spans: list[tuple[float, float]] = field(default_factory=list)
     errors: list[int] = field(default_factory=list)
+    seen: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
@@ -98,6 +116,8 @@ class LatencyProbe:
                 t0 = time.monotonic()
                 r = c.request(0, 7, produce_body(self.topic, self.partition, build_batch([(None, b"p" * 100)])))
                 self.spans.append((t0, time.monotonic()))
+                if self.watch is not None:
+                    self.seen.append(self.watch())
                 code = r.responses[0].partition_responses[0].error_code
                 if code:
                     self.errors.append(code)
