@@ -277,7 +277,8 @@ class ReplicaMover:
         return self._start(move)
 
     def _start(self, move: _Incoming) -> tuple:
-        rate = int(self.parts.config[_THROTTLE_KEY])
+        rate = int(self.parts.config[_THROTTLE_KEY])  # read per pass: it is a dynamic config
+
         def work(pace: _Pace) -> None:
             try:
                 self._sync_files(move, pace)
