@@ -283,6 +283,8 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("log.message.downconversion.enable", "bool", True, "Down-convert batches for old fetch versions."),
     # Kafka 3.0 (KIP-724) accepts it and, at inter-broker protocol 3.0, stores v2 whatever it says; so do we
     ConfigKey("log.message.format.version", "string", "3.0-IV1", "Message format of stored data (Kafka's versions 0.8.0 ... 3.0; accepted, stored as v2 as Kafka 3.0 does).", check_format_version),
+    # Kafka's throttle of the copy into a future replica (AlterReplicaLogDirs); no limit by default
+    ConfigKey("replica.alter.log.dirs.io.max.bytes.per.second", "long", LONG_MAX, "Bytes per second a disk worker copies into a partition moving onto its log dir.", at_least(1)),
     ConfigKey("log.cleaner.enable", "bool", True, "Run the log cleaner (needed for compacted topics)."),
     ConfigKey("log.cleaner.threads", "int", 1, "Cleaner threads.", at_least(0)),
     ConfigKey("log.cleaner.io.max.bytes.per.second", "double", DOUBLE_MAX, "Cleaner I/O throttle."),

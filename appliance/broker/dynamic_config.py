@@ -35,6 +35,7 @@ __all__ = ["DYNAMIC_BROKER_KEYS", "FILE_NAME", "DynamicConfigs", "load", "save",
 DYNAMIC_BROKER_KEYS = frozenset({
     "log.retention.ms", "log.retention.bytes", "log.flush.interval.messages",
     "log.flush.interval.ms", "log.segment.delete.delay.ms",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
 })
 FILE_NAME = "dynamic-broker-configs.json"
 _KEYS = {k.name: k for k in BROKER_KEYS}

@@ -7,19 +7,25 @@ outcome). Producers and consumers carry on: only between the handoff and the swi
 of the tail appended meanwhile) does the partition answer NOT_LEADER_OR_FOLLOWER, which every
 client retries.
 
+The copies run on a helper thread of the destination disk worker (see replica_move); ``copy``
+and ``finish`` answer at once and this driver asks ``progress`` every :data:`POLL_S` until done.
+
 Errors: a path that is not one of ``log.dirs`` LOG_DIR_NOT_FOUND; a destination disk worker
-that is not running, or a failed copy (no space, I/O error) KAFKA_STORAGE_ERROR, with the
-partition left where it was. ``__consumer_offsets`` partitions are not moved
+that is not running or whose dir is offline, or a failed copy (no space, I/O error)
+KAFKA_STORAGE_ERROR, with the partition left where it was. ``__consumer_offsets`` partitions are not moved
 (REPLICA_NOT_AVAILABLE): their group coordinator lives in the disk worker that holds them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 from typing import Any
 
+from appliance.broker.disk.replica_move import COPYING
+from appliance.broker.handlers.describe_log_dirs import dir_failed
 from appliance.coordinator.routing import OFFSETS_TOPIC
 from appliance.errors import ErrorCode
 from appliance.shm.layout import MsgType, SlotState, WorkerState
@@ -29,6 +35,8 @@ __all__ = ["handle"]
 log = logging.getLogger("appliance.admin")
 
 _moving: set[tuple[str, int]] = set()  # this network worker's moves under way
+# how often a copy's progress is asked: the partition is unavailable during ``finish``, so short
+POLL_S = 0.01
 
 
 def _dest_index(ctx: Any, path: str) -> int | None:
@@ -43,6 +51,15 @@ async def _step(ctx: Any, disk: int, slot: int, op: str, **fields: Any) -> Any:
     return await ctx.disks.submit(disk, MsgType.REPLICA_MOVE, slot, json.dumps({"op": op, **fields}).encode())
 
 
+async def _copied(ctx: Any, disk: int, slot: int, op: str, **fields: Any) -> Any:
+    """Run ``op`` (copy or finish) and wait for its copy job; the last completion."""
+    c = await _step(ctx, disk, slot, op, **fields)
+    while not c.error_code and c.base_offset == COPYING[0]:
+        await asyncio.sleep(POLL_S)
+        c = await _step(ctx, disk, slot, "progress", **fields)
+    return c
+
+
 async def _move(ctx: Any, topic: str, partition: int, dest: int) -> int:
     info = ctx.index.lookup(topic, partition)
     if info is None:
@@ -53,7 +70,7 @@ async def _move(ctx: Any, topic: str, partition: int, dest: int) -> int:
         return ErrorCode.REPLICA_NOT_AVAILABLE
     if ctx.table.state(info.slot) != SlotState.ONLINE:
         return ErrorCode.KAFKA_STORAGE_ERROR
-    if ctx.table.worker(dest)[2] != WorkerState.READY:  # disk worker slot = disk index
+    if ctx.table.worker(dest)[2] != WorkerState.READY or dir_failed(ctx, dest):  # disk worker slot = disk index
         return ErrorCode.KAFKA_STORAGE_ERROR
     if (topic, partition) in _moving:
         return ErrorCode.REASSIGNMENT_IN_PROGRESS
@@ -67,15 +84,16 @@ async def _move(ctx: Any, topic: str, partition: int, dest: int) -> int:
 async def _run_steps(ctx: Any, topic: str, partition: int, slot: int, src: int, dest: int) -> int:
     names = {"topic": topic, "partition": partition}
     src_dir = os.path.join(ctx.config.log_dirs[src], f"{topic}-{partition}")
-    c = await _step(ctx, dest, slot, "copy", src=src_dir, **names)
+    c = await _copied(ctx, dest, slot, "copy", src=src_dir, **names)
     if c.error_code:
+        await _step(ctx, dest, slot, "abort", **names)  # a future dir left by a failed step
         return c.error_code
     h = await _step(ctx, src, slot, "handoff", **names)
     if h.error_code:
         await _step(ctx, dest, slot, "abort", **names)
         return h.error_code
     for disk, op in ((dest, "finish"), (src, "retire")):
-        c = await _step(ctx, disk, slot, op, dest=dest, **names)
+        c = await _copied(ctx, disk, slot, op, dest=dest, **names)
         if c.error_code:
             await _step(ctx, dest, slot, "abort", **names)
             await _step(ctx, src, slot, "resume", **names)
