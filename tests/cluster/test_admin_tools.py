@@ -432,6 +432,40 @@ def test_preferred_leader_election(cluster, tmp_path):
     assert bad.returncode == 2 and "--topic needs --partition" in bad.stderr
 
 
+def test_delete_topics_removes_every_replica_through_the_controller(cluster):
+    """DeleteTopics sent to one broker marks /admin/delete_topics; the controller stops and
+    deletes the replicas on all three brokers and then the znodes; Metadata on every broker
+    forgets the topic. An unknown topic gets UNKNOWN_TOPIC_OR_PARTITION."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    boot, brokers, store = cluster["boot"], cluster["brokers"], cluster["store"]
+    topic = "doomed"
+    # an earlier test restarted a broker: all three registered again first
+    _wait(lambda: (md := _cluster_md(boot)) and len(md.brokers) == 3, 90, "three registered brokers")
+    _create(boot, topic, [[0, 1, 2], [1, 2, 0]])
+    p = Producer({"bootstrap.servers": boot, "acks": "all"})
+    for i in range(20):
+        p.produce(topic, b"v%d" % i, partition=i % 2)
+    assert p.flush(30) == 0
+
+    def replica_dirs() -> list[str]:
+        return [os.path.join(d, n) for b in brokers.values() for d in b.log_dirs
+                for n in os.listdir(d) if n.startswith(f"{topic}-")]
+
+    assert len(replica_dirs()) == 6
+    one = AdminClient({"bootstrap.servers": brokers[2].bootstrap})  # any broker, not only the controller
+    one.delete_topics([topic], operation_timeout=30)[topic].result(60)
+    assert store.assignment(topic) is None  # answered once the topic znode is gone
+    assert topic not in store.topics_to_delete()
+    _wait(lambda: not replica_dirs(), 30, "every replica's dir deleted")
+    for b in brokers.values():
+        _wait(lambda b=b: topic not in AdminClient({"bootstrap.servers": b.bootstrap})
+              .list_topics(timeout=10).topics, 30, f"broker {b.bootstrap} to forget {topic}")
+    with pytest.raises(KafkaException) as e:
+        one.delete_topics(["never-was"], operation_timeout=30)["never-was"].result(60)
+    assert e.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
 def test_unclean_election_only_when_asked(cluster):
     boot, brokers = cluster["boot"], cluster["brokers"]
     topic = "lossy"
@@ -464,38 +498,6 @@ def test_unclean_election_only_when_asked(cluster):
                   "--topic", topic, "--partition", "0")
     assert again.returncode == 0 and "Valid replica already elected" in again.stdout
     # broker a stays down: the next test restarts every broker
-
-
-def test_delete_topics_removes_every_replica_through_the_controller(cluster):
-    """DeleteTopics sent to one broker marks /admin/delete_topics; the controller stops and
-    deletes the replicas on all three brokers and then the znodes; Metadata on every broker
-    forgets the topic. An unknown topic gets UNKNOWN_TOPIC_OR_PARTITION."""
-    from confluent_kafka import KafkaError, KafkaException
-
-    boot, brokers, store = cluster["boot"], cluster["brokers"], cluster["store"]
-    topic = "doomed"
-    _create(boot, topic, [[0, 1, 2], [1, 2, 0]])
-    p = Producer({"bootstrap.servers": boot, "acks": "all"})
-    for i in range(20):
-        p.produce(topic, b"v%d" % i, partition=i % 2)
-    assert p.flush(30) == 0
-
-    def replica_dirs() -> list[str]:
-        return [os.path.join(d, n) for b in brokers.values() for d in b.log_dirs
-                for n in os.listdir(d) if n.startswith(f"{topic}-")]
-
-    assert len(replica_dirs()) == 6
-    one = AdminClient({"bootstrap.servers": brokers[2].bootstrap})  # any broker, not only the controller
-    one.delete_topics([topic], operation_timeout=30)[topic].result(60)
-    assert store.assignment(topic) is None  # answered once the topic znode is gone
-    assert topic not in store.topics_to_delete()
-    _wait(lambda: not replica_dirs(), 30, "every replica's dir deleted")
-    for b in brokers.values():
-        _wait(lambda b=b: topic not in AdminClient({"bootstrap.servers": b.bootstrap})
-              .list_topics(timeout=10).topics, 30, f"broker {b.bootstrap} to forget {topic}")
-    with pytest.raises(KafkaException) as e:
-        one.delete_topics(["never-was"], operation_timeout=30)["never-was"].result(60)
-    assert e.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
 
 
 def test_auto_leader_rebalance(cluster):

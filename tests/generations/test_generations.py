@@ -287,12 +287,15 @@ def test_old_consumers_read_many_small_fetches(module_broker, ver):
             expected.append((len(expected), k, v))
         assert p.flush(TIMEOUT) == 0
     c = KafkaConsumer(bootstrap_servers=module_broker.bootstrap, auto_offset_reset="earliest",
-                      enable_auto_commit=False, consumer_timeout_ms=10000, api_version=ver,
+                      enable_auto_commit=False, api_version=ver,
                       max_partition_fetch_bytes=5000, fetch_max_bytes=5000)
     c.assign([TopicPartition(topic, 0)])
     got = []
     deadline = time.monotonic() + TIMEOUT
+    # polled until every record is in (iterating would idle out a consumer timeout at the end)
     while len(got) < len(expected) and time.monotonic() < deadline:
-        got += [(m.offset, m.key, m.value) for m in c]
+        for msgs in c.poll(timeout_ms=500).values():
+            got += [(m.offset, m.key, m.value) for m in msgs]
+    extra = [m for msgs in c.poll(timeout_ms=300).values() for m in msgs]
     c.close()
-    assert got == expected
+    assert got == expected and not extra  # nothing more than what was produced
