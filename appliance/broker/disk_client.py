@@ -53,6 +53,7 @@ class DiskClient:
                          for d in range(plumbing.num_disks)]
         for ch in self.channels:
             ch.completions.discard_all()  # answers meant for this slot's previous process
+            ch.completions.want_data(False)  # nor its long polls
         self._ids = itertools.count(1)
         # request id -> (on_done, its token, disk): on_done(token, completion) answers it
         self._pending: dict[int, tuple[Callable[[Any, Completion], None], Any, int]] = {}
@@ -148,6 +149,11 @@ class DiskClient:
         for d in self._to_ring:
             ring_doorbell(self.plumbing.disk_bells[d])
         self._to_ring.clear()
+
+    def want_data(self, wanted: bool) -> None:
+        """Ask every disk worker to ring us when it appends (long polls wait), or stop asking."""
+        for ch in self.channels:
+            ch.completions.want_data(wanted)
 
     def on_doorbell(self) -> None:
         """Drain every completion ring; called when our eventfd fires."""

@@ -431,7 +431,7 @@ class NetworkWorker:
         loop.add_reader(bell, ctx.wakeups.on_doorbell)
         freeze_startup_objects()
         table.set_worker_state(self.slot, WorkerState.READY)
-        beat = asyncio.ensure_future(self._heartbeat(table, disks, ctx.metrics))
+        beat = asyncio.ensure_future(self._heartbeat(table, ctx, ctx.metrics))
         await stop.wait()
         # graceful: no new connections, finish what is in flight, then go
         ctx.acceptor.close()
@@ -469,13 +469,14 @@ class NetworkWorker:
 
         return await serve_endpoint(msock, listener.path, render)
 
-    async def _heartbeat(self, table: PartitionTable, disks: DiskClient,
+    async def _heartbeat(self, table: PartitionTable, ctx: BrokerContext,
                          metrics: Any = None) -> None:
         while True:
             table.heartbeat(self.slot)
             if metrics is not None:
                 metrics.publish()
-            disks.check_disks()
+            ctx.disks.check_disks()
+            ctx.wakeups.expire_data_interest(time.monotonic())
             await asyncio.sleep(0.25)
 
 

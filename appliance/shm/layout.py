@@ -130,7 +130,11 @@ RING_HEADER = Layout("ring_header", (
     ("capacity", "Q"),            # bytes of the data area (a multiple of 8)
     ("pad0", "48x"),
     ("head", "Q"),                # consumer position (monotonic byte count)
-    ("pad1", "56x"),
+    # written by the consumer too: on a completion ring, nonzero while its network worker has
+    # long-poll fetches waiting for appends, so a disk worker rings only the workers that wait.
+    # Was a zero pad, and 0 still means "ring me for completions only": no LAYOUT_VERSION bump
+    ("data_wanted", "Q"),
+    ("pad1", "48x"),
     ("tail", "Q"),                # producer position (monotonic byte count)
     ("pad2", "56x"),
 ))

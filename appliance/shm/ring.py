@@ -35,6 +35,8 @@ _TAIL = RING_HEADER.offset("tail")
 # so the other side could read a position passing through 0 or a partly written one.
 assert _HEAD % 8 == 0 and _TAIL % 8 == 0 and RING_HEADER.size % 8 == 0
 _TAIL_WORD = (_TAIL - _HEAD) // 8
+_WANTED_WORD = (RING_HEADER.offset("data_wanted") - _HEAD) // 8
+assert 0 < _WANTED_WORD < _TAIL_WORD
 
 
 class RingFormatError(RuntimeError):
@@ -59,7 +61,7 @@ class Ring:
         if capacity is not None:  # initialise
             if capacity % 8:
                 raise ValueError("ring capacity must be a multiple of 8")
-            RING_HEADER.struct.pack_into(buf, base, RING_MAGIC, LAYOUT_VERSION, capacity, 0, 0)  # type: ignore[attr-defined]
+            RING_HEADER.struct.pack_into(buf, base, RING_MAGIC, LAYOUT_VERSION, capacity, 0, 0, 0)  # type: ignore[attr-defined]
         magic, version, cap = struct.unpack_from("=IIQ", buf, base)
         if magic != RING_MAGIC or version != LAYOUT_VERSION:
             raise RingFormatError(f"no ring of layout version {LAYOUT_VERSION} at {base}")
@@ -79,6 +81,15 @@ class Ring:
     @property
     def tail(self) -> int:
         return self._pos[_TAIL_WORD]
+
+    @property
+    def data_wanted(self) -> bool:
+        """The consumer asks to be woken when new data is appended (see RING_HEADER)."""
+        return self._pos[_WANTED_WORD] != 0
+
+    def want_data(self, wanted: bool) -> None:
+        """Consumer: ask (or stop asking) to be woken by appends."""
+        self._pos[_WANTED_WORD] = 1 if wanted else 0
 
     def used(self) -> int:
         return self.tail - self.head
