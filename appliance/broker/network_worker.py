@@ -85,6 +85,8 @@ class KafkaConnection(asyncio.Protocol):
     # asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        # kept: asyncio.get_running_loop() makes a getpid() system call each time (CPython 3.11)
+        self._loop = asyncio.get_running_loop()
         sock = transport.get_extra_info("socket")
         self._sock_fd = -1
         if sock is not None:
@@ -241,7 +243,7 @@ class KafkaConnection(asyncio.Protocol):
             return
         # no task: answered from a doorbell callback, which sets the future and then calls
         # flush_answers (through ctx.wakeups); queued first, as the answer may come at once
-        answer = asyncio.get_running_loop().create_future()
+        answer = self._loop.create_future()
         self._queue(answer, notify=False, size=event.size)
         handlers.start(self.ctx, event, answer, self)
 

@@ -48,9 +48,11 @@ class IpcIntake:
             while self.wake_sock.recv(64):
                 pass
 
-    def drain(self) -> int:
-        """One round over every channel; the number of requests handled."""
+    def drain(self) -> tuple[int, bool]:
+        """One round over every channel: (requests handled, whether a channel was left with
+        requests at ROUND_LIMIT: its producer will not wake us for them)."""
         handled = 0
+        more = False
         for k, ch in enumerate(self.channels):
             ring = ch.requests
             if ring.head == ring.tail:
@@ -81,9 +83,11 @@ class IpcIntake:
                 if comp is not None:
                     ch.completions.put(MsgType.COMPLETION, comp)  # room was checked above
                     answered = True
+            else:
+                more = True
             if answered:
                 self._wake_producer(k)
-        return handled
+        return handled, more
 
     def _wake_producer(self, k: int) -> None:
         pid, _, name = self.ipc_dir.slot(k)

@@ -34,9 +34,11 @@ class RingIntake:
         self.data_bell_pending = False
         self._last_data_bell = 0.0
 
-    def drain(self) -> tuple[int, set[int]]:
-        """One round over every ring: (requests handled, network workers that got completions)."""
+    def drain(self) -> tuple[int, set[int], bool]:
+        """One round over every ring: (requests handled, network workers that got completions,
+        whether a ring was left with requests at ROUND_LIMIT: no doorbell will say so)."""
         handled = 0
+        more = False
         rung: set[int] = set()
         held: list[tuple[int, bytes]] = []  # create completions: sent once the round is durable
         handle = self.requests.handle
@@ -63,12 +65,14 @@ class RingIntake:
                 elif comp is not None:
                     self.complete(n, comp)
                     rung.add(n)
+            else:
+                more = True
         if held:
             error = self.partitions.sync_created()
             for n, comp in held:
                 self.complete(n, with_error(comp, error) if error else comp)
                 rung.add(n)
-        return handled, rung
+        return handled, rung, more
 
     def complete(self, n: int, comp: bytes) -> None:
         ch = self.channels[n]

@@ -59,6 +59,7 @@ class DiskWorker:
         self.reload_reply_to: socket.socket | None = None  # the supervisor's confirmations
         self._next_publish = 0.0  # metrics: when the pending bytes-in counts go to shm next
         self.slot = plumbing.disk_slot(index)
+        self.requests_left = False  # the last round left requests in a ring (ROUND_LIMIT)
 
     # -- start ----------------------------------------------------------------------------
     def run(self) -> int:
@@ -168,9 +169,14 @@ class DiskWorker:
         os._exit(0)
 
     def round(self) -> bool:
-        """One round over every ring. True if any request was handled."""
-        handled, rung = self.rings.drain()
-        handled += self.ipc.drain()
+        """One round over every ring. True if any request was handled. Sets
+        :attr:`requests_left` when a ring was left with requests (ROUND_LIMIT): the loop comes
+        back before it sleeps. Every other request arrives with a doorbell (each put on a ring
+        is followed by one), so a busy round needs no empty round after it: that empty round
+        and its timers were half the worker's Python per request under one-at-a-time produce."""
+        handled, rung, more = self.rings.drain()
+        ipc_handled, ipc_more = self.ipc.drain()
+        self.requests_left = more or ipc_more
         if self.partitions.grew:
             self.partitions.grew = False
             self.rings.data_bell_pending = True
@@ -178,7 +184,7 @@ class DiskWorker:
         # completions and the "new data" wake-up (each eventfd write that wakes a process costs
         # 3-20 us here, and as many context switches)
         self.rings.ring_bells(rung)
-        return handled > 0
+        return handled + ipc_handled > 0
 
     def _loop(self) -> None:
         bell = self.plumbing.disk_bells[self.index]
@@ -187,13 +193,13 @@ class DiskWorker:
         poller.register(bell, select.POLLIN)
         poller.register(wake_sock, select.POLLIN)
         while self.alive:
-            busy = self.round()
+            self.round()
             try:
                 next_ms = self.coordinator.poll()
             except Exception:  # a coordinator bug must not take the partitions of this disk down
                 log.exception("group coordinator timers failed")
                 next_ms = int(time.time() * 1000) + 100
-            if not busy:
+            if not self.requests_left:
                 wait_ms = min(IDLE_WAIT_S * 1000, max(next_ms - int(time.time() * 1000), 0))
                 if self.rings.data_bell_pending:
                     wait_ms = min(wait_ms, DATA_BELL_INTERVAL_S * 1000)
