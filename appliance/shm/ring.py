@@ -43,10 +43,6 @@ class RingFormatError(RuntimeError):
     """The ring's bytes do not hold a valid frame: a misbehaving producer wrote garbage."""
 
 
-def _align8(n: int) -> int:
-    return (n + 7) & ~7
-
-
 class Ring:
     """One SPSC ring inside ``buf`` at ``base``: a RING_HEADER then ``capacity`` data bytes.
 
@@ -112,12 +108,13 @@ class Ring:
         length = 0
         for p in parts:
             length += len(p)
-        if length > self.max_message():
-            raise ValueError(f"message of {length} bytes exceeds ring limit {self.max_message()}")
-        total = _align8(_FRAME_SIZE + length)
         cap = self.capacity
-        tail = self.tail
-        free = cap - (tail - self.head)
+        if length > cap // 2 - _FRAME_SIZE:  # max_message(), inline: this runs per request
+            raise ValueError(f"message of {length} bytes exceeds ring limit {self.max_message()}")
+        total = (_FRAME_SIZE + length + 7) & ~7
+        pos_words = self._pos
+        tail = pos_words[_TAIL_WORD]
+        free = cap - (tail - pos_words[0])
         idx = tail % cap
         skip = cap - idx if idx + total > cap else 0
         if skip + total > free:
@@ -148,8 +145,10 @@ class Ring:
         """
         if self._pending:
             raise RuntimeError("release() the previous message first")
-        head = self.head
-        tail = self.tail
+        head = self._pos[0]
+        tail = self._pos[_TAIL_WORD]
+        if head == tail:  # the common answer when polled: no frame to look at
+            return None
         cap = self.capacity
         while head < tail:
             idx = head % cap
@@ -158,7 +157,7 @@ class Ring:
                 head += cap - idx
                 self._pos[0] = head
                 continue
-            total = _align8(_FRAME_SIZE + length)
+            total = (_FRAME_SIZE + length + 7) & ~7
             if idx + total > cap or head + total > tail:
                 raise RingFormatError(
                     f"frame at {head} claims {length} bytes, past the ring end or the tail")
@@ -169,9 +168,8 @@ class Ring:
 
     def release(self) -> None:
         """Consumer: done with the message from :meth:`peek`; its space may be reused."""
-        head = self.head + self._pending
+        self._pos[0] += self._pending
         self._pending = 0
-        self._pos[0] = head
 
 
 class Channel:
