@@ -63,12 +63,13 @@ class DiskClient:
         self._batching = False
         # per disk: requests (msg_type, header, payload) waiting for room in its request ring
         self._overflow: list[deque] = [deque() for _ in range(plumbing.num_disks)]
+        self._max_payload = self.channels[0].requests.max_message() - REQUEST.size
 
     def _incarnation(self, disk: int) -> int:
         return self.table.worker(self.plumbing.disk_slot(disk))[4]
 
     def max_payload(self) -> int:
-        return self.channels[0].requests.max_message() - REQUEST.size
+        return self._max_payload
 
     def submit_nowait(self, disk: int, msg_type: int, slot: int, payload: bytes | memoryview,
                       acks: int, timeout_ms: int, on_done: Callable[[Any, Completion], None],
@@ -179,10 +180,11 @@ class DiskClient:
         for d, overflow in enumerate(self._overflow):
             if overflow:
                 self._drain_overflow(d)
-        waiters, self._space_waiters = self._space_waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
+        if self._space_waiters:
+            waiters, self._space_waiters = self._space_waiters, []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
         self.check_disks()
 
     def check_disks(self) -> None:

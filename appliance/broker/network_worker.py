@@ -281,8 +281,9 @@ class KafkaConnection(asyncio.Protocol):
             fut = responses[0]
             if not fut.done():
                 break
-            chunks = None if fut.cancelled() or fut.exception() is not None else fut.result()
-            if fut.cancelled() or fut.exception() is not None or not _all_bytes(chunks):
+            failed = fut.cancelled() or fut.exception() is not None
+            chunks = None if failed else fut.result()
+            if failed or not _all_bytes(chunks):
                 if out:
                     self.transport.write(b"".join(out))
                     if timings:

@@ -39,14 +39,17 @@ class Wakeups:
             self.disks.on_doorbell()
         finally:
             self._in_doorbell = False
-        # every answer this doorbell completed goes out with one send per connection
-        ready, self._ready_conns = self._ready_conns, set()
-        for conn in ready:
-            conn.flush_answers()
-        waiters, self._data_waiters = self._data_waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
+        # every answer this doorbell completed goes out with one send per connection (the set
+        # and list are swapped only when used: this runs once per request under small produces)
+        if self._ready_conns:
+            ready, self._ready_conns = self._ready_conns, set()
+            for conn in ready:
+                conn.flush_answers()
+        if self._data_waiters:
+            waiters, self._data_waiters = self._data_waiters, []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
 
     def answer_ready(self, conn: Any) -> None:
         """``conn`` has an answer to send: now, or at the end of the doorbell being handled."""
