@@ -172,8 +172,8 @@ class DiskWorker:
         """One round over every ring. True if any request was handled. Sets
         :attr:`requests_left` when a ring was left with requests (ROUND_LIMIT): the loop comes
         back before it sleeps. Every other request arrives with a doorbell (each put on a ring
-        is followed by one), so a busy round needs no empty round after it: that empty round
-        and its timers were half the worker's Python per request under one-at-a-time produce."""
+        is followed by one), so a busy round needs no empty round and timer pass after it (under
+        one-at-a-time produce that was a second pass of this loop per request)."""
         handled, rung, more = self.rings.drain()
         ipc_handled, ipc_more = self.ipc.drain()
         self.requests_left = more or ipc_more
