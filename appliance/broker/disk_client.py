@@ -151,6 +151,10 @@ class DiskClient:
             ring_doorbell(self.plumbing.disk_bells[d])
         self._to_ring.clear()
 
+    def pending(self) -> int:
+        """Requests sent and not answered yet."""
+        return len(self._pending)
+
     def want_data(self, wanted: bool) -> None:
         """Ask every disk worker to ring us when it appends (long polls wait), or stop asking."""
         for ch in self.channels:

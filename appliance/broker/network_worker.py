@@ -480,6 +480,10 @@ class NetworkWorker:
                 metrics.publish()
             ctx.disks.check_disks()
             ctx.wakeups.expire_data_interest(time.monotonic())
+            if ctx.disks.pending():
+                # a backstop, as the data bells to every worker used to be: a completion whose
+                # wake-up went missing waits at most this beat, not for the next request
+                ctx.wakeups.on_doorbell()
             await asyncio.sleep(0.25)
 
 
