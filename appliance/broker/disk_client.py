@@ -53,6 +53,7 @@ class DiskClient:
                          for d in range(plumbing.num_disks)]
         for ch in self.channels:
             ch.completions.discard_all()  # answers meant for this slot's previous process
+            ch.completions.want_data(False)  # nor its long polls
         self._ids = itertools.count(1)
         # request id -> (on_done, its token, disk): on_done(token, completion) answers it
         self._pending: dict[int, tuple[Callable[[Any, Completion], None], Any, int]] = {}
@@ -62,12 +63,13 @@ class DiskClient:
         self._batching = False
         # per disk: requests (msg_type, header, payload) waiting for room in its request ring
         self._overflow: list[deque] = [deque() for _ in range(plumbing.num_disks)]
+        self._max_payload = self.channels[0].requests.max_message() - REQUEST.size
 
     def _incarnation(self, disk: int) -> int:
         return self.table.worker(self.plumbing.disk_slot(disk))[4]
 
     def max_payload(self) -> int:
-        return self.channels[0].requests.max_message() - REQUEST.size
+        return self._max_payload
 
     def submit_nowait(self, disk: int, msg_type: int, slot: int, payload: bytes | memoryview,
                       acks: int, timeout_ms: int, on_done: Callable[[Any, Completion], None],
@@ -149,6 +151,15 @@ class DiskClient:
             ring_doorbell(self.plumbing.disk_bells[d])
         self._to_ring.clear()
 
+    def pending(self) -> int:
+        """Requests sent and not answered yet."""
+        return len(self._pending)
+
+    def want_data(self, wanted: bool) -> None:
+        """Ask every disk worker to ring us when it appends (long polls wait), or stop asking."""
+        for ch in self.channels:
+            ch.completions.want_data(wanted)
+
     def on_doorbell(self) -> None:
         """Drain every completion ring; called when our eventfd fires."""
         drain_doorbell(self.plumbing.net_bells[self.net_index])
@@ -173,10 +184,11 @@ class DiskClient:
         for d, overflow in enumerate(self._overflow):
             if overflow:
                 self._drain_overflow(d)
-        waiters, self._space_waiters = self._space_waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
+        if self._space_waiters:
+            waiters, self._space_waiters = self._space_waiters, []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
         self.check_disks()
 
     def check_disks(self) -> None:

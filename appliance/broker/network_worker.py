@@ -85,6 +85,8 @@ class KafkaConnection(asyncio.Protocol):
     # asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        # kept: asyncio.get_running_loop() makes a getpid() system call each time (CPython 3.11)
+        self._loop = asyncio.get_running_loop()
         sock = transport.get_extra_info("socket")
         self._sock_fd = -1
         if sock is not None:
@@ -241,7 +243,7 @@ class KafkaConnection(asyncio.Protocol):
             return
         # no task: answered from a doorbell callback, which sets the future and then calls
         # flush_answers (through ctx.wakeups); queued first, as the answer may come at once
-        answer = asyncio.get_running_loop().create_future()
+        answer = self._loop.create_future()
         self._queue(answer, notify=False, size=event.size)
         handlers.start(self.ctx, event, answer, self)
 
@@ -279,8 +281,9 @@ class KafkaConnection(asyncio.Protocol):
             fut = responses[0]
             if not fut.done():
                 break
-            chunks = None if fut.cancelled() or fut.exception() is not None else fut.result()
-            if fut.cancelled() or fut.exception() is not None or not _all_bytes(chunks):
+            failed = fut.cancelled() or fut.exception() is not None
+            chunks = None if failed else fut.result()
+            if failed or not _all_bytes(chunks):
                 if out:
                     self.transport.write(b"".join(out))
                     if timings:
@@ -431,7 +434,7 @@ class NetworkWorker:
         loop.add_reader(bell, ctx.wakeups.on_doorbell)
         freeze_startup_objects()
         table.set_worker_state(self.slot, WorkerState.READY)
-        beat = asyncio.ensure_future(self._heartbeat(table, disks, ctx.metrics))
+        beat = asyncio.ensure_future(self._heartbeat(table, ctx, ctx.metrics))
         await stop.wait()
         # graceful: no new connections, finish what is in flight, then go
         ctx.acceptor.close()
@@ -469,13 +472,18 @@ class NetworkWorker:
 
         return await serve_endpoint(msock, listener.path, render)
 
-    async def _heartbeat(self, table: PartitionTable, disks: DiskClient,
+    async def _heartbeat(self, table: PartitionTable, ctx: BrokerContext,
                          metrics: Any = None) -> None:
         while True:
             table.heartbeat(self.slot)
             if metrics is not None:
                 metrics.publish()
-            disks.check_disks()
+            ctx.disks.check_disks()
+            ctx.wakeups.expire_data_interest(time.monotonic())
+            if ctx.disks.pending():
+                # a backstop, as the data bells to every worker used to be: a completion whose
+                # wake-up went missing waits at most this beat, not for the next request
+                ctx.wakeups.on_doorbell()
             await asyncio.sleep(0.25)
 
 

@@ -1,14 +1,26 @@
 """A network worker's wake-ups: the disk doorbell delivers completions, then sends every answer
-they completed (one write per connection) and wakes the long-poll fetches."""
+they completed (one write per connection) and wakes the long-poll fetches.
+
+Disk workers ring for new data only the network workers that asked (a word in each completion
+ring, :meth:`Ring.want_data`): a worker with no long polls is not woken by appends. The ask is
+raised by the first long poll and kept until none has waited for DATA_INTEREST_S."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from appliance.broker.disk_client import DiskClient
 
-__all__ = ["Wakeups"]
+__all__ = ["Wakeups", "DATA_INTEREST_S", "FIRST_DATA_WAIT_S"]
+
+# kept this long after the last long poll: a consumer's next fetch comes within its own wait,
+# so a polling consumer raises the ask once, not once per fetch
+DATA_INTEREST_S = 1.0
+# the first wait after raising the ask is this short: an append made between the fetch's read
+# and the ask may have found it down and rung no bell (the two sides' stores are not ordered)
+FIRST_DATA_WAIT_S = 0.005
 
 
 class Wakeups:
@@ -17,6 +29,8 @@ class Wakeups:
         self._data_waiters: list[asyncio.Future] = []
         self._in_doorbell = False
         self._ready_conns: set[Any] = set()
+        self._wanting = False  # the ask for data bells is up
+        self._last_wait = 0.0
 
     def on_doorbell(self) -> None:
         """A disk worker rang: completions to deliver, and maybe new data for long polls."""
@@ -25,14 +39,17 @@ class Wakeups:
             self.disks.on_doorbell()
         finally:
             self._in_doorbell = False
-        # every answer this doorbell completed goes out with one send per connection
-        ready, self._ready_conns = self._ready_conns, set()
-        for conn in ready:
-            conn.flush_answers()
-        waiters, self._data_waiters = self._data_waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
+        # every answer this doorbell completed goes out with one send per connection (the set
+        # and list are swapped only when used: this runs once per request under small produces)
+        if self._ready_conns:
+            ready, self._ready_conns = self._ready_conns, set()
+            for conn in ready:
+                conn.flush_answers()
+        if self._data_waiters:
+            waiters, self._data_waiters = self._data_waiters, []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
 
     def answer_ready(self, conn: Any) -> None:
         """``conn`` has an answer to send: now, or at the end of the doorbell being handled."""
@@ -45,9 +62,22 @@ class Wakeups:
         """Sleep until some partition may have grown (any append on any disk), or ``timeout``."""
         if timeout <= 0:
             return
+        if not self._wanting:
+            self.disks.want_data(True)
+            self._wanting = True
+            timeout = min(timeout, FIRST_DATA_WAIT_S)
+        self._last_wait = time.monotonic()
         fut = asyncio.get_running_loop().create_future()
         self._data_waiters.append(fut)
         try:
             await asyncio.wait_for(fut, timeout)
         except TimeoutError:
             pass
+        finally:
+            self._last_wait = time.monotonic()
+
+    def expire_data_interest(self, now: float) -> None:
+        """Stop asking for data bells once no long poll has waited for DATA_INTEREST_S."""
+        if self._wanting and not self._data_waiters and now - self._last_wait > DATA_INTEREST_S:
+            self.disks.want_data(False)
+            self._wanting = False

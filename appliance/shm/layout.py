@@ -134,7 +134,11 @@ RING_HEADER = Layout("ring_header", (
     # nonzero while the consumer sleeps (or is about to): the producer wakes it after publishing
     # a message only then (IPC channels; Ring.prepare_to_wait / Ring.consumer_waiting)
     ("waiting", "Q"),
-    ("pad1", "48x"),
+    # written by the consumer too: on a completion ring, nonzero while its network worker has
+    # long-poll fetches waiting for appends, so a disk worker rings only the workers that wait.
+    # (0 means "ring me for completions only")
+    ("data_wanted", "Q"),
+    ("pad1", "40x"),
     ("tail", "Q"),                # producer position (monotonic byte count)
     ("pad2", "56x"),
 ))

@@ -44,14 +44,12 @@ assert _HEAD % 8 == 0 and _TAIL % 8 == 0 and _WAITING % 8 == 0 and RING_HEADER.s
 assert _HEAD < _WAITING < _TAIL
 _TAIL_WORD = (_TAIL - _HEAD) // 8
 _WAITING_WORD = (_WAITING - _HEAD) // 8
+_WANTED_WORD = (RING_HEADER.offset("data_wanted") - _HEAD) // 8
+assert 0 < _WANTED_WORD < _TAIL_WORD
 
 
 class RingFormatError(RuntimeError):
     """The ring's bytes do not hold a valid frame: a misbehaving producer wrote garbage."""
-
-
-def _align8(n: int) -> int:
-    return (n + 7) & ~7
 
 
 class Ring:
@@ -89,6 +87,15 @@ class Ring:
     @property
     def tail(self) -> int:
         return self._pos[_TAIL_WORD]
+
+    @property
+    def data_wanted(self) -> bool:
+        """The consumer asks to be woken when new data is appended (see RING_HEADER)."""
+        return self._pos[_WANTED_WORD] != 0
+
+    def want_data(self, wanted: bool) -> None:
+        """Consumer: ask (or stop asking) to be woken by appends."""
+        self._pos[_WANTED_WORD] = 1 if wanted else 0
 
     def used(self) -> int:
         return self.tail - self.head
@@ -128,12 +135,13 @@ class Ring:
         length = 0
         for p in parts:
             length += len(p)
-        if length > self.max_message():
-            raise ValueError(f"message of {length} bytes exceeds ring limit {self.max_message()}")
-        total = _align8(_FRAME_SIZE + length)
         cap = self.capacity
-        tail = self.tail
-        free = cap - (tail - self.head)
+        if length > cap // 2 - _FRAME_SIZE:  # max_message(), inline: this runs per request
+            raise ValueError(f"message of {length} bytes exceeds ring limit {self.max_message()}")
+        total = (_FRAME_SIZE + length + 7) & ~7
+        pos_words = self._pos
+        tail = pos_words[_TAIL_WORD]
+        free = cap - (tail - pos_words[0])
         idx = tail % cap
         skip = cap - idx if idx + total > cap else 0
         if skip + total > free:
@@ -164,8 +172,10 @@ class Ring:
         """
         if self._pending:
             raise RuntimeError("release() the previous message first")
-        head = self.head
-        tail = self.tail
+        head = self._pos[0]
+        tail = self._pos[_TAIL_WORD]
+        if head == tail:  # the common answer when polled: no frame to look at
+            return None
         cap = self.capacity
         while head < tail:
             idx = head % cap
@@ -174,7 +184,7 @@ class Ring:
                 head += cap - idx
                 self._pos[0] = head
                 continue
-            total = _align8(_FRAME_SIZE + length)
+            total = (_FRAME_SIZE + length + 7) & ~7
             if idx + total > cap or head + total > tail:
                 raise RingFormatError(
                     f"frame at {head} claims {length} bytes, past the ring end or the tail")
@@ -185,9 +195,8 @@ class Ring:
 
     def release(self) -> None:
         """Consumer: done with the message from :meth:`peek`; its space may be reused."""
-        head = self.head + self._pending
+        self._pos[0] += self._pending
         self._pending = 0
-        self._pos[0] = head
 
 
 class Channel:

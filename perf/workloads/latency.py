@@ -28,6 +28,13 @@ __all__ = ["run_latency", "run_latency_async", "summarize", "Collector"]
 # machine). Kafka's own ProducerPerformance throttle does the same with 2 ms. Each record is
 # still stamped right before its own send, so a record's figure never includes the pacer's wait.
 PACER_MIN_SLEEP_S = 0.001
+# A workload with extra={"pacer": "per_record"} sleeps until each record's own due time instead
+# (issue 15: one record per produce call and per request, as an application that sends as
+# events happen; linger.ms=0 then gives the client nothing to batch unless it falls behind).
+
+
+def _min_sleep(wl: Workload) -> float:
+    return 0.0 if wl.extra.get("pacer") == "per_record" else PACER_MIN_SLEEP_S
 
 
 class Collector:
@@ -96,6 +103,7 @@ def run_latency(receiver: Callable, rargs: dict, send: Callable[[bytes], None],
     proc, out, total = _start(receiver, rargs, wl)
     buf = stamped_value(wl.value_size)
     period = 1e9 / wl.rate
+    min_sleep = _min_sleep(wl)
     sent = 0
     try:
         t0 = time.monotonic_ns()
@@ -108,7 +116,7 @@ def run_latency(receiver: Callable, rargs: dict, send: Callable[[bytes], None],
             idle()
             wait = (t0 + sent * period - time.monotonic_ns()) / 1e9
             if wait > 0:
-                time.sleep(max(wait, PACER_MIN_SLEEP_S))
+                time.sleep(max(wait, min_sleep))
         flush()
     except BaseException:
         proc.kill()
@@ -123,6 +131,7 @@ async def run_latency_async(receiver: Callable, rargs: dict, send: Callable[[byt
     proc, out, total = await loop.run_in_executor(None, _start, receiver, rargs, wl)
     buf = stamped_value(wl.value_size)
     period = 1e9 / wl.rate
+    min_sleep = _min_sleep(wl)
     sent = 0
     try:
         t0 = time.monotonic_ns()
@@ -133,7 +142,7 @@ async def run_latency_async(receiver: Callable, rargs: dict, send: Callable[[byt
                 await send(bytes(buf))
                 sent += 1
             wait = (t0 + sent * period - time.monotonic_ns()) / 1e9
-            await asyncio.sleep(max(wait, PACER_MIN_SLEEP_S) if wait > 0 else 0)
+            await asyncio.sleep(max(wait, min_sleep) if wait > 0 else 0)
         await flush()
     except BaseException:
         proc.kill()

@@ -31,6 +31,26 @@ def test_put_peek_release_in_order(channel):
     assert ring.used() == 0
 
 
+def test_the_data_ask_is_seen_by_another_attach_and_leaves_the_positions_alone(channel):
+    ring = channel.completions
+    assert not ring.data_wanted  # a new ring: nobody asks to be woken by appends
+    assert ring.put(MsgType.COMPLETION, b"c" * 40)
+    other = Channel.attach(channel.name)
+    try:
+        ring.want_data(True)
+        assert other.completions.data_wanted and not other.requests.data_wanted
+        assert (other.completions.head, other.completions.used()) == (0, 48)
+        msg_type, payload = other.completions.peek()
+        assert (msg_type, bytes(payload)) == (MsgType.COMPLETION, b"c" * 40)
+        del payload
+        other.completions.release()
+        assert ring.data_wanted and ring.used() == 0
+        other.completions.want_data(False)
+        assert not ring.data_wanted
+    finally:
+        other.close()
+
+
 def test_wraps_with_pad_and_refuses_when_full(channel):
     ring = channel.requests
     body = b"y" * 1000

@@ -1,11 +1,16 @@
 """The channels of local IPC producers (appliance/client/ipc.py): produce requests only, each
-answered on its channel's completion ring, the producer woken by a datagram when it sleeps."""
+answered on its channel's completion ring, the producer woken by a datagram when it sleeps.
+
+A producer sends a wake-up datagram after every put, so the channels are looked at only after
+one arrived (or when the last look left work), and at least every SWEEP_INTERVAL_S: not on
+every round of the worker, which under network traffic is once per request."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import socket
+import time
 
 from appliance.broker.disk.requests import Requests
 from appliance.broker.disk.ring_intake import ROUND_LIMIT
@@ -26,6 +31,7 @@ __all__ = ["IpcIntake"]
 log = logging.getLogger("appliance.disk")
 
 _REQ = REQUEST.struct  # type: ignore[attr-defined]
+SWEEP_INTERVAL_S = 0.1  # a lost wake-up delays a request at most this long (the loop's idle wait)
 _COMP = COMPLETION.struct  # type: ignore[attr-defined]
 
 
@@ -42,15 +48,24 @@ class IpcIntake:
         self.wake_sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.wake_sock.bind(disk_wake_address(base, index))
         self.wake_sock.setblocking(False)
+        self.due = True  # a wake-up came (or work was left) since the channels were last looked at
+        self._next_sweep = 0.0
 
     def drain_wakeups(self) -> None:
+        self.due = True
         with contextlib.suppress(BlockingIOError, OSError):
             while self.wake_sock.recv(64):
                 pass
 
-    def drain(self) -> int:
-        """One round over every channel; the number of requests handled."""
+    def drain(self) -> tuple[int, bool]:
+        """One round over every channel: (requests handled, whether a channel was left with
+        requests at ROUND_LIMIT: its producer will not wake us for them)."""
+        if not self.due and time.monotonic() < self._next_sweep:
+            return 0, False
+        self.due = False
+        self._next_sweep = time.monotonic() + SWEEP_INTERVAL_S
         handled = 0
+        more = False
         for k, ch in enumerate(self.channels):
             ring = ch.requests
             if ring.head == ring.tail:
@@ -59,7 +74,9 @@ class IpcIntake:
             for _ in range(ROUND_LIMIT):
                 if ch.completions.capacity - ch.completions.used() < 4096:
                     # its producer is not reading its acknowledgements: leave its requests queued
-                    # rather than block this worker (and every other producer) on it
+                    # rather than block this worker (and every other producer) on it; look
+                    # again next round
+                    self.due = True
                     break
                 try:
                     msg = ring.peek()
@@ -81,9 +98,11 @@ class IpcIntake:
                 if comp is not None:
                     ch.completions.put(MsgType.COMPLETION, comp)  # room was checked above
                     answered = True
+            else:
+                more = self.due = True
             if answered:
                 self._wake_producer(k)
-        return handled
+        return handled, more
 
     def _wake_producer(self, k: int) -> None:
         # only a producer asleep on its completions needs the datagram (measured: waking one after

@@ -34,9 +34,11 @@ class RingIntake:
         self.data_bell_pending = False
         self._last_data_bell = 0.0
 
-    def drain(self) -> tuple[int, set[int]]:
-        """One round over every ring: (requests handled, network workers that got completions)."""
+    def drain(self) -> tuple[int, set[int], bool]:
+        """One round over every ring: (requests handled, network workers that got completions,
+        whether a ring was left with requests at ROUND_LIMIT: no doorbell will say so)."""
         handled = 0
+        more = False
         rung: set[int] = set()
         held: list[tuple[int, bytes]] = []  # create completions: sent once the round is durable
         handle = self.requests.handle
@@ -63,12 +65,14 @@ class RingIntake:
                 elif comp is not None:
                     self.complete(n, comp)
                     rung.add(n)
+            else:
+                more = True
         if held:
             error = self.partitions.sync_created()
             for n, comp in held:
                 self.complete(n, with_error(comp, error) if error else comp)
                 rung.add(n)
-        return handled, rung
+        return handled, rung, more
 
     def complete(self, n: int, comp: bytes) -> None:
         ch = self.channels[n]
@@ -78,25 +82,34 @@ class RingIntake:
             time.sleep(0.0005)
 
     def ring_bells(self, rung: set[int] | tuple = ()) -> None:
-        """Ring the network workers in ``rung`` and, when due, every network worker: appends
-        wake long-poll fetches on every network worker, coalesced to one wake-up per
-        DATA_BELL_INTERVAL_S (measured: ringing after every round cost 15 % of the worker under
-        a stream of large batches)."""
-        now = time.monotonic()
-        if self.data_bell_pending and now - self._last_data_bell >= DATA_BELL_INTERVAL_S:
-            # the network workers only: the cluster worker (ring client num_net) serves no
-            # long polls, and each wake-up of a process costs both sides
-            bells = self.plumbing.net_bells
-            for n in range(self.plumbing.num_net):
-                ring_doorbell(bells[n])
-            for n in rung:
-                if n >= self.plumbing.num_net:
-                    ring_doorbell(bells[n])
-            self.data_bell_pending = False
-            self._last_data_bell = now
-            return
+        """Ring the network workers in ``rung`` and, when due, every network worker that asked
+        for data bells (its long polls wait; Ring.want_data): appends wake them coalesced to one
+        wake-up per DATA_BELL_INTERVAL_S (measured: ringing after every round cost 15 % of the
+        worker under a stream of large batches). Workers with no long polls are not woken by
+        appends at all (each wake-up of a process costs both sides)."""
+        if self.data_bell_pending:
+            wanting = self.data_wanted()
+            if not wanting:
+                self.data_bell_pending = False  # nobody waits: a later ask re-reads the log
+            else:
+                now = time.monotonic()
+                if now - self._last_data_bell >= DATA_BELL_INTERVAL_S:
+                    bells = self.plumbing.net_bells
+                    for n in wanting:
+                        ring_doorbell(bells[n])
+                    for n in rung:
+                        if n not in wanting:
+                            ring_doorbell(bells[n])
+                    self.data_bell_pending = False
+                    self._last_data_bell = now
+                    return
         for n in rung:
             ring_doorbell(self.plumbing.net_bells[n])
+
+    def data_wanted(self) -> list[int]:
+        """The network workers that asked to be woken by appends (the cluster worker, ring
+        client num_net, serves no long polls)."""
+        return [n for n in range(self.plumbing.num_net) if self.channels[n].completions.data_wanted]
 
     def close(self) -> None:
         for ch in self.channels:

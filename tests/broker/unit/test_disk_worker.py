@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from appliance.broker.disk.ring_intake import ROUND_LIMIT
 from appliance.broker.disk.worker import DiskWorker
 from appliance.errors import ErrorCode
 from appliance.records.batch import build_batch
@@ -133,6 +134,21 @@ def test_create_then_produce_answers_each_sender_in_its_order(disk, senders):
     assert [(c[0], c[1], c[5]) for c in got0] == [(a[0], 0, 0), (a[1], 1, 0)]
     assert [(c[0], c[1], c[5]) for c in got1] == [(b, 2, 0)]
     assert disk.table.offsets(slot)[:2] == (4, 4)  # log end offset, high watermark
+
+
+def test_a_round_cut_at_the_limit_says_requests_are_left(disk, senders):
+    # the loop sleeps after a busy round unless this says otherwise: every other request comes
+    # with a doorbell, these would wait for the next one
+    slot = _create(disk, senders[0])
+    assert not disk.requests_left
+    batch = build_batch([(None, b"v")])
+    ids = [senders[0].send(MsgType.PRODUCE, slot, batch) for _ in range(ROUND_LIMIT + 1)]
+    assert disk.round() and disk.requests_left
+    assert len(senders[0].completions()) == ROUND_LIMIT
+    assert disk.round() and not disk.requests_left
+    (last,) = senders[0].completions()
+    assert (last[0], last[1], last[5]) == (ids[-1], ROUND_LIMIT, 0)
+    assert not disk.round() and not disk.requests_left
 
 
 def test_acks_0_produce_is_appended_without_a_completion(disk, senders):
