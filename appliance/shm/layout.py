@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "LAYOUT_VERSION", "NO_COMPLETION_AT_ACKS_0", "Layout", "TABLE_HEADER", "WORKER_SLOT", "PARTITION_SLOT", "RING_HEADER",
@@ -54,6 +55,14 @@ class Layout:
 
     def offset(self, field: str) -> int:
         return self.offsets[field]  # type: ignore[attr-defined]
+
+    def pack_into(self, buf: Any, base: int, **values: int) -> None:
+        """Write the whole record at ``base``: the named fields, every other one zero (pads
+        take no value), so a field added to the declaration needs no change at the callers."""
+        args = [values.pop(f, 0) for f, code in self.fields if not code.endswith("x")]
+        if values:
+            raise KeyError(f"{self.name} has no field(s) {sorted(values)}")
+        self.struct.pack_into(buf, base, *args)  # type: ignore[attr-defined]
 
 
 # -- the partition table ---------------------------------------------------------------------

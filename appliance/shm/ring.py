@@ -66,7 +66,7 @@ class Ring:
         if capacity is not None:  # initialise
             if capacity % 8:
                 raise ValueError("ring capacity must be a multiple of 8")
-            RING_HEADER.struct.pack_into(buf, base, RING_MAGIC, LAYOUT_VERSION, capacity, 0, 0, 0)  # type: ignore[attr-defined]
+            RING_HEADER.pack_into(buf, base, magic=RING_MAGIC, version=LAYOUT_VERSION, capacity=capacity)
         magic, version, cap = struct.unpack_from("=IIQ", buf, base)
         if magic != RING_MAGIC or version != LAYOUT_VERSION:
             raise RingFormatError(f"no ring of layout version {LAYOUT_VERSION} at {base}")
