@@ -550,24 +550,12 @@ class Producer:
         self._check_open()
 
     def _put(self, topic: str, part: int, item: _Item, count: int = 1) -> None:
-        t = self.enqueue_timeout
         with self._cond_lock:
             run = self._runs.get((topic, part))
             if run is not None:  # records after it must not join it: they would go out before this one
                 with self._run_lock:
                     self._close_run((topic, part), run)
-            if self._queued >= self.max_queued:
-                if t == 0:
-                    raise QueueFull(f"producer queue full ({self.max_queued} records, "
-                                    "queue.enqueue.timeout.ms=0)")
-                deadline = None if t < 0 else time.monotonic() + t / 1000
-                while self._queued >= self.max_queued:
-                    self._check_open()
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        raise QueueFull(f"producer queue stayed full ({self.max_queued} records) for "
-                                        f"queue.enqueue.timeout.ms={t}")
-                    self._cond.wait(left if left is not None else 1.0)
+            self._wait_for_room()
             q = self._queues.get((topic, part))
             if q is None:
                 q = self._queues[(topic, part)] = _Queue()

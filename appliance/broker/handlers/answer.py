@@ -13,9 +13,9 @@ import appliance.protocol as proto
 from appliance.errors import ErrorCode
 from appliance.protocol.frames import response_header
 from appliance.protocol.registry import API_BY_KEY, inter_broker_api_for_key
-from appliance.shm.layout import SlotState
+from appliance.shm.layout import Role, SlotState
 
-__all__ = ["NO_RESPONSE", "CloseConnection", "RawBody", "encode", "unavailable_error"]
+__all__ = ["NO_RESPONSE", "CloseConnection", "RawBody", "encode", "led_here", "unavailable_error"]
 
 NO_RESPONSE = object()  # a handler's answer to a request that gets none (acks=0 produce)
 
@@ -37,6 +37,20 @@ def unavailable_error(state: int) -> int:
     if state == SlotState.STORAGE_ERROR:
         return ErrorCode.KAFKA_STORAGE_ERROR
     return ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def led_here(ctx: Any, topic: str, partition: int) -> tuple[Any, int]:
+    """(the partition's index entry, 0) when this broker leads it and its slot is online, else
+    (None, the error a client gets: unknown, unavailable or not the leader)."""
+    info = ctx.index.lookup(topic, partition)
+    if info is None:
+        return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    state = ctx.table.state(info.slot)
+    if state != SlotState.ONLINE:
+        return None, unavailable_error(state)
+    if ctx.leaders is not None and ctx.leaders.role(info.slot) != Role.LEADER:
+        return None, ErrorCode.NOT_LEADER_OR_FOLLOWER
+    return info, 0
 
 
 def encode(request: Any, body: Any) -> Any:

@@ -13,9 +13,9 @@ import os
 import struct
 from typing import Any
 
-from appliance.broker.handlers.answer import unavailable_error
-from appliance.errors import ErrorCode, OffsetOutOfRangeError
-from appliance.shm.layout import PRODUCER_ENTRY, MsgType, Role, SlotState
+from appliance.broker.handlers.answer import led_here
+from appliance.errors import OffsetOutOfRangeError
+from appliance.shm.layout import PRODUCER_ENTRY, MsgType
 from native.batch_layout import MAX_TIMESTAMP_OFFSET
 
 __all__ = ["handle"]
@@ -46,16 +46,8 @@ def _batch_timestamp(ctx: Any, info: Any, topic: str, partition: int, offset: in
 
 async def _one(ctx: Any, topic: str, partition: int) -> dict:
     r = {"partition_index": partition, "error_code": 0, "error_message": None, "active_producers": []}
-    info = ctx.index.lookup(topic, partition)
+    info, r["error_code"] = led_here(ctx, topic, partition)
     if info is None:
-        r["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        return r
-    state = ctx.table.state(info.slot)
-    if state != SlotState.ONLINE:
-        r["error_code"] = unavailable_error(state)
-        return r
-    if ctx.leaders is not None and ctx.leaders.role(info.slot) != Role.LEADER:
-        r["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
         return r
     comp = await ctx.disks.submit(info.disk, MsgType.DESCRIBE_PRODUCERS, info.slot, b"")
     if comp.error_code:

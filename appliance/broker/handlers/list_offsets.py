@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from appliance.broker.handlers.answer import unavailable_error
+from appliance.broker.handlers.answer import led_here
 from appliance.errors import ErrorCode
-from appliance.shm.layout import Role, SlotState
 
 __all__ = ["handle"]
 
@@ -19,16 +18,8 @@ _FIRST_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8}
 
 def _one(ctx: Any, topic: str, partition: int, ts: int, version: int) -> dict:
     r = {"partition_index": partition, "error_code": 0, "timestamp": -1, "offset": -1}
-    info = ctx.index.lookup(topic, partition)
+    info, r["error_code"] = led_here(ctx, topic, partition)
     if info is None:
-        r["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        return r
-    state = ctx.table.state(info.slot)
-    if state != SlotState.ONLINE:
-        r["error_code"] = unavailable_error(state)
-        return r
-    if ctx.leaders is not None and ctx.leaders.role(info.slot) != Role.LEADER:
-        r["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
         return r
     leo, hw, lso = ctx.table.offsets(info.slot)
     if ts < 0 and version < _FIRST_VERSION.get(ts, 0):
