@@ -95,30 +95,36 @@ class _Sender:
                 break
 
     def _round_trip(self, api_key: int, api_version: int, body: Any) -> dict[str, Any]:
-        if self.sock is None:
-            self.sock = socket.create_connection((self.broker.host, self.broker.port),
-                                                 timeout=self.owner.request_timeout_s)
-            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # a local reference: stop() on another thread may close and clear self.sock meanwhile,
+        # which then fails this round trip with OSError (handled) rather than on a None
+        sock = self.sock
+        if sock is None:
+            sock = socket.create_connection((self.broker.host, self.broker.port),
+                                            timeout=self.owner.request_timeout_s)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.sock = sock
         self.correlation_id = (self.correlation_id + 1) & 0x7FFFFFFF
-        self.sock.sendall(encode_request(api_key, api_version, self.correlation_id, self.owner.client_id, body))
-        (size,) = SIZE.unpack(self._read(SIZE.size))
+        sock.sendall(encode_request(api_key, api_version, self.correlation_id, self.owner.client_id, body))
+        (size,) = SIZE.unpack(_read(sock, SIZE.size))
         if not RESPONSE_HEADER.size <= size <= _MAX_RESPONSE_BYTES:
             raise ValueError(f"response frame of {size} bytes")
-        frame = self._read(size)
+        frame = _read(sock, size)
         (correlation_id,) = RESPONSE_HEADER.unpack_from(frame, 0)
         if correlation_id != self.correlation_id:
             raise ValueError(f"correlation id {correlation_id}, expected {self.correlation_id}")
         decoded = INTER_BROKER_APIS[api_key].decode_response(api_version, frame[RESPONSE_HEADER.size:])
         return decoded.to_dict()
 
-    def _read(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("broker closed the connection")
-            buf += chunk
-        return bytes(buf)
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("broker closed the connection")
+        buf += chunk
+    return bytes(buf)
 
 
 class WireChannel(BrokerChannel):
