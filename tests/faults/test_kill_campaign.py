@@ -11,7 +11,7 @@ from tests.faults.kill_campaign import Campaign
 
 pytestmark = pytest.mark.timeout(300)
 
-ROUNDS = 8
+ROUNDS = 6
 
 
 def test_random_sigkills_lose_nothing_acknowledged(tmp_path, capsys):
