@@ -27,7 +27,7 @@ from native import legacy_layout as L
 from native.buffers import as_u8
 from native.cpu import TABLE_FORCED
 from native.crc import crc32_raw, crc32c_raw
-from native.varint import read_uvarint, unzigzag
+from native.varint import read_length, read_uvarint, unzigzag
 
 __all__ = [
     "convert_batches", "convert_records", "records_bound", "DC_OK", "DC_COMPRESSED",
@@ -150,20 +150,14 @@ def _records(src, p, end, count, base_offset, base_ts, max_ts, log_append, last_
         if od <= prev:
             return False, q, i, last_off, top_ts
         prev = od
-        u, p = read_uvarint(src, p, rec_end, 5)
-        if p < 0 or u > _U32_MAX:
-            return False, q, i, last_off, top_ts
-        klen = unzigzag(u)
-        if klen < -1 or klen > rec_end - p:
+        klen, p = read_length(src, p, rec_end)
+        if p < 0:
             return False, q, i, last_off, top_ts
         kstart = p
         if klen > 0:
             p += klen
-        u, p = read_uvarint(src, p, rec_end, 5)
-        if p < 0 or u > _U32_MAX:
-            return False, q, i, last_off, top_ts
-        vlen = unzigzag(u)
-        if vlen < -1 or vlen > rec_end - p:
+        vlen, p = read_length(src, p, rec_end)
+        if p < 0:
             return False, q, i, last_off, top_ts
         vstart = p
         if vlen > 0:
@@ -175,18 +169,12 @@ def _records(src, p, end, count, base_offset, base_ts, max_ts, log_append, last_
         if hc < 0:
             return False, q, i, last_off, top_ts
         for _ in range(hc):  # headers: checked, then dropped (v0/v1 cannot carry them)
-            u, p = read_uvarint(src, p, rec_end, 5)
-            if p < 0 or u > _U32_MAX:
-                return False, q, i, last_off, top_ts
-            hkl = unzigzag(u)
-            if hkl < 0 or hkl > rec_end - p:
+            hkl, p = read_length(src, p, rec_end)
+            if p < 0 or hkl < 0:  # a header key is never null
                 return False, q, i, last_off, top_ts
             p += hkl
-            u, p = read_uvarint(src, p, rec_end, 5)
-            if p < 0 or u > _U32_MAX:
-                return False, q, i, last_off, top_ts
-            hvl = unzigzag(u)
-            if hvl < -1 or hvl > rec_end - p:
+            hvl, p = read_length(src, p, rec_end)
+            if p < 0:
                 return False, q, i, last_off, top_ts
             if hvl > 0:
                 p += hvl

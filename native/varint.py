@@ -12,7 +12,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-__all__ = ["read_uvarint", "unzigzag", "zigzag", "write_varint", "varint_size",
+__all__ = ["read_uvarint", "read_length", "unzigzag", "zigzag", "write_varint", "varint_size",
            "MAX_BYTES_32", "MAX_BYTES_64"]
 
 # longest legal encodings: ceil(32/7) and ceil(64/7) bytes
@@ -50,6 +50,19 @@ def unzigzag(u):
     shift is logical: the zigzag of int64 max/min fills all 64 bits)."""
     w = np.uint64(u)
     return np.int64(w >> _ONE) ^ -np.int64(w & _ONE)
+
+
+@nb.njit(nogil=True, cache=True, inline="always")
+def read_length(buf, p, end):
+    """A record's zigzag varint length (key, value): (n, position after it), n from -1 (null)
+    to the bytes left before ``end``; (0, -1) when the varint or the length is bad."""
+    u, p = read_uvarint(buf, p, end, 5)
+    if p < 0 or u > 0xFFFFFFFF:
+        return 0, -1
+    n = unzigzag(u)
+    if n < -1 or n > end - p:
+        return 0, -1
+    return n, p
 
 
 @nb.njit(nogil=True, cache=True, inline="always")
