@@ -4,6 +4,16 @@
 kernel from :mod:`native.crc`) and reports where every batch starts, its offsets, max timestamp,
 size and record count, plus where and why the walk stopped. It never raises for bad *data*:
 corruption is reported through ``stop_reason``/``stop_position`` so recovery can truncate there.
+
+With ``legacy=True`` it also walks magic 0/1 entries (a topic stored in a pre-0.11 message
+format, possibly mixed with v2 batches after a format change): the offset and length fields and
+the magic byte sit where a v2 batch has them, so the walk dispatches on byte 16. A legacy entry
+is reported as a batch whose last offset is the entry's offset (a compressed wrapper carries the
+offset of its last inner message) and whose CRC is the CRC32 stored at byte 12 over magic..end;
+its max timestamp is the magic 1 timestamp (-1 for magic 0). A wrapper's first offset is not in
+its header (it is inside the compressed value): the scan reports the previous entry's last
+offset + 1 (the writer assigns consecutive offsets), or the wrapper's own offset when it is the
+first entry walked and no ``expect_offset`` was given; its record count is derived the same way.
 """
 
 from __future__ import annotations
@@ -30,7 +40,27 @@ from native.batch_layout import (
 )
 from native.buffers import as_u8, byte_range
 from native.cpu import TABLE_FORCED
-from native.crc import crc32c_raw
+from native.crc import crc32_raw, crc32c_raw
+from native.legacy_layout import (
+    CODEC_MASK as LEGACY_CODEC_MASK,
+)
+from native.legacy_layout import (
+    CRC_OFFSET as LEGACY_CRC_OFFSET,
+)
+from native.legacy_layout import (
+    HEADER_SIZE_V0,
+    HEADER_SIZE_V1,
+    LENGTH_SIZE,
+)
+from native.legacy_layout import (
+    ATTRIBUTES_OFFSET as LEGACY_ATTRIBUTES_OFFSET,
+)
+from native.legacy_layout import (
+    MAGIC_OFFSET as LEGACY_MAGIC_OFFSET,
+)
+from native.legacy_layout import (
+    TIMESTAMP_OFFSET as LEGACY_TIMESTAMP_OFFSET,
+)
 
 __all__ = [
     "scan_batches", "ScanResult", "ScanStop", "DEFAULT_MAX_BATCH_SIZE",
@@ -40,7 +70,7 @@ __all__ = [
 
 SCAN_END = 0  # clean end of the buffer (or of [start, end))
 SCAN_PARTIAL = 1  # a batch header or body runs past `end`
-SCAN_BAD_HEADER = 2  # magic != 2, batchLength out of range, negative offset/delta/count
+SCAN_BAD_HEADER = 2  # magic != 2 (0/1 with legacy), length out of range, negative offset/delta/count
 SCAN_BAD_CRC = 3  # the last reported batch failed its CRC32C
 SCAN_OFFSET_BACKWARDS = 4  # baseOffset <= previous lastOffset, or < expect_offset
 SCAN_LIMIT = 5  # max_batches reached
@@ -66,6 +96,11 @@ _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
 # Typed (not a literal) so the kernel calls the same crc32c_raw specialization as the wrappers.
 _CRC_INIT = np.int64(0xFFFFFFFF)
+# Smallest legacy messageSize per magic: the header after offset+length, and two -1 lengths.
+_LEGACY_MIN_LENGTH_V0 = HEADER_SIZE_V0 - LOG_OVERHEAD + 2 * LENGTH_SIZE
+_LEGACY_MIN_LENGTH_V1 = HEADER_SIZE_V1 - LOG_OVERHEAD + 2 * LENGTH_SIZE
+# The legacy layout shares the v2 framing the walk relies on.
+assert LEGACY_MAGIC_OFFSET == MAGIC_OFFSET and LENGTH_OFFSET == 8 and BASE_OFFSET_OFFSET == 0
 
 
 class ScanResult(NamedTuple):
@@ -113,9 +148,11 @@ def _be_i64(a, p):
 # numba's on-disk cache is keyed by CPU, not by which CRC kernel the global `crc32c_raw` named at
 # compile time; so when the table kernel is forced on a CPU that has SSE4.2, compile afresh.
 @njit(nogil=True, cache=not TABLE_FORCED)
-def _scan_kernel(a, pos, end, verify, limit, prev_last, max_size, n,
+def _scan_kernel(a, pos, end, verify, limit, prev_last, max_size, n, legacy,
                  positions, base_offsets, last_offsets, max_ts, sizes, counts, crc_ok):
-    """Walk batches from ``pos``; append entries at index ``n``.
+    """Walk batches from ``pos``; append entries at index ``n``. ``legacy``: magic 0/1 entries
+    are walked too (``prev_last`` above INT64_MIN is a real offset: a legacy wrapper's first
+    offset is then prev_last + 1).
 
     Returns (n, stop_position, reason, prev_last). ``limit`` is the total entry count allowed
     (-1: no limit). Reason _SCAN_FULL means the arrays are full and the walk can resume.
@@ -133,9 +170,43 @@ def _scan_kernel(a, pos, end, verify, limit, prev_last, max_size, n,
             return n, pos, SCAN_PARTIAL, prev_last
         length = _be_i32(a, pos + LENGTH_OFFSET)
         base = _be_i64(a, pos + BASE_OFFSET_OFFSET)
-        if length < MIN_BATCH_LENGTH or length > max_size - LOG_OVERHEAD or base < 0:
+        if length > max_size - LOG_OVERHEAD or base < 0:
             return n, pos, SCAN_BAD_HEADER, prev_last
         if avail > MAGIC_OFFSET and a[pos + MAGIC_OFFSET] != CURRENT_MAGIC:
+            magic = a[pos + MAGIC_OFFSET]
+            if not legacy or magic > 1:
+                return n, pos, SCAN_BAD_HEADER, prev_last
+            min_length = _LEGACY_MIN_LENGTH_V1 if magic == 1 else _LEGACY_MIN_LENGTH_V0
+            if length < min_length:
+                return n, pos, SCAN_BAD_HEADER, prev_last
+            total = length + LOG_OVERHEAD
+            if avail < total:
+                return n, pos, SCAN_PARTIAL, prev_last
+            if base <= prev_last:
+                return n, pos, SCAN_OFFSET_BACKWARDS, prev_last
+            first = base
+            if a[pos + LEGACY_ATTRIBUTES_OFFSET] & LEGACY_CODEC_MASK != 0 and prev_last > _INT64_MIN:
+                first = prev_last + 1
+            ok = True
+            if verify:
+                stored = _be_u32(a, pos + LEGACY_CRC_OFFSET)
+                computed = crc32_raw(_CRC_INIT, a, pos + LEGACY_MAGIC_OFFSET, pos + total) ^ _CRC_INIT
+                ok = np.int64(computed) == stored
+            positions[n] = pos
+            base_offsets[n] = first
+            last_offsets[n] = base
+            max_ts[n] = _be_i64(a, pos + LEGACY_TIMESTAMP_OFFSET) if magic == 1 else np.int64(-1)
+            sizes[n] = total
+            counts[n] = base - first + 1
+            crc_ok[n] = ok
+            n += 1
+            if not ok:
+                return n, pos, SCAN_BAD_CRC, prev_last
+            prev_last = base
+            pos += total
+            continue
+        # the magic is not in the buffer yet: a legacy entry may be as short as magic 0's minimum
+        if length < (_LEGACY_MIN_LENGTH_V0 if legacy and avail <= MAGIC_OFFSET else MIN_BATCH_LENGTH):
             return n, pos, SCAN_BAD_HEADER, prev_last
         delta = np.int64(0)
         if avail >= LAST_OFFSET_DELTA_OFFSET + 4:
@@ -178,7 +249,7 @@ def _arrays(cap: int) -> list[np.ndarray]:
 
 def scan_batches(buf: object, start: int = 0, end: int = -1, verify_crc: bool = True,
                  max_batches: int = -1, expect_offset: int = -1,
-                 max_batch_size: int = DEFAULT_MAX_BATCH_SIZE) -> ScanResult:
+                 max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, legacy: bool = False) -> ScanResult:
     """Walk v2 RecordBatches in ``buf[start:end]`` until the first invalid or partial batch.
 
     ``buf``: bytes, bytearray, memoryview, mmap or contiguous numpy array (not copied).
@@ -187,6 +258,7 @@ def scan_batches(buf: object, start: int = 0, end: int = -1, verify_crc: bool = 
     ``expect_offset``: the first batch's baseOffset must be >= this (-1: no constraint);
     every later batch must start after the previous one's last offset.
     ``max_batch_size``: a batch claiming to be larger is a bad header.
+    ``legacy``: walk magic 0/1 entries too (see the module docstring); else they are bad headers.
 
     Positions are absolute indexes into ``buf``. A batch failing its CRC is the last entry, with
     ``crc_ok`` False, ``stop_reason`` BAD_CRC and ``stop_position`` at its start.
@@ -211,7 +283,8 @@ def scan_batches(buf: object, start: int = 0, end: int = -1, verify_crc: bool = 
     n, pos = 0, s
     while True:
         n, pos, reason, prev_last = _scan_kernel(
-            a, pos, e, bool(verify_crc), int(max_batches), prev_last, max_batch_size, n, *out
+            a, pos, e, bool(verify_crc), int(max_batches), prev_last, max_batch_size, n,
+            bool(legacy), *out
         )
         if reason != _SCAN_FULL:
             break

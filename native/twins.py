@@ -14,6 +14,7 @@ from native.batch_layout import CRC_START, CURRENT_MAGIC, HEADER_STRUCT, LOG_OVE
 from native.buffers import as_u8, byte_range
 from native.crc_tables import CRC32_POLY, CRC32C_POLY
 from native.index_layout import OFFSET_INDEX_ENTRY, TIME_INDEX_ENTRY
+from native.legacy_layout import HEADER_V0, HEADER_V1
 from native.scan import (
     DEFAULT_MAX_BATCH_SIZE,
     SCAN_BAD_CRC,
@@ -71,7 +72,8 @@ def crc32_twin(buf: object, start: int = 0, end: int = -1) -> int:
 
 def scan_batches_twin(buf: object, start: int = 0, end: int = -1, verify_crc: bool = True,
                       max_batches: int = -1, expect_offset: int = -1,
-                      max_batch_size: int = DEFAULT_MAX_BATCH_SIZE) -> ScanResult:
+                      max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+                      legacy: bool = False) -> ScanResult:
     """Same contract as :func:`native.scan.scan_batches`, with struct and a Python loop."""
     a = as_u8(buf)
     s, e = byte_range(a.shape[0], start, end)
@@ -96,9 +98,34 @@ def scan_batches_twin(buf: object, start: int = 0, end: int = -1, verify_crc: bo
         if avail < LOG_OVERHEAD:
             return done(SCAN_PARTIAL)
         base, length = struct.unpack_from(">qi", data, pos)
-        if length < HEADER_STRUCT.size - LOG_OVERHEAD or length + LOG_OVERHEAD > max_batch_size:
+        if length + LOG_OVERHEAD > max_batch_size or base < 0:
             return done(SCAN_BAD_HEADER)
-        if base < 0:
+        if legacy and avail > 16 and data[pos + 16] in (0, 1):
+            # a magic 0/1 entry: offset = its last offset; a wrapper's first follows the last seen
+            magic = data[pos + 16]
+            header = (HEADER_V1 if magic else HEADER_V0)
+            if length < header.size - LOG_OVERHEAD + 8:
+                return done(SCAN_BAD_HEADER)
+            total = LOG_OVERHEAD + length
+            if avail < total:
+                return done(SCAN_PARTIAL)
+            if prev_last is not None and base <= prev_last:
+                return done(SCAN_OFFSET_BACKWARDS)
+            fields = header.unpack_from(data, pos)
+            first = base
+            if fields[4] & 7 and prev_last is not None:
+                first = prev_last + 1
+            ok = True
+            if verify_crc:
+                ok = crc32_twin(data, pos + 16, pos + total) == fields[2]
+            rows.append((pos, first, base, fields[5] if magic else -1, total, base - first + 1, ok))
+            if not ok:
+                return done(SCAN_BAD_CRC)
+            prev_last = base
+            pos += total
+            continue
+        least = 14 if legacy and avail <= 16 else HEADER_STRUCT.size - LOG_OVERHEAD
+        if length < least:
             return done(SCAN_BAD_HEADER)
         # Check each header field that is inside the buffer, even when the batch is partial.
         header = data[pos:pos + min(avail, HEADER_STRUCT.size)]

@@ -266,3 +266,67 @@ def test_random_bytes_after_valid_log_match_twin(tail: bytes) -> None:
     # Whatever follows, the valid prefix is reported unchanged.
     assert r.count >= len(_BATCHES)
     np.testing.assert_array_equal(r.positions[:len(_BATCHES)], scan_batches(_LOG).positions)
+
+
+# -- legacy entries (magic 0/1, scan_batches(legacy=True)) -----------------------------------
+
+def _legacy_log() -> tuple[bytes, list[tuple[int, int]]]:
+    """A mixed segment as a topic switched formats mid-life writes it: magic 0 plain and gzip,
+    magic 1 plain and snappy, then a v2 batch. Returns it and (first, last) offset per entry."""
+    from appliance.records.legacy import build_message_set
+    from appliance.records.record_types import Compression, Record
+
+    parts, spans, off = [], [], 0
+    for magic, codec, n in ((0, Compression.NONE, 2), (0, Compression.GZIP, 3),
+                            (1, Compression.NONE, 2), (1, Compression.SNAPPY, 4)):
+        recs = [Record(off + i, 1_700_000_000_000 + off + i, b"k%d" % (off + i), b"v" * 30)
+                for i in range(n)]
+        parts.append(build_message_set(recs, magic=magic, compression=codec))
+        if codec == Compression.NONE:
+            spans += [(off + i, off + i) for i in range(n)]
+        else:
+            spans.append((off, off + n - 1))
+        off += n
+    parts.append(make_batch(off, n_records=2, value_size=30))
+    spans.append((off, off + 1))
+    return b"".join(parts), spans
+
+
+_LEGACY_LOG, _LEGACY_SPANS = _legacy_log()
+
+
+def test_legacy_entries_walked_only_when_asked() -> None:
+    r = scan_both(_LEGACY_LOG, legacy=True, expect_offset=0)
+    assert r.stop_reason == ScanStop.END and r.count == len(_LEGACY_SPANS)
+    assert list(zip(r.base_offsets.tolist(), r.last_offsets.tolist())) == _LEGACY_SPANS
+    assert r.crc_ok.all()
+    # magic 0 has no timestamp; magic 1 entries carry theirs (a wrapper: its largest)
+    assert r.max_timestamps[0] == -1 and r.max_timestamps[3] == 1_700_000_000_000 + 5
+    assert r.max_timestamps[5] == 1_700_000_000_000 + 10
+    assert r.record_counts.tolist() == [hi - lo + 1 for lo, hi in _LEGACY_SPANS]
+    plain = scan_both(_LEGACY_LOG)
+    assert (plain.count, plain.stop_reason) == (0, ScanStop.BAD_HEADER)
+
+
+def test_legacy_bad_crc_is_crc32_and_stops_there() -> None:
+    buf = bytearray(_LEGACY_LOG)
+    r0 = scan_batches(_LEGACY_LOG, legacy=True)
+    p = int(r0.positions[2])  # the magic 0 gzip wrapper's compressed value
+    buf[p + int(r0.sizes[2]) - 3] ^= 0x40
+    r = scan_both(bytes(buf), legacy=True)
+    assert (r.count, r.stop_reason, r.stop_position) == (3, ScanStop.BAD_CRC, p)
+    assert not r.crc_ok[2]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_legacy_random_damage_matches_twin(data: st.DataObject) -> None:
+    buf = bytearray(_LEGACY_LOG)
+    for _ in range(data.draw(st.integers(0, 3))):
+        i = data.draw(st.integers(0, len(buf) - 1))
+        buf[i] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(buf)))
+    start = min(data.draw(st.sampled_from([0, 1, int(scan_batches(_LEGACY_LOG, legacy=True).positions[2])])), cut)
+    scan_both(bytes(buf), start=start, end=cut, verify_crc=data.draw(st.booleans()),
+              max_batches=data.draw(st.integers(-1, 9)), expect_offset=data.draw(st.integers(-1, 4)),
+              legacy=True)
