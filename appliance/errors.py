@@ -7,7 +7,7 @@ whoever answers a client turns it into the wire code with ``exc.code``.
 from __future__ import annotations
 
 __all__ = ["ErrorCode", "KafkaError", "error_for_code"] + [
-    "CorruptRecordError", "InvalidRecordError", "MessageTooLargeError", "OffsetOutOfRangeError",
+    "CorruptRecordError", "InvalidRecordError", "UnsupportedForMessageFormatError", "MessageTooLargeError", "OffsetOutOfRangeError",
     "UnknownTopicOrPartitionError", "InvalidRequestError", "UnsupportedVersionError",
     "InvalidTopicError", "TopicAlreadyExistsError", "InvalidPartitionsError",
     "InvalidReplicationFactorError", "InvalidConfigError", "InvalidRequiredAcksError",
@@ -158,6 +158,8 @@ UnsupportedCompressionTypeError = _error("UnsupportedCompressionTypeError", Erro
 KafkaStorageError = _error("KafkaStorageError", ErrorCode.KAFKA_STORAGE_ERROR)
 InvalidTimestampError = _error("InvalidTimestampError", ErrorCode.INVALID_TIMESTAMP)
 PolicyViolationError = _error("PolicyViolationError", ErrorCode.POLICY_VIOLATION)
+UnsupportedForMessageFormatError = _error("UnsupportedForMessageFormatError",
+                                          ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT)
 
 
 def error_for_code(code: int) -> type[KafkaError]:

@@ -42,6 +42,9 @@ from native.buffers import as_u8, byte_range
 from native.cpu import TABLE_FORCED
 from native.crc import crc32_raw, crc32c_raw
 from native.legacy_layout import (
+    ATTRIBUTES_OFFSET as LEGACY_ATTRIBUTES_OFFSET,
+)
+from native.legacy_layout import (
     CODEC_MASK as LEGACY_CODEC_MASK,
 )
 from native.legacy_layout import (
@@ -51,9 +54,6 @@ from native.legacy_layout import (
     HEADER_SIZE_V0,
     HEADER_SIZE_V1,
     LENGTH_SIZE,
-)
-from native.legacy_layout import (
-    ATTRIBUTES_OFFSET as LEGACY_ATTRIBUTES_OFFSET,
 )
 from native.legacy_layout import (
     MAGIC_OFFSET as LEGACY_MAGIC_OFFSET,

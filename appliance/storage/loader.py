@@ -37,7 +37,7 @@ from appliance.storage.segment import (
     parse_segment_file_name,
 )
 from appliance.storage.swap import complete_interrupted_swaps
-from native.batch_layout import PRODUCER_ID_OFFSET
+from native.batch_layout import CURRENT_MAGIC, MAGIC_OFFSET, PRODUCER_ID_OFFSET
 from native.scan import SCAN_END
 
 __all__ = ["remove_leftovers", "load_segments", "replay_producer_state", "STOP_NAMES"]
@@ -162,6 +162,8 @@ def _replay_segment(producers: ProducerStateManager, seg: LogSegment, start: int
     # Gather producerId of every batch with numpy; replay only idempotent batches.
     a = np.frombuffer(buf, dtype=np.uint8)
     pos = r.positions[:r.count]
+    # legacy (magic 0/1) entries have no producer fields, and may be shorter than a v2 header
+    pos = pos[a[pos + MAGIC_OFFSET] == CURRENT_MAGIC]
     pid = a[pos[:, None] + (PRODUCER_ID_OFFSET + np.arange(8))].copy().view(">i8")[:, 0]
     del a
     for k in np.flatnonzero(pid >= 0).tolist():

@@ -27,16 +27,19 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from appliance.errors import (
+    CorruptRecordError,
     InvalidRecordError,
     InvalidTimestampError,
     KafkaStorageError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
 )
-from appliance.records.batch import decode_batch, set_log_append_time, validate_records
+from appliance.records.batch import set_log_append_time, validate_records
+from appliance.records.stored import decode_stored, has_legacy_entry, stored_legacy_magic
 from appliance.storage.append_checks import headers_unvalidated, require_keys
 from appliance.storage.checkpoint import fsync_dir
 from appliance.storage.flush import ChunkedWriteback, flush_due, flush_segments
+from appliance.storage.legacy_append import to_legacy_entries
 from appliance.storage.loader import load_segments, replay_producer_state
 from appliance.storage.producer_state import SNAPSHOT_SUFFIX, ProducerStateManager
 from appliance.storage.retention import apply_retention
@@ -66,6 +69,7 @@ from native.append_plan import (
 )
 from native.batch_layout import LOG_OVERHEAD
 from native.buffers import as_u8
+from native.scan import ScanResult, ScanStop, scan_batches
 
 _U8 = np.dtype(np.uint8)
 _frombuffer = np.frombuffer
@@ -265,9 +269,13 @@ class PartitionLog:
         self._ts_diff_max = int(config.message_timestamp_difference_max_ms)
         self._flush_messages = int(config.flush_messages)
         self._compact = "compact" in config.cleanup_policy
+        # A pre-0.11 message.format.version: produce is stored as magic 0/1 entries
+        # (storage/legacy_append.py); None: RecordBatch v2.
+        self._legacy_magic = stored_legacy_magic(config)
         # The planned append (native.append_plan) covers all but LogAppendTime stamping and
         # the compacted topics' key check; those take the general path.
-        self._plannable = not self._log_append_time and not self._compact
+        self._plannable = (not self._log_append_time and not self._compact
+                           and self._legacy_magic is None)
         if getattr(self, "_plan_params", None) is None:
             self._plan_params = new_params()
             self._plan_rows = new_rows()
@@ -326,6 +334,8 @@ class PartitionLog:
         mv = memoryview(records)
         if mv.ndim != 1 or mv.itemsize != 1:
             mv = mv.cast("B")
+        if not assign_offsets and (self._legacy_magic is not None or has_legacy_entry(mv)):
+            return self._append_as_stored(mv)
         max_msg = self._max_message_bytes
         if validate:
             heads = validate_records(mv, max_batch_bytes=max_msg)
@@ -333,6 +343,8 @@ class PartitionLog:
             heads = headers_unvalidated(mv)
         if self._compact:
             require_keys(mv, heads)
+        if self._legacy_magic is not None:
+            return self._append_legacy(mv, heads, log_append_time_ms)
         now = self._now_ms()
         nb = len(heads)
         lat = self._log_append_time
@@ -415,6 +427,66 @@ class PartitionLog:
             self.flush()
         return AppendInfo(first_offset, last_offset, max(max_ts), lat_ts, self.log_start_offset,
                           nb, num_records, False)
+
+    def _append_legacy(self, mv: memoryview, heads: list, log_append_time_ms: int | None) -> AppendInfo:
+        """:meth:`append` for a topic stored in a pre-0.11 message format: the validated v2
+        batches become magic 0/1 entries with their offsets assigned (legacy_append.py)."""
+        now = self._now_ms()
+        lat_ts = None
+        if self._log_append_time and self._legacy_magic:
+            lat_ts = now if log_append_time_ms is None else int(log_append_time_ms)
+        first = self.log_end_offset
+        conv = to_legacy_entries(
+            mv, heads, magic=self._legacy_magic, first_offset=first,
+            compression_type=str(getattr(self.config, "compression_type", "producer")),
+            log_append_time=lat_ts, now_ms=now, timestamp_diff_max=self._ts_diff_max,
+            max_message_bytes=self._max_message_bytes)
+        if not conv.data:  # only empty batches
+            return AppendInfo(first, first - 1, -1, -1, self.log_start_offset, len(heads), 0, False)
+        self._write_entries(memoryview(conv.data), first, now)
+        return AppendInfo(first, conv.last_offset, conv.max_timestamp,
+                          -1 if lat_ts is None else lat_ts, self.log_start_offset, len(heads),
+                          conv.num_records, False)
+
+    def _append_as_stored(self, mv: memoryview) -> AppendInfo:
+        """A follower's append of what its leader stored, legacy entries included, offsets
+        kept (Kafka's appendAsFollower: CRCs checked, nothing converted)."""
+        r = scan_batches(mv, 0, len(mv), verify_crc=True, legacy=True,
+                         expect_offset=self.log_end_offset)
+        if r.stop_reason != ScanStop.END or r.count == 0:
+            raise CorruptRecordError(
+                f"replicated records at byte {r.stop_position} of {len(mv)}: {r.stop_reason.name}")
+        big = int(r.sizes.max())
+        if big > self._max_message_bytes:
+            raise MessageTooLargeError(
+                f"batch of {big} bytes is over max.message.bytes {self._max_message_bytes}")
+        now = self._now_ms()
+        self._write_entries(mv, int(r.base_offsets[0]), now, r)
+        return AppendInfo(int(r.base_offsets[0]), int(r.last_offsets[r.count - 1]),
+                          int(r.max_timestamps.max()), -1, self.log_start_offset, r.count,
+                          int(r.record_counts.sum()), False)
+
+    def _write_entries(self, data: memoryview, first_offset: int, now: int,
+                       r: ScanResult | None = None) -> None:
+        """Write whole entries (legacy or v2, offsets final) to the active segment, rolling
+        first when due, and index them from their scan ``r`` (scanned here if None)."""
+        if r is None:
+            r = scan_batches(data, 0, len(data), verify_crc=False, legacy=True,
+                             expect_offset=first_offset)
+        n = r.count
+        last_offset = int(r.last_offsets[n - 1])
+        active = self._segs[-1]
+        reason = active.should_roll(len(data), n, last_offset, now)
+        if reason:
+            self._roll(reason)
+            active = self._segs[-1]
+        active.append(data, r.positions[:n].tolist(), r.sizes[:n].tolist(),
+                      r.last_offsets[:n].tolist(), r.max_timestamps[:n].tolist(), now)
+        self.log_end_offset = last_offset + 1
+        if self.auto_high_watermark:
+            self._hw = self.log_end_offset
+        if self.log_end_offset - self.recovery_point >= self._flush_messages:
+            self.flush()
 
     def _append_planned(self, records: bytes | bytearray | memoryview, assign_offsets: bool,
                         validate: bool) -> AppendInfo | None:
@@ -561,8 +633,7 @@ class PartitionLog:
             loc = seg.find_offset_by_timestamp(ts, self.log_start_offset)
             if loc is None:
                 continue
-            _, recs = decode_batch(seg.batch_bytes(loc))
-            for rec in recs:
+            for rec in decode_stored(seg.batch_bytes(loc)):
                 if rec.timestamp >= ts and rec.offset >= self.log_start_offset:
                     return rec.offset, rec.timestamp
             return loc.base_offset, loc.max_timestamp

@@ -1,5 +1,10 @@
 """One log segment: the ``.log`` file of record batches plus its offset and time indexes.
 
+The log file holds RecordBatch v2 batches and, for a topic stored in a pre-0.11 message format
+(``message.format.version``), legacy magic 0/1 entries, possibly both after a format change: the
+native scan dispatches on the magic byte (see :mod:`native.scan`), and a legacy entry counts as
+one "batch" (a compressed wrapper: all its inner messages, last offset = the wrapper's offset).
+
 :meth:`LogSegment.open` is the only factory (Kafka's ``LogSegment.open``). File names are the
 segment's base offset in 20 digits; ``.deleted`` marks a segment waiting for removal.
 
@@ -334,7 +339,9 @@ class LogSegment:
 
     def _scan(self, start: int, end: int, *, verify_crc: bool, max_batches: int = -1) -> ScanResult:
         buf = self.data(end)
-        return scan_batches(buf, start, end, verify_crc=verify_crc, max_batches=max_batches)
+        # legacy: a topic stored in a pre-0.11 message format holds magic 0/1 entries
+        return scan_batches(buf, start, end, verify_crc=verify_crc, max_batches=max_batches,
+                            legacy=True)
 
     def _walk(self, pos: int, pick: Any) -> BatchLocation | None:
         """Walk batches from ``pos`` in chunks; ``pick(scan)`` gives the index of the wanted
@@ -620,7 +627,7 @@ class LogSegment:
         self.max_timestamp, self.offset_of_max_timestamp = NO_TIMESTAMP, self.base_offset
         if size_before:
             buf = self.data(size_before)
-            r = scan_batches(buf, 0, size_before, verify_crc=True,
+            r = scan_batches(buf, 0, size_before, verify_crc=True, legacy=True,
                              expect_offset=self.base_offset, max_batch_size=max_batch_size)
         else:
             r = scan_batches(b"", 0, 0)

@@ -84,7 +84,7 @@ def next_offset_of_log_file(path: str, base_offset: int) -> int:
     damaged disk; the valid prefix is what counts."""
     with open(path, "rb") as f:
         data = f.read()
-    r = scan_batches(data, 0, len(data), verify_crc=False)
+    r = scan_batches(data, 0, len(data), verify_crc=False, legacy=True)
     return int(r.last_offsets[r.count - 1]) + 1 if r.count else base_offset
 
 

@@ -298,7 +298,7 @@ _LEGACY_LOG, _LEGACY_SPANS = _legacy_log()
 def test_legacy_entries_walked_only_when_asked() -> None:
     r = scan_both(_LEGACY_LOG, legacy=True, expect_offset=0)
     assert r.stop_reason == ScanStop.END and r.count == len(_LEGACY_SPANS)
-    assert list(zip(r.base_offsets.tolist(), r.last_offsets.tolist())) == _LEGACY_SPANS
+    assert list(zip(r.base_offsets.tolist(), r.last_offsets.tolist(), strict=True)) == _LEGACY_SPANS
     assert r.crc_ok.all()
     # magic 0 has no timestamp; magic 1 entries carry theirs (a wrapper: its largest)
     assert r.max_timestamps[0] == -1 and r.max_timestamps[3] == 1_700_000_000_000 + 5
