@@ -18,7 +18,14 @@ from appliance.errors import CorruptRecordError, UnsupportedCompressionTypeError
 from appliance.records.batch import read_header
 from appliance.records.compression import DEFAULT_MAX_DECOMPRESSED, compress, decompress
 from appliance.records.convert import v2_to_legacy
-from appliance.records.legacy import HEADER_V0, HEADER_V1, LOG_OVERHEAD
+from appliance.records.legacy import (
+    HEADER_V0,
+    HEADER_V1,
+    LOG_OVERHEAD,
+    build_message_set,
+    iter_entries,
+)
+from appliance.records.record_types import Record
 from native import batch_layout as B
 from native import legacy_layout as LL
 from native.buffers import as_u8
@@ -34,8 +41,9 @@ from native.down_convert import (
     convert_records,
     records_bound,
 )
+from native.scan import scan_batches
 
-__all__ = ["down_convert_batches"]
+__all__ = ["down_convert_batches", "down_convert_stored"]
 
 # First guess of the output size: 100-byte records grow by ~25 %; the kernel asks for more
 # (DC_OUT_FULL) rather than overrun, so a low guess only costs a copy.
@@ -128,3 +136,47 @@ def down_convert_batches(batches: object, *, magic: int, allow_partial: bool = F
                      max_decompressed=max_decompressed)
         raise CorruptRecordError(f"batch at byte {pos}: {DC_STATUS[DC_BAD]} "
                                  f"(the down-conversion kernel refused it)")
+
+
+def down_convert_stored(data: object, *, magic: int,
+                        max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> bytes:
+    """What a Fetch of magic ``magic`` (0 or 1) gets from stored entries that may be legacy: a
+    segment of a topic stored in a pre-0.11 message format holds magic 0/1 entries, possibly
+    followed or preceded by v2 batches (a format change). v2 batches are down-converted as
+    :func:`down_convert_batches` does; a legacy entry whose magic the fetcher reads goes as
+    stored (Kafka never up-converts: a magic 1 fetcher reads magic 0 as it is); a magic 1 entry
+    for a magic 0 fetcher is rewritten as magic 0 (timestamps dropped, a wrapper recompressed
+    with its inner offsets made absolute). A truncated last entry is left out (the fetch's byte
+    limit cut it). Raises as :func:`down_convert_batches`.
+    """
+    buf = as_u8(data)
+    r = scan_batches(buf, 0, buf.shape[0], verify_crc=False, legacy=True)
+    positions = r.positions[:r.count]
+    if r.count == 0 or bool((buf[positions + LL.MAGIC_OFFSET] == B.CURRENT_MAGIC).all()):
+        return down_convert_batches(data, magic=magic, allow_partial=True,
+                                    max_decompressed=max_decompressed)
+    out = bytearray()
+    v2_from = -1  # start of the current run of v2 batches
+    mv = memoryview(buf)
+    for k in range(r.count):
+        pos, end = int(positions[k]), int(positions[k]) + int(r.sizes[k])
+        stored = int(buf[pos + LL.MAGIC_OFFSET])
+        if stored == B.CURRENT_MAGIC:
+            if v2_from < 0:
+                v2_from = pos
+            continue
+        if v2_from >= 0:
+            out += down_convert_batches(mv[v2_from:pos], magic=magic,
+                                        max_decompressed=max_decompressed)
+            v2_from = -1
+        if stored <= magic:
+            out += mv[pos:end]
+            continue
+        for entry in iter_entries(mv[pos:end], max_decompressed=max_decompressed):
+            recs = [Record(m.offset, -1, m.key, m.value) for m in entry.messages]
+            out += build_message_set(recs, magic=magic, compression=entry.compression)
+    if v2_from >= 0:
+        end = int(positions[-1]) + int(r.sizes[r.count - 1])
+        out += down_convert_batches(mv[v2_from:end], magic=magic,
+                                    max_decompressed=max_decompressed)
+    return bytes(out)

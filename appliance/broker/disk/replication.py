@@ -49,6 +49,7 @@ _BATCH_LENGTH = struct.Struct(">i")  # record batch: baseOffset (8), batchLength
 _BE64 = struct.Struct(">q")
 _LOG_OVERHEAD = 12
 _EPOCH_POS = 12  # partitionLeaderEpoch: outside the CRC (which starts at attributes)
+_MAGIC_POS = 16  # the magic byte, where v2 and legacy entries both have it
 
 
 def _stamp_epoch(buf: memoryview, epoch: int) -> None:
@@ -60,10 +61,12 @@ def _stamp_epoch(buf: memoryview, epoch: int) -> None:
 
 
 def _batch_epochs(buf: memoryview) -> list[tuple[int, int]]:
-    """(partitionLeaderEpoch, baseOffset) of each batch."""
+    """(partitionLeaderEpoch, baseOffset) of each v2 batch. Legacy (magic 0/1) entries carry
+    no epoch (bytes 12-15 are their CRC): Kafka assigns no epoch entry for them."""
     out, pos, end = [], 0, len(buf)
     while pos + _LOG_OVERHEAD + 4 <= end:
-        out.append((_BATCH_LENGTH.unpack_from(buf, pos + _EPOCH_POS)[0], _BE64.unpack_from(buf, pos)[0]))
+        if pos + _MAGIC_POS < end and buf[pos + _MAGIC_POS] == 2:
+            out.append((_BATCH_LENGTH.unpack_from(buf, pos + _EPOCH_POS)[0], _BE64.unpack_from(buf, pos)[0]))
         pos += _LOG_OVERHEAD + _BATCH_LENGTH.unpack_from(buf, pos + 8)[0]
     return out
 

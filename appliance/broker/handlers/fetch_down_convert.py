@@ -8,6 +8,8 @@ numba kernel (records/down_convert.py, native/down_convert.py); it drops
 record headers and skips transaction markers, which the old formats cannot carry. A batch the
 old format cannot carry (ZSTD) answers UNSUPPORTED_COMPRESSION_TYPE for its partition, as Kafka
 does; whatever else goes wrong answers that partition's error code, never a broken message set.
+Stored legacy entries (a topic in a pre-0.11 message format) go as they are when the
+request's magic reads them, and magic 1 entries become magic 0 for v0-1 (never up-converted).
 A topic with ``message.downconversion.enable=false`` answers UNSUPPORTED_VERSION instead (Kafka's
 rule: old consumers of such a topic are refused rather than served at the broker's cost).
 """
@@ -20,7 +22,7 @@ from typing import Any
 from appliance.config import TopicConfig
 from appliance.errors import ErrorCode, KafkaError
 from appliance.protocol.types import FileSlice
-from appliance.records.down_convert import down_convert_batches
+from appliance.records.down_convert import down_convert_stored
 
 __all__ = ["magic_for_version", "down_convert"]
 
@@ -67,7 +69,7 @@ def down_convert(ctx: Any, response: Any, version: int) -> Any:
             if size == 0:
                 continue
             try:
-                p.records = down_convert_batches(_read(records), magic=magic, allow_partial=True)
+                p.records = down_convert_stored(_read(records), magic=magic)
             except KafkaError as e:
                 p.records, p.error_code = b"", e.code
             except OSError:
