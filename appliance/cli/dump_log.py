@@ -1,4 +1,10 @@
-"""`appliance dump-log --files A.log[,B.log]`: decode segment files (kafka-dump-log.sh)."""
+"""`appliance dump-log --files A.log[,B.log]`: decode segment files (kafka-dump-log.sh).
+
+Segments of a topic stored in a pre-0.11 message format hold legacy magic 0/1 entries (mixed
+with v2 batches after a format change): each prints as Kafka prints a legacy entry, its offset
+(a wrapper's: its last inner message's), magic, CRC32, codec and timestamp, and with
+--print-data-log each message it holds.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,8 @@ import os
 
 from appliance.cli.main import CliError
 from appliance.records.batch import decode_batch, read_header
+from appliance.records.legacy import HEADER_V0, HEADER_V1, iter_entries
+from native.legacy_layout import MAGIC_OFFSET
 
 __all__ = ["add_arguments", "run"]
 
@@ -26,10 +34,13 @@ def _dump(path: str, verify: bool, print_data: bool) -> int:
         print("Log starting offset: (empty segment)")
         return 0
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        scan = scan_batches(mm, 0, size, verify_crc=verify)
+        scan = scan_batches(mm, 0, size, verify_crc=verify, legacy=True)
         print(f"Log starting offset: {int(scan.base_offsets[0]) if scan.count else '?'}")
         for i in range(scan.count):
             pos = int(scan.positions[i])
+            if mm[pos + MAGIC_OFFSET] < 2:
+                _legacy_entry(mm, pos, int(scan.sizes[i]), bool(scan.crc_ok[i]), print_data)
+                continue
             h = read_header(mm, pos)
             codec = h.compression.name.lower()
             print(f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} count: {h.records_count} "
@@ -53,6 +64,30 @@ def _dump(path: str, verify: bool, print_data: bool) -> int:
                   f"{scan.stop_position} of {path} (scan stop reason {scan.stop_reason})")
             return 1
     return 0
+
+
+def _legacy_entry(mm: mmap.mmap, pos: int, size: int, crc_ok: bool, print_data: bool) -> None:
+    """One magic 0/1 entry, as Kafka's DumpLogSegments prints a legacy record."""
+    magic = mm[pos + MAGIC_OFFSET]
+    fields = (HEADER_V1 if magic else HEADER_V0).unpack_from(mm, pos)
+    offset, _, crc, _, attributes = fields[:5]
+    ts_name = ("NoTimestampType" if magic == 0 else
+               "LogAppendTime" if attributes & 0x08 else "CreateTime")
+    ts = fields[5] if magic else -1
+    codec = ("none", "gzip", "snappy", "lz4")[attributes & 0x07] if attributes & 0x07 < 4 \
+        else str(attributes & 0x07)
+    print(f"offset: {offset} position: {pos} {ts_name}: {ts} size: {size} magic: {magic} "
+          f"compresscodec: {codec} crc: {crc} isvalid: {str(crc_ok).lower()}")
+    if not (print_data and crc_ok):
+        return
+    for entry in iter_entries(mm[pos:pos + size]):
+        for m in entry.messages:
+            key = "null" if m.key is None else m.key.decode(errors="replace")
+            val = "null" if m.value is None else m.value.decode(errors="replace")
+            print(f"| offset: {m.offset} {ts_name}: {m.timestamp} keySize: "
+                  f"{-1 if m.key is None else len(m.key)} valueSize: "
+                  f"{-1 if m.value is None else len(m.value)} magic: {magic} "
+                  f"key: {key} payload: {val}")
 
 
 def run(args: argparse.Namespace) -> int:
