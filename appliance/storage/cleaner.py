@@ -55,7 +55,9 @@ from typing import Any
 from appliance.errors import CorruptRecordError, InvalidRecordError, KafkaStorageError
 from appliance.records import batch_layout as L
 from appliance.records.batch import build_batch, decode_batch, read_header
+from appliance.records.legacy import build_message_set, iter_entries
 from appliance.records.record_types import Compression, Record, TimestampType
+from appliance.records.stored import decode_stored
 from appliance.storage.cleaner_manager import CleanableLog, LogCleanerManager, is_compacted
 from appliance.storage.log import PartitionLog
 from appliance.storage.segment import CLEANED_SUFFIX, INT32_MAX, LogSegment, segment_file_name
@@ -76,6 +78,7 @@ STEP_BYTES = 32 << 20
 STEP_SECONDS = 0.05
 READ_CHUNK = 1 << 20  # bytes read per pread; large enough that syscalls do not matter
 _LOG_OVERHEAD = L.LOG_OVERHEAD
+_MAGIC_POS = L.MAGIC_OFFSET  # the magic byte: v2 batches and legacy entries both have it here
 
 
 def key_digest(key: bytes) -> bytes:
@@ -186,16 +189,17 @@ class _Cursor:
                 continue
             want = min(READ_CHUNK, seg.size - self.pos)
             data = os.pread(seg.fd, want, self.pos)
-            r = scan_batches(data, 0, len(data), verify_crc=False)
+            r = scan_batches(data, 0, len(data), verify_crc=False, legacy=True)
             if r.count == 0:
                 # One batch bigger than the chunk: read exactly that batch.
-                if len(data) < L.HEADER_SIZE:
+                if len(data) < _LOG_OVERHEAD:
                     raise CorruptRecordError(f"{seg.log_path}: truncated batch at {self.pos}")
-                size = read_header(data).batch_length + _LOG_OVERHEAD
+                # batchLength (v2) and messageSize (legacy) share bytes 8-11
+                size = int.from_bytes(data[8:_LOG_OVERHEAD], "big", signed=True) + _LOG_OVERHEAD
                 if size <= len(data) or self.pos + size > seg.size:
                     raise CorruptRecordError(f"{seg.log_path}: bad batch at {self.pos}")
                 data = os.pread(seg.fd, size, self.pos)
-                r = scan_batches(data, 0, len(data), verify_crc=False)
+                r = scan_batches(data, 0, len(data), verify_crc=False, legacy=True)
                 if r.count == 0:
                     raise CorruptRecordError(f"{seg.log_path}: bad batch at {self.pos}")
             self.pos += int(r.stop_position) if r.count else len(data)
@@ -306,9 +310,13 @@ class CleaningPass:
                 continue
             if int(r.base_offsets[k]) >= hi:
                 break
-            h, recs = decode_batch(data, int(r.positions[k]))
-            if h.attributes & L.CONTROL_BIT:
-                continue
+            pos = int(r.positions[k])
+            if data[pos + _MAGIC_POS] < 2:  # a legacy entry: no control batches there
+                recs = decode_stored(data, pos)
+            else:
+                h, recs = decode_batch(data, pos)
+                if h.attributes & L.CONTROL_BIT:
+                    continue
             nrec += len(recs)
             for rec in recs:
                 if rec.key is None or not lo <= rec.offset < hi:
@@ -394,6 +402,8 @@ class CleaningPass:
     def _clean_batch(self, data: bytes, pos: int, size: int,
                      drop_tombstones: bool) -> tuple[bytes, int, int] | None:
         """(bytes, last offset, max timestamp) of what survives of the batch at ``pos``."""
+        if data[pos + _MAGIC_POS] < 2:
+            return self._clean_legacy(data, pos, size, drop_tombstones)
         h, recs = decode_batch(data, pos)
         self.stats.records_read += len(recs)
         whole = (bytes(data[pos:pos + size]), h.base_offset + h.last_offset_delta, h.max_timestamp)
@@ -428,6 +438,42 @@ class CleaningPass:
             base_sequence=h.base_sequence, partition_leader_epoch=h.partition_leader_epoch,
             is_transactional=bool(h.attributes & L.TRANSACTIONAL_BIT))
         return blob, keep[-1].offset, read_header(blob).max_timestamp
+
+    def _survivors(self, recs: list[Record], drop_tombstones: bool) -> list[Record]:
+        """The records of ``recs`` the offset map keeps (the latest of their key; tombstones
+        until delete.retention.ms), counting what goes."""
+        get = self.map.get
+        end = self.end_offset
+        keep: list[Record] = []
+        for rec in recs:
+            if rec.key is None:
+                continue
+            if get(key_digest(rec.key)) > rec.offset:
+                continue
+            if rec.value is None and drop_tombstones and rec.offset < end:
+                self.stats.tombstones_removed += 1
+                continue
+            keep.append(rec)
+        self.stats.records_removed += len(recs) - len(keep)
+        return keep
+
+    def _clean_legacy(self, data: bytes, pos: int, size: int,
+                      drop_tombstones: bool) -> tuple[bytes, int, int] | None:
+        """:meth:`_clean_batch` for a legacy magic 0/1 entry (a topic stored in a pre-0.11
+        format): the survivors of a wrapper are rewritten as one wrapper of the same magic,
+        codec and timestamp type, keeping their offsets (Kafka's cleaner does the same)."""
+        entry = next(iter_entries(data[pos:pos + size]))
+        recs = [Record(m.offset, m.timestamp, m.key, m.value) for m in entry.messages]
+        self.stats.records_read += len(recs)
+        keep = self._survivors(recs, drop_tombstones)
+        max_ts = max(m.timestamp for m in entry.messages)
+        if len(keep) == len(recs):
+            return bytes(data[pos:pos + size]), recs[-1].offset, max_ts
+        if not keep:
+            return None
+        blob = build_message_set(keep, magic=entry.magic, compression=entry.compression,
+                                 timestamp_type=entry.timestamp_type)
+        return blob, keep[-1].offset, max(r.timestamp for r in keep)
 
     def _finish_group(self) -> None:
         group = self._groups.pop(0)

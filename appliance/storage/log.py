@@ -85,6 +85,7 @@ log = logging.getLogger(__name__)
 EARLIEST_TIMESTAMP = -2  # ListOffsets: the log start offset
 LATEST_TIMESTAMP = -1    # ListOffsets: the log end offset
 LONG_MAX = 2**63 - 1
+OFFSETS_TOPIC = "__consumer_offsets"
 #: An inactive segment's files are closed after this long without a read (see FetchSlice).
 IDLE_RELEASE_MS = 60_000
 _I64 = struct.Struct(">q")
@@ -271,7 +272,10 @@ class PartitionLog:
         self._compact = "compact" in config.cleanup_policy
         # A pre-0.11 message.format.version: produce is stored as magic 0/1 entries
         # (storage/legacy_append.py); None: RecordBatch v2.
-        self._legacy_magic = stored_legacy_magic(config)
+        # __consumer_offsets stays v2 whatever the broker default says: the group coordinator
+        # reads its own log as v2 batches.
+        self._legacy_magic = (None if self.topic == OFFSETS_TOPIC
+                              else stored_legacy_magic(config))
         # The planned append (native.append_plan) covers all but LogAppendTime stamping and
         # the compacted topics' key check; those take the general path.
         self._plannable = (not self._log_append_time and not self._compact

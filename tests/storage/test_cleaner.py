@@ -423,3 +423,36 @@ def test_broker_compacts_a_topic_end_to_end(tmp_path):
         assert {k: v for _, k, v in recs} == latest
         assert set(keys) == set(latest) and recs[0][0] > 0  # offsets kept (gaps from 0)
         assert [o for o, _, _ in recs] == sorted(o for o, _, _ in recs)
+
+
+@pytest.mark.parametrize("version", ["0.8.2", "0.10.2"])
+def test_legacy_format_topic_is_compacted_in_its_own_magic(tmp_path, version):
+    """A compacted topic stored as magic 0/1 entries: the latest value per key survives at its
+    offset, a wrapper that loses some messages is rewritten as a wrapper of the same magic and
+    codec, a tombstone (null value) supersedes its key's value."""
+    from appliance.records.legacy import iter_entries
+    from native.scan import scan_batches
+
+    clock = Clock()
+    d, lg = _open(tmp_path, clock, **{"message.format.version": version, "delete.retention.ms": DAY})
+    latest = _produce(lg, clock, rounds=4, keys=8, per_batch=8, compression=Compression.GZIP)
+    latest.update(_produce(lg, clock, rounds=1, keys=4, tag="b"))  # plain messages, keys 0-3
+    info = lg.append(build_batch([(b"key-0007", None)], base_timestamp=clock.now))
+    latest[b"key-0007"] = (info.first_offset, None)
+    lg.roll()
+    clock.now += 1
+    d.cleaner.clean_all(d.partitions, clock.now)
+    data = lg.read_bytes(0, 1 << 20)
+    r = scan_batches(data, legacy=True, verify_crc=True)
+    assert {data[int(p) + 16] for p in r.positions} == {int(version == "0.10.2")}
+    entries = list(iter_entries(data))
+    got = {m.key: (m.offset, m.value) for e in entries for m in e.messages}
+    assert got == latest
+    # the last gzip wrapper (offsets 24-31) kept keys 4-6 only, with their offsets, still gzip
+    wrapper = [e for e in entries if e.compression == Compression.GZIP][-1]
+    assert [m.offset for m in wrapper.messages] == [28, 29, 30]
+    d.close()
+    d, lg = _open(tmp_path, clock, **{"message.format.version": version})
+    assert {m.key: (m.offset, m.value) for e in iter_entries(lg.read_bytes(0, 1 << 20))
+            for m in e.messages} == latest
+    d.close()
