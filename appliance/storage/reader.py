@@ -23,7 +23,7 @@ import os
 import time
 
 from appliance.errors import KafkaStorageError, OffsetOutOfRangeError
-from appliance.records.batch import decode_batch
+from appliance.records.stored import decode_stored
 from appliance.storage.log import parse_partition_dir_name
 from appliance.storage.segment import (
     LOG_SUFFIX,
@@ -181,7 +181,7 @@ class LogReader:
                 continue
             if loc.base_offset >= bound:
                 return None
-            for rec in decode_batch(seg.batch_bytes(loc))[1]:
+            for rec in decode_stored(seg.batch_bytes(loc)):
                 if rec.offset >= bound:
                     return None
                 if rec.timestamp >= ts and rec.offset >= log_start:
@@ -218,7 +218,7 @@ class LogReader:
                         edges.append((seg, e))
         found = None
         for seg, loc in edges + ([best] if best is not None else []):
-            for rec in decode_batch(seg.batch_bytes(loc))[1]:
+            for rec in decode_stored(seg.batch_bytes(loc)):
                 if log_start <= rec.offset < bound and (
                         found is None or (-rec.timestamp, rec.offset) < (-found[1], found[0])):
                     found = (rec.offset, rec.timestamp)

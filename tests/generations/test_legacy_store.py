@@ -190,6 +190,24 @@ def test_delete_records_inside_a_wrapper(broker, written):
     c.close()
 
 
+def test_list_offsets_by_timestamp_in_magic_1(broker, written):
+    topic = "legacy-times"
+    create_topic(broker.bootstrap, topic, 1, {"message.format.version": "0.10.2"})
+    t0 = int(time.time() * 1000) - 60_000
+    for codec, first in (("gzip", 0), ("none", 6)):  # a wrapper of 6, then 3 plain messages
+        p = Producer({"bootstrap.servers": broker.bootstrap, "compression.type": codec,
+                      "linger.ms": 100})
+        for i in range(first, first + (6 if first == 0 else 3)):
+            p.produce(topic, b"v%d" % i * 40, b"k%d" % i, partition=0, timestamp=t0 + 10 * i)
+        assert p.flush(TIMEOUT) == 0
+    assert _magics(broker, topic) == [1, 1, 1, 1]
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "legacy-times"})
+    for ts, want in ((t0 + 35, 4), (t0 + 70, 7), (t0, 0), (t0 + 1000, -1)):
+        got = c.offsets_for_times([CTP(topic, 0, ts)], timeout=20)[0].offset
+        assert got == want, ts
+    c.close()
+
+
 def test_format_switch_to_3_0_keeps_both_parts_readable(broker, written):
     topic = "legacy-switch"
     create_topic(broker.bootstrap, topic, 1, {"message.format.version": "0.10.2"})
