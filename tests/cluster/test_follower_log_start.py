@@ -194,3 +194,42 @@ def test_new_leader_stamps_its_epoch_before_any_append(cluster):
 
 def _high_watermark(boot: str) -> int:
     return _consumer_watermarks(boot)[1]
+
+
+def test_followers_append_legacy_entries_as_the_leader_stored_them(cluster):
+    """A topic in the 0.10.2 message format on three replicas: the leader converts produce to
+    magic 1 entries and the followers append the leader's entries as they are - every replica's
+    segment is byte-identical, magic 1 throughout, with no leader-epoch entry taken from them."""
+    from native.scan import ScanStop, scan_batches
+
+    boot, brokers = cluster["boot"], cluster["brokers"]
+    topic = "legacy-rf3"
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_topics([NewTopic(topic, 1, 3, config={"message.format.version": "0.10.2",
+                                                       "min.insync.replicas": "2"})])[topic].result(60)
+    p = Producer({"bootstrap.servers": boot, "acks": "all", "linger.ms": 20,
+                  "compression.type": "gzip", "message.timeout.ms": 60000})
+    for i in range(30):
+        p.produce(topic, b"legacy value %d " % i * 8, b"k%d" % i, partition=0)
+        if i % 10 == 9:
+            assert p.flush(60) == 0
+    p = Producer({"bootstrap.servers": boot, "acks": "all", "message.timeout.ms": 60000})
+    for i in range(30, 33):
+        p.produce(topic, b"plain %d" % i, b"k%d" % i, partition=0)
+    assert p.flush(60) == 0
+
+    def segments() -> list[bytes]:
+        out = []
+        for b in brokers.values():
+            logs = sorted((Path(b.log_dirs[0]) / f"{topic}-0").glob("*.log"))
+            out.append(b"".join(f.read_bytes() for f in logs))
+        return out
+    data = _wait(lambda: (s := segments()) and len(set(s)) == 1 and s, 60,
+                 "every replica's segment to match the leader's")[0]
+    r = scan_batches(data, legacy=True, verify_crc=True)
+    assert r.stop_reason == ScanStop.END and int(r.last_offsets[-1]) == 32
+    assert {data[int(pos) + 16] for pos in r.positions} == {1}
+    for b in brokers.values():
+        epochs = read_leader_epoch_checkpoint(
+            str(Path(b.log_dirs[0]) / f"{topic}-0" / LEADER_EPOCH_CHECKPOINT))
+        assert all(start == 0 for _, start in epochs)  # the leader's own stamp, none from entries
