@@ -281,8 +281,9 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("log.message.timestamp.type", "string", "CreateTime", "CreateTime or LogAppendTime.", one_of(*_TS_TYPES)),
     ConfigKey("log.message.timestamp.difference.max.ms", "long", LONG_MAX, "Largest allowed |timestamp - broker time| for CreateTime.", at_least(0)),
     ConfigKey("log.message.downconversion.enable", "bool", True, "Down-convert batches for old fetch versions."),
-    # Kafka 3.0 (KIP-724) accepts it and, at inter-broker protocol 3.0, stores v2 whatever it says; so do we
-    ConfigKey("log.message.format.version", "string", "3.0-IV1", "Message format of stored data (Kafka's versions 0.8.0 ... 3.0; accepted, stored as v2 as Kafka 3.0 does).", check_format_version),
+    # Kafka 0.10-2.x behaviour: a pre-0.11 version stores produce as magic 0/1 message sets
+    # (storage/legacy_append.py), which refuse headers and idempotent/transactional producers
+    ConfigKey("log.message.format.version", "string", "3.0-IV1", "Message format of stored data, Kafka's versions 0.8.0 ... 3.0: before 0.10.0-IV1 magic 0 message sets, before 0.11 magic 1 (no headers, no idempotent or transactional producers: UNSUPPORTED_FOR_MESSAGE_FORMAT), RecordBatch v2 from 0.11.", check_format_version),
     # Kafka's throttle of the copy into a future replica (AlterReplicaLogDirs); no limit by default
     ConfigKey("replica.alter.log.dirs.io.max.bytes.per.second", "long", LONG_MAX, "Bytes per second a disk worker copies into a partition moving onto its log dir.", at_least(1)),
     ConfigKey("log.cleaner.enable", "bool", True, "Run the log cleaner (needed for compacted topics)."),
@@ -343,7 +344,7 @@ TOPIC_KEYS: tuple[TopicKey, ...] = (
     TopicKey("max.compaction.lag.ms", "long", None, "Maximum age before a message must be compacted.", at_least(1), synonyms=(("log.cleaner.max.compaction.lag.ms", 1),)),
     TopicKey("max.message.bytes", "int", None, "Largest record batch accepted.", at_least(0), synonyms=(("message.max.bytes", 1),)),
     TopicKey("message.downconversion.enable", "bool", None, "Down-convert for old fetch versions.", synonyms=(("log.message.downconversion.enable", 1),)),
-    TopicKey("message.format.version", "string", None, "Message format of the topic's data (accepted, stored as v2 as Kafka 3.0 does).", check_format_version, synonyms=(("log.message.format.version", 1),)),
+    TopicKey("message.format.version", "string", None, "Message format of the topic's data: before 0.10.0-IV1 magic 0, before 0.11 magic 1 (no headers, no idempotent or transactional producers), v2 from 0.11; a change applies to later appends.", check_format_version, synonyms=(("log.message.format.version", 1),)),
     TopicKey("message.timestamp.difference.max.ms", "long", None, "Largest allowed timestamp skew (CreateTime).", at_least(0), synonyms=(("log.message.timestamp.difference.max.ms", 1),)),
     TopicKey("message.timestamp.type", "string", None, "CreateTime or LogAppendTime.", one_of(*_TS_TYPES), synonyms=(("log.message.timestamp.type", 1),)),
     TopicKey("min.cleanable.dirty.ratio", "double", None, "Dirty ratio above which the log is cleaned.", between(0, 1), synonyms=(("log.cleaner.min.cleanable.ratio", 1),)),

@@ -1,7 +1,7 @@
 """message.format.version (topic) and log.message.format.version (broker) take Kafka's values
 0.8.0 ... 3.0 through the real admin clients and server.properties, and refuse anything else
-with INVALID_CONFIG naming it. (The data stays RecordBatch v2, as Kafka 3.0 does: old readers
-get their format through fetch down-conversion.)"""
+with INVALID_CONFIG naming it. (What a pre-0.11 format stores is tested in
+test_legacy_store.py.)"""
 
 from __future__ import annotations
 
