@@ -152,6 +152,19 @@ def test_segments_hold_the_topic_magic(broker, written):
         assert {"GZIP", "SNAPPY"} <= codecs  # compressed writers keep a wrapper with their codec
 
 
+def test_dump_log_prints_legacy_entries(broker, written):
+    for topic, (_, magic) in TOPICS.items():
+        out = subprocess.run([sys.executable, "-m", "appliance.cli.main", "dump-log", "--files",
+                              ",".join(_log_files(broker, topic)), "--verify-crc", "--print-data-log"],
+                             check=True, capture_output=True, timeout=TIMEOUT).stdout.decode()
+        entries = [line for line in out.splitlines() if line.startswith("offset: ")]
+        assert entries and all(f"magic: {magic}" in e and "isvalid: true" in e for e in entries)
+        assert any("compresscodec: gzip" in e for e in entries)
+        assert ("NoTimestampType: -1" in entries[0]) == (magic == 0)
+        payloads = [line.rsplit("payload: ", 1)[1] for line in out.splitlines() if line.startswith("| offset")]
+        assert payloads == [v.decode() for _, _, v in written[topic]]
+
+
 @pytest.mark.parametrize("reader", [w for w, _, _ in WRITERS])
 def test_every_client_reads_back_identically(broker, written, reader):
     how = dict((w, h) for w, h, _ in WRITERS)[reader]
