@@ -117,12 +117,14 @@ def _put_message(out, q, offset, magic, attrs, ts, src, kstart, klen, vstart, vl
 
 @njit(nogil=True, cache=not TABLE_FORCED)
 def _records(src, p, end, count, base_offset, base_ts, max_ts, log_append, last_delta, magic,
-             relative, out, q):
+             relative, out, q, refuse_headers):
     """Convert ``count`` v2 records filling src[p:end] to messages at out[q:].
 
     The checks are the Python decoder's (appliance.records.batch._decode_records_section), so
     what it refuses this refuses. ``relative``: offsets relative to the first record (a magic 1
-    wrapper's inner set). Returns (ok, end position in out, records, last offset, max timestamp).
+    wrapper's inner set). ``refuse_headers``: a record with headers is not ok (storing produce
+    in a legacy format, which Kafka refuses; the caller names the error). Returns (ok, end
+    position in out, records, last offset, max timestamp).
     """
     attrs = L.TIMESTAMP_TYPE_BIT if (magic == 1 and log_append) else 0
     prev = np.int64(-1)
@@ -166,7 +168,7 @@ def _records(src, p, end, count, base_offset, base_ts, max_ts, log_append, last_
         if p < 0 or u > _U32_MAX:
             return False, q, i, last_off, top_ts
         hc = unzigzag(u)
-        if hc < 0:
+        if hc < 0 or (refuse_headers and hc > 0):
             return False, q, i, last_off, top_ts
         for _ in range(hc):  # headers: checked, then dropped (v0/v1 cannot carry them)
             hkl, p = read_length(src, p, rec_end)
@@ -197,7 +199,7 @@ def _records(src, p, end, count, base_offset, base_ts, max_ts, log_append, last_
 
 
 @njit(nogil=True, cache=not TABLE_FORCED)
-def _batches(src, pos, n, magic, allow_partial, out, q):
+def _batches(src, pos, n, magic, allow_partial, out, q, refuse_headers):
     """Convert the batches of src[pos:n] from ``pos``; returns (status, pos, q): where it stopped
     in the input (the start of the batch it stopped at) and the end of the output so far."""
     cap = out.shape[0]
@@ -241,7 +243,7 @@ def _batches(src, pos, n, magic, allow_partial, out, q):
             _get_i64(src, pos + B.BASE_TIMESTAMP_OFFSET),
             _get_i64(src, pos + B.MAX_TIMESTAMP_OFFSET),
             (attributes & B.TIMESTAMP_TYPE_MASK) != 0,
-            _get_i32(src, pos + B.LAST_OFFSET_DELTA_OFFSET), magic, False, out, q)
+            _get_i32(src, pos + B.LAST_OFFSET_DELTA_OFFSET), magic, False, out, q, refuse_headers)
         if not ok:
             return DC_BAD, pos, q
         q = q2
@@ -250,26 +252,29 @@ def _batches(src, pos, n, magic, allow_partial, out, q):
 
 
 def convert_batches(src: np.ndarray, pos: int, magic: int, allow_partial: bool,
-                    out: np.ndarray, q: int) -> tuple[int, int, int]:
+                    out: np.ndarray, q: int, refuse_headers: bool = False) -> tuple[int, int, int]:
     """Convert the v2 batches of ``src`` (1-D uint8) from byte ``pos`` into ``out`` (1-D uint8)
     from byte ``q``, as magic ``magic`` (0 or 1) messages. Returns (status ``DC_*``, the input
-    position it stopped at, the output's end). Never raises for bad data."""
+    position it stopped at, the output's end). ``refuse_headers``: a batch holding a record
+    with headers is DC_BAD instead of losing them. Never raises for bad data."""
     if magic not in (0, 1):
         raise ValueError(f"legacy magic must be 0 or 1, not {magic}")
-    status, p, q2 = _batches(src, pos, src.shape[0], magic, allow_partial, out, q)
+    status, p, q2 = _batches(src, pos, src.shape[0], magic, allow_partial, out, q,
+                             bool(refuse_headers))
     return int(status), int(p), int(q2)
 
 
 def convert_records(buf: object, count: int, base_offset: int, base_timestamp: int,
                     max_timestamp: int, log_append_time: bool, last_offset_delta: int,
                     magic: int, relative: bool, out: np.ndarray,
-                    q: int = 0) -> tuple[bool, int, int, int, int]:
+                    q: int = 0, refuse_headers: bool = False) -> tuple[bool, int, int, int, int]:
     """Convert the ``count`` records that fill ``buf`` (a decompressed records section) to
     magic ``magic`` messages at ``out[q:]`` (sized with :func:`records_bound`); ``relative``
     numbers them from 0 (a magic 1 wrapper's inner set). Returns (ok, the output's end, records
-    converted, the last record's absolute offset, the largest timestamp)."""
+    converted, the last record's absolute offset, the largest timestamp); ``refuse_headers`` as
+    :func:`convert_batches`."""
     a = as_u8(buf)
     ok, q2, k, last, top = _records(a, 0, a.shape[0], count, base_offset, base_timestamp,
                                     max_timestamp, log_append_time, last_offset_delta, magic,
-                                    relative, out, q)
+                                    relative, out, q, bool(refuse_headers))
     return bool(ok), int(q2), int(k), int(last), int(top)

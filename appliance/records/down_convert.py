@@ -76,7 +76,8 @@ def _wrapper(magic: int, codec: int, log_append: bool, last_offset: int, max_ts:
     return bytes(msg)
 
 
-def _compressed(src: np.ndarray, pos: int, magic: int, max_decompressed: int) -> bytes | None:
+def _compressed(src: np.ndarray, pos: int, magic: int, max_decompressed: int,
+                refuse_headers: bool = False) -> bytes | None:
     """The wrapper message for the compressed batch at ``pos`` (its CRC already checked), b""
     for a batch with no records, None if its records are malformed."""
     h = read_header(src, pos)
@@ -86,7 +87,7 @@ def _compressed(src: np.ndarray, pos: int, magic: int, max_decompressed: int) ->
     log_append = bool(h.attributes & B.TIMESTAMP_TYPE_MASK)
     ok, q, n, last, top = convert_records(
         data, h.records_count, h.base_offset, h.base_timestamp, h.max_timestamp, log_append,
-        h.last_offset_delta, magic, magic == 1, inner)
+        h.last_offset_delta, magic, magic == 1, inner, refuse_headers=refuse_headers)
     if not ok:
         return None
     if n == 0:
@@ -97,13 +98,15 @@ def _compressed(src: np.ndarray, pos: int, magic: int, max_decompressed: int) ->
 
 
 def down_convert_batches(batches: object, *, magic: int, allow_partial: bool = False,
-                         max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> bytes:
+                         max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
+                         refuse_headers: bool = False) -> bytes:
     """Convert v2 batches to a magic ``magic`` (0 or 1) message set with the same offsets.
 
     Raises as :func:`appliance.records.convert.v2_to_legacy` does (it is the twin, and is what
     names the error): UnsupportedCompressionTypeError for ZSTD, ValueError for a bad magic,
     CorruptRecordError/InvalidRecordError for malformed batches. ``allow_partial`` leaves out a
-    truncated last batch.
+    truncated last batch. ``refuse_headers`` (storing produce in a legacy format): a record with
+    headers raises CorruptRecordError instead of losing them; the caller names the error.
     """
     if magic not in (0, 1):
         raise ValueError(f"legacy magic must be 0 or 1, not {magic}")
@@ -111,7 +114,7 @@ def down_convert_batches(batches: object, *, magic: int, allow_partial: bool = F
     out = np.empty(int(src.shape[0] * _GROWTH_GUESS) + 64, np.uint8)
     pos = q = 0
     while True:
-        status, pos, q = convert_batches(src, pos, magic, allow_partial, out, q)
+        status, pos, q = convert_batches(src, pos, magic, allow_partial, out, q, refuse_headers)
         if status == DC_OK:
             return out[:q].tobytes()
         if status == DC_OUT_FULL:
@@ -123,7 +126,7 @@ def down_convert_batches(batches: object, *, magic: int, allow_partial: bool = F
             raise UnsupportedCompressionTypeError(
                 f"batch at byte {pos} is ZSTD-compressed, which magic {magic} cannot carry")
         if status == DC_COMPRESSED:
-            wrapper = _compressed(src, pos, magic, max_decompressed)
+            wrapper = _compressed(src, pos, magic, max_decompressed, refuse_headers)
             if wrapper is not None:
                 if q + len(wrapper) > out.shape[0]:
                     out = _grow(out, q, len(wrapper))
@@ -131,9 +134,11 @@ def down_convert_batches(batches: object, *, magic: int, allow_partial: bool = F
                 q += len(wrapper)
                 pos += read_header(src, pos).size
                 continue
-        # DC_BAD (or a malformed compressed batch): the twin names what is wrong.
-        v2_to_legacy(batches, magic=magic, allow_partial=allow_partial,
-                     max_decompressed=max_decompressed)
+        # DC_BAD (or a malformed compressed batch): the twin names what is wrong (with
+        # refuse_headers the caller does, headers being no fault of the twin's)
+        if not refuse_headers:
+            v2_to_legacy(batches, magic=magic, allow_partial=allow_partial,
+                         max_decompressed=max_decompressed)
         raise CorruptRecordError(f"batch at byte {pos}: {DC_STATUS[DC_BAD]} "
                                  f"(the down-conversion kernel refused it)")
 

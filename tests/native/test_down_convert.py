@@ -177,3 +177,20 @@ def test_bad_crc_is_refused():
     buf[-1] ^= 1
     with pytest.raises(CorruptRecordError, match="CRC"):
         down_convert_batches(bytes(buf), magic=0)
+
+
+@pytest.mark.parametrize("codec", [0, 1])
+def test_refuse_headers_for_storing_produce(codec):
+    """Storing produce in a legacy format (storage/legacy_append.py) must not lose headers:
+    with refuse_headers a batch holding one is refused, a batch without any converts to the
+    same bytes as without the flag."""
+    plain = build_batch([Record(i, 1_700_000_000_000 + i, b"k%d" % i, b"v" * 30) for i in range(3)],
+                        compression=Compression(codec))
+    with_header = build_batch([Record(0, 1, b"k", b"v"), Record(1, 2, b"k", b"v", (("h", b"x"),))],
+                              compression=Compression(codec))
+    for magic in (0, 1):
+        assert down_convert_batches(plain, magic=magic, refuse_headers=True) == \
+            down_convert_batches(plain, magic=magic)
+        assert down_convert_batches(with_header, magic=magic)  # fetch: headers dropped
+        with pytest.raises(CorruptRecordError):
+            down_convert_batches(plain + with_header, magic=magic, refuse_headers=True)

@@ -11,6 +11,7 @@ import pytest
 
 from appliance.errors import (
     InvalidRecordError,
+    InvalidTimestampError,
     UnsupportedCompressionTypeError,
     UnsupportedForMessageFormatError,
 )
@@ -68,15 +69,26 @@ def test_topic_compression_type_recompresses(log_path):
     lg.close()
 
 
-def test_log_append_time_magic_1(log_path):
+@pytest.mark.parametrize("codec", [Compression.NONE, Compression.GZIP])
+def test_log_append_time_magic_1(log_path, codec):
     clock = Clock(T0 + 99)
     lg = open_log(log_path, cfg(message_format_version="0.10.0",
                                 message_timestamp_type="LogAppendTime"), clock)
-    info = lg.append(_batch(0, 2, Compression.GZIP))
+    info = lg.append(_batch(0, 2, codec))
     assert info.log_append_time == T0 + 99
-    (entry,) = iter_entries(lg.read_bytes(0, 1 << 20))
-    assert entry.timestamp_type == TimestampType.LOG_APPEND_TIME
-    assert [m.timestamp for m in entry.messages] == [T0 + 99] * 2
+    entries = list(iter_entries(lg.read_bytes(0, 1 << 20)))
+    assert len(entries) == (2 if codec == Compression.NONE else 1)
+    assert {e.timestamp_type for e in entries} == {TimestampType.LOG_APPEND_TIME}
+    assert [m.timestamp for e in entries for m in e.messages] == [T0 + 99] * 2
+    lg.close()
+
+
+def test_create_time_outside_the_allowed_difference_is_refused(log_path):
+    lg = open_log(log_path, cfg(message_format_version="0.10.2",
+                                message_timestamp_difference_max_ms=1000), Clock(T0))
+    with pytest.raises(InvalidTimestampError):
+        lg.append(_batch(0, 2, ts=T0 + 5000))
+    assert lg.log_end_offset == 0 and lg.size_bytes == 0
     lg.close()
 
 
