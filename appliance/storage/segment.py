@@ -46,7 +46,7 @@ from native.append_plan import (
     R_RUN_OFFSET_OF_MAX,
     ROW,
 )
-from native.batch_layout import HEADER_SIZE
+from native.legacy_layout import HEADER_SIZE_V0, LENGTH_SIZE
 from native.scan import SCAN_LIMIT, ScanResult, scan_batches
 
 __all__ = [
@@ -69,6 +69,8 @@ INT32_MAX = 0x7FFFFFFF
 _TRANSLATE_CHUNK = 256
 # Log files up to this size are read with pread rather than mapped (LogSegment.data).
 PREAD_MAX_BYTES = 64 * 1024
+# The smallest entry a log file can hold: a magic 0 message with null key and value.
+_MIN_ENTRY_SIZE = HEADER_SIZE_V0 + 2 * LENGTH_SIZE
 # Appends of at least this many batches are indexed with array operations.
 _VECTOR_MIN = 64
 
@@ -258,8 +260,9 @@ class LogSegment:
         if not self.writable and not os.path.exists(path):
             return empty(self.base_offset)
         # no more entries than batches (plus the time index's closing entry): bounds the
-        # count of an untrimmed index after a crash to a few probes
-        hint = self.size // HEADER_SIZE + 2 if self.writable else None
+        # count of an untrimmed index after a crash to a few probes. The smallest entry is a
+        # legacy magic 0 message (a topic in a pre-0.11 format), not a v2 header.
+        hint = self.size // _MIN_ENTRY_SIZE + 2 if self.writable else None
         try:
             return cls(path, self.base_offset, max_bytes, writable=self.writable,
                        max_entries_hint=hint)
