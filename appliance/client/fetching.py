@@ -2,7 +2,9 @@
 
 Turns a Fetch response's record bytes (v2 batches, possibly ending in a partial batch) into
 :class:`ConsumerRecord` values, skipping control batches and records before the requested offset
-(a compressed batch is returned whole, so it may start earlier).
+(a compressed batch is returned whole, so it may start earlier). A topic stored in a pre-0.11
+message format answers with magic 0/1 entries (possibly mixed with v2 batches), which are read
+too, as every Kafka client reads them.
 """
 
 from __future__ import annotations
@@ -10,7 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from appliance.errors import CorruptRecordError
 from appliance.records import TimestampType, decode_batch, iter_batches
+from appliance.records.legacy import iter_entries
+from native.batch_layout import CURRENT_MAGIC, MAGIC_OFFSET
+from native.scan import ScanStop, scan_batches
 
 __all__ = ["ConsumerRecord", "TopicPartition", "decode_records", "fetch_body", "list_offsets_body",
            "EARLIEST", "LATEST"]
@@ -40,6 +46,9 @@ def decode_records(topic: str, partition: int, data: Any, from_offset: int,
     """Records at or after ``from_offset`` in fetched bytes, and the offset after the last whole
     batch (None if there was none). Raises CorruptRecordError for a damaged batch."""
     buf = bytes(data or b"")
+    scan = scan_batches(buf, verify_crc=False, legacy=True)
+    if any(buf[p + MAGIC_OFFSET] != CURRENT_MAGIC for p in scan.positions.tolist()):
+        return _decode_mixed(topic, partition, buf, scan, from_offset, key_decoder, value_decoder)
     out: list[ConsumerRecord] = []
     next_offset = None
     for pos, h in iter_batches(buf, allow_partial=True):
@@ -54,6 +63,34 @@ def decode_records(topic: str, partition: int, data: Any, from_offset: int,
             key = key_decoder.from_bytes(r.key) if key_decoder is not None else r.key
             value = value_decoder.from_bytes(r.value) if value_decoder is not None else r.value
             out.append(ConsumerRecord(topic, partition, r.offset, key, value, r.headers, r.timestamp, tt))
+    return out, next_offset
+
+
+def _decode_mixed(topic: str, partition: int, buf: bytes, scan: Any, from_offset: int,
+                  key_decoder: Any, value_decoder: Any) -> tuple[list[ConsumerRecord], int | None]:
+    """:func:`decode_records` for bytes holding legacy (magic 0/1) entries, entry by entry."""
+    if scan.stop_reason not in (ScanStop.END, ScanStop.PARTIAL):
+        raise CorruptRecordError(f"fetched records are damaged at byte {scan.stop_position}")
+    out: list[ConsumerRecord] = []
+    next_offset = None
+    for pos, size, last in zip(scan.positions.tolist(), scan.sizes.tolist(),
+                               scan.last_offsets.tolist(), strict=True):
+        next_offset = last + 1
+        if last < from_offset:
+            continue
+        if buf[pos + MAGIC_OFFSET] == CURRENT_MAGIC:
+            recs, _ = decode_records(topic, partition, buf[pos:pos + size], from_offset,
+                                     key_decoder, value_decoder)
+            out += recs
+            continue
+        for entry in iter_entries(buf[pos:pos + size]):
+            tt = int(entry.timestamp_type)
+            for m in entry.messages:
+                if m.offset < from_offset:
+                    continue
+                key = key_decoder.from_bytes(m.key) if key_decoder is not None else m.key
+                value = value_decoder.from_bytes(m.value) if value_decoder is not None else m.value
+                out.append(ConsumerRecord(topic, partition, m.offset, key, value, (), m.timestamp, tt))
     return out, next_offset
 
 

@@ -83,6 +83,15 @@ def _write(bootstrap: str, topic: str, writer: str, how, codec: str) -> None:
 
 
 def _read(bootstrap: str, topic: str, how, n: int, start: int = 0) -> list[tuple[int, bytes, bytes]]:
+    if how == "appliance":  # our own client, through the console consumer
+        out = subprocess.run([sys.executable, "-m", "appliance.cli.main", "console-consumer",
+                              "--bootstrap-server", bootstrap, "--topic", topic, "--partition", "0",
+                              "--offset", str(start), "--max-messages", str(n),
+                              "--timeout-ms", "20000", "--property", "print.offset=true",
+                              "--property", "print.key=true"],
+                             check=True, capture_output=True, timeout=TIMEOUT).stdout
+        return [(int(o.split(b":", 1)[1]), k, v) for o, k, v in
+                (line.split(b"\t", 2) for line in out.splitlines())]
     if how == "kcat":
         out = subprocess.run(["kcat", "-b", bootstrap, "-C", "-t", topic, "-p", "0", "-o", str(start),
                               "-c", str(n), "-e", "-f", "%o\t%k\t%s\n"],
@@ -165,9 +174,9 @@ def test_dump_log_prints_legacy_entries(broker, written):
         assert payloads == [v.decode() for _, _, v in written[topic]]
 
 
-@pytest.mark.parametrize("reader", [w for w, _, _ in WRITERS])
+@pytest.mark.parametrize("reader", [w for w, _, _ in WRITERS] + ["appliance"])
 def test_every_client_reads_back_identically(broker, written, reader):
-    how = dict((w, h) for w, h, _ in WRITERS)[reader]
+    how = dict((w, h) for w, h, _ in WRITERS).get(reader, reader)
     for topic, rows in written.items():
         assert _read(broker.bootstrap, topic, how, len(rows)) == rows, (reader, topic)
 
@@ -243,7 +252,7 @@ def test_format_switch_to_3_0_keeps_both_parts_readable(broker, written):
     assert magics[0] == 1 and magics[-1] == 2 and set(magics) == {1, 2}
     rows = [(i, k, v) for i, (k, v) in enumerate(
         _records("before", topic) + [(b"h", b"with-header")] + _records("after", topic))]
-    for how in (None, (0, 10, 1), (0, 8, 2), "confluent", "kcat"):
+    for how in (None, (0, 10, 1), (0, 8, 2), "confluent", "kcat", "appliance"):
         assert _read(broker.bootstrap, topic, how, len(rows)) == rows, how
 
 
