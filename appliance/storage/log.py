@@ -323,7 +323,10 @@ class PartitionLog:
         rewriting each batch's baseOffset (``assign_offsets``; else the batches' offsets must
         start at or past the log end offset), stamps LogAppendTime when the topic asks for it,
         rolls when due, and writes all batches with one write call. A writable buffer is
-        rewritten in place; a read-only one is copied first.
+        rewritten in place; a read-only one is copied first. A topic in a pre-0.11
+        ``message.format.version`` stores them as magic 0/1 entries (legacy_append.py; headers
+        and producer ids raise UnsupportedForMessageFormatError); without ``assign_offsets``
+        (a follower) legacy entries are appended as they come, CRC-checked.
 
         Raises CorruptRecordError, InvalidRecordError, MessageTooLargeError,
         UnsupportedCompressionTypeError, InvalidTimestampError, OutOfOrderSequenceError,
