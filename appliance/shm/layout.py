@@ -26,7 +26,9 @@ __all__ = [
     "REPLICA_APPEND_HEADER", "FOLLOWER_FETCH_BODY",
 ]
 
-LAYOUT_VERSION = 4  # 3: partition slots carry the topic id; 4: RING_HEADER.waiting
+# 3: partition slots carry the topic id; 4: RING_HEADER.waiting; 5: REPLICA_APPEND_HEADER carries
+# the leader's log start offset
+LAYOUT_VERSION = 5
 TABLE_MAGIC = 0x41504C54  # "APLT"
 RING_MAGIC = 0x41504C52  # "APLR"
 MAX_WORKERS = 64  # disk + network workers per broker; far above what a box has disks/cores for
@@ -413,6 +415,7 @@ def cluster_address(base: str) -> str:
 # REPLICA_APPEND body: this header, then the leader's record batches (offsets kept)
 REPLICA_APPEND_HEADER = Layout("replica_append_header", (
     ("leader_high_watermark", "q"),
+    ("leader_log_start_offset", "q"),  # the follower raises its own to it (bounded by its HW)
 ))
 FOLLOWER_FETCH_BODY = Layout("follower_fetch_body", (
     ("fetch_offset", "q"),

@@ -9,6 +9,9 @@ stamps before its first append; real processes: one ZooKeeper, three `appliance 
 2. The leader is stopped (controlled shutdown moves leadership): before anything is appended
    in the new epoch, the new leader's leader-epoch-checkpoint already holds (new epoch, its log
    end offset) and OffsetsForLeaderEpoch answers for the new epoch and the one before it.
+3. DeleteRecords on the leader with every replica in sync: each follower takes the leader's log
+   start offset from its next fetch (checkpointed on all three brokers), so after the leader is
+   SIGKILLed the new leader's earliest offset (ListOffsets -2) is not below it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from appliance.cluster.wire_channel import encode_request
 from appliance.protocol.frames import RESPONSE_HEADER, SIZE
 from appliance.protocol.messages.cluster import OffsetsForLeaderEpoch
+from appliance.storage.checkpoint import LOG_START_OFFSET_CHECKPOINT, read_checkpoint
 from appliance.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT, read_leader_epoch_checkpoint
 from tests.broker_process import BrokerProcess
 from tests.cluster.harness import brokers_known as _brokers_known
@@ -194,3 +198,33 @@ def test_new_leader_stamps_its_epoch_before_any_append(cluster):
 
 def _high_watermark(boot: str) -> int:
     return _consumer_watermarks(boot)[1]
+
+
+def _checkpointed_log_start(b: BrokerProcess) -> int | None:
+    try:
+        return read_checkpoint(str(Path(b.log_dirs[0]) / LOG_START_OFFSET_CHECKPOINT)).get((TOPIC, 0))
+    except Exception:  # being replaced at this moment: read again
+        return None
+
+
+def test_delete_records_reaches_every_replica_and_outlives_the_leader(cluster):
+    boot, brokers = cluster["boot"], cluster["brokers"]
+    _wait(lambda: (p := _partition(boot)) and len(p.isrs) == 3, 120, "a full ISR")
+    _produce(boot, 3000, 30)
+    lo, hi = _consumer_watermarks(boot)
+    target = hi - 5  # inside the last batch: every replica holds it, none may serve below it
+    assert target > lo
+    admin = AdminClient({"bootstrap.servers": boot})
+    done = admin.delete_records([TopicPartition(TOPIC, 0, target)])
+    assert next(iter(done.values())).result(30).low_watermark == target
+    for i, b in brokers.items():
+        _wait(lambda b=b: _checkpointed_log_start(b) == target, 30, f"broker {i}'s log start {target}")
+
+    old = _partition(boot).leader
+    brokers[old].kill()
+    _wait(lambda: (p := _partition(boot)) and p.leader not in (-1, old), 60, "a new leader")
+    lo, hi2 = _consumer_watermarks(boot)  # ListOffsets -2 / -1, answered by the new leader
+    assert (lo, hi2) == (target, hi)
+
+    brokers[old] = _broker(Path(brokers[old].workdir), cluster["connect"], old, port=brokers[old].port).start()
+    _wait(lambda: (p := _partition(boot)) and old in p.isrs, 120, "the old leader back in the ISR")
