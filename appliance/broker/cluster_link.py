@@ -5,18 +5,24 @@ UpdateMetadata, and Metadata and CreateTopics, which need the cluster's view) tr
 ``[u32 length][i16 api key][i16 api version][encoded request body]`` over one abstract Unix
 stream socket per network worker; the answer is ``[u32 length][encoded response body]``. One
 request at a time per link: these APIs are rare next to produce and fetch.
+
+One request is ours, not an API: :data:`CONFIG_WRITE` (key -2) carries a validated config change
+as JSON ``{"entity_type": "topics"|"brokers", "entity_name": .., "config": {..}}``, which the
+cluster worker writes to ZooKeeper for every broker; it answers ``{"error_code": .., "error_message": ..}``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import struct
 
-__all__ = ["ClusterLink", "ClusterUnavailable", "FORWARD_HEAD", "LENGTH"]
+__all__ = ["ClusterLink", "ClusterUnavailable", "FORWARD_HEAD", "LENGTH", "CONFIG_WRITE"]
 
 LENGTH = struct.Struct(">I")
 FORWARD_HEAD = struct.Struct(">hh")
 _TIMEOUT_S = 60.0  # CreateTopics waits for the controller's elections
+CONFIG_WRITE = -2  # not a Kafka API key: a config change for ZooKeeper (see the module doc)
 
 
 class ClusterUnavailable(Exception):
@@ -47,6 +53,14 @@ class ClusterLink:
             raise ClusterUnavailable(str(e)) from e
         self._idle.append(conn)
         return answer
+
+    async def write_config(self, entity_type: str, entity_name: str,
+                           config: dict[str, str]) -> tuple[int, str | None]:
+        """(error code, message) of writing the entity's whole config set through ZooKeeper.
+        Raises ClusterUnavailable."""
+        body = json.dumps({"entity_type": entity_type, "entity_name": entity_name, "config": config})
+        answer = json.loads(await self.call(CONFIG_WRITE, 0, body.encode()))
+        return int(answer["error_code"]), answer.get("error_message")
 
     def close(self) -> None:
         for _, writer in self._idle:

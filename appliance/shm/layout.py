@@ -387,7 +387,11 @@ LEADERSHIP_SLOT = Layout("leadership_slot", (
     ("leader_epoch", "i"),
     ("replica_count", "i"),
     ("isr_count", "i"),
-    ("pad", "4x"),
+    # KIP-73, leader side: bytes/s this broker, leading the partition, may send to followers out
+    # of the ISR (leader.replication.throttled.rate, the partition listed in
+    # leader.replication.throttled.replicas); 0 = not throttled. Written by the cluster worker
+    # with a plain aligned store, kept by write(). Was a zero pad: no LAYOUT_VERSION bump needed
+    ("leader_throttle_rate", "i"),
     ("replicas", f"{MAX_REPLICAS}i"),
     ("isr", f"{MAX_REPLICAS}i"),
     # written by the leader's disk worker from its followers' fetches (index as in replicas),

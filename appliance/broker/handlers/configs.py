@@ -85,6 +85,8 @@ async def _alter_topic(ctx: Any, name: str, configs: dict[str, str], validate_on
         return ErrorCode.INVALID_CONFIG, str(e)
     if validate_only:
         return 0, None
+    if ctx.cluster_link is not None:  # cluster mode: through ZooKeeper, to every broker
+        return await broker_configs.cluster_config_write(ctx, "topics", name, configs)
     payload = json.dumps({"configs": configs}).encode()
     results = await asyncio.gather(*(
         ctx.disks.submit(i.disk, MsgType.ALTER_CONFIG, i.slot, payload) for i in parts))
