@@ -19,7 +19,8 @@ publishes, per partition it leads, the leader rate when the topic's leader list 
 broker for it (0 otherwise) in the leadership area (:meth:`publish_leader_throttles`); the
 network worker serving a follower's Fetch (:class:`LeaderQuota`) answers a throttled partition
 with no records while the bytes it sent to throttled followers out of the ISR have used up its
-share of the rate, and never holds back a follower in the ISR. Each network worker keeps its own
+share of the rate, and otherwise with at most one second's worth of it (at least one batch);
+it never holds back a follower in the ISR. Each network worker keeps its own
 bucket with rate / num.network.threads (they are separate processes; the sum stays within the
 rate).
 

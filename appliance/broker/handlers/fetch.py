@@ -103,6 +103,8 @@ def _read_all(ctx: Any, body: Any, names: list[str | None], replica_id: int) -> 
             if throttle and ctx.leader_quota.exceeded(throttle):
                 continue  # KIP-73: a throttled follower out of the ISR gets no records this time
             limit = min(p.partition_max_bytes, max_bytes - total)
+            if throttle:
+                limit = min(limit, throttle)  # one second's worth: the rate holds fetch by fetch
             if limit <= 0 and total > 0:
                 continue
             reader = ctx.readers.reader(info.disk, name, p.partition)
