@@ -182,7 +182,15 @@ class ConfigChanges:
             log.info("dynamic broker configs now %s (broker) %s (default)", new.broker, new.default)
             return True
 
-    # -- writing (this broker's AlterConfigs / IncrementalAlterConfigs) -----------------------
+    # -- this broker's DescribeConfigs / AlterConfigs / IncrementalAlterConfigs --------------
+    async def read_topic(self, topic: str) -> dict[str, str] | None:
+        """The topic's log overrides in ZooKeeper (None: no such topic), so a broker holding no
+        replica of it answers too."""
+        if await self._zk(self.store.assignment, topic) is None:
+            return None
+        return {k: v for k, v in (await self._zk(self.store.topic_config, topic)).items()
+                if k not in REPLICATION_KEYS}
+
     async def write(self, kind: str, name: str, config: dict[str, str]) -> tuple[int, str | None]:
         """Make ``config`` the entity's set (validated by the caller): the keys that are not
         the caller's to set (throttle lists of a topic; throttle rates and other keys of a

@@ -29,7 +29,7 @@ import sys
 import setproctitle
 
 from appliance.broker.broker_context import BrokerContext
-from appliance.broker.cluster_link import CONFIG_WRITE, FORWARD_HEAD, LENGTH
+from appliance.broker.cluster_link import CONFIG_REQUEST, FORWARD_HEAD, LENGTH
 from appliance.broker.disk_client import DiskClient
 from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.broker.plumbing import Plumbing
@@ -220,8 +220,8 @@ class ClusterWorker:
                 (n,) = LENGTH.unpack(await reader.readexactly(LENGTH.size))
                 frame = await reader.readexactly(n)
                 api_key, version = FORWARD_HEAD.unpack_from(frame, 0)
-                if api_key == CONFIG_WRITE:
-                    body = await self._write_config(frame[FORWARD_HEAD.size:])
+                if api_key == CONFIG_REQUEST:
+                    body = await self._config_request(frame[FORWARD_HEAD.size:])
                 else:
                     body = await self._answer(api_key, version, frame)
                 writer.write(LENGTH.pack(len(body)) + body)
@@ -232,10 +232,13 @@ class ClusterWorker:
         finally:
             writer.close()
 
-    async def _write_config(self, data: bytes) -> bytes:
+    async def _config_request(self, data: bytes) -> bytes:
         if self.configs is None:  # not joined yet: a closed link, retriable for the client
             raise ConnectionError("not joined yet")
         req = json.loads(data)
+        if req.get("op") == "read":
+            config = await self.configs.read_topic(req["entity_name"])
+            return json.dumps({"error_code": 0, "error_message": None, "config": config}).encode()
         code, message = await self.configs.write(req["entity_type"], req["entity_name"], req["config"])
         return json.dumps({"error_code": int(code), "error_message": message}).encode()
 

@@ -341,6 +341,16 @@ def test_config_changes_reach_every_broker_and_a_restarted_one(cluster):
     assert _topic_overrides(brokers[via]) == {"min.insync.replicas": "2", "retention.ms": "86400001"}
     assert _broker_defaults(brokers[via]) == {"log.retention.ms": "604800001"}
 
+    # a broker holding no replica of a topic alters it too (its overrides come from ZooKeeper)
+    admin = AdminClient({"bootstrap.servers": boot})  # held: the future needs its handle
+    admin.create_topics([NewTopic("solo", num_partitions=1, replica_assignment=[[leader]])])["solo"].result(60)
+    solo = Path(brokers[leader].log_dirs[0]) / "solo-0"
+    _wait(lambda: solo.exists(), 30, "the single replica")
+    _configs_tool(brokers[other], "--entity-type", "topics", "--entity-name", "solo",
+                  "--add-config", "retention.ms=1234567")
+    _wait(lambda: read_topic_properties(str(solo)) == {"retention.ms": "1234567"}, 10,
+          "the replica's broker to apply it", step=0.05)
+
 
 # -- ISR changes in every broker's Metadata ------------------------------------------------------
 
