@@ -51,6 +51,7 @@ __all__ = ["ConfigChanges", "CHANGE_EXPIRATION_MS", "TOPICS", "BROKERS"]
 log = logging.getLogger("appliance.cluster.config")
 
 CHANGE_EXPIRATION_MS = 15 * 60 * 1000  # Kafka's: a notification this old has been seen by all
+_PURGE_INTERVAL_MS = 60_000  # the expired notifications are looked for at most this often
 TOPICS, BROKERS = "topics", "brokers"
 
 
@@ -66,6 +67,7 @@ class ConfigChanges:
         self.broker_id = broker_id
         self.last_seq = -1
         self._wake = asyncio.Event()
+        self._purged_ms = 0
 
     async def _zk(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
@@ -89,16 +91,24 @@ class ConfigChanges:
                 log.exception("applying config changes failed; next change retries")
 
     async def process(self, names: list[str]) -> None:
-        now_ms = int(time.time() * 1000)
+        """Apply the notifications newer than the last handled, oldest first; then, at most once
+        a minute, delete the expired ones (reading each old one's creation time)."""
         for name in names:
             seq = _seq(name)
+            if seq <= self.last_seq:
+                continue
+            self.last_seq = seq
             entry = await self._zk(self.store.config_change, name)
-            if seq > self.last_seq:
-                self.last_seq = seq
-                if entry is None:
-                    log.warning("config change %s unreadable or gone: skipped", name)
-                else:
-                    await self._apply_entity(entry[0], entry[1])
+            if entry is None:
+                log.warning("config change %s unreadable or gone: skipped", name)
+            else:
+                await self._apply_entity(entry[0], entry[1])
+        now_ms = int(time.time() * 1000)
+        if now_ms - self._purged_ms < _PURGE_INTERVAL_MS:
+            return
+        self._purged_ms = now_ms
+        for name in names:
+            entry = await self._zk(self.store.config_change, name)
             if entry is not None and now_ms - entry[2] > CHANGE_EXPIRATION_MS:
                 await self._zk(self.store.delete_config_change, name)
 
