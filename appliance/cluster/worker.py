@@ -177,7 +177,8 @@ class ClusterWorker:
             except BrokerIdInUse:
                 holder = await loop.run_in_executor(None, self._registration)
                 mine = (self.member.info.host, self.member.info.port)
-                if holder != mine or loop.time() > deadline:
+                # None: the old session expired between our attempt and this look: try again
+                if holder not in (mine, None) or loop.time() > deadline:
                     raise
                 log.info("broker.id %d is still held by this broker's previous session: waiting "
                          "for ZooKeeper to expire it", self.broker_id)
