@@ -83,6 +83,7 @@ __all__ = ["ClusterWorker"]
 
 log = logging.getLogger("appliance.cluster")
 
+_PREVIOUS_SESSION_MAX_S = 40.0  # ZooKeeper's default maxSessionTimeout (20 ticks of 2 s)
 _THROTTLE_PUBLISH_S = 0.5  # a throttle set or removed reaches the leaders' fetch answers this late
 
 _APIS = {**INTER_BROKER_APIS, Metadata.API_KEY: Metadata, CreateTopics.API_KEY: CreateTopics,
@@ -169,7 +170,10 @@ class ClusterWorker:
         """Start the membership. If broker.id is held by a session registered with our own
         listener, it is this broker's previous life (a SIGKILL, a crashed cluster worker): wait
         for ZooKeeper to expire it rather than refuse to start. Another broker's: raise."""
-        deadline = loop.time() + 2 * self.member.settings.session_timeout_ms / 1000 + 10
+        # the previous life may have run with a longer session than ours (up to ZooKeeper's
+        # maxSessionTimeout, 40 s by default): wait out the longer of the two, twice
+        longest_s = max(self.member.settings.session_timeout_ms / 1000, _PREVIOUS_SESSION_MAX_S)
+        deadline = loop.time() + 2 * longest_s + 10
         while True:
             try:
                 await loop.run_in_executor(None, self.member.start)
