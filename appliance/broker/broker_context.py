@@ -46,6 +46,7 @@ class BrokerContext:
         # cluster mode (set by the network worker): the leadership area, the line to the cluster
         # worker, the inter-broker APIs and the handler table; None/standalone otherwise
         self.leaders: Any = None
+        self.leader_quota: Any = None  # the leader side of the replication throttle
         self.cluster_link: Any = None
         self.extra_apis: dict | None = None
         self.handlers: dict | None = None

@@ -5,18 +5,26 @@ UpdateMetadata, and Metadata and CreateTopics, which need the cluster's view) tr
 ``[u32 length][i16 api key][i16 api version][encoded request body]`` over one abstract Unix
 stream socket per network worker; the answer is ``[u32 length][encoded response body]``. One
 request at a time per link: these APIs are rare next to produce and fetch.
+
+One request is ours, not an API: :data:`CONFIG_REQUEST` (key -2), JSON both ways, for the configs
+ZooKeeper holds. ``{"op": "write", "entity_type": "topics"|"brokers", "entity_name": ..,
+"config": {..}}`` carries a validated change, which the cluster worker writes for every broker;
+``{"op": "read", "entity_type": "topics", "entity_name": ..}`` asks for a topic's overrides.
+The answer: ``{"error_code": .., "error_message": .., "config": {..} or null}``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import struct
 
-__all__ = ["ClusterLink", "ClusterUnavailable", "FORWARD_HEAD", "LENGTH"]
+__all__ = ["ClusterLink", "ClusterUnavailable", "FORWARD_HEAD", "LENGTH", "CONFIG_REQUEST"]
 
 LENGTH = struct.Struct(">I")
 FORWARD_HEAD = struct.Struct(">hh")
 _TIMEOUT_S = 60.0  # CreateTopics waits for the controller's elections
+CONFIG_REQUEST = -2  # not a Kafka API key: configs in ZooKeeper (see the module doc)
 
 
 class ClusterUnavailable(Exception):
@@ -47,6 +55,23 @@ class ClusterLink:
             raise ClusterUnavailable(str(e)) from e
         self._idle.append(conn)
         return answer
+
+    async def write_config(self, entity_type: str, entity_name: str,
+                           config: dict[str, str]) -> tuple[int, str | None]:
+        """(error code, message) of writing the entity's whole config set through ZooKeeper.
+        Raises ClusterUnavailable."""
+        answer = await self._config({"op": "write", "entity_type": entity_type,
+                                     "entity_name": entity_name, "config": config})
+        return int(answer["error_code"]), answer.get("error_message")
+
+    async def topic_config(self, topic: str) -> dict[str, str] | None:
+        """The topic's overrides in ZooKeeper; None when there is no such topic. Raises
+        ClusterUnavailable."""
+        answer = await self._config({"op": "read", "entity_type": "topics", "entity_name": topic})
+        return answer.get("config")
+
+    async def _config(self, request: dict) -> dict:
+        return json.loads(await self.call(CONFIG_REQUEST, 0, json.dumps(request).encode()))
 
     def close(self) -> None:
         for _, writer in self._idle:

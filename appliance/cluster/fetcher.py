@@ -237,10 +237,11 @@ class ReplicaFetcher:
                 records = bytes(p.records or b"")
                 if tp in throttled:
                     self.limiter.record(len(records))
-                if not records and table.offsets(slot)[1] >= min(p.high_watermark, table.offsets(slot)[0]):
+                if not records and _nothing_new(table.offsets(slot), p.high_watermark, p.log_start_offset):
                     continue
                 appends.append((tp, slot, p.high_watermark, asyncio.ensure_future(self.ctx.disks.submit(
-                    disk, MsgType.REPLICA_APPEND, slot, _HEAD.pack(p.high_watermark), 1, 30000, records))))
+                    disk, MsgType.REPLICA_APPEND, slot, _HEAD.pack(p.high_watermark, p.log_start_offset),
+                    1, 30000, records))))
         for tp, slot, hw, fut in appends:
             comp = await fut
             if comp.error_code:
@@ -252,3 +253,10 @@ class ReplicaFetcher:
                 self.lagging.add(tp)
         if backoff:
             await asyncio.sleep(_BACKOFF_S)
+
+
+def _nothing_new(own: tuple[int, int, int], leader_hw: int, leader_start: int) -> bool:
+    """An empty answer changes nothing here: our HW is already min(leader's, our LEO) and our
+    log start already min(leader's, our HW) (Kafka's follower takes both on every fetch)."""
+    leo, hw, start = own
+    return hw >= min(leader_hw, leo) and start >= min(leader_start, hw)

@@ -18,13 +18,17 @@ from appliance.cluster.zk_store import ZkStore
 
 __all__ = [
     "high_watermark", "out_of_sync_replicas", "caught_up_replicas", "propose_isr",
-    "IsrChangePropagator", "PROPAGATION_BLACKOUT_MS", "PROPAGATION_INTERVAL_MS",
+    "IsrChangePropagator", "PROPAGATION_MIN_INTERVAL_MS",
 ]
 
-# Kafka's ReplicaManager: announce ISR changes once none happened for 5 s, or at least every
-# 60 s while they keep coming, so a flapping follower does not flood the controller.
-PROPAGATION_BLACKOUT_MS = 5000
-PROPAGATION_INTERVAL_MS = 60000
+# Kafka 2.x's ReplicaManager announced ISR changes once none had happened for 5 s (or every 60 s
+# while they kept coming), so Metadata showed an ISR change 5-60 s late; Kafka 2.7+ sends each
+# change to the controller at once (AlterIsr, KIP-497). We keep the ZooKeeper notification (the
+# controller already acts on it at once) and announce at the end of the upkeep round that made
+# the change: every broker's Metadata has it within about a second. At most one notification
+# per PROPAGATION_MIN_INTERVAL_MS per broker, so a flapping follower cannot flood the controller
+# even with a tiny replica.lag.time.max.ms (rounds every lag/2).
+PROPAGATION_MIN_INTERVAL_MS = 250
 
 
 def high_watermark(leader_id: int, leader_leo: int, isr: Collection[int],
@@ -65,25 +69,22 @@ def propose_isr(store: ZkStore, tp: TopicPartition, held: PartitionLeadership,
 
 class IsrChangePropagator:
     """Collects partitions whose ISR this broker changed and announces them to the controller
-    with one ``/isr_change_notification`` node, per Kafka's blackout/interval rule."""
+    with one ``/isr_change_notification`` node per round (see PROPAGATION_MIN_INTERVAL_MS)."""
 
-    def __init__(self, store: ZkStore, now_ms: int) -> None:
+    def __init__(self, store: ZkStore) -> None:
         self.store = store
         self.pending: set[TopicPartition] = set()
-        self.last_change_ms = now_ms
-        self.last_propagation_ms = now_ms  # Kafka counts the interval from start-up
+        self.last_propagation_ms: int | None = None
 
-    def record(self, tp: TopicPartition, now_ms: int) -> None:
+    def record(self, tp: TopicPartition) -> None:
         self.pending.add(tp)
-        self.last_change_ms = now_ms
 
     def maybe_propagate(self, now_ms: int) -> bool:
-        """Write the notification if it is due; True if one was written."""
+        """Write the notification if anything is pending and the last one is old enough; True
+        if one was written."""
         if not self.pending:
             return False
-        quiet = now_ms - self.last_change_ms >= PROPAGATION_BLACKOUT_MS
-        overdue = now_ms - self.last_propagation_ms >= PROPAGATION_INTERVAL_MS
-        if not (quiet or overdue):
+        if self.last_propagation_ms is not None and now_ms - self.last_propagation_ms < PROPAGATION_MIN_INTERVAL_MS:
             return False
         self.store.notify_isr_change(self.pending)
         self.pending = set()

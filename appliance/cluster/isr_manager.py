@@ -3,7 +3,8 @@ tick, for each partition this broker leads, read the followers' positions the di
 in the leadership area, drop followers not caught up for ``replica.lag.time.max.ms``, add
 followers whose log end reached the high watermark, write the new ISR to ZooKeeper conditional
 on its zkVersion (:func:`appliance.cluster.isr.propose_isr`), publish it, and announce it to the
-controller (:class:`IsrChangePropagator`), which then updates every broker's metadata.
+controller at the end of the round (:class:`IsrChangePropagator`), which then updates every
+broker's metadata at once.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class IsrManager:
         self.store = store
         self.lock = lock  # LocalReplicas' lock: no LeaderAndIsr is applied while we write
         self.lag_ms = int(ctx.config["replica.lag.time.max.ms"])
-        self.propagator = IsrChangePropagator(store, _now_ms())
+        self.propagator = IsrChangePropagator(store)
 
     async def run(self) -> None:
         interval = min(self.lag_ms / 2, 1000) / 1000
@@ -82,7 +83,7 @@ class IsrManager:
             self.table.local[tp] = written
             self.area.write(info.slot, Role.LEADER, written.leader, written.leader_epoch,
                             written.replicas, written.isr)
-            self.propagator.record(tp, now)
+            self.propagator.record(tp)
         await loop.run_in_executor(None, self.propagator.maybe_propagate, _now_ms())
 
 

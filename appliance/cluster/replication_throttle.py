@@ -8,11 +8,21 @@ Kafka's layout, which `reassign-partitions --execute --throttle` writes and --ve
   replicas the partition had) and ``follower.replication.throttled.replicas`` (those being
   added), comma-separated, or ``*`` for all.
 
-Enforced here, in the follower's fetcher: a throttled replica that is not caught up (its log
-end below the leader's high watermark at the last fetch) is left out of the fetch while this
-broker's throttled bytes have used up the follower rate (Kafka's ``shouldFollowerThrottle``;
-a token bucket here, Kafka's is a windowed rate). Replicas in sync are never held back, so acks=all does not slow.
-The leader-side rate is written for Kafka's tooling but not enforced by the leader.
+Follower side, in the fetcher: a throttled replica that is not caught up (its log end below the
+leader's high watermark at the last fetch) is left out of the fetch while this broker's
+throttled bytes have used up the follower rate (Kafka's ``shouldFollowerThrottle``; a token
+bucket here, Kafka's is a windowed rate). Replicas in sync are never held back, so acks=all does
+not slow.
+
+Leader side (Kafka's ReplicationQuotaManager with ``shouldLeaderThrottle``): the cluster worker
+publishes, per partition it leads, the leader rate when the topic's leader list names this
+broker for it (0 otherwise) in the leadership area (:meth:`publish_leader_throttles`); the
+network worker serving a follower's Fetch (:class:`LeaderQuota`) answers a throttled partition
+with no records while the bytes it sent to throttled followers out of the ISR have used up its
+share of the rate, and otherwise with at most one second's worth of it (at least one batch);
+it never holds back a follower in the ISR. Each network worker keeps its own
+bucket with rate / num.network.threads (they are separate processes; the sum stays within the
+rate).
 
 Settings come from kazoo data watches on those znodes (the cluster worker's session); the
 fetcher reads the cached values, never ZooKeeper, per round.
@@ -31,7 +41,7 @@ from appliance.cluster.zk_paths import TopicPartition, broker_config_path, topic
 __all__ = [
     "LEADER_RATE", "FOLLOWER_RATE", "LEADER_REPLICAS", "FOLLOWER_REPLICAS", "REPLICATION_KEYS",
     "parse_replicas", "format_replicas", "is_throttled",
-    "RateLimiter", "ThrottleSettings",
+    "RateLimiter", "ThrottleSettings", "LeaderQuota", "publish_leader_throttles",
 ]
 
 LEADER_RATE = "leader.replication.throttled.rate"
@@ -113,14 +123,18 @@ class ThrottleSettings:
         self.client = client
         self.broker_id = broker_id
         self.follower_rate: int | None = None
+        self.leader_rate: int | None = None
         self._replicas: dict[str, frozenset[tuple[int, int]] | str] = {}
+        self._leader_replicas: dict[str, frozenset[tuple[int, int]] | str] = {}
         self._watched: set[str] = set()
         self._lock = threading.Lock()
         client.DataWatch(broker_config_path(broker_id), self._on_broker)
 
     def _on_broker(self, data: bytes | None, _stat: Any) -> None:
-        v = _config_of(data).get(FOLLOWER_RATE, "")
+        cfg = _config_of(data)
+        v, lv = cfg.get(FOLLOWER_RATE, ""), cfg.get(LEADER_RATE, "")
         self.follower_rate = int(v) if v.strip().isdigit() else None
+        self.leader_rate = int(lv) if lv.strip().isdigit() else None
 
     def watch_topic(self, topic: str) -> None:
         """Follow ``topic``'s throttled replicas from now on (idempotent)."""
@@ -130,7 +144,9 @@ class ThrottleSettings:
             self._watched.add(topic)
 
         def on_topic(data: bytes | None, _stat: Any) -> None:
-            self._replicas[topic] = parse_replicas(_config_of(data).get(FOLLOWER_REPLICAS))
+            cfg = _config_of(data)
+            self._replicas[topic] = parse_replicas(cfg.get(FOLLOWER_REPLICAS))
+            self._leader_replicas[topic] = parse_replicas(cfg.get(LEADER_REPLICAS))
 
         self.client.DataWatch(topic_config_path(topic), on_topic)
 
@@ -139,3 +155,45 @@ class ThrottleSettings:
         the topic lists it)."""
         return (self.follower_rate is not None
                 and is_throttled(self._replicas.get(tp.topic, frozenset()), tp.partition, self.broker_id))
+
+    def leader_rate_for(self, tp: TopicPartition) -> int:
+        """The leader rate when this broker's replica of ``tp`` is a throttled leader, else 0."""
+        rate = self.leader_rate
+        if rate is None or not is_throttled(self._leader_replicas.get(tp.topic, frozenset()),
+                                            tp.partition, self.broker_id):
+            return 0
+        return rate
+
+
+def publish_leader_throttles(settings: ThrottleSettings, led: Iterable[tuple[TopicPartition, int]],
+                             area: Any) -> None:
+    """For each (partition, slot) this broker leads, its leader rate into the leadership area
+    (only when it changed); the topics are watched from their first pass on."""
+    for tp, slot in led:
+        settings.watch_topic(tp.topic)
+        rate = settings.leader_rate_for(tp)
+        if area.leader_throttle(slot) != rate:
+            area.set_leader_throttle(slot, rate)
+
+
+class LeaderQuota:
+    """One network worker's part of the leader rate (see the module doc). Single-threaded."""
+
+    def __init__(self, area: Any, workers: int, clock: Any = time.monotonic) -> None:
+        self.area = area
+        self.workers = max(1, workers)
+        self.limiter = RateLimiter(clock)
+
+    def throttled(self, slot: int, replica_id: int, isr: tuple[int, ...]) -> int:
+        """This worker's rate for ``replica_id`` fetching ``slot`` (0: not throttled — no rate
+        set for the partition, or the follower is in the ISR)."""
+        rate = self.area.leader_throttle(slot)
+        if rate <= 0 or replica_id in isr:
+            return 0
+        return max(1, rate // self.workers)
+
+    def exceeded(self, rate: int) -> bool:
+        return self.limiter.exceeded(rate)
+
+    def record(self, nbytes: int) -> None:
+        self.limiter.record(nbytes)

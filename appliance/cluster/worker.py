@@ -9,7 +9,8 @@ a network worker does.
 The network workers hand it, over an abstract Unix stream socket
 (:mod:`appliance.broker.cluster_link`), the controller's LeaderAndIsr / StopReplica /
 UpdateMetadata and the clients' Metadata, CreateTopics, ElectLeaders and the reassignment APIs
-(45, 46); it answers with encoded bodies.
+(45, 46); it answers with encoded bodies. Config changes of this broker's clients come the same
+way and go to ZooKeeper; every broker applies them from /config/changes (:mod:`config_changes`).
 
 Exit codes: 3 when the broker cannot join (broker.id registered by another live broker,
 ZooKeeper unreachable past zookeeper.connection.timeout.ms, or the id taken while this
@@ -19,6 +20,7 @@ broker's session had expired): the supervisor halts instead of respawning.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -27,7 +29,7 @@ import sys
 import setproctitle
 
 from appliance.broker.broker_context import BrokerContext
-from appliance.broker.cluster_link import FORWARD_HEAD, LENGTH
+from appliance.broker.cluster_link import CONFIG_REQUEST, FORWARD_HEAD, LENGTH
 from appliance.broker.disk_client import DiskClient
 from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.broker.plumbing import Plumbing
@@ -38,6 +40,7 @@ from appliance.cluster.broker_answers import (
     describe_cluster_body,
     metadata_body,
 )
+from appliance.cluster.config_changes import ConfigChanges
 from appliance.cluster.controlled_shutdown import answer_shutdown, request_shutdown
 from appliance.cluster.elect_leaders import answer_elect_leaders
 from appliance.cluster.fetcher import ReplicaFetcher
@@ -47,7 +50,7 @@ from appliance.cluster.local_replicas import LocalReplicas
 from appliance.cluster.member import ClusterMember
 from appliance.cluster.reassignment_api import answer_alter_reassignments, answer_list_reassignments
 from appliance.cluster.registry import BrokerIdInUse
-from appliance.cluster.replication_throttle import ThrottleSettings
+from appliance.cluster.replication_throttle import ThrottleSettings, publish_leader_throttles
 from appliance.cluster.topic_ids import TopicIds
 from appliance.cluster.wire_channel import WireChannel
 from appliance.cluster.zk_session import ZooKeeperUnreachable, open_session
@@ -80,6 +83,9 @@ __all__ = ["ClusterWorker"]
 
 log = logging.getLogger("appliance.cluster")
 
+_PREVIOUS_SESSION_MAX_S = 40.0  # ZooKeeper's default maxSessionTimeout (20 ticks of 2 s)
+_THROTTLE_PUBLISH_S = 0.5  # a throttle set or removed reaches the leaders' fetch answers this late
+
 _APIS = {**INTER_BROKER_APIS, Metadata.API_KEY: Metadata, CreateTopics.API_KEY: CreateTopics,
          DeleteTopics.API_KEY: DeleteTopics,
          FindCoordinator.API_KEY: FindCoordinator, DescribeCluster.API_KEY: DescribeCluster}
@@ -111,6 +117,7 @@ class ClusterWorker:
         loop.add_reader(p.net_bells[p.cluster_index], ctx.wakeups.on_doorbell)
         self.member = ClusterMember.from_config(self.config, WireChannel(client_id=f"controller-{self.broker_id}"))
         self.replicas: LocalReplicas | None = None
+        self.configs: ConfigChanges | None = None
         server = await asyncio.start_unix_server(self._serve, path=cluster_address(p.base))
         beat = asyncio.ensure_future(self._heartbeat(table, disks))
         try:
@@ -123,13 +130,16 @@ class ClusterWorker:
             return EXIT_BOOT_ERROR
         store = ZkStore(self.member.client)
         self.store = store
-        self.fetcher = ReplicaFetcher(ctx, store, self.broker_id,
-                                      ThrottleSettings(self.member.client, self.broker_id))
+        self.throttle = ThrottleSettings(self.member.client, self.broker_id)
+        self.fetcher = ReplicaFetcher(ctx, store, self.broker_id, self.throttle)
         self.topic_ids = TopicIds(store)
         self.replicas = LocalReplicas(ctx, self.member.leadership, area, store, self.fetcher,
                                       self.topic_ids)
         isr = IsrManager(ctx, self.member.leadership, area, store, self.replicas.lock)
         isr_task = asyncio.ensure_future(isr.run())
+        self.configs = ConfigChanges(ctx, store, self.broker_id)
+        config_task = asyncio.ensure_future(self.configs.run())
+        throttle_task = asyncio.ensure_future(self._publish_leader_throttles(area))
         table.set_worker_state(self.slot, WorkerState.READY)
         log.info("broker %d joined the cluster", self.broker_id)
         code = EXIT_OK
@@ -147,6 +157,8 @@ class ClusterWorker:
             await loop.run_in_executor(None, request_shutdown, self.member, store, self.broker_id)
         self.fetcher.stop()
         isr_task.cancel()
+        config_task.cancel()
+        throttle_task.cancel()
         server.close()
         await loop.run_in_executor(None, self.member.stop)
         self.member.channel.close()
@@ -158,7 +170,10 @@ class ClusterWorker:
         """Start the membership. If broker.id is held by a session registered with our own
         listener, it is this broker's previous life (a SIGKILL, a crashed cluster worker): wait
         for ZooKeeper to expire it rather than refuse to start. Another broker's: raise."""
-        deadline = loop.time() + 2 * self.member.settings.session_timeout_ms / 1000 + 10
+        # the previous life may have run with a longer session than ours (up to ZooKeeper's
+        # maxSessionTimeout, 40 s by default): wait out the longer of the two, twice
+        longest_s = max(self.member.settings.session_timeout_ms / 1000, _PREVIOUS_SESSION_MAX_S)
+        deadline = loop.time() + 2 * longest_s + 10
         while True:
             try:
                 await loop.run_in_executor(None, self.member.start)
@@ -166,11 +181,28 @@ class ClusterWorker:
             except BrokerIdInUse:
                 holder = await loop.run_in_executor(None, self._registration)
                 mine = (self.member.info.host, self.member.info.port)
-                if holder != mine or loop.time() > deadline:
+                # None: the old session expired between our attempt and this look: try again
+                if holder not in (mine, None) or loop.time() > deadline:
                     raise
                 log.info("broker.id %d is still held by this broker's previous session: waiting "
                          "for ZooKeeper to expire it", self.broker_id)
                 await asyncio.sleep(1.0)
+
+    async def _publish_leader_throttles(self, area: LeadershipArea) -> None:
+        """The leader side of the replication throttle: each led partition's rate into the
+        leadership area, where the network workers serving followers' fetches read it."""
+        me = self.broker_id
+        while True:
+            try:
+                led = []
+                for tp, held in list(self.member.leadership.local.items()):
+                    info = self.ctx.index.lookup(tp.topic, tp.partition) if held.leader == me else None
+                    if info is not None:
+                        led.append((tp, info.slot))
+                publish_leader_throttles(self.throttle, led, area)
+            except Exception:
+                log.exception("publishing the leader replication throttles failed")
+            await asyncio.sleep(_THROTTLE_PUBLISH_S)
 
     def _registration(self) -> tuple[str, int] | None:
         client = open_session(self.member.settings)
@@ -193,7 +225,10 @@ class ClusterWorker:
                 (n,) = LENGTH.unpack(await reader.readexactly(LENGTH.size))
                 frame = await reader.readexactly(n)
                 api_key, version = FORWARD_HEAD.unpack_from(frame, 0)
-                body = await self._answer(api_key, version, frame)
+                if api_key == CONFIG_REQUEST:
+                    body = await self._config_request(frame[FORWARD_HEAD.size:])
+                else:
+                    body = await self._answer(api_key, version, frame)
                 writer.write(LENGTH.pack(len(body)) + body)
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass  # the network worker went away, or we are stopping
@@ -201,6 +236,16 @@ class ClusterWorker:
             log.exception("serving a forwarded request failed")
         finally:
             writer.close()
+
+    async def _config_request(self, data: bytes) -> bytes:
+        if self.configs is None:  # not joined yet: a closed link, retriable for the client
+            raise ConnectionError("not joined yet")
+        req = json.loads(data)
+        if req.get("op") == "read":
+            config = await self.configs.read_topic(req["entity_name"])
+            return json.dumps({"error_code": 0, "error_message": None, "config": config}).encode()
+        code, message = await self.configs.write(req["entity_type"], req["entity_name"], req["config"])
+        return json.dumps({"error_code": int(code), "error_message": message}).encode()
 
     async def _answer(self, api_key: int, version: int, frame: bytes) -> bytes:
         api = _APIS[api_key]

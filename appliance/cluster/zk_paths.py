@@ -17,7 +17,9 @@ Formats (Kafka: core/src/main/scala/kafka/zk/ZkData.scala):
   ``/controller_epoch``: the epoch as decimal text
 - ``/config/topics/<topic>``: ``{"version":1,"config":{..}}``; a change is announced by a
   sequential ``/config/changes/config_change_`` holding ``{"version":2,"entity_path":"topics/<t>"}``
-- ``/config/brokers/<id>``: a broker's dynamic configs, same shape (the reassignment throttle rates).
+- ``/config/brokers/<id>`` and ``/config/brokers/<default>``: a broker's dynamic configs and the
+  cluster-wide defaults, same shape (the reassignment throttle rates too), announced the same way
+  (``"entity_path":"brokers/<id>"``; version 1's ``entity_type``/``entity_name`` is read too).
 - ``/admin/delete_topics/<topic>`` (no data); ``/admin/reassign_partitions``:
   ``{"version":1,"partitions":[{"topic":..,"partition":..,"replicas":[..]}]}``;
   ``/admin/preferred_replica_election`` and ``/isr_change_notification/isr_change_<seq>``:
@@ -42,7 +44,8 @@ __all__ = [
     "topic_config_path", "broker_config_path", "decode_config", "delete_topic_path", "encode_broker", "decode_broker", "encode_topic",
     "decode_topic", "encode_partition_state", "decode_partition_state", "encode_controller",
     "decode_controller", "encode_controller_epoch", "decode_controller_epoch",
-    "encode_topic_config", "decode_topic_config", "encode_config_change", "encode_partitions",
+    "encode_topic_config", "decode_topic_config", "encode_config_change", "decode_config_change",
+    "BROKER_DEFAULT", "encode_partitions",
     "decode_partitions", "encode_reassignment", "decode_reassignment", "encode_cluster_id",
     "decode_cluster_id", "split_chroot", "now_ms",
 ]
@@ -55,6 +58,7 @@ CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
 CONFIG_CHANGES = "/config/changes"
 CONFIG_CHANGE_PREFIX = CONFIG_CHANGES + "/config_change_"
+BROKER_DEFAULT = "<default>"  # /config/brokers/<default>: the cluster-wide dynamic broker configs
 DELETE_TOPICS = "/admin/delete_topics"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
@@ -146,7 +150,8 @@ def partition_state_path(topic: str, partition: int) -> str:
     return f"{BROKER_TOPICS}/{topic}/partitions/{partition}/state"
 
 
-def broker_config_path(broker_id: int) -> str:
+def broker_config_path(broker_id: int | str) -> str:
+    """``broker_id`` may be :data:`BROKER_DEFAULT`."""
     return f"{CONFIG_BROKERS}/{broker_id}"
 
 
@@ -335,8 +340,21 @@ def decode_config(path: str, data: bytes) -> dict[str, str]:
     return {str(k): str(v) for k, v in cfg.items()}
 
 
-def encode_config_change(topic: str) -> bytes:
-    return _dump({"version": 2, "entity_path": f"topics/{topic}"})
+def encode_config_change(entity_path: str) -> bytes:
+    """``entity_path``: ``topics/<t>``, ``brokers/<id>`` or ``brokers/<default>``."""
+    return _dump({"version": 2, "entity_path": entity_path})
+
+
+def decode_config_change(data: bytes, path: str) -> tuple[str, str]:
+    """(entity type, entity name) of a config change notification, version 2 or 1."""
+    obj = _load(data, path)
+    if obj.get("version") == 1:
+        kind, name = obj.get("entity_type"), obj.get("entity_name")
+    else:
+        kind, _, name = str(obj.get("entity_path") or "").partition("/")
+    if not kind or not name:
+        raise ZnodeFormatError(f"{path}: no entity in {obj}")
+    return str(kind), str(name)
 
 
 def encode_partitions(parts: set[TopicPartition] | list[TopicPartition]) -> bytes:

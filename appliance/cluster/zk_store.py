@@ -118,19 +118,54 @@ class ZkStore:
         return zp.decode_topic_config(topic, data)
 
     def set_topic_config(self, topic: str, config: dict[str, str]) -> None:
+        """Write the topic's overrides and announce them to every broker (Kafka's
+        AdminZkClient.changeConfigs: the entity first, then the notification)."""
         self._set_config(zp.topic_config_path(topic), config)
+        self.announce_config_change(f"topics/{topic}")
 
-    def broker_config(self, broker_id: int) -> dict[str, str]:
-        """A broker's dynamic configs, ``/config/brokers/<id>`` ({} when none)."""
+    def broker_config(self, broker_id: int | str) -> dict[str, str]:
+        """A broker's dynamic configs, ``/config/brokers/<id>`` (or ``<default>``; {} when none)."""
+        return self.broker_config_or_none(broker_id) or {}
+
+    def broker_config_or_none(self, broker_id: int | str) -> dict[str, str] | None:
+        """As :meth:`broker_config`, None when the znode does not exist."""
         path = zp.broker_config_path(broker_id)
         try:
             data, _ = self.client.get(path)
         except NoNodeError:
-            return {}
+            return None
         return zp.decode_config(path, data)
 
-    def set_broker_config(self, broker_id: int, config: dict[str, str]) -> None:
+    def set_broker_config(self, broker_id: int | str, config: dict[str, str]) -> None:
         self._set_config(zp.broker_config_path(broker_id), config)
+        self.announce_config_change(f"brokers/{broker_id}")
+
+    # -- config change notifications (/config/changes) ------------------------------------------
+
+    def announce_config_change(self, entity_path: str) -> None:
+        self.client.create(zp.CONFIG_CHANGE_PREFIX, zp.encode_config_change(entity_path),
+                           sequence=True, makepath=True)
+
+    def config_changes(self, watch=None) -> list[str]:
+        """The notification names (``config_change_<seq>``), oldest first."""
+        return sorted(c for c in self._children(zp.CONFIG_CHANGES, watch) if c.startswith("config_change_"))
+
+    def config_change(self, name: str) -> tuple[str, str, int] | None:
+        """(entity type, entity name, creation time in ms) of one notification; None when it is
+        gone (purged) or unreadable (logged by the caller's skip)."""
+        path = f"{zp.CONFIG_CHANGES}/{name}"
+        try:
+            data, stat = self.client.get(path)
+            kind, entity = zp.decode_config_change(data, path)
+        except (NoNodeError, zp.ZnodeFormatError):
+            return None
+        return kind, entity, stat.ctime
+
+    def delete_config_change(self, name: str) -> None:
+        try:
+            self.client.delete(f"{zp.CONFIG_CHANGES}/{name}")
+        except NoNodeError:
+            pass
 
     def _set_config(self, path: str, config: dict[str, str]) -> None:
         data = zp.encode_topic_config(config)

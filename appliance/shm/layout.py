@@ -26,7 +26,9 @@ __all__ = [
     "REPLICA_APPEND_HEADER", "FOLLOWER_FETCH_BODY",
 ]
 
-LAYOUT_VERSION = 4  # 3: partition slots carry the topic id; 4: RING_HEADER.waiting
+# 3: partition slots carry the topic id; 4: RING_HEADER.waiting; 5: REPLICA_APPEND_HEADER carries
+# the leader's log start offset
+LAYOUT_VERSION = 5
 TABLE_MAGIC = 0x41504C54  # "APLT"
 RING_MAGIC = 0x41504C52  # "APLR"
 MAX_WORKERS = 64  # disk + network workers per broker; far above what a box has disks/cores for
@@ -385,7 +387,11 @@ LEADERSHIP_SLOT = Layout("leadership_slot", (
     ("leader_epoch", "i"),
     ("replica_count", "i"),
     ("isr_count", "i"),
-    ("pad", "4x"),
+    # KIP-73, leader side: bytes/s this broker, leading the partition, may send to followers out
+    # of the ISR (leader.replication.throttled.rate, the partition listed in
+    # leader.replication.throttled.replicas); 0 = not throttled. Written by the cluster worker
+    # with a plain aligned store, kept by write(). Was a zero pad: no LAYOUT_VERSION bump needed
+    ("leader_throttle_rate", "i"),
     ("replicas", f"{MAX_REPLICAS}i"),
     ("isr", f"{MAX_REPLICAS}i"),
     # written by the leader's disk worker from its followers' fetches (index as in replicas),
@@ -413,6 +419,7 @@ def cluster_address(base: str) -> str:
 # REPLICA_APPEND body: this header, then the leader's record batches (offsets kept)
 REPLICA_APPEND_HEADER = Layout("replica_append_header", (
     ("leader_high_watermark", "q"),
+    ("leader_log_start_offset", "q"),  # the follower raises its own to it (bounded by its HW)
 ))
 FOLLOWER_FETCH_BODY = Layout("follower_fetch_body", (
     ("fetch_offset", "q"),

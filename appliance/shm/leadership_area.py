@@ -24,11 +24,13 @@ _Q = struct.Struct("=Q")
 _i = struct.Struct("=i")
 _L = LEADERSHIP_SLOT.offsets  # type: ignore[attr-defined]
 _SIZE = LEADERSHIP_SLOT.size
-# the cluster worker's part of a record (seq .. isr); the positions after it are the disk worker's
+# the cluster worker's part of a record (seq .. isr; the leader throttle rate, set apart, is the
+# pad); the positions after it are the disk worker's
 _HEAD = struct.Struct("=Qiiiii4x" + f"{MAX_REPLICAS}i" * 2)
 _POS = struct.Struct(f"={MAX_REPLICAS}q")
 _q = struct.Struct("=q")
 assert _HEAD.size == _L["positions"] and _L["caught_up_ms"] == _L["positions"] + _POS.size
+assert _L["leader_throttle_rate"] == 28
 
 
 class Leadership(NamedTuple):
@@ -86,11 +88,21 @@ class LeadershipArea:
         pos = slot * _SIZE
         buf = self._buf
         seq = _Q.unpack_from(buf, pos)[0]
+        throttle = self.leader_throttle(slot)  # _HEAD's pad covers it: put it back below
         _Q.pack_into(buf, pos, seq + 1)
         _HEAD.pack_into(
             buf, pos, seq + 1, role, leader, leader_epoch, len(reps), len(isr),
             *(reps + [-1] * (MAX_REPLICAS - len(reps))), *(isr + [-1] * (MAX_REPLICAS - len(isr))))
+        _i.pack_into(buf, pos + _L["leader_throttle_rate"], throttle)
         _Q.pack_into(buf, pos, seq + 2)
+
+    # -- the leader-side replication throttle (cluster worker writes, network workers read) ---
+    def leader_throttle(self, slot: int) -> int:
+        """Bytes/s for followers out of the ISR, 0 = not throttled: one aligned 4-byte load."""
+        return _i.unpack_from(self._buf, slot * _SIZE + _L["leader_throttle_rate"])[0]
+
+    def set_leader_throttle(self, slot: int, rate: int) -> None:
+        _i.pack_into(self._buf, slot * _SIZE + _L["leader_throttle_rate"], max(0, min(rate, 2**31 - 1)))
 
     # -- follower positions (the leader's disk worker writes, the cluster worker reads) -----
     def set_position(self, slot: int, index: int, log_end_offset: int, caught_up_ms: int | None) -> None:

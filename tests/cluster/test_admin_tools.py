@@ -378,6 +378,54 @@ def test_throttled_reassignment_is_capped_and_verify_removes_the_throttle(cluste
     assert seg.stat().st_size == size > n * 1000
 
 
+def test_leader_side_throttle_holds_back_only_followers_out_of_the_isr(cluster, tmp_path):
+    """Only the leader's side is set (Kafka's leader.replication.throttled.rate on the leader's
+    broker, the topic's leader.replication.throttled.replicas naming it): a move that copies
+    ~1.2 MB to a new replica takes well over its unthrottled 0.2 s, and once the new replica is
+    in the ISR a far lower rate does not slow acks=all (in-sync followers are never held back)."""
+    from appliance.cluster import replication_throttle as rt
+
+    boot, brokers, store = cluster["boot"], cluster["brokers"], cluster["store"]
+    topic, rate, n = "slowlead", 300_000, 1200
+    controller = _controller(boot)
+    home, newcomer = [i for i in range(3) if i != controller]
+    _create(boot, topic, [[home]])
+    p = Producer({"bootstrap.servers": boot, "acks": "all", "linger.ms": 5})
+    for i in range(n):
+        p.produce(topic, (b"%06d" % i) * 166 + b"....", partition=0)  # 1000 bytes
+    assert p.flush(60) == 0
+    store.set_broker_config(home, {rt.LEADER_RATE: str(rate)})
+    store.set_topic_config(topic, {rt.LEADER_REPLICAS: f"0:{home}"})
+    time.sleep(1.0)  # the leader's cluster worker publishes throttles every 0.5 s
+    plan = _write(tmp_path, "slowlead.json", {"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [home, newcomer]}]})
+    started = time.monotonic()
+    ex = _tool("reassign-partitions", "--zookeeper", cluster["connect"], "--execute", "--reassignment-json-file", plan)
+    assert ex.returncode == 0, ex.stdout + ex.stderr
+    seg = Path(brokers[newcomer].log_dirs[0]) / f"{topic}-0" / "00000000000000000000.log"
+    size = (Path(brokers[home].log_dirs[0]) / f"{topic}-0" / "00000000000000000000.log").stat().st_size
+    _wait(lambda: seg.exists() and seg.stat().st_size >= size, 120, "the new replica's copy", step=0.1)
+    took = time.monotonic() - started
+    print(f"leader-throttled copy of {size} bytes at {rate} B/s: {took:.1f} s")
+    assert took > size / rate / 3, f"the throttled copy of {size} bytes took only {took:.1f} s"
+    _wait(lambda: (ps := _partitions(boot, topic)) and sorted(ps[0][2]) == sorted([home, newcomer]),
+          60, "both replicas in the ISR")
+
+    slow = 10_000  # 300 kB to a throttled out-of-sync follower would take 30 s
+    store.set_broker_config(home, {rt.LEADER_RATE: str(slow)})
+    time.sleep(1.0)
+    p = Producer({"bootstrap.servers": boot, "acks": "all", "linger.ms": 5})
+    started = time.monotonic()
+    for _ in range(300):
+        p.produce(topic, b"y" * 1000, partition=0)
+    assert p.flush(60) == 0
+    took = time.monotonic() - started
+    print(f"acks=all 300 kB with the in-sync follower under a {slow} B/s leader throttle: {took:.2f} s")
+    assert took < 300_000 / slow / 6, took
+    store.set_broker_config(home, {})
+    store.set_topic_config(topic, {})
+
+
 def _leaders(boot: str, topic: str) -> dict[int, int]:
     """partition -> leader from the first answer about the topic: _partitions' {} means no
     broker answered yet (one still joining, or not yet told of the topic), not "no leaders"."""

@@ -3,8 +3,7 @@ controller (conditional write, notification, UpdateMetadata to every broker)."""
 
 from appliance.cluster.assignment import assign_replicas
 from appliance.cluster.isr import (
-    PROPAGATION_BLACKOUT_MS,
-    PROPAGATION_INTERVAL_MS,
+    PROPAGATION_MIN_INTERVAL_MS,
     IsrChangePropagator,
     caught_up_replicas,
     high_watermark,
@@ -33,25 +32,23 @@ def test_shrink_and_expand_rules():
     assert caught_up_replicas(1, [1, 2, 3], [1], {2: 70, 3: 69}, hw=70) == {2}
 
 
-def test_propagation_waits_for_quiet_or_interval(zk_connect):
+def test_propagation_at_once_but_not_more_often_than_the_floor(zk_connect):
     client = open_session(ZkSettings(zk_connect, 30000, 30000))
     try:
         store = ZkStore(client)
         client.ensure_path("/isr_change_notification")
-        p = IsrChangePropagator(store, now_ms=0)
+        p = IsrChangePropagator(store)
         a, b = TopicPartition("a", 0), TopicPartition("b", 1)
-        p.record(a, 1000)
-        assert not p.maybe_propagate(1000 + PROPAGATION_BLACKOUT_MS - 1)  # still changing
-        p.record(b, 2000)
-        assert p.maybe_propagate(2000 + PROPAGATION_BLACKOUT_MS)
+        assert not p.maybe_propagate(0)  # nothing pending
+        p.record(a)
+        p.record(b)
+        assert p.maybe_propagate(1000)  # the first change goes at once, one node for both
         assert store.take_isr_changes() == {a, b}
-        # a flapping ISR is still announced once the interval has passed since the last time
-        t = 2000 + PROPAGATION_BLACKOUT_MS
-        for i in range(1, 40):
-            p.record(a, t + i * 2000)
-            if p.maybe_propagate(t + i * 2000):
-                break
-        assert i * 2000 >= PROPAGATION_INTERVAL_MS and store.take_isr_changes() == {a}
+        p.record(a)  # a flapping ISR: held until the floor has passed, then announced
+        assert not p.maybe_propagate(1000 + PROPAGATION_MIN_INTERVAL_MS - 1)
+        assert store.take_isr_changes() == set()
+        assert p.maybe_propagate(1000 + PROPAGATION_MIN_INTERVAL_MS)
+        assert store.take_isr_changes() == {a}
     finally:
         client.stop()
         client.close()
@@ -78,9 +75,9 @@ def test_leader_isr_change_reaches_every_broker(zk_connect):
         assert propose_isr(admin, tp, held, (0,)) is None  # a stale zkVersion changes nothing
         assert admin.partition_state(tp).isr == (0, 1)
         ctrl.channel.clear()
-        p = IsrChangePropagator(admin, now_ms=0)
-        p.record(tp, 0)
-        assert p.maybe_propagate(PROPAGATION_BLACKOUT_MS)
+        p = IsrChangePropagator(admin)
+        p.record(tp)
+        assert p.maybe_propagate(0)
         for b in (0, 1, 2):
             um = wait_for(lambda b=b: [ps for r in ctrl.channel.requests(UPDATE_METADATA, b)
                                        for ts in r.topic_states for ps in ts.partition_states])

@@ -100,3 +100,27 @@ def test_bad_settings_name_the_key():
         ZkSettings("/chroot-only")
     with pytest.raises(ValueError, match="zookeeper.session.timeout.ms"):
         ZkSettings("127.0.0.1:2181", session_timeout_ms=0)
+
+
+def test_config_changes_written_and_read_in_kafkas_format(sessions):
+    """Every config write announces itself as Kafka does (version 2, entity_path); version 1
+    notifications (entity_type/entity_name, older Kafka tools) read too; junk is skipped."""
+    from appliance.cluster.zk_paths import BROKER_DEFAULT, CONFIG_CHANGES
+    from appliance.cluster.zk_store import ZkStore
+
+    c = sessions()
+    store = ZkStore(c)
+    store.set_topic_config("t", {"retention.ms": "5"})
+    store.set_broker_config(BROKER_DEFAULT, {"log.retention.ms": "7"})
+    c.create(f"{CONFIG_CHANGES}/config_change_", json.dumps(
+        {"version": 1, "entity_type": "brokers", "entity_name": "3"}).encode(), sequence=True)
+    c.create(f"{CONFIG_CHANGES}/config_change_", b"not json", sequence=True)
+    names = store.config_changes()
+    assert len(names) == 4 and names == sorted(names)
+    data, _ = c.get(f"{CONFIG_CHANGES}/{names[0]}")
+    assert json.loads(data) == {"version": 2, "entity_path": "topics/t"}
+    assert [store.config_change(n)[:2] if store.config_change(n) else None for n in names] == [
+        ("topics", "t"), ("brokers", "<default>"), ("brokers", "3"), None]
+    assert json.loads(c.get("/config/brokers/<default>")[0]) == {"version": 1, "config": {"log.retention.ms": "7"}}
+    store.delete_config_change(names[0])
+    assert store.config_changes() == names[1:]

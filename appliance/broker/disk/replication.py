@@ -9,8 +9,8 @@ an acks=all produce waits here (its completion held) until the high watermark pa
 offset, its timeout passes (REQUEST_TIMED_OUT), or the ISR shrinks below the minimum
 (NOT_ENOUGH_REPLICAS_AFTER_APPEND).
 
-Follower: REPLICA_APPEND appends the leader's batches with their offsets and takes the high
-watermark min(leader's, own LEO); TRUNCATE cuts the log; TRUNCATE_FULLY empties it and starts
+Follower: REPLICA_APPEND appends the leader's batches with their offsets, takes the high
+watermark min(leader's, own LEO) and the log start offset min(leader's, own HW); TRUNCATE cuts the log; TRUNCATE_FULLY empties it and starts
 at the leader's log start offset (a follower that fell below it: Kafka's truncateFullyAndStartAt).
 
 Leader epochs (KIP-101): a new leadership's epoch is stamped in the leader-epoch cache at the
@@ -35,6 +35,7 @@ from appliance.errors import ErrorCode, KafkaError
 from appliance.shm.layout import COMPLETION, FOLLOWER_FETCH_BODY, REPLICA_APPEND_HEADER, Role
 from appliance.shm.leadership_area import LeadershipArea
 from appliance.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
+from appliance.storage.retention import delete_below_log_start
 
 __all__ = ["Replication"]
 
@@ -244,7 +245,7 @@ class Replication:
     # -- follower -------------------------------------------------------------------------
     def replica_append(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
         plog = self._log(slot)
-        (leader_hw,) = _RA.unpack_from(body, 0)
+        leader_hw, leader_start = _RA.unpack_from(body, 0)
         records = body[_RA.size:]
         start = -1
         if len(records) >= _LOG_OVERHEAD:
@@ -261,11 +262,23 @@ class Replication:
                 if epoch > cache.latest_epoch:
                     cache.assign(epoch, base)
         plog.high_watermark = min(leader_hw, plog.log_end_offset)
+        # Kafka's follower takes the leader's log start offset on every fetch, bounded by its
+        # own HW, so DeleteRecords and retention on the leader reach every replica
+        start = min(max(start, leader_start), plog.high_watermark)
         if start > plog.log_start_offset:
-            plog.maybe_increment_log_start_offset(min(start, plog.high_watermark))
-            self.parts.log_dir.write_checkpoints()  # the records below stay unreadable after a restart
+            self._follow_log_start(plog, start)
         self.parts.publish(slot, plog, wake=False)
         return plog.log_end_offset, -1, plog.log_start_offset, b""
+
+    def _follow_log_start(self, plog: Any, start: int) -> None:
+        """Raise the log start offset to the leader's; the segments wholly below go at once, as
+        on the leader, and the checkpoint is written so they stay unreadable after a restart."""
+        before = plog.log_start_offset
+        plog.maybe_increment_log_start_offset(start)
+        deleted = delete_below_log_start(plog)
+        self.parts.log_dir.write_checkpoints()
+        log.info("%s-%d: log start offset %d -> %d (the leader's), %d segments deleted",
+                 plog.topic, plog.partition, before, plog.log_start_offset, deleted)
 
     def truncate(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
         plog = self._log(slot)

@@ -4,7 +4,8 @@ cluster-wide default (resource name "", kafka-configs' ``--entity-default``).
 
 The new set is validated whole, saved, and then every disk worker reloads it
 (``MsgType.ALTER_BROKER_CONFIG``) and re-derives its partitions' configs; a refused request
-changes nothing. Errors as Kafka's: a key that cannot change at run time (or an unknown one)
+changes nothing. In cluster mode the set goes to ZooKeeper (``/config/brokers/<id>`` or
+``<default>``) instead, and every broker's cluster worker mirrors it into its file. Errors as Kafka's: a key that cannot change at run time (or an unknown one)
 INVALID_REQUEST, a bad value INVALID_CONFIG, each with a message naming key and value.
 """
 
@@ -15,11 +16,12 @@ import logging
 from typing import Any, NamedTuple
 
 from appliance.broker import dynamic_config
+from appliance.broker.cluster_link import ClusterUnavailable
 from appliance.config import BROKER_KEYS, ConfigError
 from appliance.errors import ErrorCode
 from appliance.shm.layout import MsgType
 
-__all__ = ["alter", "replace", "effective"]
+__all__ = ["alter", "replace", "effective", "cluster_config_write"]
 
 log = logging.getLogger("appliance.admin")
 
@@ -114,14 +116,29 @@ async def alter(ctx: Any, res: Any, validate_only: bool) -> tuple[int, str | Non
             return code, str(e)
         if validate_only:
             return 0, None
-        setattr(dyn, level, wanted)
-        try:
-            dynamic_config.save(ctx.config, dyn)
-        except OSError as e:
-            return ErrorCode.KAFKA_STORAGE_ERROR, f"cannot save the dynamic broker configs: {e}"
+        if ctx.cluster_link is None:
+            setattr(dyn, level, wanted)
+            try:
+                dynamic_config.save(ctx.config, dyn)
+            except OSError as e:
+                return ErrorCode.KAFKA_STORAGE_ERROR, f"cannot save the dynamic broker configs: {e}"
+    if ctx.cluster_link is not None:
+        # cluster mode: ZooKeeper's /config/brokers/<id|<default>> is the source, written by the
+        # cluster worker, which then mirrors it into the file (it takes the lock: not held here)
+        return await cluster_config_write(ctx, "brokers", res.resource_name or "<default>", wanted)
     done = await asyncio.gather(*(ctx.disks.submit(d, MsgType.ALTER_BROKER_CONFIG, -1, b"")
                                   for d in range(len(ctx.config.log_dirs))))
     for c in done:
         if c.error_code:
             return c.error_code, "saved, but a disk worker could not apply it (it will at its restart)"
     return 0, None
+
+
+async def cluster_config_write(ctx: Any, kind: str, name: str, configs: dict[str, str]) -> tuple[int, str | None]:
+    """Cluster mode: the cluster worker writes the entity's new set (``kind`` "topics" or
+    "brokers") to ZooKeeper, from where every broker applies it (``cluster/config_changes.py``),
+    this one before the answer."""
+    try:
+        return await ctx.cluster_link.write_config(kind, name, configs)
+    except ClusterUnavailable as e:
+        return ErrorCode.NOT_CONTROLLER, f"this broker has not joined the cluster yet: {e}"

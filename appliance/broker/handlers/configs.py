@@ -6,6 +6,7 @@ import asyncio
 import json
 from typing import Any
 
+from appliance.broker.cluster_link import ClusterUnavailable
 from appliance.broker.handlers import broker_configs
 from appliance.broker.handlers.config_entries import (
     broker_entries,
@@ -16,7 +17,7 @@ from appliance.config import BROKER_KEYS, TOPIC_KEYS, ConfigError, TopicConfig
 from appliance.errors import ErrorCode
 from appliance.shm.layout import MsgType
 
-__all__ = ["handle_describe", "handle_alter", "TOPIC", "BROKER"]
+__all__ = ["handle_describe", "handle_alter", "topic_overrides", "TOPIC", "BROKER"]
 
 TOPIC, BROKER = 2, 4
 
@@ -37,11 +38,17 @@ def _describe_keys(resource_type: int, configs: list[dict], documentation: bool)
                 c["documentation"] = key.doc
 
 
-def _topic_entries(ctx: Any, name: str, keys: list[str] | None, synonyms: bool,
-                   effective: tuple[Any, Any]) -> list[dict]:
+async def topic_overrides(ctx: Any, name: str) -> dict[str, str] | None:
+    """The topic's overrides; None when there is no such topic. Standalone: as saved beside its
+    partitions; in a cluster: ZooKeeper's (so a broker without a replica answers too), or, with
+    the cluster worker away, the local ones."""
     parts = ctx.index.partitions(name)
-    config, dyn = effective
-    return topic_entries(config, ctx.readers.topic_overrides(parts[0].disk, name), keys, synonyms, dyn)
+    if ctx.cluster_link is not None:
+        try:
+            return await ctx.cluster_link.topic_config(name)
+        except ClusterUnavailable:
+            pass
+    return dict(ctx.readers.topic_overrides(parts[0].disk, name)) if parts else None
 
 
 async def handle_describe(ctx: Any, request: Any) -> dict:
@@ -52,12 +59,13 @@ async def handle_describe(ctx: Any, request: Any) -> dict:
              "resource_name": res.resource_name, "configs": []}
         keys = list(res.configuration_keys) if res.configuration_keys is not None else None
         if res.resource_type == TOPIC:
-            if not ctx.index.partitions(res.resource_name):
+            overrides = await topic_overrides(ctx, res.resource_name)
+            if overrides is None:
                 r.update(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                          error_message=f"Topic '{res.resource_name}' does not exist.")
             else:
-                r["configs"] = _topic_entries(ctx, res.resource_name, keys, request.body.include_synonyms,
-                                              effective)
+                r["configs"] = topic_entries(effective[0], overrides, keys, request.body.include_synonyms,
+                                             effective[1])
         elif res.resource_type == BROKER:
             if res.resource_name == "":  # the cluster-wide dynamic defaults (--entity-default)
                 r["configs"] = default_broker_entries(effective[1], keys, request.body.include_synonyms)
@@ -77,7 +85,7 @@ async def handle_describe(ctx: Any, request: Any) -> dict:
 
 async def _alter_topic(ctx: Any, name: str, configs: dict[str, str], validate_only: bool) -> tuple[int, str | None]:
     parts = ctx.index.partitions(name)
-    if not parts:
+    if not parts and (ctx.cluster_link is None or await topic_overrides(ctx, name) is None):
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist."
     try:
         TopicConfig.from_overrides(ctx.config, configs)
@@ -85,6 +93,8 @@ async def _alter_topic(ctx: Any, name: str, configs: dict[str, str], validate_on
         return ErrorCode.INVALID_CONFIG, str(e)
     if validate_only:
         return 0, None
+    if ctx.cluster_link is not None:  # cluster mode: through ZooKeeper, to every broker
+        return await broker_configs.cluster_config_write(ctx, "topics", name, configs)
     payload = json.dumps({"configs": configs}).encode()
     results = await asyncio.gather(*(
         ctx.disks.submit(i.disk, MsgType.ALTER_CONFIG, i.slot, payload) for i in parts))

@@ -81,10 +81,14 @@ def _read_all(ctx: Any, body: Any, names: list[str | None], replica_id: int) -> 
                 r.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
                 any_error = True
                 continue
-            if replica and replica_id not in leaders.read(info.slot).replicas:
-                r.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER  # Kafka: not an assigned replica
-                any_error = True
-                continue
+            throttle = 0
+            if replica:
+                lead = leaders.read(info.slot)
+                if replica_id not in lead.replicas:
+                    r.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER  # Kafka: not an assigned replica
+                    any_error = True
+                    continue
+                throttle = ctx.leader_quota.throttled(info.slot, replica_id, lead.isr)
             leo, hw, lso = ctx.table.offsets(info.slot)
             r.high_watermark = r.last_stable_offset = hw
             r.log_start_offset = lso
@@ -96,7 +100,11 @@ def _read_all(ctx: Any, body: Any, names: list[str | None], replica_id: int) -> 
             end = leo if replica else hw
             if offset >= end:
                 continue
+            if throttle and ctx.leader_quota.exceeded(throttle):
+                continue  # KIP-73: a throttled follower out of the ISR gets no records this time
             limit = min(p.partition_max_bytes, max_bytes - total)
+            if throttle:
+                limit = min(limit, throttle)  # one second's worth: the rate holds fetch by fetch
             if limit <= 0 and total > 0:
                 continue
             reader = ctx.readers.reader(info.disk, name, p.partition)
@@ -112,6 +120,8 @@ def _read_all(ctx: Any, body: Any, names: list[str | None], replica_id: int) -> 
             # the cleaner swaps a new file in under the same name before we send
             r.records = FileSlice(sl.fd if sl.fd is not None else sl.path, sl.position, sl.length)
             total += sl.length
+            if throttle:
+                ctx.leader_quota.record(sl.length)
         responses.append(_Topic(topic=name or "", topic_id=t.topic_id, partitions=parts))
     return responses, total, any_error
 

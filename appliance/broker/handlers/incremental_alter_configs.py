@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from appliance.broker.handlers import broker_configs
-from appliance.broker.handlers.configs import BROKER, TOPIC, _alter_topic
+from appliance.broker.handlers.configs import BROKER, TOPIC, _alter_topic, topic_overrides
 from appliance.config import TOPIC_KEYS, TopicConfig
 from appliance.errors import ErrorCode
 
@@ -75,10 +75,9 @@ async def _one(ctx: Any, res: Any, validate_only: bool) -> tuple[int, str | None
         return await broker_configs.alter(ctx, res, validate_only)
     if res.resource_type != TOPIC:
         return ErrorCode.INVALID_REQUEST, f"Unsupported resource type {res.resource_type}"
-    parts = ctx.index.partitions(res.resource_name)
-    if not parts:
+    current = await topic_overrides(ctx, res.resource_name)
+    if current is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{res.resource_name}' does not exist."
-    current = dict(ctx.readers.topic_overrides(parts[0].disk, res.resource_name))
     try:
         wanted = apply_operations(current, res.configs, ctx.config)
     except _Refused as e:

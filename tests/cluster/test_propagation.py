@@ -1,5 +1,5 @@
-"""A follower that fell below its leader's log start offset, and the leader epoch a new leader
-stamps before its first append; real processes: one ZooKeeper, three `appliance serve` brokers.
+"""What reaches every replica and every broker of a cluster; real processes: one ZooKeeper, three
+`appliance serve` brokers, one topic (1 partition, 3 replicas, min.insync.replicas=2).
 
 1. A follower is SIGKILLed; while it is down the leader takes more records and DeleteRecords
    moves its log start offset into the middle of a batch past the follower's log end. The
@@ -9,24 +9,46 @@ stamps before its first append; real processes: one ZooKeeper, three `appliance 
 2. The leader is stopped (controlled shutdown moves leadership): before anything is appended
    in the new epoch, the new leader's leader-epoch-checkpoint already holds (new epoch, its log
    end offset) and OffsetsForLeaderEpoch answers for the new epoch and the one before it.
+3. DeleteRecords on the leader with every replica in sync: each follower takes the leader's log
+   start offset from its next fetch (checkpointed on all three brokers), so after the leader is
+   SIGKILLed the new leader's earliest offset (ListOffsets -2) is not below it.
+4. Topic and dynamic broker configs altered through a broker that neither leads nor controls
+   (`appliance configs --alter`, IncrementalAlterConfigs) reach the other brokers through
+   /config/changes within ~1 s: min.insync.replicas=3 makes the leader refuse acks=all with
+   NOT_ENOUGH_REPLICAS once a follower is gone; a broker that was down during a change reads
+   /config when it starts.
+5. An ISR change (a follower SIGSTOPped past replica.lag.time.max.ms, then SIGCONTed) is in every
+   live broker's Metadata within ~1 s of its znode write.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import signal
 import socket
 import struct
+import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from appliance.broker.dynamic_config import FILE_NAME as DYNAMIC_CONFIG_FILE
+from appliance.client.connection import BrokerConnection
+from appliance.cluster import zk_paths
 from appliance.cluster.wire_channel import encode_request
+from appliance.cluster.zk_session import ZkSettings, open_session
+from appliance.cluster.zk_store import ZkStore
 from appliance.protocol.frames import RESPONSE_HEADER, SIZE
 from appliance.protocol.messages.cluster import OffsetsForLeaderEpoch
+from appliance.storage.checkpoint import LOG_START_OFFSET_CHECKPOINT, read_checkpoint
 from appliance.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT, read_leader_epoch_checkpoint
+from appliance.storage.log_dir import read_topic_properties
 from tests.broker_process import BrokerProcess
 from tests.cluster.harness import brokers_known as _brokers_known
 from tests.cluster.harness import wait_for
@@ -194,6 +216,190 @@ def test_new_leader_stamps_its_epoch_before_any_append(cluster):
 
 def _high_watermark(boot: str) -> int:
     return _consumer_watermarks(boot)[1]
+
+
+def _checkpointed_log_start(b: BrokerProcess) -> int | None:
+    try:
+        return read_checkpoint(str(Path(b.log_dirs[0]) / LOG_START_OFFSET_CHECKPOINT)).get((TOPIC, 0))
+    except Exception:  # being replaced at this moment: read again
+        return None
+
+
+def test_delete_records_reaches_every_replica_and_outlives_the_leader(cluster):
+    boot, brokers = cluster["boot"], cluster["brokers"]
+    _wait(lambda: (p := _partition(boot)) and len(p.isrs) == 3, 120, "a full ISR")
+    _produce(boot, 3000, 30)
+    lo, hi = _consumer_watermarks(boot)
+    target = hi - 5  # inside the last batch: every replica holds it, none may serve below it
+    assert target > lo
+    admin = AdminClient({"bootstrap.servers": boot})
+    done = admin.delete_records([TopicPartition(TOPIC, 0, target)])
+    assert next(iter(done.values())).result(30).low_watermark == target
+    for i, b in brokers.items():
+        _wait(lambda b=b: _checkpointed_log_start(b) == target, 30, f"broker {i}'s log start {target}")
+
+    old = _partition(boot).leader
+    brokers[old].kill()
+    _wait(lambda: (p := _partition(boot)) and p.leader not in (-1, old), 60, "a new leader")
+    lo, hi2 = _consumer_watermarks(boot)  # ListOffsets -2 / -1, answered by the new leader
+    assert (lo, hi2) == (target, hi)
+
+    brokers[old] = _broker(Path(brokers[old].workdir), cluster["connect"], old, port=brokers[old].port).start()
+    _wait(lambda: (p := _partition(boot)) and old in p.isrs, 120, "the old leader back in the ISR")
+
+
+# -- configs through /config/changes --------------------------------------------------------------
+
+def _configs_tool(broker: BrokerProcess, *args: str) -> None:
+    r = subprocess.run([sys.executable, "-m", "appliance.cli.main", "configs", "--bootstrap-server",
+                        broker.bootstrap, "--alter", *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _topic_overrides(b: BrokerProcess) -> dict[str, str]:
+    return read_topic_properties(str(Path(b.log_dirs[0]) / f"{TOPIC}-0"))
+
+
+def _broker_defaults(b: BrokerProcess) -> dict[str, str]:
+    import json
+    try:
+        return json.loads((Path(b.log_dirs[0]) / DYNAMIC_CONFIG_FILE).read_text()).get("default", {})
+    except (OSError, ValueError):
+        return {}
+
+
+def _produce_error(boot: str):
+    """The error of one acks=all record, sent without retries (None = acknowledged)."""
+    p = Producer({"bootstrap.servers": boot, "acks": "all", "retries": 0, "enable.idempotence": False,
+                  "message.timeout.ms": 20000})
+    out = []
+    p.produce(TOPIC, b"x", partition=0, on_delivery=lambda err, msg: out.append(err))
+    p.flush(30)
+    assert out, "no delivery report"
+    return out[0]
+
+
+def _controller(boot: str) -> int:
+    from confluent_kafka.admin import AdminClient as _Admin
+    return _wait(lambda: (md := _metadata_or_none(_Admin, boot)) and md.controller_id >= 0 and md,
+                 60, "a controller").controller_id
+
+
+def _metadata_or_none(admin_cls, boot: str):
+    try:
+        return admin_cls({"bootstrap.servers": boot}).list_topics(timeout=10)
+    except Exception:
+        return None
+
+
+def test_config_changes_reach_every_broker_and_a_restarted_one(cluster):
+    boot, brokers = cluster["boot"], cluster["brokers"]
+    _wait(lambda: (p := _partition(boot)) and len(p.isrs) == 3, 120, "a full ISR")
+    leader, controller = _partition(boot).leader, _controller(boot)
+    via = next(i for i in brokers if i not in (leader, controller))  # neither leads nor controls
+    other = next(i for i in brokers if i not in (leader, via))
+
+    _configs_tool(brokers[via], "--entity-type", "topics", "--entity-name", TOPIC,
+                  "--add-config", "min.insync.replicas=3,retention.ms=86400001")
+    want = {"min.insync.replicas": "3", "retention.ms": "86400001"}
+    assert _topic_overrides(brokers[via]).items() >= want.items()  # applied here before the answer
+    for i in (leader, other):
+        _wait(lambda i=i: _topic_overrides(brokers[i]).items() >= want.items(), 10,
+              f"broker {i} to apply the topic config", step=0.05)
+    # how long after the znode write each broker saved it (both wall clocks of this machine)
+    client = open_session(ZkSettings(cluster["connect"], 30000, 30000))
+    try:
+        written = client.get(zk_paths.topic_config_path(TOPIC))[1].mtime / 1000
+    finally:
+        client.stop()
+        client.close()
+    spread = max(os.stat(Path(b.log_dirs[0]) / f"{TOPIC}-0" / "topic.properties").st_mtime
+                 for b in brokers.values()) - written
+    print(f"topic config on every broker {spread:.3f} s after its znode write")
+    assert spread < 2, spread
+
+    # the effect on the leader: an ISR of 2 is below min.insync.replicas=3 now
+    brokers[via].kill()
+    _wait(lambda: (p := _partition(boot)) and via not in p.isrs, 60, "the ISR without the killed broker")
+    err = _produce_error(boot)
+    assert err is not None and err.code() == KafkaError.NOT_ENOUGH_REPLICAS, err
+
+    # changes while `via` is down: the topic back to 2 (through the broker that does not lead),
+    # and a cluster-wide broker default
+    _configs_tool(brokers[other], "--entity-type", "topics", "--entity-name", TOPIC,
+                  "--add-config", "min.insync.replicas=2")
+    _configs_tool(brokers[other], "--entity-type", "brokers", "--entity-default",
+                  "--add-config", "log.retention.ms=604800001")
+    for i in (leader, other):
+        _wait(lambda i=i: _topic_overrides(brokers[i]).get("min.insync.replicas") == "2"
+              and _broker_defaults(brokers[i]).get("log.retention.ms") == "604800001", 10,
+              f"broker {i} to apply the changes", step=0.05)
+    assert _produce_error(boot) is None
+
+    brokers[via] = _broker(Path(brokers[via].workdir), cluster["connect"], via, port=brokers[via].port).start()
+    _wait(lambda: (p := _partition(boot)) and via in p.isrs, 120, "the restarted broker back in the ISR")
+    assert _topic_overrides(brokers[via]) == {"min.insync.replicas": "2", "retention.ms": "86400001"}
+    assert _broker_defaults(brokers[via]) == {"log.retention.ms": "604800001"}
+
+    # a broker holding no replica of a topic alters it too (its overrides come from ZooKeeper)
+    admin = AdminClient({"bootstrap.servers": boot})  # held: the future needs its handle
+    admin.create_topics([NewTopic("solo", num_partitions=1, replica_assignment=[[leader]])])["solo"].result(60)
+    solo = Path(brokers[leader].log_dirs[0]) / "solo-0"
+    _wait(lambda: solo.exists(), 30, "the single replica")
+    _configs_tool(brokers[other], "--entity-type", "topics", "--entity-name", "solo",
+                  "--add-config", "retention.ms=1234567")
+    _wait(lambda: read_topic_properties(str(solo)) == {"retention.ms": "1234567"}, 10,
+          "the replica's broker to apply it", step=0.05)
+
+
+# -- ISR changes in every broker's Metadata ------------------------------------------------------
+
+def _isr_in_metadata(b: BrokerProcess) -> list[int] | None:
+    host, port = b.bootstrap.split(":")
+    try:
+        with BrokerConnection(host, int(port), timeout=5) as conn:
+            md = conn.request(3, {"topics": [{"name": TOPIC}], "allow_auto_topic_creation": False})
+    except Exception:
+        return None
+    return sorted(md.topics[0].partitions[0].isr_nodes)
+
+
+def _until_every_broker_shows(brokers: dict[int, BrokerProcess], live: list[int], isr: list[int]) -> float:
+    while True:
+        if all(_isr_in_metadata(brokers[i]) == isr for i in live):
+            return time.monotonic()
+        time.sleep(0.02)
+
+
+def test_isr_changes_reach_every_brokers_metadata_within_a_second(cluster):
+    boot, brokers = cluster["boot"], cluster["brokers"]
+    _wait(lambda: (p := _partition(boot)) and len(p.isrs) == 3, 120, "a full ISR")
+    leader, controller = _partition(boot).leader, _controller(boot)
+    victim = next(i for i in brokers if i not in (leader, controller))  # the controller keeps talking
+    live = [i for i in brokers if i != victim]
+    client = open_session(ZkSettings(cluster["connect"], 30000, 30000))
+    store = ZkStore(client)
+    tp = zk_paths.TopicPartition(TOPIC, 0)
+    group = brokers[victim].proc.pid  # its process group (BrokerProcess starts one)
+    try:
+        os.killpg(group, signal.SIGSTOP)
+        try:
+            state = _wait(lambda: (s := store.partition_state(tp)) and victim not in s.isr and s, 30,
+                          "the leader to shrink the ISR", step=0.02)
+            written = time.monotonic()
+            shown = _until_every_broker_shows(brokers, live, sorted(state.isr))
+        finally:
+            os.killpg(group, signal.SIGCONT)
+        shrink = shown - written
+        _wait(lambda: (s := store.partition_state(tp)) and victim in s.isr, 60,
+              "the leader to expand the ISR", step=0.02)
+        written = time.monotonic()
+        expand = _until_every_broker_shows(brokers, list(brokers), [0, 1, 2]) - written
+    finally:
+        client.stop()
+        client.close()
+    print(f"ISR in every broker's Metadata after its znode write: shrink {shrink:.2f} s, expand {expand:.2f} s")
+    assert shrink < 2.5 and expand < 2.5, (shrink, expand)
 
 
 def test_followers_append_legacy_entries_as_the_leader_stored_them(cluster):
