@@ -433,7 +433,9 @@ def test_followers_append_legacy_entries_as_the_leader_stored_them(cluster):
     data = _wait(lambda: (s := segments()) and len(set(s)) == 1 and s, 60,
                  "every replica's segment to match the leader's")[0]
     r = scan_batches(data, legacy=True, verify_crc=True)
-    assert r.stop_reason == ScanStop.END and int(r.last_offsets[-1]) == 32
+    # 33 records; a retried batch of this non-idempotent producer (legacy formats refuse
+    # idempotence) after the module's earlier broker kills may add a duplicate, as in Kafka
+    assert r.stop_reason == ScanStop.END and int(r.last_offsets[-1]) >= 32
     assert {data[int(pos) + 16] for pos in r.positions} == {1}
     for b in brokers.values():
         epochs = read_leader_epoch_checkpoint(
