@@ -53,7 +53,7 @@ class DiskClient:
                          for d in range(plumbing.num_disks)]
         for ch in self.channels:
             ch.completions.discard_all()  # answers meant for this slot's previous process
-            ch.completions.want_data(False)  # nor its long polls
+            ch.completions.want_data(0)  # nor its long polls
         self._ids = itertools.count(1)
         # request id -> (on_done, its token, disk): on_done(token, completion) answers it
         self._pending: dict[int, tuple[Callable[[Any, Completion], None], Any, int]] = {}
@@ -155,8 +155,9 @@ class DiskClient:
         """Requests sent and not answered yet."""
         return len(self._pending)
 
-    def want_data(self, wanted: bool) -> None:
-        """Ask every disk worker to ring us when it appends (long polls wait), or stop asking."""
+    def want_data(self, wanted: int) -> None:
+        """Ask every disk worker to ring us when offsets of the DataWanted kinds in ``wanted``
+        move (long polls wait), or (0) stop asking."""
         for ch in self.channels:
             ch.completions.want_data(wanted)
 

@@ -29,10 +29,16 @@ import struct
 import time
 from typing import Any
 
-from appliance.broker.disk.partitions import Partitions
+from appliance.broker.disk.partitions import WAKE_ALL, Partitions
 from appliance.broker.disk.requests import NOTHING, NotHere, Requests
 from appliance.errors import ErrorCode, KafkaError
-from appliance.shm.layout import COMPLETION, FOLLOWER_FETCH_BODY, REPLICA_APPEND_HEADER, Role
+from appliance.shm.layout import (
+    COMPLETION,
+    FOLLOWER_FETCH_BODY,
+    REPLICA_APPEND_HEADER,
+    DataWanted,
+    Role,
+)
 from appliance.shm.leadership_area import LeadershipArea
 from appliance.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 
@@ -113,7 +119,7 @@ class Replication:
             body = memoryview(bytearray(body))
         _stamp_epoch(body, lead.leader_epoch)
         info = plog.append(body)
-        if not self.maybe_increment_hw(slot, plog, lead.isr):
+        if not self.maybe_increment_hw(slot, plog, lead.isr, WAKE_ALL):
             self.parts.publish(slot, plog)  # the new log end offset: followers fetch up to it
         answer = (info.first_offset, info.log_append_time, plog.log_start_offset, b"")
         if acks != -1 or n is None or plog.high_watermark > info.last_offset:
@@ -141,7 +147,7 @@ class Replication:
         body = memoryview(bytearray(records))
         _stamp_epoch(body, lead.leader_epoch)
         info = plog.append(body)
-        if not self.maybe_increment_hw(slot, plog, lead.isr):
+        if not self.maybe_increment_hw(slot, plog, lead.isr, WAKE_ALL):
             self.parts.publish(slot, plog)
         return info.last_offset + 1
 
@@ -175,9 +181,11 @@ class Replication:
         self.maybe_increment_hw(slot, plog, lead.isr)
         return NOTHING
 
-    def maybe_increment_hw(self, slot: int, plog: Any, isr: tuple[int, ...]) -> bool:
+    def maybe_increment_hw(self, slot: int, plog: Any, isr: tuple[int, ...],
+                           wake: int = DataWanted.ANY) -> bool:
         """HW = min LEO over the ISR (never backwards), then answer the produces it covers.
-        True if it moved (and the slot's offsets were published)."""
+        True if it moved (and the slot's offsets were published, waking the long polls in
+        ``wake``: consumers' only, unless the caller has just appended)."""
         pos = self.positions.get(slot, {})
         hw = plog.log_end_offset
         for r in isr:
@@ -185,7 +193,7 @@ class Replication:
                 hw = min(hw, pos.get(r, 0))
         if hw > plog.high_watermark:
             plog.high_watermark = hw
-            self.parts.publish(slot, plog)
+            self.parts.publish(slot, plog, wake)
             self._release(slot, plog)
             return True
         return False
@@ -261,7 +269,7 @@ class Replication:
         if start > plog.log_start_offset:
             plog.maybe_increment_log_start_offset(min(start, plog.high_watermark))
             self.parts.log_dir.write_checkpoints()  # the records below stay unreadable after a restart
-        self.parts.publish(slot, plog, wake=False)
+        self.parts.publish(slot, plog, wake=0)
         return plog.log_end_offset, -1, plog.log_start_offset, b""
 
     def truncate(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
