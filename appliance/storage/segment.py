@@ -62,6 +62,7 @@ INT32_MAX = 0x7FFFFFFF
 # Batches walked per native call while looking for an offset: enough to cover an index interval
 # of small batches in one call, few enough that a lookup never walks far past its target.
 _TRANSLATE_CHUNK = 256
+_READ_HINTS = 16  # per segment: a few followers and consumers reading the tail each keep theirs
 # Log files up to this size are read with pread rather than mapped (LogSegment.data).
 PREAD_MAX_BYTES = 64 * 1024
 # Appends of at least this many batches are indexed with array operations.
@@ -154,6 +155,14 @@ class LogSegment:
         self._dmm_len = 0
         self.index_problem: str | None = None
         self.last_used = 0.0
+        # read-only segments: the writer may have added offset-index entries since the last
+        # re-count (LogReader sets this at every read of the active segment; the re-count, an
+        # fstat and a dozen preads, happens only when a read needs the index)
+        self.index_stale = False
+        # offset -> file position of the batch that starts there, learnt from the reads served
+        # (the batch after each slice): a reader following the log's tail, like a follower's
+        # fetch, is read from there without the offset index (see _hinted_batch)
+        self._read_hints: dict[int, int] = {}
 
     def apply_config(self, config: Any) -> None:
         """Use ``config`` (a TopicConfig, or None for read-only segments) from now on; the
@@ -353,10 +362,16 @@ class LogSegment:
             pos = r.stop_position
         return None
 
+    def _fresh_offset_index(self) -> Any:
+        if self.index_stale:
+            self.index_stale = False
+            self.offset_index.refresh()
+        return self.offset_index
+
     def translate_offset(self, offset: int, start_position: int = 0) -> BatchLocation | None:
         """The first batch whose last offset >= ``offset`` (index floor + forward walk), None if
         the segment has no such batch."""
-        _, pos = self.offset_index.lookup(offset)
+        _, pos = self._fresh_offset_index().lookup(offset)
         pos = max(pos, start_position)
         if pos >= self.size:
             pos = start_position  # a stale or damaged entry: walk from the start instead
@@ -372,7 +387,9 @@ class LogSegment:
         ``offset``, at most ``max_bytes`` (or one batch if ``min_one_batch``), none with a base
         offset >= ``max_offset``. None when there is nothing to return."""
         self.last_used = time.monotonic()
-        loc = self.translate_offset(offset)
+        loc = self._hinted_batch(offset)
+        if loc is None:
+            loc = self.translate_offset(offset)
         if loc is None or loc.base_offset >= max_offset:
             return None
         end = min(self.size, loc.position + max(0, max_bytes))
@@ -381,9 +398,32 @@ class LogSegment:
         if k == 0:
             if not min_one_batch:
                 return None
+            self._hint(loc.last_offset + 1, loc.position + loc.size)
             return loc.position, loc.size, loc.base_offset
+        self._hint(int(r.last_offsets[k - 1]) + 1, int(r.positions[k - 1]) + int(r.sizes[k - 1]))
         length = int(r.positions[k - 1]) + int(r.sizes[k - 1]) - loc.position
         return loc.position, length, loc.base_offset
+
+    def _hint(self, offset: int, position: int) -> None:
+        hints = self._read_hints
+        hints[offset] = position
+        if len(hints) > _READ_HINTS:
+            del hints[next(iter(hints))]  # the oldest
+
+    def _hinted_batch(self, offset: int) -> BatchLocation | None:
+        """The batch starting at ``offset`` where an earlier read ended, when it is there: its
+        CRC and base offset are checked in the live mapping, so a file cut and rewritten since
+        (a follower's truncation, in another process) sends the read through the index instead.
+        A small file's in-memory copy could be stale, so it never takes this path."""
+        pos = self._read_hints.get(offset)
+        if pos is None or pos >= self.size or isinstance(self.data(self.size), _ReadCopy):
+            return None
+        r = self._scan(pos, self.size, verify_crc=True, max_batches=1)
+        if r.count != 1 or not r.crc_ok[0] or int(r.base_offsets[0]) != offset:
+            del self._read_hints[offset]
+            return None
+        return BatchLocation(pos, offset, int(r.last_offsets[0]), int(r.sizes[0]),
+                             int(r.max_timestamps[0]))
 
     def batch_bytes(self, loc: BatchLocation) -> bytes:
         """A copy of one batch's bytes."""
@@ -397,7 +437,7 @@ class LogSegment:
         """First batch with max timestamp >= ``timestamp`` and last offset >= ``start_offset``."""
         self.last_used = time.monotonic()
         _, ts_offset = self.time_index.lookup(timestamp)
-        _, pos = self.offset_index.lookup(max(ts_offset, start_offset))
+        _, pos = self._fresh_offset_index().lookup(max(ts_offset, start_offset))
         if pos >= self.size:
             pos = 0
 
@@ -610,6 +650,7 @@ class LogSegment:
         Raises KafkaStorageError on I/O failure.
         """
         size_before = self.size
+        self._read_hints.clear()
         oi, ti = self.offset_index, self.time_index
         oi.reset()
         ti.reset()
@@ -652,6 +693,7 @@ class LogSegment:
         loc = self.translate_offset(offset)
         if loc is None:
             return 0
+        self._read_hints.clear()
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         removed = self.size - loc.position
