@@ -63,6 +63,7 @@ INT32_MAX = 0x7FFFFFFF
 # of small batches in one call, few enough that a lookup never walks far past its target.
 _TRANSLATE_CHUNK = 256
 _READ_HINTS = 16  # per segment: a few followers and consumers reading the tail each keep theirs
+_MISS = object()  # LogSegment._hinted_read: not answered from a hint
 # Log files up to this size are read with pread rather than mapped (LogSegment.data).
 PREAD_MAX_BYTES = 64 * 1024
 # Appends of at least this many batches are indexed with array operations.
@@ -387,9 +388,10 @@ class LogSegment:
         ``offset``, at most ``max_bytes`` (or one batch if ``min_one_batch``), none with a base
         offset >= ``max_offset``. None when there is nothing to return."""
         self.last_used = time.monotonic()
-        loc = self._hinted_batch(offset)
-        if loc is None:
-            loc = self.translate_offset(offset)
+        hinted = self._hinted_read(offset, max_bytes, max_offset)
+        if hinted is not _MISS:
+            return hinted
+        loc = self.translate_offset(offset)
         if loc is None or loc.base_offset >= max_offset:
             return None
         end = min(self.size, loc.position + max(0, max_bytes))
@@ -410,20 +412,38 @@ class LogSegment:
         if len(hints) > _READ_HINTS:
             del hints[next(iter(hints))]  # the oldest
 
-    def _hinted_batch(self, offset: int) -> BatchLocation | None:
-        """The batch starting at ``offset`` where an earlier read ended, when it is there: its
-        CRC and base offset are checked in the live mapping, so a file cut and rewritten since
-        (a follower's truncation, in another process) sends the read through the index instead.
-        A small file's in-memory copy could be stale, so it never takes this path."""
+    def _hinted_read(self, offset: int, max_bytes: int, max_offset: int) -> Any:
+        """:meth:`read` from where an earlier read ended at ``offset`` (a reader following the
+        tail), without the offset index; _MISS when there is no such hint, the batches do not
+        fit ``max_bytes``, or what is there now is not the batch starting at ``offset`` (its
+        base offset and CRC are checked in a fresh read of the file, so a file cut and
+        rewritten since, by a follower's truncation in another process, is noticed). A tail of
+        up to PREAD_MAX_BYTES is read with one pread: a mapping of a growing file was remapped
+        (mmap + munmap) at every read."""
         pos = self._read_hints.get(offset)
-        if pos is None or pos >= self.size or isinstance(self.data(self.size), _ReadCopy):
-            return None
-        r = self._scan(pos, self.size, verify_crc=True, max_batches=1)
-        if r.count != 1 or not r.crc_ok[0] or int(r.base_offsets[0]) != offset:
+        if pos is None or pos >= self.size:
+            return _MISS
+        end = min(self.size, pos + max(0, max_bytes))
+        if end - pos <= PREAD_MAX_BYTES:
+            buf: Any = os.pread(self.fd, end - pos, pos)
+            base = pos
+        else:
+            buf = self.data(end)
+            if isinstance(buf, _ReadCopy):
+                return _MISS  # a small file's copy may be stale: only a mapping is live
+            base = 0
+        start, stop = pos - base, min(end - base, len(buf))
+        r = scan_batches(buf, start, stop, verify_crc=False)
+        if r.count == 0 or int(r.base_offsets[0]) != offset or not scan_batches(
+                buf, start, stop, verify_crc=True, max_batches=1).crc_ok[0]:
             del self._read_hints[offset]
-            return None
-        return BatchLocation(pos, offset, int(r.last_offsets[0]), int(r.sizes[0]),
-                             int(r.max_timestamps[0]))
+            return _MISS
+        k = int(np.searchsorted(r.base_offsets[:r.count], max_offset, side="left"))
+        if k == 0:
+            return None  # the batch at offset is not below max_offset yet
+        nxt = int(r.positions[k - 1]) + int(r.sizes[k - 1]) + base
+        self._hint(int(r.last_offsets[k - 1]) + 1, nxt)
+        return pos, nxt - pos, offset
 
     def batch_bytes(self, loc: BatchLocation) -> bytes:
         """A copy of one batch's bytes."""
