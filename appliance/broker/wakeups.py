@@ -26,6 +26,11 @@ DATA_INTEREST_S = 1.0
 FIRST_DATA_WAIT_S = 0.005
 
 
+def _wake(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
 class Wakeups:
     def __init__(self, disks: DiskClient) -> None:
         self.disks = disks
@@ -73,13 +78,16 @@ class Wakeups:
             self.disks.want_data(self._wanting)
             timeout = min(timeout, FIRST_DATA_WAIT_S)
         self._waiting[kind] += 1
-        fut = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
         self._data_waiters.append(fut)
+        # a timer that resolves the future, not asyncio.wait_for: that wraps it in a second
+        # future and callbacks and costs one more pass of the loop per wake-up
+        timer = loop.call_later(timeout, _wake, fut)
         try:
-            await asyncio.wait_for(fut, timeout)
-        except TimeoutError:
-            pass
+            await fut
         finally:
+            timer.cancel()
             self._waiting[kind] -= 1
             self._last_wait[kind] = time.monotonic()
 
