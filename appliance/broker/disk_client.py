@@ -131,6 +131,21 @@ class DiskClient:
         self._pending[request_id] = (_resolve, fut, disk)
         return await fut
 
+    def try_submit(self, disk: int, msg_type: int, slot: int, payload: bytes | memoryview,
+                   acks: int = 1, timeout_ms: int = 30000,
+                   *more: bytes | memoryview) -> asyncio.Future | None:
+        """:meth:`submit` without a task, when the ring has room now: the future of the
+        completion, or None when the ring is full (then use :meth:`submit`, which waits). Not
+        for acks=0 messages that get no completion."""
+        request_id = next(self._ids)
+        if not self.channels[disk].requests.put(
+                msg_type, _REQ.pack(request_id, slot, acks, 0, timeout_ms, 0), payload, *more):
+            return None
+        self._schedule_ring(disk)
+        fut = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = (_resolve, fut, disk)
+        return fut
+
     def _schedule_ring(self, disk: int) -> None:
         # coalesce doorbells: one eventfd write per disk per loop iteration (or per batch)
         if not self._to_ring and not self._batching:
