@@ -147,6 +147,17 @@ def _cpu_by_pid(pids: list[int]) -> dict[int, float]:
     return out
 
 
+def _wakeups_by_pid(pids: list[int]) -> dict[int, int]:
+    """Voluntary context switches (a process going to sleep, woken later) of each process."""
+    out = {}
+    for pid in pids:
+        try:
+            out[pid] = psutil.Process(pid).num_ctx_switches().voluntary
+        except psutil.Error:
+            continue
+    return out
+
+
 def _kind(title: str) -> str:
     """A worker's kind from its title: 'appliance: disk worker 0 [/x]' -> 'disk worker'."""
     if not title.startswith("appliance:"):
@@ -216,6 +227,7 @@ def _round_trips(boot: str, topic: str, n: int, value: bytes, partitions: int,
         raise RuntimeError("warm-up records left unacknowledged")
     titles = _titles(brokers)
     before = _cpu_by_pid(list(titles))
+    sleeps = _wakeups_by_pid(list(titles))
     rounds = []
     for i in range(n):
         t0 = time.perf_counter()
@@ -224,15 +236,20 @@ def _round_trips(boot: str, topic: str, n: int, value: bytes, partitions: int,
             raise RuntimeError("a record left unacknowledged")
         rounds.append(time.perf_counter() - t0)
     after = _cpu_by_pid(list(titles))
+    woken = _wakeups_by_pid(list(titles))
     kinds: dict[str, float] = {}
+    wakes: dict[str, float] = {}
     for pid, t in after.items():
         k = _kind(titles[pid])
         kinds[k] = kinds.get(k, 0.0) + (t - before.get(pid, t)) * 1e6 / n
+        wakes[k] = wakes.get(k, 0.0) + (woken.get(pid, 0) - sleeps.get(pid, 0)) / n
     rounds.sort()
     print(f"acks=all one record at a time: median round {rounds[n // 2] * 1000:.2f} ms, "
           f"p90 {rounds[int(n * 0.9)] * 1000:.2f} ms over {n:,} rounds; broker CPU per round "
           f"{sum(kinds.values()):.0f} us (" + ", ".join(
-              f"{k} {v:.0f}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])) + ")")
+              f"{k} {v:.0f}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])) + "); "
+          f"process sleeps per round {sum(wakes.values()):.1f} (" + ", ".join(
+              f"{k} {v:.1f}" for k, v in sorted(wakes.items(), key=lambda kv: -kv[1])) + ")")
 
 
 def main() -> int:
