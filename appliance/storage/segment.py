@@ -425,20 +425,23 @@ class LogSegment:
             return _MISS
         end = min(self.size, pos + max(0, max_bytes))
         if end - pos <= PREAD_MAX_BYTES:
+            # one scan checks every batch's CRC (a few KB at the tail); a bad one ends the read
             buf: Any = os.pread(self.fd, end - pos, pos)
+            r = scan_batches(buf, 0, len(buf), verify_crc=True)
             base = pos
         else:
             buf = self.data(end)
             if isinstance(buf, _ReadCopy):
                 return _MISS  # a small file's copy may be stale: only a mapping is live
+            r = scan_batches(buf, pos, end, verify_crc=False)
+            if r.count and not scan_batches(buf, pos, end, verify_crc=True, max_batches=1).crc_ok[0]:
+                r = r._replace(count=0)
             base = 0
-        start, stop = pos - base, min(end - base, len(buf))
-        r = scan_batches(buf, start, stop, verify_crc=False)
-        if r.count == 0 or int(r.base_offsets[0]) != offset or not scan_batches(
-                buf, start, stop, verify_crc=True, max_batches=1).crc_ok[0]:
+        n = r.count if not r.count or r.crc_ok[r.count - 1] else r.count - 1
+        if n == 0 or int(r.base_offsets[0]) != offset:
             del self._read_hints[offset]
             return _MISS
-        k = int(np.searchsorted(r.base_offsets[:r.count], max_offset, side="left"))
+        k = int(np.searchsorted(r.base_offsets[:n], max_offset, side="left"))
         if k == 0:
             return None  # the batch at offset is not below max_offset yet
         nxt = int(r.positions[k - 1]) + int(r.sizes[k - 1]) + base
