@@ -24,6 +24,9 @@ DATA_INTEREST_S = 1.0
 # the first wait after raising the ask is this short: an append made between the fetch's read
 # and the ask may have found it down and rung no bell (the two sides' stores are not ordered)
 FIRST_DATA_WAIT_S = 0.005
+# the waiters' list is emptied by each data bell; on a worker that gets none (idle consumers'
+# long polls timing out) the finished ones are dropped once it holds this many
+_PRUNE_WAITERS = 256
 
 
 def _wake(fut: asyncio.Future) -> None:
@@ -80,7 +83,10 @@ class Wakeups:
         self._waiting[kind] += 1
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        self._data_waiters.append(fut)
+        waiters = self._data_waiters
+        if len(waiters) >= _PRUNE_WAITERS:  # long polls that timed out with no bell since
+            waiters[:] = [f for f in waiters if not f.done()]
+        waiters.append(fut)
         # a timer that resolves the future, not asyncio.wait_for: that wraps it in a second
         # future and callbacks and costs one more pass of the loop per wake-up
         timer = loop.call_later(timeout, _wake, fut)

@@ -3,9 +3,9 @@
 Long poll: when less than min_bytes is available the request waits (without blocking anything)
 until a disk worker reports an append or max_wait_ms passes. A wake-up re-reads the partitions
 only when the offset the fetch reads up to (a follower: the log end offset; a consumer: the high
-watermark) moved for one of them, or one left the ONLINE state or this broker's leadership (Kafka's
-DelayedFetch cases): a follower's fetch is not re-read for every high watermark move. Only the first partition with data
-may exceed the byte limits (KIP-74: at least one whole batch, so a consumer always progresses).
+watermark) moved for one of them, or one left the ONLINE state or this broker's leadership
+(Kafka's DelayedFetch cases): a follower's fetch is not re-read for every high watermark move.
+Only the first partition with data may exceed the byte limits (KIP-74: at least one whole batch, so a consumer always progresses).
 Fetch sessions (v7+) are answered sessionless (session id 0): clients then send full requests.
 """
 
