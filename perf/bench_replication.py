@@ -5,6 +5,16 @@ rate (target: p99 <= 20 ms at 10,000 records/s).
 
 Usage: .venv/bin/python perf/bench_replication.py [--records 1000000] [--value-size 100]
            [--partitions 6] [--rate 10000] [--latency-seconds 10]
+           [--skip-single] [--skip-throughput] [--breakdown] [--pids-file F] [--round-trips N]
+
+--skip-single / --skip-throughput leave out phase 1 / phase 2 (the percentage needs both);
+--breakdown prints, after phase 3, the CPU per million records of each kind of broker process
+(workers by title, summed over the three brokers); --pids-file writes the brokers' worker pids
+and titles at the start of phase 3 (for py-spy or strace by pid); --round-trips N adds a phase 4:
+N single records produced one at a time (acks=all, each flushed before the next), printing the
+median and p90 round trip and the brokers' CPU per round by kind of process: the cost of one
+acks=all round with nothing to batch, much less sensitive to other load on the machine than
+phase 3's CPU per record (under contention phase 3 batches more and costs less per record).
 
 Phases (each on fresh brokers in a temporary directory; ZooKeeper started like the tests'):
 1. standalone broker, acks=1: one confluent-kafka producer sends --records values
@@ -109,6 +119,53 @@ def _cpu_seconds(brokers: list[BrokerProcess]) -> float:
     return total
 
 
+def _titles(brokers: list[BrokerProcess]) -> dict[int, str]:
+    """pid -> process title (setproctitle) of every process of these brokers."""
+    out = {}
+    for b in brokers:
+        try:
+            root = psutil.Process(b.proc.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            continue
+        for p in procs:
+            try:
+                out[p.pid] = " ".join(p.cmdline())
+            except psutil.Error:
+                continue
+    return out
+
+
+def _cpu_by_pid(pids: list[int]) -> dict[int, float]:
+    out = {}
+    for pid in pids:
+        try:
+            t = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        out[pid] = t.user + t.system
+    return out
+
+
+def _wakeups_by_pid(pids: list[int]) -> dict[int, int]:
+    """Voluntary context switches (a process going to sleep, woken later) of each process."""
+    out = {}
+    for pid in pids:
+        try:
+            out[pid] = psutil.Process(pid).num_ctx_switches().voluntary
+        except psutil.Error:
+            continue
+    return out
+
+
+def _kind(title: str) -> str:
+    """A worker's kind from its title: 'appliance: disk worker 0 [/x]' -> 'disk worker'."""
+    if not title.startswith("appliance:"):
+        return "supervisor"
+    name = title.split(":", 1)[1].split("[", 1)[0].strip()
+    return name.rstrip("0123456789 ") or name
+
+
 def _throughput(boot: str, topic: str, records: int, value: bytes, partitions: int, conf: dict,
                 brokers: list[BrokerProcess]) -> tuple[float, float]:
     """(records/s, broker CPU seconds per million records) after a warm-up."""
@@ -161,6 +218,40 @@ def _latency(boot: str, topic: str, rate: int, seconds: float, value: bytes, par
     return lat
 
 
+def _round_trips(boot: str, topic: str, n: int, value: bytes, partitions: int,
+                 brokers: list[BrokerProcess]) -> None:
+    p = Producer({"bootstrap.servers": boot, "acks": "all", "enable.idempotence": True, "linger.ms": 0})
+    for i in range(100):  # warm-up: connections, metadata, the producer id
+        p.produce(topic, value, partition=i % partitions)
+    if p.flush(60):
+        raise RuntimeError("warm-up records left unacknowledged")
+    titles = _titles(brokers)
+    before = _cpu_by_pid(list(titles))
+    sleeps = _wakeups_by_pid(list(titles))
+    rounds = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        p.produce(topic, value, partition=i % partitions)
+        if p.flush(30):
+            raise RuntimeError("a record left unacknowledged")
+        rounds.append(time.perf_counter() - t0)
+    after = _cpu_by_pid(list(titles))
+    woken = _wakeups_by_pid(list(titles))
+    kinds: dict[str, float] = {}
+    wakes: dict[str, float] = {}
+    for pid, t in after.items():
+        k = _kind(titles[pid])
+        kinds[k] = kinds.get(k, 0.0) + (t - before.get(pid, t)) * 1e6 / n
+        wakes[k] = wakes.get(k, 0.0) + (woken.get(pid, 0) - sleeps.get(pid, 0)) / n
+    rounds.sort()
+    print(f"acks=all one record at a time: median round {rounds[n // 2] * 1000:.2f} ms, "
+          f"p90 {rounds[int(n * 0.9)] * 1000:.2f} ms over {n:,} rounds; broker CPU per round "
+          f"{sum(kinds.values()):.0f} us (" + ", ".join(
+              f"{k} {v:.0f}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])) + "); "
+          f"process sleeps per round {sum(wakes.values()):.1f} (" + ", ".join(
+              f"{k} {v:.1f}" for k, v in sorted(wakes.items(), key=lambda kv: -kv[1])) + ")")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -168,33 +259,59 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--rate", type=int, default=10_000)
     ap.add_argument("--latency-seconds", type=float, default=10.0)
+    ap.add_argument("--skip-single", action="store_true", help="leave out phase 1")
+    ap.add_argument("--skip-throughput", action="store_true", help="leave out phase 2")
+    ap.add_argument("--breakdown", action="store_true", help="phase 3's CPU per kind of process")
+    ap.add_argument("--pids-file", type=Path, help="write 'pid title' lines at phase 3's start")
+    ap.add_argument("--round-trips", type=int, default=0, help="phase 4: records one at a time")
+    ap.add_argument("--skip-latency", action="store_true", help="leave out phase 3")
     args = ap.parse_args()
     value = b"x" * args.value_size
     work = Path(tempfile.mkdtemp(prefix="bench-repl-"))
 
-    (work / "single").mkdir()
-    with BrokerProcess(work / "single") as b:
-        _create(b.bootstrap, "bench", args.partitions, 1, {})
-        single, single_cpu = _throughput(b.bootstrap, "bench", args.records, value, args.partitions,
-                                         {"acks": "1"}, [b])
-    print(f"single broker, acks=1:        {single:12,.0f} records/s  "
-          f"broker CPU {single_cpu:.1f} s per 1M records")
+    single = single_cpu = None
+    if not args.skip_single:
+        (work / "single").mkdir()
+        with BrokerProcess(work / "single") as b:
+            _create(b.bootstrap, "bench", args.partitions, 1, {})
+            single, single_cpu = _throughput(b.bootstrap, "bench", args.records, value, args.partitions,
+                                             {"acks": "1"}, [b])
+        print(f"single broker, acks=1:        {single:12,.0f} records/s  "
+              f"broker CPU {single_cpu:.1f} s per 1M records", flush=True)
 
     with three_brokers(work) as (brokers, boot):
         _create(boot, "bench", args.partitions, 3, {"min.insync.replicas": "2"})
-        repl, repl_cpu = _throughput(boot, "bench", args.records, value, args.partitions,
-                                     {"acks": "all", "enable.idempotence": True}, brokers)
-        print(f"3 brokers, RF 3, acks=all:    {repl:12,.0f} records/s  "
-              f"({100 * repl / single:.0f} % of single acks=1; target >= 33 %)  "
-              f"broker CPU {repl_cpu:.1f} s per 1M records ({repl_cpu / single_cpu:.1f}x single)")
-        cpu = _cpu_seconds(brokers)
-        lat = sorted(_latency(boot, "bench", args.rate, args.latency_seconds, value, args.partitions))
-        lat_cpu = (_cpu_seconds(brokers) - cpu) * 1e6 / max(len(lat), 1)
-        if lat:
-            p50, p99 = lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))]
-            print(f"acks=all at {args.rate:,} records/s: p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, "
-                  f"max {lat[-1] * 1000:.1f} ms over {len(lat):,} records (target p99 <= 20 ms); "
-                  f"mean {statistics.fmean(lat) * 1000:.1f} ms; broker CPU {lat_cpu:.1f} s per 1M records")
+        if not args.skip_throughput:
+            repl, repl_cpu = _throughput(boot, "bench", args.records, value, args.partitions,
+                                         {"acks": "all", "enable.idempotence": True}, brokers)
+            vs = "" if single is None else (
+                f"({100 * repl / single:.0f} % of single acks=1; target >= 33 %)  ")
+            times = "" if single_cpu is None else f" ({repl_cpu / single_cpu:.1f}x single)"
+            print(f"3 brokers, RF 3, acks=all:    {repl:12,.0f} records/s  {vs}"
+                  f"broker CPU {repl_cpu:.1f} s per 1M records{times}", flush=True)
+        if not args.skip_latency:
+            titles = _titles(brokers)
+            if args.pids_file is not None:
+                args.pids_file.write_text("".join(f"{pid} {t}\n" for pid, t in titles.items()))
+            before = _cpu_by_pid(list(titles))
+            cpu = _cpu_seconds(brokers)
+            lat = sorted(_latency(boot, "bench", args.rate, args.latency_seconds, value, args.partitions))
+            lat_cpu = (_cpu_seconds(brokers) - cpu) * 1e6 / max(len(lat), 1)
+            after = _cpu_by_pid(list(titles))
+            if lat:
+                p50, p99 = lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+                print(f"acks=all at {args.rate:,} records/s: p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, "
+                      f"max {lat[-1] * 1000:.1f} ms over {len(lat):,} records (target p99 <= 20 ms); "
+                      f"mean {statistics.fmean(lat) * 1000:.1f} ms; broker CPU {lat_cpu:.1f} s per 1M records")
+            if args.breakdown and lat:
+                kinds: dict[str, float] = {}
+                for pid, t in after.items():
+                    k = _kind(titles[pid])
+                    kinds[k] = kinds.get(k, 0.0) + (t - before.get(pid, t)) * 1e6 / len(lat)
+                print("  broker CPU per 1M records by process kind (3 brokers): " + ", ".join(
+                    f"{k} {v:.1f} s" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])))
+        if args.round_trips:
+            _round_trips(boot, "bench", args.round_trips, value, args.partitions, brokers)
     return 0
 
 

@@ -53,7 +53,7 @@ class DiskClient:
                          for d in range(plumbing.num_disks)]
         for ch in self.channels:
             ch.completions.discard_all()  # answers meant for this slot's previous process
-            ch.completions.want_data(False)  # nor its long polls
+            ch.completions.want_data(0)  # nor its long polls
         self._ids = itertools.count(1)
         # request id -> (on_done, its token, disk): on_done(token, completion) answers it
         self._pending: dict[int, tuple[Callable[[Any, Completion], None], Any, int]] = {}
@@ -131,6 +131,21 @@ class DiskClient:
         self._pending[request_id] = (_resolve, fut, disk)
         return await fut
 
+    def try_submit(self, disk: int, msg_type: int, slot: int, payload: bytes | memoryview,
+                   acks: int = 1, timeout_ms: int = 30000,
+                   *more: bytes | memoryview) -> asyncio.Future | None:
+        """:meth:`submit` without a task, when the ring has room now: the future of the
+        completion, or None when the ring is full (then use :meth:`submit`, which waits). Not
+        for acks=0 messages that get no completion."""
+        request_id = next(self._ids)
+        if not self.channels[disk].requests.put(
+                msg_type, _REQ.pack(request_id, slot, acks, 0, timeout_ms, 0), payload, *more):
+            return None
+        self._schedule_ring(disk)
+        fut = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = (_resolve, fut, disk)
+        return fut
+
     def _schedule_ring(self, disk: int) -> None:
         # coalesce doorbells: one eventfd write per disk per loop iteration (or per batch)
         if not self._to_ring and not self._batching:
@@ -155,8 +170,9 @@ class DiskClient:
         """Requests sent and not answered yet."""
         return len(self._pending)
 
-    def want_data(self, wanted: bool) -> None:
-        """Ask every disk worker to ring us when it appends (long polls wait), or stop asking."""
+    def want_data(self, wanted: int) -> None:
+        """Ask every disk worker to ring us when offsets of the DataWanted kinds in ``wanted``
+        move (long polls wait), or (0) stop asking."""
         for ch in self.channels:
             ch.completions.want_data(wanted)
 

@@ -209,7 +209,9 @@ class ReplicaFetcher:
         while resp is None:
             ev = conn.next_event()
             if ev is NEED_DATA:
-                data = await asyncio.wait_for(reader.read(1 << 20), self.max_wait_ms / 1000 + 30)
+                # asyncio.timeout, not wait_for: no task per read (a read per fetch round)
+                async with asyncio.timeout(self.max_wait_ms / 1000 + 30):
+                    data = await reader.read(1 << 20)
                 if not data:
                     raise ConnectionError("leader closed the connection")
                 conn.receive_data(data)
@@ -239,9 +241,12 @@ class ReplicaFetcher:
                     self.limiter.record(len(records))
                 if not records and _nothing_new(table.offsets(slot), p.high_watermark, p.log_start_offset):
                     continue
-                appends.append((tp, slot, p.high_watermark, asyncio.ensure_future(self.ctx.disks.submit(
-                    disk, MsgType.REPLICA_APPEND, slot, _HEAD.pack(p.high_watermark, p.log_start_offset),
-                    1, 30000, records))))
+                # one round of the disk worker takes them all; no task per append unless its
+                # ring is full
+                args = (disk, MsgType.REPLICA_APPEND, slot, _HEAD.pack(p.high_watermark, p.log_start_offset),
+                        1, 30000, records)
+                fut = self.ctx.disks.try_submit(*args) or asyncio.ensure_future(self.ctx.disks.submit(*args))
+                appends.append((tp, slot, p.high_watermark, fut))
         for tp, slot, hw, fut in appends:
             comp = await fut
             if comp.error_code:

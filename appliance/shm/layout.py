@@ -23,7 +23,7 @@ __all__ = [
     "WorkerState", "MsgType", "TABLE_MAGIC", "RING_MAGIC", "table_size", "shm_names",
     "IPC_CHANNELS", "IPC_DIR_HEADER", "IPC_SLOT", "IPC_MAGIC", "ipc_dir_name", "ipc_channel_name",
     "disk_wake_address", "LEADERSHIP_SLOT", "MAX_REPLICAS", "Role", "leaders_name", "cluster_address",
-    "REPLICA_APPEND_HEADER", "FOLLOWER_FETCH_BODY",
+    "REPLICA_APPEND_HEADER", "FOLLOWER_FETCH_BODY", "DataWanted",
 ]
 
 # 3: partition slots carry the topic id; 4: RING_HEADER.waiting; 5: REPLICA_APPEND_HEADER carries
@@ -145,14 +145,24 @@ RING_HEADER = Layout("ring_header", (
     # nonzero while the consumer sleeps (or is about to): the producer wakes it after publishing
     # a message only then (IPC channels; Ring.prepare_to_wait / Ring.consumer_waiting)
     ("waiting", "Q"),
-    # written by the consumer too: on a completion ring, nonzero while its network worker has
-    # long-poll fetches waiting for appends, so a disk worker rings only the workers that wait.
-    # (0 means "ring me for completions only")
+    # written by the consumer too: on a completion ring, the DataWanted bits of the long-poll
+    # fetches its network worker has waiting, so a disk worker rings only the workers that wait
+    # for what changed. (0 means "ring me for completions only")
     ("data_wanted", "Q"),
     ("pad1", "40x"),
     ("tail", "Q"),                # producer position (monotonic byte count)
     ("pad2", "56x"),
 ))
+
+
+class DataWanted:
+    """Bits of RING_HEADER.data_wanted: which published changes wake a network worker's long
+    polls. A follower's fetch reads up to the log end offset, so only its growth can answer it
+    (Kafka's DelayedFetch: a high watermark move does not complete a follower's fetch); a
+    consumer's reads up to the high watermark, so any published change may."""
+    LOG_END = 1  # followers' fetches wait: ring when a log end offset grew
+    ANY = 2      # consumers' fetches wait: ring when any offset was published
+
 
 # Every message starts with this frame; a length of 0 with type PAD means "skip to the ring's start".
 RING_MESSAGE = Layout("ring_message", (

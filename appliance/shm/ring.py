@@ -26,7 +26,14 @@ import struct
 
 import posix_ipc
 
-from appliance.shm.layout import LAYOUT_VERSION, RING_HEADER, RING_MAGIC, RING_MESSAGE, MsgType
+from appliance.shm.layout import (
+    LAYOUT_VERSION,
+    RING_HEADER,
+    RING_MAGIC,
+    RING_MESSAGE,
+    DataWanted,
+    MsgType,
+)
 from appliance.shm.mapping import release_mapped, unlink_mapped
 from native.fence import memory_fence
 
@@ -89,13 +96,15 @@ class Ring:
         return self._pos[_TAIL_WORD]
 
     @property
-    def data_wanted(self) -> bool:
-        """The consumer asks to be woken when new data is appended (see RING_HEADER)."""
-        return self._pos[_WANTED_WORD] != 0
+    def data_wanted(self) -> int:
+        """The DataWanted bits of what the consumer asks to be woken by (0: nothing; see
+        RING_HEADER)."""
+        return self._pos[_WANTED_WORD]
 
-    def want_data(self, wanted: bool) -> None:
-        """Consumer: ask (or stop asking) to be woken by appends."""
-        self._pos[_WANTED_WORD] = 1 if wanted else 0
+    def want_data(self, wanted: int) -> None:
+        """Consumer: ask to be woken by the published changes in ``wanted`` (DataWanted bits;
+        True = every change, 0/False = none)."""
+        self._pos[_WANTED_WORD] = DataWanted.LOG_END | DataWanted.ANY if wanted is True else int(wanted)
 
     def used(self) -> int:
         return self.tail - self.head

@@ -115,7 +115,8 @@ class LogReader:
                 return False
             if is_last or not seg.files_open:
                 seg.refresh_size()
-                seg.offset_index.refresh()
+                seg.offset_index  # noqa: B018 - opened here: a file gone shows as SegmentOpenError now
+                seg.index_stale = True  # re-counted when a read needs it (LogSegment.translate_offset)
         except SegmentOpenError:
             return False  # deleted meanwhile
         return True

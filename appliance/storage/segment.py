@@ -67,6 +67,8 @@ INT32_MAX = 0x7FFFFFFF
 # Batches walked per native call while looking for an offset: enough to cover an index interval
 # of small batches in one call, few enough that a lookup never walks far past its target.
 _TRANSLATE_CHUNK = 256
+_READ_HINTS = 16  # per segment: a few followers and consumers reading the tail each keep theirs
+_MISS = object()  # LogSegment._hinted_read: not answered from a hint
 # Log files up to this size are read with pread rather than mapped (LogSegment.data).
 PREAD_MAX_BYTES = 64 * 1024
 # The smallest entry a log file can hold: a magic 0 message with null key and value.
@@ -161,6 +163,14 @@ class LogSegment:
         self._dmm_len = 0
         self.index_problem: str | None = None
         self.last_used = 0.0
+        # read-only segments: the writer may have added offset-index entries since the last
+        # re-count (LogReader sets this at every read of the active segment; the re-count, an
+        # fstat and a dozen preads, happens only when a read needs the index)
+        self.index_stale = False
+        # offset -> file position of the batch that starts there, learnt from the reads served
+        # (the batch after each slice): a reader following the log's tail, like a follower's
+        # fetch, is read from there without the offset index (see _hinted_batch)
+        self._read_hints: dict[int, int] = {}
 
     def apply_config(self, config: Any) -> None:
         """Use ``config`` (a TopicConfig, or None for read-only segments) from now on; the
@@ -363,10 +373,16 @@ class LogSegment:
             pos = r.stop_position
         return None
 
+    def _fresh_offset_index(self) -> Any:
+        if self.index_stale:
+            self.index_stale = False
+            self.offset_index.refresh()
+        return self.offset_index
+
     def translate_offset(self, offset: int, start_position: int = 0) -> BatchLocation | None:
         """The first batch whose last offset >= ``offset`` (index floor + forward walk), None if
         the segment has no such batch."""
-        _, pos = self.offset_index.lookup(offset)
+        _, pos = self._fresh_offset_index().lookup(offset)
         pos = max(pos, start_position)
         if pos >= self.size:
             pos = start_position  # a stale or damaged entry: walk from the start instead
@@ -382,6 +398,9 @@ class LogSegment:
         ``offset``, at most ``max_bytes`` (or one batch if ``min_one_batch``), none with a base
         offset >= ``max_offset``. None when there is nothing to return."""
         self.last_used = time.monotonic()
+        hinted = self._hinted_read(offset, max_bytes, max_offset)
+        if hinted is not _MISS:
+            return hinted
         loc = self.translate_offset(offset)
         if loc is None or loc.base_offset >= max_offset:
             return None
@@ -391,9 +410,53 @@ class LogSegment:
         if k == 0:
             if not min_one_batch:
                 return None
+            self._hint(loc.last_offset + 1, loc.position + loc.size)
             return loc.position, loc.size, loc.base_offset
+        self._hint(int(r.last_offsets[k - 1]) + 1, int(r.positions[k - 1]) + int(r.sizes[k - 1]))
         length = int(r.positions[k - 1]) + int(r.sizes[k - 1]) - loc.position
         return loc.position, length, loc.base_offset
+
+    def _hint(self, offset: int, position: int) -> None:
+        hints = self._read_hints
+        hints[offset] = position
+        if len(hints) > _READ_HINTS:
+            del hints[next(iter(hints))]  # the oldest
+
+    def _hinted_read(self, offset: int, max_bytes: int, max_offset: int) -> Any:
+        """:meth:`read` from where an earlier read ended at ``offset`` (a reader following the
+        tail), without the offset index; _MISS when there is no such hint, the batches do not
+        fit ``max_bytes``, or what is there now is not the batch starting at ``offset`` (its
+        base offset and CRC are checked in a fresh read of the file, so a file cut and
+        rewritten since, by a follower's truncation in another process, is noticed). A tail of
+        up to PREAD_MAX_BYTES is read with one pread: a mapping of a growing file was remapped
+        (mmap + munmap) at every read."""
+        pos = self._read_hints.get(offset)
+        if pos is None or pos >= self.size:
+            return _MISS
+        end = min(self.size, pos + max(0, max_bytes))
+        if end - pos <= PREAD_MAX_BYTES:
+            # one scan checks every batch's CRC (a few KB at the tail); a bad one ends the read
+            buf: Any = os.pread(self.fd, end - pos, pos)
+            r = scan_batches(buf, 0, len(buf), verify_crc=True)
+            base = pos
+        else:
+            buf = self.data(end)
+            if isinstance(buf, _ReadCopy):
+                return _MISS  # a small file's copy may be stale: only a mapping is live
+            r = scan_batches(buf, pos, end, verify_crc=False)
+            if r.count and not scan_batches(buf, pos, end, verify_crc=True, max_batches=1).crc_ok[0]:
+                r = r._replace(count=0)
+            base = 0
+        n = r.count if not r.count or r.crc_ok[r.count - 1] else r.count - 1
+        if n == 0 or int(r.base_offsets[0]) != offset:
+            del self._read_hints[offset]
+            return _MISS
+        k = int(np.searchsorted(r.base_offsets[:n], max_offset, side="left"))
+        if k == 0:
+            return None  # the batch at offset is not below max_offset yet
+        nxt = int(r.positions[k - 1]) + int(r.sizes[k - 1]) + base
+        self._hint(int(r.last_offsets[k - 1]) + 1, nxt)
+        return pos, nxt - pos, offset
 
     def batch_bytes(self, loc: BatchLocation) -> bytes:
         """A copy of one batch's bytes."""
@@ -407,7 +470,7 @@ class LogSegment:
         """First batch with max timestamp >= ``timestamp`` and last offset >= ``start_offset``."""
         self.last_used = time.monotonic()
         _, ts_offset = self.time_index.lookup(timestamp)
-        _, pos = self.offset_index.lookup(max(ts_offset, start_offset))
+        _, pos = self._fresh_offset_index().lookup(max(ts_offset, start_offset))
         if pos >= self.size:
             pos = 0
 
@@ -620,6 +683,7 @@ class LogSegment:
         Raises KafkaStorageError on I/O failure.
         """
         size_before = self.size
+        self._read_hints.clear()
         oi, ti = self.offset_index, self.time_index
         oi.reset()
         ti.reset()
@@ -662,6 +726,7 @@ class LogSegment:
         loc = self.translate_offset(offset)
         if loc is None:
             return 0
+        self._read_hints.clear()
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         removed = self.size - loc.position

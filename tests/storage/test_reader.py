@@ -88,3 +88,43 @@ def test_max_timestamp_finds_the_first_record_with_the_largest_timestamp(log_pat
     assert r.max_timestamp(10, 10) is None
     r.close()
     lg.close()
+
+
+def test_a_tail_reader_resumes_where_it_stopped_and_a_rewrite_under_it_is_noticed(log_path):
+    # a reader following the tail (a follower's fetch) resumes at the batch after its last
+    # slice without re-counting the offset index; a writer that cut the file and wrote other
+    # batches over that position since (a follower's truncation) sends it through the index.
+    # Batches of ~30 KB: a tail up to 64 KB is pread, a longer one read through the mapping
+    def offsets(s):
+        return [x.offset for x in decode_records(os.pread(s.fd, s.length, s.position))]
+
+    lg = open_log(log_path, cfg(index_interval_bytes=1))
+    for _ in range(3):
+        lg.append(batch(n=2, value_size=15000))  # offsets 0-5
+    r = LogReader(log_path)
+    assert offsets(r.read(0, 1 << 20)) == list(range(6))
+    lg.append(batch(n=2, value_size=15000))  # 6-7, where the last read ended
+    assert offsets(r.read(6, 1 << 20)) == [6, 7]
+    assert r._list.active.index_stale  # served without re-counting the index
+    for _ in range(3):
+        lg.append(batch(n=2, value_size=15000))  # 8-13: ~90 KB, through the mapping
+    assert offsets(r.read(8, 1 << 20)) == list(range(8, 14))
+    assert offsets(r.read(8, 1 << 20, max_offset=10)) == [8, 9]  # the high watermark bound
+    assert r._list.active.index_stale
+    lg.truncate_to(2)
+    lg.append(batch(n=8, value_size=8000))  # 2-9: one batch across the old positions of 4 and 6
+    assert offsets(r.read(6, 1 << 20)) == list(range(2, 10))
+    lg.truncate_to(2)
+    lg.append(batch(n=4, value_size=14000))  # 2-5
+    lg.append(batch(n=2, value_size=15000))  # 6-7 again, starting inside where it was
+    assert offsets(r.read(6, 1 << 20)) == [6, 7]
+    # a whole batch where the hint for 8 points (where 6-7 ended), but not the one it names
+    size = len(batch(n=2, value_size=15000))
+    single = next(b for v in range(size - 200, size) if len(b := batch(n=1, value_size=v)) == size)
+    lg.truncate_to(2)
+    lg.append(batch(n=4, value_size=14000))  # 2-5, as before
+    lg.append(single)  # 6, where 6-7 was
+    lg.append(single)  # 7, where 6-7 ended
+    assert r.read(8, 1 << 20) is None  # not written yet
+    r.close()
+    lg.close()

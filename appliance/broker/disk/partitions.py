@@ -19,7 +19,7 @@ from appliance.broker.disk.requests import NOTHING, NotHere
 from appliance.config import BrokerConfig, ConfigError, TopicConfig
 from appliance.coordinator.routing import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
 from appliance.errors import ErrorCode, InvalidRequestError, KafkaStorageError
-from appliance.shm.layout import COUNTER_PARTITIONS, SlotState, WorkerState
+from appliance.shm.layout import COUNTER_PARTITIONS, DataWanted, SlotState, WorkerState
 from appliance.shm.partition_table import ZERO_TOPIC_ID, PartitionTable
 from appliance.storage.checkpoint import fsync_dir
 from appliance.storage.log_dir import LogDir
@@ -31,9 +31,11 @@ from appliance.storage.partition_metadata import (
     write_topic_id,
 )
 
-__all__ = ["Partitions"]
+__all__ = ["Partitions", "WAKE_ALL"]
 
 log = logging.getLogger("appliance.disk")
+
+WAKE_ALL = DataWanted.LOG_END | DataWanted.ANY  # a log end offset grew: every kind of long poll
 
 
 class Partitions:
@@ -59,9 +61,10 @@ class Partitions:
         self._topic_counts: dict[str, int] | None = None  # _num_partitions' listing, at start
         self._unsynced_ids: list[str] = []  # partition dirs whose new topic id awaits an fsync
         self._throttled = ThrottledLog()
-        # an offset a long-poll fetch may wait on moved since the worker last rang the network
-        # workers (requests that move none, like a follower's fetch position, wake no one)
-        self.grew = False
+        # the DataWanted bits of the offsets a long-poll fetch may wait on that moved since the
+        # worker last rang the network workers (requests that move none wake no one; a high
+        # watermark move alone wakes no follower's fetch)
+        self.grew = 0
 
     # -- start ----------------------------------------------------------------------------
     def open(self) -> None:
@@ -274,12 +277,14 @@ class Partitions:
             pending[slot] = 0
         self.bytes_dirty.clear()
 
-    def publish(self, slot: int, plog, wake: bool = True) -> None:
-        """Publish the slot's offsets; ``wake``: long-poll fetches may be waiting on them
-        (False for a follower's replica, which serves no fetch)."""
+    def publish(self, slot: int, plog, wake: int = WAKE_ALL) -> None:
+        """Publish the slot's offsets; ``wake``: the DataWanted bits of the long-poll fetches
+        that may be waiting on what moved (every kind by default; DataWanted.ANY when only the
+        high watermark moved, which answers no follower's fetch; 0 for a follower's replica,
+        which serves no fetch)."""
         self.table.publish(slot, plog.log_end_offset, plog.high_watermark, plog.log_start_offset)
         if wake:
-            self.grew = True
+            self.grew |= wake
 
     def publish_start_offsets(self) -> None:
         """Publish the log start offsets retention moved."""

@@ -31,7 +31,7 @@ class RingIntake:
         for ch in self.channels:
             # requests queued while no disk worker ran were failed by their network workers
             ch.requests.discard_all()
-        self.data_bell_pending = False
+        self.data_bell_pending = 0  # DataWanted bits of what moved since the last data bell
         self._last_data_bell = 0.0
 
     def drain(self) -> tuple[int, set[int], bool]:
@@ -83,14 +83,17 @@ class RingIntake:
 
     def ring_bells(self, rung: set[int] | tuple = ()) -> None:
         """Ring the network workers in ``rung`` and, when due, every network worker that asked
-        for data bells (its long polls wait; Ring.want_data): appends wake them coalesced to one
-        wake-up per DATA_BELL_INTERVAL_S (measured: ringing after every round cost 15 % of the
-        worker under a stream of large batches). Workers with no long polls are not woken by
-        appends at all (each wake-up of a process costs both sides)."""
+        for data bells of what moved (its long polls wait; Ring.want_data): appends wake them
+        coalesced to one wake-up per DATA_BELL_INTERVAL_S (measured: ringing after every round
+        cost 15 % of the worker under a stream of large batches). Workers with no long polls
+        are not woken by appends at all, nor workers whose only long polls are followers'
+        fetches by a high watermark move (each wake-up of a process costs both sides; under
+        acks=all every follower's fetch moved the high watermark and woke the worker holding
+        the other followers' fetches for nothing)."""
         if self.data_bell_pending:
-            wanting = self.data_wanted()
+            wanting = self.data_wanted(self.data_bell_pending)
             if not wanting:
-                self.data_bell_pending = False  # nobody waits: a later ask re-reads the log
+                self.data_bell_pending = 0  # nobody waits for it: a later ask re-reads the log
             else:
                 now = time.monotonic()
                 if now - self._last_data_bell >= DATA_BELL_INTERVAL_S:
@@ -100,16 +103,16 @@ class RingIntake:
                     for n in rung:
                         if n not in wanting:
                             ring_doorbell(bells[n])
-                    self.data_bell_pending = False
+                    self.data_bell_pending = 0
                     self._last_data_bell = now
                     return
         for n in rung:
             ring_doorbell(self.plumbing.net_bells[n])
 
-    def data_wanted(self) -> list[int]:
-        """The network workers that asked to be woken by appends (the cluster worker, ring
-        client num_net, serves no long polls)."""
-        return [n for n in range(self.plumbing.num_net) if self.channels[n].completions.data_wanted]
+    def data_wanted(self, moved: int) -> list[int]:
+        """The network workers that asked to be woken by the DataWanted bits in ``moved`` (the
+        cluster worker, ring client num_net, serves no long polls)."""
+        return [n for n in range(self.plumbing.num_net) if self.channels[n].completions.data_wanted & moved]
 
     def close(self) -> None:
         for ch in self.channels:

@@ -180,8 +180,8 @@ class DiskWorker:
         ipc_handled, ipc_more = self.ipc.drain()
         self.requests_left = more or ipc_more
         if self.partitions.grew:
-            self.partitions.grew = False
-            self.rings.data_bell_pending = True
+            self.rings.data_bell_pending |= self.partitions.grew
+            self.partitions.grew = 0
         # requesters learn of their completions at once; one bell per worker serves both the
         # completions and the "new data" wake-up (each eventfd write that wakes a process costs
         # 3-20 us here, and as many context switches)

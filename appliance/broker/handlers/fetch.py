@@ -1,8 +1,11 @@
 """Fetch: byte ranges of segment files, bounded by the high watermark, sent with sendfile.
 
 Long poll: when less than min_bytes is available the request waits (without blocking anything)
-until a disk worker reports an append or max_wait_ms passes. Only the first partition with data
-may exceed the byte limits (KIP-74: at least one whole batch, so a consumer always progresses).
+until a disk worker reports an append or max_wait_ms passes. A wake-up re-reads the partitions
+only when the offset the fetch reads up to (a follower: the log end offset; a consumer: the high
+watermark) moved for one of them, or one left the ONLINE state or this broker's leadership
+(Kafka's DelayedFetch cases): a follower's fetch is not re-read for every high watermark move.
+Only the first partition with data may exceed the byte limits (KIP-74: at least one whole batch, so a consumer always progresses).
 Fetch sessions (v7+) are answered sessionless (session id 0): clients then send full requests.
 """
 
@@ -17,7 +20,7 @@ from appliance.errors import ErrorCode, OffsetOutOfRangeError
 from appliance.metrics.responses import remote_wait
 from appliance.protocol.messages import Fetch
 from appliance.protocol.types import FileSlice
-from appliance.shm.layout import FOLLOWER_FETCH_BODY, MsgType, Role, SlotState
+from appliance.shm.layout import FOLLOWER_FETCH_BODY, DataWanted, MsgType, Role, SlotState
 
 __all__ = ["handle", "replica_id_of", "topic_names", "FIRST_TOPIC_ID_VERSION",
            "FIRST_REPLICA_STATE_VERSION"]
@@ -48,7 +51,10 @@ def topic_names(ctx: Any, request: Any) -> list[str | None]:
     return [t.topic for t in request.body.topics]
 
 
-def _read_all(ctx: Any, body: Any, names: list[str | None], replica_id: int) -> tuple[list, int, bool]:
+def _read_all(ctx: Any, body: Any, names: list[str | None], replica_id: int,
+              watch: list) -> tuple[list, int, bool]:
+    """The response's topics, the bytes they hold, and whether a partition has an error.
+    ``watch`` gets (slot, offset read up to) of each partition read: what a long poll waits on."""
     total = 0
     max_bytes = body.max_bytes if body.max_bytes > 0 else 2**31 - 1
     any_error = False
@@ -98,6 +104,7 @@ def _read_all(ctx: Any, body: Any, names: list[str | None], replica_id: int) -> 
                 any_error = True
                 continue
             end = leo if replica else hw
+            watch.append((info.slot, end))
             if offset >= end:
                 continue
             if throttle and ctx.leader_quota.exceeded(throttle):
@@ -139,17 +146,33 @@ def _record_follower(ctx: Any, body: Any, names: list[str | None], replica_id: i
                                         _FF.pack(p.fetch_offset, replica_id), 0, 0, None)
 
 
+def _moved(ctx: Any, watch: list, replica: bool) -> bool:
+    """Whether a watched partition's end (log end offset for a follower, high watermark for a
+    consumer) moved since it was read, or it left the ONLINE state or this broker's leadership."""
+    table, leaders = ctx.table, ctx.leaders
+    which = 0 if replica else 1
+    for slot, end in watch:
+        if table.offsets(slot)[which] != end or table.state(slot) != SlotState.ONLINE:
+            return True
+        if leaders is not None and leaders.role(slot) != Role.LEADER:
+            return True
+    return False
+
+
 async def handle(ctx: Any, request: Any) -> Any:
     body = request.body
     replica_id = replica_id_of(request)
     names = topic_names(ctx, request)
-    if ctx.leaders is not None and replica_id >= 0:
+    replica = ctx.leaders is not None and replica_id >= 0
+    if replica:
         _record_follower(ctx, body, names, replica_id)
+    kind = DataWanted.LOG_END if replica else DataWanted.ANY
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(body.max_wait_ms, 0) / 1000
     waited = 0.0
     while True:
-        responses, total, any_error = _read_all(ctx, body, names, replica_id)
+        watch: list = []
+        responses, total, any_error = _read_all(ctx, body, names, replica_id, watch)
         remaining = deadline - loop.time()
         if total >= max(body.min_bytes, 1) or any_error or remaining <= 0:
             if waited and ctx.metrics is not None:
@@ -158,6 +181,12 @@ async def handle(ctx: Any, request: Any) -> Any:
             if request.api_version < FIRST_V2_FETCH_VERSION:  # old clients only: off the sendfile path
                 return down_convert(ctx, resp, request.api_version)
             return resp
-        before = loop.time()
-        await ctx.wakeups.wait_for_data(remaining)
-        waited += loop.time() - before
+        # the offsets were read before the data: whatever moved after that shows in _moved
+        while remaining > 0:
+            before = loop.time()
+            await ctx.wakeups.wait_for_data(remaining, kind)
+            now = loop.time()
+            waited += now - before
+            remaining = deadline - now
+            if _moved(ctx, watch, replica):
+                break

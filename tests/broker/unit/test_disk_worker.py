@@ -4,15 +4,17 @@ a real log dir, no process."""
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
 
-from appliance.broker.disk.ring_intake import ROUND_LIMIT
+from appliance.broker.disk.ring_intake import DATA_BELL_INTERVAL_S, ROUND_LIMIT
 from appliance.broker.disk.worker import DiskWorker
 from appliance.errors import ErrorCode
 from appliance.records.batch import build_batch
-from appliance.shm.layout import COMPLETION, REQUEST, MsgType, SlotState
+from appliance.shm.layout import COMPLETION, REQUEST, DataWanted, MsgType, SlotState
 from appliance.shm.ring import Channel
 
 _REQ = REQUEST.struct
@@ -205,3 +207,37 @@ def test_reload_files_reads_hand_edited_configs_and_keeps_them_on_a_bad_file(dis
     dyn.write_text("{not json")
     disk.admin.reload_files()  # logged; the configs in force stay
     assert disk.partitions.logs[slot].config["retention.bytes"] == 99
+
+
+def _rung(bell: int) -> bool:
+    try:
+        os.eventfd_read(bell)
+        return True
+    except BlockingIOError:
+        return False
+
+
+def test_data_bells_ring_only_the_workers_waiting_for_what_moved(disk, senders, plumbing):
+    # network worker 0 holds a follower's long poll (it reads up to the log end offset), 1 a
+    # consumer's (up to the high watermark): an append rings both; a move of the high
+    # watermark alone (a follower's fetch position under acks=all) only the consumer's
+    p, _ = plumbing
+    slot = _create(disk, senders[0])
+    senders[0].channel.completions.want_data(DataWanted.LOG_END)
+    senders[1].channel.completions.want_data(DataWanted.ANY)
+    time.sleep(DATA_BELL_INTERVAL_S * 2)  # past the coalescing of data bells
+    for bell in p.net_bells:
+        _rung(bell)
+    senders[1].send(MsgType.PRODUCE, slot, build_batch([(b"k", b"v")]), acks=0)  # no completion
+    assert disk.round()
+    assert [_rung(b) for b in p.net_bells] == [True, True]
+    time.sleep(DATA_BELL_INTERVAL_S * 2)
+    disk.partitions.publish(slot, disk.partitions.logs[slot], DataWanted.ANY)
+    disk.round()
+    assert [_rung(b) for b in p.net_bells] == [False, True]
+    senders[1].channel.completions.want_data(0)  # nobody waits for the high watermark now
+    time.sleep(DATA_BELL_INTERVAL_S * 2)
+    disk.partitions.publish(slot, disk.partitions.logs[slot], DataWanted.ANY)
+    disk.round()
+    assert [_rung(b) for b in p.net_bells] == [False, False]
+    assert not disk.rings.data_bell_pending  # dropped: no later round rings for it
