@@ -437,14 +437,15 @@ class LogSegment:
         if end - pos <= PREAD_MAX_BYTES:
             # one scan checks every batch's CRC (a few KB at the tail); a bad one ends the read
             buf: Any = os.pread(self.fd, end - pos, pos)
-            r = scan_batches(buf, 0, len(buf), verify_crc=True)
+            r = scan_batches(buf, 0, len(buf), verify_crc=True, legacy=True)
             base = pos
         else:
             buf = self.data(end)
             if isinstance(buf, _ReadCopy):
                 return _MISS  # a small file's copy may be stale: only a mapping is live
-            r = scan_batches(buf, pos, end, verify_crc=False)
-            if r.count and not scan_batches(buf, pos, end, verify_crc=True, max_batches=1).crc_ok[0]:
+            r = scan_batches(buf, pos, end, verify_crc=False, legacy=True)
+            if r.count and not scan_batches(buf, pos, end, verify_crc=True, max_batches=1,
+                                                legacy=True).crc_ok[0]:
                 r = r._replace(count=0)
             base = 0
         n = r.count if not r.count or r.crc_ok[r.count - 1] else r.count - 1
