@@ -1,10 +1,13 @@
 """Read one partition's offset range [start, end) from its segment files into Arrow batches.
 
 The walk: :class:`appliance.storage.reader.LogReader` finds the byte range of whole batches from
-an offset (offset index + native scan), the range is mmap'd read-only, :func:`native.scan_batches`
-checks every batch's CRC32C, compressed records sections are inflated, and
-:func:`native.decode.decode_records` turns the records into Arrow buffers. Control batches
-are skipped, as Kafka consumers skip them; offset gaps (compacted topics) need no special case.
+an offset (offset index + native scan), the range is mmap'd read-only, :func:`decode_entries`
+splits it into runs of v2 batches and of legacy (magic 0/1) messages (a topic whose
+``message.format.version`` is or was pre-0.11; :func:`native.entry_runs.entry_runs`), and for v2
+runs :func:`native.scan_batches` checks every batch's CRC32C, compressed records sections are
+inflated, and :func:`native.decode.decode_records` turns the records into Arrow buffers; legacy
+runs go through :mod:`spark.legacy_entries` into the same rows. Control batches are skipped, as
+Kafka consumers skip them; offset gaps (compacted topics) need no special case.
 
 A batch that fails its CRC or does not decode raises CorruptRecordError naming the segment file
 and the byte position of the batch. Offsets removed by retention (below the oldest segment, or
@@ -20,6 +23,7 @@ import logging
 import mmap
 import os
 from collections.abc import Generator
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -28,12 +32,16 @@ from appliance.errors import CorruptRecordError, OffsetOutOfRangeError
 from appliance.records import batch_layout as L
 from appliance.records.compression import DEFAULT_MAX_DECOMPRESSED, decompress
 from appliance.storage.reader import LogReader
-from native import SCAN_END, scan_batches
+from native import SCAN_END, SCAN_PARTIAL, scan_batches
 from native.decode import DECODE_ERRORS, DECODE_OK, DecodeOutput, decode_records
+from native.entry_runs import entry_runs
+from native.legacy_decode import LEGACY_ERRORS, LEGACY_OK, LEGACY_PARTIAL, scan_legacy
+from spark.legacy_entries import decode_legacy_scanned
 from spark.progress import ReadStats
 from spark.schema import arrow_schema
 
-__all__ = ["read_range", "DataLossWarning", "decode_scanned", "to_record_batch", "STOP_WHY"]
+__all__ = ["read_range", "DataLossWarning", "decode_scanned", "decode_entries", "Entries",
+           "to_record_batch", "STOP_WHY"]
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +151,60 @@ def decode_scanned(buf: np.ndarray, base_pos: int, scan, path: str, file_pos0: i
     return out
 
 
+class Entries(NamedTuple):
+    """What :func:`decode_entries` found in a buffer."""
+
+    outputs: list[DecodeOutput]  # rows of each run that had any, in buffer order
+    count: int  # whole entries (batches or top-level messages) walked
+    next_offset: int  # the last whole entry's last offset + 1; -1 when there is none
+    stop_position: int  # first byte not covered by a whole valid entry
+    stop_why: str | None  # None: the walk read to the end; else why it stopped
+    partial: bool  # it stopped at an entry that runs past the end (a Fetch's byte limit)
+
+
+def decode_entries(buf: np.ndarray, start: int, end: int, path: str, file_pos0: int, lo: int,
+                   hi: int, include_headers: bool) -> Entries:
+    """Check and decode the entries of ``buf[start:end]`` (v2 batches and legacy messages in any
+    mix) keeping ``lo <= offset < hi``. A bad or partial entry stops the walk (reported, not
+    raised: the caller knows whether a partial one is expected); what does not decode once
+    checked raises CorruptRecordError naming ``path`` and the byte ``file_pos0 + pos - start``.
+    """
+    outputs: list[DecodeOutput] = []
+    count = 0
+    nxt = -1
+    for s, e, legacy in entry_runs(buf, start, end):
+        if legacy:
+            lscan = scan_legacy(buf, s, e)
+            n, stop, status = lscan.count, lscan.stop_position, lscan.status
+            why = None if status == LEGACY_OK else LEGACY_ERRORS.get(
+                status, "a v2 batch inside a run of legacy messages")
+            partial = status == LEGACY_PARTIAL
+            if why is not None and not partial:
+                return Entries(outputs, count, nxt, stop, why, False)
+            last = int(lscan.offsets[n - 1]) if n else -1
+            out = decode_legacy_scanned(buf, start, lscan, path, file_pos0, lo, hi,
+                                        include_headers)
+        else:
+            scan = scan_batches(buf, s, e, verify_crc=True)
+            n, stop, reason = scan.count, scan.stop_position, int(scan.stop_reason)
+            why = None if reason == SCAN_END else STOP_WHY.get(reason, str(reason))
+            partial = reason == SCAN_PARTIAL
+            if why is not None and not partial:
+                # (a batch failing its CRC is the scan's last entry: nothing is decoded)
+                return Entries(outputs, count, nxt, stop, why, False)
+            last = int(scan.last_offsets[n - 1]) if n else -1
+            out = decode_scanned(buf, start, scan, path, file_pos0, lo, hi, include_headers) \
+                if n else None
+        if out is not None and out.rows:
+            outputs.append(out)
+        count += n
+        if n:
+            nxt = last + 1
+        if why is not None:
+            return Entries(outputs, count, nxt, stop, why, partial)
+    return Entries(outputs, count, nxt, end, None, False)
+
+
 def _data_loss(what: str, fail: bool) -> None:
     if fail:
         raise OffsetOutOfRangeError(
@@ -194,24 +256,21 @@ def read_range(path: str, topic: str, partition: int, start: int, end: int, *,
             buf = np.frombuffer(mm, np.uint8)
             if stats is not None:
                 stats.bytes_mapped += sl.length
-            scan = scan_batches(buf, skew, skew + sl.length, verify_crc=True)
-            if scan.stop_reason != SCAN_END:
-                bad = scan.stop_position - skew + sl.position
-                why = STOP_WHY.get(int(scan.stop_reason), str(scan.stop_reason))
-                raise CorruptRecordError(f"{_file_name(sl)}: corrupt batch at byte {bad}: {why}")
-            if scan.count == 0:
+            got = decode_entries(buf, skew, skew + sl.length, _file_name(sl), sl.position,
+                                 start, end, include_headers)
+            if got.stop_why is not None:
+                bad = got.stop_position - skew + sl.position
+                raise CorruptRecordError(
+                    f"{_file_name(sl)}: corrupt batch at byte {bad}: {got.stop_why}")
+            if got.count == 0:
                 return offset
-            out = decode_scanned(buf, skew, scan, _file_name(sl), sl.position, start, end,
-                                include_headers)
-            nxt = int(scan.last_offsets[scan.count - 1]) + 1
-            del scan, buf, mm
-            if out is not None and out.rows:
+            del buf, mm
+            for out in got.outputs:
                 rb = to_record_batch(out, topic, partition, schema, include_headers)
-                del out
                 if stats is not None:
                     stats.add_rows(rb.num_rows)
                 yield rb
-            offset = max(nxt, offset + 1)
+            offset = max(got.next_offset, offset + 1)
         return offset
     finally:
         reader.close()
