@@ -72,7 +72,7 @@ LEGACY_ERRORS = {
 
 #: Fewest bytes a message takes (magic 0, null key and value): what bounds the row count.
 MIN_MESSAGE = L.HEADER_SIZE_V0 + 2 * L.LENGTH_SIZE
-#: timestampType of a magic 0 row (Kafka's TimestampType.NO_TIMESTAMP_TYPE id).
+#: timestampType of a magic 0 row (Kafka's TimestampType.NO_TIMESTAMP_TYPE id; spark.schema has it too).
 TS_TYPE_NONE = -1
 _TS_CREATE = 0
 _TS_LOG_APPEND = 1
