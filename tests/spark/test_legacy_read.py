@@ -96,12 +96,21 @@ def offline(tmp_path_factory):
     e, base = _v2(rng, base, (Compression.LZ4, Compression.NONE), headers=True)
     topics["mixed"] = [(2, a), (1, down_convert_batches(b, magic=1)),
                        (0, down_convert_batches(c, magic=0)), (2, e)]
+    # One flipped byte in the value of an uncompressed message: its CRC32 no longer matches.
+    v2, _ = _v2(rng, 0, (Compression.NONE,))
+    bad = bytearray(down_convert_batches(v2, magic=1))
+    second = 12 + struct.unpack_from(">i", bad, 8)[0]
+    bad[second + 12 + struct.unpack_from(">i", bad, second + 8)[0] - 1] ^= 0x20
+    topics["bad"] = [(1, bytes(bad))]
     hws = {}
     expected = []
     for topic, parts in topics.items():
         os.mkdir(os.path.join(d, f"{topic}-0"))
         with open(os.path.join(d, f"{topic}-0", f"{0:020d}.log"), "wb") as f:
             f.write(b"".join(data for _, data in parts))
+        if topic == "bad":
+            hws[(topic, 0)] = 1 << 20
+            continue
         rows = _expected(topic, parts)
         hws[(topic, 0)] = rows[-1][2] + 1
         expected += rows
@@ -109,7 +118,7 @@ def offline(tmp_path_factory):
     if LogReader(os.path.join(d, "old0-0")).read(0, 1 << 20) is None:
         pytest.skip("the storage reader does not walk magic 0/1 entries (they come with the "
                     "legacy store, branch wip5/legacy_store)")
-    return d, sorted(expected)
+    return d, sorted(expected), second
 
 
 def _local(spark, log_dir: str, topics: str, **opts: str):
@@ -121,7 +130,7 @@ def _local(spark, log_dir: str, topics: str, **opts: str):
 
 
 def test_offline_legacy_and_mixed_segments(spark, offline):
-    log_dir, expected = offline
+    log_dir, expected, _ = offline
     got = _collect(_local(spark, log_dir, "old0,old1,mixed"))
     assert got == expected
     assert {r[6] for r in got if r[0] == "old0"} == {-1}  # magic 0: no timestamp
@@ -133,6 +142,14 @@ def test_offline_legacy_and_mixed_segments(spark, offline):
     small = _collect(_local(spark, log_dir, "mixed", **{
         "read.chunk.bytes": "4096", "startingOffsets": f'{{"mixed": {{"0": {lo}}}}}'}))
     assert small == [r for r in mixed if r[2] >= lo]
+
+
+def test_offline_crc_mismatch_names_file_and_byte(spark, offline):
+    log_dir, _, second = offline
+    with pytest.raises(Exception) as e:
+        _local(spark, log_dir, "bad").collect()
+    seg = os.path.join(log_dir, "bad-0", f"{0:020d}.log")
+    assert f"{seg}: corrupt batch at byte {second}: CRC32 mismatch" in str(e.value)
 
 
 @pytest.fixture(scope="module")
