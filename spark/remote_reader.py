@@ -33,6 +33,7 @@ from appliance.errors import (
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
+from native.out_pool import OutputPool
 from spark.arrow_reader import decode_entries, to_record_batch
 from spark.broker_catalog import BrokerUnreachableError, BrokerView
 from spark.progress import ReadStats
@@ -109,6 +110,7 @@ def fetch_range(view: BrokerView, topic: str, partition: int, start: int, end: i
     offset = start
     where = f"{topic}-{partition} fetched from {view.bootstrap}"
     behind_since = None
+    pool = OutputPool()  # decode outputs, reused once the batch made of them is gone
     while offset < end:
         try:
             data, hw = _fetch(view, topic, partition, offset, chunk_bytes, retry_s)
@@ -148,7 +150,7 @@ def fetch_range(view: BrokerView, topic: str, partition: int, start: int, end: i
         behind_since = None
         buf = np.frombuffer(data, np.uint8)
         # A partial last entry is the answer's byte limit cutting it: the next Fetch gets it.
-        got = decode_entries(buf, 0, len(data), where, 0, offset, hi, include_headers)
+        got = decode_entries(buf, 0, len(data), where, 0, offset, hi, include_headers, pool)
         if (got.stop_why is not None and not got.partial) or got.count == 0:
             raise CorruptRecordError(f"{where}: corrupt batch at byte {got.stop_position} of "
                                      f"the answer for offset {offset}: {got.stop_why}")
