@@ -5,7 +5,8 @@ READ_UNCOMMITTED, as Spark's Kafka source reads) to the partition's leader from 
 never keeping a record at or above ``min(end, high watermark)``; the fetched bytes go through
 the same native scans (CRC32C for v2 batches, CRC32 for legacy magic 0/1 messages, which a
 pre-0.11 topic's answer holds as stored) and decode kernels as the in-place path, so both give
-identical rows. Control batches are skipped; a compressed batch that starts before ``start`` is trimmed.
+identical rows. Control batches are skipped; a compressed batch that starts before ``start``
+is trimmed.
 
 Errors: BrokerUnreachableError naming the address once the bounded retries are spent;
 UnknownTopicOrPartitionError naming topic and partition; OffsetOutOfRangeError for records
