@@ -22,9 +22,20 @@ import numpy as np
 
 __all__ = ["OutputPool"]
 
-# References to a free ring entry seen inside take(): the ring's list slot, the local name and
-# getrefcount's own argument.
-_FREE_REFS = 3
+
+def _free_refs() -> int:
+    """What ``sys.getrefcount`` says of a ring entry no one else holds, read the way take()
+    reads it (3 on CPython 3.11: the list slot, the local name, the call's argument; measured
+    rather than assumed, as interpreters may count the local name differently)."""
+    ring = [np.empty(1)]
+    for i in range(len(ring)):
+        arr = ring[i]
+        return sys.getrefcount(arr)
+    raise AssertionError("unreachable")
+
+
+_FREE_REFS = _free_refs()
+
 # Sizes vary a little from chunk to chunk (whole batches per chunk): room to spare so a
 # slightly larger chunk does not replace the array.
 _HEADROOM = 1.125
