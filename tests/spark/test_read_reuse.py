@@ -12,7 +12,7 @@ from appliance.records.record_types import Record
 from appliance.storage.log import PartitionLog
 from spark.arrow_reader import read_range
 
-N = 3000
+N = 2000
 
 
 def _value(i: int) -> bytes:
