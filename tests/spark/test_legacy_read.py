@@ -31,6 +31,7 @@ from appliance.records.legacy import iter_message_set
 from appliance.records.record_types import Compression, Record, TimestampType
 from appliance.storage.checkpoint import REPLICATION_OFFSET_CHECKPOINT, write_checkpoint
 from appliance.storage.reader import LogReader
+from spark.catalog import offset_for_timestamp
 from tests.spark.conftest import create_topic, kcat, produce
 
 _LEGACY = (Compression.NONE, Compression.GZIP, Compression.SNAPPY, Compression.LZ4)
@@ -151,6 +152,18 @@ def test_offline_crc_mismatch_names_file_and_byte(spark, offline):
         _local(spark, log_dir, "bad").collect()
     seg = os.path.join(log_dir, "bad-0", f"{0:020d}.log")
     assert f"{seg}: corrupt batch at byte {second}: CRC32 mismatch" in str(e.value)
+
+
+def test_offline_timestamp_lookup(offline):
+    """startingTimestamp's lookup (ListOffsets by time) in legacy segments: magic 1 messages
+    carry timestamps (wrappers their inner ones), magic 0 none, so nothing is found there."""
+    log_dir, expected, _ = offline
+    old1 = [r for r in expected if r[0] == "old1"]
+    for r in old1[::7]:
+        ts = r[5] // 1000
+        want = next(x[2] for x in old1 if x[5] // 1000 >= ts)
+        assert offset_for_timestamp(os.path.join(log_dir, "old1-0"), ts, 0, 1 << 20) == want
+    assert offset_for_timestamp(os.path.join(log_dir, "old0-0"), 0, 0, 1 << 20) is None
 
 
 @pytest.fixture(scope="module")
