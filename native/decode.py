@@ -20,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from native.out_pool import OutputPool
+
 __all__ = [
     "decode_records", "DecodeOutput", "DECODE_OK", "DECODE_HEADERS_FULL", "DECODE_ERRORS",
 ]
@@ -198,36 +200,44 @@ class DecodeOutput:
             setattr(self, k, v)
 
 
+def _fresh(_name: str, size: int, dtype: type) -> np.ndarray:
+    return np.empty(size, dtype)
+
+
 def decode_records(buf: np.ndarray, sec_start: np.ndarray, sec_end: np.ndarray,
                    base_offsets: np.ndarray, base_timestamps: np.ndarray,
                    max_timestamps: np.ndarray, log_append: np.ndarray, counts: np.ndarray,
-                   lo: int, hi: int, want_headers: bool) -> tuple[DecodeOutput | None, int, int]:
+                   lo: int, hi: int, want_headers: bool, pool: OutputPool | None = None
+                   ) -> tuple[DecodeOutput | None, int, int]:
     """Decode the records sections ``buf[sec_start[i]:sec_end[i]]`` of batches i.
 
     Keeps records with ``lo <= offset < hi``. Returns (output, status, bad batch index):
     output is None when status is one of :data:`DECODE_ERRORS`. Raises nothing for bad data.
+    ``pool``: the output arrays come from it (reused once the previous outputs are dropped)
+    instead of fresh memory.
     """
+    take = _fresh if pool is None else pool.take
     rows_cap = int(counts.sum())
     data_cap = int((sec_end - sec_start).sum())
-    out_off = np.empty(rows_cap, np.int64)
-    out_ts = np.empty(rows_cap, np.int64)
-    out_tt = np.empty(rows_cap, np.int32)
-    key_offs = np.empty(rows_cap + 1, np.int32)
-    key_valid = np.empty(rows_cap, np.uint8)
-    val_offs = np.empty(rows_cap + 1, np.int32)
-    val_valid = np.empty(rows_cap, np.uint8)
+    out_off = take("offsets", rows_cap, np.int64)
+    out_ts = take("timestamps", rows_cap, np.int64)
+    out_tt = take("timestamp_types", rows_cap, np.int32)
+    key_offs = take("key_offsets", rows_cap + 1, np.int32)
+    key_valid = take("key_valid", rows_cap, np.uint8)
+    val_offs = take("value_offsets", rows_cap + 1, np.int32)
+    val_valid = take("value_valid", rows_cap, np.uint8)
     # Keys and values are disjoint parts of the sections, so the two areas share one bound.
-    key_data = np.empty(data_cap, np.uint8)
-    val_data = np.empty(data_cap, np.uint8)
+    key_data = take("key_data", data_cap, np.uint8)
+    val_data = take("value_data", data_cap, np.uint8)
     hcap = rows_cap if want_headers else 0
     while True:
         hsize = hcap if want_headers else 0
-        hdr_offs = np.empty(rows_cap + 1 if want_headers else 1, np.int32)
-        hk_offs = np.empty(hsize + 1, np.int32)
-        hv_offs = np.empty(hsize + 1, np.int32)
-        hv_valid = np.empty(hsize, np.uint8)
-        hk_data = np.empty(data_cap if want_headers else 0, np.uint8)
-        hv_data = np.empty(data_cap if want_headers else 0, np.uint8)
+        hdr_offs = take("header_offsets", rows_cap + 1 if want_headers else 1, np.int32)
+        hk_offs = take("hkey_offsets", hsize + 1, np.int32)
+        hv_offs = take("hvalue_offsets", hsize + 1, np.int32)
+        hv_valid = take("hvalue_valid", hsize, np.uint8)
+        hk_data = take("hkey_data", data_cap if want_headers else 0, np.uint8)
+        hv_data = take("hvalue_data", data_cap if want_headers else 0, np.uint8)
         n, nh, status, bad = _decode(
             buf, sec_start, sec_end, base_offsets, base_timestamps, max_timestamps, log_append,
             counts, lo, hi, want_headers, out_off, out_ts, out_tt, key_offs, key_valid,

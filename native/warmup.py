@@ -32,6 +32,15 @@ def warmup() -> None:
     for magic in (0, 1):
         convert_batches(np.frombuffer(batch, np.uint8), 0, magic, True, out, 0)
         convert_records(batch[HEADER_SIZE:], 2, 0, 0, 0, False, 1, magic, magic == 1, out)
+    # The readers' kernels, on read-only buffers as they get them (a read-only mmap, bytes):
+    # numba compiles read-only arrays separately.
+    from native.entry_runs import entry_runs
+    from native.legacy_decode import decode_legacy, scan_legacy
+    ro = np.frombuffer(bytes(64), np.uint8)
+    entry_runs(ro)
+    scan_legacy(ro)
+    no64, no8 = np.zeros(0, np.int64), np.zeros(0, np.uint8)
+    decode_legacy(ro, no64, no64, no8, no64, no64, no64, no8, 0, 1, False)
     from native.fence import memory_fence
     memory_fence()
 

@@ -1,10 +1,13 @@
 """Read one partition's offset range [start, end) from its segment files into Arrow batches.
 
 The walk: :class:`appliance.storage.reader.LogReader` finds the byte range of whole batches from
-an offset (offset index + native scan), the range is mmap'd read-only, :func:`native.scan_batches`
-checks every batch's CRC32C, compressed records sections are inflated, and
-:func:`native.decode.decode_records` turns the records into Arrow buffers. Control batches
-are skipped, as Kafka consumers skip them; offset gaps (compacted topics) need no special case.
+an offset (offset index + native scan), the range is mmap'd read-only, :func:`decode_entries`
+splits it into runs of v2 batches and of legacy (magic 0/1) messages (a topic whose
+``message.format.version`` is or was pre-0.11; :func:`native.entry_runs.entry_runs`), and for v2
+runs :func:`native.scan_batches` checks every batch's CRC32C, compressed records sections are
+inflated, and :func:`native.decode.decode_records` turns the records into Arrow buffers; legacy
+runs go through :mod:`spark.legacy_entries` into the same rows. Control batches are skipped, as
+Kafka consumers skip them; offset gaps (compacted topics) need no special case.
 
 A batch that fails its CRC or does not decode raises CorruptRecordError naming the segment file
 and the byte position of the batch. Offsets removed by retention (below the oldest segment, or
@@ -20,6 +23,7 @@ import logging
 import mmap
 import os
 from collections.abc import Generator
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -28,16 +32,22 @@ from appliance.errors import CorruptRecordError, OffsetOutOfRangeError
 from appliance.records import batch_layout as L
 from appliance.records.compression import DEFAULT_MAX_DECOMPRESSED, decompress
 from appliance.storage.reader import LogReader
-from native import SCAN_END, scan_batches
+from native import SCAN_END, SCAN_PARTIAL, scan_batches
 from native.decode import DECODE_ERRORS, DECODE_OK, DecodeOutput, decode_records
+from native.entry_runs import entry_runs
+from native.legacy_decode import LEGACY_ERRORS, LEGACY_OK, LEGACY_PARTIAL, scan_legacy
+from native.out_pool import OutputPool
+from spark.legacy_entries import decode_legacy_scanned
 from spark.progress import ReadStats
 from spark.schema import arrow_schema
 
-__all__ = ["read_range", "DataLossWarning", "decode_scanned", "to_record_batch", "STOP_WHY"]
+__all__ = ["read_range", "DataLossWarning", "decode_scanned", "decode_entries", "Entries",
+           "to_record_batch", "STOP_WHY"]
 
 log = logging.getLogger(__name__)
 
 _PAGE = mmap.ALLOCATIONGRANULARITY
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux only
 _BINARY = pa.binary()
 _ATTR = np.dtype(">i2")
 _I64 = np.dtype(">i8")
@@ -92,8 +102,10 @@ def to_record_batch(out: DecodeOutput, topic: str, partition: int, schema: pa.Sc
 
 
 def decode_scanned(buf: np.ndarray, base_pos: int, scan, path: str, file_pos0: int,
-                  lo: int, hi: int, include_headers: bool) -> DecodeOutput | None:
-    """Decode the batches ``scan`` found in ``buf``; None when all of them are control batches."""
+                  lo: int, hi: int, include_headers: bool,
+                  pool: OutputPool | None = None) -> DecodeOutput | None:
+    """Decode the batches ``scan`` found in ``buf``; None when all of them are control batches.
+    ``pool``: where the output arrays come from (see :class:`native.out_pool.OutputPool`)."""
     pos = scan.positions
     attrs = buf[(pos + L.ATTRIBUTES_OFFSET)[:, None] + np.arange(2)].view(_ATTR).ravel()
     attrs = attrs.astype(np.int64)
@@ -133,7 +145,7 @@ def decode_scanned(buf: np.ndarray, base_pos: int, scan, path: str, file_pos0: i
               scan.max_timestamps, log_append, scan.record_counts]
     if keep is not None:
         arrays = [a[keep] for a in arrays]
-    out, status, bad = decode_records(work, *arrays, lo, hi, include_headers)
+    out, status, bad = decode_records(work, *arrays, lo, hi, include_headers, pool)
     if status != DECODE_OK:
         i = int(keep[bad]) if keep is not None else bad
         raise CorruptRecordError(
@@ -141,6 +153,61 @@ def decode_scanned(buf: np.ndarray, base_pos: int, scan, path: str, file_pos0: i
             f"(offsets {int(scan.base_offsets[i])}..{int(scan.last_offsets[i])}): "
             f"{DECODE_ERRORS.get(status, f'decode status {status}')}")
     return out
+
+
+class Entries(NamedTuple):
+    """What :func:`decode_entries` found in a buffer."""
+
+    outputs: list[DecodeOutput]  # rows of each run that had any, in buffer order
+    count: int  # whole entries (batches or top-level messages) walked
+    next_offset: int  # the last whole entry's last offset + 1; -1 when there is none
+    stop_position: int  # first byte not covered by a whole valid entry
+    stop_why: str | None  # None: the walk read to the end; else why it stopped
+    partial: bool  # it stopped at an entry that runs past the end (a Fetch's byte limit)
+
+
+def decode_entries(buf: np.ndarray, start: int, end: int, path: str, file_pos0: int, lo: int,
+                   hi: int, include_headers: bool, pool: OutputPool | None = None) -> Entries:
+    """Check and decode the entries of ``buf[start:end]`` (v2 batches and legacy messages in any
+    mix) keeping ``lo <= offset < hi``. A bad or partial entry stops the walk (reported, not
+    raised: the caller knows whether a partial one is expected); what does not decode once
+    checked raises CorruptRecordError naming ``path`` and the byte ``file_pos0 + pos - start``.
+    ``pool``: the v2 decode's output arrays come from it.
+    """
+    outputs: list[DecodeOutput] = []
+    count = 0
+    nxt = -1
+    for s, e, legacy in entry_runs(buf, start, end):
+        if legacy:
+            lscan = scan_legacy(buf, s, e)
+            n, stop, status = lscan.count, lscan.stop_position, lscan.status
+            why = None if status == LEGACY_OK else LEGACY_ERRORS.get(
+                status, "a v2 batch inside a run of legacy messages")
+            partial = status == LEGACY_PARTIAL
+            if why is not None and not partial:
+                return Entries(outputs, count, nxt, stop, why, False)
+            last = int(lscan.offsets[n - 1]) if n else -1
+            out = decode_legacy_scanned(buf, start, lscan, path, file_pos0, lo, hi,
+                                        include_headers)
+        else:
+            scan = scan_batches(buf, s, e, verify_crc=True)
+            n, stop, reason = scan.count, scan.stop_position, int(scan.stop_reason)
+            why = None if reason == SCAN_END else STOP_WHY.get(reason, str(reason))
+            partial = reason == SCAN_PARTIAL
+            if why is not None and not partial:
+                # (a batch failing its CRC is the scan's last entry: nothing is decoded)
+                return Entries(outputs, count, nxt, stop, why, False)
+            last = int(scan.last_offsets[n - 1]) if n else -1
+            out = decode_scanned(buf, start, scan, path, file_pos0, lo, hi, include_headers,
+                                 pool) if n else None
+        if out is not None and out.rows:
+            outputs.append(out)
+        count += n
+        if n:
+            nxt = last + 1
+        if why is not None:
+            return Entries(outputs, count, nxt, stop, why, partial)
+    return Entries(outputs, count, nxt, end, None, False)
 
 
 def _data_loss(what: str, fail: bool) -> None:
@@ -168,6 +235,7 @@ def read_range(path: str, topic: str, partition: int, start: int, end: int, *,
     if start >= end:
         return start
     reader = LogReader(path)
+    pool = OutputPool()  # this read's decode outputs, reused once the batch made of them is gone
     try:
         offset = start
         while offset < end:
@@ -190,31 +258,33 @@ def read_range(path: str, topic: str, partition: int, start: int, end: int, *,
             skew = sl.position - aligned
             # Not closed explicitly: numpy views (and an exception's frames) may still export
             # the map; it is unmapped when the last reference goes.
-            mm = mmap.mmap(sl.fd, sl.length + skew, access=mmap.ACCESS_READ, offset=aligned)
+            # MAP_POPULATE: the pages (in page cache after a write or a first read) are mapped
+            # in the one call instead of a fault per 64 KiB on first touch by the CRC scan.
+            mm = mmap.mmap(sl.fd, sl.length + skew, flags=mmap.MAP_SHARED | _POPULATE,
+                           prot=mmap.PROT_READ, offset=aligned)
             buf = np.frombuffer(mm, np.uint8)
             if stats is not None:
                 stats.bytes_mapped += sl.length
-            scan = scan_batches(buf, skew, skew + sl.length, verify_crc=True)
-            if scan.stop_reason != SCAN_END:
-                bad = scan.stop_position - skew + sl.position
-                why = STOP_WHY.get(int(scan.stop_reason), str(scan.stop_reason))
-                raise CorruptRecordError(f"{_file_name(sl)}: corrupt batch at byte {bad}: {why}")
-            if scan.count == 0:
+            got = decode_entries(buf, skew, skew + sl.length, _file_name(sl), sl.position,
+                                 start, end, include_headers, pool)
+            if got.stop_why is not None:
+                bad = got.stop_position - skew + sl.position
+                raise CorruptRecordError(
+                    f"{_file_name(sl)}: corrupt batch at byte {bad}: {got.stop_why}")
+            if got.count == 0:
                 return offset
-            out = decode_scanned(buf, skew, scan, _file_name(sl), sl.position, start, end,
-                                include_headers)
-            nxt = int(scan.last_offsets[scan.count - 1]) + 1
-            del scan, buf, mm
-            if out is not None and out.rows:
+            del buf, mm
+            for out in got.outputs:
                 rb = to_record_batch(out, topic, partition, schema, include_headers)
-                del out
                 if stats is not None:
                     stats.add_rows(rb.num_rows)
                 yield rb
-            offset = max(nxt, offset + 1)
+            offset = max(got.next_offset, offset + 1)
         return offset
     finally:
         reader.close()
+        log.debug("%s-%d: decode output arrays reused %d times, allocated %d", topic, partition,
+                  pool.reused, pool.allocated)
 
 
 def _file_name(sl) -> str:

@@ -3,8 +3,10 @@
 For tasks whose partition has no local log: Fetch requests (sessionless, isolation
 READ_UNCOMMITTED, as Spark's Kafka source reads) to the partition's leader from ``start`` on,
 never keeping a record at or above ``min(end, high watermark)``; the fetched bytes go through
-the same native scan (CRC32C) and decode kernel as the in-place path, so both give identical
-rows. Control batches are skipped; a compressed batch that starts before ``start`` is trimmed.
+the same native scans (CRC32C for v2 batches, CRC32 for legacy magic 0/1 messages, which a
+pre-0.11 topic's answer holds as stored) and decode kernels as the in-place path, so both give
+identical rows. Control batches are skipped; a compressed batch that starts before ``start``
+is trimmed.
 
 Errors: BrokerUnreachableError naming the address once the bounded retries are spent;
 UnknownTopicOrPartitionError naming topic and partition; OffsetOutOfRangeError for records
@@ -32,8 +34,8 @@ from appliance.errors import (
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
-from native import SCAN_END, SCAN_PARTIAL, scan_batches
-from spark.arrow_reader import STOP_WHY, decode_scanned, to_record_batch
+from native.out_pool import OutputPool
+from spark.arrow_reader import decode_entries, to_record_batch
 from spark.broker_catalog import BrokerUnreachableError, BrokerView
 from spark.progress import ReadStats
 from spark.schema import arrow_schema
@@ -109,6 +111,7 @@ def fetch_range(view: BrokerView, topic: str, partition: int, start: int, end: i
     offset = start
     where = f"{topic}-{partition} fetched from {view.bootstrap}"
     behind_since = None
+    pool = OutputPool()  # decode outputs, reused once the batch made of them is gone
     while offset < end:
         try:
             data, hw = _fetch(view, topic, partition, offset, chunk_bytes, retry_s)
@@ -147,19 +150,17 @@ def fetch_range(view: BrokerView, topic: str, partition: int, start: int, end: i
             return
         behind_since = None
         buf = np.frombuffer(data, np.uint8)
-        scan = scan_batches(buf, 0, len(data), verify_crc=True)
-        if scan.stop_reason not in (SCAN_END, SCAN_PARTIAL) or scan.count == 0:
-            why = STOP_WHY.get(int(scan.stop_reason), str(scan.stop_reason))
-            raise CorruptRecordError(f"{where}: corrupt batch at byte {scan.stop_position} of "
-                                     f"the answer for offset {offset}: {why}")
-        out = decode_scanned(buf, 0, scan, where, 0, offset, hi, include_headers)
-        nxt = int(scan.last_offsets[scan.count - 1]) + 1
-        if out is not None and out.rows:
+        # A partial last entry is the answer's byte limit cutting it: the next Fetch gets it.
+        got = decode_entries(buf, 0, len(data), where, 0, offset, hi, include_headers, pool)
+        if (got.stop_why is not None and not got.partial) or got.count == 0:
+            raise CorruptRecordError(f"{where}: corrupt batch at byte {got.stop_position} of "
+                                     f"the answer for offset {offset}: {got.stop_why}")
+        for out in got.outputs:
             rb = to_record_batch(out, topic, partition, schema, include_headers)
             if stats is not None:
                 stats.add_rows(rb.num_rows)
             yield rb
-        offset = max(nxt, min(offset + 1, hi))
+        offset = max(got.next_offset, min(offset + 1, hi))
         if offset >= end:
             return
 

@@ -22,10 +22,15 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-__all__ = ["spark_schema", "arrow_schema", "TIMESTAMP_TYPE_CREATE", "TIMESTAMP_TYPE_LOG_APPEND"]
+__all__ = ["spark_schema", "arrow_schema", "TIMESTAMP_TYPE_CREATE", "TIMESTAMP_TYPE_LOG_APPEND",
+           "TIMESTAMP_TYPE_NONE"]
 
 TIMESTAMP_TYPE_CREATE = 0
 TIMESTAMP_TYPE_LOG_APPEND = 1
+#: Magic 0 records (a pre-0.10 message format) carry no timestamp: Kafka's consumer reports
+#: NO_TIMESTAMP_TYPE (-1) and timestamp -1, which Spark's Kafka source passes on as
+#: timestampType -1 and the instant 1 ms before the epoch.
+TIMESTAMP_TYPE_NONE = -1
 
 _BASE = (
     StructField("key", BinaryType()),
