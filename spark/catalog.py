@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 from appliance.client.ipc import SHM_NAME_FILE
 from appliance.errors import KafkaStorageError, UnknownTopicOrPartitionError
-from appliance.records.batch import decode_batch
-from appliance.records.legacy import iter_message_set
+from appliance.records.stored import decode_stored
 from appliance.storage.checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
@@ -26,7 +25,6 @@ from appliance.storage.checkpoint import (
 )
 from appliance.storage.log import parse_partition_dir_name
 from appliance.storage.segment import LOG_SUFFIX, LogSegment, parse_segment_file_name
-from native.batch_layout import CURRENT_MAGIC, MAGIC_OFFSET  # byte 16 in legacy messages too
 
 __all__ = ["PartitionState", "Catalog", "load_catalog", "segment_bases", "offset_for_timestamp"]
 
@@ -175,14 +173,6 @@ def require_topics(catalog: Catalog, topics: set[str], log_dirs: tuple[str, ...]
             f"topic(s) {', '.join(missing)} not found in log.dirs {','.join(log_dirs)}")
 
 
-def _entry_records(entry: bytes) -> list:
-    """The records of one stored entry: a v2 batch, or a legacy magic 0/1 message (a compressed
-    wrapper gives its inner messages; magic 0 ones have timestamp -1, so no lookup finds them)."""
-    if len(entry) > MAGIC_OFFSET and entry[MAGIC_OFFSET] < CURRENT_MAGIC:
-        return list(iter_message_set(entry))
-    return list(decode_batch(entry)[1])
-
-
 def offset_for_timestamp(path: str, ts: int, earliest: int, high_watermark: int) -> int | None:
     """Offset of the first record at or after ``earliest`` with timestamp >= ``ts`` and below
     the high watermark (Kafka's ListOffsets by time), None when no record is that recent.
@@ -202,7 +192,7 @@ def offset_for_timestamp(path: str, ts: int, earliest: int, high_watermark: int)
             loc = seg.find_offset_by_timestamp(ts, earliest)
             if loc is None or loc.base_offset >= high_watermark:
                 continue
-            for rec in _entry_records(seg.batch_bytes(loc)):
+            for rec in decode_stored(seg.batch_bytes(loc)):
                 if rec.offset >= high_watermark:
                     return None
                 if rec.timestamp >= ts and rec.offset >= earliest:
