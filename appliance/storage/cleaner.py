@@ -411,19 +411,7 @@ class CleaningPass:
             return whole
         if h.producer_id >= 0 and (h.producer_id, h.base_offset + h.last_offset_delta) in self._last_batches:
             return whole  # the producer's last batch carries its sequence state
-        get = self.map.get
-        end = self.end_offset
-        keep: list[Record] = []
-        for rec in recs:
-            if rec.key is None:
-                continue
-            if get(key_digest(rec.key)) > rec.offset:
-                continue
-            if rec.value is None and drop_tombstones and rec.offset < end:
-                self.stats.tombstones_removed += 1
-                continue
-            keep.append(rec)
-        self.stats.records_removed += len(recs) - len(keep)
+        keep = self._survivors(recs, drop_tombstones)
         if len(keep) == len(recs):
             return whole
         if not keep:
