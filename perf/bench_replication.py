@@ -101,38 +101,38 @@ def _create(boot: str, topic: str, partitions: int, rf: int, configs: dict[str, 
     raise RuntimeError(f"topic {topic} not ready")
 
 
-def _cpu_seconds(brokers: list[BrokerProcess]) -> float:
-    """User + system CPU of every process of these brokers (supervisor and workers)."""
-    total = 0.0
+def _processes(brokers: list[BrokerProcess]) -> list[psutil.Process]:
+    """Every process of these brokers (supervisor and workers); a broker already gone has none."""
+    procs: list[psutil.Process] = []
     for b in brokers:
         try:
             root = psutil.Process(b.proc.pid)
-            procs = [root, *root.children(recursive=True)]
+            procs += [root, *root.children(recursive=True)]
         except psutil.Error:
             continue
-        for p in procs:
-            try:
-                t = p.cpu_times()
-            except psutil.Error:
-                continue
-            total += t.user + t.system
+    return procs
+
+
+def _cpu_seconds(brokers: list[BrokerProcess]) -> float:
+    """User + system CPU of every process of these brokers (supervisor and workers)."""
+    total = 0.0
+    for p in _processes(brokers):
+        try:
+            t = p.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
     return total
 
 
 def _titles(brokers: list[BrokerProcess]) -> dict[int, str]:
     """pid -> process title (setproctitle) of every process of these brokers."""
     out = {}
-    for b in brokers:
+    for p in _processes(brokers):
         try:
-            root = psutil.Process(b.proc.pid)
-            procs = [root, *root.children(recursive=True)]
+            out[p.pid] = " ".join(p.cmdline())
         except psutil.Error:
             continue
-        for p in procs:
-            try:
-                out[p.pid] = " ".join(p.cmdline())
-            except psutil.Error:
-                continue
     return out
 
 
