@@ -44,11 +44,11 @@ from native.batch_layout import (
     PRODUCER_ID_OFFSET,
     RECORDS_COUNT_OFFSET,
 )
+from native.big_endian import be_i16, be_i32, be_i64, be_u32
 from native.buffers import as_u8
 from native.cpu import TABLE_FORCED
 from native.crc import crc32c_raw
 from native.records_walk import _walk
-from native.scan import _be_i32, _be_i64, _be_u32
 
 __all__ = [
     "plan_append", "write_base_offsets", "new_params", "new_rows", "PLAN_SLOW", "PLAN_MORE_ROWS",
@@ -122,12 +122,6 @@ ROW = struct.Struct(f"={ROW_FIELDS}q")
 _CRC_INIT = np.int64(0xFFFFFFFF)
 
 
-@njit(nogil=True, cache=True, inline="always")
-def _be_i16(a, p):
-    v = (np.int64(a[p]) << 8) | np.int64(a[p + 1])
-    return v - 65536 if v >= 32768 else v
-
-
 @njit(nogil=True, cache=not TABLE_FORCED)
 def _plan_kernel(a, n, params, rows):
     """Fill ``rows`` and the outputs of ``params``; returns the batch count, PLAN_SLOW or
@@ -157,17 +151,17 @@ def _plan_kernel(a, n, params, rows):
     while pos < n:
         if n - pos < HEADER_SIZE or a[pos + MAGIC_OFFSET] != CURRENT_MAGIC:
             return PLAN_SLOW
-        length = _be_i32(a, pos + LENGTH_OFFSET)
+        length = be_i32(a, pos + LENGTH_OFFSET)
         size = length + LOG_OVERHEAD
         if length < MIN_BATCH_LENGTH or size > n - pos or size > max_batch:
             return PLAN_SLOW
-        base_in = _be_i64(a, pos + BASE_OFFSET_OFFSET)
-        delta = _be_i32(a, pos + LAST_OFFSET_DELTA_OFFSET)
-        count = _be_i32(a, pos + RECORDS_COUNT_OFFSET)
+        base_in = be_i64(a, pos + BASE_OFFSET_OFFSET)
+        delta = be_i32(a, pos + LAST_OFFSET_DELTA_OFFSET)
+        count = be_i32(a, pos + RECORDS_COUNT_OFFSET)
         if validate:
-            if _be_i16(a, pos + ATTRIBUTES_OFFSET) & COMPRESSION_CODEC_MASK:
+            if be_i16(a, pos + ATTRIBUTES_OFFSET) & COMPRESSION_CODEC_MASK:
                 return PLAN_SLOW
-            stored = _be_u32(a, pos + CRC_OFFSET)
+            stored = be_u32(a, pos + CRC_OFFSET)
             if np.int64(crc32c_raw(_CRC_INIT, a, pos + CRC_START, pos + size) ^ _CRC_INIT) != stored:
                 return PLAN_SLOW
             if count <= 0 or delta != count - 1 or base_in <= prev_last:
@@ -176,8 +170,8 @@ def _plan_kernel(a, n, params, rows):
             if status != 0 or last != delta:
                 return PLAN_SLOW
             prev_last = base_in + delta
-        base_ts = _be_i64(a, pos + BASE_TIMESTAMP_OFFSET)
-        batch_max_ts = _be_i64(a, pos + MAX_TIMESTAMP_OFFSET)
+        base_ts = be_i64(a, pos + BASE_TIMESTAMP_OFFSET)
+        batch_max_ts = be_i64(a, pos + MAX_TIMESTAMP_OFFSET)
         if diff_max != NO_LIMIT:
             if base_ts >= 0 and abs(base_ts - now) > diff_max:
                 return PLAN_SLOW
@@ -193,8 +187,8 @@ def _plan_kernel(a, n, params, rows):
             need_offsets = 1
         if nb >= cap:
             return PLAN_MORE_ROWS
-        pid = _be_i64(a, pos + PRODUCER_ID_OFFSET)
-        seq = _be_i32(a, pos + BASE_SEQUENCE_OFFSET)
+        pid = be_i64(a, pos + PRODUCER_ID_OFFSET)
+        seq = be_i32(a, pos + BASE_SEQUENCE_OFFSET)
         if pid >= 0 and seq >= 0:
             idempotent = 1
         last_offset = base + delta
@@ -206,7 +200,7 @@ def _plan_kernel(a, n, params, rows):
         row[R_MAX_TS] = batch_max_ts
         row[R_COUNT] = count
         row[R_PRODUCER_ID] = pid
-        row[R_PRODUCER_EPOCH] = _be_i16(a, pos + PRODUCER_EPOCH_OFFSET)
+        row[R_PRODUCER_EPOCH] = be_i16(a, pos + PRODUCER_EPOCH_OFFSET)
         row[R_BASE_SEQUENCE] = seq
         row[R_DELTA] = delta
         # the index rule (storage.index.index_entry_slots) and the running max timestamp

@@ -24,6 +24,7 @@ from numba import njit
 
 from native import batch_layout as B
 from native import legacy_layout as L
+from native.big_endian import be_i16, be_i32, be_i64, be_u32, put_be_i64, put_be_u32
 from native.buffers import as_u8
 from native.cpu import TABLE_FORCED
 from native.crc import crc32_raw, crc32c_raw
@@ -55,63 +56,29 @@ def records_bound(section_bytes: int) -> int:
     return section_bytes + (L.MAX_OVERHEAD - _MIN_RECORD) * (section_bytes // _MIN_RECORD + 1)
 
 
-@njit(nogil=True, cache=True, inline="always")
-def _get_u32(a, p):
-    return ((np.int64(a[p]) << 24) | (np.int64(a[p + 1]) << 16)
-            | (np.int64(a[p + 2]) << 8) | np.int64(a[p + 3]))
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _get_i32(a, p):
-    v = _get_u32(a, p)
-    return v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _get_i64(a, p):
-    hi = _get_u32(a, p)
-    if hi >= (np.int64(1) << 31):
-        hi -= np.int64(1) << 32
-    return (hi << 32) | _get_u32(a, p + 4)
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _put_u32(out, q, v):
-    out[q] = (v >> 24) & 0xFF
-    out[q + 1] = (v >> 16) & 0xFF
-    out[q + 2] = (v >> 8) & 0xFF
-    out[q + 3] = v & 0xFF
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _put_i64(out, q, v):
-    _put_u32(out, q, (v >> 32) & 0xFFFFFFFF)
-    _put_u32(out, q + 4, v & 0xFFFFFFFF)
-
-
 @njit(nogil=True, cache=not TABLE_FORCED)
 def _put_message(out, q, offset, magic, attrs, ts, src, kstart, klen, vstart, vlen):
     """One legacy message at out[q]; returns the position after it. klen/vlen -1 = null."""
     hdr = L.HEADER_SIZE_V1 if magic else L.HEADER_SIZE_V0
     p = q + hdr
-    _put_u32(out, p, klen & 0xFFFFFFFF)
+    put_be_u32(out, p, klen & 0xFFFFFFFF)
     p += L.LENGTH_SIZE
     if klen > 0:
         out[p:p + klen] = src[kstart:kstart + klen]  # a memcpy, not a byte loop
         p += klen
-    _put_u32(out, p, vlen & 0xFFFFFFFF)
+    put_be_u32(out, p, vlen & 0xFFFFFFFF)
     p += L.LENGTH_SIZE
     if vlen > 0:
         out[p:p + vlen] = src[vstart:vstart + vlen]
         p += vlen
-    _put_i64(out, q, offset)
-    _put_u32(out, q + L.LOG_OVERHEAD - L.LENGTH_SIZE, p - q - L.LOG_OVERHEAD)
+    put_be_i64(out, q, offset)
+    put_be_u32(out, q + L.LOG_OVERHEAD - L.LENGTH_SIZE, p - q - L.LOG_OVERHEAD)
     out[q + L.MAGIC_OFFSET] = magic
     out[q + L.ATTRIBUTES_OFFSET] = attrs
     if magic:
-        _put_i64(out, q + L.TIMESTAMP_OFFSET, ts)
+        put_be_i64(out, q + L.TIMESTAMP_OFFSET, ts)
     crc = crc32_raw(_CRC_INIT, out, q + L.MAGIC_OFFSET, p) ^ _U32_MAX
-    _put_u32(out, q + L.CRC_OFFSET, np.int64(crc))
+    put_be_u32(out, q + L.CRC_OFFSET, np.int64(crc))
     return p
 
 
@@ -209,18 +176,17 @@ def _batches(src, pos, n, magic, allow_partial, out, q, refuse_headers):
             # fetch's byte limit cutting it, not corruption.
             if n - pos < B.HEADER_SIZE:
                 return DC_OK, pos, q
-            length = _get_i32(src, pos + B.LENGTH_OFFSET)
+            length = be_i32(src, pos + B.LENGTH_OFFSET)
             if (pos + B.LOG_OVERHEAD + length > n and src[pos + B.MAGIC_OFFSET] == B.CURRENT_MAGIC
                     and length >= B.MIN_BATCH_LENGTH):
                 return DC_OK, pos, q
         if n - pos < B.HEADER_SIZE or src[pos + B.MAGIC_OFFSET] != B.CURRENT_MAGIC:
             return DC_BAD, pos, q
-        length = _get_i32(src, pos + B.LENGTH_OFFSET)
+        length = be_i32(src, pos + B.LENGTH_OFFSET)
         if length < B.MIN_BATCH_LENGTH or length > n - pos - B.LOG_OVERHEAD:
             return DC_BAD, pos, q
         end = pos + B.LOG_OVERHEAD + length
-        attributes = (np.int64(src[pos + B.ATTRIBUTES_OFFSET]) << 8) | np.int64(
-            src[pos + B.ATTRIBUTES_OFFSET + 1])
+        attributes = be_i16(src, pos + B.ATTRIBUTES_OFFSET)  # only its low flag bits are read
         if attributes & B.CONTROL_FLAG_MASK:
             pos = end  # a transaction marker has no v0/v1 form
             continue
@@ -228,9 +194,9 @@ def _batches(src, pos, n, magic, allow_partial, out, q, refuse_headers):
         if codec == _ZSTD:
             return DC_ZSTD, pos, q
         crc = crc32c_raw(_CRC_INIT, src, pos + B.CRC_START, end) ^ _U32_MAX
-        if np.int64(crc) != _get_u32(src, pos + B.CRC_OFFSET):
+        if np.int64(crc) != be_u32(src, pos + B.CRC_OFFSET):
             return DC_BAD, pos, q
-        count = _get_i32(src, pos + B.RECORDS_COUNT_OFFSET)
+        count = be_i32(src, pos + B.RECORDS_COUNT_OFFSET)
         if count < 0 or codec > _ZSTD:
             return DC_BAD, pos, q
         if codec != 0:
@@ -239,11 +205,11 @@ def _batches(src, pos, n, magic, allow_partial, out, q, refuse_headers):
         if q + section + (L.MAX_OVERHEAD - _MIN_RECORD) * (section // _MIN_RECORD + 1) > cap:
             return DC_OUT_FULL, pos, q
         ok, q2, _, _, _ = _records(
-            src, pos + B.HEADER_SIZE, end, count, _get_i64(src, pos + B.BASE_OFFSET_OFFSET),
-            _get_i64(src, pos + B.BASE_TIMESTAMP_OFFSET),
-            _get_i64(src, pos + B.MAX_TIMESTAMP_OFFSET),
+            src, pos + B.HEADER_SIZE, end, count, be_i64(src, pos + B.BASE_OFFSET_OFFSET),
+            be_i64(src, pos + B.BASE_TIMESTAMP_OFFSET),
+            be_i64(src, pos + B.MAX_TIMESTAMP_OFFSET),
             (attributes & B.TIMESTAMP_TYPE_MASK) != 0,
-            _get_i32(src, pos + B.LAST_OFFSET_DELTA_OFFSET), magic, False, out, q, refuse_headers)
+            be_i32(src, pos + B.LAST_OFFSET_DELTA_OFFSET), magic, False, out, q, refuse_headers)
         if not ok:
             return DC_BAD, pos, q
         q = q2

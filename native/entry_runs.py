@@ -20,6 +20,7 @@ import numpy as np
 from numba import njit
 
 from native import legacy_layout as L
+from native.big_endian import be_i32
 from native.buffers import u8_range
 
 __all__ = ["entry_runs"]
@@ -28,13 +29,6 @@ __all__ = ["entry_runs"]
 _OVERHEAD = L.LOG_OVERHEAD
 # ... and the magic byte at the same place (native.batch_layout.MAGIC_OFFSET is 16 as well).
 _MAGIC = L.MAGIC_OFFSET
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _be_i32(a, p):
-    v = ((np.int64(a[p]) << 24) | (np.int64(a[p + 1]) << 16) | (np.int64(a[p + 2]) << 8)
-         | np.int64(a[p + 3]))
-    return v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v
 
 
 @njit(nogil=True, cache=True)
@@ -56,7 +50,7 @@ def _runs(a, pos, end, starts, legacy):
             n += 1
         if end - pos <= _MAGIC:
             break
-        size = _be_i32(a, pos + L.LOG_OVERHEAD - 4)
+        size = be_i32(a, pos + L.LOG_OVERHEAD - 4)
         if size < 0 or size > end - pos - _OVERHEAD:
             break  # the rest is this run's: its walker says what is wrong
         pos += _OVERHEAD + size

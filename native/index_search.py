@@ -12,9 +12,9 @@ the floor key is returned, because Kafka resolves a timestamp to its earliest of
 
 from __future__ import annotations
 
-import numpy as np
 from numba import njit
 
+from native.big_endian import be_i32, be_i64
 from native.buffers import as_u8
 from native.index_layout import (
     OFFSET_INDEX_ENTRY_SIZE,
@@ -33,26 +33,13 @@ _TIME_WARM_ENTRIES = WARM_SECTION_BYTES // TIME_INDEX_ENTRY_SIZE
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _be_u32(a, p):
-    return (
-        (np.int64(a[p]) << 24) | (np.int64(a[p + 1]) << 16)
-        | (np.int64(a[p + 2]) << 8) | np.int64(a[p + 3])
-    )
-
-
-@njit(nogil=True, cache=True, inline="always")
 def _offset_key(a, slot):
-    v = _be_u32(a, slot * OFFSET_INDEX_ENTRY_SIZE + OFFSET_INDEX_KEY_OFFSET)
-    return v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v
+    return be_i32(a, slot * OFFSET_INDEX_ENTRY_SIZE + OFFSET_INDEX_KEY_OFFSET)
 
 
 @njit(nogil=True, cache=True, inline="always")
 def _time_key(a, slot):
-    p = slot * TIME_INDEX_ENTRY_SIZE + TIME_INDEX_KEY_OFFSET
-    hi = _be_u32(a, p)
-    if hi >= (np.int64(1) << 31):
-        hi -= np.int64(1) << 32
-    return (hi << 32) | _be_u32(a, p + 4)
+    return be_i64(a, slot * TIME_INDEX_ENTRY_SIZE + TIME_INDEX_KEY_OFFSET)
 
 
 @njit(nogil=True, cache=True)

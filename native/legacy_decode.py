@@ -34,6 +34,7 @@ import numpy as np
 from numba import njit
 
 from native import legacy_layout as L
+from native.big_endian import be_i32, be_i64, be_u32
 from native.buffers import u8_range
 from native.crc import crc32_raw
 from native.decode import DecodeOutput
@@ -97,26 +98,6 @@ class LegacyScan(NamedTuple):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _u32(a, p):
-    return ((np.int64(a[p]) << 24) | (np.int64(a[p + 1]) << 16) | (np.int64(a[p + 2]) << 8)
-            | np.int64(a[p + 3]))
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _i32(a, p):
-    v = _u32(a, p)
-    return v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _i64(a, p):
-    hi = _u32(a, p)
-    if hi >= (np.int64(1) << 31):
-        hi -= np.int64(1) << 32
-    return (hi << 32) | _u32(a, p + 4)
-
-
-@njit(nogil=True, cache=True, inline="always")
 def _message(a, pos, end, verify):
     """The message at a[pos:end]: (status, end of message, offset, magic, attributes,
     timestamp, key start, key length, value start, value length); lengths -1 = null."""
@@ -124,7 +105,7 @@ def _message(a, pos, end, verify):
     avail = end - pos
     if avail < L.LOG_OVERHEAD:
         return LEGACY_PARTIAL, pos, z, 0, 0, z, z, z, z, z
-    size = _i32(a, pos + _SIZE_POS)
+    size = be_i32(a, pos + _SIZE_POS)
     if size < MIN_MESSAGE - L.LOG_OVERHEAD:
         return _BAD_HEADER, pos, z, 0, 0, z, z, z, z, z
     magic = 0
@@ -140,20 +121,20 @@ def _message(a, pos, end, verify):
         return _BAD_HEADER, pos, z, 0, 0, z, z, z, z, z
     if verify:
         crc = crc32_raw(_CRC_INIT, a, pos + L.MAGIC_OFFSET, mend) ^ _CRC_INIT
-        if np.int64(crc) != _u32(a, pos + L.CRC_OFFSET):
+        if np.int64(crc) != be_u32(a, pos + L.CRC_OFFSET):
             return _BAD_CRC, pos, z, 0, 0, z, z, z, z, z
-    offset = _i64(a, pos)
+    offset = be_i64(a, pos)
     attrs = np.int64(a[pos + L.ATTRIBUTES_OFFSET])
-    ts = _i64(a, pos + L.TIMESTAMP_OFFSET) if magic else np.int64(L.NO_TIMESTAMP)
+    ts = be_i64(a, pos + L.TIMESTAMP_OFFSET) if magic else np.int64(L.NO_TIMESTAMP)
     p = pos + hdr
-    klen = _i32(a, p)
+    klen = be_i32(a, p)
     p += L.LENGTH_SIZE
     if klen < -1 or klen > mend - p - L.LENGTH_SIZE:
         return _BAD_LENGTH, pos, z, 0, 0, z, z, z, z, z
     kstart = p
     if klen > 0:
         p += klen
-    vlen = _i32(a, p)
+    vlen = be_i32(a, p)
     p += L.LENGTH_SIZE
     if vlen < -1 or vlen > mend - p:
         return _BAD_LENGTH, pos, z, 0, 0, z, z, z, z, z

@@ -38,6 +38,7 @@ from native.batch_layout import (
     MIN_BATCH_LENGTH,
     RECORDS_COUNT_OFFSET,
 )
+from native.big_endian import be_i32, be_i64, be_u32
 from native.buffers import as_u8, byte_range
 from native.cpu import TABLE_FORCED
 from native.crc import crc32_raw, crc32c_raw
@@ -118,33 +119,6 @@ class ScanResult(NamedTuple):
     stop_reason: ScanStop
 
 
-@njit(nogil=True, cache=True, inline="always")
-def _be_i32(a, p):
-    v = (
-        (np.int64(a[p]) << 24) | (np.int64(a[p + 1]) << 16)
-        | (np.int64(a[p + 2]) << 8) | np.int64(a[p + 3])
-    )
-    return v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _be_u32(a, p):
-    return (
-        (np.int64(a[p]) << 24) | (np.int64(a[p + 1]) << 16)
-        | (np.int64(a[p + 2]) << 8) | np.int64(a[p + 3])
-    )
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _be_i64(a, p):
-    hi = _be_u32(a, p)
-    lo = _be_u32(a, p + 4)
-    # Two's complement from the high word's sign; no unsigned 64-bit arithmetic needed.
-    if hi >= (np.int64(1) << 31):
-        hi -= np.int64(1) << 32
-    return (hi << 32) | lo
-
-
 # numba's on-disk cache is keyed by CPU, not by which CRC kernel the global `crc32c_raw` named at
 # compile time; so when the table kernel is forced on a CPU that has SSE4.2, compile afresh.
 @njit(nogil=True, cache=not TABLE_FORCED)
@@ -168,8 +142,8 @@ def _scan_kernel(a, pos, end, verify, limit, prev_last, max_size, n, legacy,
         avail = end - pos
         if avail < LOG_OVERHEAD:
             return n, pos, SCAN_PARTIAL, prev_last
-        length = _be_i32(a, pos + LENGTH_OFFSET)
-        base = _be_i64(a, pos + BASE_OFFSET_OFFSET)
+        length = be_i32(a, pos + LENGTH_OFFSET)
+        base = be_i64(a, pos + BASE_OFFSET_OFFSET)
         if length > max_size - LOG_OVERHEAD or base < 0:
             return n, pos, SCAN_BAD_HEADER, prev_last
         if avail > MAGIC_OFFSET and a[pos + MAGIC_OFFSET] != CURRENT_MAGIC:
@@ -189,13 +163,13 @@ def _scan_kernel(a, pos, end, verify, limit, prev_last, max_size, n, legacy,
                 first = prev_last + 1
             ok = True
             if verify:
-                stored = _be_u32(a, pos + LEGACY_CRC_OFFSET)
+                stored = be_u32(a, pos + LEGACY_CRC_OFFSET)
                 computed = crc32_raw(_CRC_INIT, a, pos + LEGACY_MAGIC_OFFSET, pos + total) ^ _CRC_INIT
                 ok = np.int64(computed) == stored
             positions[n] = pos
             base_offsets[n] = first
             last_offsets[n] = base
-            max_ts[n] = _be_i64(a, pos + LEGACY_TIMESTAMP_OFFSET) if magic == 1 else np.int64(-1)
+            max_ts[n] = be_i64(a, pos + LEGACY_TIMESTAMP_OFFSET) if magic == 1 else np.int64(-1)
             sizes[n] = total
             counts[n] = base - first + 1
             crc_ok[n] = ok
@@ -210,10 +184,10 @@ def _scan_kernel(a, pos, end, verify, limit, prev_last, max_size, n, legacy,
             return n, pos, SCAN_BAD_HEADER, prev_last
         delta = np.int64(0)
         if avail >= LAST_OFFSET_DELTA_OFFSET + 4:
-            delta = _be_i32(a, pos + LAST_OFFSET_DELTA_OFFSET)
+            delta = be_i32(a, pos + LAST_OFFSET_DELTA_OFFSET)
             if delta < 0 or base > _INT64_MAX - delta:
                 return n, pos, SCAN_BAD_HEADER, prev_last
-        if avail >= HEADER_SIZE and _be_i32(a, pos + RECORDS_COUNT_OFFSET) < 0:
+        if avail >= HEADER_SIZE and be_i32(a, pos + RECORDS_COUNT_OFFSET) < 0:
             return n, pos, SCAN_BAD_HEADER, prev_last
         total = length + LOG_OVERHEAD
         if avail < total:
@@ -222,15 +196,15 @@ def _scan_kernel(a, pos, end, verify, limit, prev_last, max_size, n, legacy,
             return n, pos, SCAN_OFFSET_BACKWARDS, prev_last
         ok = True
         if verify:
-            stored = _be_u32(a, pos + CRC_OFFSET)
+            stored = be_u32(a, pos + CRC_OFFSET)
             computed = crc32c_raw(_CRC_INIT, a, pos + CRC_START, pos + total) ^ _CRC_INIT
             ok = np.int64(computed) == stored
         positions[n] = pos
         base_offsets[n] = base
         last_offsets[n] = base + delta
-        max_ts[n] = _be_i64(a, pos + MAX_TIMESTAMP_OFFSET)
+        max_ts[n] = be_i64(a, pos + MAX_TIMESTAMP_OFFSET)
         sizes[n] = total
-        counts[n] = _be_i32(a, pos + RECORDS_COUNT_OFFSET)
+        counts[n] = be_i32(a, pos + RECORDS_COUNT_OFFSET)
         crc_ok[n] = ok
         n += 1
         if not ok:

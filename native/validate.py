@@ -38,23 +38,17 @@ from native.batch_layout import (
     PRODUCER_ID_OFFSET,
     RECORDS_COUNT_OFFSET,
 )
+from native.big_endian import be_i16, be_i32, be_i64, be_u32
 from native.buffers import as_u8
 from native.cpu import TABLE_FORCED
 from native.crc import crc32c_raw
 from native.records_walk import _walk
-from native.scan import _be_i32, _be_i64, _be_u32
 
 __all__ = ["validate_plain_batches"]
 
 _FIELDS = len(HEADER_FIELDS)  # a row per batch: the header fields in HEADER_FIELDS order
 _CRC_INIT = np.int64(0xFFFFFFFF)
 _SMALLEST_BATCH = HEADER_SIZE + 7  # a header and one record of the fewest bytes
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _be_i16(a, p):
-    v = (np.int64(a[p]) << 8) | np.int64(a[p + 1])
-    return v - 65536 if v >= 32768 else v
 
 
 @njit(nogil=True, cache=not TABLE_FORCED)
@@ -66,19 +60,19 @@ def _validate_kernel(a, n, max_batch, out):
     while pos < n:
         if n - pos < HEADER_SIZE or a[pos + MAGIC_OFFSET] != CURRENT_MAGIC:
             return -1
-        length = _be_i32(a, pos + LENGTH_OFFSET)
+        length = be_i32(a, pos + LENGTH_OFFSET)
         size = length + LOG_OVERHEAD
         if length < MIN_BATCH_LENGTH or size > n - pos or size > max_batch:
             return -1
-        attributes = _be_i16(a, pos + ATTRIBUTES_OFFSET)
+        attributes = be_i16(a, pos + ATTRIBUTES_OFFSET)
         if attributes & COMPRESSION_CODEC_MASK:
             return -1
-        stored = _be_u32(a, pos + CRC_OFFSET)
+        stored = be_u32(a, pos + CRC_OFFSET)
         if np.int64(crc32c_raw(_CRC_INIT, a, pos + CRC_START, pos + size) ^ _CRC_INIT) != stored:
             return -1
-        base = _be_i64(a, pos + BASE_OFFSET_OFFSET)
-        delta = _be_i32(a, pos + LAST_OFFSET_DELTA_OFFSET)
-        count = _be_i32(a, pos + RECORDS_COUNT_OFFSET)
+        base = be_i64(a, pos + BASE_OFFSET_OFFSET)
+        delta = be_i32(a, pos + LAST_OFFSET_DELTA_OFFSET)
+        count = be_i32(a, pos + RECORDS_COUNT_OFFSET)
         if count <= 0 or delta != count - 1 or base <= prev_last:
             return -1
         status, _, last = _walk(a, pos + HEADER_SIZE, pos + size, count)
@@ -87,16 +81,16 @@ def _validate_kernel(a, n, max_batch, out):
         row = out[nb]
         row[0] = base
         row[1] = length
-        row[2] = _be_i32(a, pos + PARTITION_LEADER_EPOCH_OFFSET)
+        row[2] = be_i32(a, pos + PARTITION_LEADER_EPOCH_OFFSET)
         row[3] = CURRENT_MAGIC
         row[4] = stored
         row[5] = attributes
         row[6] = delta
-        row[7] = _be_i64(a, pos + BASE_TIMESTAMP_OFFSET)
-        row[8] = _be_i64(a, pos + MAX_TIMESTAMP_OFFSET)
-        row[9] = _be_i64(a, pos + PRODUCER_ID_OFFSET)
-        row[10] = _be_i16(a, pos + PRODUCER_EPOCH_OFFSET)
-        row[11] = _be_i32(a, pos + BASE_SEQUENCE_OFFSET)
+        row[7] = be_i64(a, pos + BASE_TIMESTAMP_OFFSET)
+        row[8] = be_i64(a, pos + MAX_TIMESTAMP_OFFSET)
+        row[9] = be_i64(a, pos + PRODUCER_ID_OFFSET)
+        row[10] = be_i16(a, pos + PRODUCER_EPOCH_OFFSET)
+        row[11] = be_i32(a, pos + BASE_SEQUENCE_OFFSET)
         row[12] = count
         nb += 1
         prev_last = base + delta
