@@ -146,70 +146,62 @@ def _scan_kernel(a, pos, end, verify, limit, prev_last, max_size, n, legacy,
         base = be_i64(a, pos + BASE_OFFSET_OFFSET)
         if length > max_size - LOG_OVERHEAD or base < 0:
             return n, pos, SCAN_BAD_HEADER, prev_last
-        if avail > MAGIC_OFFSET and a[pos + MAGIC_OFFSET] != CURRENT_MAGIC:
-            magic = a[pos + MAGIC_OFFSET]
+        # CURRENT_MAGIC too when the magic is not in the buffer yet (then the entry is partial)
+        magic = a[pos + MAGIC_OFFSET] if avail > MAGIC_OFFSET else CURRENT_MAGIC
+        delta = np.int64(0)
+        if magic != CURRENT_MAGIC:
             if not legacy or magic > 1:
                 return n, pos, SCAN_BAD_HEADER, prev_last
-            min_length = _LEGACY_MIN_LENGTH_V1 if magic == 1 else _LEGACY_MIN_LENGTH_V0
-            if length < min_length:
+            if length < (_LEGACY_MIN_LENGTH_V1 if magic == 1 else _LEGACY_MIN_LENGTH_V0):
                 return n, pos, SCAN_BAD_HEADER, prev_last
-            total = length + LOG_OVERHEAD
-            if avail < total:
-                return n, pos, SCAN_PARTIAL, prev_last
-            if base <= prev_last:
-                return n, pos, SCAN_OFFSET_BACKWARDS, prev_last
-            first = base
-            if a[pos + LEGACY_ATTRIBUTES_OFFSET] & LEGACY_CODEC_MASK != 0 and prev_last > _INT64_MIN:
-                first = prev_last + 1
-            ok = True
-            if verify:
-                stored = be_u32(a, pos + LEGACY_CRC_OFFSET)
-                computed = crc32_raw(_CRC_INIT, a, pos + LEGACY_MAGIC_OFFSET, pos + total) ^ _CRC_INIT
-                ok = np.int64(computed) == stored
-            positions[n] = pos
-            base_offsets[n] = first
-            last_offsets[n] = base
-            max_ts[n] = be_i64(a, pos + LEGACY_TIMESTAMP_OFFSET) if magic == 1 else np.int64(-1)
-            sizes[n] = total
-            counts[n] = base - first + 1
-            crc_ok[n] = ok
-            n += 1
-            if not ok:
-                return n, pos, SCAN_BAD_CRC, prev_last
-            prev_last = base
-            pos += total
-            continue
-        # the magic is not in the buffer yet: a legacy entry may be as short as magic 0's minimum
-        if length < (_LEGACY_MIN_LENGTH_V0 if legacy and avail <= MAGIC_OFFSET else MIN_BATCH_LENGTH):
-            return n, pos, SCAN_BAD_HEADER, prev_last
-        delta = np.int64(0)
-        if avail >= LAST_OFFSET_DELTA_OFFSET + 4:
-            delta = be_i32(a, pos + LAST_OFFSET_DELTA_OFFSET)
-            if delta < 0 or base > _INT64_MAX - delta:
+        else:
+            # the magic is not in the buffer yet: a legacy entry may be as short as magic 0's minimum
+            if length < (_LEGACY_MIN_LENGTH_V0 if legacy and avail <= MAGIC_OFFSET else MIN_BATCH_LENGTH):
                 return n, pos, SCAN_BAD_HEADER, prev_last
-        if avail >= HEADER_SIZE and be_i32(a, pos + RECORDS_COUNT_OFFSET) < 0:
-            return n, pos, SCAN_BAD_HEADER, prev_last
+            if avail >= LAST_OFFSET_DELTA_OFFSET + 4:
+                delta = be_i32(a, pos + LAST_OFFSET_DELTA_OFFSET)
+                if delta < 0 or base > _INT64_MAX - delta:
+                    return n, pos, SCAN_BAD_HEADER, prev_last
+            if avail >= HEADER_SIZE and be_i32(a, pos + RECORDS_COUNT_OFFSET) < 0:
+                return n, pos, SCAN_BAD_HEADER, prev_last
         total = length + LOG_OVERHEAD
         if avail < total:
             return n, pos, SCAN_PARTIAL, prev_last
         if base <= prev_last:
             return n, pos, SCAN_OFFSET_BACKWARDS, prev_last
         ok = True
-        if verify:
-            stored = be_u32(a, pos + CRC_OFFSET)
-            computed = crc32c_raw(_CRC_INIT, a, pos + CRC_START, pos + total) ^ _CRC_INIT
-            ok = np.int64(computed) == stored
+        if magic == CURRENT_MAGIC:
+            first = base
+            last = base + delta
+            if verify:
+                stored = be_u32(a, pos + CRC_OFFSET)
+                computed = crc32c_raw(_CRC_INIT, a, pos + CRC_START, pos + total) ^ _CRC_INIT
+                ok = np.int64(computed) == stored
+            timestamp = be_i64(a, pos + MAX_TIMESTAMP_OFFSET)
+            count = be_i32(a, pos + RECORDS_COUNT_OFFSET)
+        else:
+            # a legacy entry's offset is its last; a wrapper's first follows the last one seen
+            first = base
+            if a[pos + LEGACY_ATTRIBUTES_OFFSET] & LEGACY_CODEC_MASK != 0 and prev_last > _INT64_MIN:
+                first = prev_last + 1
+            last = base
+            if verify:
+                stored = be_u32(a, pos + LEGACY_CRC_OFFSET)
+                computed = crc32_raw(_CRC_INIT, a, pos + LEGACY_MAGIC_OFFSET, pos + total) ^ _CRC_INIT
+                ok = np.int64(computed) == stored
+            timestamp = be_i64(a, pos + LEGACY_TIMESTAMP_OFFSET) if magic == 1 else np.int64(-1)
+            count = base - first + 1
         positions[n] = pos
-        base_offsets[n] = base
-        last_offsets[n] = base + delta
-        max_ts[n] = be_i64(a, pos + MAX_TIMESTAMP_OFFSET)
+        base_offsets[n] = first
+        last_offsets[n] = last
+        max_ts[n] = timestamp
         sizes[n] = total
-        counts[n] = be_i32(a, pos + RECORDS_COUNT_OFFSET)
+        counts[n] = count
         crc_ok[n] = ok
         n += 1
         if not ok:
             return n, pos, SCAN_BAD_CRC, prev_last
-        prev_last = base + delta
+        prev_last = last
         pos += total
 
 
