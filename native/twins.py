@@ -100,59 +100,51 @@ def scan_batches_twin(buf: object, start: int = 0, end: int = -1, verify_crc: bo
         base, length = struct.unpack_from(">qi", data, pos)
         if length + LOG_OVERHEAD > max_batch_size or base < 0:
             return done(SCAN_BAD_HEADER)
-        if legacy and avail > 16 and data[pos + 16] in (0, 1):
-            # a magic 0/1 entry: offset = its last offset; a wrapper's first follows the last seen
-            magic = data[pos + 16]
-            header = (HEADER_V1 if magic else HEADER_V0)
-            if length < header.size - LOG_OVERHEAD + 8:
-                return done(SCAN_BAD_HEADER)
-            total = LOG_OVERHEAD + length
-            if avail < total:
-                return done(SCAN_PARTIAL)
-            if prev_last is not None and base <= prev_last:
-                return done(SCAN_OFFSET_BACKWARDS)
-            fields = header.unpack_from(data, pos)
-            first = base
-            if fields[4] & 7 and prev_last is not None:
-                first = prev_last + 1
-            ok = True
-            if verify_crc:
-                ok = crc32_twin(data, pos + 16, pos + total) == fields[2]
-            rows.append((pos, first, base, fields[5] if magic else -1, total, base - first + 1, ok))
-            if not ok:
-                return done(SCAN_BAD_CRC)
-            prev_last = base
-            pos += total
-            continue
-        least = 14 if legacy and avail <= 16 else HEADER_STRUCT.size - LOG_OVERHEAD
-        if length < least:
-            return done(SCAN_BAD_HEADER)
-        # Check each header field that is inside the buffer, even when the batch is partial.
-        header = data[pos:pos + min(avail, HEADER_STRUCT.size)]
-        if len(header) > 16 and header[16] != CURRENT_MAGIC:
-            return done(SCAN_BAD_HEADER)
+        is_legacy = legacy and avail > 16 and data[pos + 16] in (0, 1)
         delta = 0
-        if len(header) >= 27:
-            (delta,) = struct.unpack_from(">i", header, 23)
-            if delta < 0 or base + delta >= 1 << 63:
+        if is_legacy:
+            magic = data[pos + 16]
+            layout = HEADER_V1 if magic else HEADER_V0
+            if length < layout.size - LOG_OVERHEAD + 8:
                 return done(SCAN_BAD_HEADER)
-        if len(header) == HEADER_STRUCT.size:
-            fields = HEADER_STRUCT.unpack(header)
-            if fields[-1] < 0:
+        else:
+            least = 14 if legacy and avail <= 16 else HEADER_STRUCT.size - LOG_OVERHEAD
+            if length < least:
                 return done(SCAN_BAD_HEADER)
+            # Check each header field that is inside the buffer, even when the batch is partial.
+            header = data[pos:pos + min(avail, HEADER_STRUCT.size)]
+            if len(header) > 16 and header[16] != CURRENT_MAGIC:
+                return done(SCAN_BAD_HEADER)
+            if len(header) >= 27:
+                (delta,) = struct.unpack_from(">i", header, 23)
+                if delta < 0 or base + delta >= 1 << 63:
+                    return done(SCAN_BAD_HEADER)
+            if len(header) == HEADER_STRUCT.size:
+                fields = HEADER_STRUCT.unpack(header)
+                if fields[-1] < 0:
+                    return done(SCAN_BAD_HEADER)
         total = LOG_OVERHEAD + length
         if avail < total:
             return done(SCAN_PARTIAL)
         if prev_last is not None and base <= prev_last:
             return done(SCAN_OFFSET_BACKWARDS)
-        (_, _, _, _, stored_crc, _, _, _, max_ts, _, _, _, count) = fields
-        ok = True
-        if verify_crc:
-            ok = crc32c_twin(data, pos + CRC_START, pos + total) == stored_crc
-        rows.append((pos, base, base + delta, max_ts, total, count, ok))
+        if is_legacy:
+            # a magic 0/1 entry: offset = its last offset; a wrapper's first follows the last seen
+            fields = layout.unpack_from(data, pos)
+            first, last = base, base
+            if fields[4] & 7 and prev_last is not None:
+                first = prev_last + 1
+            max_ts = fields[5] if magic else -1
+            count = base - first + 1
+            ok = not verify_crc or crc32_twin(data, pos + 16, pos + total) == fields[2]
+        else:
+            (_, _, _, _, stored_crc, _, _, _, max_ts, _, _, _, count) = fields
+            first, last = base, base + delta
+            ok = not verify_crc or crc32c_twin(data, pos + CRC_START, pos + total) == stored_crc
+        rows.append((pos, first, last, max_ts, total, count, ok))
         if not ok:
             return done(SCAN_BAD_CRC)
-        prev_last = base + delta
+        prev_last = last
         pos += total
 
 
