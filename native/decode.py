@@ -17,13 +17,16 @@ tests/native/test_decode.py hold the two to the same output and the same first e
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
 from native.out_pool import OutputPool
 
 __all__ = [
-    "decode_records", "DecodeOutput", "DECODE_OK", "DECODE_HEADERS_FULL", "DECODE_ERRORS",
+    "decode_records", "DecodeOutput", "RowColumns", "row_columns", "row_fields", "DECODE_OK", "DECODE_HEADERS_FULL", "DECODE_ERRORS",
 ]
 
 DECODE_OK = 0
@@ -204,6 +207,50 @@ def _fresh(_name: str, size: int, dtype: type) -> np.ndarray:
     return np.empty(size, dtype)
 
 
+class RowColumns(NamedTuple):
+    """The per-row output arrays a decode kernel fills, in the order the kernels take them."""
+
+    offsets: np.ndarray  # int64
+    timestamps: np.ndarray  # int64, microseconds
+    timestamp_types: np.ndarray  # int32
+    key_offsets: np.ndarray  # int32, rows + 1
+    key_valid: np.ndarray  # uint8
+    key_data: np.ndarray  # uint8
+    value_offsets: np.ndarray  # int32, rows + 1
+    value_valid: np.ndarray  # uint8
+    value_data: np.ndarray  # uint8
+
+
+def row_columns(rows_cap: int, data_cap: int,
+                take: Callable[[str, int, type], np.ndarray] | None = None) -> RowColumns:
+    """Row arrays for up to ``rows_cap`` rows whose keys and values come from ``data_cap``
+    bytes of sections; ``take(name, size, dtype)`` makes each (an OutputPool's), else fresh."""
+    if take is None:
+        take = _fresh
+    # Keys and values are disjoint parts of the sections, so the two areas share one bound.
+    offsets = take("offsets", rows_cap, np.int64)
+    timestamps = take("timestamps", rows_cap, np.int64)
+    timestamp_types = take("timestamp_types", rows_cap, np.int32)
+    key_offsets = take("key_offsets", rows_cap + 1, np.int32)
+    key_valid = take("key_valid", rows_cap, np.uint8)
+    value_offsets = take("value_offsets", rows_cap + 1, np.int32)
+    value_valid = take("value_valid", rows_cap, np.uint8)
+    key_data = take("key_data", data_cap, np.uint8)
+    value_data = take("value_data", data_cap, np.uint8)
+    return RowColumns(offsets, timestamps, timestamp_types, key_offsets, key_valid, key_data,
+                      value_offsets, value_valid, value_data)
+
+
+def row_fields(cols: RowColumns, n: int) -> dict[str, object]:
+    """The :class:`DecodeOutput` fields of the first ``n`` rows a kernel wrote to ``cols``."""
+    return {
+        "rows": n, "offsets": cols.offsets[:n], "timestamps_us": cols.timestamps[:n],
+        "timestamp_types": cols.timestamp_types[:n], "key_offsets": cols.key_offsets[:n + 1],
+        "key_valid": cols.key_valid[:n], "key_data": cols.key_data[:int(cols.key_offsets[n])],
+        "value_offsets": cols.value_offsets[:n + 1], "value_valid": cols.value_valid[:n],
+        "value_data": cols.value_data[:int(cols.value_offsets[n])]}
+
+
 def decode_records(buf: np.ndarray, sec_start: np.ndarray, sec_end: np.ndarray,
                    base_offsets: np.ndarray, base_timestamps: np.ndarray,
                    max_timestamps: np.ndarray, log_append: np.ndarray, counts: np.ndarray,
@@ -219,16 +266,7 @@ def decode_records(buf: np.ndarray, sec_start: np.ndarray, sec_end: np.ndarray,
     take = _fresh if pool is None else pool.take
     rows_cap = int(counts.sum())
     data_cap = int((sec_end - sec_start).sum())
-    out_off = take("offsets", rows_cap, np.int64)
-    out_ts = take("timestamps", rows_cap, np.int64)
-    out_tt = take("timestamp_types", rows_cap, np.int32)
-    key_offs = take("key_offsets", rows_cap + 1, np.int32)
-    key_valid = take("key_valid", rows_cap, np.uint8)
-    val_offs = take("value_offsets", rows_cap + 1, np.int32)
-    val_valid = take("value_valid", rows_cap, np.uint8)
-    # Keys and values are disjoint parts of the sections, so the two areas share one bound.
-    key_data = take("key_data", data_cap, np.uint8)
-    val_data = take("value_data", data_cap, np.uint8)
+    cols = row_columns(rows_cap, data_cap, take)
     hcap = rows_cap if want_headers else 0
     while True:
         hsize = hcap if want_headers else 0
@@ -240,8 +278,7 @@ def decode_records(buf: np.ndarray, sec_start: np.ndarray, sec_end: np.ndarray,
         hv_data = take("hvalue_data", data_cap if want_headers else 0, np.uint8)
         n, nh, status, bad = _decode(
             buf, sec_start, sec_end, base_offsets, base_timestamps, max_timestamps, log_append,
-            counts, lo, hi, want_headers, out_off, out_ts, out_tt, key_offs, key_valid,
-            key_data, val_offs, val_valid, val_data, hdr_offs, hk_offs, hk_data, hv_offs,
+            counts, lo, hi, want_headers, *cols, hdr_offs, hk_offs, hk_data, hv_offs,
             hv_valid, hv_data)
         if status == DECODE_HEADERS_FULL:
             hcap = max(16, 4 * hcap)
@@ -249,10 +286,7 @@ def decode_records(buf: np.ndarray, sec_start: np.ndarray, sec_end: np.ndarray,
         if status != DECODE_OK:
             return None, int(status), int(bad)
         return DecodeOutput(
-            rows=int(n), offsets=out_off[:n], timestamps_us=out_ts[:n], timestamp_types=out_tt[:n],
-            key_offsets=key_offs[:n + 1], key_valid=key_valid[:n],
-            key_data=key_data[:int(key_offs[n])], value_offsets=val_offs[:n + 1],
-            value_valid=val_valid[:n], value_data=val_data[:int(val_offs[n])],
+            **row_fields(cols, int(n)),
             header_offsets=hdr_offs[:n + 1] if want_headers else None,
             hkey_offsets=hk_offs[:nh + 1] if want_headers else None,
             hkey_data=hk_data[:int(hk_offs[nh])] if want_headers else None,

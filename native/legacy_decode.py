@@ -37,7 +37,7 @@ from native import legacy_layout as L
 from native.big_endian import be_i32, be_i64, be_u32
 from native.buffers import u8_range
 from native.crc import crc32_raw
-from native.decode import DecodeOutput
+from native.decode import DecodeOutput, row_columns, row_fields
 
 __all__ = [
     "scan_legacy", "decode_legacy", "LegacyScan", "LEGACY_OK", "LEGACY_PARTIAL",
@@ -310,27 +310,14 @@ def decode_legacy(buf: np.ndarray, sec_start: np.ndarray, sec_end: np.ndarray,
     sizes = sec_end - sec_start
     rows_cap = int((sizes // MIN_MESSAGE).sum())
     data_cap = int(sizes.sum())
-    out_off = np.empty(rows_cap, np.int64)
-    out_ts = np.empty(rows_cap, np.int64)
-    out_tt = np.empty(rows_cap, np.int32)
-    key_offs = np.empty(rows_cap + 1, np.int32)
-    key_valid = np.empty(rows_cap, np.uint8)
-    val_offs = np.empty(rows_cap + 1, np.int32)
-    val_valid = np.empty(rows_cap, np.uint8)
-    # Keys and values are disjoint parts of the sections, so the two areas share one bound.
-    key_data = np.empty(data_cap, np.uint8)
-    val_data = np.empty(data_cap, np.uint8)
+    cols = row_columns(rows_cap, data_cap)
     n, status, bad = _decode(buf, sec_start, sec_end, sec_inner, sec_offset, sec_magic, sec_ts,
-                             sec_lat, lo, hi, out_off, out_ts, out_tt, key_offs, key_valid,
-                             key_data, val_offs, val_valid, val_data)
+                             sec_lat, lo, hi, *cols)
     if status != LEGACY_OK:
         return None, int(status), int(bad)
     empty_i32 = np.zeros(1, np.int32)
     return DecodeOutput(
-        rows=int(n), offsets=out_off[:n], timestamps_us=out_ts[:n], timestamp_types=out_tt[:n],
-        key_offsets=key_offs[:n + 1], key_valid=key_valid[:n],
-        key_data=key_data[:int(key_offs[n])], value_offsets=val_offs[:n + 1],
-        value_valid=val_valid[:n], value_data=val_data[:int(val_offs[n])],
+        **row_fields(cols, int(n)),
         header_offsets=np.zeros(n + 1, np.int32) if want_headers else None,
         hkey_offsets=empty_i32 if want_headers else None,
         hkey_data=np.empty(0, np.uint8) if want_headers else None,
