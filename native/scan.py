@@ -94,6 +94,9 @@ class ScanStop(IntEnum):
 DEFAULT_MAX_BATCH_SIZE = 1 << 30
 
 _INT64_MIN = -(1 << 63)
+# a legacy wrapper's record count is estimated from the offset gap before it (the real one is
+# inside the compressed value); a gap left by compaction can pass int32, so it is capped
+LEGACY_COUNT_CAP = (1 << 31) - 1
 _INT64_MAX = (1 << 63) - 1
 # Typed (not a literal) so the kernel calls the same crc32c_raw specialization as the wrappers.
 _CRC_INIT = np.int64(0xFFFFFFFF)
@@ -190,7 +193,7 @@ def _scan_kernel(a, pos, end, verify, limit, prev_last, max_size, n, legacy,
                 computed = crc32_raw(_CRC_INIT, a, pos + LEGACY_MAGIC_OFFSET, pos + total) ^ _CRC_INIT
                 ok = np.int64(computed) == stored
             timestamp = be_i64(a, pos + LEGACY_TIMESTAMP_OFFSET) if magic == 1 else np.int64(-1)
-            count = base - first + 1
+            count = min(base - first + 1, LEGACY_COUNT_CAP)
         positions[n] = pos
         base_offsets[n] = first
         last_offsets[n] = last

@@ -17,6 +17,7 @@ from native.index_layout import OFFSET_INDEX_ENTRY, TIME_INDEX_ENTRY
 from native.legacy_layout import HEADER_V0, HEADER_V1
 from native.scan import (
     DEFAULT_MAX_BATCH_SIZE,
+    LEGACY_COUNT_CAP,
     SCAN_BAD_CRC,
     SCAN_BAD_HEADER,
     SCAN_END,
@@ -135,7 +136,7 @@ def scan_batches_twin(buf: object, start: int = 0, end: int = -1, verify_crc: bo
             if fields[4] & 7 and prev_last is not None:
                 first = prev_last + 1
             max_ts = fields[5] if magic else -1
-            count = base - first + 1
+            count = min(base - first + 1, LEGACY_COUNT_CAP)
             ok = not verify_crc or crc32_twin(data, pos + 16, pos + total) == fields[2]
         else:
             (_, _, _, _, stored_crc, _, _, _, max_ts, _, _, _, count) = fields

@@ -330,3 +330,17 @@ def test_legacy_random_damage_matches_twin(data: st.DataObject) -> None:
     scan_both(bytes(buf), start=start, end=cut, verify_crc=data.draw(st.booleans()),
               max_batches=data.draw(st.integers(-1, 9)), expect_offset=data.draw(st.integers(-1, 4)),
               legacy=True)
+
+
+def test_legacy_wrapper_after_a_huge_offset_gap_caps_its_estimated_count() -> None:
+    """A compacted legacy log can jump from offset 0 to 2^56: the wrapper's count, estimated
+    from the gap, is capped at int32's maximum in the kernel and the twin alike."""
+    from appliance.records.legacy import build_message_set
+    from appliance.records.record_types import Compression, Record
+
+    far = 1 << 56
+    buf = (build_message_set([Record(0, 1, b"a", b"x")], magic=1, compression=Compression.NONE)
+           + build_message_set([Record(far, 2, b"b", b"y")], magic=1, compression=Compression.GZIP))
+    r = scan_both(buf, legacy=True)
+    assert r.stop_reason == ScanStop.END and r.count == 2
+    assert r.last_offsets.tolist() == [0, far] and r.record_counts.tolist() == [1, (1 << 31) - 1]
