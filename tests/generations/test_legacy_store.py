@@ -308,8 +308,10 @@ def test_sigkill_mid_produce_then_index_rebuild(broker, written):
     stop = threading.Event()
 
     def produce() -> None:
+        # at most 50 records a wrapper, so a slow broker still gets many entries to index
         p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 2, "acks": 1,
-                      "compression.type": "snappy", "message.timeout.ms": 3000})
+                      "batch.num.messages": 50, "compression.type": "snappy",
+                      "message.timeout.ms": 3000})
         i = 0
 
         def done(err, msg) -> None:
