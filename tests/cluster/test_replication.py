@@ -20,6 +20,7 @@ import subprocess
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,9 @@ def _broker(workdir: Path, connect: str, broker_id: int, port: int | None = None
         "zookeeper.connect": connect, "broker.id": str(broker_id),
         "zookeeper.session.timeout.ms": str(session_ms), "num.network.threads": "1",
         "replica.lag.time.max.ms": "10000",
+        # no 3 s wait for more members before a group's first rebalance (Kafka's own tests set
+        # 0 too): the group tests here join about five times
+        "group.initial.rebalance.delay.ms": "0",
         # Kafka's 50 would put 50 more partitions on every broker: a restart after SIGKILL
         # then recovers for longer than the session timeout the restart test races against
         "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS)})
@@ -54,20 +58,18 @@ def _broker(workdir: Path, connect: str, broker_id: int, port: int | None = None
 def cluster(zk_server, tmp_path_factory):
     connect = f"{zk_server.connect}/r{uuid.uuid4().hex[:10]}"
     root = tmp_path_factory.mktemp("cluster")
-    brokers = {}
+    brokers = {i: _broker(root / f"b{i}", connect, i) for i in range(3)}
     try:
-        for i in range(3):
-            brokers[i] = _broker(root / f"b{i}", connect, i).start()
+        with ThreadPoolExecutor(3) as pool:  # the three start side by side
+            list(pool.map(BrokerProcess.start, brokers.values()))
         boot = ",".join(b.bootstrap for b in brokers.values())
         _wait(lambda: len(_metadata(boot).brokers) == 3, 60, "three registered brokers")
         yield {"connect": connect, "root": root, "brokers": brokers, "boot": boot}
     finally:
-        for b in brokers.values():
-            try:
-                b.stop()
-            except Exception:
-                pass
-            b.kill()
+        # SIGKILL: nothing is checked at the end, and the controlled shutdown of the last
+        # broker standing, with nowhere to move its leadership, only retries for 5 s
+        with ThreadPoolExecutor(3) as pool:
+            list(pool.map(BrokerProcess.kill, brokers.values()))
 
 
 def test_duplicate_broker_id_refused_with_exit_3(cluster, tmp_path):
