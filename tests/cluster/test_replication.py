@@ -34,6 +34,7 @@ from tests.cluster.harness import wait_for
 _wait = functools.partial(wait_for, step=0.2)  # Metadata polls: 5 a second is plenty
 
 SESSION_MS = 6000
+LONG_SESSION_MS = 15000  # test_broker_restarted_at_once_after_sigkill_waits_for_its_old_session
 TOPIC = "events"
 PARTITIONS = 6
 OFFSETS_PARTITIONS = 3
@@ -559,8 +560,10 @@ def test_broker_restarted_at_once_after_sigkill_waits_for_its_old_session(cluste
         t = _metadata(boot).topics.get(TOPIC)
         return t is not None and all(victim in p.isrs for p in t.partitions.values())
 
-    # first give the victim a 30 s session, so that a start-up slowed down by a loaded machine
-    # still comes back before ZooKeeper expires the session of the broker it replaces
+    # first give the victim a long session (15 s: a start-up takes 2-3 s on an idle machine, ~6 s
+    # at load 10), so that a start-up slowed down by a loaded machine still comes back before
+    # ZooKeeper expires the session of the broker it replaces; the test then waits out that
+    # session, so longer only costs time
     def joins() -> int:
         return brokers[victim].log_path.read_text(errors="replace").count(
             f"broker {victim} joined the cluster")
@@ -568,7 +571,7 @@ def test_broker_restarted_at_once_after_sigkill_waits_for_its_old_session(cluste
     b = brokers[victim]
     b.kill()
     before = joins()
-    brokers[victim] = _broker(b.workdir, cluster["connect"], victim, port=b.port, session_ms=30000).start()
+    brokers[victim] = _broker(b.workdir, cluster["connect"], victim, port=b.port, session_ms=LONG_SESSION_MS).start()
     # registered with the long session (the ISR alone may still list the killed broker)
     _wait(lambda: joins() > before, 120, f"broker {victim} registered again")
     _wait(in_every_isr, 120, f"broker {victim} back in every ISR")
