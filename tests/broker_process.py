@@ -10,13 +10,24 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["BrokerProcess", "free_port"]
+__all__ = ["BrokerProcess", "free_port", "running"]
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def running(pid: int) -> bool:
+    """True while process ``pid`` has not exited (a zombie has: it holds no file, socket or
+    memory any more, only its exit status, and this container's init reaps zombies only every
+    second or so)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _group_running(pgid: int) -> bool:
