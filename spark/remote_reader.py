@@ -45,6 +45,11 @@ __all__ = ["fetch_range"]
 log = logging.getLogger(__name__)
 
 FETCH = 1
+# How long a connect to the leader Metadata named may be refused before the metadata is asked
+# again: a leader that died refuses until the controller elects another (the ZooKeeper session
+# timeout), and a connect retried for the whole request timeout (30 s) spent the read's retry
+# budget on the dead broker (measured: 31 s to follow a SIGKILLed leader, ~8 s with this)
+LEADER_CONNECT_S = 3.0
 
 
 def _fetch(view: BrokerView, topic: str, partition: int, offset: int, max_bytes: int,
@@ -62,7 +67,8 @@ def _fetch(view: BrokerView, topic: str, partition: int, offset: int, max_bytes:
         attempts += 1
         last = time.monotonic() >= deadline
         try:
-            conn = view.cluster.leader_connection(topic, partition, "fetch")
+            conn = view.cluster.leader_connection(topic, partition, "fetch",
+                                                  connect_timeout=LEADER_CONNECT_S)
             resp = conn.request(FETCH, fetch_body([(topic, partition, offset)], max_wait_ms=0,
                                                   min_bytes=0, max_bytes=max_bytes,
                                                   partition_max_bytes=max_bytes))

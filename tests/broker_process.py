@@ -10,13 +10,45 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["BrokerProcess", "free_port"]
+__all__ = ["BrokerProcess", "free_port", "running"]
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def running(pid: int) -> bool:
+    """True while process ``pid`` has not exited (a zombie has: it holds no file, socket or
+    memory any more, only its exit status, and this container's init reaps zombies only every
+    second or so)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _group_running(pgid: int) -> bool:
+    """True while a process of group ``pgid`` has not exited yet (zombies have: they hold no
+    file, socket or memory any more, only their exit status for the parent)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                # after "(comm)": state, ppid, pgrp, ... (comm may itself hold ')')
+                state, _, pgrp = f.read().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):
+            continue
+        if int(pgrp) == pgid and state != "Z":
+            return True
+    return False
 
 
 class BrokerProcess:
@@ -104,14 +136,13 @@ class BrokerProcess:
         except ProcessLookupError:
             pass
         self.proc.wait(10)
-        # the workers are reaped by init, not by us: wait until none of the group is left, so
-        # a broker restarted on the same port never meets a dying worker's listening socket
+        # the workers are reaped by init, not by us: wait until none of the group runs, so a
+        # broker restarted on the same port never meets a dying worker's listening socket. A
+        # zombie counts as gone: it has closed its files and unmapped its memory already, and
+        # the container's init reaps zombies only every second or so (measured: 1.2-2 s per
+        # kill spent waiting for that reaping)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(self.proc.pid, 0)
-            except ProcessLookupError:
-                return
+        while time.monotonic() < deadline and _group_running(self.proc.pid):
             time.sleep(0.02)
 
     def __enter__(self) -> BrokerProcess:

@@ -21,6 +21,10 @@ from appliance.errors import ErrorCode, UnknownTopicOrPartitionError, error_for_
 
 __all__ = ["Cluster", "TopicInfo", "check_error", "RETRIABLE"]
 
+# The first, quick connect attempt at each of several brokers (any_connection): long enough for
+# a live broker's accept and ApiVersions answer on a busy host, short against a dead one.
+QUICK_CONNECT_S = 1.0
+
 # Errors after which a request may succeed if retried, possibly after a metadata refresh.
 RETRIABLE = frozenset({
     ErrorCode.CORRUPT_MESSAGE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
@@ -70,8 +74,13 @@ class Cluster:
         self._closed = False
 
     # connections ----------------------------------------------------------------------------
-    def connection(self, host: str, port: int, purpose: str = "default", timeout: float | None = None) -> PipelinedConnection:
+    def connection(self, host: str, port: int, purpose: str = "default", timeout: float | None = None,
+                   connect_timeout: float | None = None) -> PipelinedConnection:
         """A live connection to host:port for ``purpose`` (opened on demand).
+
+        ``timeout`` bounds the connect and then each request (default: the request timeout);
+        ``connect_timeout``, when given, bounds only the connect (a refused connection is
+        retried until then), the requests keep ``timeout``.
         Raises KafkaConnectionError naming the address if it cannot connect in time."""
         key = (host, port, purpose)
         with self._lock:
@@ -81,10 +90,10 @@ class Cluster:
             if conn is not None and not conn.closed:
                 return conn
         # Connect outside the lock: other threads may use other connections meanwhile.
-        conn = PipelinedConnection(host, port, timeout=timeout or self.request_timeout,
+        conn = PipelinedConnection(host, port, timeout=connect_timeout or timeout or self.request_timeout,
                                    client_id=self.client_id)
-        if timeout is None:
-            conn.timeout = self.request_timeout
+        if timeout is None or connect_timeout is not None:
+            conn.timeout = timeout or self.request_timeout
         with self._lock:
             old = self._conns.get(key)
             if old is not None and not old.closed:
@@ -93,8 +102,10 @@ class Cluster:
             self._conns[key] = conn
             return conn
 
-    def node_connection(self, node_id: int, purpose: str = "default") -> PipelinedConnection:
-        """Connection to broker ``node_id`` (refreshing metadata if the node is unknown)."""
+    def node_connection(self, node_id: int, purpose: str = "default",
+                        connect_timeout: float | None = None) -> PipelinedConnection:
+        """Connection to broker ``node_id`` (refreshing metadata if the node is unknown);
+        ``connect_timeout`` as in :meth:`connection`."""
         with self._lock:
             addr = self._nodes.get(node_id)
         if addr is None:
@@ -103,7 +114,7 @@ class Cluster:
                 addr = self._nodes.get(node_id)
             if addr is None:
                 raise KafkaConnectionError(f"broker {node_id} is not in the cluster metadata")
-        return self.connection(addr[0], addr[1], purpose)
+        return self.connection(addr[0], addr[1], purpose, connect_timeout=connect_timeout)
 
     def any_connection(self, purpose: str = "default") -> PipelinedConnection:
         """A connection to some broker: a known one, else the bootstrap servers in turn.
@@ -113,12 +124,18 @@ class Cluster:
             addrs = list(self._nodes.values())
         if live:
             return live[0]
-        errors = []
-        for host, port in addrs + [a for a in self.bootstrap if a not in addrs]:
-            try:
-                return self.connection(host, port, purpose, timeout=self.connect_timeout)
-            except KafkaConnectionError as e:
-                errors.append(str(e))
+        candidates = addrs + [a for a in self.bootstrap if a not in addrs]
+        # With several addresses, a quick try at each first: one that refuses (a dead broker)
+        # must not hold the others up for the whole connect timeout; then each as before.
+        budgets = [QUICK_CONNECT_S, None] if len(candidates) > 1 else [None]
+        for budget in budgets:
+            errors = []
+            for host, port in candidates:
+                try:
+                    return self.connection(host, port, purpose, timeout=self.connect_timeout,
+                                           connect_timeout=budget)
+                except KafkaConnectionError as e:
+                    errors.append(str(e))
         raise KafkaConnectionError("; ".join(errors))
 
     # metadata -------------------------------------------------------------------------------
@@ -185,9 +202,11 @@ class Cluster:
             else:
                 self._topics.pop(topic, None)
 
-    def leader_connection(self, topic: str, partition: int, purpose: str = "default") -> PipelinedConnection:
-        """Connection to the leader of topic-partition. Raises UnknownTopicOrPartitionError
-        for a partition the topic does not have, LeaderNotAvailableError if it has no leader."""
+    def leader_connection(self, topic: str, partition: int, purpose: str = "default",
+                          connect_timeout: float | None = None) -> PipelinedConnection:
+        """Connection to the leader of topic-partition (``connect_timeout`` as in
+        :meth:`connection`). Raises UnknownTopicOrPartitionError for a partition the topic does
+        not have, LeaderNotAvailableError if it has no leader."""
         info = self.topic(topic)
         leader = info.leaders.get(partition)
         if leader is None:
@@ -196,7 +215,7 @@ class Cluster:
         if leader < 0:
             self.invalidate(topic)
             raise LeaderNotAvailableError(f"{topic}-{partition} has no leader")
-        return self.node_connection(leader, purpose)
+        return self.node_connection(leader, purpose, connect_timeout)
 
     def leader_of(self, topic: str, partition: int) -> int:
         info = self.topic(topic)

@@ -13,7 +13,12 @@ with warnings.catch_warnings():  # kafka-python imports its protocol JSON throug
     import kafka  # noqa: F401
 
 
+# no 3 s wait for more members before a group's first rebalance (Kafka's own test brokers set
+# 0 too): every group join of these tests would pay it
+FAST_GROUPS = {"group.initial.rebalance.delay.ms": "0"}
+
+
 @pytest.fixture(scope="module")
 def module_broker(tmp_path_factory):
-    with BrokerProcess(tmp_path_factory.mktemp("broker")) as b:
+    with BrokerProcess(tmp_path_factory.mktemp("broker"), overrides=FAST_GROUPS) as b:
         yield b

@@ -20,7 +20,7 @@ from appliance.client import (
 )
 from appliance.client.admin import NewTopic
 from appliance.errors import DuplicateSequenceError, UnknownTopicOrPartitionError
-from tests.broker_process import BrokerProcess
+from tests.broker_process import BrokerProcess, free_port
 
 
 def _read_all(bootstrap: str, topic: str, partition: int = 0) -> list:
@@ -46,6 +46,17 @@ def test_sync_send_returns_acknowledged_metadata(module_broker, topic_name):
     assert [m.offset for m in md] == [0, 1, 2, 3, 4]
     recs = _read_all(module_broker.bootstrap, topic_name)
     assert [(r.key, r.value) for r in recs] == [(b"k%d" % i, b"v%d" % i) for i in range(5)]
+
+
+def test_a_dead_bootstrap_server_does_not_hold_up_the_live_one(module_broker, topic_name):
+    """Listed first, an address that refuses gets a quick try (1 s), not the whole connect
+    timeout (10 s here: a client that waited it out takes 10 s or more)."""
+    dead = f"127.0.0.1:{free_port()}"
+    t = time.monotonic()
+    with Producer(bootstrap_servers=f"{dead},{module_broker.bootstrap}", producer_type="sync",
+                  socket_connection_setup_timeout_ms=10000) as p:
+        assert p.send(topic_name, b"x").result(10).offset == 0
+    assert time.monotonic() - t < 8
 
 
 def test_record_shapes_headers_and_timestamps(module_broker, topic_name):

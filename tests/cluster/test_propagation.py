@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -127,10 +128,10 @@ def _offsets_for_leader_epoch(b: BrokerProcess, epoch: int) -> tuple[int, int, i
 def cluster(zk_server, tmp_path_factory):
     connect = f"{zk_server.connect}/f{uuid.uuid4().hex[:10]}"
     root = tmp_path_factory.mktemp("edges")
-    brokers = {}
+    brokers = {i: _broker(root / f"b{i}", connect, i) for i in range(3)}
     try:
-        for i in range(3):
-            brokers[i] = _broker(root / f"b{i}", connect, i).start()
+        with ThreadPoolExecutor(3) as pool:  # the three start side by side
+            list(pool.map(BrokerProcess.start, brokers.values()))
         boot = ",".join(b.bootstrap for b in brokers.values())
         _wait(lambda: _brokers_known(boot) == 3, 60, "three registered brokers")
         admin = AdminClient({"bootstrap.servers": boot})
@@ -138,12 +139,10 @@ def cluster(zk_server, tmp_path_factory):
         _wait(lambda: (p := _partition(boot)) and p.leader >= 0 and len(p.isrs) == 3, 60, "a full ISR")
         yield {"connect": connect, "brokers": brokers, "boot": boot}
     finally:
-        for b in brokers.values():
-            try:
-                b.stop()
-            except Exception:
-                pass
-            b.kill()
+        # SIGKILL: nothing is checked at the end, and the controlled shutdown of the last
+        # broker standing, with nowhere to move its leadership, only retries for 5 s
+        with ThreadPoolExecutor(3) as pool:
+            list(pool.map(BrokerProcess.kill, brokers.values()))
 
 
 def test_follower_below_leader_log_start_truncates_fully(cluster):

@@ -20,6 +20,7 @@ import subprocess
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ from tests.cluster.harness import wait_for
 _wait = functools.partial(wait_for, step=0.2)  # Metadata polls: 5 a second is plenty
 
 SESSION_MS = 6000
+LONG_SESSION_MS = 15000  # test_broker_restarted_at_once_after_sigkill_waits_for_its_old_session
 TOPIC = "events"
 PARTITIONS = 6
 OFFSETS_PARTITIONS = 3
@@ -45,6 +47,9 @@ def _broker(workdir: Path, connect: str, broker_id: int, port: int | None = None
         "zookeeper.connect": connect, "broker.id": str(broker_id),
         "zookeeper.session.timeout.ms": str(session_ms), "num.network.threads": "1",
         "replica.lag.time.max.ms": "10000",
+        # no 3 s wait for more members before a group's first rebalance (Kafka's own tests set
+        # 0 too): the group tests here join about five times
+        "group.initial.rebalance.delay.ms": "0",
         # Kafka's 50 would put 50 more partitions on every broker: a restart after SIGKILL
         # then recovers for longer than the session timeout the restart test races against
         "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS)})
@@ -54,20 +59,18 @@ def _broker(workdir: Path, connect: str, broker_id: int, port: int | None = None
 def cluster(zk_server, tmp_path_factory):
     connect = f"{zk_server.connect}/r{uuid.uuid4().hex[:10]}"
     root = tmp_path_factory.mktemp("cluster")
-    brokers = {}
+    brokers = {i: _broker(root / f"b{i}", connect, i) for i in range(3)}
     try:
-        for i in range(3):
-            brokers[i] = _broker(root / f"b{i}", connect, i).start()
+        with ThreadPoolExecutor(3) as pool:  # the three start side by side
+            list(pool.map(BrokerProcess.start, brokers.values()))
         boot = ",".join(b.bootstrap for b in brokers.values())
         _wait(lambda: len(_metadata(boot).brokers) == 3, 60, "three registered brokers")
         yield {"connect": connect, "root": root, "brokers": brokers, "boot": boot}
     finally:
-        for b in brokers.values():
-            try:
-                b.stop()
-            except Exception:
-                pass
-            b.kill()
+        # SIGKILL: nothing is checked at the end, and the controlled shutdown of the last
+        # broker standing, with nowhere to move its leadership, only retries for 5 s
+        with ThreadPoolExecutor(3) as pool:
+            list(pool.map(BrokerProcess.kill, brokers.values()))
 
 
 def test_duplicate_broker_id_refused_with_exit_3(cluster, tmp_path):
@@ -557,16 +560,19 @@ def test_broker_restarted_at_once_after_sigkill_waits_for_its_old_session(cluste
         t = _metadata(boot).topics.get(TOPIC)
         return t is not None and all(victim in p.isrs for p in t.partitions.values())
 
-    # first give the victim a 30 s session, so that a start-up slowed down by a loaded machine
-    # still comes back before ZooKeeper expires the session of the broker it replaces
+    # first give the victim a long session (15 s: a start-up takes 2-3 s on an idle machine, ~6 s
+    # at load 10), so that a start-up slowed down by a loaded machine still comes back before
+    # ZooKeeper expires the session of the broker it replaces; the test then waits out that
+    # session, so longer only costs time
     def joins() -> int:
         return brokers[victim].log_path.read_text(errors="replace").count(
             f"broker {victim} joined the cluster")
 
     b = brokers[victim]
+    b.stop(60)  # a clean stop closes its session: this restart need not wait for an expiry
     b.kill()
     before = joins()
-    brokers[victim] = _broker(b.workdir, cluster["connect"], victim, port=b.port, session_ms=30000).start()
+    brokers[victim] = _broker(b.workdir, cluster["connect"], victim, port=b.port, session_ms=LONG_SESSION_MS).start()
     # registered with the long session (the ISR alone may still list the killed broker)
     _wait(lambda: joins() > before, 120, f"broker {victim} registered again")
     _wait(in_every_isr, 120, f"broker {victim} back in every ISR")

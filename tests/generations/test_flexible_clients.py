@@ -19,6 +19,7 @@ import pytest
 from appliance.protocol.registry import API_BY_KEY, SUPPORTED_VERSIONS
 from tests.broker_process import BrokerProcess
 from tests.generations.capture import CaptureProxy
+from tests.generations.conftest import FAST_GROUPS
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -42,7 +43,7 @@ KAFKA_PYTHON_CAPS = {JOIN: 7, FETCH: 12}
 
 @pytest.fixture(scope="module")
 def proxied(tmp_path_factory):
-    broker = BrokerProcess(tmp_path_factory.mktemp("flexible"))
+    broker = BrokerProcess(tmp_path_factory.mktemp("flexible"), overrides=FAST_GROUPS)
     proxy = CaptureProxy(broker.port)
     broker.overrides["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{proxy.port}"
     try:

@@ -3,13 +3,13 @@ stopped with SIGTERM, and after the whole broker is SIGKILLed and started again 
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from tests.broker.clients import create_topic
+from tests.broker_process import running
 from tests.groups.conftest import GROUP_OVERRIDES
 from tests.groups.raw import RawMember, connect, describe, wait_for
 from tests.groups.test_clients import _produce
@@ -48,13 +48,13 @@ def _consume(bs: str, group: str, topic: str, want: int, timeout: float = 30,
 
 
 def kill_broker(b) -> None:
-    """SIGKILL the whole broker and wait until every worker is gone: BrokerProcess.kill() only
-    waits for the supervisor, and a dying network worker's SO_REUSEPORT socket would otherwise
-    accept (then reset) the restarted broker's first connections."""
+    """SIGKILL the whole broker and wait until every worker is gone: a dying network worker's
+    SO_REUSEPORT socket would otherwise accept (then reset) the restarted broker's first
+    connections. (A zombie is gone: its sockets are closed.)"""
     pids = b.worker_pids("appliance")
     b.kill()
     deadline = time.monotonic() + 10
-    while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < deadline:
+    while any(running(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.02)
 
 
