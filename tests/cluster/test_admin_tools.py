@@ -435,6 +435,16 @@ def _leaders(boot: str, topic: str) -> dict[int, int]:
     return {p: s[0] for p, s in ps.items()}
 
 
+def _every_isr_full(boot: str) -> bool:
+    """Every partition of every topic has all its replicas in the ISR (Metadata)."""
+    try:
+        md = AdminClient({"bootstrap.servers": boot}).list_topics(timeout=10)
+    except Exception:  # a broker still joining closes the connection: ask again
+        return False
+    return bool(md.topics) and all(sorted(p.isrs) == sorted(p.replicas) and p.leader >= 0
+                                   for t in md.topics.values() for p in t.partitions.values())
+
+
 def test_preferred_leader_election(cluster, tmp_path):
     boot, brokers, store = cluster["boot"], cluster["brokers"], cluster["store"]
     topic = "elect"
@@ -462,6 +472,9 @@ def test_preferred_leader_election(cluster, tmp_path):
     _wait(lambda: not store.client.exists("/admin/preferred_replica_election"), 30, "the znode to go")
     assert _leaders(boot, topic)[0] != 0
 
+    # every partition of the cluster (earlier tests' too) has its preferred replica back in sync,
+    # else Kafka's answer for it is PREFERRED_LEADER_NOT_AVAILABLE, as the tool reports
+    _wait(lambda: _every_isr_full(boot), 90, "every partition's ISR to be full again")
     r = _tool("leader-election", "--bootstrap-server", boot, "--election-type", "preferred",
               "--all-topic-partitions")
     assert r.returncode == 0, r.stdout + r.stderr
