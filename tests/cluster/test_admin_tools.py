@@ -429,7 +429,8 @@ def test_leader_side_throttle_holds_back_only_followers_out_of_the_isr(cluster, 
     store.set_broker_config(home, {})
     store.set_topic_config(topic, {})
     # the later tests restart brokers and elect across every topic: this one goes
-    AdminClient({"bootstrap.servers": boot}).delete_topics([topic])[topic].result(60)
+    admin = AdminClient({"bootstrap.servers": boot})  # kept: a collected handle cancels its futures
+    admin.delete_topics([topic])[topic].result(60)
 
 
 def _leaders(boot: str, topic: str) -> dict[int, int]:
