@@ -334,6 +334,19 @@ def test_reassignment_api_with_kafka_python_and_cancel(cluster, tmp_path):
     assert got_values == [b"r%04d" % i for i in range(200)]
 
 
+def _one_replica_to_move(boot: str, topic: str, n: int) -> tuple[int, int]:
+    """A one-replica topic on a broker that is not the controller, holding ``n`` 1000-byte
+    records; returns (its broker, the other non-controller broker, where a move takes it)."""
+    controller = _controller(boot)
+    home, newcomer = [i for i in range(3) if i != controller]
+    _create(boot, topic, [[home]])
+    p = Producer({"bootstrap.servers": boot, "acks": "all", "linger.ms": 5})
+    for i in range(n):
+        p.produce(topic, (b"%06d" % i) * 166 + b"....", partition=0)  # 1000 bytes
+    assert p.flush(60) == 0
+    return home, newcomer
+
+
 def test_throttled_reassignment_is_capped_and_verify_removes_the_throttle(cluster, tmp_path):
     """--throttle 200000 B/s on a move that copies ~2 MB to a new replica: Kafka's configs are
     written, the copy takes well over what it takes unthrottled, --verify reports completion
@@ -343,13 +356,7 @@ def test_throttled_reassignment_is_capped_and_verify_removes_the_throttle(cluste
 
     boot, brokers, store = cluster["boot"], cluster["brokers"], cluster["store"]
     topic, rate, n = "slow", 200_000, 2000
-    controller = _controller(boot)
-    home, newcomer = [i for i in range(3) if i != controller]
-    _create(boot, topic, [[home]])
-    p = Producer({"bootstrap.servers": boot, "acks": "all", "linger.ms": 5})
-    for i in range(n):
-        p.produce(topic, (b"%06d" % i) * 166 + b"....", partition=0)  # 1000 bytes
-    assert p.flush(60) == 0
+    home, newcomer = _one_replica_to_move(boot, topic, n)
     plan = _write(tmp_path, "slow.json", {"version": 1, "partitions": [
         {"topic": topic, "partition": 0, "replicas": [home, newcomer]}]})
     ex = _tool("reassign-partitions", "--zookeeper", cluster["connect"], "--execute",
@@ -391,13 +398,7 @@ def test_leader_side_throttle_holds_back_only_followers_out_of_the_isr(cluster, 
 
     boot, brokers, store = cluster["boot"], cluster["brokers"], cluster["store"]
     topic, rate, n = "slowlead", 300_000, 1200
-    controller = _controller(boot)
-    home, newcomer = [i for i in range(3) if i != controller]
-    _create(boot, topic, [[home]])
-    p = Producer({"bootstrap.servers": boot, "acks": "all", "linger.ms": 5})
-    for i in range(n):
-        p.produce(topic, (b"%06d" % i) * 166 + b"....", partition=0)  # 1000 bytes
-    assert p.flush(60) == 0
+    home, newcomer = _one_replica_to_move(boot, topic, n)
     store.set_broker_config(home, {rt.LEADER_RATE: str(rate)})
     store.set_topic_config(topic, {rt.LEADER_REPLICAS: f"0:{home}"})
     time.sleep(1.0)  # the leader's cluster worker publishes throttles every 0.5 s
