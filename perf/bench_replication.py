@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -191,31 +193,77 @@ def _throughput(boot: str, topic: str, records: int, value: bytes, partitions: i
     return records / elapsed, (_cpu_seconds(brokers) - cpu) * 1e6 / records
 
 
-def _latency(boot: str, topic: str, rate: int, seconds: float, value: bytes, partitions: int) -> list[float]:
-    lat: list[float] = []
-    p = Producer({"bootstrap.servers": boot, "acks": "all", "enable.idempotence": True, "linger.ms": 0})
+class LatencyRun:
+    """What one fixed-rate run saw: per-record latencies (produce() to the delivery callback),
+    the client's own CPU seconds (this process: the pacer and librdkafka's threads) and
+    librdkafka's per-second statistics windows (request round trip ``rtt``: the broker's time
+    plus both sides' scheduling; ``int_latency``: a record's wait in the client's queue)."""
+
+    def __init__(self) -> None:
+        self.lat: list[float] = []
+        self.client_cpu = 0.0
+        self.windows: list[dict] = []
+
+    def _window_ms(self, name: str, q: str) -> list[float]:
+        return [b[name][q] / 1000 for st in self.windows for b in st["brokers"].values()
+                if b.get("nodeid", -1) >= 0 and b[name]["cnt"]]
+
+    def client_parts(self) -> str:
+        """The client's side of the latency: medians over brokers and 1 s windows."""
+        if not self.windows:
+            return ""
+        med = statistics.median
+        return (f"client view: request round trip p50 {med(self._window_ms('rtt', 'p50')):.1f} ms, "
+                f"p99 {med(self._window_ms('rtt', 'p99')):.1f} ms; queued in the client p50 "
+                f"{med(self._window_ms('int_latency', 'p50')):.1f} ms, p99 "
+                f"{med(self._window_ms('int_latency', 'p99')):.1f} ms (medians of 1 s windows); "
+                f"client CPU {self.client_cpu:.2f} cores")
+
+
+def _latency(boot: str, topic: str, rate: int, seconds: float, value: bytes, partitions: int,
+             acks: str = "all", pacer: str = "per_record", idempotence: bool = True) -> LatencyRun:
+    """Records at ``rate`` per second for ``seconds``. Pacer ``per_record``: sleep until each
+    record's own due time, one produce() each (an application sending events as they happen);
+    ``batched``: sleep >= 1 ms, then send every record that fell due (perf/run.py's
+    latency_10k pacer; far fewer wake-ups of this process)."""
+    run = LatencyRun()
+    p = Producer({"bootstrap.servers": boot, "acks": acks, "enable.idempotence": idempotence and acks == "all",
+                  "linger.ms": 0, "statistics.interval.ms": 1000,
+                  "stats_cb": lambda js: run.windows.append(json.loads(js))})
     # warm-up: connections, metadata and the producer id first, so the first records' latency
     # is not that of the client's start (it was the whole p99: ~0.5 s for the first 0.5 s)
     for i in range(1000):
         p.produce(topic, value, partition=i % partitions)
     if p.flush(60):
         raise RuntimeError("warm-up records left unacknowledged")
+    p.poll(0)
+    run.windows.clear()
+    lat = run.lat
 
     def done(err, msg, sent):
         if err is None:
             lat.append(time.perf_counter() - sent)
 
-    start = time.perf_counter()
+    cpu = time.process_time()
+    start = now = time.perf_counter()
     n = int(rate * seconds)
-    for i in range(n):
+    i = 0
+    while i < n:
         due = start + i / rate
+        if pacer == "batched":
+            due = max(due, now + 0.001)  # at least 1 ms between sends
         while (now := time.perf_counter()) < due:
             p.poll(min(due - now, 0.001))
-        p.produce(topic, value, partition=i % partitions,
-                  on_delivery=lambda err, msg, sent=now: done(err, msg, sent))
+        upto = i + 1 if pacer != "batched" else max(i + 1, min(n, int((now - start) * rate) + 1))
+        for j in range(i, upto):
+            p.produce(topic, value, partition=j % partitions,
+                      on_delivery=lambda err, msg, sent=now: done(err, msg, sent))
+        i = upto
         p.poll(0)
     p.flush(120)
-    return lat
+    run.client_cpu = (time.process_time() - cpu) / max(time.perf_counter() - start, 1e-9)
+    p.poll(0)
+    return run
 
 
 def _round_trips(boot: str, topic: str, n: int, value: bytes, partitions: int,
@@ -252,6 +300,13 @@ def _round_trips(boot: str, topic: str, n: int, value: bytes, partitions: int,
               f"{k} {v:.1f}" for k, v in sorted(wakes.items(), key=lambda kv: -kv[1])) + ")")
 
 
+def _percentiles(lat: list[float]) -> str:
+    lat = sorted(lat)
+    p50, p99 = lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+    return (f"p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, max {lat[-1] * 1000:.1f} ms "
+            f"over {len(lat):,} records")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -259,6 +314,11 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--rate", type=int, default=10_000)
     ap.add_argument("--latency-seconds", type=float, default=10.0)
+    ap.add_argument("--pacer", choices=["per_record", "batched"], default="per_record",
+                    help="fixed-rate phases: a produce() at each record's due time, or every "
+                         "record due after sleeps of >= 1 ms (perf/run.py's latency_10k)")
+    ap.add_argument("--idempotence", choices=["on", "off", "both"], default="on",
+                    help="phase 3's producer (on: the issue's setting)")
     ap.add_argument("--skip-single", action="store_true", help="leave out phase 1")
     ap.add_argument("--skip-throughput", action="store_true", help="leave out phase 2")
     ap.add_argument("--breakdown", action="store_true", help="phase 3's CPU per kind of process")
@@ -268,7 +328,13 @@ def main() -> int:
     args = ap.parse_args()
     value = b"x" * args.value_size
     work = Path(tempfile.mkdtemp(prefix="bench-repl-"))
+    try:
+        return _phases(args, value, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
+
+def _phases(args: argparse.Namespace, value: bytes, work: Path) -> int:
     single = single_cpu = None
     if not args.skip_single:
         (work / "single").mkdir()
@@ -276,8 +342,17 @@ def main() -> int:
             _create(b.bootstrap, "bench", args.partitions, 1, {})
             single, single_cpu = _throughput(b.bootstrap, "bench", args.records, value, args.partitions,
                                              {"acks": "1"}, [b])
-        print(f"single broker, acks=1:        {single:12,.0f} records/s  "
-              f"broker CPU {single_cpu:.1f} s per 1M records", flush=True)
+            print(f"single broker, acks=1:        {single:12,.0f} records/s  "
+                  f"broker CPU {single_cpu:.1f} s per 1M records", flush=True)
+            if not args.skip_latency:
+                # the floor of phase 3's figure on this machine now: the same client, pacer and
+                # rate, one broker, no replication
+                floor = _latency(b.bootstrap, "bench", args.rate, args.latency_seconds, value,
+                                 args.partitions, acks="1", pacer=args.pacer)
+                if floor.lat:
+                    print(f"single broker, acks=1 at {args.rate:,} records/s ({args.pacer} pacer; "
+                          f"the machine's floor for phase 3): {_percentiles(floor.lat)}; "
+                          f"{floor.client_parts()}", flush=True)
 
     with three_brokers(work) as (brokers, boot):
         _create(boot, "bench", args.partitions, 3, {"min.insync.replicas": "2"})
@@ -290,29 +365,44 @@ def main() -> int:
             print(f"3 brokers, RF 3, acks=all:    {repl:12,.0f} records/s  {vs}"
                   f"broker CPU {repl_cpu:.1f} s per 1M records{times}", flush=True)
         if not args.skip_latency:
-            titles = _titles(brokers)
-            if args.pids_file is not None:
-                args.pids_file.write_text("".join(f"{pid} {t}\n" for pid, t in titles.items()))
-            before = _cpu_by_pid(list(titles))
-            cpu = _cpu_seconds(brokers)
-            lat = sorted(_latency(boot, "bench", args.rate, args.latency_seconds, value, args.partitions))
-            lat_cpu = (_cpu_seconds(brokers) - cpu) * 1e6 / max(len(lat), 1)
-            after = _cpu_by_pid(list(titles))
-            if lat:
-                p50, p99 = lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))]
-                print(f"acks=all at {args.rate:,} records/s: p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, "
-                      f"max {lat[-1] * 1000:.1f} ms over {len(lat):,} records (target p99 <= 20 ms); "
-                      f"mean {statistics.fmean(lat) * 1000:.1f} ms; broker CPU {lat_cpu:.1f} s per 1M records")
-            if args.breakdown and lat:
-                kinds: dict[str, float] = {}
-                for pid, t in after.items():
-                    k = _kind(titles[pid])
-                    kinds[k] = kinds.get(k, 0.0) + (t - before.get(pid, t)) * 1e6 / len(lat)
-                print("  broker CPU per 1M records by process kind (3 brokers): " + ", ".join(
-                    f"{k} {v:.1f} s" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])))
+            for idem in ([True, False] if args.idempotence == "both" else [args.idempotence == "on"]):
+                _phase3(args, value, brokers, boot, idem)
         if args.round_trips:
             _round_trips(boot, "bench", args.round_trips, value, args.partitions, brokers)
     return 0
+
+
+def _phase3(args: argparse.Namespace, value: bytes, brokers: list[BrokerProcess], boot: str,
+            idempotence: bool) -> None:
+    titles = _titles(brokers)
+    if args.pids_file is not None:
+        args.pids_file.write_text("".join(f"{pid} {t}\n" for pid, t in titles.items()))
+    before = _cpu_by_pid(list(titles))
+    slept = _wakeups_by_pid(list(titles))
+    cpu = _cpu_seconds(brokers)
+    run = _latency(boot, "bench", args.rate, args.latency_seconds, value, args.partitions,
+                   pacer=args.pacer, idempotence=idempotence)
+    lat = run.lat
+    if not lat:
+        return
+    lat_cpu = (_cpu_seconds(brokers) - cpu) * 1e6 / len(lat)
+    after = _cpu_by_pid(list(titles))
+    woken = _wakeups_by_pid(list(titles))
+    idem = "idempotent" if idempotence else "not idempotent"
+    print(f"acks=all at {args.rate:,} records/s ({args.pacer} pacer, {idem}): {_percentiles(lat)} "
+          f"(target p99 <= 20 ms); mean {statistics.fmean(lat) * 1000:.1f} ms; "
+          f"broker CPU {lat_cpu:.1f} s per 1M records; {run.client_parts()}", flush=True)
+    if args.breakdown:
+        kinds: dict[str, float] = {}
+        wakes: dict[str, float] = {}
+        for pid, t in after.items():
+            k = _kind(titles[pid])
+            kinds[k] = kinds.get(k, 0.0) + (t - before.get(pid, t)) * 1e6 / len(lat)
+            wakes[k] = wakes.get(k, 0.0) + (woken.get(pid, 0) - slept.get(pid, 0)) * 1000 / len(lat)
+        print("  broker CPU per 1M records by process kind (3 brokers): " + ", ".join(
+            f"{k} {v:.1f} s" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])))
+        print("  process sleeps per 1,000 records by process kind (3 brokers): " + ", ".join(
+            f"{k} {v:.0f}" for k, v in sorted(wakes.items(), key=lambda kv: -kv[1])), flush=True)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,9 @@ class RingIntake:
             # requests queued while no disk worker ran were failed by their network workers
             ch.requests.discard_all()
         self.data_bell_pending = 0  # DataWanted bits of what moved since the last data bell
+        # network workers owed a bell for held answers released by a handler (acks=all): rung
+        # with the round's bells, once per worker, not once per answer
+        self.rung_later: set[int] = set()
         self._last_data_bell = 0.0
 
     def drain(self) -> tuple[int, set[int], bool]:
@@ -81,6 +84,14 @@ class RingIntake:
             ring_doorbell(self.plumbing.net_bells[n])
             time.sleep(0.0005)
 
+    def complete_held(self, n: int, comp: bytes) -> None:
+        """Post a held answer (an acks=all produce the high watermark has passed) now; its
+        network worker's bell rings with the next :meth:`ring_bells` (the end of the round), so
+        the answers one round releases (the FOLLOWER_FETCHes of a follower's fetch cover every
+        partition it follows here) wake their network worker once."""
+        self.complete(n, comp)
+        self.rung_later.add(n)
+
     def ring_bells(self, rung: set[int] | tuple = ()) -> None:
         """Ring the network workers in ``rung`` and, when due, every network worker that asked
         for data bells of what moved (its long polls wait; Ring.want_data): appends wake them
@@ -90,6 +101,9 @@ class RingIntake:
         fetches by a high watermark move (each wake-up of a process costs both sides; under
         acks=all every follower's fetch moved the high watermark and woke the worker holding
         the other followers' fetches for nothing)."""
+        if self.rung_later:
+            rung = self.rung_later.union(rung)
+            self.rung_later.clear()
         if self.data_bell_pending:
             wanting = self.data_wanted(self.data_bell_pending)
             if not wanting:

@@ -130,12 +130,8 @@ class DiskWorker:
         from appliance.shm.layout import leaders_name
         from appliance.shm.leadership_area import LeadershipArea
 
-        def complete(n: int, comp: bytes) -> None:
-            self.rings.complete(n, comp)
-            self.rings.ring_bells((n,))
-
         area = LeadershipArea.attach(leaders_name(self.plumbing.base))
-        r = Replication(self.partitions, area, self.requests, complete, int(self.config["broker.id"]))
+        r = Replication(self.partitions, area, self.requests, self.rings.complete_held, int(self.config["broker.id"]))
         self.replication = r
         self.coordinator.attach_cluster(area, r)  # groups follow the offsets partitions' leadership
         self.requests.handlers.update({
@@ -206,6 +202,8 @@ class DiskWorker:
                 except Exception:  # a coordinator bug must not take the partitions of this disk down
                     log.exception("group coordinator timers failed")
                     next_ms = int(time.time() * 1000) + 100
+                if self.rings.rung_later:  # answers the coordinator's timers released
+                    self.rings.ring_bells()
                 if not self.requests_left:
                     wait_ms = min(IDLE_WAIT_S * 1000, max(next_ms - int(time.time() * 1000), 0))
                     if self.rings.data_bell_pending:

@@ -241,3 +241,21 @@ def test_data_bells_ring_only_the_workers_waiting_for_what_moved(disk, senders, 
     disk.round()
     assert [_rung(b) for b in p.net_bells] == [False, False]
     assert not disk.rings.data_bell_pending  # dropped: no later round rings for it
+
+
+def test_held_answers_released_in_one_round_ring_their_worker_once(disk, senders, plumbing):
+    # acks=all: the answers a high watermark move releases (one follower fetch covers every
+    # partition it follows) go on the completion ring at once, and their network worker's
+    # doorbell is written once, at the end of the round, not once per answer
+    p, _ = plumbing
+    for bell in p.net_bells:
+        _rung(bell)
+    disk.rings.complete_held(0, _COMP.pack(7, 0, -1, 0, 3, 0))
+    disk.rings.complete_held(0, _COMP.pack(8, 1, -1, 0, 4, 0))
+    assert [_rung(b) for b in p.net_bells] == [False, False]  # not yet: the round is not over
+    assert disk.round() is False  # nothing on the request rings; the round rings all the same
+    assert os.eventfd_read(p.net_bells[0]) == 1  # one write for both answers
+    assert not _rung(p.net_bells[1])
+    assert [c[0] for c in senders[0].completions()] == [7, 8]
+    disk.round()
+    assert not _rung(p.net_bells[0])  # owed once, rung once
