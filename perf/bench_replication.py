@@ -5,7 +5,9 @@ rate (target: p99 <= 20 ms at 10,000 records/s).
 
 Usage: .venv/bin/python perf/bench_replication.py [--records 1000000] [--value-size 100]
            [--partitions 6] [--rate 10000] [--latency-seconds 10]
-           [--skip-single] [--skip-throughput] [--breakdown] [--pids-file F] [--round-trips N]
+           [--pacer per_record|batched] [--idempotence on|off|both]
+           [--skip-single] [--skip-throughput] [--skip-latency] [--breakdown] [--pids-file F]
+           [--round-trips N]
 
 --skip-single / --skip-throughput leave out phase 1 / phase 2 (the percentage needs both);
 --breakdown prints, after phase 3, the CPU per million records of each kind of broker process
@@ -15,6 +17,10 @@ N single records produced one at a time (acks=all, each flushed before the next)
 median and p90 round trip and the brokers' CPU per round by kind of process: the cost of one
 acks=all round with nothing to batch, much less sensitive to other load on the machine than
 phase 3's CPU per record (under contention phase 3 batches more and costs less per record).
+--breakdown also prints phase 3's process sleeps (voluntary context switches) per 1,000 records
+by kind. --pacer batched sends every record that fell due after sleeps of >= 1 ms (perf/run.py's
+latency_10k) instead of one produce() at each record's due time; --idempotence off runs phase 3
+with a producer that is not idempotent (both: one run of each).
 
 Phases (each on fresh brokers in a temporary directory; ZooKeeper started like the tests'):
 1. standalone broker, acks=1: one confluent-kafka producer sends --records values
@@ -22,7 +28,18 @@ Phases (each on fresh brokers in a temporary directory; ZooKeeper started like t
 2. three brokers in cluster mode, a topic with RF 3 and min.insync.replicas=2, acks=all,
    idempotent: the same;
 3. the same cluster, acks=all at --rate records/s for --latency-seconds: per-record latency from
-   produce() to its delivery callback; p50/p99/max printed.
+   produce() to its delivery callback; p50/p99/max printed, with the client's side of it from
+   librdkafka's statistics (request round trip, time queued in the client; medians of 1 s
+   windows) and the client's CPU. When phase 1 runs, the same fixed-rate run against the
+   standalone broker with acks=1 is printed first: the floor this machine allows phase 3 at
+   that moment (the same client and pacer, no replication).
+
+librdkafka's idempotent producer sends one produce request per partition at a time, whatever
+max.in.flight says (librdkafka PR #4989, open), so a record of phase 3 also waits in the client
+for the previous request's whole acks=all round: "queued in the client" is about the round
+trip, and phase 3's latency about twice the round trip. Without idempotence (--idempotence off)
+nothing holds records back to batch them and the brokers fall behind (27 Nov 2026: p50 2.1 s at
+3,000 records/s, load 14).
 
 Each phase also prints the brokers' CPU time (user + system of every broker process, psutil) per
 million records: steadier than records/s on a shared machine.
