@@ -52,6 +52,7 @@ import contextlib
 import json
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -96,12 +97,15 @@ def three_brokers(work: Path) -> Iterator[tuple[list[BrokerProcess], str]]:
             time.sleep(0.5)
         yield brokers, boot
     finally:
-        for b in brokers:
-            try:
-                b.stop()
-            finally:
+        try:
+            for b in brokers:
+                try:
+                    b.stop()
+                except subprocess.TimeoutExpired:  # killed by stop(); the others still stop
+                    print(f"broker {b.bootstrap} did not stop within 30 s: killed", file=sys.stderr)
                 b.kill()
-        zk.kill()
+        finally:
+            zk.kill()  # a broker that failed to stop once left this ZooKeeper running
 
 
 def _create(boot: str, topic: str, partitions: int, rf: int, configs: dict[str, str]) -> None:
