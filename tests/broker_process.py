@@ -146,7 +146,15 @@ class BrokerProcess:
             time.sleep(0.02)
 
     def __enter__(self) -> BrokerProcess:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            # a failed __enter__ gets no __exit__: nothing else would stop what was started (a
+            # broker not ready in time under load stayed running after its benchmark ended)
+            self.kill()
+            if getattr(self, "_log", None) is not None:
+                self._log.close()
+            raise
 
     def __exit__(self, *exc: object) -> None:
         try:
