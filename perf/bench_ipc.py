@@ -69,6 +69,14 @@ def _cpu(procs: dict[str, list[psutil.Process]]) -> dict[str, float]:
     return out
 
 
+def _processes(broker: BrokerProcess) -> dict[str, list[psutil.Process]]:
+    """This process and the broker's workers, by kind (their titles name them)."""
+    kids = psutil.Process(broker.proc.pid).children(recursive=True)
+    return {"producer": [psutil.Process()],
+            "disk worker": [k for k in kids if k.cmdline()[:1] and "disk worker" in k.cmdline()[0]],
+            "network workers": [k for k in kids if k.cmdline()[:1] and "network worker" in k.cmdline()[0]]}
+
+
 def run_producer(port: int, base: str, topic: str, records: int, transport: str,
                  procs: dict[str, list[psutil.Process]] | None = None,
                  split: dict[str, list[float]] | None = None) -> float:
@@ -250,10 +258,6 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-ipc-") as tmp, BrokerProcess(Path(tmp)) as broker:
         admin = BrokerConnection("127.0.0.1", broker.port)
         base = broker.overrides["appliance.shm.name"]
-        kids = psutil.Process(broker.proc.pid).children(recursive=True)
-        procs = {"producer": [psutil.Process()],
-                 "disk worker": [k for k in kids if "disk worker" in " ".join(k.cmdline())],
-                 "network workers": [k for k in kids if "network worker" in " ".join(k.cmdline())]}
         for run in range(args.runs):
             for kind in results:
                 topic = f"bench-{kind}-{run}"
@@ -273,7 +277,7 @@ def main() -> int:
                                              keep=not kind.startswith("senddrop"))
                 elif kind.startswith("producer"):
                     t = kind.split("-")[1]
-                    rate = run_producer(broker.port, base, topic, args.records, t, procs, split[t])
+                    rate = run_producer(broker.port, base, topic, args.records, t, _processes(broker), split[t])
                 elif kind == "raw-ipc":
                     rate = run_ipc(base, topic, args.records, args.batch)
                 else:
