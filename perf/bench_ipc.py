@@ -9,16 +9,22 @@ requests over loopback). Same producer, same bulk path (numba batch builder), so
 is the transport. Records count when acknowledged. Also measured, as the transports' ceiling:
 pre-framed batches built into a reused buffer and pushed through the bare transports.
 Also the client's value-by-value paths, over both transports: ``send_many`` of a list of
-bytes (``--records``/4) and ``send()`` one record per call (``--records``/40).
+bytes (``--records``/4) and ``send()`` one record per call (``--records``/40), the caller
+keeping every future in a list ("send") or dropping them as it goes ("senddrop": only the
+last is kept and checked, as a loop that relies on flush() would).
 Prints medians (and min-max) and the targets: IPC >= 5,000,000 records/s, IPC >= 3x TCP,
 value-by-value >= 2,000,000 records/s, and the floor of that last one: a loop of trivial method calls in the
-same shape, with and without an object returned per call.
+same shape, with and without an object returned per call (kept in a list, or dropped: a kept
+object per call is also work for Python's cycle collector, which a producer cannot avoid).
+For the bulk cells, the CPU each process spent per record (producer, and the broker's disk and
+network workers, from psutil) shows where the time of each transport goes.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import socket
 import statistics
 import sys
@@ -27,6 +33,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -49,20 +56,49 @@ def _columns(n: int) -> tuple[np.ndarray, np.ndarray]:
     return values, np.arange(0, n * VALUE + 1, VALUE, dtype=np.int64)
 
 
-def run_producer(port: int, base: str, topic: str, records: int, transport: str) -> float:
-    """The client's Producer: send_many of 100-byte values, 100,000 rows of a uint8 array per call."""
+def _cpu(procs: dict[str, list[psutil.Process]]) -> dict[str, float]:
+    """CPU seconds (user + system) so far of each named group of processes."""
+    out = {}
+    for name, ps in procs.items():
+        total = 0.0
+        for proc in ps:
+            with contextlib.suppress(psutil.Error):
+                t = proc.cpu_times()
+                total += t.user + t.system
+        out[name] = total
+    return out
+
+
+def _processes(broker: BrokerProcess) -> dict[str, list[psutil.Process]]:
+    """This process and the broker's workers, by kind (their titles name them)."""
+    kids = psutil.Process(broker.proc.pid).children(recursive=True)
+    return {"producer": [psutil.Process()],
+            "disk worker": [k for k in kids if k.cmdline()[:1] and "disk worker" in k.cmdline()[0]],
+            "network workers": [k for k in kids if k.cmdline()[:1] and "network worker" in k.cmdline()[0]]}
+
+
+def run_producer(port: int, base: str, topic: str, records: int, transport: str,
+                 procs: dict[str, list[psutil.Process]] | None = None,
+                 split: dict[str, list[float]] | None = None) -> float:
+    """The client's Producer: send_many of 100-byte values, 100,000 rows of a uint8 array per call.
+    With ``procs``, the CPU ns per record of each group of processes goes into ``split``."""
     values = np.random.default_rng(2).integers(0, 256, (100_000, VALUE), dtype=np.uint8)
     p = Producer(bootstrap_servers=f"127.0.0.1:{port}", transport=transport, shm_name=base, acks=1,
                  linger_ms=0, queue_buffering_max_messages=64)
     try:
         p.partitions_for(topic)
         sent = 0
+        before = _cpu(procs or {})
         t0 = time.perf_counter()
         while sent < records:
             p.send_many(topic, values, partition=0)
             sent += len(values)
         p.flush()
-        return sent / (time.perf_counter() - t0)
+        rate = sent / (time.perf_counter() - t0)
+        if split is not None:
+            for name, cpu in _cpu(procs or {}).items():
+                split.setdefault(name, []).append((cpu - before[name]) * 1e9 / sent)
+        return rate
     finally:
         p.close()
 
@@ -86,8 +122,9 @@ def run_producer_list(port: int, base: str, topic: str, records: int, transport:
         p.close()
 
 
-def run_producer_send(port: int, base: str, topic: str, records: int, transport: str) -> float:
-    """Producer.send, one 100-byte record per call, a future per record (all checked)."""
+def run_producer_send(port: int, base: str, topic: str, records: int, transport: str, keep: bool = True) -> float:
+    """Producer.send, one 100-byte record per call, a future per record: all kept in a list
+    (``keep``), or dropped as they come (the last one kept); the last one is checked."""
     value = np.random.default_rng(4).integers(0, 256, VALUE, dtype=np.uint8).tobytes()
     p = Producer(bootstrap_servers=f"127.0.0.1:{port}", transport=transport, shm_name=base, acks=1,
                  linger_ms=5, batch_size=1_000_000)
@@ -95,7 +132,12 @@ def run_producer_send(port: int, base: str, topic: str, records: int, transport:
         p.partitions_for(topic)
         send = p.send
         t0 = time.perf_counter()
-        futs = [send(topic, value, partition=0) for _ in range(records)]
+        if keep:
+            futs = [send(topic, value, partition=0) for _ in range(records)]
+        else:
+            for _ in range(records - 1):
+                send(topic, value, partition=0)
+            futs = [send(topic, value, partition=0)]
         p.flush()
         rate = records / (time.perf_counter() - t0)
         assert futs[-1].result(30).offset == records - 1
@@ -124,11 +166,17 @@ class _Floor:
 
 
 def run_floor(records: int, kind: str) -> float:
-    """Calls per second of _Floor.<kind> in the loop run_producer_send times."""
+    """Calls per second of _Floor.<kind> in the loop run_producer_send times (``send_obj_drop``:
+    send_obj in its loop that drops what it returns)."""
     value = b"x" * VALUE
-    send = getattr(_Floor(), kind)
+    send = getattr(_Floor(), kind.removesuffix("_drop"))
     t0 = time.perf_counter()
-    futs = [send("topic", value, partition=0) for _ in range(records)]
+    if kind.endswith("_drop"):
+        for _ in range(records):
+            send("topic", value, partition=0)
+        futs = None
+    else:
+        futs = [send("topic", value, partition=0) for _ in range(records)]
     rate = records / (time.perf_counter() - t0)
     del futs
     return rate
@@ -204,7 +252,9 @@ def main() -> int:
     build_batch_columns(v, o, timestamp=0)
     results: dict[str, list[float]] = {"producer-ipc": [], "producer-tcp": [], "raw-ipc": [], "raw-tcp": [],
                                        "list-ipc": [], "list-tcp": [], "send-ipc": [], "send-tcp": [],
-                                       "floor-send": [], "floor-send_obj": []}
+                                       "senddrop-ipc": [], "senddrop-tcp": [],
+                                       "floor-send": [], "floor-send_obj": [], "floor-send_obj_drop": []}
+    split: dict[str, dict[str, list[float]]] = {"ipc": {}, "tcp": {}}
     with tempfile.TemporaryDirectory(prefix="bench-ipc-") as tmp, BrokerProcess(Path(tmp)) as broker:
         admin = BrokerConnection("127.0.0.1", broker.port)
         base = broker.overrides["appliance.shm.name"]
@@ -212,7 +262,7 @@ def main() -> int:
             for kind in results:
                 topic = f"bench-{kind}-{run}"
                 if kind.startswith("floor"):
-                    rate = run_floor(args.records // 40, kind.split("-")[1])
+                    rate = run_floor(args.records // 40, kind.split("-", 1)[1])
                     results[kind].append(rate)
                     print(f"run {run + 1} {kind:<13}: {rate:>12,.0f} calls/s", flush=True)
                     continue
@@ -223,9 +273,11 @@ def main() -> int:
                 if kind.startswith("list"):
                     rate = run_producer_list(broker.port, base, topic, args.records // 4, kind.split("-")[1])
                 elif kind.startswith("send"):
-                    rate = run_producer_send(broker.port, base, topic, args.records // 40, kind.split("-")[1])
+                    rate = run_producer_send(broker.port, base, topic, args.records // 40, kind.split("-")[1],
+                                             keep=not kind.startswith("senddrop"))
                 elif kind.startswith("producer"):
-                    rate = run_producer(broker.port, base, topic, args.records, kind.split("-")[1])
+                    t = kind.split("-")[1]
+                    rate = run_producer(broker.port, base, topic, args.records, t, _processes(broker), split[t])
                 elif kind == "raw-ipc":
                     rate = run_ipc(base, topic, args.records, args.batch)
                 else:
@@ -244,16 +296,21 @@ def main() -> int:
           f"{'MET' if mi / mt >= RATIO_TARGET else 'NOT MET'}")
     spread = {k: f"[{min(v):,.0f}-{max(v):,.0f}]" for k, v in results.items()}
     print(f"  (min-max of runs: ipc {spread['producer-ipc']}, tcp {spread['producer-tcp']})")
+    for t in ("ipc", "tcp"):
+        print(f"  CPU per record over {t}: " + ", ".join(
+            f"{name} {statistics.median(v):,.0f} ns [{min(v):,.0f}-{max(v):,.0f}]" for name, v in split[t].items()))
     for kind, what, n in (("list", "send_many(list of bytes)", args.records // 4),
-                          ("send", "send() one record per call", args.records // 40)):
+                          ("send", "send(), futures kept", args.records // 40),
+                          ("senddrop", "send(), futures dropped", args.records // 40)):
         li, lt = med[f"{kind}-ipc"], med[f"{kind}-tcp"]
         print(f"{what:<27} ipc {li:>11,.0f} {spread[kind + '-ipc']}  tcp {lt:>11,.0f} "
               f"{spread[kind + '-tcp']} records/s ({n:,} records)  ipc target {PER_RECORD_TARGET:,}: "
               f"{'MET' if li >= PER_RECORD_TARGET else 'NOT MET'}")
-    fs, fo = med["floor-send"], med["floor-send_obj"]
+    fs, fo, fd = med["floor-send"], med["floor-send_obj"], med["floor-send_obj_drop"]
     print(f"floor of send() here: a trivial method call {fs:,.0f} calls/s {spread['floor-send']}; one returning "
-          f"a two-slot object {fo:,.0f} {spread['floor-send_obj']}; send() over ipc is {med['send-ipc'] / fo:.0%} "
-          f"of the latter")
+          f"a two-slot object {fo:,.0f} {spread['floor-send_obj']} kept, {fd:,.0f} {spread['floor-send_obj_drop']} "
+          f"dropped; send() over ipc is {med['send-ipc'] / fo:.0%} of the first (kept), "
+          f"{med['senddrop-ipc'] / fd:.0%} of the second (dropped)")
     print(f"bare IPC transport: {med['raw-ipc']:>12,.0f} records/s (pre-framed batches of {args.batch})")
     print(f"bare TCP transport: {med['raw-tcp']:>12,.0f} records/s (pre-framed batches of {args.batch})")
     return 0

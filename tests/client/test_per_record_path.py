@@ -112,3 +112,82 @@ def test_a_refused_run_fails_every_record_of_it(module_broker, topic_name):
                 f.result(0)
         assert isinstance(futs[3].exception(0), MessageTooLargeError)
     assert len(errors) == 1 and errors[0][0] is None and isinstance(errors[0][1], MessageTooLargeError)
+
+
+def test_senders_in_several_threads_get_each_their_own_offset(module_broker, topic_name):
+    """Four threads send plain values to one partition at once through the fast path: every
+    future resolves to the offset its record was stored at, each thread's records keep their
+    order, and no record is lost or doubled."""
+    _create(module_broker.bootstrap, topic_name)
+    per_thread = 4000
+    futs: dict[int, list] = {}
+    with Producer(bootstrap_servers=module_broker.bootstrap, transport="ipc", linger_ms=2,
+                  batch_size=20_000) as p:
+        p.partitions_for(topic_name)
+
+        def run(t: int) -> None:
+            futs[t] = [p.send(topic_name, b"t%d-%05d" % (t, i), partition=0) for i in range(per_thread)]
+
+        threads = [threading.Thread(target=run, args=(t,)) for t in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(60)
+        p.flush()
+        offsets = {t: [f.result(30).offset for f in fs] for t, fs in futs.items()}
+    recs = _read_all(module_broker.bootstrap, topic_name)
+    assert len(recs) == 4 * per_thread
+    for t, offs in offsets.items():
+        assert offs == sorted(offs)
+        assert [recs[o].value for o in offs] == [b"t%d-%05d" % (t, i) for i in range(per_thread)]
+
+
+def test_queue_limit_is_exact_across_partitions_and_another_partitioner_sees_every_record(
+        module_broker, topic_name):
+    """Runs take queue slots in advance: still exactly queue.buffering.max.messages records are
+    taken, whatever partitions they go to, before QueueFull. With a partitioner of the user's,
+    records without a partition each go through it (the fast path does not skip it)."""
+    from appliance.client import QueueFull
+
+    _create(module_broker.bootstrap, topic_name, 3)
+    p = Producer(bootstrap_servers=module_broker.bootstrap, linger_ms=60_000, batch_size=1 << 20,
+                 queue_buffering_max_messages=10, queue_enqueue_timeout_ms=0)
+    try:
+        for i in range(10):
+            p.send(topic_name, b"%d" % i, partition=i % 3)
+        with pytest.raises(QueueFull):
+            p.send(topic_name, b"over", partition=1)
+        assert p.flush(30)
+    finally:
+        p.close()
+    assert sorted(len(_read_all(module_broker.bootstrap, topic_name, k)) for k in range(3)) == [3, 3, 4]
+
+    class RoundRobin:
+        def __init__(self) -> None:
+            self.n = 0
+
+        def partition(self, key, num_partitions):
+            self.n += 1
+            return self.n % num_partitions
+
+    with Producer(bootstrap_servers=module_broker.bootstrap, linger_ms=20, partitioner=RoundRobin()) as p:
+        futs = [p.send(topic_name, b"rr-%d" % i) for i in range(30)]
+        p.flush()
+        parts = [f.result(30).partition for f in futs]
+    assert parts == [(i + 1) % 3 for i in range(30)]
+
+
+def test_a_value_larger_than_batch_size_goes_alone(module_broker, topic_name):
+    """batch.size closes a run when the next value does not fit; a value larger than batch.size
+    itself is a batch of its own; offsets and values stay in send order."""
+    _create(module_broker.bootstrap, topic_name)
+    values = [b"a" * 300, b"b" * 300, b"big" * 1000, b"c" * 300, b"d" * 300, b"e" * 300]
+    with Producer(bootstrap_servers=module_broker.bootstrap, linger_ms=60_000, batch_size=1000) as p:
+        futs = [p.send(topic_name, v, partition=0) for v in values]
+        futs[3].result(30)  # cut when "e" did not fit, long before the linger
+        assert not futs[5].done()  # "e" waits in the open run
+        p.flush()
+        assert [f.result(30).offset for f in futs] == list(range(6))
+        runs = [f._run for f in futs]  # the batch each record went out in
+    assert [runs.index(r) for r in runs] == [0, 0, 2, 3, 3, 5]
+    assert [r.value for r in _read_all(module_broker.bootstrap, topic_name)] == values
