@@ -15,7 +15,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["load_u64_le", "sse42_crc32_u64", "sse42_crc32_u8", "full_fence"]
+__all__ = ["load_u64_le", "sse42_crc32_u64", "sse42_crc32_u8", "full_fence", "array_is_writable"]
 
 _I8 = ir.IntType(8)
 _I32 = ir.IntType(32)
@@ -81,5 +81,20 @@ def full_fence(typingctx):
     def codegen(context, builder, signature, args):
         builder.fence("seq_cst")
         return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def array_is_writable(typingctx, arr):
+    """Whether ``arr``'s numba type is a writable array: a constant of the compiled kernel (a
+    read-only buffer, e.g. bytes, gets its own compilation), so the caller need not say."""
+    if not isinstance(arr, types.Array):
+        return None
+    sig = types.boolean(arr)
+    writable = bool(arr.mutable)
+
+    def codegen(context, builder, signature, args):
+        return context.get_constant(types.boolean, writable)
 
     return sig, codegen
