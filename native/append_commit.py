@@ -105,8 +105,9 @@ MODE_COMMIT = 1  # commit the plan already in work (after APPEND_PRODUCERS)
 #: pack_into of the four costs ~0.3 us, numpy item assignment ~0.15 us per value.
 CALL_IN = struct.Struct("=4q")
 CALL_IN_AT = 8
-#: What it reads back (at byte CALL_OUT_AT): O_LAST_OFFSET, O_MAX_TS, O_RECORDS.
-CALL_OUT = struct.Struct("=3q")
+#: What it reads back (at byte CALL_OUT_AT): O_LAST_OFFSET .. O_FIRST_OFFSET (the caller takes
+#: O_LAST_OFFSET, O_MAX_TS, O_RECORDS and O_FIRST_OFFSET).
+CALL_OUT = struct.Struct("=10q")
 CALL_OUT_AT = O_LAST_OFFSET * 8
 
 # The segment's append state (LogSegment keeps it; its attributes read these columns).
