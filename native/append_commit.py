@@ -34,10 +34,13 @@ import numpy as np
 from numba import njit
 
 from native.append_plan import (
+    O_FIRST_OFFSET,
     O_IDEMPOTENT,
     O_INDEX_SINCE,
     O_LAST_OFFSET,
+    O_MAX_TS,
     O_NEED_OFFSETS,
+    O_RECORDS,
     O_SEG_MAX_TS,
     O_SEG_OFFSET_OF_MAX,
     P_INDEX_INTERVAL,
@@ -76,7 +79,9 @@ from native.libc_calls import (
 __all__ = [
     "append_commit", "new_work", "work_views", "new_segment_state",
     "APPEND_PRODUCERS", "APPEND_ROLL", "APPEND_WRITE_FAILED", "MODE_PLAN", "MODE_COMMIT",
-    "P_MODE", "P_PRODUCERS_CHECKED", "O_ERRNO", "O_START", "O_BATCHES",
+    "P_MODE", "P_PRODUCERS_CHECKED", "O_ERRNO", "O_BATCHES", "P_CAP",
+    "APPEND_NO_FD", "O_APPENDED_FIRST", "O_APPENDED_LAST", "O_APPENDED_MAX_TS",
+    "O_APPENDED_RECORDS",
     "CALL_IN", "CALL_IN_AT", "CALL_OUT", "CALL_OUT_AT",
     "SEGMENT_STATE_LEN", "NO_FIRST_APPEND", "S_SIZE", "S_NEXT_OFFSET", "S_SINCE", "S_MAX_TS",
     "S_OFFSET_OF_MAX", "S_FIRST_APPEND_MS", "S_BASE_OFFSET", "S_SEGMENT_BYTES", "S_SEGMENT_MS",
@@ -87,6 +92,7 @@ __all__ = [
 APPEND_PRODUCERS = -3
 APPEND_ROLL = -4
 APPEND_WRITE_FAILED = -5  # O_ERRNO says why; the file may hold part of the data
+APPEND_NO_FD = -6  # the log file is not open (the caller opens it and calls again)
 
 # params beyond native.append_plan's (which uses 0..9 and 16..25)
 P_MODE = 11
@@ -94,9 +100,14 @@ P_PRODUCERS_CHECKED = 12  # 1: idempotent batches were checked, do not stop for 
 P_FN_WRITE = 13  # libc addresses (native.libc_calls), set by new_work
 P_FN_WRITEV = 14
 P_FN_ERRNO = 15
-O_ERRNO = 26
-O_START = 27  # the file position the data starts at
-O_BATCHES = 28  # the plan's batch count (MODE_COMMIT continues from it)
+P_CAP = 10  # rows the work array holds (set by new_work)
+# outputs for the caller, next to each other for one unpack (CALL_OUT)
+O_APPENDED_FIRST = 26
+O_APPENDED_LAST = 27
+O_APPENDED_MAX_TS = 28
+O_APPENDED_RECORDS = 29
+O_ERRNO = 30
+O_BATCHES = 31  # the plan's batch count (MODE_COMMIT continues from it)
 MODE_PLAN = 0  # plan, then commit
 MODE_COMMIT = 1  # commit the plan already in work (after APPEND_PRODUCERS)
 
@@ -105,10 +116,10 @@ MODE_COMMIT = 1  # commit the plan already in work (after APPEND_PRODUCERS)
 #: pack_into of the four costs ~0.3 us, numpy item assignment ~0.15 us per value.
 CALL_IN = struct.Struct("=4q")
 CALL_IN_AT = 8
-#: What it reads back (at byte CALL_OUT_AT): O_LAST_OFFSET .. O_FIRST_OFFSET (the caller takes
-#: O_LAST_OFFSET, O_MAX_TS, O_RECORDS and O_FIRST_OFFSET).
-CALL_OUT = struct.Struct("=10q")
-CALL_OUT_AT = O_LAST_OFFSET * 8
+#: What it reads back (at byte CALL_OUT_AT): the first and last offsets, max timestamp and
+#: record count of what was appended.
+CALL_OUT = struct.Struct("=4q")
+CALL_OUT_AT = O_APPENDED_FIRST * 8
 
 # The segment's append state (LogSegment keeps it; its attributes read these columns).
 S_SIZE = 0
@@ -248,8 +259,10 @@ def _writev_new_bases(params, fd, addr, rows, nb, scratch, group):
 
 
 @njit(nogil=True, cache=not TABLE_FORCED)
-def _append_kernel(a, n, work, cap, st, oi, ti):
+def _append_kernel(a, work, st, oi, ti):
     """See the module docstring. Returns the batch count appended or a negative result."""
+    n = a.shape[0]
+    cap = work[P_CAP]
     params = work[:PARAMS_LEN]
     rows = work[PARAMS_LEN:PARAMS_LEN + cap * ROW_FIELDS].reshape((cap, ROW_FIELDS))
     scratch = work[PARAMS_LEN + cap * ROW_FIELDS:]
@@ -284,7 +297,7 @@ def _append_kernel(a, n, work, cap, st, oi, ti):
             return APPEND_ROLL
     fd = st[S_FD]
     if fd < 0:
-        return -1  # PLAN_SLOW: the caller opens the file first
+        return APPEND_NO_FD
     ok, _, _ = _index_entries(rows, nb, start, base, oi, oi_n, ti, ti_n, False)
     if not ok:
         return -1  # the general path raises the index's own error
@@ -310,13 +323,16 @@ def _append_kernel(a, n, work, cap, st, oi, ti):
     st[S_NEXT_OFFSET] = last + 1
     st[S_OI_ENTRIES] = oi_n
     st[S_TI_ENTRIES] = ti_n
-    params[O_START] = start
+    params[O_APPENDED_FIRST] = params[O_FIRST_OFFSET]
+    params[O_APPENDED_LAST] = last
+    params[O_APPENDED_MAX_TS] = params[O_MAX_TS]
+    params[O_APPENDED_RECORDS] = params[O_RECORDS]
     return nb
 
 
-#: The kernel: (a, len(a), work, cap, st, oi, ti) with ``a`` the request's 1-D uint8 array,
-#: ``cap`` the rows ``work`` holds, ``st`` the active segment's state, ``oi``/``ti`` uint8
-#: views of its index mappings.
+#: The kernel: (a, work, st, oi, ti) with ``a`` the request's 1-D uint8 array, ``st`` the
+#: active segment's state, ``oi``/``ti`` uint8 views of its index mappings. (Every argument
+#: costs the call ~0.1 us of numba's type dispatch: what the kernel can find, it finds.)
 append_commit = _append_kernel
 
 
@@ -324,6 +340,7 @@ def new_work(capacity: int, max_batch: int, ts_diff_max: int) -> np.ndarray:
     """A work array for ``capacity`` batches (reuse it: one per log), with the limits and the
     libc addresses set."""
     w = np.zeros(PARAMS_LEN + capacity * ROW_FIELDS + 5 * min(capacity, _GROUP), np.int64)
+    w[P_CAP] = capacity
     w[P_MAX_BATCH] = max_batch
     w[P_TS_DIFF_MAX] = ts_diff_max
     w[P_FN_WRITE] = LIBC_WRITE

@@ -47,6 +47,7 @@ from appliance.storage.segment import LogSegment, SegmentOpenError
 from appliance.storage.segment_list import FetchSlice, SegmentList
 from appliance.storage.swap import swap_in
 from native.append_commit import (
+    APPEND_NO_FD,
     APPEND_PRODUCERS,
     APPEND_ROLL,
     APPEND_WRITE_FAILED,
@@ -107,6 +108,9 @@ _PLAN_ROWS = 16
 
 def wall_ms() -> int:
     return int(time.time() * 1000)
+
+
+_tuple_new = tuple.__new__
 
 
 class AppendInfo(NamedTuple):
@@ -516,13 +520,12 @@ class PartitionLog:
             a = as_u8(mv if mv.ndim == 1 and mv.itemsize == 1 else mv.cast("B"))
         active = self._segs[-1]
         oi, ti = active._oi, active._ti
-        if oi is None or ti is None or active._fd < 0:
+        if oi is None or ti is None:
             oi, ti = active.offset_index, active.time_index
-            active.fd  # noqa: B018  (opens the file)
         now = self._now_ms()
         CALL_IN.pack_into(self._work_mv, CALL_IN_AT, validate, assign_offsets,
                           self.log_end_offset, now)
-        nb = append_commit(a, a.shape[0], self._work, self._work_rows, active.state, oi.u8, ti.u8)
+        nb = append_commit(a, self._work, active.state, oi.u8, ti.u8)
         if nb < 0:
             nb, pa, done = self._append_planned_again(nb, a, assign_offsets, now)
             if type(nb) is not int:
@@ -532,7 +535,7 @@ class PartitionLog:
             if pa is not None:
                 pa.commit(done)
             active = self._segs[-1]
-        last_offset, max_ts, num_records, *_, first_offset = CALL_OUT.unpack_from(
+        first_offset, last_offset, max_ts, num_records = CALL_OUT.unpack_from(
             self._work_mv, CALL_OUT_AT)
         self.log_end_offset = last_offset + 1
         if self.auto_high_watermark:
@@ -545,8 +548,9 @@ class PartitionLog:
                 raise KafkaStorageError(f"writeback of {active.log_path} failed: {e}") from e
         if self.log_end_offset - self.recovery_point >= self._flush_messages:
             self.flush()
-        return AppendInfo(first_offset, last_offset, max_ts, -1, self.log_start_offset, nb,
-                          num_records, False)
+        # tuple.__new__ directly: AppendInfo(...) runs the NamedTuple's Python-level __new__
+        return _tuple_new(AppendInfo, (first_offset, last_offset, max_ts, -1,
+                                       self.log_start_offset, nb, num_records, False))
 
     def _append_planned_again(self, nb: int, a: np.ndarray, assign_offsets: bool,
                               now: int) -> tuple:
@@ -591,6 +595,8 @@ class PartitionLog:
                     # plan again for the new segment's index; the batches were validated
                     p[P_MODE] = MODE_PLAN
                     p[P_VALIDATE] = 0
+                elif nb == APPEND_NO_FD:
+                    pass  # opened below
                 elif nb == APPEND_WRITE_FAILED:
                     err = int(p[O_ERRNO])
                     try:
@@ -603,8 +609,7 @@ class PartitionLog:
                     return nb, None, None  # PLAN_SLOW
                 oi, ti = active.offset_index, active.time_index
                 active.fd  # noqa: B018  (opens the file)
-                nb = append_commit(a, a.shape[0], self._work, self._work_rows, active.state,
-                                   oi.u8, ti.u8)
+                nb = append_commit(a, self._work, active.state, oi.u8, ti.u8)
         finally:
             p[P_MODE] = MODE_PLAN
             p[P_PRODUCERS_CHECKED] = 0
