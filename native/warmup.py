@@ -43,6 +43,12 @@ def warmup() -> None:
     decode_legacy(ro, no64, no64, no8, no64, no64, no64, no8, 0, 1, False)
     from native.fence import memory_fence
     memory_fence()
+    # The append kernel, for a read-only request (bytes) and a writable one (the ring).
+    from native.append_commit import append_commit, new_segment_state, new_work
+    from native.append_plan import NO_LIMIT
+    work, st, idx = new_work(1, 1 << 20, NO_LIMIT), new_segment_state(), np.zeros(0, np.uint8)
+    append_commit(ro, work, st, idx, idx)
+    append_commit(buf, work, st, idx, idx)
 
 
 if __name__ == "__main__":
