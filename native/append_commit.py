@@ -64,7 +64,7 @@ from native.append_plan import (
 from native.big_endian import be_i32, be_i64, put_be_i64, put_be_u32
 from native.cpu import TABLE_FORCED
 from native.index_layout import OFFSET_INDEX_ENTRY_SIZE, TIME_INDEX_ENTRY_SIZE
-from native.intrinsics import array_is_writable
+from native.intrinsics import array_is_writable, buffer_address
 from native.libc_calls import (
     EINTR,
     IOV_MAX,
@@ -261,7 +261,7 @@ def _writev_new_bases(params, fd, addr, rows, nb, scratch, group):
 @njit(nogil=True, cache=not TABLE_FORCED)
 def _append_kernel(a, work, st, oi, ti):
     """See the module docstring. Returns the batch count appended or a negative result."""
-    n = a.shape[0]
+    n = len(a)
     cap = work[P_CAP]
     params = work[:PARAMS_LEN]
     rows = work[PARAMS_LEN:PARAMS_LEN + cap * ROW_FIELDS].reshape((cap, ROW_FIELDS))
@@ -301,7 +301,7 @@ def _append_kernel(a, work, st, oi, ti):
     ok, _, _ = _index_entries(rows, nb, start, base, oi, oi_n, ti, ti_n, False)
     if not ok:
         return -1  # the general path raises the index's own error
-    addr = a.ctypes.data
+    addr = buffer_address(a)
     # a writable buffer (the broker's ring) gets its baseOffsets in place and one write
     if params[O_NEED_OFFSETS] != 0 and not array_is_writable(a):
         e = _writev_new_bases(params, fd, addr, rows, nb, scratch, min(cap, _GROUP))
@@ -330,7 +330,8 @@ def _append_kernel(a, work, st, oi, ti):
     return nb
 
 
-#: The kernel: (a, work, st, oi, ti) with ``a`` the request's 1-D uint8 array, ``st`` the
+#: The kernel: (a, work, st, oi, ti) with ``a`` the request (bytes, bytearray, a C-contiguous
+#: memoryview of format "B", or a 1-D uint8 array: each compiles separately), ``st`` the
 #: active segment's state, ``oi``/``ti`` uint8 views of its index mappings. (Every argument
 #: costs the call ~0.1 us of numba's type dispatch: what the kernel can find, it finds.)
 append_commit = _append_kernel

@@ -43,12 +43,12 @@ def warmup() -> None:
     decode_legacy(ro, no64, no64, no8, no64, no64, no64, no8, 0, 1, False)
     from native.fence import memory_fence
     memory_fence()
-    # The append kernel, for a read-only request (bytes) and a writable one (the ring).
+    # The append kernel, for each kind of request buffer (bytes; the ring's memoryview; ...).
     from native.append_commit import append_commit, new_segment_state, new_work
     from native.append_plan import NO_LIMIT
     work, st, idx = new_work(1, 1 << 20, NO_LIMIT), new_segment_state(), np.zeros(0, np.uint8)
-    append_commit(ro, work, st, idx, idx)
-    append_commit(buf, work, st, idx, idx)
+    for req in (bytes(64), bytearray(64), memoryview(bytearray(64)), memoryview(bytes(64)), ro, buf):
+        append_commit(req, work, st, idx, idx)
 
 
 if __name__ == "__main__":
