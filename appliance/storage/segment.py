@@ -146,6 +146,8 @@ class LogSegment:
     and ``offset_of_max_timestamp`` (largest batch max timestamp and where it first appeared),
     ``deleted``, ``last_used`` (time.monotonic() of the last open or read). ``fd``,
     ``offset_index`` and ``time_index`` open the files on first use (see the module docstring).
+    The append state among these (and the indexes' entry counts) is stored in ``state``, the
+    int64 array the append kernel updates (native.append_commit's ``S_*`` columns).
     """
 
     def __init__(self, dir_: str, base_offset: int, config: Any, *, writable: bool,
