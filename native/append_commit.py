@@ -23,7 +23,7 @@ off): tests/storage/test_append_planned.py appends the same requests both ways a
 files byte for byte.
 
 ``work`` (int64, :func:`new_work`) is the params (native.append_plan's ``P_*``/``O_*`` plus the
-ones below), then ``cap`` rows of ``ROW_FIELDS``, then the writev scratch.
+ones below: WORK_PARAMS_LEN), then ``cap`` rows of ``ROW_FIELDS``, then the writev scratch.
 """
 
 from __future__ import annotations
@@ -66,8 +66,10 @@ from native.cpu import TABLE_FORCED
 from native.index_layout import OFFSET_INDEX_ENTRY_SIZE, TIME_INDEX_ENTRY_SIZE
 from native.intrinsics import array_is_writable, buffer_address
 from native.libc_calls import (
+    CLOCK_REALTIME,
     EINTR,
     IOV_MAX,
+    LIBC_CLOCK_GETTIME,
     LIBC_ERRNO_LOCATION,
     LIBC_WRITE,
     LIBC_WRITEV,
@@ -80,7 +82,8 @@ __all__ = [
     "append_commit", "new_work", "work_views", "new_segment_state",
     "APPEND_PRODUCERS", "APPEND_ROLL", "APPEND_WRITE_FAILED", "MODE_PLAN", "MODE_COMMIT",
     "P_MODE", "P_PRODUCERS_CHECKED", "O_ERRNO", "O_BATCHES", "P_CAP",
-    "APPEND_NO_FD", "O_APPENDED_FIRST", "O_APPENDED_LAST", "O_APPENDED_MAX_TS",
+    "APPEND_NO_FD", "NOW_FROM_CLOCK", "WORK_PARAMS_LEN", "P_FN_CLOCK",
+    "O_APPENDED_FIRST", "O_APPENDED_LAST", "O_APPENDED_MAX_TS",
     "O_APPENDED_RECORDS",
     "CALL_IN", "CALL_IN_AT", "CALL_OUT", "CALL_OUT_AT",
     "SEGMENT_STATE_LEN", "NO_FIRST_APPEND", "S_SIZE", "S_NEXT_OFFSET", "S_SINCE", "S_MAX_TS",
@@ -101,6 +104,11 @@ P_FN_WRITE = 13  # libc addresses (native.libc_calls), set by new_work
 P_FN_WRITEV = 14
 P_FN_ERRNO = 15
 P_CAP = 10  # rows the work array holds (set by new_work)
+P_FN_CLOCK = 32  # clock_gettime
+#: P_NOW as the caller passes it when the kernel is to read the wall clock itself (measured:
+#: ~0.2 us of a ~12 us append for Python's int(time.time() * 1000)); the kernel then writes the
+#: time it used into P_NOW.
+NOW_FROM_CLOCK = -(2**63)
 # outputs for the caller, next to each other for one unpack (CALL_OUT)
 O_APPENDED_FIRST = 26
 O_APPENDED_LAST = 27
@@ -108,6 +116,11 @@ O_APPENDED_MAX_TS = 28
 O_APPENDED_RECORDS = 29
 O_ERRNO = 30
 O_BATCHES = 31  # the plan's batch count (MODE_COMMIT continues from it)
+_NOW_SCRATCH = 33  # two words: the timespec clock_gettime fills
+#: params of the work array: native.append_plan's PARAMS_LEN, then the slots above
+WORK_PARAMS_LEN = 40
+# the slots above sit in the plan's gaps (10..15, 26..31) and past its PARAMS_LEN
+assert PARAMS_LEN <= P_FN_CLOCK < _NOW_SCRATCH + 2 <= WORK_PARAMS_LEN
 MODE_PLAN = 0  # plan, then commit
 MODE_COMMIT = 1  # commit the plan already in work (after APPEND_PRODUCERS)
 
@@ -263,9 +276,13 @@ def _append_kernel(a, work, st, oi, ti):
     """See the module docstring. Returns the batch count appended or a negative result."""
     n = len(a)
     cap = work[P_CAP]
-    params = work[:PARAMS_LEN]
-    rows = work[PARAMS_LEN:PARAMS_LEN + cap * ROW_FIELDS].reshape((cap, ROW_FIELDS))
-    scratch = work[PARAMS_LEN + cap * ROW_FIELDS:]
+    params = work[:WORK_PARAMS_LEN]
+    rows = work[WORK_PARAMS_LEN:WORK_PARAMS_LEN + cap * ROW_FIELDS].reshape((cap, ROW_FIELDS))
+    scratch = work[WORK_PARAMS_LEN + cap * ROW_FIELDS:]
+    if params[P_NOW] == NOW_FROM_CLOCK:
+        ts = params.ctypes.data + 8 * _NOW_SCRATCH
+        call_write(params[P_FN_CLOCK], CLOCK_REALTIME, ts, 0)
+        params[P_NOW] = params[_NOW_SCRATCH] * 1000 + params[_NOW_SCRATCH + 1] // 1_000_000
     if params[P_MODE] == MODE_PLAN:
         params[P_INDEX_SINCE] = st[S_SINCE]
         params[P_INDEX_INTERVAL] = st[S_INTERVAL]
@@ -340,20 +357,21 @@ append_commit = _append_kernel
 def new_work(capacity: int, max_batch: int, ts_diff_max: int) -> np.ndarray:
     """A work array for ``capacity`` batches (reuse it: one per log), with the limits and the
     libc addresses set."""
-    w = np.zeros(PARAMS_LEN + capacity * ROW_FIELDS + 5 * min(capacity, _GROUP), np.int64)
+    w = np.zeros(WORK_PARAMS_LEN + capacity * ROW_FIELDS + 5 * min(capacity, _GROUP), np.int64)
     w[P_CAP] = capacity
     w[P_MAX_BATCH] = max_batch
     w[P_TS_DIFF_MAX] = ts_diff_max
     w[P_FN_WRITE] = LIBC_WRITE
     w[P_FN_WRITEV] = LIBC_WRITEV
     w[P_FN_ERRNO] = LIBC_ERRNO_LOCATION
+    w[P_FN_CLOCK] = LIBC_CLOCK_GETTIME
     return w
 
 
 def work_views(work: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray]:
     """(params, rows) views of a work array made by :func:`new_work`."""
-    return (work[:PARAMS_LEN],
-            work[PARAMS_LEN:PARAMS_LEN + capacity * ROW_FIELDS].reshape(capacity, ROW_FIELDS))
+    return (work[:WORK_PARAMS_LEN],
+            work[WORK_PARAMS_LEN:WORK_PARAMS_LEN + capacity * ROW_FIELDS].reshape(capacity, ROW_FIELDS))
 
 
 def new_segment_state() -> np.ndarray:

@@ -19,7 +19,8 @@ from numba import types
 from numba.extending import intrinsic
 
 __all__ = [
-    "LIBC_WRITE", "LIBC_WRITEV", "LIBC_ERRNO_LOCATION", "EINTR", "IOV_MAX",
+    "LIBC_WRITE", "LIBC_WRITEV", "LIBC_ERRNO_LOCATION", "LIBC_CLOCK_GETTIME", "EINTR",
+    "IOV_MAX", "CLOCK_REALTIME",
     "call_write", "call_errno", "store_be64",
 ]
 
@@ -28,6 +29,10 @@ _libc = ctypes.CDLL(None, use_errno=True)
 LIBC_WRITE: int = ctypes.cast(_libc.write, ctypes.c_void_p).value
 LIBC_WRITEV: int = ctypes.cast(_libc.writev, ctypes.c_void_p).value
 LIBC_ERRNO_LOCATION: int = ctypes.cast(_libc.__errno_location, ctypes.c_void_p).value
+#: ``int clock_gettime(clockid_t, struct timespec *)``: called with call_write's signature
+#: (the third argument is ignored), a ``timespec`` being two int64 on 64-bit Linux.
+LIBC_CLOCK_GETTIME: int = ctypes.cast(_libc.clock_gettime, ctypes.c_void_p).value
+CLOCK_REALTIME = 0
 EINTR = 4
 #: iovecs per writev call (Linux's UIO_MAXIOV)
 IOV_MAX = 1024

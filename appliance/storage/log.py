@@ -55,6 +55,7 @@ from native.append_commit import (
     CALL_OUT_AT,
     MODE_COMMIT,
     MODE_PLAN,
+    NOW_FROM_CLOCK,
     O_BATCHES,
     O_ERRNO,
     P_MODE,
@@ -67,6 +68,7 @@ from native.append_plan import (
     O_LAST_OFFSET,
     O_RECORDS,
     P_MAX_BATCH,
+    P_NOW,
     P_TS_DIFF_MAX,
     P_VALIDATE,
     PLAN_MORE_ROWS,
@@ -154,6 +156,8 @@ class PartitionLog:
         self._segs: tuple[LogSegment, ...] = ()
         self.config = config
         self._now_ms = now_ms
+        # the append kernel reads the wall clock itself unless a test injected a clock
+        self._kernel_clock = now_ms is wall_ms
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self.producers = ProducerStateManager()
         self.log_start_offset = 0
@@ -521,12 +525,13 @@ class PartitionLog:
         oi, ti = active._oi, active._ti
         if oi is None or ti is None:
             oi, ti = active.offset_index, active.time_index
-        now = self._now_ms()
+        now = NOW_FROM_CLOCK if self._kernel_clock else self._now_ms()
         CALL_IN.pack_into(self._work_mv, CALL_IN_AT, validate, assign_offsets,
                           self.log_end_offset, now)
         nb = append_commit(a, self._work, active.state, oi.u8, ti.u8)
         if nb < 0:
-            nb, pa, done = self._append_planned_again(nb, a, assign_offsets, now)
+            nb, pa, done = self._append_planned_again(nb, a, assign_offsets,
+                                                      int(self._plan_params[P_NOW]))
             if type(nb) is not int:
                 return nb  # a duplicate's AppendInfo
             if nb < 0:

@@ -11,8 +11,14 @@ import signal
 
 import pytest
 
-from appliance.errors import InvalidProducerEpochError, KafkaStorageError, OutOfOrderSequenceError
+from appliance.errors import (
+    InvalidProducerEpochError,
+    InvalidTimestampError,
+    KafkaStorageError,
+    OutOfOrderSequenceError,
+)
 from appliance.records.batch import build_batch
+from appliance.storage.log import PartitionLog, wall_ms
 
 from .conftest import Clock, all_records, batch, cfg, open_log
 
@@ -162,3 +168,21 @@ def test_failed_write_raises_and_leaves_the_log_as_it_was(tmp_path):
         assert state[0] == 2 and state[1] == state[2]
     assert out[8] == 2
     assert out[9] == list(range(7)), out
+
+
+def test_kernel_reads_the_wall_clock_like_wall_ms(log_path):
+    # without an injected clock the append kernel reads clock_gettime itself: the roll clock
+    # and the timestamp limit must see the same time Python's wall_ms would
+    lg = PartitionLog.open(log_path, cfg(message_timestamp_difference_max_ms=60_000))
+    assert lg._kernel_clock
+    before = wall_ms()
+    lg.append(batch(2, ts=before))
+    after = wall_ms()
+    assert before <= lg.active_segment.first_append_ms <= after
+    with pytest.raises(InvalidTimestampError):
+        lg.append(batch(2, ts=after - 120_000))
+    with pytest.raises(InvalidTimestampError):
+        lg.append(batch(2, ts=wall_ms() + 120_000))
+    info = lg.append(batch(2, ts=wall_ms() - 30_000))
+    assert (info.first_offset, lg.log_end_offset) == (2, 4)
+    lg.close()
