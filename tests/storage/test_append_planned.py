@@ -13,6 +13,7 @@ import pytest
 
 from appliance.errors import (
     InvalidProducerEpochError,
+    InvalidRecordError,
     InvalidTimestampError,
     KafkaStorageError,
     OutOfOrderSequenceError,
@@ -186,3 +187,41 @@ def test_kernel_reads_the_wall_clock_like_wall_ms(log_path):
     info = lg.append(batch(2, ts=wall_ms() - 30_000))
     assert (info.first_offset, lg.log_end_offset) == (2, 4)
     lg.close()
+
+
+def test_follower_appends_keep_offsets_the_same_both_ways(tmp_path):
+    # a follower appends what its leader stored, offsets kept (assign_offsets=False): the
+    # leader's log read back in slices, appended planned and general, gives the same files
+    leader = open_log(os.path.join(str(tmp_path), "leader-0"), cfg(), clock=Clock())
+    for req in _requests(5, False)[:40]:
+        leader.append(req)
+    slices, off = [], 0
+    while off < leader.log_end_offset:
+        data = leader.read_bytes(off, 3000)
+        slices.append(data)
+        off = all_records_end(data)
+    leader.close()
+    files = []
+    for planned in (True, False):
+        path = os.path.join(str(tmp_path), f"f{int(planned)}-0")
+        lg = open_log(path, cfg(segment_bytes=16 * 1024), clock=Clock())
+        lg._plannable = planned
+        for data in slices:
+            lg.append(data, assign_offsets=False)
+        with pytest.raises(InvalidRecordError):  # offsets below the log end: refused
+            lg.append(slices[-1], assign_offsets=False)
+        assert len(lg.segments()) > 1
+        lg.close()
+        files.append(_files(path))
+    assert files[0] == files[1]
+
+
+def all_records_end(data: bytes) -> int:
+    """The offset after the last batch of ``data`` (whole v2 batches)."""
+    pos, end = 0, 0
+    while pos < len(data):
+        size = int.from_bytes(data[pos + 8:pos + 12], "big") + 12
+        end = int.from_bytes(data[pos:pos + 8], "big") + int.from_bytes(
+            data[pos + 23:pos + 27], "big") + 1
+        pos += size
+    return end
