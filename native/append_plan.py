@@ -5,7 +5,8 @@ Measured reason it exists (perf/bench_storage.py, 16 KiB batches of 1 KiB record
 per call): the append spent ~20 us of Python around a ~13 us write(): the fused validation
 kernel's wrapper (header tuples, BatchHeader objects), then a per-batch Python pass for limits,
 offsets and producer checks, then a per-batch pass for the index. Here all of it is one call
-returning int64 columns; PartitionLog.append makes one Python pass per request, not per batch.
+returning int64 columns. The append path calls it inside native.append_commit's kernel, which
+goes on to write the batches and their index entries in the same call.
 
 The kernel never raises, never writes the buffer, and knows no error messages: on anything it
 does not accept as plainly valid (a bad CRC, a compressed batch, a timestamp out of range, an

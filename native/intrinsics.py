@@ -15,7 +15,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["load_u64_le", "sse42_crc32_u64", "sse42_crc32_u8", "full_fence"]
+__all__ = ["load_u64_le", "sse42_crc32_u64", "sse42_crc32_u8", "full_fence", "array_is_writable",
+           "buffer_address"]
 
 _I8 = ir.IntType(8)
 _I32 = ir.IntType(32)
@@ -25,10 +26,12 @@ _I64 = ir.IntType(64)
 @intrinsic
 def load_u64_le(typingctx, arr, idx):
     """``uint64`` from the 8 bytes at ``arr[idx:idx+8]`` (host order, i.e. little-endian on x86).
+    ``arr``: a 1-D uint8 array, or bytes, bytearray or a memoryview of bytes (numba's buffers
+    share the array's data model).
 
     No bounds check: the caller guarantees ``idx + 8 <= len(arr)``.
     """
-    if not (isinstance(arr, types.Array) and arr.dtype == types.uint8 and arr.ndim == 1):
+    if not (isinstance(arr, types.Buffer) and arr.dtype == types.uint8 and arr.ndim == 1):
         return None
     sig = types.uint64(arr, types.intp)
 
@@ -81,5 +84,35 @@ def full_fence(typingctx):
     def codegen(context, builder, signature, args):
         builder.fence("seq_cst")
         return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def buffer_address(typingctx, arr):
+    """The address of the first element of a contiguous array or buffer (bytes, bytearray,
+    memoryview), as int64: for handing the caller's bytes to a system call."""
+    if not isinstance(arr, types.Buffer):
+        return None
+    sig = types.int64(arr)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        return builder.ptrtoint(ary.data, _I64)
+
+    return sig, codegen
+
+
+@intrinsic
+def array_is_writable(typingctx, arr):
+    """Whether ``arr``'s numba type is a writable array: a constant of the compiled kernel (a
+    read-only buffer, e.g. bytes, gets its own compilation), so the caller need not say."""
+    if not isinstance(arr, types.Buffer):
+        return None
+    sig = types.boolean(arr)
+    writable = bool(arr.mutable)
+
+    def codegen(context, builder, signature, args):
+        return context.get_constant(types.boolean, writable)
 
     return sig, codegen

@@ -43,6 +43,14 @@ def warmup() -> None:
     decode_legacy(ro, no64, no64, no8, no64, no64, no64, no8, 0, 1, False)
     from native.fence import memory_fence
     memory_fence()
+    # The append kernel, for the request buffers the broker hands it: the ring's memoryview,
+    # bytearray (replication), bytes (clients in-process). Each compiles separately (~4-8 s
+    # cold); rarer kinds (a read-only memoryview, a numpy array) compile on first use.
+    from native.append_commit import append_commit, new_segment_state, new_work
+    from native.append_plan import NO_LIMIT
+    work, st, idx = new_work(1, 1 << 20, NO_LIMIT), new_segment_state(), np.zeros(0, np.uint8)
+    for req in (memoryview(bytearray(64)), bytearray(64), bytes(64)):
+        append_commit(req, work, st, idx, idx)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,8 @@ from native.index_layout import WARM_SECTION_BYTES
 
 __all__ = ["AbstractIndex", "IndexError_", "IndexFullError", "index_entry_slots"]
 
+_NO_BYTES = np.zeros(0, np.uint8)  # AbstractIndex.u8 with nothing mapped
+
 
 class IndexError_(Exception):
     """An index operation that breaks the index's invariants (a caller bug, not bad data)."""
@@ -53,17 +55,25 @@ class AbstractIndex:
     DTYPE: ClassVar[np.dtype]
 
     def __init__(self, path: str, base_offset: int, max_index_size: int = -1, *,
-                 writable: bool = True, max_entries_hint: int | None = None) -> None:
+                 writable: bool = True, max_entries_hint: int | None = None,
+                 count_cell: tuple[memoryview, int] | None = None) -> None:
         self.path = path
         self.base_offset = base_offset
         self.writable = writable
         self._esize = self.ENTRY.size
         self._zero = bytes(self._esize)
         self._mm: mmap.mmap | None = None
+        #: a writable mapping as a uint8 array, for the append kernel (native.append_commit);
+        #: dropped before the mapping closes (an exported buffer cannot be unmapped)
+        self.u8: np.ndarray = _NO_BYTES
         self.corrupt_reason: str | None = None
-        self._last: tuple[int, ...] | None = None  # cached last entry (appends check it)
         self._mapped = 0
-        self._slots = 0  # entries the mapping holds: _mapped // _esize, kept for the append path
+        self._slots = 0  # entries the mapping holds: _mapped // _esize
+        # The entry count lives in a cell of an int64 memoryview: the segment's state array
+        # when the segment passes one (the append kernel counts the entries it writes there),
+        # else a cell of our own.
+        self._cells, self._cell = count_cell if count_cell is not None else (
+            memoryview(bytearray(8)).cast("q"), 0)
         self.entries = 0
         flags = os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY
         self._fd = os.open(path, flags, 0o644)
@@ -106,15 +116,30 @@ class AbstractIndex:
     def _round(self, size: int) -> int:
         return max(0, size) // self._esize * self._esize
 
-    def _map(self, length: int) -> None:
+    def _unmap(self) -> None:
+        self.u8 = _NO_BYTES
         if self._mm is not None:
             self._mm.close()
             self._mm = None
+
+    def _map(self, length: int) -> None:
+        self._unmap()
         if length > 0:
             access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
             self._mm = mmap.mmap(self._fd, length, access=access)
+            if self.writable:
+                self.u8 = np.frombuffer(self._mm, np.uint8)
         self._mapped = length
         self._slots = length // self._esize
+
+    @property
+    def entries(self) -> int:
+        """Valid entries."""
+        return self._cells[self._cell]
+
+    @entries.setter
+    def entries(self, n: int) -> None:
+        self._cells[self._cell] = n
 
     @property
     def max_entries(self) -> int:
@@ -133,12 +158,10 @@ class AbstractIndex:
         length = max(self._round(new_size), self.entries * self._esize)
         if length == self._mapped and os.fstat(self._fd).st_size == length:
             return
-        if self._mm is not None:
-            # no msync: the dirty pages of a shared mapping stay in the page cache after
-            # munmap, and the owner's flush (or syncfs) makes them durable; msync of a 10 MiB
-            # mapping cost ~6 ms per index, 47 s of a 3,850-partition clean shutdown
-            self._mm.close()
-            self._mm = None
+        # no msync: the dirty pages of a shared mapping stay in the page cache after
+        # munmap, and the owner's flush (or syncfs) makes them durable; msync of a 10 MiB
+        # mapping cost ~6 ms per index, 47 s of a 3,850-partition clean shutdown
+        self._unmap()
         os.ftruncate(self._fd, length)
         self._map(length)
 
@@ -178,7 +201,6 @@ class AbstractIndex:
         n = self._count(self._entry_is_nonzero_pread, n_max)
         if n != self.entries or self._mm is None and n:
             self.entries = n
-            self._last = None
             self._map(n * self._esize)
         return n
 
@@ -191,10 +213,9 @@ class AbstractIndex:
         return self.ENTRY.unpack_from(self._mm, slot * self._esize)
 
     def _last_raw(self) -> tuple[int, ...]:
-        """The last entry (cached; callers check ``entries`` first)."""
-        if self._last is None:
-            self._last = self.entry(self.entries - 1)
-        return self._last
+        """The last entry (callers check ``entries`` first). Not cached: the append kernel
+        adds entries behind this object's back."""
+        return self.entry(self.entries - 1)
 
     def _array(self) -> np.ndarray:
         """The valid entries as a structured array view (drop it before resize/close)."""
@@ -207,7 +228,6 @@ class AbstractIndex:
             raise IndexFullError(f"index {self.path} is full ({self.entries} entries)")
         self.ENTRY.pack_into(self._mm, self.entries * self._esize, *fields)
         self.entries += 1
-        self._last = fields
 
     def _append_array(self, entries: np.ndarray) -> None:
         """Append a structured array of entries (``DTYPE``) in one copy; the subclass's
@@ -218,7 +238,6 @@ class AbstractIndex:
         e = self._esize
         self._mm[self.entries * e:(self.entries + n) * e] = entries.tobytes()
         self.entries += n
-        self._last = None
 
     def _floor_slot(self, key: int) -> int:
         """Largest slot whose key <= ``key`` (-1: none); searches the warm tail first."""
@@ -249,7 +268,6 @@ class AbstractIndex:
             self._mm[n * self._esize:self.entries * self._esize] = bytes(
                 (self.entries - n) * self._esize)
         self.entries = n
-        self._last = None
 
     def reset(self) -> None:
         """Drop every entry (recovery rebuilds from here)."""
@@ -270,9 +288,7 @@ class AbstractIndex:
             return
         if self.writable and trim and self._mm is not None:
             self.trim_to_valid_size()
-        if self._mm is not None:
-            self._mm.close()
-            self._mm = None
+        self._unmap()
         fd, self._fd = self._fd, -1
         os.close(fd)
 

@@ -53,24 +53,6 @@ class OffsetIndex(AbstractIndex):
                 f"offset {offset} is not larger than the last entry of {self.path}")
         self._append_raw(rel, position)
 
-    def append_if_room(self, offset: int, position: int) -> None:
-        """:meth:`append` unless the index is full (the append path's one-batch form: the
-        segment rolls before its next append then). Raises as :meth:`append`."""
-        n = self.entries
-        if n >= self._slots:
-            return
-        rel = offset - self.base_offset
-        if not 0 <= rel <= 0x7FFFFFFF:
-            raise IndexError_(f"offset {offset} does not fit index {self.path} (base {self.base_offset})")
-        last = self._last
-        if n and rel <= (last[0] if last is not None else self._last_raw()[0]):
-            raise IndexError_(
-                f"offset {offset} is not larger than the last entry of {self.path}")
-        fields = (rel, position)
-        self.ENTRY.pack_into(self._mm, n * self._esize, rel, position)
-        self.entries = n + 1
-        self._last = fields
-
     def append_many(self, offsets: np.ndarray, positions: np.ndarray) -> int:
         """Append ``offsets[i] -> positions[i]`` (growing offsets) in one copy while slots are
         free (:meth:`append` is the one-entry form). Returns the entries written (a full index

@@ -38,13 +38,23 @@ from appliance.storage.flush import ChunkedWriteback
 from appliance.storage.index import index_entry_slots
 from appliance.storage.offset_index import OffsetIndex
 from appliance.storage.time_index import NO_TIMESTAMP, TimeIndex
-from native.append_plan import (
-    R_INDEXED,
-    R_LAST,
-    R_POS,
-    R_RUN_MAX_TS,
-    R_RUN_OFFSET_OF_MAX,
-    ROW,
+from native.append_commit import (
+    NO_FIRST_APPEND,
+    S_BASE_OFFSET,
+    S_FD,
+    S_FIRST_APPEND_MS,
+    S_INTERVAL,
+    S_JITTER_MS,
+    S_MAX_TS,
+    S_NEXT_OFFSET,
+    S_OFFSET_OF_MAX,
+    S_OI_ENTRIES,
+    S_SEGMENT_BYTES,
+    S_SEGMENT_MS,
+    S_SINCE,
+    S_SIZE,
+    S_TI_ENTRIES,
+    new_segment_state,
 )
 from native.legacy_layout import HEADER_SIZE_V0, LENGTH_SIZE
 from native.scan import SCAN_LIMIT, ScanResult, scan_batches
@@ -136,10 +146,18 @@ class LogSegment:
     and ``offset_of_max_timestamp`` (largest batch max timestamp and where it first appeared),
     ``deleted``, ``last_used`` (time.monotonic() of the last open or read). ``fd``,
     ``offset_index`` and ``time_index`` open the files on first use (see the module docstring).
+    The append state among these (and the indexes' entry counts) is stored in ``state``, the
+    int64 array the append kernel updates (native.append_commit's ``S_*`` columns).
     """
 
     def __init__(self, dir_: str, base_offset: int, config: Any, *, writable: bool,
                  suffix: str = "") -> None:
+        # The append state (size, next offset, index state, roll clock, descriptor, index
+        # entry counts) lives in an int64 array the append kernel (native.append_commit)
+        # reads and updates in one call; the attributes of the same names read it.
+        self.state = new_segment_state()
+        self._sv = memoryview(self.state).cast("B").cast("q")
+        self._sv[S_BASE_OFFSET] = base_offset
         self.dir = dir_
         self.base_offset = base_offset
         self.apply_config(config)
@@ -178,9 +196,39 @@ class LogSegment:
         lookups through TopicConfig cost ~1 us each, several per append)."""
         self.config = config
         if config is not None:
-            self._segment_bytes = int(config.segment_bytes)
-            self._segment_ms = int(config.segment_ms)
-            self._interval = int(config.index_interval_bytes)
+            self._segment_bytes = self._sv[S_SEGMENT_BYTES] = int(config.segment_bytes)
+            self._segment_ms = self._sv[S_SEGMENT_MS] = int(config.segment_ms)
+            self._interval = self._sv[S_INTERVAL] = int(config.index_interval_bytes)
+
+    # -- the append state (see __init__) ----------------------------------------------------
+
+    def _state_cell(slot: int, doc: str) -> property:  # noqa: N805  (a class-body helper)
+        def get(self: LogSegment) -> int:
+            return self._sv[slot]
+
+        def set_(self: LogSegment, value: int) -> None:
+            self._sv[slot] = value
+        return property(get, set_, doc=doc)
+
+    size = _state_cell(S_SIZE, "Bytes of the log file known to hold batches.")
+    next_offset = _state_cell(S_NEXT_OFFSET, "Last offset + 1, or the base offset when empty.")
+    max_timestamp = _state_cell(S_MAX_TS, "Largest batch max timestamp (NO_TIMESTAMP: none).")
+    offset_of_max_timestamp = _state_cell(S_OFFSET_OF_MAX, "Where max_timestamp first appeared.")
+    bytes_since_last_index_entry = _state_cell(S_SINCE, "Bytes appended since the last "
+                                               "offset-index entry (index.interval.bytes).")
+    roll_jitter_ms = _state_cell(S_JITTER_MS, "segment.jitter.ms drawn for this segment.")
+    _fd = _state_cell(S_FD, "The log file's descriptor, -1 when closed.")
+    del _state_cell
+
+    @property
+    def first_append_ms(self) -> int | None:
+        """Broker time of the first append since the segment was opened (the roll clock)."""
+        v = self._sv[S_FIRST_APPEND_MS]
+        return None if v == NO_FIRST_APPEND else v
+
+    @first_append_ms.setter
+    def first_append_ms(self, value: int | None) -> None:
+        self._sv[S_FIRST_APPEND_MS] = NO_FIRST_APPEND if value is None else value
 
     # -- opening ----------------------------------------------------------------------------
 
@@ -273,9 +321,10 @@ class LogSegment:
         # count of an untrimmed index after a crash to a few probes. The smallest entry is a
         # legacy magic 0 message (a topic in a pre-0.11 format), not a v2 header.
         hint = self.size // _MIN_ENTRY_SIZE + 2 if self.writable else None
+        cell = (self._sv, S_OI_ENTRIES if cls is OffsetIndex else S_TI_ENTRIES)
         try:
             return cls(path, self.base_offset, max_bytes, writable=self.writable,
-                       max_entries_hint=hint)
+                       max_entries_hint=hint, count_cell=cell)
         except OSError as e:
             raise SegmentOpenError(path, e) from e
 
@@ -585,42 +634,6 @@ class LogSegment:
             self.first_append_ms = now_ms
         self.size = start + nbytes
 
-    def append_planned(self, data: Any, nbytes: int, rows: np.ndarray, nb: int, entries: int,
-                       since: int, max_ts: int, offset_of_max: int, last_offset: int,
-                       now_ms: int) -> int:
-        """:meth:`append` for batches planned by native.append_plan against this segment's
-        index state: ``rows[:nb]`` hold the columns, R_INDEXED marks the ``entries`` batches
-        that get an index entry, and ``since``/``max_ts``/``offset_of_max`` are the index state
-        after them. ``data`` is a buffer or a list of buffers (written with writev). Returns
-        the file position the data starts at. Raises KafkaStorageError."""
-        start = self.size
-        self._write(data, nbytes, now_ms)
-        if entries:
-            oi, ti = self.offset_index, self.time_index
-            if nb < _VECTOR_MIN:  # the same choice of path as _index_batches
-                # its loop, over the indexed batches only
-                batches = ((ROW.unpack_from(rows),) if nb == 1
-                           else ROW.iter_unpack(memoryview(rows).cast("B")[:nb * ROW.size]))
-                for r in batches:
-                    if not r[R_INDEXED]:
-                        continue
-                    oi.append_if_room(r[R_LAST], start + r[R_POS])
-                    if r[R_RUN_MAX_TS] >= 0:
-                        ti.append_if_room(r[R_RUN_MAX_TS], r[R_RUN_OFFSET_OF_MAX])
-            else:
-                sel = rows[:nb][rows[:nb, R_INDEXED] != 0]
-                oi.append_many(sel[:, R_LAST], sel[:, R_POS] + start)
-                ti.append_many(sel[:, R_RUN_MAX_TS], sel[:, R_RUN_OFFSET_OF_MAX])
-        self.bytes_since_last_index_entry = since
-        self.max_timestamp, self.offset_of_max_timestamp = max_ts, offset_of_max
-        self.next_offset = last_offset + 1
-        if self.writeback is not None:
-            try:
-                self.writeback.after_append(self.fd, self.size)
-            except OSError as e:
-                raise KafkaStorageError(f"writeback of {self.log_path} failed: {e}") from e
-        return start
-
     @property
     def index_interval_bytes(self) -> int:
         return self._interval
@@ -855,9 +868,6 @@ class _EmptyOffsetIndex:
     entries = 0
     max_entries = 0
     is_full = True
-
-    def append_if_room(self, key: int, value: int) -> None:
-        pass  # always full
 
     def __init__(self, base_offset: int) -> None:
         self.base_offset = base_offset

@@ -63,27 +63,6 @@ class TimeIndex(AbstractIndex):
                 return
         self._append_raw(timestamp, rel)
 
-    def append_if_room(self, timestamp: int, offset: int) -> None:
-        """:meth:`maybe_append` unless the index is full (the append path's one-batch form).
-        Raises IndexError_ as :meth:`maybe_append`."""
-        n = self.entries
-        if n >= self._slots - 1:  # is_full: the last slot is kept for the roll
-            return
-        rel = offset - self.base_offset
-        if not 0 <= rel <= 0x7FFFFFFF:
-            raise IndexError_(f"offset {offset} does not fit time index {self.path}")
-        if n:
-            last_ts, last_rel = self._last if self._last is not None else self._last_raw()
-            if rel < last_rel:
-                raise IndexError_(f"offset {offset} is before the last entry of {self.path}")
-            if timestamp < last_ts:
-                raise IndexError_(f"timestamp {timestamp} is before the last entry of {self.path}")
-            if timestamp == last_ts:
-                return
-        self.ENTRY.pack_into(self._mm, n * self._esize, timestamp, rel)
-        self.entries = n + 1
-        self._last = (timestamp, rel)
-
     def append_many(self, timestamps: np.ndarray, offsets: np.ndarray) -> int:
         """:meth:`maybe_append` for many entries in one copy: ``timestamps`` is a running
         maximum; an entry only where it is known (>= 0) and grew past the previous entry; stops
