@@ -13,9 +13,18 @@ session for the Spark runs. Each figure is the median of ``--runs`` runs after a
   (one thread), expressed in records/s of the same records (file bytes / record count);
 - source alone: the in-place read path without Spark (:func:`spark.arrow_reader.read_range`
   in this process, one thread: mmap, CRC scan, decode kernel, Arrow batches), to tell what
-  the source achieves from what Spark adds (Arrow to the JVM, rows, scheduling).
+  the source achieves from what Spark adds (Arrow to the JVM, rows, scheduling);
+- null source: Spark's ceiling — the same query over ``format("appliance_null")``
+  (:mod:`perf.spark_null_source`: the same schema, pre-built Arrow batches of as many rows as
+  the in-place reader's, no decode, no I/O) on the same cluster and session. No Python data
+  source can beat it here, so a target it misses is out of reach whatever the source does;
+- in place noop / null noop (unless ``--no-noop``): every row of every column read into
+  Spark's ``noop`` sink — one stage, no aggregate, no shuffle: the usual way to time a
+  source in Spark, and a heavier per-row load than the aggregate (which the Python data
+  source's missing column pruning makes convert every column anyway).
 
-Targets (issue 18): in place >= 3x remote, in place >= 40 % of the raw file read rate.
+Targets (issue 18): in place >= 3x remote, in place >= 40 % of the raw file read rate; the
+ratios against the ceiling say whether Spark itself allows them.
 
 Usage: ``.venv/bin/python perf/bench_spark_cluster.py [--records 4000000] [--runs 3]``
 """
