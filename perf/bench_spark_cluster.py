@@ -20,8 +20,8 @@ session for the Spark runs. Each figure is the median of ``--runs`` runs after a
   source can beat it here, so a target it misses is out of reach whatever the source does;
 - in place noop / null noop (unless ``--no-noop``): every row of every column read into
   Spark's ``noop`` sink — one stage, no aggregate, no shuffle: the usual way to time a
-  source in Spark, and a heavier per-row load than the aggregate (which the Python data
-  source's missing column pruning makes convert every column anyway).
+  source in Spark. (Either way every column crosses from the Python worker to the JVM:
+  pyspark's Python data sources get no column pruning.)
 
 Targets (issue 18): in place >= 3x remote, in place >= 40 % of the raw file read rate; the
 ratios against the ceiling say whether Spark itself allows them.
