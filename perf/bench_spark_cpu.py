@@ -12,7 +12,11 @@ Measured (medians of ``--runs`` after two warm-up runs):
 - Spark: ``count(*)`` and ``sum(length(value))`` over ``format("appliance")`` in a local[2]
   session: wall seconds, CPU seconds of the JVM and of its Python workers, for the whole topic
   and for an empty read (``startingOffsets=latest``: the per-query cost: planning, scheduling,
-  code generation), so the per-record share is the difference.
+  code generation), so the per-record share is the difference;
+- the same two over the null source (:mod:`perf.spark_null_source`: the same schema, Arrow
+  batches of the in-place reader's size, no work of its own): Spark's own cost per record,
+  so the in-place figure minus this one is what is ours;
+- both sources into Spark's ``noop`` sink (every row of every column, one stage).
 
 ``--code DIR`` measures the spark/ and native/ of another checkout (the same data and the same
 measurement: for paired before/after runs).
