@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -145,12 +146,19 @@ def main() -> int:
                     help="leave out the noop-sink cells (every row of every column, no aggregate)")
     args = ap.parse_args()
     single_host.PARTITIONS = args.partitions  # bench_consumer assigns that many partitions
+    work = Path(tempfile.mkdtemp(prefix="bench-spark-cluster-"))
+    try:
+        return _bench(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # the topic: 1.1 GB at 10 M records
+
+
+def _bench(args: argparse.Namespace, work: Path) -> int:
     from perf.spark_null_source import NullSource
     from spark.session import session
     from spark.standalone import StandaloneCluster
     from tests.broker_process import BrokerProcess
 
-    work = Path(tempfile.mkdtemp(prefix="bench-spark-cluster-"))
     log_dir = str(work / "disk0")
     n = write_topic(log_dir, args.records, args.partitions)
     print(f"topic {TOPIC}: {n:,} records of {VALUE} bytes in {args.partitions} partitions")
