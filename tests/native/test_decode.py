@@ -144,3 +144,31 @@ def test_mutations_give_the_same_first_error():
         seen.add(status)
     # The mutations reach the OK path and several distinct errors.
     assert DECODE_OK in seen and len(seen) >= 4
+
+
+def test_sections_outside_the_buffer_are_refused_not_read():
+    """The kernel copies keys and values with an unchecked memcpy (native.intrinsics.copy_bytes):
+    a section that a caller places past the end of the buffer, or output areas smaller than
+    the sections, must stop it with status 9 before any copy, not read or write out of
+    bounds."""
+    from native.decode import _decode, row_columns
+
+    buf, args = _sections(_batches(5))
+    starts, ends = args[0], args[1]
+    assert status_of(buf, args) == DECODE_OK
+    past = [starts.copy(), ends.copy()] + args[2:]
+    past[1][-1] = len(buf) + 4096  # the last section runs past the buffer
+    out, status, bad = decode_records(buf, *past, 0, 1 << 62, False)
+    assert out is None and status == 9 and bad == len(ends) - 1 and 9 in DECODE_ERRORS
+    # Key and value areas smaller than the first section: refused before its first copy.
+    rows = int(args[-1].sum())
+    cols = row_columns(rows, int(ends[0] - starts[0]) - 1)
+    none = np.zeros(1, np.int32)
+    n, nh, status, bad = _decode(buf, *args, 0, 1 << 62, False, *cols, none, none,
+                                 np.zeros(0, np.uint8), none, np.zeros(0, np.uint8),
+                                 np.zeros(0, np.uint8))
+    assert (n, status, bad) == (0, 9, 0)
+
+
+def status_of(buf, args) -> int:
+    return decode_records(buf, *args, 0, 1 << 62, False)[1]
