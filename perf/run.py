@@ -33,6 +33,7 @@ if str(ROOT) not in sys.path:
 
 from perf.peers.base import Peer, PeerUnavailable  # noqa: E402
 from perf.workloads import charts, report  # noqa: E402
+from perf.workloads.cpu_share import CpuWatch  # noqa: E402
 from perf.workloads.limits import measure_limits  # noqa: E402
 from perf.workloads.machine import describe_machine, load1  # noqa: E402
 from perf.workloads.spec import Workload, workloads  # noqa: E402
@@ -105,10 +106,13 @@ def run_peer(peer: Peer, wls: list[Workload], runs: int, tmp: Path, res: dict, l
                 cell_t0 = time.monotonic()
                 if not warm_up(peer, wl, client, row):
                     continue
+                watch = CpuWatch()
                 for i in range(1 if wl.kind == "growth" else runs):
                     loads.append(load1())
                     try:
+                        watch.start()
                         r = peer.run(wl, client, i)
+                        r.update(watch.stop())
                     except KeyboardInterrupt:
                         raise
                     except Exception as e:  # noqa: BLE001 - a failed cell is reported, the run goes on
@@ -120,12 +124,18 @@ def run_peer(peer: Peer, wls: list[Workload], runs: int, tmp: Path, res: dict, l
                     shown = (f"{r['rps']:>12,.0f} records/s" if "rps" in r else
                              f"p50 {r['p50_ms']:.2f} p99 {r['p99_ms']:.2f} p99.9 {r['p999_ms']:.2f} ms"
                              if "p99_ms" in r else str(r))
-                    print(f"  {wl.name:18s} {client:28s} run {i + 1}: {shown}", flush=True)
+                    print(f"  {wl.name:18s} {client:28s} run {i + 1}: {shown}  (CPUs busy: ours "
+                          f"{r['ours_cores']:.2f}, other work {r['others_cores']:.2f}; ours waiting for "
+                          f"one {r['ours_waiting']:.2f})", flush=True)
                 row["median"] = report.median_of(row["runs"])
                 row["collapsed"] = report.collapsed_runs(row["runs"])
                 for c in row["collapsed"]:
                     print(f"  {wl.name:18s} {client:28s} run {c['run']}: COLLAPSED {c['rps']:,.0f} records/s = "
-                          f"{100 * c['share']:.1f} % of the cell's median {row['median']['rps']:,.0f}", flush=True)
+                          f"{100 * c['share']:.1f} % of the cell's median {row['median']['rps']:,.0f}; CPUs "
+                          f"busy with other work during it {c['others_cores']:.2f} (cell's median "
+                          f"{c['others_median']:.2f}), with ours {c['ours_cores']:.2f} ({c['ours_median']:.2f}), "
+                          f"ours waiting for one {c['ours_waiting']:.2f} ({c['waiting_median']:.2f})",
+                          flush=True)
                 row["wall_s"] = round(time.monotonic() - cell_t0, 1)  # where a run's minutes go
             finish = getattr(peer, "finish_workload", None)
             if finish:

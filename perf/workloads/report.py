@@ -28,11 +28,17 @@ def median_of(runs: list[dict]) -> dict:
 def collapsed_runs(runs: list[dict]) -> list[dict]:
     """[{run (1-based), rps, share of the median}] for the throughput runs below COLLAPSE_SHARE
     of the cell's median (none with fewer than 3 runs: no median to speak of)."""
-    rates = [(i + 1, r["rps"]) for i, r in enumerate(runs) if "rps" in r]
-    if len(rates) < 3:
+    rated = [(i + 1, r) for i, r in enumerate(runs) if "rps" in r]
+    if len(rated) < 3:
         return []
-    med = statistics.median(x for _, x in rates)
-    return [{"run": i, "rps": x, "share": x / med} for i, x in rates if x < COLLAPSE_SHARE * med]
+    med = statistics.median(r["rps"] for _, r in rated)
+    cpu = {k: statistics.median(r.get(k, 0.0) for _, r in rated)
+           for k in ("ours_cores", "others_cores", "ours_waiting")}
+    return [{"run": i, "rps": r["rps"], "share": r["rps"] / med,
+             "ours_cores": r.get("ours_cores", 0.0), "ours_median": cpu["ours_cores"],
+             "others_cores": r.get("others_cores", 0.0), "others_median": cpu["others_cores"],
+             "ours_waiting": r.get("ours_waiting", 0.0), "waiting_median": cpu["ours_waiting"]}
+            for i, r in rated if r["rps"] < COLLAPSE_SHARE * med]
 
 
 def _collapse_note(r: dict) -> str:
@@ -202,9 +208,13 @@ def _collapse_lines(res: dict) -> list[str]:
     hits = [(r, c) for r in rows for c in r.get("collapsed", [])]
     if not hits:
         return out + [f"None in {sum(len(r['runs']) for r in rows)} throughput runs of {len(rows)} cells."]
-    out += ["| system | client | workload | run | records/s | % of median |", "|---|---|---|---:|---:|---:|"]
+    out += ["| system | client | workload | run | records/s | % of median | CPUs busy, ours (cell median) "
+            "| CPUs busy, other work (cell median) | our threads waiting for a CPU (cell median) |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     out += [f"| {r['system']} | {r['client']} | {r['workload']} | {c['run']} | {c['rps']:,.0f} | "
-            f"{100 * c['share']:.1f} |" for r, c in hits]
+            f"{100 * c['share']:.1f} | {c.get('ours_cores', 0):.2f} ({c.get('ours_median', 0):.2f}) | "
+            f"{c.get('others_cores', 0):.2f} ({c.get('others_median', 0):.2f}) | "
+            f"{c.get('ours_waiting', 0):.2f} ({c.get('waiting_median', 0):.2f}) |" for r, c in hits]
     return out
 
 
