@@ -33,6 +33,7 @@ if str(ROOT) not in sys.path:
 
 from perf.peers.base import Peer, PeerUnavailable  # noqa: E402
 from perf.workloads import charts, report  # noqa: E402
+from perf.workloads.cpu_share import CpuWatch  # noqa: E402
 from perf.workloads.limits import measure_limits  # noqa: E402
 from perf.workloads.machine import describe_machine, load1  # noqa: E402
 from perf.workloads.spec import Workload, workloads  # noqa: E402
@@ -72,7 +73,8 @@ def _on_sigterm(signum, frame):  # turn SIGTERM into the same unwinding as Ctrl-
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def run_peer(peer: Peer, wls: list[Workload], runs: int, tmp: Path, res: dict, loads: list[float]) -> None:
+def run_peer(peer: Peer, wls: list[Workload], runs: int, tmp: Path, res: dict, loads: list[float],
+             only_clients: set[str] | None = None) -> None:
     work = Path(tempfile.mkdtemp(prefix=f"{peer.name.split()[0].lower()}-", dir=tmp))
     print(f"\n=== {peer.name}: starting", flush=True)
     t0 = time.monotonic()
@@ -90,6 +92,10 @@ def run_peer(peer: Peer, wls: list[Workload], runs: int, tmp: Path, res: dict, l
         print(f"=== {peer.name}: up in {time.monotonic() - t0:.1f} s ({peer.describe()})", flush=True)
         for wl in wls:
             clients = peer.clients(wl)
+            if only_clients is not None:
+                clients = [c for c in clients if c in only_clients]
+                if not clients:
+                    continue
             if not clients:
                 res["results"].append({"system": peer.name, "client": "–", "workload": wl.name,
                                        "runs": [], "median": {}, "skipped": peer.skip_reason(wl)})
@@ -98,10 +104,15 @@ def run_peer(peer: Peer, wls: list[Workload], runs: int, tmp: Path, res: dict, l
                 row = {"system": peer.name, "client": client, "workload": wl.name, "runs": [], "median": {}}
                 res["results"].append(row)
                 cell_t0 = time.monotonic()
+                if not warm_up(peer, wl, client, row):
+                    continue
+                watch = CpuWatch()
                 for i in range(1 if wl.kind == "growth" else runs):
                     loads.append(load1())
                     try:
+                        watch.start()
                         r = peer.run(wl, client, i)
+                        r.update(watch.stop())
                     except KeyboardInterrupt:
                         raise
                     except Exception as e:  # noqa: BLE001 - a failed cell is reported, the run goes on
@@ -113,8 +124,18 @@ def run_peer(peer: Peer, wls: list[Workload], runs: int, tmp: Path, res: dict, l
                     shown = (f"{r['rps']:>12,.0f} records/s" if "rps" in r else
                              f"p50 {r['p50_ms']:.2f} p99 {r['p99_ms']:.2f} p99.9 {r['p999_ms']:.2f} ms"
                              if "p99_ms" in r else str(r))
-                    print(f"  {wl.name:18s} {client:28s} run {i + 1}: {shown}", flush=True)
+                    print(f"  {wl.name:18s} {client:28s} run {i + 1}: {shown}  (CPUs busy: ours "
+                          f"{r['ours_cores']:.2f}, other work {r['others_cores']:.2f}; ours waiting for "
+                          f"one {r['ours_waiting']:.2f})", flush=True)
                 row["median"] = report.median_of(row["runs"])
+                row["collapsed"] = report.collapsed_runs(row["runs"])
+                for c in row["collapsed"]:
+                    print(f"  {wl.name:18s} {client:28s} run {c['run']}: COLLAPSED {c['rps']:,.0f} records/s = "
+                          f"{100 * c['share']:.1f} % of the cell's median {row['median']['rps']:,.0f}; CPUs "
+                          f"busy with other work during it {c['others_cores']:.2f} (cell's median "
+                          f"{c['others_median']:.2f}), with ours {c['ours_cores']:.2f} ({c['ours_median']:.2f}), "
+                          f"ours waiting for one {c['ours_waiting']:.2f} ({c['waiting_median']:.2f})",
+                          flush=True)
                 row["wall_s"] = round(time.monotonic() - cell_t0, 1)  # where a run's minutes go
             finish = getattr(peer, "finish_workload", None)
             if finish:
@@ -131,6 +152,27 @@ def run_peer(peer: Peer, wls: list[Workload], runs: int, tmp: Path, res: dict, l
         print(f"=== {peer.name}: {time.monotonic() - t0:.0f} s in all", flush=True)
 
 
+def warm_up(peer: Peer, wl: Workload, client: str, row: dict) -> bool:
+    """The peer's untimed warm-up of one cell (first use of a client in this process, topic
+    creation, preloads), printed and recorded as its own first-run line. False if it failed
+    (recorded as the cell's error, no runs)."""
+    t0 = time.monotonic()
+    try:
+        what = peer.warm_up(wl, client)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # noqa: BLE001 - a failed cell is reported, the run goes on
+        row["error"] = f"warm-up: {type(e).__name__}: {str(e)[:300]}"
+        print(f"  {wl.name:18s} {client:28s} first-run: ERROR {row['error']}", flush=True)
+        traceback.print_exc(limit=3)
+        return False
+    if what is not None:
+        row["first_run"] = {"s": round(time.monotonic() - t0, 2), "what": what}
+        print(f"  {wl.name:18s} {client:28s} first-run: {time.monotonic() - t0:.2f} s, untimed ({what})",
+              flush=True)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = ap.add_mutually_exclusive_group()
@@ -140,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--systems", default="appliance,redis,rabbitmq,nats",
                     help="comma list of: appliance, redis, rabbitmq, nats")
     ap.add_argument("--workloads", default="", help="comma list of workload names (default all)")
+    ap.add_argument("--clients", default="",
+                    help="comma list of client names, e.g. 'appliance.client tcp,confluent-kafka' "
+                         "(default all); with --systems and --workloads it picks single cells")
     ap.add_argument("--wait-quiet", type=float, default=0, metavar="MIN",
                     help=f"first wait up to MIN minutes for a 1-minute load average < {QUIET_LOAD}")
     ap.add_argument("--tmp", default=None, help="parent of the temporary dirs (default: system temp)")
@@ -161,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = set(names) - {"appliance", "redis", "rabbitmq", "nats"}
     if bad:
         ap.error(f"unknown systems {sorted(bad)}")
+    only_clients = set(args.clients.split(",")) if args.clients else None
     signal.signal(signal.SIGTERM, _on_sigterm)
 
     quiet = wait_quiet(args.wait_quiet) if args.wait_quiet else load1() < QUIET_LOAD
@@ -183,12 +229,16 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in res["limits"].items():
             print(f"  {k:14s} {v / 1e9:6.2f} GB/s", flush=True)
         for peer in make_peers(names):
-            run_peer(peer, wls, args.runs, tmp, res, loads)
+            run_peer(peer, wls, args.runs, tmp, res, loads, only_clients)
     except KeyboardInterrupt:
         res["notes"].append("interrupted: partial results")
         print("\ninterrupted: every server started has been stopped; writing partial results", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if only_clients is not None:
+        unmatched = only_clients - {r["client"] for r in res["results"]}
+        if unmatched:
+            print(f"no cell has the client(s) {sorted(unmatched)} (--clients)", flush=True)
     loads.append(load1())
     prior_path = out / f"results-{mode_name}.json"
     if args.merge and prior_path.exists():

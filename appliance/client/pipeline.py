@@ -123,6 +123,7 @@ class PipelinedConnection:
         if not self._slots.acquire(timeout=timeout):
             raise KafkaConnectionError(f"{self.address}: too many requests in flight for {timeout:g} s")
         fut = ResponseFuture(time.monotonic() + timeout)
+        queued = False  # once in _pending, its slot is released by whoever takes it out
         try:
             with self._send_lock:
                 with self._lock:
@@ -132,6 +133,7 @@ class PipelinedConnection:
                     waits = self._conn.in_flight > len(self._pending)
                     if waits:
                         self._pending.append(fut)
+                        queued = True
                 try:
                     self._sock.sendall(frame)
                 except OSError as e:
@@ -139,7 +141,11 @@ class PipelinedConnection:
                     self._fail_all(err)
                     raise err from e
         except BaseException:
-            self._slots.release()
+            # _fail_all (here or in the reader) has released a queued request's slot: releasing
+            # it again raised ValueError, which killed the producer's sender thread when a
+            # broker closed the connection mid-send, and the producer hung in flush
+            if not queued:
+                self._slots.release()
             raise
         if not waits:
             self._slots.release()

@@ -122,16 +122,27 @@ class PartitionTable:
     def attach(cls, name: str) -> PartitionTable:
         """Map an existing table. Raises posix_ipc.ExistentialError, TableVersionError."""
         shm = posix_ipc.SharedMemory(name)
-        if shm.size < TABLE_HEADER.size:
-            raise TableVersionError(f"{name} is too small to be a partition table")
-        buf = mmap.mmap(shm.fd, shm.size)
-        magic, version = struct.unpack_from("=II", buf, 0)
-        if magic != TABLE_MAGIC or version != LAYOUT_VERSION:
-            buf.close()
-            raise TableVersionError(
-                f"{name} has layout magic {magic:#x} version {version}; this build reads "
-                f"{TABLE_MAGIC:#x} version {LAYOUT_VERSION}")
-        return cls(shm, buf, owner=False)
+        buf = None
+        try:
+            if shm.size < TABLE_HEADER.size:
+                raise TableVersionError(f"{name} is too small to be a partition table")
+            buf = mmap.mmap(shm.fd, shm.size)
+            magic, version = struct.unpack_from("=II", buf, 0)
+            if magic != TABLE_MAGIC or version != LAYOUT_VERSION:
+                raise TableVersionError(
+                    f"{name} has layout magic {magic:#x} version {version}; this build reads "
+                    f"{TABLE_MAGIC:#x} version {LAYOUT_VERSION}")
+            return cls(shm, buf, owner=False)
+        except BaseException:
+            # All or nothing: the descriptor stayed open on these paths, one per stale table
+            # of another layout each time a client looked for its broker in /dev/shm
+            # (find_broker_base; 225 such tables here): a process passed descriptor 1024,
+            # which select() refuses, and its TCP connections broke.
+            if buf is not None:
+                with contextlib.suppress(BufferError):  # views of a half-made table hold it
+                    buf.close()
+            shm.close_fd()
+            raise
 
     @staticmethod
     def creator_pid(name: str) -> int | None:

@@ -27,7 +27,18 @@ __all__ = ["Appliance"]
 
 BATCH = 10_000
 SLOW_CLIENT_SHARE = 10  # pure-Python clients send records/10 (their rate is what is compared)
-SLOW_CLIENTS = ("kafka-python", "appliance.client tcp", "appliance.client ipc")
+# appliance.client moves every record: at 0.6-2 M records/s a tenth (20,000) was a 10-60 ms run,
+# within the scheduler's noise on a loaded machine (6 of 60 runs below half the median at load
+# 8-10, none of 60 with every record).
+SLOW_CLIENTS = ("kafka-python",)
+# The clients that reach 2-5 M records/s move at least this many payload bytes per run (quick
+# mode's 100,000-200,000 records were 20-70 ms there: 3 of 15 runs of the 1,000-partition cell
+# fell under half the median at load 6-8, with ours and other work sharing the CPUs as in the
+# fast runs). Full mode's sizes are larger already.
+FAST_CLIENTS = ("appliance.client tcp", "appliance.client ipc", "ipc bulk (native builder)")
+MIN_RUN_BYTES = 100_000_000
+# A cell's untimed warm-up moves this many records (or fewer, if its runs move fewer).
+WARM_UP_RECORDS = 10_000
 
 PRODUCER = {
     "compression.type": "none", "linger.ms": 20, "batch.size": 1_000_000,
@@ -153,48 +164,77 @@ class Appliance(Peer):
             self.workdir.mkdir()
             self._start_broker()
         if wl.kind == "produce":
-            records = wl.records
-            if client in SLOW_CLIENTS:
-                records = max(10_000, records // SLOW_CLIENT_SHARE)
+            records = self._records(wl, client)
             if wl.partitions > 1:
-                # one topic for every run and client of the workload: creating 1,000 partitions
-                # is ~5 s of file creation here, and appending to partitions that already hold
-                # data costs the same (see produce_growth); deleted in finish_workload
-                if wl.name not in self._preloaded:
-                    self._preloaded[wl.name] = self.new_topic(wl.partitions)
-                t0 = time.perf_counter()
-                self._produce(client, self._preloaded[wl.name], records, wl.value_size,
-                              wl.partitions, wl.acks)
-                return {"rps": records / (time.perf_counter() - t0), "records": records}
+                secs = self._produce(client, self._shared_topic(wl), records, wl.value_size, wl.partitions,
+                                     wl.acks)
+                return {"rps": records / secs, "records": records}
             topic = self.new_topic(wl.partitions)
             try:
-                t0 = time.perf_counter()
-                self._produce(client, topic, records, wl.value_size, wl.partitions, wl.acks)
-                return {"rps": records / (time.perf_counter() - t0), "records": records}
+                secs = self._produce(client, topic, records, wl.value_size, wl.partitions, wl.acks)
+                return {"rps": records / secs, "records": records}
             finally:
                 self.delete_topic(topic)
         if wl.kind == "consume":
-            key = f"{wl.name}"
-            if key not in self._preloaded:
-                t = self.new_topic(1)
-                self._produce_confluent(t, wl.records, wl.value_size, 1, 1)
-                self._preloaded[key] = t
-            topic = self._preloaded[key]
+            topic = self._preload(wl)
             # kafka-python reads ~650 records/s from the appliance here: a fixed 20,000 records.
             records = 20_000 if client == "kafka-python" else wl.records
-            t0 = time.perf_counter()
-            if client == "confluent-kafka":
-                self._consume_confluent(topic, records, 1)
-            elif client == "kcat":
-                self._consume_kcat(topic, records)
-            else:
-                self._consume_kafka_python(topic, records)
-            return {"rps": records / (time.perf_counter() - t0), "records": records}
+            return {"rps": records / self._consume(client, topic, records), "records": records}
         if wl.kind == "latency":
             return self._latency(wl)
         if wl.kind == "growth":
             return self._growth(wl)
         raise ValueError(wl.kind)
+
+    def warm_up(self, wl: Workload, client: str) -> str | None:
+        """Untimed, before a cell's first run: what only a first run would pay. The client's
+        first use in this process (appliance.client loads its numba batch builder from the
+        cache: 0.5-10 s on a loaded machine, measured inside run 1 of the tcp cell, which it
+        cut to 2-7 k records/s), the imports of kafka-python and the IPC bulk path, the shared
+        topic's creation (1,000 partitions) or the consume workload's preload. Returns what it
+        did, for the runner's first-run line; None when the workload has its own warm-up."""
+        if wl.kind == "produce":
+            n = min(self._records(wl, client), WARM_UP_RECORDS)
+            if wl.partitions > 1:
+                created = wl.name not in self._preloaded
+                self._produce(client, self._shared_topic(wl), n, wl.value_size, wl.partitions, wl.acks)
+                return (f"{n:,} records to the shared {wl.partitions}-partition topic"
+                        + (", created now" if created else ""))
+            topic = self.new_topic(wl.partitions)
+            try:
+                self._produce(client, topic, n, wl.value_size, wl.partitions, wl.acks)
+            finally:
+                self.delete_topic(topic)
+            return f"{n:,} records to a topic of their own"
+        if wl.kind == "consume":
+            n = min(wl.records, WARM_UP_RECORDS)
+            created = wl.name not in self._preloaded
+            self._consume(client, self._preload(wl), n)
+            return f"{n:,} records read" + (f", after preloading the topic with {wl.records:,}" if created else "")
+        return None
+
+    def _records(self, wl: Workload, client: str) -> int:
+        if client in SLOW_CLIENTS:
+            return max(10_000, wl.records // SLOW_CLIENT_SHARE)
+        if client in FAST_CLIENTS:
+            return max(wl.records, MIN_RUN_BYTES // wl.value_size)
+        return wl.records
+
+    def _shared_topic(self, wl: Workload) -> str:
+        """One topic for every run and client of a many-partition workload: creating 1,000
+        partitions is ~5 s of file creation here, and appending to partitions that already hold
+        data costs the same (see produce_growth); deleted in finish_workload."""
+        if wl.name not in self._preloaded:
+            self._preloaded[wl.name] = self.new_topic(wl.partitions)
+        return self._preloaded[wl.name]
+
+    def _preload(self, wl: Workload) -> str:
+        """The consume workload's topic, filled once (untimed)."""
+        if wl.name not in self._preloaded:
+            t = self.new_topic(1)
+            self._produce_confluent(t, wl.records, wl.value_size, 1, 1)
+            self._preloaded[wl.name] = t
+        return self._preloaded[wl.name]
 
     def finish_workload(self, wl: Workload) -> None:
         t = self._preloaded.pop(wl.name, None)
@@ -202,26 +242,31 @@ class Appliance(Peer):
             self.delete_topic(t)
 
     # --- producers -----------------------------------------------------------------------------
-    def _produce(self, client: str, topic: str, n: int, size: int, parts: int, acks: int) -> None:
+    def _produce(self, client: str, topic: str, n: int, size: int, parts: int, acks: int) -> float:
+        """Produce ``n`` records with ``client``; returns the seconds from the client being ready
+        (connected, the topic's metadata known) until every record is acknowledged. kcat is a
+        process of its own: its start and connection are inside its figure."""
         if client == "confluent-kafka":
-            self._produce_confluent(topic, n, size, parts, acks)
-        elif client == "kcat":
-            self._produce_kcat(topic, n, size)
-        elif client == "kafka-python":
-            self._produce_kafka_python(topic, n, size)
-        elif client.startswith("appliance.client"):
-            self._produce_ours(topic, n, size, parts, acks, client.rsplit(" ", 1)[1])
-        elif client.startswith("ipc bulk"):
+            return self._produce_confluent(topic, n, size, parts, acks)
+        if client == "kcat":
+            return self._produce_kcat(topic, n, size)
+        if client == "kafka-python":
+            return self._produce_kafka_python(topic, n, size)
+        if client.startswith("appliance.client"):
+            return self._produce_ours(topic, n, size, parts, acks, client.rsplit(" ", 1)[1])
+        if client.startswith("ipc bulk"):
             from perf.bench_ipc import run_ipc
-            run_ipc(self.broker.overrides["appliance.shm.name"], topic, n, 8000)
-        else:
-            raise ValueError(client)
+            batch = 8000
+            rps = run_ipc(self.broker.overrides["appliance.shm.name"], topic, n, batch)
+            return -(-n // batch) * batch / rps  # whole batches: n rounded up
+        raise ValueError(client)
 
-    def _produce_confluent(self, topic: str, n: int, size: int, parts: int, acks: int) -> None:
+    def _produce_confluent(self, topic: str, n: int, size: int, parts: int, acks: int) -> float:
         errors: list = []
         p = Producer({"bootstrap.servers": self.broker.bootstrap, "acks": acks,
                       "on_delivery": lambda err, msg: errors.append(err) if err else None, **PRODUCER})
-        p.list_topics(topic, timeout=10)
+        p.list_topics(topic, timeout=10)  # connected, metadata known: the clock starts
+        t0 = time.perf_counter()
         # A batch of 10,000 to one partition; with many partitions, 1,000 per partition per call.
         per_call = BATCH if parts == 1 else 1000
         value = os.urandom(size)
@@ -241,8 +286,10 @@ class Appliance(Peer):
                     msgs = []
             p.poll(0)
         left = p.flush(600)
+        secs = time.perf_counter() - t0
         if left or errors:
             raise RuntimeError(f"confluent produce: {left} undelivered, errors {errors[:3]}")
+        return secs
 
     def _values_file(self, n: int, size: int) -> Path:
         path = self.workdir / f"values-{n}-{size}.txt"
@@ -255,34 +302,43 @@ class Appliance(Peer):
                 f.write(line * (n % 10_000))
         return path
 
-    def _produce_kcat(self, topic: str, n: int, size: int) -> None:
+    def _produce_kcat(self, topic: str, n: int, size: int) -> float:
         path = self._values_file(n, size)
         cmd = ["kcat", "-P", "-b", self.broker.bootstrap, "-t", topic, "-p", "0", "-l", str(path)]
         for k, v in PRODUCER.items():
             if k not in ("delivery.report.only.error", "log_level"):
                 cmd += ["-X", f"{k}={v}"]
         cmd += ["-X", "acks=1"]
+        t0 = time.perf_counter()
         r = subprocess.run(cmd, capture_output=True, timeout=900)
+        secs = time.perf_counter() - t0
         if r.returncode != 0:
             raise RuntimeError(f"kcat -P exited {r.returncode}: {r.stderr.decode(errors='replace')[-500:]}")
+        return secs
 
-    def _produce_kafka_python(self, topic: str, n: int, size: int) -> None:
+    def _produce_kafka_python(self, topic: str, n: int, size: int) -> float:
         from kafka import KafkaProducer
         p = KafkaProducer(bootstrap_servers=self.broker.bootstrap, acks=1, linger_ms=20,
                           batch_size=1_000_000, max_request_size=1_000_000)
+        p.partitions_for(topic)  # connected, metadata known: the clock starts
+        t0 = time.perf_counter()
         value = os.urandom(size)
         send = p.send
         futs = [send(topic, value, partition=0) for _ in range(n)]
         p.flush(600)
         futs[-1].get(60)
+        secs = time.perf_counter() - t0
         p.close()
+        return secs
 
-    def _produce_ours(self, topic: str, n: int, size: int, parts: int, acks: int, transport: str) -> None:
+    def _produce_ours(self, topic: str, n: int, size: int, parts: int, acks: int, transport: str) -> float:
         from appliance.client.producer import Producer as Ours
         value = os.urandom(size)
         chunk = [value] * BATCH
         with Ours({"bootstrap.servers": self.broker.bootstrap, "transport": transport,
                    "acks": acks, "batch.size": 1_000_000, "linger.ms": 5}) as p:
+            p.partitions_for(topic)  # metadata known (over TCP: connected): the clock starts
+            t0 = time.perf_counter()
             futs = []
             sent, k = 0, 0
             while sent < n:
@@ -294,11 +350,23 @@ class Appliance(Peer):
                 raise RuntimeError("appliance.client flush timed out")
             for f in futs:
                 f.result(60)
+            return time.perf_counter() - t0
 
     # --- consumers -----------------------------------------------------------------------------
-    def _consume_confluent(self, topic: str, n: int, parts: int) -> None:
+    def _consume(self, client: str, topic: str, n: int) -> float:
+        """Read ``n`` records from the start with ``client``; returns the seconds from the client
+        being ready (connected, metadata known) to the last record (kcat: its whole process)."""
+        if client == "confluent-kafka":
+            return self._consume_confluent(topic, n, 1)
+        if client == "kcat":
+            return self._consume_kcat(topic, n)
+        return self._consume_kafka_python(topic, n)
+
+    def _consume_confluent(self, topic: str, n: int, parts: int) -> float:
         c = Consumer({"bootstrap.servers": self.broker.bootstrap, **CONSUMER})
         try:
+            c.list_topics(topic, timeout=10)  # connected, metadata known: the clock starts
+            t0 = time.perf_counter()
             c.assign([TopicPartition(topic, p, 0) for p in range(parts)])
             got = 0
             deadline = time.monotonic() + 600
@@ -310,29 +378,35 @@ class Appliance(Peer):
                 got += len(msgs)
             if got < n:
                 raise RuntimeError(f"confluent consumed {got} of {n}")
+            return time.perf_counter() - t0
         finally:
             c.close()
 
-    def _consume_kcat(self, topic: str, n: int) -> None:
+    def _consume_kcat(self, topic: str, n: int) -> float:
         cmd = ["kcat", "-C", "-b", self.broker.bootstrap, "-t", topic, "-o", "beginning", "-c", str(n),
                "-e", "-q", "-f", ".", "-X", "fetch.max.bytes=52428800",
                "-X", "max.partition.fetch.bytes=8388608", "-X", "queued.max.messages.kbytes=1048576"]
+        t0 = time.perf_counter()
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         got = 0
         while chunk := p.stdout.read(1 << 20):
             got += len(chunk)
         err = p.stderr.read()
         p.wait()
+        secs = time.perf_counter() - t0
         if p.returncode != 0 or got != n:
             raise RuntimeError(f"kcat -C exited {p.returncode} after {got} of {n}: {err[-300:]!r}")
+        return secs
 
-    def _consume_kafka_python(self, topic: str, n: int) -> None:
+    def _consume_kafka_python(self, topic: str, n: int) -> float:
         from kafka import KafkaConsumer
         from kafka import TopicPartition as KTP
         c = KafkaConsumer(bootstrap_servers=self.broker.bootstrap, enable_auto_commit=False,
                           fetch_max_bytes=52_428_800, max_partition_fetch_bytes=8_388_608,
                           max_poll_records=100_000)
         try:
+            c.partitions_for_topic(topic)  # connected, metadata known: the clock starts
+            t0 = time.perf_counter()
             tp = KTP(topic, 0)
             c.assign([tp])
             c.seek(tp, 0)
@@ -343,6 +417,7 @@ class Appliance(Peer):
                     got += len(recs)
             if got < n:
                 raise RuntimeError(f"kafka-python consumed {got} of {n}")
+            return time.perf_counter() - t0
         finally:
             c.close()
 
@@ -385,9 +460,7 @@ class Appliance(Peer):
                     left = goal - self.log_bytes()
                     self._produce_confluent(topic, max(10_000, min(1_000_000, left // 1100)), 1024, 1, 1)
                 stored = self.log_bytes()
-                t0 = time.perf_counter()
-                self._produce_confluent(topic, wl.records, 100, 1, 1)
-                rps = wl.records / (time.perf_counter() - t0)
+                rps = wl.records / self._produce_confluent(topic, wl.records, 100, 1, 1)
                 points.append({"stored_gib": stored / 2**30, "rps": rps})
                 print(f"    growth: {stored / 2**30:6.1f} GiB stored -> {rps:,.0f} records/s", flush=True)
         finally:

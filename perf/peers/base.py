@@ -133,6 +133,12 @@ class Peer:
     def run(self, wl: Workload, client: str, run: int) -> dict:
         raise NotImplementedError
 
+    def warm_up(self, wl: Workload, client: str) -> str | None:
+        """Untimed, before the cell's runs: pay what only a first run would (client start-up,
+        kernel loading, topic creation). Returns what it did (the runner prints it on a
+        first-run line), or None for nothing."""
+        return None
+
     def describe(self) -> str:
         """Version and settings, for the results."""
         return self.name

@@ -7,9 +7,12 @@ import statistics
 from perf.workloads.limits import LIMIT_NAMES
 from perf.workloads.spec import GOALS
 
-__all__ = ["median_of", "best_appliance", "goals", "markdown", "console"]
+__all__ = ["median_of", "collapsed_runs", "best_appliance", "goals", "markdown", "console"]
 
 LAT_KEYS = ("p50_ms", "p99_ms", "p999_ms")
+# A throughput run below this share of its cell's median is a collapse, flagged and not averaged
+# away: a user sees the worst run (issue 15). Noise on a loaded 2-core machine stays above it.
+COLLAPSE_SHARE = 0.5
 
 
 def median_of(runs: list[dict]) -> dict:
@@ -20,6 +23,27 @@ def median_of(runs: list[dict]) -> dict:
         return {k: statistics.median(r[k] for r in ok) for k in (*LAT_KEYS, "max_ms")}
     rates = [r["rps"] for r in ok]
     return {"rps": statistics.median(rates), "min": min(rates), "max": max(rates), "n": len(rates)}
+
+
+def collapsed_runs(runs: list[dict]) -> list[dict]:
+    """[{run (1-based), rps, share of the median}] for the throughput runs below COLLAPSE_SHARE
+    of the cell's median (none with fewer than 3 runs: no median to speak of)."""
+    rated = [(i + 1, r) for i, r in enumerate(runs) if "rps" in r]
+    if len(rated) < 3:
+        return []
+    med = statistics.median(r["rps"] for _, r in rated)
+    cpu = {k: statistics.median(r.get(k, 0.0) for _, r in rated)
+           for k in ("ours_cores", "others_cores", "ours_waiting")}
+    return [{"run": i, "rps": r["rps"], "share": r["rps"] / med,
+             "ours_cores": r.get("ours_cores", 0.0), "ours_median": cpu["ours_cores"],
+             "others_cores": r.get("others_cores", 0.0), "others_median": cpu["others_cores"],
+             "ours_waiting": r.get("ours_waiting", 0.0), "waiting_median": cpu["ours_waiting"]}
+            for i, r in rated if r["rps"] < COLLAPSE_SHARE * med]
+
+
+def _collapse_note(r: dict) -> str:
+    return "; ".join(f"**COLLAPSED** run {c['run']}: {c['rps']:,.0f} ({100 * c['share']:.1f} % of median)"
+                     for c in r.get("collapsed", []))
 
 
 def _rows(res: dict, workload: str) -> list[dict]:
@@ -123,9 +147,10 @@ def _table_lines(res: dict) -> list[str]:
                 continue
             ratio = f"{best['median']['rps'] / m['rps']:.2f}x" if best and r["system"] != "appliance" else ""
             lim = _limit_ratio(res, wl, m["rps"]) if r["system"] == "appliance" else ""
+            flag = _collapse_note(r)
             lines.append(f"| {r['system']} | {r['client']} | {m['rps']:,.0f} | "
-                         f"{m['rps'] * wl['value_size'] / 1e6:,.1f} | {m['min']:,.0f} – {m['max']:,.0f} | "
-                         f"{ratio} | {lim} |")
+                         f"{m['rps'] * wl['value_size'] / 1e6:,.1f} | {m['min']:,.0f} – {m['max']:,.0f}"
+                         f"{'<br>' + flag if flag else ''} | {ratio} | {lim} |")
     return lines
 
 
@@ -159,6 +184,7 @@ def markdown(res: dict) -> str:
         lines.append(f"| {LIMIT_NAMES[k]} | {v / 1e9:.2f} | {v / 100:,.0f} |")
     lines += ["", "## Results"]
     lines += _table_lines(res)
+    lines += _collapse_lines(res) + _first_run_lines(res)
     growth = [r for r in res["results"] if r["workload"] == "produce_growth"]
     if growth and growth[0]["runs"] and "points" in growth[0]["runs"][0]:
         lines += ["", "### produce_growth: 100 B produce rate as the log grows", "",
@@ -174,8 +200,43 @@ def markdown(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _collapse_lines(res: dict) -> list[str]:
+    rows = [r for r in res["results"] if r.get("runs") and "rps" in r["runs"][0]]
+    if not rows:
+        return []
+    out = ["", f"### Collapsed runs (below {100 * COLLAPSE_SHARE:.0f} % of their cell's median)", ""]
+    hits = [(r, c) for r in rows for c in r.get("collapsed", [])]
+    if not hits:
+        return out + [f"None in {sum(len(r['runs']) for r in rows)} throughput runs of {len(rows)} cells."]
+    out += ["| system | client | workload | run | records/s | % of median | CPUs busy, ours (cell median) "
+            "| CPUs busy, other work (cell median) | our threads waiting for a CPU (cell median) |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    out += [f"| {r['system']} | {r['client']} | {r['workload']} | {c['run']} | {c['rps']:,.0f} | "
+            f"{100 * c['share']:.1f} | {c.get('ours_cores', 0):.2f} ({c.get('ours_median', 0):.2f}) | "
+            f"{c.get('others_cores', 0):.2f} ({c.get('others_median', 0):.2f}) | "
+            f"{c.get('ours_waiting', 0):.2f} ({c.get('waiting_median', 0):.2f}) |" for r, c in hits]
+    return out
+
+
+def _first_run_lines(res: dict) -> list[str]:
+    rows = [r for r in res["results"] if r.get("first_run")]
+    if not rows:
+        return []
+    out = ["", "### First runs (untimed warm-up before each cell's timed runs)", "",
+           "| system | client | workload | seconds | what |", "|---|---|---|---:|---|"]
+    out += [f"| {r['system']} | {r['client']} | {r['workload']} | {r['first_run']['s']:.2f} | "
+            f"{r['first_run']['what']} |" for r in rows]
+    return out
+
+
 def console(res: dict) -> str:
     out = [line for line in _table_lines(res) if not line.startswith("|---")]
+    hits = [(r, c) for r in res["results"] for c in r.get("collapsed", [])]
+    nruns = sum(len(r["runs"]) for r in res["results"] if r.get("runs") and "rps" in r["runs"][0])
+    out.append(f"\nCollapsed runs (< {100 * COLLAPSE_SHARE:.0f} % of the cell's median): "
+               + (f"none in {nruns} throughput runs" if not hits else f"{len(hits)} of {nruns}"))
+    out += [f"  COLLAPSED: {r['system']} / {r['client']} / {r['workload']} run {c['run']}: {c['rps']:,.0f} "
+            f"records/s ({100 * c['share']:.1f} % of median)" for r, c in hits]
     out.append("\nGoals:")
     for g in res["goals"]:
         out.append(f"  [{g['verdict']}] {g['goal']}: {g['detail']}")

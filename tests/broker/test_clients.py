@@ -416,3 +416,34 @@ def test_concurrent_create_same_topic_exactly_one_wins(module_broker):
     md = AdminClient({"bootstrap.servers": module_broker.bootstrap}).list_topics(timeout=10)
     assert sorted(md.topics["race"].partitions) == [0, 1, 2, 3]
     assert all(p.error is None for p in md.topics["race"].partitions.values())
+
+
+def test_index_entry_does_not_read_around_the_sparse_index(module_broker):
+    """The first entry of a new segment's offset and time index (written by the second batch:
+    the first is less than index.interval.bytes after the segment start) puts one page of the
+    index in the page cache. The index files are sparse 10 MiB files mapped by the disk worker;
+    a fault with the kernel's read-around filled 8 MiB of each with zeros (fincore: 2048 pages)
+    and cost the disk worker's only thread 2-8 ms per file, which collapsed perf/run.py's
+    1,000-partition produce."""
+    import shutil
+    from pathlib import Path
+
+    if shutil.which("fincore") is None:
+        pytest.skip("fincore (util-linux) is not installed")
+    bs = module_broker.bootstrap
+    create_topic(bs, "idx-cold")
+    p = Producer({"bootstrap.servers": bs, "linger.ms": 0})
+    for _ in range(2):  # two batches of 10 KB: the second is indexed
+        for _ in range(100):
+            p.produce("idx-cold", b"v" * 100, partition=0)
+        assert p.flush(10) == 0
+    part = Path(module_broker.log_dirs[0]) / "idx-cold-0"
+    for name in ("00000000000000000000.index", "00000000000000000000.timeindex"):
+        path = part / name
+        with open(path, "rb") as f:  # the entry is there (the disk worker wrote its page)
+            assert f.read(8) != bytes(8), f"{name} has no entry: the test would prove nothing"
+        out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "PAGES,SIZE", str(path)],
+                             capture_output=True, text=True, timeout=30, check=True).stdout.split()
+        pages, size = int(out[0]), int(out[1])
+        assert size >= 1 << 20, f"{name} is {size} bytes: not the preallocated index this test is about"
+        assert pages <= 4, f"{name}: {pages} pages in the page cache for one entry (read-around)"

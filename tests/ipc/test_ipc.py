@@ -312,3 +312,33 @@ def test_a_batch_over_the_ring_limit_fails_its_send_and_nothing_else(broker):
     finally:
         p.close()
     assert [r.value for r in _read_all(broker, "over-ring")] == [b"small"]
+
+
+def test_looking_past_stale_tables_of_other_layouts_leaks_no_descriptor():
+    """/dev/shm may hold partition tables that no broker of this build reads: an older layout
+    version, or a truncated object (left by a crash or by another build). A client looking for
+    its broker by port attaches every table there; each refused one leaked its descriptor (225
+    per IPC producer on this machine), until the process passed descriptor 1024, which select()
+    refuses, and its TCP connections broke ("connection ... is closed"). No broker is needed:
+    port 1 has none, so every table is looked at."""
+    import struct
+
+    import posix_ipc
+
+    from appliance.shm.layout import LAYOUT_VERSION, TABLE_MAGIC
+    stale = [(f"/appliance-stale-{os.getpid()}-{kind}-table", size) for kind, size in (("old", 4096), ("tiny", 8))]
+    made = []
+    try:
+        for name, size in stale:
+            shm = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600, size=size)
+            made.append(shm)
+            os.pwrite(shm.fd, struct.pack("=II", TABLE_MAGIC, LAYOUT_VERSION - 1), 0)
+            shm.close_fd()
+        assert open_ipc_transport("127.0.0.1:1") is None  # the first call may open what stays open
+        before = sorted(os.listdir("/proc/self/fd"))
+        for _ in range(5):
+            assert open_ipc_transport("127.0.0.1:1") is None
+        assert sorted(os.listdir("/proc/self/fd")) == before
+    finally:
+        for shm in made:
+            shm.unlink()
