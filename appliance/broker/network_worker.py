@@ -32,6 +32,7 @@ from appliance.broker.disk_client import DiskClient
 from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.broker.gc_policy import freeze_startup_objects
 from appliance.broker.handlers.answer import CloseConnection
+from appliance.broker.handlers.produce_fast import FastProduce
 from appliance.broker.plumbing import Plumbing
 from appliance.broker.request_memory import RequestMemory
 from appliance.config import BrokerConfig
@@ -192,6 +193,15 @@ class KafkaConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._stop_reading:
             return
+        fast = self.ctx.fast_produce
+        if fast is not None and not self._closing:
+            # one whole request in this read: the common produce shape skips the decoder
+            frame = self.conn.sole_frame(data)
+            if frame is not None and frame[1] == 0 and frame[0] == 0:  # api key 0: Produce
+                answer = self._loop.create_future()
+                if fast.start(self, frame, answer):
+                    self._queue(answer, notify=False, size=len(frame))
+                    return
         disks = self.ctx.disks
         disks.begin_batch()  # every request of this read reaches its disk with one doorbell
         try:
@@ -399,6 +409,7 @@ class NetworkWorker:
         disks = DiskClient(self.index, self.plumbing, table)
         ctx = BrokerContext(self.index, self.config, table, disks, self.log_dirs)
         ctx.metrics = attach_recorder(self.config, self.plumbing.base, self.slot)
+        ctx.fast_produce = FastProduce(ctx)
         counts = ConnectionCounts.attach(conns_name(self.plumbing.base))
         ctx.limits = ConnectionLimits(counts, self.index, self.plumbing.num_net, self.config)
         if self.plumbing.cluster:

@@ -32,6 +32,7 @@ from appliance.protocol.errors import (
 from appliance.protocol.frames import (
     REQUEST_HEADER,
     RESPONSE_HEADER,
+    SIZE,
     FrameBuffer,
     api_versions_fallback_response,
     encode_request_frame,
@@ -177,6 +178,18 @@ class ServerConnection(_Connection):
         super().__init__(max_request_size)
         # cluster mode: the inter-broker APIs (LeaderAndIsr ...), decoded but never advertised
         self.extra_apis = extra_apis
+
+    def sole_frame(self, data: bytes) -> memoryview | None:
+        """``data``'s payload when it is exactly one whole frame of an allowed size and nothing
+        is buffered (then the caller may read it itself instead of feeding it: the stream
+        state is unchanged either way); None otherwise (feed it with :meth:`receive_data`)."""
+        n = len(data)
+        if n < 8 or self.state is not ConnectionState.OPEN or self._frames.pending():
+            return None
+        (size,) = SIZE.unpack_from(data, 0)
+        if size != n - 4 or not self._frames.allows(size):
+            return None
+        return memoryview(data)[4:]
 
     def next_event(self) -> Any:
         """The next Request / RejectedRequest event, NEED_DATA, or PEER_CLOSED.
