@@ -199,8 +199,15 @@ class KafkaConnection(asyncio.Protocol):
             frame = self.conn.sole_frame(data)
             if frame is not None and frame[1] == 0 and frame[0] == 0:  # api key 0: Produce
                 answer = self._loop.create_future()
-                if fast.start(self, frame, answer):
+                try:
+                    taken = fast.start(self, frame, answer)
+                except Exception as e:  # a bug, as in a handler: the connection closes
+                    answer.set_exception(e)
+                    taken = True
+                if taken:  # queued after: its answer comes from a later doorbell at the earliest
                     self._queue(answer, notify=False, size=len(frame))
+                    if answer.done():
+                        self.flush_answers()
                     return
         disks = self.ctx.disks
         disks.begin_batch()  # every request of this read reaches its disk with one doorbell
