@@ -300,7 +300,8 @@ class KafkaConnection(asyncio.Protocol):
                 break
             failed = fut.cancelled() or fut.exception() is not None
             chunks = None if failed else fut.result()
-            if failed or not _all_bytes(chunks):
+            # a fast-path produce answer is one bytes object: no call to look at it
+            if failed or (type(chunks) is not bytes and not _all_bytes(chunks)):
                 if out:
                     self.transport.write(b"".join(out))
                     if timings:

@@ -48,10 +48,11 @@ class _Header(NamedTuple):
 class FastProduce:
     """One network worker's fast path (its caches of topic names and answer templates)."""
 
-    __slots__ = ("ctx", "_names", "_answers", "_online", "_leader")
+    __slots__ = ("ctx", "_names", "_answers", "_online", "_leader", "_max_payload")
 
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
+        self._max_payload = ctx.disks.max_payload()  # fixed by the rings' size
         self._names: dict[bytes, str] = {}
         self._answers: dict[tuple[int, bytes, int], ProduceAnswer] = {}
         self._online = SlotState.ONLINE
@@ -83,8 +84,8 @@ class FastProduce:
             return False
         if ctx.leaders is not None and ctx.leaders.role(info.slot) != self._leader:
             return False
-        disks = ctx.disks
-        if len(records) <= _MAGIC_POS or records[_MAGIC_POS] != 2 or len(records) > disks.max_payload():
+        size = len(records)
+        if size <= _MAGIC_POS or records[_MAGIC_POS] != 2 or size > self._max_payload:
             return False  # legacy message sets are converted, the rest refused, by the generic path
         m = ctx.metrics
         if m is not None:
@@ -98,7 +99,7 @@ class FastProduce:
             if len(self._answers) >= _CACHE_LIMIT:
                 self._answers.clear()
             template = self._answers[key] = ProduceAnswer(version, topic, index)
-        disks.submit_now(info.disk, MsgType.PRODUCE, info.slot, records, acks, timeout_ms,
+        ctx.disks.submit_now(info.disk, MsgType.PRODUCE, info.slot, records, acks, timeout_ms,
                          _done, (ctx, conn, answer, template, correlation_id, version, name, index))
         return True
 
