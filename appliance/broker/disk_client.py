@@ -93,8 +93,9 @@ class DiskClient:
                    acks: int, timeout_ms: int, on_done: Callable[[Any, Completion], None],
                    token: Any) -> None:
         """:meth:`submit_nowait` of a message that gets a completion, untimed, whose doorbell
-        rings now unless a batch is open (the produce fast path: one request per socket read,
-        nothing to coalesce; no call_soon pass of the loop)."""
+        rings now unless a batch is open (the produce fast path: a read of one request has
+        nothing to coalesce, and pipelined ones are read in a batch; no call_soon pass of the
+        loop)."""
         request_id = next(self._ids)
         header = _REQ.pack(request_id, slot, acks, 0, timeout_ms, 0)
         self._pending[request_id] = (on_done, token, disk)

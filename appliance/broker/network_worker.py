@@ -193,25 +193,24 @@ class KafkaConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._stop_reading:
             return
-        fast = self.ctx.fast_produce
-        if fast is not None and not self._closing:
-            # one whole request in this read: the common produce shape skips the decoder
-            frame = self.conn.sole_frame(data)
-            if frame is not None and frame[1] == 0 and frame[0] == 0:  # api key 0: Produce
-                answer = self._loop.create_future()
-                try:
-                    taken = fast.start(self, frame, answer)
-                except Exception as e:  # a bug, as in a handler: the connection closes
-                    answer.set_exception(e)
-                    taken = True
-                if taken:  # queued after: its answer comes from a later doorbell at the earliest
-                    self._queue(answer, notify=False, size=len(frame))
-                    if answer.done():
-                        self.flush_answers()
+        fast = self.ctx.fast_produce if not self._closing else None
+        if fast is not None:
+            frame = self.conn.frame_at(data, 0)
+            if frame is None:
+                fast = None  # a partial frame, or bytes already buffered: the generic path
+            elif len(frame) + 4 == len(data):  # one request in this read, the usual case
+                if self._try_fast(fast, frame):
                     return
+                fast = None
         disks = self.ctx.disks
         disks.begin_batch()  # every request of this read reaches its disk with one doorbell
         try:
+            if fast is not None:  # pipelined requests: the fast path takes what it can in order
+                taken = self._take_fast(fast, data)
+                if taken == len(data):
+                    return
+                if taken:
+                    data = memoryview(data)[taken:]
             self.conn.receive_data(data)
             while not self._closing:
                 event = self.conn.next_event()
@@ -229,6 +228,35 @@ class KafkaConnection(asyncio.Protocol):
             self._close_after_responses()
         finally:
             disks.end_batch()
+
+    def _try_fast(self, fast: Any, frame: memoryview) -> bool:
+        """Give one whole request to the produce fast path; False when it is not for it (then
+        nothing was done and the generic path must read it)."""
+        if frame[0] or frame[1]:  # not API key 0, Produce
+            return False
+        answer = self._loop.create_future()
+        try:
+            if not fast.start(self, frame, answer):
+                return False
+        except Exception as e:  # a bug, as in a handler: the connection closes
+            answer.set_exception(e)
+        # queued after start: its answer comes from a later doorbell at the earliest
+        self._queue(answer, notify=False, size=len(frame))
+        if answer.done():
+            self.flush_answers()
+        return True
+
+    def _take_fast(self, fast: Any, data: bytes) -> int:
+        """How many leading bytes of ``data`` (whole requests) the fast path took, in order;
+        the generic path reads the rest."""
+        pos = 0
+        n = len(data)
+        while pos < n and not self._closing:
+            frame = self.conn.frame_at(data, pos)
+            if frame is None or not self._try_fast(fast, frame):
+                break
+            pos += 4 + len(frame)
+        return pos
 
     def _peer(self) -> str:
         peer = self.transport.get_extra_info("peername") if self.transport else None

@@ -179,17 +179,19 @@ class ServerConnection(_Connection):
         # cluster mode: the inter-broker APIs (LeaderAndIsr ...), decoded but never advertised
         self.extra_apis = extra_apis
 
-    def sole_frame(self, data: bytes) -> memoryview | None:
-        """``data``'s payload when it is exactly one whole frame of an allowed size and nothing
-        is buffered (then the caller may read it itself instead of feeding it: the stream
-        state is unchanged either way); None otherwise (feed it with :meth:`receive_data`)."""
+    def frame_at(self, data: bytes | memoryview, pos: int) -> memoryview | None:
+        """The payload of the whole frame of an allowed size that starts at ``pos`` in
+        ``data``, when nothing is buffered (then the caller may read it itself instead of
+        feeding it, and feed only what follows it: the stream state is unchanged either way);
+        None otherwise (feed ``data[pos:]`` with :meth:`receive_data`)."""
         n = len(data)
-        if n < 8 or self.state is not ConnectionState.OPEN or self._frames.pending():
+        if n - pos < 8 or self.state is not ConnectionState.OPEN or self._frames.pending():
             return None
-        (size,) = SIZE.unpack_from(data, 0)
-        if size != n - 4 or not self._frames.allows(size):
+        (size,) = SIZE.unpack_from(data, pos)
+        end = pos + 4 + size
+        if end > n or not self._frames.allows(size):
             return None
-        return memoryview(data)[4:]
+        return memoryview(data)[pos + 4:end]
 
     def next_event(self) -> Any:
         """The next Request / RejectedRequest event, NEED_DATA, or PEER_CLOSED.

@@ -427,11 +427,17 @@ def test_concurrent_create_same_topic_exactly_one_wins(module_broker):
 
 # -- the produce fast path ---------------------------------------------------------------------
 
-def _answers_of_one_write(c: RawConnection, frames: list[bytes]) -> list:
-    """Send ``frames`` with one write (read by the broker as one: the generic path) and return
-    their decoded answers in order."""
+def _answers_of(c: RawConnection, frames: list[bytes], cut: bool = False) -> list:
+    """Send ``frames`` with one write (``cut``: one frame, in two writes 50 ms apart, so the
+    broker reads half a request first) and return their decoded answers in order."""
     import appliance.protocol as proto
-    c.send_raw(b"".join(frames))
+    if cut:
+        (frame,) = frames
+        c.send_raw(frame[:len(frame) // 2])
+        time.sleep(0.05)
+        c.send_raw(frame[len(frame) // 2:])
+    else:
+        c.send_raw(b"".join(frames))
     out: list = []
     while len(out) < len(frames):
         event = c.conn.next_event()
@@ -445,21 +451,22 @@ def _answers_of_one_write(c: RawConnection, frames: list[bytes]) -> list:
 
 
 def test_fast_and_generic_produce_answer_alike(module_broker):
-    """One request per read takes the fast path, several in one read the generic path: for
-    every version 3-9 the same answers, and the records land in request order."""
+    """A request alone in its read and requests pipelined in one read take the fast path, a
+    request cut across two reads the generic path: for every version 3-9 the same answers, and
+    the records land in request order."""
     create_topic(module_broker.bootstrap, "fastpath-alike", partitions=1)
     sent: list[bytes] = []
     answers: list = []
     with RawConnection(module_broker.port) as c:
         for version in range(3, 10):
-            values = [b"v%d-%d" % (version, i) for i in range(3)]
+            values = [b"v%d-%d" % (version, i) for i in range(4)]
             sent += values
-            batches = [build_batch([(None, v)]) for v in values]
-            answers.append((version, c.request(0, version, produce_body(
-                "fastpath-alike", 0, batches[0], acks=-1))))
             frames = [c.conn.send_request(0, version, produce_body(
-                "fastpath-alike", 0, b, acks=1))[1] for b in batches[1:]]
-            answers += [(version, a) for a in _answers_of_one_write(c, frames)]
+                "fastpath-alike", 0, build_batch([(None, v)]), acks=-1 if i % 2 else 1))[1]
+                for i, v in enumerate(values)]
+            answers += [(version, a) for a in _answers_of(c, frames[:1])]
+            answers += [(version, a) for a in _answers_of(c, frames[1:3])]
+            answers += [(version, a) for a in _answers_of(c, frames[3:], cut=True)]
     for offset, (version, a) in enumerate(answers):
         (topic,) = a.responses
         (p,) = topic.partition_responses

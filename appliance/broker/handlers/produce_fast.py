@@ -1,8 +1,8 @@
 """Produce's fast path: the common request shape from its bytes to the disk ring, and the
 completion straight to the encoded answer.
 
-A socket read holding exactly one Produce v3-9 of one topic and one partition, acks 1 or -1,
-with v2 batches (``protocol/produce_shape.py``), skips the generic decoder, the Request object,
+A whole Produce v3-9 of one topic and one partition at the start of a socket read (or after
+others the fast path took), acks 1 or -1, with v2 batches (``protocol/produce_shape.py``), skips the generic decoder, the Request object,
 ``PendingProduce``, the response body's objects and the generic encoder. The checks are the
 generic path's, in the same order (``produce._check``): the partition exists here, its slot is
 ONLINE, this broker leads it (cluster mode), the records are a non-empty v2 message set no

@@ -131,15 +131,31 @@ def test_what_the_fast_path_leaves_to_the_generic_path(why, changes, request_arg
     assert fast == generic, why
 
 
-def test_several_requests_in_one_read_go_the_generic_way_in_order():
+def test_pipelined_requests_in_one_read_are_taken_in_order_until_one_is_not_for_it():
     ctx = _fast_ctx()
     client = Client()
-    _, answers = _answers(ctx, client, [_produce(client, 7, RECORDS),
-                                client.api_versions(), _produce(client, 7, RECORDS)],
+    _, answers = _answers(ctx, client, [_produce(client, 7, RECORDS), _produce(client, 9, RECORDS),
+                                        client.api_versions(), _produce(client, 7, RECORDS)],
                           one_read=True)
-    assert ctx.disks.ways == ["generic", "generic"]
+    assert ctx.disks.ways == ["fast", "fast", "generic"]  # the generic path reads the rest
     assert [(a.correlation_id, a.api_key) for a in answers] == \
-        [(0, Produce.API_KEY), (1, ApiVersions.API_KEY), (2, Produce.API_KEY)]
+        [(0, Produce.API_KEY), (1, Produce.API_KEY), (2, ApiVersions.API_KEY), (3, Produce.API_KEY)]
+    offsets = [a.body.responses[0].partition_responses[0].base_offset
+               for a in answers if a.api_key == Produce.API_KEY]
+    assert offsets == [0, 1, 2]
+
+
+def test_a_request_cut_across_reads_goes_the_generic_way():
+    ctx = _fast_ctx()
+    # reads: [whole, whole, first half of the third], [second half of the third]
+    client = Client()
+    frames = [_produce(client, 7, RECORDS) for _ in range(3)]
+    cut = len(frames[2]) // 2
+    writes, answers = _answers(ctx, client, [frames[0] + frames[1] + frames[2][:cut],
+                                             frames[2][cut:]])
+    assert ctx.disks.ways == ["fast", "fast", "generic"]
+    assert [a.correlation_id for a in answers] == [0, 1, 2]
+    assert [a.body.responses[0].partition_responses[0].base_offset for a in answers] == [0, 1, 2]
 
 
 def test_fast_and_generic_requests_are_answered_in_request_order():
