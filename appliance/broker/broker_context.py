@@ -38,6 +38,8 @@ class BrokerContext:
         self.advertised = (host, port)
         self.cluster_id = f"appliance-{self.broker_id}"
         self.metrics: Any = None  # a metrics Recorder when metrics are on (metrics.listener set)
+        # the produce fast path (handlers/produce_fast.py), set by the network worker
+        self.fast_produce: Any = None
         # set by the network worker: max.connections(.per.ip) (ConnectionLimits), its Acceptor,
         # and queued.max.request.bytes (RequestMemory, None when -1: no bound)
         self.limits: Any = None

@@ -87,6 +87,31 @@ class DiskClient:
         if not overflow and self.channels[disk].requests.put(msg_type, header, payload):
             self._schedule_ring(disk)
             return
+        self._overflow_put(disk, msg_type, header, payload)
+
+    def submit_now(self, disk: int, msg_type: int, slot: int, payload: bytes | memoryview,
+                   acks: int, timeout_ms: int, on_done: Callable[[Any, Completion], None],
+                   token: Any) -> None:
+        """:meth:`submit_nowait` of a message that gets a completion, untimed, whose doorbell
+        rings now unless a batch is open (the produce fast path: a read of one request has
+        nothing to coalesce, and pipelined ones are read in a batch; no call_soon pass of the
+        loop)."""
+        request_id = next(self._ids)
+        header = _REQ.pack(request_id, slot, acks, 0, timeout_ms, 0)
+        self._pending[request_id] = (on_done, token, disk)
+        if not self._overflow[disk] and self.channels[disk].requests.put(msg_type, header, payload):
+            if self._batching:
+                self._to_ring.add(disk)
+            else:
+                ring_doorbell(self.plumbing.disk_bells[disk])
+            return
+        self._overflow_put(disk, msg_type, header, payload)
+
+    def _overflow_put(self, disk: int, msg_type: int, header: bytes,
+                      payload: bytes | memoryview) -> None:
+        """The request ring is full (or others wait): queue behind them, retried by timer and
+        completions."""
+        overflow = self._overflow[disk]
         overflow.append((msg_type, header, bytes(payload)))
         if len(overflow) == 1:
             ring_doorbell(self.plumbing.disk_bells[disk])  # the disk is behind: make sure it runs

@@ -32,6 +32,7 @@ from appliance.protocol.errors import (
 from appliance.protocol.frames import (
     REQUEST_HEADER,
     RESPONSE_HEADER,
+    SIZE,
     FrameBuffer,
     api_versions_fallback_response,
     encode_request_frame,
@@ -177,6 +178,20 @@ class ServerConnection(_Connection):
         super().__init__(max_request_size)
         # cluster mode: the inter-broker APIs (LeaderAndIsr ...), decoded but never advertised
         self.extra_apis = extra_apis
+
+    def frame_at(self, data: bytes | memoryview, pos: int) -> memoryview | None:
+        """The payload of the whole frame of an allowed size that starts at ``pos`` in
+        ``data``, when nothing is buffered (then the caller may read it itself instead of
+        feeding it, and feed only what follows it: the stream state is unchanged either way);
+        None otherwise (feed ``data[pos:]`` with :meth:`receive_data`)."""
+        n = len(data)
+        if n - pos < 8 or self.state is not ConnectionState.OPEN or self._frames.pending():
+            return None
+        (size,) = SIZE.unpack_from(data, pos)
+        end = pos + 4 + size
+        if end > n or not self._frames.allows(size):
+            return None
+        return memoryview(data)[pos + 4:end]
 
     def next_event(self) -> Any:
         """The next Request / RejectedRequest event, NEED_DATA, or PEER_CLOSED.

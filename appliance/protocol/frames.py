@@ -200,6 +200,15 @@ class FrameBuffer:
         else:
             self._buf += data
 
+    def pending(self) -> bool:
+        """True when bytes are buffered or the stream has ended (the next frame is not
+        simply the next bytes received)."""
+        return self.eof or len(self._buf) > self._pos
+
+    def allows(self, size: int) -> bool:
+        """Whether a frame of ``size`` payload bytes is within the limits."""
+        return 0 < size <= self._max
+
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned in a frame."""

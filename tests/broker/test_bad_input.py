@@ -253,6 +253,20 @@ def test_corrupt_crc_rejected_nothing_written(bad_broker):
         assert _produce(c, KEPT, 1, build_batch([(None, b"good")])) == (0, end)
 
 
+@pytest.mark.parametrize("version", range(3, 10))
+def test_corrupt_crc_rejected_at_every_produce_version(bad_broker, version):
+    """One request per read: the produce fast path (v3-9) hands the batch to the disk worker,
+    which checks the CRC as for every produce; the error answer is in the request's version."""
+    with _raw(bad_broker) as c:
+        end = _log_end(c, KEPT, 1)
+        batch = bytearray(build_batch([(b"k", b"value")]))
+        batch[-1] ^= 0x55
+        r = c.request(0, version, produce_body(KEPT, 1, bytes(batch), acks=1))
+        pr = r.responses[0].partition_responses[0]
+        assert (pr.error_code, pr.base_offset) == (ErrorCode.CORRUPT_MESSAGE, -1)
+        assert _log_end(c, KEPT, 1) == end
+
+
 def _recrc(batch: bytearray) -> bytes:
     """Give a hand-damaged batch a valid CRC32C again (over attributes..end, per the v2 layout)."""
     import crc32c

@@ -13,7 +13,13 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, Ne
 
 from appliance.client.connection import BrokerConnection
 from appliance.errors import ErrorCode
-from appliance.records.batch import decode_batch, iter_batches, read_header
+from appliance.records.batch import (
+    build_batch,
+    decode_batch,
+    decode_records,
+    iter_batches,
+    read_header,
+)
 from tests.broker.clients import (
     check_numbered,
     consume_confluent,
@@ -22,6 +28,7 @@ from tests.broker.clients import (
     create_topic,
     produce_numbered,
 )
+from tests.broker.wire import RawConnection, produce_body
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -447,3 +454,79 @@ def test_index_entry_does_not_read_around_the_sparse_index(module_broker):
         pages, size = int(out[0]), int(out[1])
         assert size >= 1 << 20, f"{name} is {size} bytes: not the preallocated index this test is about"
         assert pages <= 4, f"{name}: {pages} pages in the page cache for one entry (read-around)"
+
+
+# -- the produce fast path ---------------------------------------------------------------------
+
+def _answers_of(c: RawConnection, frames: list[bytes], cut: bool = False) -> list:
+    """Send ``frames`` with one write (``cut``: one frame, in two writes 50 ms apart, so the
+    broker reads half a request first) and return their decoded answers in order."""
+    import appliance.protocol as proto
+    if cut:
+        (frame,) = frames
+        c.send_raw(frame[:len(frame) // 2])
+        time.sleep(0.05)
+        c.send_raw(frame[len(frame) // 2:])
+    else:
+        c.send_raw(b"".join(frames))
+    out: list = []
+    while len(out) < len(frames):
+        event = c.conn.next_event()
+        if isinstance(event, proto.Response):
+            out.append(event.body)
+        elif event is proto.NEED_DATA:
+            c.conn.receive_data(c.sock.recv(1 << 20))
+        else:
+            raise ConnectionResetError(f"broker closed the connection ({event})")
+    return out
+
+
+def test_fast_and_generic_produce_answer_alike(module_broker):
+    """A request alone in its read and requests pipelined in one read take the fast path, a
+    request cut across two reads the generic path: for every version 3-9 the same answers, and
+    the records land in request order."""
+    create_topic(module_broker.bootstrap, "fastpath-alike", partitions=1)
+    sent: list[bytes] = []
+    answers: list = []
+    with RawConnection(module_broker.port) as c:
+        for version in range(3, 10):
+            values = [b"v%d-%d" % (version, i) for i in range(4)]
+            sent += values
+            frames = [c.conn.send_request(0, version, produce_body(
+                "fastpath-alike", 0, build_batch([(None, v)]), acks=-1 if i % 2 else 1))[1]
+                for i, v in enumerate(values)]
+            answers += [(version, a) for a in _answers_of(c, frames[:1])]
+            answers += [(version, a) for a in _answers_of(c, frames[1:3])]
+            answers += [(version, a) for a in _answers_of(c, frames[3:], cut=True)]
+    for offset, (version, a) in enumerate(answers):
+        (topic,) = a.responses
+        (p,) = topic.partition_responses
+        assert (topic.name, p.index, p.error_code, p.base_offset) == ("fastpath-alike", 0, 0, offset)
+        assert p.log_append_time_ms == -1
+        assert p.log_start_offset == (0 if version >= 5 else -1)
+    got = [r.value for r in decode_records(fetch_raw(module_broker.bootstrap, "fastpath-alike", 0))]
+    assert got == sent
+
+
+def test_fast_path_keeps_idempotence(module_broker):
+    """A retried idempotent batch (same producer id, epoch, sequence) sent alone is answered
+    with its first offset and not written again; a sequence gap is refused."""
+    create_topic(module_broker.bootstrap, "fastpath-idem", partitions=1)
+    with RawConnection(module_broker.port) as c:
+        pid = c.request(22, 1, {"transactional_id": None, "transaction_timeout_ms": 60000})
+        assert pid.error_code == 0
+
+        def produce(seq: int, value: bytes):
+            batch = build_batch([(None, value)], producer_id=pid.producer_id,
+                                producer_epoch=pid.producer_epoch, base_sequence=seq)
+            r = c.request(0, 7, produce_body("fastpath-idem", 0, batch, acks=-1))
+            p = r.responses[0].partition_responses[0]
+            return p.error_code, p.base_offset
+
+        assert produce(0, b"a") == (0, 0)
+        assert produce(1, b"b") == (0, 1)
+        assert produce(1, b"b") == (0, 1)  # the retry: acknowledged at its first offset
+        assert produce(3, b"d")[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert produce(2, b"c") == (0, 2)
+    got = [r.value for r in decode_records(fetch_raw(module_broker.bootstrap, "fastpath-idem", 0))]
+    assert got == [b"a", b"b", b"c"]

@@ -301,7 +301,9 @@ class Partitions:
             raise KafkaStorageError(f"log dir {self.path} is offline")
 
     def produce(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
-        self._check_online()
+        # _check_online and publish inline: this runs once per produce request
+        if self.failed:
+            raise KafkaStorageError(f"log dir {self.path} is offline")
         plog = self.logs.get(slot)
         if plog is None:
             raise NotHere()
@@ -319,9 +321,12 @@ class Partitions:
         if info.duplicate:
             # a retry of a batch already in the log: acknowledge its original offsets
             log.debug("duplicate batch for slot %d at offset %d", slot, info.first_offset)
-        plog.high_watermark = plog.log_end_offset  # one broker: the leader is the ISR
-        self.publish(slot, plog)
-        return info.first_offset, info.log_append_time, plog.log_start_offset, b""
+        leo = plog.log_end_offset
+        plog.high_watermark = leo  # one broker: the leader is the ISR
+        lso = plog.log_start_offset
+        self.table.publish(slot, leo, plog.high_watermark, lso)
+        self.grew |= WAKE_ALL
+        return info.first_offset, info.log_append_time, lso, b""
 
     def create(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
         self._check_online()

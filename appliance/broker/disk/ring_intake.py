@@ -35,6 +35,9 @@ class RingIntake:
         # network workers owed a bell for held answers released by a handler (acks=all): rung
         # with the round's bells, once per worker, not once per answer
         self.rung_later: set[int] = set()
+        # the network workers' completion rings (the cluster worker's serves no long polls)
+        self._net_completions = [(n, self.channels[n].completions)
+                                 for n in range(plumbing.num_net)]
         self._last_data_bell = 0.0
 
     def drain(self) -> tuple[int, set[int], bool]:
@@ -126,7 +129,7 @@ class RingIntake:
     def data_wanted(self, moved: int) -> list[int]:
         """The network workers that asked to be woken by the DataWanted bits in ``moved`` (the
         cluster worker, ring client num_net, serves no long polls)."""
-        return [n for n in range(self.plumbing.num_net) if self.channels[n].completions.data_wanted & moved]
+        return [n for n, ring in self._net_completions if ring.data_wanted & moved]
 
     def close(self) -> None:
         for ch in self.channels:

@@ -12,7 +12,6 @@ marker) and exit. SIGQUIT: exit at once (the next start recovers).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import select
@@ -46,6 +45,8 @@ log = logging.getLogger("appliance.disk")
 
 IDLE_WAIT_S = 0.1  # the longest the loop sleeps: bounds heartbeat and maintenance latency
 PUBLISH_INTERVAL_S = 0.25  # metrics: bytes-in counts reach the shared counters this often
+# the heartbeat stamp at most this often (the supervisor judges silence in tens of seconds)
+HEARTBEAT_INTERVAL_S = 0.05
 
 
 class DiskWorker:
@@ -60,6 +61,7 @@ class DiskWorker:
         self._next_publish = 0.0  # metrics: when the pending bytes-in counts go to shm next
         self.slot = plumbing.disk_slot(index)
         self.requests_left = False  # the last round left requests in a ring (ROUND_LIMIT)
+        self._next_beat = 0.0  # time.monotonic() of the next heartbeat stamp
 
     # -- start ----------------------------------------------------------------------------
     def run(self) -> int:
@@ -208,15 +210,21 @@ class DiskWorker:
                     wait_ms = min(IDLE_WAIT_S * 1000, max(next_ms - int(time.time() * 1000), 0))
                     if self.rings.data_bell_pending:
                         wait_ms = min(wait_ms, DATA_BELL_INTERVAL_S * 1000)
-                    events: list = []
-                    with contextlib.suppress(InterruptedError):
+                    # try/except, not contextlib.suppress: three Python calls less per pass
+                    # (this loop passes once per request under one-at-a-time produce)
+                    try:
                         events = poller.poll(wait_ms / 1000)
+                    except InterruptedError:
+                        events = []
                     for fd, _ in events:
                         if fd == wake_fd:
                             self.ipc.drain_wakeups()
-                self.rings.ring_bells()
+                if self.rings.data_bell_pending:  # coalesced data bells now due
+                    self.rings.ring_bells()
                 now = time.monotonic()
-                self.table.heartbeat(self.slot)
+                if now >= self._next_beat:  # a stamp per pass was a call and a clock read more
+                    self.table.heartbeat(self.slot)
+                    self._next_beat = now + HEARTBEAT_INTERVAL_S
                 if self.replication is not None:
                     self.replication.poll()
                 self.maintenance.run_if_due(now)

@@ -15,7 +15,7 @@ from appliance.protocol.messages import Produce
 from appliance.records.convert import legacy_to_v2
 from appliance.shm.layout import MsgType, Role, SlotState
 
-__all__ = ["start", "PendingProduce"]
+__all__ = ["start", "PendingProduce", "fail_answer"]
 
 _MAGIC_POS = 16  # byte of the magic in both v2 batches and legacy messages (after offset+size+crc)
 # generated data classes, not dicts: the encoder's fast path, and a misspelled field fails here
@@ -113,6 +113,18 @@ class PendingProduce:
         except Exception as e:  # an encoding bug: the connection closes, the worker lives
             answer.set_exception(e)
         self.ctx.wakeups.answer_ready(self.conn)
+
+
+def fail_answer(ctx: Any, request: Any, topic: str, index: int, comp: Any) -> Any:
+    """The encoded answer to a one-partition request whose append failed with ``comp``'s error,
+    counted in the metrics as :meth:`PendingProduce.partition_done` counts it (the fast path's
+    failures, ``produce_fast.py``). ``request``: its api_key, api_version, correlation_id."""
+    out = _Partition(index=index, base_offset=-1)
+    _fill(out, comp)
+    if ctx.metrics is not None:
+        _failed(ctx.metrics, (out,))
+    return encode(request, _Response(throttle_time_ms=0, responses=[
+        _Topic(name=topic, partition_responses=[out])]))
 
 
 def _failed(m: Any, outs: Any) -> None:
