@@ -583,7 +583,12 @@ def test_auto_leader_rebalance(cluster):
                             "leader.imbalance.check.interval.seconds": "2"})
     start_brokers(brokers.values())
     _wait(lambda: (md := _cluster_md(boot)) and len(md.brokers) == 3, 60, "three registered brokers")
-    _create(boot, topic, [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 2, 1]])
+    try:
+        _create(boot, topic, [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 2, 1]])
+    except TimeoutError:  # the broker waited its whole 60 s for leaders: say what the brokers did
+        raise AssertionError("CreateTopics not answered in 60 s after the restart:\n" + "\n".join(
+            f"--- broker {i}:\n" + b.log_path.read_bytes()[logs[i]:].decode(errors="replace")[-4000:]
+            for i, b in brokers.items())) from None
     print(f"SIGKILL of the cluster to a created topic with leaders: {time.monotonic() - t0:.1f} s")
     # each broker ended its previous life's session itself: none waited for ZooKeeper to
     # expire it (the old registrations and /controller would have held the cluster up to the
