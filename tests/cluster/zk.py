@@ -27,7 +27,7 @@ from pathlib import Path
 
 from tests.broker_process import free_port
 
-__all__ = ["ZooKeeperServer", "ZOOKEEPER_CLASSPATH", "TICK_MS", "expire_session"]
+__all__ = ["ZooKeeperServer", "ZOOKEEPER_CLASSPATH", "STRANDED_CONNECTION", "TICK_MS", "expire_session"]
 
 # The Debian jar's manifest names its dependency jars. slf4j-simple (libslf4j-java, a dependency
 # of the zookeeper package) makes the server log its warnings to stderr, i.e. zookeeper.log.
