@@ -14,6 +14,7 @@ their 2nd and 3rd round, a client waiting out its 60 s handshake on a stranded c
 from __future__ import annotations
 
 import argparse
+import logging
 import tempfile
 import time
 from pathlib import Path
@@ -27,6 +28,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=25)
     ap.add_argument("--clients", type=int, default=3)
     args = ap.parse_args()
+    logging.basicConfig(level=logging.ERROR)  # kazoo's reconnect warnings, one per attempt
     zk = ZooKeeperServer(Path(tempfile.mkdtemp(prefix="stress-zk-"))).start()
     clients = [open_session(ZkSettings(zk.connect + "/stress", 60000)) for _ in range(args.clients)]
     failed = 0
