@@ -83,7 +83,7 @@ def _previous(log_dir: str, broker_id: int) -> tuple[int, bytes] | None:
 def close_previous_session(log_dir: str, broker_id: int, hosts: str, session_timeout_ms: int,
                            connection_timeout_s: float) -> bool:
     """End the session of this broker's previous life, if the file names one of a process that
-    has exited. True when a session was closed (or had already expired).
+    has exited. True when that session was still open and this call closed it.
 
     ``hosts`` is zookeeper.connect without its chroot. Failures are logged and leave the session
     to expire by itself (the caller then waits for it as before).
@@ -99,6 +99,7 @@ def close_previous_session(log_dir: str, broker_id: int, hosts: str, session_tim
     try:
         # reattaching to a session that has expired meanwhile gets a new one, which stop() closes
         client.start(connection_timeout_s)
+        took_over = client.client_id is not None and client.client_id[0] == session_id
         client.stop()
     except Exception as e:
         log.warning("could not close the previous ZooKeeper session 0x%x of broker %d: %s",
@@ -106,5 +107,8 @@ def close_previous_session(log_dir: str, broker_id: int, hosts: str, session_tim
         return False
     finally:
         client.close()
-    log.info("closed ZooKeeper session 0x%x of this broker's previous run", session_id)
-    return True
+    if took_over:
+        log.info("closed ZooKeeper session 0x%x of this broker's previous run", session_id)
+    else:
+        log.info("ZooKeeper session 0x%x of this broker's previous run had ended already", session_id)
+    return took_over

@@ -590,9 +590,9 @@ def test_auto_leader_rebalance(cluster):
             f"--- broker {i}:\n" + b.log_path.read_bytes()[logs[i]:].decode(errors="replace")[-4000:]
             for i, b in brokers.items())) from None
     print(f"SIGKILL of the cluster to a created topic with leaders: {time.monotonic() - t0:.1f} s")
-    # each broker ended its previous life's session itself: none waited for ZooKeeper to
-    # expire it (the old registrations and /controller would have held the cluster up to the
-    # session timeout)
+    # the brokers ended their previous lives' sessions themselves (or found them over): none
+    # waited for ZooKeeper to expire one (the old registrations and /controller would have held
+    # the cluster up to the session timeout)
     for i, b in brokers.items():
         since = b.log_path.read_bytes()[logs[i]:]
         assert b"of this broker's previous run" in since and b"still held" not in since, since[-3000:]

@@ -58,8 +58,8 @@ def test_the_session_of_a_dead_previous_life_is_closed_a_live_one_kept(zk_connec
         assert close_previous_session(str(tmp_path), 7, hosts, SESSION_MS, 10)
         wait_for(lambda: watcher.exists("/holder") is None, 5, "the ephemeral to go with its session")
         assert time.monotonic() - t0 < SESSION_MS / 1000 / 3
-        # again (the session is over): harmless
-        assert close_previous_session(str(tmp_path), 7, hosts, SESSION_MS, 10)
+        # again (the session is over): nothing to close, nothing else touched
+        assert not close_previous_session(str(tmp_path), 7, hosts, SESSION_MS, 10)
     finally:
         if proc.poll() is None:
             proc.kill()
