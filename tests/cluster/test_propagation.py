@@ -200,6 +200,9 @@ def test_new_leader_stamps_its_epoch_before_any_append(cluster):
                     and e, 30, "the new epoch in the new leader's checkpoint")
     new_epoch, start = entries[-1]
     assert start == end  # the epoch starts at the log end offset, though nothing was appended
+    # a follower learns the high watermark from its next fetch: the new leader's may still be
+    # below the old leader's until the other ISR member has fetched from it (Kafka's too)
+    _wait(lambda: _high_watermark(boot) >= end, 30, "the new leader's high watermark to reach the old one's")
     assert _high_watermark(boot) == end
 
     assert _offsets_for_leader_epoch(brokers[new], new_epoch) == (0, new_epoch, end)
