@@ -242,7 +242,10 @@ def test_delete_records_reaches_every_replica_and_outlives_the_leader(cluster):
     old = _partition(boot).leader
     brokers[old].kill()
     _wait(lambda: (p := _partition(boot)) and p.leader not in (-1, old), 60, "a new leader")
-    lo, hi2 = _consumer_watermarks(boot)  # ListOffsets -2 / -1, answered by the new leader
+    # ListOffsets -2 / -1, answered by the new leader, whose high watermark may lag the old
+    # one's until the other follower has fetched from it (see the test above)
+    _wait(lambda: _consumer_watermarks(boot)[1] >= hi, 30, "the new leader's high watermark to reach the old one's")
+    lo, hi2 = _consumer_watermarks(boot)
     assert (lo, hi2) == (target, hi)
 
     brokers[old] = _broker(Path(brokers[old].workdir), cluster["connect"], old, port=brokers[old].port).start()
