@@ -51,12 +51,12 @@ def cluster_metadata(boot: str):
             time.sleep(0.5)
 
 
-def brokers_known(boot: str) -> int:
-    """How many brokers Metadata lists now; 0 while no broker answers."""
+def brokers_known(boot: str, timeout: float = 10.0) -> int:
+    """How many brokers Metadata lists now; 0 while no broker answers within ``timeout``."""
     from confluent_kafka.admin import AdminClient
 
     try:
-        return len(AdminClient({"bootstrap.servers": boot}).list_topics(timeout=10).brokers)
+        return len(AdminClient({"bootstrap.servers": boot}).list_topics(timeout=timeout).brokers)
     except Exception:  # a broker still joining closes the connection: ask again
         return 0
 
@@ -83,7 +83,9 @@ def wait_joined(brokers: Iterable, count: int, timeout: float = 60.0) -> None:
     has told it who is live. A test that restarts brokers ends with this, so the next test of
     the module meets a whole cluster."""
     for b in brokers:
-        wait_for(lambda b=b: brokers_known(b.bootstrap) == count, timeout,
+        # a short Metadata timeout: a joining broker closes the connection, and librdkafka would
+        # retry it for the whole timeout before the next look
+        wait_for(lambda b=b: brokers_known(b.bootstrap, 1.0) == count, timeout,
                  f"broker at {b.bootstrap} to know {count} brokers", step=0.2)
 
 
