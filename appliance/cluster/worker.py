@@ -48,11 +48,13 @@ from appliance.cluster.isr_manager import IsrManager
 from appliance.cluster.leadership import partition_states
 from appliance.cluster.local_replicas import LocalReplicas
 from appliance.cluster.member import ClusterMember
+from appliance.cluster.previous_session import close_previous_session, save_session
 from appliance.cluster.reassignment_api import answer_alter_reassignments, answer_list_reassignments
 from appliance.cluster.registry import BrokerIdInUse
 from appliance.cluster.replication_throttle import ThrottleSettings, publish_leader_throttles
 from appliance.cluster.topic_ids import TopicIds
 from appliance.cluster.wire_channel import WireChannel
+from appliance.cluster.zk_paths import split_chroot
 from appliance.cluster.zk_session import ZooKeeperUnreachable, open_session
 from appliance.cluster.zk_store import ZkStore
 from appliance.config import BrokerConfig
@@ -143,7 +145,12 @@ class ClusterWorker:
         table.set_worker_state(self.slot, WorkerState.READY)
         log.info("broker %d joined the cluster", self.broker_id)
         code = EXIT_OK
+        saved = None
         while not self.stop.is_set():
+            # kept current: after an expiry kazoo holds a new session, the one to close next time
+            if (session := self.member.client.client_id) is not None and session != saved:
+                save_session(self.log_dirs[0], self.broker_id, *session)
+                saved = session
             if self.member.fatal.is_set():
                 log.error("leaving: %s", self.member.fatal_error)
                 code = EXIT_BOOT_ERROR
@@ -167,12 +174,19 @@ class ClusterWorker:
         return code
 
     async def _join(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start the membership. If broker.id is held by a session registered with our own
-        listener, it is this broker's previous life (a SIGKILL, a crashed cluster worker): wait
-        for ZooKeeper to expire it rather than refuse to start. Another broker's: raise."""
+        """Start the membership. The session of this broker's previous life (a SIGKILL, a
+        crashed cluster worker), recorded in its log dir, is closed first, so its registration
+        and its /controller are gone at once (:mod:`previous_session`). If broker.id is still
+        held by a session registered with our own listener (no record: a first start after an
+        upgrade, or the close failed), wait for ZooKeeper to expire it rather than refuse to
+        start. Another broker's: raise."""
+        settings = self.member.settings
+        await loop.run_in_executor(None, close_previous_session, self.log_dirs[0], self.broker_id,
+                                   split_chroot(settings.connect)[0], settings.session_timeout_ms,
+                                   settings.connection_timeout_ms / 1000)
         # the previous life may have run with a longer session than ours (up to ZooKeeper's
         # maxSessionTimeout, 40 s by default): wait out the longer of the two, twice
-        longest_s = max(self.member.settings.session_timeout_ms / 1000, _PREVIOUS_SESSION_MAX_S)
+        longest_s = max(settings.session_timeout_ms / 1000, _PREVIOUS_SESSION_MAX_S)
         deadline = loop.time() + 2 * longest_s + 10
         while True:
             try:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from appliance.cluster.controller import Controller
@@ -16,7 +18,8 @@ from appliance.cluster.zk_paths import BrokerInfo, LeaderIsr
 from appliance.cluster.zk_session import ZkSettings, open_session
 from appliance.protocol.messages.cluster import INTER_BROKER_APIS
 
-__all__ = ["RecordingChannel", "FakeBroker", "wait_for", "force_isr", "cluster_metadata", "brokers_known"]
+__all__ = ["RecordingChannel", "FakeBroker", "wait_for", "force_isr", "cluster_metadata", "brokers_known",
+           "start_brokers", "kill_brokers", "wait_joined"]
 
 
 def wait_for(pred, timeout: float = 30.0, what: str = "the condition", step: float = 0.05):
@@ -48,14 +51,42 @@ def cluster_metadata(boot: str):
             time.sleep(0.5)
 
 
-def brokers_known(boot: str) -> int:
-    """How many brokers Metadata lists now; 0 while no broker answers."""
+def brokers_known(boot: str, timeout: float = 10.0) -> int:
+    """How many brokers Metadata lists now; 0 while no broker answers within ``timeout``."""
     from confluent_kafka.admin import AdminClient
 
     try:
-        return len(AdminClient({"bootstrap.servers": boot}).list_topics(timeout=10).brokers)
+        return len(AdminClient({"bootstrap.servers": boot}).list_topics(timeout=timeout).brokers)
     except Exception:  # a broker still joining closes the connection: ask again
         return 0
+
+
+def start_brokers(brokers: Iterable, timeout: float = 60.0) -> None:
+    """Start real brokers (tests.broker_process.BrokerProcess) side by side: each start waits for
+    its listener, and a cluster's brokers boot in parallel on a machine with more cores."""
+    brokers = list(brokers)
+    with ThreadPoolExecutor(len(brokers)) as pool:
+        list(pool.map(lambda b: b.start(timeout), brokers))
+
+
+def kill_brokers(brokers: Iterable) -> None:
+    """SIGKILL real brokers side by side: a module's teardown checks nothing, and the controlled
+    shutdown of the last broker standing, with nowhere to move its leadership, only retries."""
+    brokers = list(brokers)
+    with ThreadPoolExecutor(len(brokers)) as pool:
+        list(pool.map(lambda b: b.kill(), brokers))
+
+
+def wait_joined(brokers: Iterable, count: int, timeout: float = 60.0) -> None:
+    """Wait until every one of ``brokers`` answers Metadata itself listing ``count`` brokers: it
+    has joined the cluster (a joining broker closes the connection instead) and the controller
+    has told it who is live. A test that restarts brokers ends with this, so the next test of
+    the module meets a whole cluster."""
+    for b in brokers:
+        # a short Metadata timeout: a joining broker closes the connection, and librdkafka would
+        # retry it for the whole timeout before the next look
+        wait_for(lambda b=b: brokers_known(b.bootstrap, 1.0) == count, timeout,
+                 f"broker at {b.bootstrap} to know {count} brokers", step=0.2)
 
 
 def force_isr(store, tp, isr) -> None:

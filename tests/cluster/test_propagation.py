@@ -32,7 +32,6 @@ import subprocess
 import sys
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -52,7 +51,7 @@ from appliance.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT, read_leader_
 from appliance.storage.log_dir import read_topic_properties
 from tests.broker_process import BrokerProcess
 from tests.cluster.harness import brokers_known as _brokers_known
-from tests.cluster.harness import wait_for
+from tests.cluster.harness import kill_brokers, start_brokers, wait_for, wait_joined
 
 _wait = functools.partial(wait_for, step=0.2)  # Metadata polls: 5 a second is plenty
 
@@ -130,8 +129,7 @@ def cluster(zk_server, tmp_path_factory):
     root = tmp_path_factory.mktemp("edges")
     brokers = {i: _broker(root / f"b{i}", connect, i) for i in range(3)}
     try:
-        with ThreadPoolExecutor(3) as pool:  # the three start side by side
-            list(pool.map(BrokerProcess.start, brokers.values()))
+        start_brokers(brokers.values())
         boot = ",".join(b.bootstrap for b in brokers.values())
         _wait(lambda: _brokers_known(boot) == 3, 60, "three registered brokers")
         admin = AdminClient({"bootstrap.servers": boot})
@@ -139,10 +137,7 @@ def cluster(zk_server, tmp_path_factory):
         _wait(lambda: (p := _partition(boot)) and p.leader >= 0 and len(p.isrs) == 3, 60, "a full ISR")
         yield {"connect": connect, "brokers": brokers, "boot": boot}
     finally:
-        # SIGKILL: nothing is checked at the end, and the controlled shutdown of the last
-        # broker standing, with nowhere to move its leadership, only retries for 5 s
-        with ThreadPoolExecutor(3) as pool:
-            list(pool.map(BrokerProcess.kill, brokers.values()))
+        kill_brokers(brokers.values())
 
 
 def test_follower_below_leader_log_start_truncates_fully(cluster):
@@ -174,6 +169,7 @@ def test_follower_below_leader_log_start_truncates_fully(cluster):
     # consumers see the leader's low watermark; the follower never serves what it cut
     lo, hi = _consumer_watermarks(boot)
     assert (lo, hi) == (75, 100)
+    wait_joined(brokers.values(), 3)  # the next test meets the whole cluster
 
 
 def _consumer_watermarks(boot: str) -> tuple[int, int]:
@@ -204,6 +200,9 @@ def test_new_leader_stamps_its_epoch_before_any_append(cluster):
                     and e, 30, "the new epoch in the new leader's checkpoint")
     new_epoch, start = entries[-1]
     assert start == end  # the epoch starts at the log end offset, though nothing was appended
+    # a follower learns the high watermark from its next fetch: the new leader's may still be
+    # below the old leader's until the other ISR member has fetched from it (Kafka's too)
+    _wait(lambda: _high_watermark(boot) >= end, 30, "the new leader's high watermark to reach the old one's")
     assert _high_watermark(boot) == end
 
     assert _offsets_for_leader_epoch(brokers[new], new_epoch) == (0, new_epoch, end)
@@ -211,6 +210,9 @@ def test_new_leader_stamps_its_epoch_before_any_append(cluster):
 
     brokers[old] = _broker(Path(brokers[old].workdir), cluster["connect"], old, port=brokers[old].port).start()
     _wait(lambda: (p := _partition(boot)) and old in p.isrs, 120, "the old leader back in the ISR")
+    # the ISR can name the old leader before it has joined (a restart faster than the ISR
+    # shrink): the next test meets the whole cluster only once every broker has joined
+    wait_joined(brokers.values(), 3)
 
 
 def _high_watermark(boot: str) -> int:
@@ -240,24 +242,24 @@ def test_delete_records_reaches_every_replica_and_outlives_the_leader(cluster):
     old = _partition(boot).leader
     brokers[old].kill()
     _wait(lambda: (p := _partition(boot)) and p.leader not in (-1, old), 60, "a new leader")
-    lo, hi2 = _consumer_watermarks(boot)  # ListOffsets -2 / -1, answered by the new leader
+    # ListOffsets -2 / -1, answered by the new leader, whose high watermark may lag the old
+    # one's until the other follower has fetched from it (see the test above)
+    _wait(lambda: _consumer_watermarks(boot)[1] >= hi, 30, "the new leader's high watermark to reach the old one's")
+    lo, hi2 = _consumer_watermarks(boot)
     assert (lo, hi2) == (target, hi)
 
     brokers[old] = _broker(Path(brokers[old].workdir), cluster["connect"], old, port=brokers[old].port).start()
     _wait(lambda: (p := _partition(boot)) and old in p.isrs, 120, "the old leader back in the ISR")
+    # the ISR can name the old leader before it has joined (a restart faster than the ISR
+    # shrink): the next test meets the whole cluster only once every broker has joined
+    wait_joined(brokers.values(), 3)
 
 
 # -- configs through /config/changes --------------------------------------------------------------
 
 def _configs_tool(broker: BrokerProcess, *args: str) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        r = subprocess.run([sys.executable, "-m", "appliance.cli.main", "configs", "--bootstrap-server",
-                            broker.bootstrap, "--alter", *args], capture_output=True, text=True, timeout=60)
-        # a broker restarted by an earlier test may still be joining: the tool says so; ask again
-        if "has not joined the cluster yet" not in r.stderr or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
+    r = subprocess.run([sys.executable, "-m", "appliance.cli.main", "configs", "--bootstrap-server",
+                        broker.bootstrap, "--alter", *args], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -343,6 +345,7 @@ def test_config_changes_reach_every_broker_and_a_restarted_one(cluster):
 
     brokers[via] = _broker(Path(brokers[via].workdir), cluster["connect"], via, port=brokers[via].port).start()
     _wait(lambda: (p := _partition(boot)) and via in p.isrs, 120, "the restarted broker back in the ISR")
+    wait_joined(brokers.values(), 3)  # the tool below may ask it
     assert _topic_overrides(brokers[via]) == {"min.insync.replicas": "2", "retention.ms": "86400001"}
     assert _broker_defaults(brokers[via]) == {"log.retention.ms": "604800001"}
 

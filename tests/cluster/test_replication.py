@@ -20,21 +20,21 @@ import subprocess
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from appliance.cluster.previous_session import SESSION_FILE
 from tests.broker_process import BrokerProcess
 from tests.cluster.harness import cluster_metadata as _metadata
-from tests.cluster.harness import wait_for
+from tests.cluster.harness import kill_brokers, start_brokers, wait_for, wait_joined
 
 _wait = functools.partial(wait_for, step=0.2)  # Metadata polls: 5 a second is plenty
 
 SESSION_MS = 6000
-LONG_SESSION_MS = 15000  # test_broker_restarted_at_once_after_sigkill_waits_for_its_old_session
+LONG_SESSION_MS = 15000  # test_broker_restarted_at_once_after_sigkill_closes_its_old_session
 TOPIC = "events"
 PARTITIONS = 6
 OFFSETS_PARTITIONS = 3
@@ -61,16 +61,12 @@ def cluster(zk_server, tmp_path_factory):
     root = tmp_path_factory.mktemp("cluster")
     brokers = {i: _broker(root / f"b{i}", connect, i) for i in range(3)}
     try:
-        with ThreadPoolExecutor(3) as pool:  # the three start side by side
-            list(pool.map(BrokerProcess.start, brokers.values()))
+        start_brokers(brokers.values())
         boot = ",".join(b.bootstrap for b in brokers.values())
         _wait(lambda: len(_metadata(boot).brokers) == 3, 60, "three registered brokers")
         yield {"connect": connect, "root": root, "brokers": brokers, "boot": boot}
     finally:
-        # SIGKILL: nothing is checked at the end, and the controlled shutdown of the last
-        # broker standing, with nowhere to move its leadership, only retries for 5 s
-        with ThreadPoolExecutor(3) as pool:
-            list(pool.map(BrokerProcess.kill, brokers.values()))
+        kill_brokers(brokers.values())
 
 
 def test_duplicate_broker_id_refused_with_exit_3(cluster, tmp_path):
@@ -198,6 +194,7 @@ def test_leader_killed_no_acknowledged_record_lost(cluster):
         t = _metadata(boot).topics.get(TOPIC)
         return t is not None and all(victim in p.isrs for p in t.partitions.values())
     _wait(all_in_isr, 90, f"broker {victim} back in every ISR")
+    wait_joined(brokers.values(), 3)  # the ISR can name it before it has joined
 
     # replicas byte-identical (nothing is produced now, so the high watermark is the log end)
     def identical(p: int) -> bool:
@@ -438,6 +435,7 @@ def test_group_offsets_survive_the_coordinators_broker_killed(cluster):
     brokers[victim] = _broker(b.workdir, cluster["connect"], victim, port=b.port).start()
     _wait(lambda: (t := _metadata(boot).topics.get(OFFSETS)) is not None
           and all(victim in p.isrs for p in t.partitions.values()), 120, f"broker {victim} in the offsets ISRs")
+    wait_joined(brokers.values(), 3)  # the ISR can name it before it has joined
     leaders = _offsets_leaders(boot)
     from appliance.coordinator.routing import offsets_partition_for
     refused = 0
@@ -548,11 +546,14 @@ def test_controlled_shutdown_moves_leadership_without_loss(cluster):
     brokers[victim] = _broker(b.workdir, cluster["connect"], victim, port=b.port).start()
     _wait(lambda: (t := _metadata(boot).topics.get(TOPIC)) is not None
           and all(victim in p.isrs for p in t.partitions.values()), 90, f"broker {victim} back in every ISR")
+    wait_joined(brokers.values(), 3)
 
 
-def test_broker_restarted_at_once_after_sigkill_waits_for_its_old_session(cluster):
-    """Restarted before ZooKeeper expired its previous session, a broker (same listener) waits
-    for the expiry instead of refusing its own id, then rejoins every ISR."""
+def test_broker_restarted_at_once_after_sigkill_closes_its_old_session(cluster):
+    """Restarted before ZooKeeper expired its previous session, a broker closes that session
+    itself (recorded in its log dir) and rejoins at once; without the record (a first start
+    after an upgrade) it waits for the expiry instead of refusing its own id. Both times it
+    rejoins every ISR."""
     boot, brokers = cluster["boot"], cluster["brokers"]
     victim = next(i for i in brokers if i != _metadata(boot).controller_id)
 
@@ -560,29 +561,47 @@ def test_broker_restarted_at_once_after_sigkill_waits_for_its_old_session(cluste
         t = _metadata(boot).topics.get(TOPIC)
         return t is not None and all(victim in p.isrs for p in t.partitions.values())
 
+    def log_since(offset: int) -> str:
+        return brokers[victim].log_path.read_bytes()[offset:].decode(errors="replace")
+
+    def joined_since(offset: int) -> bool:
+        return f"broker {victim} joined the cluster" in log_since(offset)
+
     # first give the victim a long session (15 s: a start-up takes 2-3 s on an idle machine, ~6 s
     # at load 10), so that a start-up slowed down by a loaded machine still comes back before
-    # ZooKeeper expires the session of the broker it replaces; the test then waits out that
-    # session, so longer only costs time
-    def joins() -> int:
-        return brokers[victim].log_path.read_text(errors="replace").count(
-            f"broker {victim} joined the cluster")
-
+    # ZooKeeper would expire the session of the broker it replaces
     b = brokers[victim]
-    b.stop(60)  # a clean stop closes its session: this restart need not wait for an expiry
-    b.kill()
-    before = joins()
+    b.kill()  # the restart closes its session, or finds it expired
+    mark = b.log_path.stat().st_size
     brokers[victim] = _broker(b.workdir, cluster["connect"], victim, port=b.port, session_ms=LONG_SESSION_MS).start()
-    # registered with the long session (the ISR alone may still list the killed broker)
-    _wait(lambda: joins() > before, 120, f"broker {victim} registered again")
+    _wait(lambda: joined_since(mark), 120, f"broker {victim} registered again")
     _wait(in_every_isr, 120, f"broker {victim} back in every ISR")
+
+    # SIGKILLed and restarted at once: the new broker closes the killed one's live session and
+    # registers without waiting for ZooKeeper
     b = brokers[victim]
     b.kill()
+    mark = b.log_path.stat().st_size
+    killed = time.monotonic()
+    brokers[victim] = _broker(b.workdir, cluster["connect"], victim, port=b.port, session_ms=LONG_SESSION_MS).start()
+    _wait(lambda: joined_since(mark), 120, f"broker {victim} registered again")
+    print(f"SIGKILL to registered again, the old session closed: {time.monotonic() - killed:.1f} s")
+    assert "closed ZooKeeper session" in log_since(mark)
+    assert "still held" not in log_since(mark)
+    _wait(in_every_isr, 120, f"broker {victim} back in every ISR")
+
+    # without the record, a start-up slowed down by a loaded machine still comes back before
+    # ZooKeeper expires the long session of the broker it replaces: it waits for the expiry
+    b = brokers[victim]
+    b.kill()
+    (Path(b.log_dirs[0]) / SESSION_FILE).unlink()  # no record of the session to close
+    mark = b.log_path.stat().st_size
     brokers[victim] = _broker(b.workdir, cluster["connect"], victim, port=b.port).start()
-    _wait(lambda: "still held by this broker's previous session" in brokers[victim].log(), 30,
+    _wait(lambda: "still held by this broker's previous session" in log_since(mark), 30,
           "the restarted broker to wait for its old session")
     _wait(in_every_isr, 120, f"broker {victim} back in every ISR")
     assert brokers[victim].proc.poll() is None
+    wait_joined(brokers.values(), 3)
 
 
 def test_controller_then_a_second_broker_killed(cluster):

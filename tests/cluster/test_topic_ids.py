@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from appliance.cluster import zk_paths as zp
 from appliance.cluster.zk_session import ZkSettings, open_session
 from appliance.storage.partition_metadata import parse_topic_id
 from tests.broker_process import BrokerProcess
-from tests.cluster.harness import cluster_metadata, wait_for
+from tests.cluster.harness import cluster_metadata, kill_brokers, start_brokers, wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -45,8 +44,7 @@ def cluster(zk_server, tmp_path_factory):
                 "zookeeper.connect": connect, "broker.id": str(i), "num.network.threads": "1",
                 "zookeeper.session.timeout.ms": "6000", "offsets.topic.num.partitions": "2",
                 "group.initial.rebalance.delay.ms": "0"})  # the consumer's join: no 3 s wait
-        with ThreadPoolExecutor(2) as pool:
-            list(pool.map(lambda b: b.start(), brokers.values()))
+        start_brokers(brokers.values())
         boot = ",".join(b.bootstrap for b in brokers.values())
         wait_for(lambda: len(cluster_metadata(boot).brokers) == 2, 60, "two registered brokers")
         client = open_session(ZkSettings(connect, 30000, 30000))
@@ -55,10 +53,7 @@ def cluster(zk_server, tmp_path_factory):
         if client is not None:
             client.stop()
             client.close()
-        # SIGKILL: nothing is checked at the end, and the controlled shutdown of the last
-        # broker standing, with nowhere to move its leadership, only retries for 5 s
-        with ThreadPoolExecutor(2) as pool:
-            list(pool.map(BrokerProcess.kill, brokers.values()))
+        kill_brokers(brokers.values())
 
 
 def _znode(zk, topic: str) -> dict:

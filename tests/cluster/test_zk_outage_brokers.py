@@ -5,12 +5,12 @@ carry on (a topic created afterwards gets its leaders)."""
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker_process import BrokerProcess
+from tests.cluster.harness import kill_brokers, start_brokers
 
 SESSION_MS = 60000  # the server's maximum: the sessions outlive the outage and a slow JVM start
 OUTAGE_S = 20
@@ -45,8 +45,7 @@ def test_leaders_serve_through_a_zookeeper_outage(private_zk, tmp_path):
             brokers.append(BrokerProcess(tmp_path / f"b{i}", overrides={
                 "zookeeper.connect": connect, "broker.id": str(i), "num.network.threads": "1",
                 "zookeeper.session.timeout.ms": str(SESSION_MS)}))
-        with ThreadPoolExecutor(3) as pool:  # the three start side by side
-            list(pool.map(BrokerProcess.start, brokers))
+        start_brokers(brokers)
         boot = ",".join(b.bootstrap for b in brokers)
         admin = AdminClient({"bootstrap.servers": boot})
         _wait(lambda: len(admin.list_topics(timeout=10).brokers) == 3, 60, "three brokers")
@@ -83,7 +82,4 @@ def test_leaders_serve_through_a_zookeeper_outage(private_zk, tmp_path):
         _wait(lambda: _ready(admin, "after", 3), 120, "leaders of a topic created after the outage")
         assert all(b.proc.poll() is None for b in brokers)
     finally:
-        # SIGKILL: nothing is checked at the end, and the controlled shutdown of the last
-        # broker standing, with nowhere to move its leadership, only retries for 5 s
-        with ThreadPoolExecutor(3) as pool:
-            list(pool.map(BrokerProcess.kill, brokers))
+        kill_brokers(brokers)

@@ -1,9 +1,19 @@
 """A real ZooKeeper server for tests: Debian's `zookeeper` package run standalone on 127.0.0.1.
 
 `ZooKeeperServer` writes its own zoo.cfg (free port, temp dataDir, admin server off), starts
-`ZooKeeperServerMain` in its own session, waits until it answers `ruok`, and stops it with
+`ZooKeeperServerMain` in its own session, waits until it serves sessions, and stops it with
 SIGTERM then SIGKILL. `stop()` / `start()` keep the port and the data, so a test can take
 ZooKeeper away and bring the same ensemble back.
+
+ZooKeeper 3.8.0 (Debian's) can strand a client connection made while it starts
+(ZOOKEEPER-5051): the client port listens before the server has its database, a connection
+read in that window is refused with "ZooKeeperServer not running", and the refusal's
+cleanup throws a NullPointerException (`ZooKeeperServer.removeCnxn`: `zkDb` is null) before it
+closes the socket. The socket stays open and unread for good; the kazoo client waits its whole
+handshake timeout (the session timeout divided by the number of hosts) and by then its session
+has expired. Clients reconnecting after a restart hit the window whenever the JVM starts slowly
+(a loaded machine), so `start()` reads the server's log for that exception and, when it is
+there, kills the server (which closes the stranded socket) and starts it again.
 """
 
 from __future__ import annotations
@@ -17,12 +27,17 @@ from pathlib import Path
 
 from tests.broker_process import free_port
 
-__all__ = ["ZooKeeperServer", "ZOOKEEPER_CLASSPATH", "TICK_MS", "expire_session"]
+__all__ = ["ZooKeeperServer", "ZOOKEEPER_CLASSPATH", "STRANDED_CONNECTION", "TICK_MS", "expire_session"]
 
-# The Debian jar's manifest names its dependency jars. (Debian ships no slf4j binding for it,
-# so the server logs nothing; failures show as its exit status and stderr in zookeeper.log.)
-ZOOKEEPER_CLASSPATH = "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar"
+# The Debian jar's manifest names its dependency jars. slf4j-simple (libslf4j-java, a dependency
+# of the zookeeper package) makes the server log its warnings to stderr, i.e. zookeeper.log.
+ZOOKEEPER_CLASSPATH = "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+# What ZOOKEEPER-5051 leaves in the log when it strands a connection (see the module docstring).
+STRANDED_CONNECTION = b'because "this.zkDb" is null'
+# Restarts after a stranded connection; each hit needs a client reading in a window of a few
+# hundred milliseconds, so more than one in a row is rare.
+MAX_STARTS = 5
 # A short tick lets tests use session timeouts down to 2 ticks (1 s) and see expiry quickly.
 TICK_MS = 500
 
@@ -56,16 +71,41 @@ class ZooKeeperServer:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 60.0) -> ZooKeeperServer:
+        """Start the server and wait until it serves sessions; started again (see the module
+        docstring) while its start-up stranded a client connection."""
+        for _ in range(MAX_STARTS):
+            log_start = self._log_size()
+            self._launch()
+            self.wait_ready(timeout)
+            if not self._stranded_since(log_start):
+                return self
+            self.kill()
+        raise RuntimeError(f"zookeeper stranded a connection at each of {MAX_STARTS} starts:\n{self.log()}")
+
+    def _launch(self) -> None:
         log = open(self.log_path, "ab")
         try:
             self.proc = subprocess.Popen(
                 ["java", "-Xmx256m", "-Dzookeeper.log.dir=" + str(self.workdir),
+                 "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
                  "-cp", ZOOKEEPER_CLASSPATH, MAIN_CLASS, str(self.cfg)],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         finally:
             log.close()
-        self.wait_ready(timeout)
-        return self
+
+    def _log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def _stranded_since(self, offset: int) -> bool:
+        """True when the log written since ``offset`` shows a connection stranded by
+        ZOOKEEPER-5051. Once the server serves sessions its database exists, so no later
+        connection can hit it."""
+        with open(self.log_path, "rb") as f:
+            f.seek(offset)
+            return STRANDED_CONNECTION in f.read()
 
     def answers(self) -> bool:
         """True when the server serves sessions: `srvr` reports its mode only then (`ruok`
