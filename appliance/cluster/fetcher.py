@@ -193,10 +193,12 @@ class ReplicaFetcher:
         for tp, (slot, _disk) in parts.items():
             if tp in self.truncating or tp in held:
                 continue
-            leo = table.offsets(slot)[0]
+            leo, _, start = table.offsets(slot)
             limit = capped if tp in throttled and tp in self.lagging else self.max_bytes
+            # our log start: the leader holds a DeleteRecords until the ISR's has reached it
             by_topic.setdefault(tp.topic, []).append(
-                {"partition": tp.partition, "fetch_offset": leo, "partition_max_bytes": limit})
+                {"partition": tp.partition, "fetch_offset": leo, "log_start_offset": start,
+                 "partition_max_bytes": limit})
         if not by_topic and held:
             await asyncio.sleep(_THROTTLED_IDLE_S)  # all held back: nothing to ask for yet
             return

@@ -27,8 +27,8 @@ __all__ = [
 ]
 
 # 3: partition slots carry the topic id; 4: RING_HEADER.waiting; 5: REPLICA_APPEND_HEADER carries
-# the leader's log start offset
-LAYOUT_VERSION = 5
+# the leader's log start offset; 6: FOLLOWER_FETCH_BODY carries the follower's log start offset
+LAYOUT_VERSION = 6
 TABLE_MAGIC = 0x41504C54  # "APLT"
 RING_MAGIC = 0x41504C52  # "APLR"
 MAX_WORKERS = 64  # disk + network workers per broker; far above what a box has disks/cores for
@@ -435,4 +435,6 @@ FOLLOWER_FETCH_BODY = Layout("follower_fetch_body", (
     ("fetch_offset", "q"),
     ("replica_id", "i"),
     ("pad", "4x"),
+    # the follower's own (Fetch v5+), -1 = not sent: a held DeleteRecords waits for the ISR's
+    ("log_start_offset", "q"),
 ))

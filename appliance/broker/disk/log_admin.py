@@ -8,6 +8,7 @@ Thread-safety: none; the disk worker's one thread calls every handler.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from appliance.broker import dynamic_config
 from appliance.broker.disk.partitions import Partitions
@@ -88,9 +89,17 @@ class LogAdmin:
         return errors
 
     def delete_records(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
-        """Move the log start offset of ``slot`` up to the requested offset; answer the new
-        low watermark. Segments wholly below it go at once (retention's mechanism), and the
-        checkpoint is written before the answer, so a restart never brings the records back."""
+        """Standalone mode: move the log start offset of ``slot`` up to the requested offset;
+        answer the new low watermark (this broker holds the only replica). Cluster mode holds
+        the answer until the ISR has followed (``Replication.delete_records``)."""
+        plog, _ = self.move_log_start(slot, body)
+        return -1, -1, plog.log_start_offset, b""
+
+    def move_log_start(self, slot: int, body: memoryview) -> tuple[Any, int]:
+        """Move the log start offset of ``slot`` up to the offset a DELETE_RECORDS body asks
+        for. Segments wholly below it go at once (retention's mechanism), and the checkpoint is
+        written before the answer, so a restart never brings the records back. Returns the log
+        and the offset asked for (-1 resolved to the high watermark)."""
         plog = self.parts.logs.get(slot)
         if plog is None:
             raise NotHere()
@@ -109,4 +118,4 @@ class LogAdmin:
             self.parts.publish(slot, plog)
             log.info("%s-%d: log start offset %d -> %d (DeleteRecords), %d segments deleted",
                      plog.topic, plog.partition, before, plog.log_start_offset, deleted)
-        return -1, -1, plog.log_start_offset, b""
+        return plog, offset

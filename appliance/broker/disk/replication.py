@@ -7,7 +7,13 @@ minimum log end offset over the ISR (``maybe_increment_hw``), moved by appends a
 followers' fetch positions (FOLLOWER_FETCH, sent by the network worker that serves the fetch);
 an acks=all produce waits here (its completion held) until the high watermark passes its last
 offset, its timeout passes (REQUEST_TIMED_OUT), or the ISR shrinks below the minimum
-(NOT_ENOUGH_REPLICAS_AFTER_APPEND).
+(NOT_ENOUGH_REPLICAS_AFTER_APPEND). DeleteRecords (Kafka's DelayedDeleteRecords) moves the
+leader's log start offset at once, then its answer is held until the low watermark (the minimum
+log start offset over the leader and the followers in the ISR, as each last sent it in its
+Fetch) reaches the requested offset, or its timeout passes (REQUEST_TIMED_OUT): once answered,
+any replica that can be elected leader has deleted too. Kafka counts every assigned replica on
+a live broker; the disk worker knows the ISR, not liveness, and a follower out of the ISR takes
+the leader's log start with the fetches that bring it back in.
 
 Follower: REPLICA_APPEND appends the leader's batches with their offsets, takes the high
 watermark min(leader's, own LEO) and the log start offset min(leader's, own HW); TRUNCATE cuts the log; TRUNCATE_FULLY empties it and starts
@@ -90,7 +96,7 @@ class _NotEnoughReplicas(KafkaError):
 
 class Replication:
     def __init__(self, partitions: Partitions, area: LeadershipArea, requests: Requests,
-                 complete: Any, broker_id: int) -> None:
+                 complete: Any, broker_id: int, move_log_start: Any) -> None:
         self.parts = partitions
         self.area = area
         self.requests = requests  # for the acks and timeout of the message being handled
@@ -100,6 +106,11 @@ class Replication:
         # slot -> [(needed HW, deadline, n, request_id, base_offset, log_append_time)]
         self.waiting: dict[int, list[tuple]] = {}
         self.epochs: dict[int, LeaderEpochCache] = {}  # slot -> its leader-epoch-checkpoint
+        # DeleteRecords: LogAdmin.move_log_start(slot, body) -> (log, requested offset)
+        self.move_log_start = move_log_start
+        self.log_starts: dict[int, dict[int, int]] = {}  # slot -> follower id -> its log start offset
+        # slot -> [(requested offset, deadline, n, request_id)]: held DeleteRecords
+        self.deleting: dict[int, list[tuple]] = {}
         self._next_poll = 0.0
 
     def epoch_cache(self, slot: int, plog: Any) -> LeaderEpochCache:
@@ -176,15 +187,22 @@ class Replication:
         if lead.role != Role.LEADER or lead.leader_epoch != epoch:
             raise NotHere()  # superseded by a newer LeaderAndIsr meanwhile
         self._stamp_leadership(slot, plog, epoch)
+        # the followers' log starts are learnt afresh (Kafka resets its replicas' state): one
+        # from an earlier leadership may predate a replica's log being emptied
+        self.log_starts.pop(slot, None)
         return plog.log_end_offset, -1, plog.log_start_offset, b""
 
     def follower_fetch(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
         plog = self._log(slot)
-        offset, replica, = _FF.unpack_from(body, 0)[:2]
+        offset, replica, start = _FF.unpack_from(body, 0)
         lead = self.area.read(slot)
         if lead.role != Role.LEADER:
             raise NotHere()
         self.positions.setdefault(slot, {})[replica] = offset
+        if start >= 0:
+            self.log_starts.setdefault(slot, {})[replica] = start
+            if slot in self.deleting:
+                self._release_deletes(slot, plog, lead.isr)
         if replica in lead.replicas:  # for the cluster worker's ISR decisions
             caught_up = offset >= plog.log_end_offset
             self.area.set_position(slot, lead.replicas.index(replica), offset,
@@ -231,15 +249,78 @@ class Replication:
             base, lat = -1, -1
         self.complete(n, _COMP.pack(request_id, base, lat, plog.log_start_offset if plog else -1, slot, int(error)))
 
+    # -- DeleteRecords ----------------------------------------------------------------------
+    def delete_records(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple | None:
+        """Move the leader's log start offset, answer once the low watermark has reached the
+        requested offset (held until then, or its timeout)."""
+        lead = self.area.read(slot)
+        if lead.role != Role.LEADER:
+            raise NotHere()
+        plog, wanted = self.move_log_start(slot, body)
+        low = self.low_watermark(slot, plog, lead.isr)
+        if low >= wanted or n is None:  # n None: a local caller, nobody to answer later
+            return -1, -1, low, b""
+        self.deleting.setdefault(slot, []).append(
+            (wanted, time.monotonic() + max(self.requests.timeout_ms, 0) / 1000, n, request_id))
+        return None
+
+    def low_watermark(self, slot: int, plog: Any, isr: tuple[int, ...]) -> int:
+        """Kafka's lowWatermarkIfLeader over the ISR: the least log start offset of the leader
+        and its in-sync followers; -1 while one has not told it since this leadership began."""
+        low = plog.log_start_offset
+        starts = self.log_starts.get(slot, {})
+        for r in isr:
+            if r != self.broker_id:
+                low = min(low, starts.get(r, -1))
+        return low
+
+    def _release_deletes(self, slot: int, plog: Any, isr: tuple[int, ...]) -> None:
+        low = self.low_watermark(slot, plog, isr)
+        keep = []
+        for w in self.deleting[slot]:
+            if low >= w[0]:
+                self.complete(w[2], _COMP.pack(w[3], -1, -1, low, slot, int(ErrorCode.NONE)))
+            else:
+                keep.append(w)
+        if keep:
+            self.deleting[slot] = keep
+        else:
+            del self.deleting[slot]
+
+    def _expire_deletes(self, now: float) -> None:
+        """Held DeleteRecords whose ISR shrank to ones that have followed (answered), past
+        their timeout (REQUEST_TIMED_OUT), or whose leadership went (NOT_LEADER_OR_FOLLOWER)."""
+        for slot in list(self.deleting):
+            plog = self.parts.logs.get(slot)
+            lead = self.area.read(slot)
+            if plog is not None and lead.role == Role.LEADER:
+                self._release_deletes(slot, plog, lead.isr)
+            keep = []
+            for w in self.deleting.get(slot, []):
+                if plog is None or lead.role != Role.LEADER:
+                    error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                elif now > w[1]:
+                    error = ErrorCode.REQUEST_TIMED_OUT
+                else:
+                    keep.append(w)
+                    continue
+                self.complete(w[2], _COMP.pack(w[3], -1, -1, -1, slot, int(error)))
+            if keep:
+                self.deleting[slot] = keep
+            else:
+                self.deleting.pop(slot, None)
+
     def poll(self) -> None:
-        """Held produces past their timeout, or whose ISR fell below the minimum (at most every
-        POLL_INTERVAL_S)."""
-        if not self.waiting:
+        """Held produces past their timeout, or whose ISR fell below the minimum; held
+        DeleteRecords likewise (at most every POLL_INTERVAL_S)."""
+        if not self.waiting and not self.deleting:
             return
         now = time.monotonic()
         if now < self._next_poll:
             return
         self._next_poll = now + POLL_INTERVAL_S
+        if self.deleting:
+            self._expire_deletes(now)
         for slot, held in list(self.waiting.items()):
             plog = self.parts.logs.get(slot)
             lead = self.area.read(slot)

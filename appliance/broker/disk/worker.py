@@ -133,7 +133,8 @@ class DiskWorker:
         from appliance.shm.leadership_area import LeadershipArea
 
         area = LeadershipArea.attach(leaders_name(self.plumbing.base))
-        r = Replication(self.partitions, area, self.requests, self.rings.complete_held, int(self.config["broker.id"]))
+        r = Replication(self.partitions, area, self.requests, self.rings.complete_held,
+                        int(self.config["broker.id"]), self.admin.move_log_start)
         self.replication = r
         self.coordinator.attach_cluster(area, r)  # groups follow the offsets partitions' leadership
         self.requests.handlers.update({
@@ -144,6 +145,7 @@ class DiskWorker:
             MsgType.EPOCH_END: r.epoch_end,
             MsgType.BECOME_LEADER: r.become_leader,
             MsgType.TRUNCATE_FULLY: r.truncate_fully,
+            MsgType.DELETE_RECORDS: r.delete_records,  # held until the ISR has followed
         })
 
     # -- loop -----------------------------------------------------------------------------

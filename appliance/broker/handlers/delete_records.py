@@ -2,7 +2,10 @@
 offset, so the records below it can no longer be read and their whole segments are deleted.
 
 The owning disk worker does the move (:mod:`appliance.broker.disk.log_admin`); an offset past
-the high watermark gets OFFSET_OUT_OF_RANGE there, -1 means the high watermark.
+the high watermark gets OFFSET_OUT_OF_RANGE there, -1 means the high watermark. In cluster mode
+the disk worker holds the answer until every in-sync follower's log start offset has reached
+the offset, or ``timeout_ms`` passes: REQUEST_TIMED_OUT
+(:mod:`appliance.broker.disk.replication`). This coroutine only awaits the completion.
 """
 
 from __future__ import annotations

@@ -134,8 +134,8 @@ def _read_all(ctx: Any, body: Any, names: list[str | None], replica_id: int,
 
 
 def _record_follower(ctx: Any, body: Any, names: list[str | None], replica_id: int) -> None:
-    """Cluster mode: tell each partition's disk worker where this follower is (its LEO), so the
-    high watermark can move; acks=0: no completion comes back (it woke this worker for nothing)."""
+    """Cluster mode: tell each partition's disk worker where this follower is (its LEO, so the
+    high watermark can move, and its log start offset, so a held DeleteRecords can); acks=0: no completion comes back (it woke this worker for nothing)."""
     for t, name in zip(body.topics, names, strict=True):
         if name is None:
             continue
@@ -143,7 +143,7 @@ def _record_follower(ctx: Any, body: Any, names: list[str | None], replica_id: i
             info = ctx.index.lookup(name, p.partition)
             if info is not None:
                 ctx.disks.submit_nowait(info.disk, MsgType.FOLLOWER_FETCH, info.slot,
-                                        _FF.pack(p.fetch_offset, replica_id), 0, 0, None)
+                                        _FF.pack(p.fetch_offset, replica_id, p.log_start_offset), 0, 0, None)
 
 
 def _moved(ctx: Any, watch: list, replica: bool) -> bool:
