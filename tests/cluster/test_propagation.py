@@ -9,9 +9,10 @@
 2. The leader is stopped (controlled shutdown moves leadership): before anything is appended
    in the new epoch, the new leader's leader-epoch-checkpoint already holds (new epoch, its log
    end offset) and OffsetsForLeaderEpoch answers for the new epoch and the one before it.
-3. DeleteRecords on the leader with every replica in sync: each follower takes the leader's log
-   start offset from its next fetch (checkpointed on all three brokers), so after the leader is
-   SIGKILLed the new leader's earliest offset (ListOffsets -2) is not below it.
+3. DeleteRecords waits for the ISR (Kafka's DelayedDeleteRecords): with an in-sync follower
+   SIGSTOPped, a short timeout_ms gets REQUEST_TIMED_OUT; once it runs again the deletion is
+   answered only when every in-sync replica has checkpointed the new log start offset, so after
+   the leader is SIGKILLed the new leader's earliest offset (ListOffsets -2) is the deleted one.
 4. Topic and dynamic broker configs altered through a broker that neither leads nor controls
    (`appliance configs --alter`, IncrementalAlterConfigs) reach the other brokers through
    /config/changes within ~1 s: min.insync.replicas=3 makes the leader refuse acks=all with
@@ -226,17 +227,67 @@ def _checkpointed_log_start(b: BrokerProcess) -> int | None:
         return None
 
 
-def test_delete_records_reaches_every_replica_and_outlives_the_leader(cluster):
+def _log_start_now(b: BrokerProcess) -> int:
+    """The checkpointed log start offset as it is now (0: never moved; read again only while
+    the file is being replaced)."""
+    path = str(Path(b.log_dirs[0]) / LOG_START_OFFSET_CHECKPOINT)
+    for _ in range(100):
+        try:
+            return read_checkpoint(path).get((TOPIC, 0), 0)
+        except Exception:
+            time.sleep(0.01)
+    raise AssertionError(f"{path} unreadable")
+
+
+def _delete_records(b: BrokerProcess, offset: int, timeout_ms: int) -> tuple[int, int]:
+    """(error, low watermark) of DeleteRecords of partition 0 up to ``offset``, sent to ``b``."""
+    host, port = b.bootstrap.split(":")
+    with BrokerConnection(host, int(port), timeout=timeout_ms / 1000 + 30) as conn:
+        resp = conn.request(21, {"topics": [{"name": TOPIC, "partitions": [
+            {"partition_index": 0, "offset": offset}]}], "timeout_ms": timeout_ms}, version=1)
+    p = resp.topics[0].partitions[0]
+    return p.error_code, p.low_watermark
+
+
+def test_delete_records_waits_for_the_isr_and_outlives_the_leader(cluster):
     boot, brokers = cluster["boot"], cluster["brokers"]
     _wait(lambda: (p := _partition(boot)) and len(p.isrs) == 3, 120, "a full ISR")
     _produce(boot, 3000, 30)
     lo, hi = _consumer_watermarks(boot)
-    target = hi - 5  # inside the last batch: every replica holds it, none may serve below it
-    assert target > lo
+    first, target = hi - 15, hi - 5  # inside the last two batches: every replica holds them
+    assert first > lo
+    leader, controller = _partition(boot).leader, _controller(boot)
+    victim = next(i for i in brokers if i not in (leader, controller))  # the controller keeps talking
+
+    # an in-sync follower that does not fetch (SIGSTOPped, in the ISR for another ~2 s of
+    # replica.lag.time.max.ms): the leader moves its own log start, the answer waits for the
+    # follower's and times out
+    group = brokers[victim].proc.pid  # its process group (BrokerProcess starts one)
+    os.killpg(group, signal.SIGSTOP)
+    try:
+        began = time.monotonic()
+        error, _ = _delete_records(brokers[leader], first, 300)
+        took = time.monotonic() - began
+        assert _log_start_now(brokers[victim]) < first  # it really had not followed
+    finally:
+        os.killpg(group, signal.SIGCONT)
+    assert error == KafkaError.REQUEST_TIMED_OUT, error
+    assert took >= 0.3, took
+    assert _log_start_now(brokers[leader]) == first  # the leader's move stays (Kafka's too)
+
+    # running again: the answer comes once every in-sync replica has the new log start
     admin = AdminClient({"bootstrap.servers": boot})
-    done = admin.delete_records([TopicPartition(TOPIC, 0, target)])
-    assert next(iter(done.values())).result(30).low_watermark == target
-    for i, b in brokers.items():
+    done = admin.delete_records([TopicPartition(TOPIC, 0, target)], operation_timeout=30)
+    assert next(iter(done.values())).result(40).low_watermark == target
+    client = open_session(ZkSettings(cluster["connect"], 30000, 30000))
+    try:
+        isr = ZkStore(client).partition_state(zk_paths.TopicPartition(TOPIC, 0)).isr
+    finally:
+        client.stop()
+        client.close()
+    assert leader in isr, isr
+    assert {i: _log_start_now(brokers[i]) for i in isr} == {i: target for i in isr}
+    for i, b in brokers.items():  # the victim too, had it left the ISR meanwhile
         _wait(lambda b=b: _checkpointed_log_start(b) == target, 30, f"broker {i}'s log start {target}")
 
     old = _partition(boot).leader
