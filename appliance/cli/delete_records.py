@@ -75,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
     for (topic, partition), offset in wanted.items():
         by_topic.setdefault(topic, []).append({"partition_index": partition, "offset": offset})
     conn = connect(args)
+    # a cluster's leader holds the answer up to timeout_ms (until the ISR has followed): wait
+    # past it, so its REQUEST_TIMED_OUT is what gets printed, not a socket timeout
+    conn.set_timeout(args.timeout + 5)
     try:
         print("Executing records delete operation")
         resp = conn.request(_API_KEY, {

@@ -110,6 +110,11 @@ class BrokerConnection:
         except OSError as e:
             raise ConnectionFailed(f"connection to {self.address} failed: {e.strerror or e}") from e
 
+    def set_timeout(self, seconds: float) -> None:
+        """How long :meth:`request` waits for an answer from now on."""
+        self.timeout = seconds
+        self.sock.settimeout(seconds)
+
     def close(self) -> None:
         try:
             self.sock.close()
