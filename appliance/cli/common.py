@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import time
 
 from appliance.cli.main import CliError
 from appliance.client.connection import BrokerConnection, ConnectionFailed, parse_bootstrap
 from appliance.errors import ErrorCode
 
-__all__ = ["add_bootstrap", "connect", "parse_properties_args", "check", "metadata"]
+__all__ = ["Brokers", "add_bootstrap", "connect", "parse_properties_args", "check", "metadata"]
 
 
 def add_bootstrap(p: argparse.ArgumentParser) -> None:
@@ -53,3 +54,48 @@ def check(code: int, what: str, message: str | None = None) -> None:
 def metadata(conn: BrokerConnection, topics: list[str] | None, auto_create: bool = False):
     return conn.request(3, {"topics": None if topics is None else [{"name": t} for t in topics],
                             "allow_auto_topic_creation": auto_create})
+
+
+class Brokers:
+    """Where a tool's requests go: in a cluster, partition requests (ListOffsets,
+    DeleteRecords) to each partition's leader and group requests to the group's coordinator
+    (the leader of its ``__consumer_offsets`` partition); with one broker, everything to the
+    bootstrap connection."""
+
+    def __init__(self, conn: BrokerConnection, timeout: float) -> None:
+        self.conn, self.timeout = conn, timeout
+        self.addresses = {b.node_id: (b.host, b.port) for b in metadata(conn, []).brokers}
+        self.opened: dict[int, BrokerConnection] = {}
+
+    def to(self, node: int) -> BrokerConnection:
+        if len(self.addresses) <= 1 or node not in self.addresses:
+            return self.conn
+        if node not in self.opened:
+            self.opened[node] = BrokerConnection(*self.addresses[node], timeout=self.timeout)
+        return self.opened[node]
+
+    def leaders(self, topics: list[str]) -> dict[tuple[str, int], int]:
+        """{(topic, partition): leader id} from the bootstrap broker's Metadata; empty with one
+        broker (everything goes to the bootstrap connection)."""
+        out: dict[tuple[str, int], int] = {}
+        if len(self.addresses) > 1:
+            for t in metadata(self.conn, topics).topics:
+                for p in t.partitions:
+                    out[(t.name, p.partition_index)] = p.leader_id
+        return out
+
+    def coordinator(self, group: str) -> BrokerConnection:
+        if len(self.addresses) <= 1:
+            return self.conn
+        deadline = time.monotonic() + self.timeout
+        while True:  # while the offsets topic is being created or its leader elected
+            r = self.conn.request(10, {"key": group, "key_type": 0})
+            if r.error_code != ErrorCode.COORDINATOR_NOT_AVAILABLE or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        check(r.error_code, f"finding the coordinator of group {group}")
+        return self.to(r.node_id)
+
+    def close(self) -> None:
+        for c in self.opened.values():
+            c.close()

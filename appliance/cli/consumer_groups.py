@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import time
 
-from appliance.cli.common import add_bootstrap, check, connect, metadata
+from appliance.cli.common import Brokers, add_bootstrap, check, connect, metadata
 from appliance.cli.main import CliError
 from appliance.client.connection import BrokerConnection
 from appliance.errors import ErrorCode
@@ -51,46 +50,8 @@ def _committed(conn, group: str) -> dict[tuple[str, int], int]:
     return out
 
 
-class _Brokers:
-    """Where a group command's requests go: in a cluster, group requests to the group's
-    coordinator (the leader of its ``__consumer_offsets`` partition) and ListOffsets to each
-    partition's leader; with one broker, everything to the bootstrap connection."""
-
-    def __init__(self, conn: BrokerConnection, timeout: float) -> None:
-        self.conn, self.timeout = conn, timeout
-        self.addresses = {b.node_id: (b.host, b.port) for b in metadata(conn, []).brokers}
-        self.opened: dict[int, BrokerConnection] = {}
-
-    def to(self, node: int) -> BrokerConnection:
-        if len(self.addresses) <= 1 or node not in self.addresses:
-            return self.conn
-        if node not in self.opened:
-            self.opened[node] = BrokerConnection(*self.addresses[node], timeout=self.timeout)
-        return self.opened[node]
-
-    def coordinator(self, group: str) -> BrokerConnection:
-        if len(self.addresses) <= 1:
-            return self.conn
-        deadline = time.monotonic() + self.timeout
-        while True:  # while the offsets topic is being created or its leader elected
-            r = self.conn.request(10, {"key": group, "key_type": 0})
-            if r.error_code != ErrorCode.COORDINATOR_NOT_AVAILABLE or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        check(r.error_code, f"finding the coordinator of group {group}")
-        return self.to(r.node_id)
-
-    def close(self) -> None:
-        for c in self.opened.values():
-            c.close()
-
-
-def _list_offsets(brokers: _Brokers, parts: list[tuple[str, int]], ts: int) -> dict[tuple[str, int], int]:
-    leaders: dict[tuple[str, int], int] = {}
-    if len(brokers.addresses) > 1:
-        for t in metadata(brokers.conn, sorted({t for t, _ in parts})).topics:
-            for p in t.partitions:
-                leaders[(t.name, p.partition_index)] = p.leader_id
+def _list_offsets(brokers: Brokers, parts: list[tuple[str, int]], ts: int) -> dict[tuple[str, int], int]:
+    leaders = brokers.leaders(sorted({t for t, _ in parts}))
     by_node: dict[int, dict[str, list[int]]] = {}
     for t, p in parts:
         by_node.setdefault(leaders.get((t, p), -1), {}).setdefault(t, []).append(p)
@@ -140,7 +101,7 @@ def _parse_datetime(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     with connect(args) as boot:
         if args.list:  # in a cluster each broker lists the groups it coordinates
-            brokers = _Brokers(boot, args.timeout)
+            brokers = Brokers(boot, args.timeout)
             try:
                 names = set()
                 for node in sorted(brokers.addresses) or [-1]:
@@ -153,14 +114,14 @@ def run(args: argparse.Namespace) -> int:
                 print(name)
             return 0
         group = _need_group(args)
-        brokers = _Brokers(boot, args.timeout)
+        brokers = Brokers(boot, args.timeout)
         try:
             return _run_group(args, brokers, brokers.coordinator(group), group)
         finally:
             brokers.close()
 
 
-def _run_group(args: argparse.Namespace, brokers: _Brokers, conn: BrokerConnection, group: str) -> int:
+def _run_group(args: argparse.Namespace, brokers: Brokers, conn: BrokerConnection, group: str) -> int:
     """--delete, --describe, --reset-offsets of one group; ``conn`` is its coordinator."""
     if args.delete:
         r = conn.request(42, {"groups_names": [group]}).results[0]

@@ -13,7 +13,7 @@ import argparse
 import json
 from typing import Any
 
-from appliance.cli.common import add_bootstrap, connect
+from appliance.cli.common import Brokers, add_bootstrap, connect
 from appliance.cli.main import CliError
 from appliance.errors import ErrorCode
 
@@ -71,27 +71,37 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:
         raise CliError(f"--offset-json-file {args.offset_json_file}: {e.strerror or e}", 2) from e
     wanted = parse_offset_json(text)
-    by_topic: dict[str, list[dict[str, Any]]] = {}
-    for (topic, partition), offset in wanted.items():
-        by_topic.setdefault(topic, []).append({"partition_index": partition, "offset": offset})
     conn = connect(args)
-    # a cluster's leader holds the answer up to timeout_ms (until the ISR has followed): wait
-    # past it, so its REQUEST_TIMED_OUT is what gets printed, not a socket timeout
-    conn.set_timeout(args.timeout + 5)
+    brokers = Brokers(conn, args.timeout)
     try:
+        # each partition's request goes to its leader, as kafka-delete-records.sh's admin client
+        # does (another broker answers NOT_LEADER_OR_FOLLOWER); one request per leader
+        leaders = brokers.leaders(sorted({t for t, _ in wanted}))
+        by_node: dict[int, dict[str, list[dict[str, Any]]]] = {}
+        for (topic, partition), offset in wanted.items():
+            by_node.setdefault(leaders.get((topic, partition), -1), {}).setdefault(topic, []).append(
+                {"partition_index": partition, "offset": offset})
         print("Executing records delete operation")
-        resp = conn.request(_API_KEY, {
-            "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
-            "timeout_ms": int(args.timeout * 1000)})
+        answers = []
+        for node, by_topic in by_node.items():
+            c = brokers.to(node)
+            # a cluster's leader holds the answer up to timeout_ms (until the ISR has followed):
+            # wait past it, so its REQUEST_TIMED_OUT is what gets printed, not a socket timeout
+            c.set_timeout(args.timeout + 5)
+            answers.append(c.request(_API_KEY, {
+                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+                "timeout_ms": int(args.timeout * 1000)}))
     finally:
+        brokers.close()
         conn.close()
     print("Records delete operation completed:")
     failed = 0
-    for t in resp.topics:
-        for p in t.partitions:
-            if p.error_code:
-                failed += 1
-                print(f"partition: {t.name}-{p.partition_index}\terror: {_error_name(p.error_code)}")
-            else:
-                print(f"partition: {t.name}-{p.partition_index}\tlow_watermark: {p.low_watermark}")
+    for resp in answers:
+        for t in resp.topics:
+            for p in t.partitions:
+                if p.error_code:
+                    failed += 1
+                    print(f"partition: {t.name}-{p.partition_index}\terror: {_error_name(p.error_code)}")
+                else:
+                    print(f"partition: {t.name}-{p.partition_index}\tlow_watermark: {p.low_watermark}")
     return 1 if failed else 0

@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import signal
 import socket
@@ -304,6 +305,38 @@ def test_delete_records_waits_for_the_isr_and_outlives_the_leader(cluster):
     # the ISR can name the old leader before it has joined (a restart faster than the ISR
     # shrink): the next test meets the whole cluster only once every broker has joined
     wait_joined(brokers.values(), 3)
+
+
+def test_delete_records_tool_sends_each_partition_to_its_leader(cluster, tmp_path):
+    """kafka-delete-records.sh's admin client routes each partition to its leader: asked of one
+    broker, the tool moves the log start of partitions led by all three (another broker would
+    answer NOT_LEADER_OR_FOLLOWER)."""
+    boot, brokers = cluster["boot"], cluster["brokers"]
+    topic = "routed-deletes"
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(60)
+
+    def leaders():
+        t = admin.list_topics(topic, timeout=10).topics[topic]
+        ps = t.partitions.values()
+        return {p.id: p.leader for p in ps} if len(ps) == 3 and all(p.leader >= 0 for p in ps) else None
+    led = _wait(leaders, 60, "leaders of the three partitions")
+    assert len(set(led.values())) > 1, f"every partition led by one broker: the test would prove nothing {led}"
+    p = Producer({"bootstrap.servers": boot, "acks": "all"})
+    for part in range(3):
+        for i in range(5):
+            p.produce(topic, b"v%d" % i, partition=part)
+    assert p.flush(60) == 0
+    spec = tmp_path / "offsets.json"
+    spec.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": part, "offset": 3} for part in range(3)]}))
+    r = subprocess.run([sys.executable, "-m", "appliance.cli.main", "delete-records", "--bootstrap-server",
+                        brokers[0].bootstrap, "--offset-json-file", str(spec)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for part in range(3):
+        assert f"partition: {topic}-{part}\tlow_watermark: 3" in r.stdout, r.stdout
+    admin.delete_topics([topic])[topic].result(60)
 
 
 # -- configs through /config/changes --------------------------------------------------------------
