@@ -116,9 +116,7 @@ def run_peer(peer: Peer, wls: list[Workload], runs: int, tmp: Path, res: dict, l
                     except KeyboardInterrupt:
                         raise
                     except Exception as e:  # noqa: BLE001 - a failed cell is reported, the run goes on
-                        row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-                        print(f"  {wl.name:18s} {client:28s} run {i + 1}: ERROR {row['error']}", flush=True)
-                        traceback.print_exc(limit=3)
+                        _cell_failed(row, wl, client, f"run {i + 1}", "", e)
                         break
                     row["runs"].append(r)
                     shown = (f"{r['rps']:>12,.0f} records/s" if "rps" in r else
@@ -152,6 +150,13 @@ def run_peer(peer: Peer, wls: list[Workload], runs: int, tmp: Path, res: dict, l
         print(f"=== {peer.name}: {time.monotonic() - t0:.0f} s in all", flush=True)
 
 
+def _cell_failed(row: dict, wl: Workload, client: str, where: str, prefix: str, e: Exception) -> None:
+    """Record a cell's error (the run goes on with the next cell) and print it with its trace."""
+    row["error"] = f"{prefix}{type(e).__name__}: {str(e)[:300]}"
+    print(f"  {wl.name:18s} {client:28s} {where}: ERROR {row['error']}", flush=True)
+    traceback.print_exc(limit=3)
+
+
 def warm_up(peer: Peer, wl: Workload, client: str, row: dict) -> bool:
     """The peer's untimed warm-up of one cell (first use of a client in this process, topic
     creation, preloads), printed and recorded as its own first-run line. False if it failed
@@ -162,9 +167,7 @@ def warm_up(peer: Peer, wl: Workload, client: str, row: dict) -> bool:
     except KeyboardInterrupt:
         raise
     except Exception as e:  # noqa: BLE001 - a failed cell is reported, the run goes on
-        row["error"] = f"warm-up: {type(e).__name__}: {str(e)[:300]}"
-        print(f"  {wl.name:18s} {client:28s} first-run: ERROR {row['error']}", flush=True)
-        traceback.print_exc(limit=3)
+        _cell_failed(row, wl, client, "first-run", "warm-up: ", e)
         return False
     if what is not None:
         row["first_run"] = {"s": round(time.monotonic() - t0, 2), "what": what}
