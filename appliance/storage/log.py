@@ -607,8 +607,11 @@ class PartitionLog:
                         os.ftruncate(active.fd, active.size)
                     except OSError:
                         pass
+                    # chained to the OSError: the disk worker tells a dead disk (EIO: the dir
+                    # goes offline) from a full one (ENOSPC: retried) by the cause's errno
                     raise KafkaStorageError(
-                        f"write to {active.log_path} failed: {os.strerror(err)}")
+                        f"write to {active.log_path} failed: {os.strerror(err)}"
+                    ) from OSError(err, os.strerror(err), str(active.log_path))
                 else:
                     return nb, None, None  # PLAN_SLOW
                 oi, ti = active.offset_index, active.time_index
