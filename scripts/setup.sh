@@ -11,6 +11,8 @@ command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
 command -v xfs_io >/dev/null 2>&1 || need_apt+=(xfsprogs)
 command -v mkfs.ext4 >/dev/null 2>&1 || need_apt+=(e2fsprogs)
 command -v losetup >/dev/null 2>&1 || need_apt+=(mount)
+# tests/broker/test_clients.py counts an index file's cached pages with fincore
+command -v fincore >/dev/null 2>&1 || need_apt+=(util-linux)
 # the Spark tests run a real standalone cluster (pyspark 4 needs Java 17+)
 command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
 # tests/ops: the unit checks, socket buffer checks, the --watch terminal

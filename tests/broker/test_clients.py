@@ -432,11 +432,8 @@ def test_index_entry_does_not_read_around_the_sparse_index(module_broker):
     a fault with the kernel's read-around filled 8 MiB of each with zeros (fincore: 2048 pages)
     and cost the disk worker's only thread 2-8 ms per file, which collapsed perf/run.py's
     1,000-partition produce."""
-    import shutil
     from pathlib import Path
 
-    if shutil.which("fincore") is None:
-        pytest.skip("fincore (util-linux) is not installed")
     bs = module_broker.bootstrap
     create_topic(bs, "idx-cold")
     p = Producer({"bootstrap.servers": bs, "linger.ms": 0})
