@@ -212,21 +212,22 @@ def _emit(n, offset, ts_ms, ts_type, a, ks, kl, vs, vl, kpos, vpos, out_off, out
     out_off[n] = offset
     out_ts[n] = ts_ms * 1000
     out_tt[n] = ts_type
-    if kl >= 0:
-        key_data[kpos:kpos + kl] = a[ks:ks + kl]
-        kpos += kl
-        key_valid[n] = 1
-    else:
-        key_valid[n] = 0
-    key_offs[n + 1] = kpos
-    if vl >= 0:
-        val_data[vpos:vpos + vl] = a[vs:vs + vl]
-        vpos += vl
-        val_valid[n] = 1
-    else:
-        val_valid[n] = 0
-    val_offs[n + 1] = vpos
+    kpos = _put_field(n, a, ks, kl, kpos, key_data, key_offs, key_valid)
+    vpos = _put_field(n, a, vs, vl, vpos, val_data, val_offs, val_valid)
     return kpos, vpos
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _put_field(n, a, start, length, pos, data, offs, valid):
+    """Row n's key or value (``length`` -1: null) into its Arrow column; the new data end."""
+    if length >= 0:
+        data[pos:pos + length] = a[start:start + length]
+        pos += length
+        valid[n] = 1
+    else:
+        valid[n] = 0
+    offs[n + 1] = pos
+    return pos
 
 
 @njit(nogil=True, cache=True)
