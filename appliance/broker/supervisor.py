@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import posix_ipc
 import setproctitle
 
+from appliance.broker.cpu_affinity import apply_affinity
 from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_CRASHED
 from appliance.broker.gc_policy import freeze_before_fork
 from appliance.broker.limits import raise_open_files_limit
@@ -147,6 +148,16 @@ class Supervisor:
                 raise HaltServer(f"cannot listen on {self.host}:{self.port}: {e.strerror}",
                                  EXIT_BOOT_ERROR) from e
 
+    def _apply_cpu_affinity(self) -> None:
+        """appliance.cpu.affinity: set here, before any fork, so every worker inherits it."""
+        try:
+            cpus = apply_affinity(self.config["appliance.cpu.affinity"])
+        except ValueError as e:
+            raise HaltServer(f"appliance.cpu.affinity={self.config['appliance.cpu.affinity']!r}: {e}",
+                             EXIT_BOOT_ERROR) from e
+        if cpus is not None:
+            log.info("processes run on CPU(s) %s (appliance.cpu.affinity)", sorted(cpus))
+
     def _check_metrics_port(self) -> None:
         """The metrics endpoint's port must be free: network worker 0 binds it after the fork."""
         try:
@@ -185,6 +196,7 @@ class Supervisor:
             log.info("open-file limit %d (hard limit %d): segments, indexes and sockets share it",
                      soft, hard)
             self._check_port()
+            self._apply_cpu_affinity()
             for d in self.log_dirs:
                 try:
                     os.makedirs(d, exist_ok=True)
