@@ -39,16 +39,21 @@ def parse_cpu_list(text: str) -> frozenset[int]:
 
 def apply_affinity(text: str) -> frozenset[int] | None:
     """Restrict this process (and what it forks afterwards) to the CPUs of ``text``; None when
-    ``text`` is empty. Raises ValueError naming the CPUs this machine does not offer us."""
+    ``text`` is empty. The list replaces the inherited mask, as ``taskset`` does: it may name
+    CPUs the parent was kept off. Raises ValueError naming the CPUs this machine (or the
+    cgroup's cpuset) does not offer, leaving the mask unchanged."""
     cpus = parse_cpu_list(text)
     if not cpus:
         return None
-    allowed = os.sched_getaffinity(0)
-    missing = sorted(cpus - allowed)
-    if missing:
-        raise ValueError(f"CPU(s) {', '.join(map(str, missing))} not available here "
-                         f"(allowed: {_format(allowed)})")
-    os.sched_setaffinity(0, cpus)
+    before = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, cpus)
+    except OSError as e:  # EINVAL: none of them exists here
+        raise ValueError(f"CPU(s) {_format(cpus)} not available here ({e.strerror})") from None
+    got = os.sched_getaffinity(0)
+    if got != cpus:  # the kernel kept only those the cpuset allows
+        os.sched_setaffinity(0, before)
+        raise ValueError(f"CPU(s) {_format(cpus - got)} not available here")
     return cpus
 
 

@@ -64,6 +64,20 @@ def test_every_process_runs_on_the_configured_cpu(tmp_path):
             assert _allowed(other.proc.pid) == os.sched_getaffinity(0)
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to move between")
+def test_the_list_replaces_a_narrower_inherited_mask(tmp_path):
+    """As taskset does: started from a process kept on one CPU, the broker runs on another."""
+    mine = os.sched_getaffinity(0)
+    lo, hi = min(mine), max(mine)
+    os.sched_setaffinity(0, {lo})
+    try:
+        b = BrokerProcess(tmp_path, overrides={"appliance.cpu.affinity": str(hi)})
+        with b:
+            assert all(_allowed(pid) == {hi} for pid in _family(b.proc.pid))
+    finally:
+        os.sched_setaffinity(0, mine)
+
+
 def test_a_bad_cpu_list_exits_2_naming_the_key(tmp_path):
     res = subprocess.run([*SERVE, "--override", "appliance.cpu.affinity=3-1"], cwd=tmp_path,
                          capture_output=True, timeout=60)
