@@ -8,6 +8,7 @@ Usage: .venv/bin/python perf/bench_replication.py [--records 1000000] [--value-s
            [--pacer per_record|batched] [--idempotence on|off|both]
            [--skip-single] [--skip-throughput] [--skip-latency] [--breakdown] [--pids-file F]
            [--round-trips N] [--placement shared|split|both] [--broker-cpus LIST]
+           [--linger-ms 0]
 
 --skip-single / --skip-throughput leave out phase 1 / phase 2 (the percentage needs both);
 --breakdown prints, after phase 3, the CPU per million records of each kind of broker process
@@ -252,14 +253,15 @@ class LatencyRun:
 
 
 def _latency(boot: str, topic: str, rate: int, seconds: float, value: bytes, partitions: int,
-             acks: str = "all", pacer: str = "per_record", idempotence: bool = True) -> LatencyRun:
+             acks: str = "all", pacer: str = "per_record", idempotence: bool = True,
+             linger_ms: float = 0.0) -> LatencyRun:
     """Records at ``rate`` per second for ``seconds``. Pacer ``per_record``: sleep until each
     record's own due time, one produce() each (an application sending events as they happen);
     ``batched``: sleep >= 1 ms, then send every record that fell due (perf/run.py's
     latency_10k pacer; far fewer wake-ups of this process)."""
     run = LatencyRun()
     p = Producer({"bootstrap.servers": boot, "acks": acks, "enable.idempotence": idempotence and acks == "all",
-                  "linger.ms": 0, "statistics.interval.ms": 1000,
+                  "linger.ms": linger_ms, "statistics.interval.ms": 1000,
                   "stats_cb": lambda js: run.windows.append(json.loads(js))})
     # warm-up: connections, metadata and the producer id first, so the first records' latency
     # is not that of the client's start (it was the whole p99: ~0.5 s for the first 0.5 s)
@@ -381,6 +383,8 @@ def main() -> int:
     ap.add_argument("--pids-file", type=Path, help="write 'pid title' lines at phase 3's start")
     ap.add_argument("--round-trips", type=int, default=0, help="phase 4: records one at a time")
     ap.add_argument("--skip-latency", action="store_true", help="leave out phase 3")
+    ap.add_argument("--linger-ms", type=float, default=0.0,
+                    help="the fixed-rate phases' linger.ms (librdkafka's default is 5)")
     ap.add_argument("--placement", choices=["shared", "split", "both"], default="both",
                     help="shared: brokers and client on every CPU; split: brokers on "
                          "--broker-cpus, the client on the rest; both: every phase in each")
@@ -421,7 +425,8 @@ def _phases(args: argparse.Namespace, value: bytes, work: Path, overrides: dict[
                 # the floor of phase 3's figure on this machine now: the same client, pacer and
                 # rate, one broker, no replication
                 floor = _latency(b.bootstrap, "bench", args.rate, args.latency_seconds, value,
-                                 args.partitions, acks="1", pacer=args.pacer)
+                                 args.partitions, acks="1", pacer=args.pacer,
+                                 linger_ms=args.linger_ms)
                 if floor.lat:
                     print(f"single broker, acks=1 at {args.rate:,} records/s ({args.pacer} pacer; "
                           f"the machine's floor for phase 3): {_percentiles(floor.lat)}; "
@@ -454,7 +459,7 @@ def _phase3(args: argparse.Namespace, value: bytes, brokers: list[BrokerProcess]
     slept = _wakeups_by_pid(list(titles))
     cpu = _cpu_seconds(brokers)
     run = _latency(boot, "bench", args.rate, args.latency_seconds, value, args.partitions,
-                   pacer=args.pacer, idempotence=idempotence)
+                   pacer=args.pacer, idempotence=idempotence, linger_ms=args.linger_ms)
     lat = run.lat
     if not lat:
         return
@@ -462,7 +467,8 @@ def _phase3(args: argparse.Namespace, value: bytes, brokers: list[BrokerProcess]
     after = _cpu_by_pid(list(titles))
     woken = _wakeups_by_pid(list(titles))
     idem = "idempotent" if idempotence else "not idempotent"
-    print(f"acks=all at {args.rate:,} records/s ({args.pacer} pacer, {idem}): {_percentiles(lat)} "
+    print(f"acks=all at {args.rate:,} records/s ({args.pacer} pacer, {idem}, linger.ms "
+          f"{args.linger_ms:g}): {_percentiles(lat)} "
           f"(target p99 <= 20 ms); mean {statistics.fmean(lat) * 1000:.1f} ms; "
           f"broker CPU {lat_cpu:.1f} s per 1M records; {run.client_parts()}", flush=True)
     if args.breakdown:
