@@ -61,7 +61,7 @@ assert _P["high_watermark"] == _P["log_end_offset"] + 8 == _P["log_start_offset"
 _WORKERS_BYTES = MAX_WORKERS * WORKER_SLOT.size
 assert TABLE_HEADER.size % 8 == 0 and WORKER_SLOT.size % 8 == 0
 assert _W["heartbeat"] % 8 == 0 and _W["state"] % 4 == 0
-assert _SLOTS_BASE % 8 == 0 and PARTITION_SLOT.size % 8 == 0
+assert _SLOTS_BASE % 8 == 0 and PARTITION_SLOT.size % 8 == 0 and _P["state"] % 4 == 0
 assert _P["state"] % 4 == 0 and _P["disk"] % 4 == 0
 
 
@@ -328,8 +328,13 @@ class PartitionTable:
 
     def slots(self) -> Iterator[PartitionInfo]:
         """Every used slot (state != FREE)."""
-        for slot in range(self.capacity):
-            if self.state(slot) != SlotState.FREE:
+        # every slot's state in one strided copy: a state() call per slot made this 18 ms at
+        # the default 32768 slots, paid by every worker on each topic creation or state change
+        with self._slot_ints[_P["state"] // 4::PARTITION_SLOT.size // 4] as states:
+            free = int(SlotState.FREE)  # a plain int: comparing with the IntEnum is 5x slower
+            used = [slot for slot, st in enumerate(states.tolist()) if st != free]
+        for slot in used:
+            if self.state(slot) != SlotState.FREE:  # freed since the copy
                 yield self.read(slot)
 
     def find(self, topic: str, partition: int) -> int:

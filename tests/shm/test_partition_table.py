@@ -216,3 +216,21 @@ def test_topic_ids_in_slots_and_the_index(table):
         again = table.allocate("legacy", 0, 1, disk=0)
     assert other.read(again).topic_id == ZERO_TOPIC_ID and index.topic_name(b) is None
     other.close()
+
+
+def test_slots_lists_exactly_the_used_slots_first_to_last(table):
+    with table.locked():
+        slots = [table.allocate("t", i, 64, disk=0) for i in range(64)]
+        for s in slots[1:-1]:
+            if s % 7:
+                table.release(s)
+    kept = [s for s in slots if s == slots[0] or s == slots[-1] or not s % 7]
+    seen = list(table.slots())
+    assert [i.slot for i in seen] == sorted(kept)
+    assert all(i.state != SlotState.FREE and i.topic == "t" for i in seen)
+    assert table.capacity - 1 in kept and 0 in kept  # both ends of the strided read
+    other = PartitionTable.attach(table.name)
+    with table.locked():
+        table.release(slots[-1])
+    assert [i.slot for i in other.slots()] == sorted(kept)[:-1]
+    other.close()
