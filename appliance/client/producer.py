@@ -279,6 +279,7 @@ class Producer:
         self._flushing = 0
         self._closing = False
         self._closed = False
+        self._failed: BaseException | None = None  # what stopped the sender or completer thread
         self._inflight: collections.deque[_Batch] = collections.deque()
         self._inflight_cond = threading.Condition()
         self._producer_id, self._epoch = -1, -1
@@ -384,13 +385,16 @@ class Producer:
 
     def flush(self, timeout: float | None = None) -> bool:
         """Send everything queued now and wait for every outstanding batch to complete.
-        Returns False if ``timeout`` s passed first. Errors are reported on the futures."""
+        Returns False if ``timeout`` s passed first, or a thread of the producer failed.
+        Errors are reported on the futures."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             self._flushing += 1
             self._cond.notify_all()
             try:
                 while self._queued or self._outstanding:
+                    if self._failed is not None:
+                        return False  # nothing more will complete: the records failed
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
                         return False
@@ -437,6 +441,8 @@ class Producer:
 
     # ------------------------------------------------------------------ enqueue
     def _check_open(self) -> None:
+        if self._failed is not None:
+            raise self._failed
         if self._closing or self._closed:
             raise ClientClosedError("the producer is closed")
 
@@ -670,6 +676,15 @@ class Producer:
         return taken
 
     def _send_loop(self) -> None:
+        cuts: list = []
+        try:
+            self._send_rounds(cuts)
+        except BaseException as e:  # a bug: fail what waits, so flush(), close() and futures return
+            self._thread_failed("sender", e, [items for _, items in cuts])
+
+    def _send_rounds(self, cuts: list) -> None:
+        """The sender's loop; ``cuts`` holds the round's batches being built and sent, so a
+        failure can fail their records."""
         while True:
             with self._cond:
                 while True:
@@ -680,7 +695,7 @@ class Producer:
                     if self._closing and not self._queued:
                         return
                     self._cond.wait(None if wake is None else max(0.0, wake - now) + 0.0005)
-                cuts = [(tp, self._cut(tp)) for tp in ready]
+                cuts[:] = [(tp, self._cut(tp)) for tp in ready]
                 self._cond.notify_all()  # queue room freed
             batches = []
             for (topic, part), items in cuts:
@@ -690,7 +705,10 @@ class Producer:
                     self._finish(_Batch(topic, part, items, b"", len(items)), None, e)
             if batches:
                 self._transmit(batches)
-            del cuts, batches  # their arrays go back to the pool once acknowledged, not at the next wake
+                if self._failed is not None:  # the acknowledgement thread died meanwhile
+                    raise self._failed
+            cuts.clear()  # their arrays go back to the pool once acknowledged, not at the next wake
+            del batches
 
     def _build(self, topic: str, part: int, items: list[_Item]) -> _Batch:
         if type(items[0].bulk) is _Run:
@@ -872,14 +890,24 @@ class Producer:
 
     # ------------------------------------------------------------------ completion thread
     def _complete_loop(self) -> None:
+        awaiting: list = []
+        try:
+            self._complete_rounds(awaiting)
+        except BaseException as e:  # as in _send_loop
+            self._thread_failed("acknowledgement", e, [b.items for b in awaiting])
+
+    def _complete_rounds(self, awaiting: list) -> None:
+        """The acknowledgement thread's loop; ``awaiting`` holds the batch it waits for."""
         while True:
             with self._inflight_cond:
                 while not self._inflight:
-                    if self._closing and not self._outstanding:
-                        return
+                    if (self._closing and not self._outstanding) or self._failed is not None:
+                        return  # (a failed sender's cut batches never come: _outstanding stays)
                     self._inflight_cond.wait(0.2)
                 b = self._inflight.popleft()
+            awaiting[:] = [b]
             self._await(b)
+            awaiting.clear()
             del b  # nor keep its array out of the pool while waiting for the next
 
     def _await(self, b: _Batch) -> None:
@@ -914,6 +942,33 @@ class Producer:
     @staticmethod
     def _retriable(e: BaseException) -> bool:
         return isinstance(e, KafkaConnectionError) or getattr(e, "code", None) in RETRIABLE
+
+    def _thread_failed(self, which: str, cause: BaseException, cut: list[list[_Item]]) -> None:
+        """One of the producer's threads died of ``cause`` (a bug): every record not yet
+        acknowledged fails with ClientClosedError naming it, flush() and close() return, and
+        send() refuses from now on. Without this they waited for ever."""
+        with self._cond:
+            err = self._failed  # the first failure is the one to report
+            if err is None:
+                log.error("the producer's %s thread failed", which, exc_info=cause)
+                err = ClientClosedError(f"the producer's {which} thread failed: {cause!r}")
+                err.__cause__ = cause
+                self._failed = err
+            pending = [it for items in cut for it in items]
+            with self._run_lock:
+                for tp, run in list(self._runs.items()):
+                    self._close_run(tp, run)
+            for q in self._queues.values():
+                pending += q.items
+                q.items.clear()
+            self._queued = 0
+            self._cond.notify_all()
+        with self._inflight_cond:
+            pending += [it for b in self._inflight for it in b.items]
+            self._inflight_cond.notify_all()
+        for it in pending:
+            if it.future is not None:
+                it.future._complete(None, err)  # a later acknowledgement is ignored: first wins
 
     def _finish(self, b: _Batch, res: Any, err: BaseException | None) -> None:
         if err is None:

@@ -333,3 +333,32 @@ def test_ready_batches_go_in_requests_of_at_most_max_request_size(broker_factory
     finally:
         cluster.close()
     assert all(len(_read_all(b.bootstrap, topic_name, p)) == 900 for p in range(6))
+
+
+@pytest.mark.parametrize("thread", ["sender", "acknowledgement"])
+def test_a_failed_producer_thread_fails_the_records_instead_of_hanging(module_broker, topic_name, thread):
+    """A bug that kills the sender (or the acknowledgement) thread: the records waiting fail
+    with ClientClosedError naming it, flush() and close() return at once, send() refuses.
+    Before, flush() and close() without a timeout waited for ever."""
+    from appliance.client.errors import ClientClosedError
+
+    p = Producer(bootstrap_servers=module_broker.bootstrap, linger_ms=50)
+    assert p.send(topic_name, b"before").result(30).offset >= 0
+    boom = RuntimeError("injected bug")
+
+    def fail(*_a, **_k):
+        raise boom
+    if thread == "sender":
+        p._transmit = fail
+    else:
+        p._await = fail
+    futures = [p.send(topic_name, b"v%d" % i) for i in range(20)]
+    for f in futures:
+        with pytest.raises(ClientClosedError, match=f"{thread} thread failed.*injected bug"):
+            f.result(10)
+    t = time.monotonic()
+    assert p.flush() is False
+    p.close()
+    assert time.monotonic() - t < 3
+    with pytest.raises(ClientClosedError):
+        p.send(topic_name, b"after")
