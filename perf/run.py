@@ -128,8 +128,8 @@ def run_peer(peer: Peer, wls: list[Workload], runs: int, tmp: Path, res: dict, l
                 row["median"] = report.median_of(row["runs"])
                 row["collapsed"] = report.collapsed_runs(row["runs"])
                 for c in row["collapsed"]:
-                    print(f"  {wl.name:18s} {client:28s} run {c['run']}: COLLAPSED {c['rps']:,.0f} records/s = "
-                          f"{100 * c['share']:.1f} % of the cell's median {row['median']['rps']:,.0f}; CPUs "
+                    print(f"  {wl.name:18s} {client:28s} run {c['run']}: COLLAPSED {report.shown(c)} = "
+                          f"{100 * c['share']:.1f} % of the cell's median {c['median']:,.2f}; CPUs "
                           f"busy with other work during it {c['others_cores']:.2f} (cell's median "
                           f"{c['others_median']:.2f}), with ours {c['ours_cores']:.2f} ({c['ours_median']:.2f}), "
                           f"ours waiting for one {c['ours_waiting']:.2f} ({c['waiting_median']:.2f})",

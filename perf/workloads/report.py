@@ -7,7 +7,7 @@ import statistics
 from perf.workloads.limits import LIMIT_NAMES
 from perf.workloads.spec import GOALS
 
-__all__ = ["median_of", "collapsed_runs", "best_appliance", "goals", "markdown", "console"]
+__all__ = ["median_of", "collapsed_runs", "shown", "best_appliance", "goals", "markdown", "console"]
 
 LAT_KEYS = ("p50_ms", "p99_ms", "p999_ms")
 # A throughput run below this share of its cell's median is a collapse, flagged and not averaged
@@ -26,23 +26,38 @@ def median_of(runs: list[dict]) -> dict:
 
 
 def collapsed_runs(runs: list[dict]) -> list[dict]:
-    """[{run (1-based), rps, share of the median}] for the throughput runs below COLLAPSE_SHARE
-    of the cell's median (none with fewer than 3 runs: no median to speak of)."""
-    rated = [(i + 1, r) for i, r in enumerate(runs) if "rps" in r]
+    """The runs far worse than their cell's median (none with fewer than 3 runs: no median to
+    speak of): a throughput run below COLLAPSE_SHARE of the median rate, a latency run whose
+    p99 is above the median p99 divided by it (twice the median, the mirror image).
+    Each: {run (1-based), what ("records/s" or "p99 ms"), value, median, share of the median,
+    the CPU shares of that run and the cell's medians}."""
+    key = "rps" if any("rps" in r for r in runs) else "p99_ms"
+    rated = [(i + 1, r) for i, r in enumerate(runs) if key in r]
     if len(rated) < 3:
         return []
-    med = statistics.median(r["rps"] for _, r in rated)
+    med = statistics.median(r[key] for _, r in rated)
+    if med <= 0:
+        return []
     cpu = {k: statistics.median(r.get(k, 0.0) for _, r in rated)
            for k in ("ours_cores", "others_cores", "ours_waiting")}
-    return [{"run": i, "rps": r["rps"], "share": r["rps"] / med,
+
+    def bad(v: float) -> bool:
+        return v < COLLAPSE_SHARE * med if key == "rps" else v > med / COLLAPSE_SHARE
+    return [{"run": i, "what": "records/s" if key == "rps" else "p99 ms", "value": r[key],
+             "median": med, "share": r[key] / med,
              "ours_cores": r.get("ours_cores", 0.0), "ours_median": cpu["ours_cores"],
              "others_cores": r.get("others_cores", 0.0), "others_median": cpu["others_cores"],
              "ours_waiting": r.get("ours_waiting", 0.0), "waiting_median": cpu["ours_waiting"]}
-            for i, r in rated if r["rps"] < COLLAPSE_SHARE * med]
+            for i, r in rated if bad(r[key])]
+
+
+def shown(c: dict) -> str:
+    """'1,234 records/s' or 'p99 12.30 ms'."""
+    return f"{c['value']:,.0f} records/s" if c["what"] == "records/s" else f"p99 {c['value']:.2f} ms"
 
 
 def _collapse_note(r: dict) -> str:
-    return "; ".join(f"**COLLAPSED** run {c['run']}: {c['rps']:,.0f} ({100 * c['share']:.1f} % of median)"
+    return "; ".join(f"**COLLAPSED** run {c['run']}: {shown(c)} ({100 * c['share']:.1f} % of median)"
                      for c in r.get("collapsed", []))
 
 
@@ -201,17 +216,18 @@ def markdown(res: dict) -> str:
 
 
 def _collapse_lines(res: dict) -> list[str]:
-    rows = [r for r in res["results"] if r.get("runs") and "rps" in r["runs"][0]]
+    rows = [r for r in res["results"] if r.get("runs")]
     if not rows:
         return []
-    out = ["", f"### Collapsed runs (below {100 * COLLAPSE_SHARE:.0f} % of their cell's median)", ""]
+    out = ["", f"### Collapsed runs (throughput below {100 * COLLAPSE_SHARE:.0f} % of their cell's "
+           f"median, or p99 latency above {1 / COLLAPSE_SHARE:.0f}x it)", ""]
     hits = [(r, c) for r in rows for c in r.get("collapsed", [])]
     if not hits:
-        return out + [f"None in {sum(len(r['runs']) for r in rows)} throughput runs of {len(rows)} cells."]
-    out += ["| system | client | workload | run | records/s | % of median | CPUs busy, ours (cell median) "
+        return out + [f"None in {sum(len(r['runs']) for r in rows)} runs of {len(rows)} cells."]
+    out += ["| system | client | workload | run | figure | % of median | CPUs busy, ours (cell median) "
             "| CPUs busy, other work (cell median) | our threads waiting for a CPU (cell median) |",
             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
-    out += [f"| {r['system']} | {r['client']} | {r['workload']} | {c['run']} | {c['rps']:,.0f} | "
+    out += [f"| {r['system']} | {r['client']} | {r['workload']} | {c['run']} | {shown(c)} | "
             f"{100 * c['share']:.1f} | {c.get('ours_cores', 0):.2f} ({c.get('ours_median', 0):.2f}) | "
             f"{c.get('others_cores', 0):.2f} ({c.get('others_median', 0):.2f}) | "
             f"{c.get('ours_waiting', 0):.2f} ({c.get('waiting_median', 0):.2f}) |" for r, c in hits]
@@ -232,11 +248,12 @@ def _first_run_lines(res: dict) -> list[str]:
 def console(res: dict) -> str:
     out = [line for line in _table_lines(res) if not line.startswith("|---")]
     hits = [(r, c) for r in res["results"] for c in r.get("collapsed", [])]
-    nruns = sum(len(r["runs"]) for r in res["results"] if r.get("runs") and "rps" in r["runs"][0])
-    out.append(f"\nCollapsed runs (< {100 * COLLAPSE_SHARE:.0f} % of the cell's median): "
-               + (f"none in {nruns} throughput runs" if not hits else f"{len(hits)} of {nruns}"))
-    out += [f"  COLLAPSED: {r['system']} / {r['client']} / {r['workload']} run {c['run']}: {c['rps']:,.0f} "
-            f"records/s ({100 * c['share']:.1f} % of median)" for r, c in hits]
+    nruns = sum(len(r["runs"]) for r in res["results"] if r.get("runs"))
+    out.append(f"\nCollapsed runs (throughput < {100 * COLLAPSE_SHARE:.0f} % of the cell's median, "
+               f"p99 > {1 / COLLAPSE_SHARE:.0f}x it): "
+               + (f"none in {nruns} runs" if not hits else f"{len(hits)} of {nruns}"))
+    out += [f"  COLLAPSED: {r['system']} / {r['client']} / {r['workload']} run {c['run']}: {shown(c)} "
+            f"({100 * c['share']:.1f} % of median)" for r, c in hits]
     out.append("\nGoals:")
     for g in res["goals"]:
         out.append(f"  [{g['verdict']}] {g['goal']}: {g['detail']}")
