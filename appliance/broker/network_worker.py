@@ -38,6 +38,7 @@ from appliance.broker.request_memory import RequestMemory
 from appliance.config import BrokerConfig
 from appliance.metrics.listener import parse_listener
 from appliance.metrics.recorder import AnswerTiming, attach_recorder
+from appliance.protocol.types import FileSlice
 from appliance.shm.connection_counts import ConnectionCounts
 from appliance.shm.layout import WorkerState, conns_name
 from appliance.shm.partition_table import PartitionTable
@@ -47,7 +48,46 @@ __all__ = ["NetworkWorker", "KafkaConnection"]
 log = logging.getLogger("appliance.network")
 
 MAX_IN_FLIGHT = 64  # per connection; past it we stop reading (backpressure, uvicorn's FlowControl)
+# An answer whose file slices hold at most this many bytes is read with pread and sent with its
+# frame in one write. sendfile pays off for large slices; for small ones (a follower's fetch
+# under acks=all, a consumer at the tail) each slice was its own send in a writer task: the
+# reader woke for every piece of the frame (header, slice, next header, slice ...).
+INLINE_SLICE_BYTES = 64 << 10
 STOP_GRACE_S = 5.0
+
+
+def _read_slice(readers: Any, sl: FileSlice) -> bytes | None:
+    """A file slice's bytes, or None when they cannot all be read (the writer task's sendfile
+    meets the same fault and closes the connection, as for any slice)."""
+    try:
+        fd = sl.fd_or_path if isinstance(sl.fd_or_path, int) else readers.file(sl.fd_or_path).fileno()
+        data = os.pread(fd, sl.length, sl.position)
+    except OSError:
+        return None
+    return data if len(data) == sl.length else None
+
+
+def _inlined(readers: Any, chunks: Any) -> list | None:
+    """``chunks`` with their file slices read into bytes when they are small
+    (INLINE_SLICE_BYTES), else None."""
+    if isinstance(chunks, bytes | bytearray | memoryview):
+        return None
+    total = 0
+    for c in chunks:
+        if type(c) is FileSlice:
+            total += c.length
+        elif not isinstance(c, bytes | bytearray | memoryview):
+            return None
+    if total > INLINE_SLICE_BYTES:
+        return None
+    out = []
+    for c in chunks:
+        if type(c) is FileSlice:
+            c = _read_slice(readers, c)
+            if c is None:
+                return None
+        out.append(c)
+    return out
 
 
 def _all_bytes(chunks: object) -> bool:
@@ -316,8 +356,9 @@ class KafkaConnection(asyncio.Protocol):
     def _flush_ready(self) -> None:
         """Write every answer at the head of the queue that is ready, in order, with one send:
         under a stream of small produce requests one write per batch of answers, not one per
-        answer (each send that wakes the client costs a context switch). A file slice or a
-        failed handler goes to the writer task."""
+        answer (each send that wakes the client costs a context switch). Small file slices are
+        read in (INLINE_SLICE_BYTES); a larger one, or a failed handler, goes to the writer
+        task."""
         out: list = []
         responses = self._responses
         timed = self.timed
@@ -329,6 +370,10 @@ class KafkaConnection(asyncio.Protocol):
             failed = fut.cancelled() or fut.exception() is not None
             chunks = None if failed else fut.result()
             # a fast-path produce answer is one bytes object: no call to look at it
+            if not failed and type(chunks) is not bytes and not _all_bytes(chunks):
+                inline = _inlined(self.ctx.readers, chunks)
+                if inline is not None:
+                    chunks = inline  # sent below, in the one write with the answers before it
             if failed or (type(chunks) is not bytes and not _all_bytes(chunks)):
                 if out:
                     self.transport.write(b"".join(out))
