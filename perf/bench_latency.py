@@ -1,7 +1,8 @@
 """End-to-end latency at 10,000 records/s with one record per produce call (issue 15).
 
 Usage: .venv/bin/python perf/bench_latency.py [--runs 5] [--seconds 10] [--rate 10000]
-           [--pacer per_record|batched|both]
+           [--pacer per_record|batched|both] [--placement shared|split|both]
+           [--broker-cpus LIST]
 
 The cells of perf/run.py (perf/workloads/spec.py), run alone against one broker with the
 confluent-kafka producer (linger.ms=0, acks=1) and a confluent-kafka consumer in another process:
@@ -14,6 +15,8 @@ confluent-kafka producer (linger.ms=0, acks=1) and a confluent-kafka consumer in
 Each value is stamped right before its produce() call; the figure is that stamp to the consumer
 seeing the record (perf/workloads/latency.py). Prints p50 / p99 / p99.9 per run and their
 medians, min and max over --runs runs. Target (issue 15): per_record p99 <= 5 ms.
+--placement (perf/workloads/placement.py; default shared, the cells' own setting): split runs
+the broker on --broker-cpus and the producer and consumer on the other CPUs.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from perf.peers.appliance import Appliance  # noqa: E402
+from perf.workloads.placement import add_placement_args, describe, placement, placements  # noqa: E402
 from perf.workloads.spec import workloads  # noqa: E402
 
 TARGET_P99_MS = 5.0
@@ -43,13 +47,21 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--rate", type=int, default=10_000)
     ap.add_argument("--pacer", choices=["per_record", "batched", "both"], default="per_record")
+    add_placement_args(ap, default="shared")
     args = ap.parse_args()
     by_name = {w.name: w for w in workloads(quick=False)}
     pacers = list(CELLS) if args.pacer == "both" else [args.pacer]
     cells = {p: replace(by_name[CELLS[p]], seconds=args.seconds, rate=args.rate) for p in pacers}
+    for name in placements(args):
+        with placement(name, args.broker_cpus) as overrides:
+            print(describe(name, args.broker_cpus), flush=True)
+            _runs(args, pacers, cells, overrides)
+
+
+def _runs(args: argparse.Namespace, pacers: list[str], cells: dict, overrides: dict[str, str]) -> None:
     figures: dict[str, dict[str, list[float]]] = {
         p: {"p50_ms": [], "p99_ms": [], "p999_ms": []} for p in pacers}
-    peer = Appliance()
+    peer = Appliance(overrides)
     with tempfile.TemporaryDirectory(prefix="bench-latency-") as tmp:
         peer.start(Path(tmp))
         try:

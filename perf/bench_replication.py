@@ -58,7 +58,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -75,7 +74,7 @@ import psutil  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from appliance.broker.cpu_affinity import parse_cpu_list  # noqa: E402
+from perf.workloads.placement import add_placement_args, describe, placement, placements  # noqa: E402
 from tests.broker_process import BrokerProcess  # noqa: E402
 from tests.cluster.zk import ZooKeeperServer  # noqa: E402
 
@@ -340,31 +339,6 @@ def _percentiles(lat: list[float]) -> str:
             f"over {len(lat):,} records")
 
 
-@contextlib.contextmanager
-def placement(name: str, broker_cpus: str) -> Iterator[dict[str, str]]:
-    """``shared``: brokers and client on every CPU. ``split``: the brokers on ``broker_cpus``
-    (appliance.cpu.affinity), this client on the others, as Kafka's published runs had their
-    producers on machines of their own. Yields the brokers' extra settings."""
-    if name == "shared":
-        yield {}
-        return
-    mine = os.sched_getaffinity(0)
-    brokers = parse_cpu_list(broker_cpus)
-    client = mine - brokers
-    if not client or not brokers <= mine:
-        raise SystemExit(f"--broker-cpus {broker_cpus}: leaves no CPU of {sorted(mine)} to the client")
-    os.sched_setaffinity(0, client)  # librdkafka's threads, created later, inherit it
-    try:
-        yield {"appliance.cpu.affinity": broker_cpus}
-    finally:
-        os.sched_setaffinity(0, mine)
-
-
-def _upper_half() -> str:
-    cpus = sorted(os.sched_getaffinity(0))
-    return ",".join(map(str, cpus[len(cpus) // 2:]))
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -385,25 +359,15 @@ def main() -> int:
     ap.add_argument("--skip-latency", action="store_true", help="leave out phase 3")
     ap.add_argument("--linger-ms", type=float, default=0.0,
                     help="the fixed-rate phases' linger.ms (librdkafka's default is 5)")
-    ap.add_argument("--placement", choices=["shared", "split", "both"], default="both",
-                    help="shared: brokers and client on every CPU; split: brokers on "
-                         "--broker-cpus, the client on the rest; both: every phase in each")
-    ap.add_argument("--broker-cpus", default=_upper_half(),
-                    help="the brokers' CPU list in the split placement (default: the upper half)")
+    add_placement_args(ap)
     args = ap.parse_args()
-    try:
-        parse_cpu_list(args.broker_cpus)
-    except ValueError as e:
-        ap.error(f"--broker-cpus {args.broker_cpus}: {e}")
+    which = placements(args)
     value = b"x" * args.value_size
     work = Path(tempfile.mkdtemp(prefix="bench-repl-"))
     try:
-        for name in (["shared", "split"] if args.placement == "both" else [args.placement]):
+        for name in which:
             with placement(name, args.broker_cpus) as overrides:
-                where = ("brokers and client on every CPU" if name == "shared" else
-                         f"brokers on CPU(s) {args.broker_cpus}, client on "
-                         f"{','.join(map(str, sorted(os.sched_getaffinity(0))))}")
-                print(f"-- placement {name}: {where}", flush=True)
+                print(describe(name, args.broker_cpus), flush=True)
                 _phases(args, value, work / name, overrides)
         return 0
     finally:

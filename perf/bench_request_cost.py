@@ -2,6 +2,7 @@
 
 Usage: .venv/bin/python perf/bench_request_cost.py [--requests 20000] [--runs 5]
            [--value-size 100] [--no-redis] [--client raw|confluent|both]
+           [--placement shared|split|both] [--broker-cpus LIST]
 
 Each run starts a fresh broker (tests/broker_process.py, one log dir) and a 1-partition topic, then
 sends --requests produce requests one after another, each carrying ONE record of --value-size bytes
@@ -25,11 +26,14 @@ Also the broker's start-up time (launch to accepting clients; target <= 3 s).
 
 Targets (issue 15): broker CPU per one-record produce <= 60 us; round trip <= 150 us on loopback.
 Figures: medians over --runs runs, with min and max (the machine is shared and noisy).
+--placement (perf/workloads/placement.py; default shared): split runs the broker on
+--broker-cpus and the clients (and Redis) on the other CPUs.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import socket
 import statistics
@@ -48,7 +52,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_broker import broker_cpu, cpu_delta  # noqa: E402
 
 import appliance.protocol as proto  # noqa: E402
+from appliance.broker.cpu_affinity import parse_cpu_list  # noqa: E402
 from appliance.records.batch import build_batch  # noqa: E402
+from perf.workloads.placement import add_placement_args, describe, placement, placements  # noqa: E402
 from tests.broker_process import BrokerProcess, free_port  # noqa: E402
 
 TARGET_CPU_US = 60.0
@@ -147,7 +153,8 @@ def run_confluent(broker: BrokerProcess, topic: str, value: bytes, n: int) -> tu
     return rtts, cpu_delta(before, after)
 
 
-def run_redis(value: bytes, n: int) -> tuple[list[float], float] | None:
+def run_redis(value: bytes, n: int, cpus: set[int] | None = None) -> tuple[list[float], float] | None:
+    """Redis XADD one at a time; ``cpus``: the server's CPUs (the brokers' in the split placement)."""
     exe = shutil.which("redis-server")
     try:
         import redis
@@ -158,7 +165,8 @@ def run_redis(value: bytes, n: int) -> tuple[list[float], float] | None:
     port = free_port()
     proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                              "--appendonly", "no"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                            stderr=subprocess.DEVNULL,
+                            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
     try:
         r = redis.Redis(host="127.0.0.1", port=port)
         deadline = time.monotonic() + 10
@@ -198,7 +206,15 @@ def main() -> None:
     ap.add_argument("--value-size", type=int, default=100)
     ap.add_argument("--client", choices=["raw", "confluent", "both"], default="both")
     ap.add_argument("--no-redis", action="store_true")
+    add_placement_args(ap, default="shared")
     args = ap.parse_args()
+    for name in placements(args):
+        with placement(name, args.broker_cpus) as overrides:
+            print(describe(name, args.broker_cpus), flush=True)
+            _runs(args, overrides)
+
+
+def _runs(args: argparse.Namespace, overrides: dict[str, str]) -> None:
     value = b"x" * args.value_size
     clients = ["raw", "confluent"] if args.client == "both" else [args.client]
     runners = {"raw": run_raw, "confluent": run_confluent}
@@ -210,7 +226,7 @@ def main() -> None:
     for run in range(args.runs):
         with tempfile.TemporaryDirectory(prefix="bench-reqcost-") as tmp:
             t0 = time.monotonic()
-            broker = BrokerProcess(Path(tmp), overrides={"num.partitions": "1"}).start()
+            broker = BrokerProcess(Path(tmp), overrides={"num.partitions": "1", **overrides}).start()
             start_s.append(time.monotonic() - t0)
             print(f"run {run + 1} start-up: accepting clients {start_s[-1]:.2f} s after launch")
             try:
@@ -231,7 +247,8 @@ def main() -> None:
             finally:
                 broker.stop()
         if not args.no_redis:
-            res = run_redis(value, args.requests)
+            res = run_redis(value, args.requests,
+                            parse_cpu_list(overrides.get("appliance.cpu.affinity", "")) or None)
             if res is None:
                 print("redis: not installed (bash perf/setup_peers.sh); no XADD comparison")
                 args.no_redis = True

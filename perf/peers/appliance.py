@@ -65,7 +65,8 @@ def _have_appliance_client() -> str | None:
 class Appliance(Peer):
     name = "appliance"
 
-    def __init__(self) -> None:
+    def __init__(self, overrides: dict[str, str] | None = None) -> None:
+        self.overrides = dict(overrides or {})  # more broker settings (perf/workloads/placement.py)
         self.broker: BrokerProcess | None = None
         self._topics = 0
         self._preloaded: dict[str, str] = {}
@@ -81,7 +82,8 @@ class Appliance(Peer):
         workdir = self.workdir
         self.broker = BrokerProcess(workdir, num_log_dirs=1,
                                     overrides={"num.partitions": "1",
-                                               "auto.create.topics.enable": "true"})
+                                               "auto.create.topics.enable": "true",
+                                               **self.overrides})
         try:
             self.broker.start()
         except (RuntimeError, TimeoutError) as e:
