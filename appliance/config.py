@@ -168,26 +168,24 @@ def parse_ip_overrides(text: str) -> dict[str, int]:
     return out
 
 
-def _ip_overrides(v: str) -> str | None:
-    try:
-        parse_ip_overrides(v)
-    except ValueError as e:
-        return str(e)
-    return None
+def parses(parse: Callable[[str], Any]) -> Validator:
+    """A validator from a parser: its ValueError's message is the reason."""
+    def check(v: str) -> str | None:
+        try:
+            parse(v)
+        except ValueError as e:
+            return str(e)
+        return None
+    return check
+
+
+_ip_overrides = parses(parse_ip_overrides)
 
 
 def _listener_list(v: list[str]) -> str | None:
     for item in v:
         if _LISTENER_RE.fullmatch(item) is None:
             return f"listener {item!r} is not NAME://host:port"
-    return None
-
-
-def _cpu_list(v: str) -> str | None:
-    try:
-        parse_cpu_list(v)
-    except ValueError as e:
-        return str(e)
     return None
 
 
@@ -338,7 +336,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("log.writeback.window.bytes", "long", 134217728, "Ours: dirty bytes an active segment may run ahead of the disk in writeback mode (bursts up to this go at memory speed).", at_least(4096), ours=True),
     ConfigKey("appliance.shm.name", "string", "", "Ours: POSIX shared memory name; empty = derived from broker.id and port.", ours=True),
     ConfigKey("appliance.max.partitions", "int", 32768, "Ours: partition slots in the shared partition table (304 bytes each); a topic creation beyond them is refused whole with POLICY_VIOLATION.", at_least(1), ours=True),
-    ConfigKey("appliance.cpu.affinity", "string", "", "Ours: CPUs the broker's processes run on, as a Linux CPU list (1 or 0-3,6); empty = every CPU. Keeps the broker off a co-located client's cores.", _cpu_list, ours=True),
+    ConfigKey("appliance.cpu.affinity", "string", "", "Ours: CPUs the broker's processes run on, as a Linux CPU list (1 or 0-3,6); empty = every CPU. Keeps the broker off a co-located client's cores.", parses(parse_cpu_list), ours=True),
     ConfigKey("appliance.request.ring.bytes", "long", 67108864, "Ours: shared-memory request ring per (network worker, disk worker) pair; a produce request larger than half of it is refused.", at_least(1 << 20), ours=True),
     ConfigKey("metrics.listener", "string", "", "Ours: Prometheus endpoint, e.g. http://127.0.0.1:9308/metrics; empty = metrics off (nothing listens, nothing counts).", ours=True),
 )
