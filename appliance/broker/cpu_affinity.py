@@ -3,8 +3,8 @@
 The supervisor applies the set to itself before it forks, so every worker inherits it. On a
 shared box this keeps the broker off the cores of the load (a client, a Spark executor) and
 its processes on each other's caches; a wake-up between processes on one CPU costs a context
-switch, across CPUs an inter-processor interrupt (measured on the 2-vCPU test VM: ~2.4 us
-against 13-17 us of CPU per wake-up, perf/README.md).
+switch, across CPUs an inter-processor interrupt (on the 2-vCPU test VM 2.2 against 17.0 us
+of CPU per wake-up: ``.venv/bin/python perf/bench_wakeup.py``).
 """
 
 from __future__ import annotations

@@ -369,12 +369,12 @@ class KafkaConnection(asyncio.Protocol):
                 break
             failed = fut.cancelled() or fut.exception() is not None
             chunks = None if failed else fut.result()
-            # a fast-path produce answer is one bytes object: no call to look at it
+            # a fast-path produce answer is one bytes object: no call to look at it; small file
+            # slices are read in and sent below, in the one write with the answers before it
             if not failed and type(chunks) is not bytes and not _all_bytes(chunks):
-                inline = _inlined(self.ctx.readers, chunks)
-                if inline is not None:
-                    chunks = inline  # sent below, in the one write with the answers before it
-            if failed or (type(chunks) is not bytes and not _all_bytes(chunks)):
+                chunks = _inlined(self.ctx.readers, chunks)
+                failed = chunks is None
+            if failed:
                 if out:
                     self.transport.write(b"".join(out))
                     if timings:

@@ -21,6 +21,9 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
+from appliance.protocol.errors import ProtocolDecodeError
+from appliance.protocol.types import encode_uvarint, uvarint_at
+
 __all__ = ["ProduceShape", "parse_produce", "ProduceAnswer", "answer_template", "MIN_VERSION",
            "MAX_VERSION", "FLEXIBLE_FROM"]
 
@@ -47,19 +50,12 @@ class ProduceShape(NamedTuple):
     records: memoryview
 
 
-def _uvarint(frame: bytes, pos: int, end: int) -> tuple[int, int]:
-    """(value, next position) of an unsigned varint, (-1, pos) when it runs past ``end`` or
-    past 28 bits (no length in a frame we accept is that long)."""
-    value = 0
-    shift = 0
-    while pos < end and shift <= 21:
-        b = frame[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-    return -1, pos
+def _uvarint(frame: bytes, pos: int) -> tuple[int, int]:
+    """uvarint_at, with (-1, pos) for a varint that is truncated or too long: not this shape."""
+    try:
+        return uvarint_at(frame, pos)
+    except (IndexError, ProtocolDecodeError):
+        return -1, pos
 
 
 def parse_produce(frame: bytes) -> ProduceShape | None:
@@ -103,7 +99,7 @@ def parse_produce(frame: bytes) -> ProduceShape | None:
     # flexible: header v2 (tagged fields after the client id), compact lengths (n + 1)
     if pos >= end or frame[pos] != 0:
         return None
-    tid_len, pos = _uvarint(frame, pos + 1, end)
+    tid_len, pos = _uvarint(frame, pos + 1)
     if tid_len < 0:
         return None
     pos += tid_len - 1 if tid_len > 0 else 0
@@ -111,19 +107,19 @@ def parse_produce(frame: bytes) -> ProduceShape | None:
         return None
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(frame, pos)
     pos += 6
-    topics, pos = _uvarint(frame, pos, end)
+    topics, pos = _uvarint(frame, pos)
     if topics != 2:
         return None
-    name_len, name_at = _uvarint(frame, pos, end)
+    name_len, name_at = _uvarint(frame, pos)
     pos = name_at + name_len - 1
     if name_len <= 1 or pos + 1 > end:
         return None
     topic = bytes(frame[name_at:pos])
-    partitions, pos = _uvarint(frame, pos, end)
+    partitions, pos = _uvarint(frame, pos)
     if partitions != 2 or pos + 4 > end:
         return None
     (partition,) = _I.unpack_from(frame, pos)
-    size, pos = _uvarint(frame, pos + 4, end)
+    size, pos = _uvarint(frame, pos + 4)
     size -= 1
     # then the records, and three empty tag sections: partition, topic, body
     if size <= 0 or pos + size + 3 != end or frame[end - 3:end] != b"\x00\x00\x00":
@@ -137,15 +133,6 @@ _PART_V3 = struct.Struct(">hqq")  # error_code, base_offset, log_append_time_ms
 _PART_V5 = struct.Struct(">hqqq")  # + log_start_offset
 
 
-def _uvarint_bytes(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 class ProduceAnswer:
     """The success answer of one (version, topic, partition): :meth:`encode` fills in the
     correlation id and the offsets. Immutable once built."""
@@ -155,8 +142,8 @@ class ProduceAnswer:
     def __init__(self, version: int, topic: bytes, partition: int) -> None:
         flexible = version >= FLEXIBLE_FROM
         if flexible:  # header v1: a tag section after the correlation id
-            prefix = (b"\x00" + _uvarint_bytes(2) + _uvarint_bytes(len(topic) + 1) + topic
-                      + _uvarint_bytes(2) + _I.pack(partition))
+            prefix = (b"\x00" + encode_uvarint(2) + encode_uvarint(len(topic) + 1) + topic
+                      + encode_uvarint(2) + _I.pack(partition))
             # record_errors (empty compact array), error_message (null), partition and topic
             # tags, throttle_time_ms, body tags
             suffix = b"\x01\x00\x00\x00" + _I.pack(0) + b"\x00"
