@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import struct
 
 __all__ = ["ClusterLink", "ClusterUnavailable", "FORWARD_HEAD", "LENGTH", "CONFIG_REQUEST"]
@@ -39,11 +40,23 @@ class ClusterLink:
         self.address = address
         self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
 
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        # The address is abstract (a leading NUL), which uvloop does not take as a path: the
+        # socket is connected here and handed over.
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(sock, self.address)
+        except BaseException:
+            sock.close()
+            raise
+        return await asyncio.open_unix_connection(sock=sock)
+
     async def call(self, api_key: int, api_version: int, body: bytes) -> bytes:
         """The encoded response body. Raises ClusterUnavailable."""
         conn = None
         try:
-            conn = self._idle.pop() if self._idle else await asyncio.open_unix_connection(self.address)
+            conn = self._idle.pop() if self._idle else await self._connect()
             reader, writer = conn
             writer.write(LENGTH.pack(FORWARD_HEAD.size + len(body))
                          + FORWARD_HEAD.pack(api_key, api_version) + body)

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 
 import setproctitle
@@ -31,6 +32,7 @@ import setproctitle
 from appliance.broker.broker_context import BrokerContext
 from appliance.broker.cluster_link import CONFIG_REQUEST, FORWARD_HEAD, LENGTH
 from appliance.broker.disk_client import DiskClient
+from appliance.broker.event_loop import run_event_loop
 from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.broker.plumbing import Plumbing
 from appliance.cluster.broker_answers import (
@@ -104,7 +106,7 @@ class ClusterWorker:
     def run(self) -> int:
         setproctitle.setproctitle(f"appliance: cluster worker [broker {self.broker_id}]")
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        return asyncio.run(self._main())
+        return run_event_loop(self._main())
 
     async def _main(self) -> int:
         loop = asyncio.get_running_loop()
@@ -120,7 +122,10 @@ class ClusterWorker:
         self.member = ClusterMember.from_config(self.config, WireChannel(client_id=f"controller-{self.broker_id}"))
         self.replicas: LocalReplicas | None = None
         self.configs: ConfigChanges | None = None
-        server = await asyncio.start_unix_server(self._serve, path=cluster_address(p.base))
+        # bound here: uvloop takes no abstract address (a leading NUL) as a path
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(cluster_address(p.base))
+        server = await asyncio.start_unix_server(self._serve, sock=listener)
         beat = asyncio.ensure_future(self._heartbeat(table, disks))
         try:
             await self._join(loop)
