@@ -508,8 +508,9 @@ def test_delete_topics_removes_every_replica_through_the_controller(cluster):
 
     boot, brokers, store = cluster["boot"], cluster["brokers"], cluster["store"]
     topic = "doomed"
-    # an earlier test restarted a broker: all three registered again first
-    _wait(lambda: (md := _cluster_md(boot)) and len(md.brokers) == 3, 90, "three registered brokers")
+    # an earlier test restarted a broker: all three registered again first, each answering for
+    # itself (another's Metadata could still list a registration from before a restart)
+    wait_joined(brokers.values(), 3, 90)
     _create(boot, topic, [[0, 1, 2], [1, 2, 0]])
     p = Producer({"bootstrap.servers": boot, "acks": "all"})
     for i in range(20):
