@@ -46,8 +46,9 @@ Phase 3's producer lingers as librdkafka and (since Kafka 4.0, KIP-1030) the Jav
 by default, 5 ms. With --linger-ms 0, librdkafka's idempotent producer to three brokers keeps
 each of its broker threads busy (27 Nov 2026: 0.31-0.32 of a core each, 0.98 in all, at 10,000
 records/s; 0.03-0.04 each with 5 ms), and in the shared placement those threads take the CPU
-the brokers need: p99 99-121 ms against 8-9 ms with 5 ms. The figure with 0 is printed by
-running with --linger-ms 0 (issue 15's per-record latency, one broker, is measured with 0).
+the brokers need: p99 99-121 ms against 8-9 ms with 5 ms (`--records 500000 --latency-seconds
+15 --placement both`, 3 runs with `--linger-ms 0` and 3 with the default, and 2 of phase 3 alone;
+perf/README.md, "fourth pass"). Issue 15's per-record latency, one broker, is measured with 0.
 
 librdkafka's idempotent producer sends one produce request per partition at a time, whatever
 max.in.flight says (librdkafka PR #4989, open), so a record of phase 3 also waits in the client

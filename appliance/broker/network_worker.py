@@ -226,13 +226,11 @@ class KafkaConnection(asyncio.Protocol):
             try:
                 n = os.sendfile(self._sock_fd, fd, position, length)
             except BlockingIOError:
-                step = os.pread(fd, min(length, SENDFILE_STEP), position)
-                if not step:
-                    n = 0
-                else:
+                n = len(step := os.pread(fd, min(length, SENDFILE_STEP), position))
+                if n:
                     self.transport.write(step)  # type: ignore[union-attr]
-                    position += len(step)
-                    length -= len(step)
+                    position += n
+                    length -= n
                     await self._drained.wait()
                     continue
             if n == 0:
