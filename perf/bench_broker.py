@@ -394,7 +394,9 @@ def consume_kcat(broker: BrokerProcess, records: int, on_start=None, topic: str 
            "-f", ".", "-X", f"fetch.max.bytes={CONSUMER_CONFIG['fetch.max.bytes']}",
            "-X", f"max.partition.fetch.bytes={CONSUMER_CONFIG['max.partition.fetch.bytes']}",
            "-X", f"queued.max.messages.kbytes={CONSUMER_CONFIG['queued.max.messages.kbytes']}",
-           "-X", f"fetch.wait.max.ms={CONSUMER_CONFIG['fetch.wait.max.ms']}"]
+           "-X", f"fetch.wait.max.ms={CONSUMER_CONFIG['fetch.wait.max.ms']}",
+           # as the Python consumer: below it librdkafka pauses fetching ~1 s (see peers/appliance.py)
+           "-X", f"queued.min.messages={CONSUMER_CONFIG['queued.min.messages']}"]
     with phase:
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         if on_start:
