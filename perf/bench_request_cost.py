@@ -2,7 +2,7 @@
 
 Usage: .venv/bin/python perf/bench_request_cost.py [--requests 20000] [--runs 5]
            [--value-size 100] [--no-redis] [--client raw|confluent|both]
-           [--placement shared|split|both] [--broker-cpus LIST]
+           [--placement shared|split|together|both|all] [--broker-cpus LIST]
 
 Each run starts a fresh broker (tests/broker_process.py, one log dir) and a 1-partition topic, then
 sends --requests produce requests one after another, each carrying ONE record of --value-size bytes
@@ -26,8 +26,9 @@ Also the broker's start-up time (launch to accepting clients; target <= 3 s).
 
 Targets (issue 15): broker CPU per one-record produce <= 60 us; round trip <= 150 us on loopback.
 Figures: medians over --runs runs, with min and max (the machine is shared and noisy).
---placement (perf/workloads/placement.py; default shared): split runs the broker on
---broker-cpus and the clients (and Redis) on the other CPUs.
+--placement (perf/workloads/placement.py; default shared): split runs the broker (and Redis) on
+--broker-cpus and the clients on the other CPUs; together runs all of them on --broker-cpus, so no
+request makes a wake-up across CPUs (what those cost on this VM: perf/bench_wakeup.py).
 """
 
 from __future__ import annotations
