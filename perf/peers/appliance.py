@@ -98,6 +98,9 @@ class Appliance(Peer):
         self.delete_topic(t)
 
     def stop(self) -> None:
+        # the admin client lives as long as a reference does: kept, it went on reconnecting to
+        # the stopped broker through the next system's cells (a thread, and stderr noise)
+        self.admin = None
         if self.broker is not None:
             try:
                 self.broker.__exit__(None, None, None)
