@@ -13,15 +13,24 @@ from appliance.shm.layout import SlotState
 __all__ = ["handle", "topic_metadata"]
 
 
+def _unknown(name: str) -> dict:
+    return {"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name,
+            "is_internal": False, "partitions": []}
+
+
 def topic_metadata(ctx: Any, name: str) -> dict:
     parts = ctx.index.partitions(name)
     if not parts:
-        return {"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name,
-                "is_internal": False, "partitions": []}
+        return _unknown(name)
+    states = [ctx.table.state(info.slot) for info in parts]
+    # a topic whose deletion has begun is gone, as from Kafka's metadata cache: its disk workers
+    # free its partitions one by one, and a list of those left would tell clients it shrank
+    if SlotState.DELETING in states:
+        return _unknown(name)
     me = [ctx.broker_id]
     out = []
-    for info in parts:
-        online = ctx.table.state(info.slot) == SlotState.ONLINE
+    for info, state in zip(parts, states, strict=True):
+        online = state == SlotState.ONLINE
         out.append({
             "error_code": 0 if online else ErrorCode.LEADER_NOT_AVAILABLE,
             "partition_index": info.partition,
@@ -36,7 +45,8 @@ def topic_metadata(ctx: Any, name: str) -> dict:
 async def handle(ctx: Any, request: Any) -> dict:
     body = request.body
     by_id: list = []
-    if body.topics is None or (request.api_version == 0 and not body.topics):  # v0: [] = all
+    every = body.topics is None or (request.api_version == 0 and not body.topics)  # v0: [] = all
+    if every:
         names = sorted(ctx.index.topics())
     else:
         # v12+ may name a topic by id alone (KIP-516): answered under its name, or unknown
@@ -57,6 +67,8 @@ async def handle(ctx: Any, request: Any) -> dict:
     for name in names:
         md = topic_metadata(ctx, name)
         if md["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            if every:  # being deleted: not listed at all
+                continue
             try:
                 validate_topic_name(name)
             except Exception:
