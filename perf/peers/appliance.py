@@ -88,7 +88,10 @@ class Appliance(Peer):
             self.broker.start()
         except (RuntimeError, TimeoutError) as e:
             raise PeerUnavailable(f"broker did not start: {str(e)[-300:]}") from e
-        self.admin = AdminClient({"bootstrap.servers": self.broker.bootstrap})
+        # not auto-creating: librdkafka refreshes the topics it has seen, and with the broker's
+        # auto.create.topics.enable a refresh after a delete made the topic again (1 partition)
+        self.admin = AdminClient({"bootstrap.servers": self.broker.bootstrap,
+                                  "allow.auto.create.topics": False})
         # Untimed warm-up: the disk worker and network workers load their numba kernels on first use.
         t = self.new_topic(1)
         self._produce_confluent(t, 50_000, 100, 1, 1)
