@@ -7,6 +7,7 @@ import pytest
 from appliance.errors import InvalidRecordError
 from appliance.records.batch import HEADER_SIZE, build_batch, read_header
 from appliance.records.batch import _walk_records as python_walk
+from appliance.records.record_types import Record
 from native.records_walk import walk_records
 
 
@@ -64,3 +65,58 @@ def test_each_problem_is_reported():
     assert walk_records(data, start, end - 1, count)[0] != 0          # truncated
     with pytest.raises(ValueError):
         walk_records(data, start, len(data) + 1, count)
+
+
+def _word_path_batch(rng: random.Random) -> bytes:
+    """Records whose first fields take 1-3 byte varints: offsetDeltas past 63 and gaps in them,
+    timestamp deltas from 0 to minutes, keys null or of 0-200 bytes (the 8-byte read of
+    timestampDelta, offsetDelta and key length, and its fall-back when they do not fit)."""
+    recs, offset, ts = [], 0, 1_700_000_000_000
+    for _ in range(rng.randint(1, 150)):
+        offset += rng.choice([1, 1, 1, 2, 63, 64, 200])
+        ts += rng.choice([0, 1, 63, 64, 8191, 8192, 300_000])
+        key = None if rng.random() < 0.3 else rng.randbytes(rng.choice([0, 1, 63, 64, 200]))
+        recs.append(Record(offset, ts, key, rng.randbytes(rng.randint(0, 120))))
+    return build_batch(recs, base_offset=0, base_timestamp=1_700_000_000_000)
+
+
+def _record_starts(data: bytes, start: int, end: int) -> list[int]:
+    """Where each record of a valid batch begins (its length varint)."""
+    out, pos = [], start
+    while pos < end:
+        out.append(pos)
+        raw, shift = 0, 0
+        while True:
+            b = data[pos]
+            pos += 1
+            raw |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                break
+        pos += (raw >> 1) ^ -(raw & 1)
+    return out
+
+
+def test_first_fields_read_by_word_agree_with_the_twin():
+    """Valid records, then each damaged in its first 10 bytes (where the word read applies):
+    the kernel and the twin agree on every one."""
+    rng = random.Random(11)
+    disagreements = []
+    for trial in range(400):
+        data, start, end, count = _records_of(_word_path_batch(rng))
+        status, _, last = walk_records(data, start, end, count)
+        assert status == 0 and last == python_walk(data, start, end, count)
+        starts = _record_starts(data, start, end)
+        assert len(starts) == count
+        for _ in range(10):
+            buf = bytearray(data)
+            at = rng.choice(starts) + rng.randrange(10)
+            for k in range(rng.randint(1, 3)):
+                if at + k < end:
+                    buf[at + k] = rng.choice([0x00, 0x01, 0x7F, 0x80, 0x81, 0xFF, rng.randrange(256)])
+            n = count if rng.random() < 0.9 else rng.randint(0, count + 2)
+            ok_py, last_py = _python_ok(buf, start, end, n)
+            status, _, last = walk_records(buf, start, end, n)
+            if ok_py != (status == 0) or (ok_py and last_py != last):
+                disagreements.append((trial, at))
+    assert not disagreements, disagreements[:5]
