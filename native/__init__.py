@@ -16,9 +16,13 @@ Layouts: :mod:`native.batch_layout` (RecordBatch v2 header), :mod:`native.index_
 Buffers may be bytes, bytearray, memoryview, mmap.mmap or numpy arrays; none are copied.
 """
 
-from native.crc import crc32, crc32_update, crc32c, crc32c_update
-from native.index_search import offset_index_floor, time_index_floor
-from native.scan import (
+from native.cache_dir import use_versioned_cache
+
+use_versioned_cache()  # before any kernel module: see native/cache_dir.py
+
+from native.crc import crc32, crc32_update, crc32c, crc32c_update  # noqa: E402
+from native.index_search import offset_index_floor, time_index_floor  # noqa: E402
+from native.scan import (  # noqa: E402
     SCAN_BAD_CRC,
     SCAN_BAD_HEADER,
     SCAN_END,

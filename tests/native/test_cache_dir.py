@@ -1,0 +1,48 @@
+"""The kernels' numba cache lives in a directory named by a digest of every kernel source, so a
+change to any kernel file (a callee inlined into a caller from another file included) is a fresh
+cache (native/cache_dir.py)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from native.cache_dir import source_digest
+
+NATIVE = Path(__file__).resolve().parents[2] / "native"
+
+
+def test_the_digest_follows_every_source_file(tmp_path):
+    copy = tmp_path / "native"
+    shutil.copytree(NATIVE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    first = source_digest(copy)
+    assert source_digest(copy) == first  # same sources, same cache
+    walk = copy / "records_walk.py"
+    walk.write_text(walk.read_text() + "\n# changed\n")
+    assert source_digest(copy) != first
+    walk.write_text(walk.read_text().removesuffix("\n# changed\n"))
+    assert source_digest(copy) == first
+    (copy / "new_kernel.py").write_text("x = 1\n")
+    assert source_digest(copy) != first
+
+
+def test_kernels_compile_into_the_versioned_directory(tmp_path):
+    """A fresh process with NUMBA_CACHE_DIR set compiles a kernel into <dir>/kernels-<digest>."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    code = ("import numba, native\n"
+            "from native.records_walk import walk_records\n"
+            "from appliance.records.batch import build_batch\n"
+            "b = build_batch([(None, b'v')])\n"
+            "assert walk_records(b, 61, len(b), 1)[0] == 0\n"
+            "print(numba.config.CACHE_DIR)\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         cwd=NATIVE.parent, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    expected = tmp_path / f"kernels-{source_digest()}"
+    assert out.stdout.strip() == str(expected)
+    cached = [p.name for p in expected.rglob("*.nbi")]
+    assert any(name.startswith("records_walk._walk") for name in cached), cached
+    assert [p.name for p in tmp_path.iterdir()] == [expected.name]  # nothing beside it
