@@ -15,14 +15,18 @@ kernel's cache directory when its decorator runs): ``native/__init__.py`` calls 
 from __future__ import annotations
 
 import hashlib
+import os
+import tempfile
 from pathlib import Path
 
 from numba.core import config
+from numba.misc.appdirs import AppDirs
 
 __all__ = ["source_digest", "use_versioned_cache"]
 
 _HERE = Path(__file__).resolve().parent
 _PREFIX = "kernels-"
+_applied: str | None = None  # the path set by the first call
 
 
 def source_digest(folder: Path = _HERE) -> str:
@@ -36,12 +40,26 @@ def source_digest(folder: Path = _HERE) -> str:
     return h.hexdigest()[:16]
 
 
+def _writable(path: str) -> bool:
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            return True
+    except OSError:
+        return False
+
+
 def use_versioned_cache() -> str:
-    """Point numba's cache at ``<NUMBA_CACHE_DIR or native/__pycache__>/kernels-<digest>`` and
-    return that path (numba falls back to its own places when it cannot write there). Idempotent."""
-    base = config.CACHE_DIR or str(_HERE / "__pycache__")
-    if Path(base).name.startswith(_PREFIX):  # already versioned (a second call)
-        return base
-    path = str(Path(base) / f"{_PREFIX}{source_digest()}")
-    config.CACHE_DIR = path
-    return path
+    """Point numba's cache at ``<NUMBA_CACHE_DIR or native/__pycache__>/kernels-<digest>``, or,
+    when that cannot be written (a read-only install), at ``kernels-<digest>`` in numba's own
+    per-user cache directory (numba's own fall-backs are not versioned). Returns the path; a
+    second call changes nothing."""
+    global _applied
+    if _applied is None:
+        name = f"{_PREFIX}{source_digest()}"
+        path = str(Path(config.CACHE_DIR or _HERE / "__pycache__") / name)
+        if not _writable(path):
+            path = str(Path(AppDirs(appname="numba", appauthor=False).user_cache_dir) / name)
+        config.CACHE_DIR = path
+        _applied = path
+    return _applied

@@ -44,9 +44,11 @@ def placements(args: argparse.Namespace) -> list[str]:
     except ValueError as e:
         raise SystemExit(f"--broker-cpus {args.broker_cpus}: {e}") from None
     mine = os.sched_getaffinity(0)
-    if args.placement != "shared" and (not cpus or not cpus < mine):
+    if args.placement in ("split", "both", "all") and (not cpus or not cpus < mine):
         raise SystemExit(f"--broker-cpus {args.broker_cpus}: must leave a CPU of "
                          f"{sorted(mine)} to the client")
+    if args.placement == "together" and (not cpus or not cpus <= mine):
+        raise SystemExit(f"--broker-cpus {args.broker_cpus}: must be among {sorted(mine)}")
     return {"both": ["shared", "split"], "all": ["shared", "split", "together"]}.get(
         args.placement, [args.placement])
 

@@ -5,6 +5,7 @@ with the partitions its disk workers have not removed yet."""
 from __future__ import annotations
 
 import threading
+import time
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -34,13 +35,18 @@ def test_metadata_never_lists_part_of_a_topic_being_deleted(broker):
     seen: list[tuple[str, int, int]] = []
     watcher = threading.Thread(target=_watch, args=(broker.port, stop, seen))
     watcher.start()
+
+    def answers(n: int) -> None:
+        deadline = time.monotonic() + 60
+        while len(seen) < n:
+            assert watcher.is_alive(), "the Metadata watcher stopped"
+            assert time.monotonic() < deadline, f"{len(seen)} Metadata answers in 60 s"
+            stop.wait(0.01)
+
     try:
-        while len(seen) < 20:  # answers from before the deletion
-            stop.wait(0.01)
+        answers(20)  # from before the deletion
         admin.delete_topics([TOPIC])[TOPIC].result(120)
-        after = len(seen)
-        while len(seen) < after + 20:
-            stop.wait(0.01)
+        answers(len(seen) + 20)
     finally:
         stop.set()
         watcher.join(30)

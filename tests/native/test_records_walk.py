@@ -68,13 +68,13 @@ def test_each_problem_is_reported():
 
 
 def _word_path_batch(rng: random.Random) -> bytes:
-    """Records whose first fields take 1-3 byte varints: offsetDeltas past 63 and gaps in them,
-    timestamp deltas from 0 to minutes, keys null or of 0-200 bytes (the 8-byte read of
-    timestampDelta, offsetDelta and key length, and its fall-back when they do not fit)."""
+    """Records whose first fields take 1-6 byte varints: offsetDeltas past 63 and gaps in them,
+    timestamp deltas from minus seconds to decades, keys null or of 0-200 bytes (the 8-byte read
+    of timestampDelta, offsetDelta and key length, and its fall-back when they do not fit)."""
     recs, offset, ts = [], 0, 1_700_000_000_000
     for _ in range(rng.randint(1, 150)):
         offset += rng.choice([1, 1, 1, 2, 63, 64, 200])
-        ts += rng.choice([0, 1, 63, 64, 8191, 8192, 300_000])
+        ts += rng.choice([0, 1, 63, 64, 8191, 8192, 300_000, -5_000, 10**12])  # 10**12: 6 bytes
         key = None if rng.random() < 0.3 else rng.randbytes(rng.choice([0, 1, 63, 64, 200]))
         recs.append(Record(offset, ts, key, rng.randbytes(rng.randint(0, 120))))
     return build_batch(recs, base_offset=0, base_timestamp=1_700_000_000_000)
@@ -115,6 +115,8 @@ def test_first_fields_read_by_word_agree_with_the_twin():
                 if at + k < end:
                     buf[at + k] = rng.choice([0x00, 0x01, 0x7F, 0x80, 0x81, 0xFF, rng.randrange(256)])
             n = count if rng.random() < 0.9 else rng.randint(0, count + 2)
+            if rng.random() < 0.5:  # bytes after the records, which the 8-byte read may see
+                buf += bytes(rng.choice([0x00, 0x80, 0xFF]) for _ in range(rng.randint(1, 9)))
             ok_py, last_py = _python_ok(buf, start, end, n)
             status, _, last = walk_records(buf, start, end, n)
             if ok_py != (status == 0) or (ok_py and last_py != last):

@@ -24,8 +24,10 @@ def topic_metadata(ctx: Any, name: str) -> dict:
         return _unknown(name)
     states = [ctx.table.state(info.slot) for info in parts]
     # a topic whose deletion has begun is gone, as from Kafka's metadata cache: its disk workers
-    # free its partitions one by one, and a list of those left would tell clients it shrank
-    if SlotState.DELETING in states:
+    # free its partitions one by one, and a list of those left would tell clients it shrank (a
+    # slot may be freed, or DELETING, here or in the index's snapshot, which can lag the table)
+    if (SlotState.DELETING in states or SlotState.FREE in states
+            or any(info.state == SlotState.DELETING for info in parts)):
         return _unknown(name)
     me = [ctx.broker_id]
     out = []
