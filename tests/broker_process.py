@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import os
 import signal
 import socket
@@ -145,6 +147,19 @@ class BrokerProcess:
         while time.monotonic() < deadline and _group_running(self.proc.pid):
             time.sleep(0.02)
 
+    def release_shm(self) -> None:
+        """Unlink this broker's shared memory (``appliance.shm.name`` and ``<name>-*``); call it
+        once every process of the broker is dead, at the end of a test. A stopped broker unlinks
+        its own, a SIGKILLed supervisor cannot: a day of test runs had left 10,500 segments (990
+        MB of memory) in /dev/shm."""
+        name = self.overrides.get("appliance.shm.name")
+        if not name:
+            return
+        for path in Path("/dev/shm").glob(glob.escape(name) + "*"):
+            if path.name == name or path.name.startswith(name + "-"):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+
     def __enter__(self) -> BrokerProcess:
         try:
             return self.start()
@@ -161,4 +176,5 @@ class BrokerProcess:
             self.stop()
         finally:
             self.kill()
+            self.release_shm()
             self._log.close()

@@ -28,3 +28,4 @@ def broker_factory(tmp_path):
             pass
         finally:
             b.kill()
+            b.release_shm()
