@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["BrokerProcess", "free_port", "running"]
+__all__ = ["BrokerProcess", "free_port", "running", "release_all_shm"]
 
 
 def free_port() -> int:
@@ -53,6 +53,17 @@ def _group_running(pgid: int) -> bool:
     return False
 
 
+_MADE: list[BrokerProcess] = []  # every broker made in this process (release_all_shm)
+
+
+def release_all_shm() -> None:
+    """Unlink the shared memory of every broker made in this process whose supervisor has
+    exited (the test session's end: see BrokerProcess.release_shm)."""
+    for b in _MADE:
+        if b.proc is None or b.proc.poll() is not None:
+            b.release_shm()
+
+
 class BrokerProcess:
     """One `appliance serve` subprocess; every worker it forks dies with it (stop/kill)."""
 
@@ -69,6 +80,7 @@ class BrokerProcess:
         }
         self.proc: subprocess.Popen | None = None
         self.log_path = self.workdir / f"broker-{self.port}.log"
+        _MADE.append(self)
 
     @property
     def bootstrap(self) -> str:
@@ -148,10 +160,11 @@ class BrokerProcess:
             time.sleep(0.02)
 
     def release_shm(self) -> None:
-        """Unlink this broker's shared memory (``appliance.shm.name`` and ``<name>-*``); call it
-        once every process of the broker is dead, at the end of a test. A stopped broker unlinks
-        its own, a SIGKILLed supervisor cannot: a day of test runs had left 10,500 segments (990
-        MB of memory) in /dev/shm."""
+        """Unlink this broker's shared memory (``appliance.shm.name`` and ``<name>-*``) once every
+        process of it is dead. A stopped broker unlinks its own; a SIGKILLed supervisor cannot,
+        and a broker started again on the same name reclaims what it left (tests check that),
+        so :func:`release_all_shm` does this at the end of the test session: a day of test runs
+        had left 10,500 segments (990 MB of memory) in /dev/shm."""
         name = self.overrides.get("appliance.shm.name")
         if not name:
             return
@@ -176,5 +189,4 @@ class BrokerProcess:
             self.stop()
         finally:
             self.kill()
-            self.release_shm()
             self._log.close()

@@ -1,6 +1,13 @@
 import pytest
 
-from tests.broker_process import BrokerProcess
+from tests.broker_process import BrokerProcess, release_all_shm
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _release_brokers_shared_memory():
+    """At the end of the session, the shared memory of the brokers tests SIGKILLed."""
+    yield
+    release_all_shm()
 
 
 @pytest.fixture
@@ -28,4 +35,3 @@ def broker_factory(tmp_path):
             pass
         finally:
             b.kill()
-            b.release_shm()

@@ -1,11 +1,12 @@
 """The test harness leaves no shared memory behind: a broker whose supervisor was SIGKILLed
-cannot unlink its segments, so BrokerProcess does at the end of the test (tests/broker_process.py)."""
+cannot unlink its segments (a broker started again on its name reclaims them), so the session
+ends by unlinking those of every broker it made (tests/broker_process.py, tests/conftest.py)."""
 
 from __future__ import annotations
 
 import os
 
-from tests.broker_process import BrokerProcess
+from tests.broker_process import BrokerProcess, release_all_shm
 
 
 def _segments(name: str) -> list[str]:
@@ -17,5 +18,6 @@ def test_a_killed_broker_leaves_no_shared_memory(tmp_path):
         name = b.overrides["appliance.shm.name"]
         assert _segments(name)  # the table, rings and IPC channels exist while it runs
         b.kill()  # SIGKILL: nothing of the broker unlinks them
-        assert _segments(name)
+    assert _segments(name)  # left for a restart on the same name to reclaim
+    release_all_shm()  # what the session's end does
     assert _segments(name) == []

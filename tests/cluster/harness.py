@@ -75,8 +75,6 @@ def kill_brokers(brokers: Iterable) -> None:
     brokers = list(brokers)
     with ThreadPoolExecutor(len(brokers)) as pool:
         list(pool.map(lambda b: b.kill(), brokers))
-    for b in brokers:
-        b.release_shm()
 
 
 def wait_joined(brokers: Iterable, count: int, timeout: float = 60.0) -> None:

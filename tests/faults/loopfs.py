@@ -62,13 +62,14 @@ class LoopDisk:
         st = os.statvfs(self.mount)
         n = max(0, st.f_bavail * st.f_frsize - leave_bytes)
         filler = self.mount / "filler.bin"
-        with open(filler, "ab") as f:
+        # unbuffered: a write that meets ENOSPC (a broker writing beside us took the space
+        # first) leaves nothing buffered for close() to fail on again outside the try below
+        with open(filler, "ab", buffering=0) as f:
             chunk = b"\0" * (1 << 20)
             left = n
             try:
                 while left > 0:
                     left -= f.write(chunk[:min(left, len(chunk))])
-                f.flush()
                 os.fsync(f.fileno())
             except OSError:
                 pass  # ENOSPC: as full as it gets

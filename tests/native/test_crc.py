@@ -145,7 +145,9 @@ def test_cached_kernels_work_in_fresh_processes() -> None:
     first = _fresh_python(code)
     second = _fresh_python(code)
     assert first.endswith("True True") and first == second
-    assert list((REPO / "native" / "__pycache__").glob("crc.*.nbi"))
+    # in the kernels' versioned cache directory (native/cache_dir.py)
+    cache = Path(_fresh_python("import numba, native; print(numba.config.CACHE_DIR)"))
+    assert cache.name.startswith("kernels-") and list(cache.rglob("crc.*.nbi"))
 
 
 def test_forced_table_fallback_in_fresh_process() -> None:
