@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import glob
 import os
 import signal
 import socket
@@ -160,18 +158,17 @@ class BrokerProcess:
             time.sleep(0.02)
 
     def release_shm(self) -> None:
-        """Unlink this broker's shared memory (``appliance.shm.name`` and ``<name>-*``) once every
-        process of it is dead. A stopped broker unlinks its own; a SIGKILLed supervisor cannot,
-        and a broker started again on the same name reclaims what it left (tests check that),
-        so :func:`release_all_shm` does this at the end of the test session: a day of test runs
+        """Unlink this broker's shared memory once every process of it is dead (the
+        supervisor's own clean-up of a crashed broker's objects, ``plumbing.unlink_stale``). A
+        stopped broker unlinks its own; a SIGKILLed supervisor cannot, and a broker started
+        again on the same name reclaims what it left (tests check that), so
+        :func:`release_all_shm` does this at the end of the test session: a day of test runs
         had left 10,500 segments (990 MB of memory) in /dev/shm."""
+        from appliance.broker.plumbing import unlink_stale  # lazily: the harness stays light
+
         name = self.overrides.get("appliance.shm.name")
-        if not name:
-            return
-        for path in Path("/dev/shm").glob(glob.escape(name) + "*"):
-            if path.name == name or path.name.startswith(name + "-"):
-                with contextlib.suppress(OSError):
-                    path.unlink()
+        if name:
+            unlink_stale(name)
 
     def __enter__(self) -> BrokerProcess:
         try:
