@@ -220,7 +220,8 @@ def _runs(args: argparse.Namespace, overrides: dict[str, str]) -> None:
     clients = ["raw", "confluent"] if args.client == "both" else [args.client]
     runners = {"raw": run_raw, "confluent": run_confluent}
     figures: dict[str, dict[str, list[float]]] = {
-        c: {"cpu_us": [], "net_us": [], "disk_us": [], "rtt_p50_us": [], "rtt_p99_us": []}
+        c: {"cpu_us": [], "net_us": [], "net_kernel_us": [], "disk_us": [], "disk_kernel_us": [],
+            "rtt_p50_us": [], "rtt_p99_us": []}
         for c in clients}
     redis_fig: dict[str, list[float]] = {"cpu_us": [], "rtt_p50_us": [], "rtt_p99_us": []}
     start_s: list[float] = []
@@ -239,10 +240,14 @@ def _runs(args: argparse.Namespace, overrides: dict[str, str]) -> None:
                     f["cpu_us"].append(cpu["total"] / args.requests * 1e6)
                     f["net_us"].append(cpu.get("network", 0.0) / args.requests * 1e6)
                     f["disk_us"].append(cpu.get("disk", 0.0) / args.requests * 1e6)
+                    # of which in the kernel (wake-ups, system calls): the user/kernel split
+                    f["net_kernel_us"].append(cpu.get("network_sys", 0.0) / args.requests * 1e6)
+                    f["disk_kernel_us"].append(cpu.get("disk_sys", 0.0) / args.requests * 1e6)
                     f["rtt_p50_us"].append(statistics.median(rtts) * 1e6)
                     f["rtt_p99_us"].append(percentile(rtts, 0.99) * 1e6)
                     print(f"run {run + 1} {c:9s}: broker CPU {f['cpu_us'][-1]:6.1f} us/request "
-                          f"(network {f['net_us'][-1]:5.1f}, disk {f['disk_us'][-1]:5.1f}), "
+                          f"(network {f['net_us'][-1]:5.1f}, kernel {f['net_kernel_us'][-1]:5.1f}; "
+                          f"disk {f['disk_us'][-1]:5.1f}, kernel {f['disk_kernel_us'][-1]:5.1f}), "
                           f"round trip p50 {f['rtt_p50_us'][-1]:6.1f} us, "
                           f"p99 {f['rtt_p99_us'][-1]:7.1f} us", flush=True)
             finally:
