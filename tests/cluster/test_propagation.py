@@ -68,7 +68,12 @@ def _broker(workdir: Path, connect: str, broker_id: int, port: int | None = None
     return BrokerProcess(workdir, port=port, overrides={
         "zookeeper.connect": connect, "broker.id": str(broker_id),
         "zookeeper.session.timeout.ms": str(SESSION_MS), "num.network.threads": "1",
-        "replica.lag.time.max.ms": "2000"})
+        "replica.lag.time.max.ms": "2000",
+        # leadership moves only when a test moves it: the controller's first rebalance check,
+        # 5 s after a failover, otherwise hands a restarted preferred replica its leadership
+        # back in the middle of the next test (DeleteRecords sent to the old leader then gets
+        # NOT_LEADER_OR_FOLLOWER)
+        "auto.leader.rebalance.enable": "false"})
 
 
 def _partition(boot: str):
