@@ -5,9 +5,11 @@ Usage: .venv/bin/python perf/bench_record_walk.py [--records 8000] [--value-size
 One v2 batch of --records records (null keys, --value-size random bytes each). Thread CPU per
 record, median of --runs runs, of: the CRC32C over the batch, the record walk
 (native/records_walk.py), the fused validator (both, plus the header checks), PartitionLog.append
-validated and not, and os.write of the same bytes; then the validated append over one batch again
-and again ("hot": it stays in the CPU caches) against 200 distinct copies in turn ("cold": past
-the caches, as a batch an IPC producer wrote on another CPU arrives). Temp files go to --dir.
+validated and not, and os.write of the same bytes; os.pwrite of them over pages already in the
+page cache (the gap between the two is the page allocation, not the copy);
+then the validated append over one batch again and again ("hot": it stays in the CPU caches)
+against 200 distinct copies in turn ("cold": past the caches, as a batch an IPC producer wrote
+on another CPU arrives). Temp files go to --dir.
 """
 
 from __future__ import annotations
@@ -99,6 +101,13 @@ def main() -> None:
                 os.write(fd, batch)
             os.close(fd)
         figures["os.write"] = per_record(plain, 1, calls * n, args.runs)
+
+        def overwrite() -> None:  # the file plain() left: every page is in the page cache
+            fd = os.open(path, os.O_WRONLY)
+            for i in range(calls):
+                os.pwrite(fd, batch, i * size)
+            os.close(fd)
+        figures["os.pwrite over cached pages"] = per_record(overwrite, 1, calls * n, args.runs)
         cold = [bytearray(batch) for _ in range(_COLD_COPIES)]
         calls = 2 * _COLD_COPIES
         figures["append, validated, hot (1 batch)"] = per_record(appends(d, hot, True, calls), 1,
