@@ -40,11 +40,16 @@ _CRC_START = 21  # CRC32C covers the batch from its attributes on
 _COLD_COPIES = 200
 
 
-def per_record(fn: Callable[[], None], calls: int, records: int, runs: int) -> float:
-    """Median thread-CPU ns per record of ``calls`` calls of ``fn``, over ``runs`` runs."""
+def per_record(fn: Callable[[], None], calls: int, records: int, runs: int,
+               reset: Callable[[], None] | None = None) -> float:
+    """Median thread-CPU ns per record of ``calls`` calls of ``fn``, over ``runs`` runs;
+    ``reset`` (untimed) before each run deletes what the last one wrote: freeing its page cache
+    is not the next run's write."""
     fn()  # compile / fault in, untimed
     out = []
     for _ in range(runs):
+        if reset is not None:
+            reset()
         c0 = time.thread_time()
         for _ in range(calls):
             fn()
@@ -53,14 +58,21 @@ def per_record(fn: Callable[[], None], calls: int, records: int, runs: int) -> f
 
 
 def appends(d: str, batches: list, validate: bool, calls: int) -> Callable[[], None]:
-    """A function appending ``calls`` batches (round robin) to a fresh partition log."""
+    """A function appending ``calls`` batches (round robin) to a new partition log (the
+    previous one is deleted by :func:`clear`)."""
     def run() -> None:
-        path = os.path.join(d, "p-0")
-        shutil.rmtree(path, ignore_errors=True)
-        lg = PartitionLog.open(path, TopicConfig.defaults(max_message_bytes=64 << 20))
+        lg = PartitionLog.open(os.path.join(d, "p-0"), TopicConfig.defaults(max_message_bytes=64 << 20))
         for i in range(calls):
             lg.append(batches[i % len(batches)], validate=validate)
         lg.close()
+    return run
+
+
+def clear(d: str) -> Callable[[], None]:
+    """Deletes everything in ``d``."""
+    def run() -> None:
+        for p in Path(d).iterdir():
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
     return run
 
 
@@ -90,17 +102,19 @@ def main() -> None:
     try:
         calls = 150
         hot = [bytearray(batch)]
-        figures["append, validated"] = per_record(appends(d, hot, True, calls), 1, calls * n, args.runs)
+        wipe = clear(d)  # before each run (untimed): freeing its pages is not the next one's write
+        figures["append, validated"] = per_record(appends(d, hot, True, calls), 1, calls * n,
+                                                  args.runs, wipe)
         figures["append, not validated"] = per_record(appends(d, hot, False, calls), 1, calls * n,
-                                                      args.runs)
+                                                      args.runs, wipe)
         path = os.path.join(d, "plain")
 
         def plain() -> None:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             for _ in range(calls):
                 os.write(fd, batch)
             os.close(fd)
-        figures["os.write"] = per_record(plain, 1, calls * n, args.runs)
+        figures["os.write"] = per_record(plain, 1, calls * n, args.runs, wipe)
 
         def overwrite() -> None:  # the file plain() left: every page is in the page cache
             fd = os.open(path, os.O_WRONLY)
@@ -111,9 +125,9 @@ def main() -> None:
         cold = [bytearray(batch) for _ in range(_COLD_COPIES)]
         calls = 2 * _COLD_COPIES
         figures["append, validated, hot (1 batch)"] = per_record(appends(d, hot, True, calls), 1,
-                                                                 calls * n, args.runs)
+                                                                 calls * n, args.runs, wipe)
         figures[f"append, validated, cold ({_COLD_COPIES} batches)"] = per_record(
-            appends(d, cold, True, calls), 1, calls * n, args.runs)
+            appends(d, cold, True, calls), 1, calls * n, args.runs, wipe)
     finally:
         shutil.rmtree(d)
     for name, ns in figures.items():
