@@ -11,7 +11,9 @@ processes use :class:`appliance.storage.reader.LogReader`.
 Departures from Kafka, on purpose: a segment's roll clock starts at its first append, in broker
 time, and restarts when the log is reopened (Kafka measures from the first batch's timestamp,
 which a producer with a skewed clock controls); producer-state snapshots
-are JSON; ``preallocate`` is accepted but segment files are not preallocated.
+are JSON; ``preallocate`` (on by default here) reserves blocks a window past the active
+segment's end without changing its size (:mod:`appliance.storage.preallocate`), not whole
+segments.
 """
 
 from __future__ import annotations
@@ -528,6 +530,8 @@ class PartitionLog:
         now = NOW_FROM_CLOCK if self._kernel_clock else self._now_ms()
         CALL_IN.pack_into(self._work_mv, CALL_IN_AT, validate, assign_offsets,
                           self.log_end_offset, now)
+        if active.size + len(a) > active.reserve_at:  # blocks ahead (storage.preallocate)
+            active.reserve_ahead(len(a))
         nb = append_commit(a, self._work, active.state, oi.u8, ti.u8)
         if nb < 0:
             nb, pa, done = self._append_planned_again(nb, a, assign_offsets,
@@ -616,6 +620,8 @@ class PartitionLog:
                     return nb, None, None  # PLAN_SLOW
                 oi, ti = active.offset_index, active.time_index
                 active.fd  # noqa: B018  (opens the file)
+                if active.size + len(a) > active.reserve_at:  # a new segment after a roll
+                    active.reserve_ahead(len(a))
                 nb = append_commit(a, self._work, active.state, oi.u8, ti.u8)
         finally:
             p[P_MODE] = MODE_PLAN

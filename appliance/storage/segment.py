@@ -37,6 +37,7 @@ from appliance.errors import KafkaStorageError
 from appliance.storage.flush import ChunkedWriteback
 from appliance.storage.index import index_entry_slots
 from appliance.storage.offset_index import OffsetIndex
+from appliance.storage.preallocate import NEVER, WINDOW_BYTES, give_back, reserve
 from appliance.storage.time_index import NO_TIMESTAMP, TimeIndex
 from native.append_commit import (
     NO_FIRST_APPEND,
@@ -160,6 +161,10 @@ class LogSegment:
         self._sv[S_BASE_OFFSET] = base_offset
         self.dir = dir_
         self.base_offset = base_offset
+        # blocks reserved past the end (appliance.storage.preallocate): the append path calls
+        # reserve_ahead once an append would pass reserve_at; reserved_to is how far they go
+        self.reserve_at = NEVER
+        self.reserved_to = 0
         self.apply_config(config)
         self.writable = writable
         self.suffix = suffix
@@ -199,6 +204,10 @@ class LogSegment:
             self._segment_bytes = self._sv[S_SEGMENT_BYTES] = int(config.segment_bytes)
             self._segment_ms = self._sv[S_SEGMENT_MS] = int(config.segment_ms)
             self._interval = self._sv[S_INTERVAL] = int(config.index_interval_bytes)
+            if not config.preallocate:
+                self.reserve_at = NEVER
+            elif self.reserve_at == NEVER:
+                self.reserve_at = 0  # at the next append
 
     # -- the append state (see __init__) ----------------------------------------------------
 
@@ -610,10 +619,36 @@ class LogSegment:
                 raise KafkaStorageError(f"writeback of {self.log_path} failed: {e}") from e
         return start
 
+    def reserve_ahead(self, nbytes: int) -> None:
+        """Reserve the blocks of an append of ``nbytes`` and WINDOW_BYTES more past the end
+        (preallocate); called by the append paths once ``size + nbytes`` passes
+        :attr:`reserve_at`. A failure leaves the append to allocate as it writes."""
+        start = self.size
+        end = start + nbytes + WINDOW_BYTES
+        got = reserve(self.fd, start, end - start)
+        if got is None:  # the file system cannot: do not ask again
+            self.reserve_at = NEVER
+            return
+        self.reserve_at = end  # reserved up to there; or no space now: ask again a window on
+        if got:
+            self.reserved_to = end
+
+    def give_back_reserved(self) -> None:
+        """Free the blocks reserved past the end (at roll and close); the file's size and
+        bytes do not change."""
+        if self.reserved_to > self.size and self._fd >= 0:
+            try:
+                give_back(self._fd, self.size)
+            except OSError:
+                pass  # blocks held until the segment is deleted; its data is untouched
+        self.reserved_to = 0
+
     def _write(self, data: Any, nbytes: int, now_ms: int) -> None:
         """Write ``data`` (a buffer, or a list of buffers: one writev) at the end of the file.
         Raises KafkaStorageError (the file cut back to where it was first)."""
         start = self.size
+        if start + nbytes > self.reserve_at:
+            self.reserve_ahead(nbytes)
         fd = self._fd if self._fd >= 0 else self.fd
         try:
             if type(data) is list:
@@ -684,6 +719,7 @@ class LogSegment:
         self.offset_index.trim_to_valid_size()
         ti.trim_to_valid_size()
         self.writeback = None
+        self.give_back_reserved()
 
     def resize_indexes(self, size: int) -> None:
         """Grow the indexes back to ``size`` (the active segment's preallocation)."""
@@ -841,6 +877,8 @@ class LogSegment:
                 self.on_become_inactive()
             except (OSError, ValueError, KafkaStorageError):
                 pass  # closing anyway: recovery rebuilds what the last entry would have said
+        if self.writable and trim and not self.deleted:
+            self.give_back_reserved()
         self.release(trim=trim)
         self._closed = True
 

@@ -1,0 +1,70 @@
+"""Disk blocks reserved ahead of an active segment's end: the topic key ``preallocate``, here a
+window that moves with the appends.
+
+Why: a write that reaches blocks the file system has not allocated yet pays for that allocation
+(ext4: delayed allocation at the write, the extent at write-back). Measured here, ext4 on a
+virtio disk, 880 KB writes of 8,000 100-byte records (a lab loop; ``perf/README.md``): 20 ns per
+record appending, 13 with the blocks reserved 1 MiB ahead, ~6 over pages already cached; with
+write-back to the disk included, the machine's whole CPU went from 25-27 to 19 ns per record.
+In the broker the disk worker's append over IPC fell from 40-41 to 33 ns per record
+(``perf/bench_ipc.py``).
+
+How: fallocate(2) with FALLOC_FL_KEEP_SIZE, which reserves blocks past the end without changing
+the file's size: readers, recovery and every tool still see exactly the bytes written. The
+reservation past the end is given back (ftruncate to the size) when the segment rolls or is
+closed; a crash leaves at most one window reserved, given back at the segment's next roll or
+freed with it.
+
+Departure from Kafka: Kafka's ``preallocate`` (default false) creates each segment at
+segment.bytes and trims it at roll, which with many partitions holds back a whole segment per
+partition. Here it is on by default and reserves WINDOW_BYTES past each append.
+
+A file system without the call (EOPNOTSUPP) is written as before, and so is a full one (the
+write then meets the same condition). No state; safe in any process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+from typing import Any
+
+__all__ = ["WINDOW_BYTES", "NEVER", "reserve", "give_back"]
+
+WINDOW_BYTES = 1 << 20  # 1 MiB: as fast as larger windows in the measurement above
+NEVER = 1 << 62  # a reserve-at position no append reaches: nothing to reserve
+_FALLOC_FL_KEEP_SIZE = 1  # <linux/falloc.h>
+_UNSUPPORTED = (errno.EOPNOTSUPP, errno.ENOSYS, errno.ENODEV, errno.ESPIPE)
+
+
+def _bind() -> Any:
+    """libc's fallocate (os.posix_fallocate has no KEEP_SIZE), or None where there is none."""
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).fallocate
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_fallocate = _bind()
+
+
+def reserve(fd: int, offset: int, length: int) -> bool | None:
+    """Reserve ``length`` bytes of ``fd``'s file from ``offset`` on without changing its size.
+    True when reserved; False when not this time (e.g. ENOSPC); None when this file (system)
+    never will."""
+    if _fallocate is None:
+        return None
+    if _fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+        return True
+    return None if ctypes.get_errno() in _UNSUPPORTED else False
+
+
+def give_back(fd: int, size: int) -> None:
+    """Free the blocks reserved past ``size``, the file's size (ftruncate to the same size does
+    that on ext4 and xfs). Raises OSError."""
+    os.ftruncate(fd, size)
