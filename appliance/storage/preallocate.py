@@ -19,8 +19,11 @@ Departure from Kafka: Kafka's ``preallocate`` (default false) creates each segme
 segment.bytes and trims it at roll, which with many partitions holds back a whole segment per
 partition. Here it is on by default and reserves WINDOW_BYTES past each append.
 
-A file system without the call (EOPNOTSUPP) is written as before, and so is a full one (the
-write then meets the same condition). No state; safe in any process.
+A file system without the call (EOPNOTSUPP) is written as before, and so is a nearly full one:
+nothing is reserved while less than FREE_MARGIN_BYTES would stay free. A reservation that meets
+ENOSPC keeps what it had allocated, so without the margin it would take the last free blocks,
+and the first write to a new page of a memory-mapped index file would then fault (SIGBUS)
+instead of the append failing with ENOSPC. No state; safe in any process.
 """
 
 from __future__ import annotations
@@ -31,9 +34,10 @@ import errno
 import os
 from typing import Any
 
-__all__ = ["WINDOW_BYTES", "NEVER", "reserve", "give_back"]
+__all__ = ["WINDOW_BYTES", "FREE_MARGIN_BYTES", "NEVER", "reserve", "give_back"]
 
 WINDOW_BYTES = 1 << 20  # 1 MiB: as fast as larger windows in the measurement above
+FREE_MARGIN_BYTES = 32 << 20  # left free for index pages and metadata: see the module docstring
 NEVER = 1 << 62  # a reserve-at position no append reaches: nothing to reserve
 _FALLOC_FL_KEEP_SIZE = 1  # <linux/falloc.h>
 _UNSUPPORTED = (errno.EOPNOTSUPP, errno.ENOSYS, errno.ENODEV, errno.ESPIPE)
@@ -55,10 +59,16 @@ _fallocate = _bind()
 
 def reserve(fd: int, offset: int, length: int) -> bool | None:
     """Reserve ``length`` bytes of ``fd``'s file from ``offset`` on without changing its size.
-    True when reserved; False when not this time (e.g. ENOSPC); None when this file (system)
-    never will."""
+    True when reserved; False when not this time (the file system is nearly full); None when
+    this file (system) never will."""
     if _fallocate is None:
         return None
+    try:
+        st = os.fstatvfs(fd)
+    except OSError:
+        return False
+    if st.f_bavail * st.f_frsize < length + FREE_MARGIN_BYTES:
+        return False
     if _fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
         return True
     return None if ctypes.get_errno() in _UNSUPPORTED else False

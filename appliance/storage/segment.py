@@ -139,6 +139,9 @@ class RecoveryResult(NamedTuple):
     batches: int
 
 
+_BLOCK = 4096  # st_blocks past the size rounded up to this: blocks reserved past the end
+
+
 class LogSegment:
     """A segment's files and cached state (size, next offset, largest timestamp).
 
@@ -634,14 +637,18 @@ class LogSegment:
             self.reserved_to = end
 
     def give_back_reserved(self) -> None:
-        """Free the blocks reserved past the end (at roll and close); the file's size and
-        bytes do not change."""
-        if self.reserved_to > self.size and self._fd >= 0:
-            try:
-                give_back(self._fd, self.size)
-            except OSError:
-                pass  # blocks held until the segment is deleted; its data is untouched
+        """Free the blocks reserved past the end (at roll and close), ours or a crashed
+        predecessor's; the file's size and bytes do not change."""
         self.reserved_to = 0
+        if self._fd < 0:
+            return
+        try:
+            st = os.fstat(self._fd)
+            # only when the file is exactly our bytes and holds blocks past them
+            if st.st_size == self.size and st.st_blocks * 512 > -(-self.size // _BLOCK) * _BLOCK:
+                give_back(self._fd, self.size)
+        except OSError:
+            pass  # blocks held until the segment is deleted; its data is untouched
 
     def _write(self, data: Any, nbytes: int, now_ms: int) -> None:
         """Write ``data`` (a buffer, or a list of buffers: one writev) at the end of the file.
