@@ -245,7 +245,14 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=10_000_000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--batch", type=int, default=8000, help="records per batch (<= ~9,500 under message.max.bytes)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker setting (server.properties name), e.g. log.preallocate=true; repeatable")
     args = ap.parse_args()
+    settings = dict(kv.split("=", 1) for kv in args.set if "=" in kv)
+    if len(settings) != len(args.set):
+        ap.error(f"--set takes KEY=VALUE, got {[kv for kv in args.set if '=' not in kv]}")
+    if settings:
+        print("broker settings:", ", ".join(f"{k}={v}" for k, v in settings.items()))
     from native.warmup import warmup
     warmup()  # numba kernels compiled or loaded before anything is timed
     v, o = _columns(10)
@@ -255,7 +262,7 @@ def main() -> int:
                                        "senddrop-ipc": [], "senddrop-tcp": [],
                                        "floor-send": [], "floor-send_obj": [], "floor-send_obj_drop": []}
     split: dict[str, dict[str, list[float]]] = {"ipc": {}, "tcp": {}}
-    with tempfile.TemporaryDirectory(prefix="bench-ipc-") as tmp, BrokerProcess(Path(tmp)) as broker:
+    with tempfile.TemporaryDirectory(prefix="bench-ipc-") as tmp, BrokerProcess(Path(tmp), overrides=settings) as broker:
         admin = BrokerConnection("127.0.0.1", broker.port)
         base = broker.overrides["appliance.shm.name"]
         for run in range(args.runs):

@@ -11,9 +11,8 @@ processes use :class:`appliance.storage.reader.LogReader`.
 Departures from Kafka, on purpose: a segment's roll clock starts at its first append, in broker
 time, and restarts when the log is reopened (Kafka measures from the first batch's timestamp,
 which a producer with a skewed clock controls); producer-state snapshots
-are JSON; ``preallocate`` (on by default here) reserves blocks a window past the active
-segment's end without changing its size (:mod:`appliance.storage.preallocate`), not whole
-segments.
+are JSON; ``preallocate`` reserves blocks a window past the active segment's end without
+changing its size (:mod:`appliance.storage.preallocate`), not whole segments.
 """
 
 from __future__ import annotations

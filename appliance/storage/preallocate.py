@@ -1,13 +1,19 @@
-"""Disk blocks reserved ahead of an active segment's end: the topic key ``preallocate``, here a
-window that moves with the appends.
+"""Disk blocks reserved ahead of an active segment's end: the topic key ``preallocate`` (off by
+default), here a window that moves with the appends.
 
 Why: a write that reaches blocks the file system has not allocated yet pays for that allocation
 (ext4: delayed allocation at the write, the extent at write-back). Measured here, ext4 on a
-virtio disk, 880 KB writes of 8,000 100-byte records (a lab loop; ``perf/README.md``): 20 ns per
-record appending, 13 with the blocks reserved 1 MiB ahead, ~6 over pages already cached; with
-write-back to the disk included, the machine's whole CPU went from 25-27 to 19 ns per record.
-In the broker the disk worker's append over IPC fell from 40-41 to 33 ns per record
-(``perf/bench_ipc.py``).
+virtio disk, 880 KB writes of 8,000 100-byte records (lab loops; ``perf/README.md``): 20 ns of
+CPU per record appending, 13 with the blocks reserved ahead. ``perf/bench_ipc.py --set
+log.preallocate=true``: the disk worker's append over IPC 33-34 ns per record against 42-43.
+
+Each reservation waits ~0.5 ms of wall time here while the chunked write-back
+(``log.writeback.mode``) is writing the file: with a 1 MiB window (a call every append or two)
+a lab loop ran at 53 ns per record of wall time against 26-42 without reserving, and the
+runner's ipc bulk cell fell from ~18 M to ~15 M records/s; with WINDOW_BYTES (8 MiB) the loop
+ran at 18 and the cell at ~19 M. Off by default, as in Kafka: each active segment that takes an
+append holds up to WINDOW_BYTES more of the disk, which for thousands of partitions is too much
+to hold back unasked. For a few partitions taking a high rate, turn it on.
 
 How: fallocate(2) with FALLOC_FL_KEEP_SIZE, which reserves blocks past the end without changing
 the file's size: readers, recovery and every tool still see exactly the bytes written. The
@@ -15,9 +21,9 @@ reservation past the end is given back (ftruncate to the size) when the segment 
 closed; a crash leaves at most one window reserved, given back at the segment's next roll or
 freed with it.
 
-Departure from Kafka: Kafka's ``preallocate`` (default false) creates each segment at
-segment.bytes and trims it at roll, which with many partitions holds back a whole segment per
-partition. Here it is on by default and reserves WINDOW_BYTES past each append.
+Departure from Kafka: Kafka's ``preallocate`` creates each segment at segment.bytes and trims it
+at roll, which with many partitions holds back a whole segment per partition; here it is
+WINDOW_BYTES past each append.
 
 A file system without the call (EOPNOTSUPP) is written as before, and so is a nearly full one:
 nothing is reserved while less than FREE_MARGIN_BYTES would stay free. A reservation that meets
@@ -36,7 +42,7 @@ from typing import Any
 
 __all__ = ["WINDOW_BYTES", "FREE_MARGIN_BYTES", "NEVER", "reserve", "give_back"]
 
-WINDOW_BYTES = 1 << 20  # 1 MiB: as fast as larger windows in the measurement above
+WINDOW_BYTES = 8 << 20  # each reservation waits ~0.5 ms here (see above): few, larger ones
 FREE_MARGIN_BYTES = 32 << 20  # left free for index pages and metadata: see the module docstring
 NEVER = 1 << 62  # a reserve-at position no append reaches: nothing to reserve
 _FALLOC_FL_KEEP_SIZE = 1  # <linux/falloc.h>

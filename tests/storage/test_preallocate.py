@@ -1,7 +1,7 @@
 """Blocks reserved ahead of the active segment (appliance/storage/preallocate.py), on real file
 systems: a loop-mounted ext4 image (reserves; full), and an ext2 one, which cannot reserve.
 
-What must hold: the file's size is exactly the bytes appended (readers and recovery see nothing
+With ``preallocate`` on, what must hold: the file's size is exactly the bytes appended (readers and recovery see nothing
 else), the reservation goes at most WINDOW_BYTES past the end and is given back at roll and at
 close, a log reopened without a close (a crash) reads every record back, and a file system that
 cannot reserve or a full one appends (or refuses) exactly as without it."""
@@ -41,6 +41,7 @@ def _batch(i: int) -> bytes:
 
 
 def _open(path: Path, **cfg: object) -> PartitionLog:
+    cfg.setdefault("preallocate", True)  # off by default (see the module)
     return PartitionLog.open(str(path), TopicConfig.defaults(**cfg))
 
 
@@ -95,6 +96,7 @@ def test_reserved_past_the_end_with_the_size_unchanged_and_given_back(ext4):
 
 
 def test_off_reserves_nothing(ext4):
+    assert TopicConfig.defaults().preallocate is False  # Kafka's default, and ours
     lg = _open(ext4.mount / "t-0", preallocate=False)
     try:
         for i in range(3):
