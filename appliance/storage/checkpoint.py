@@ -12,11 +12,12 @@ by the caller (the disk worker is the only writer of its log dir).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import errno
 import os
 from collections.abc import Mapping
 
 from appliance.errors import KafkaStorageError
+from appliance.storage import libc
 
 __all__ = [
     "read_checkpoint", "write_checkpoint", "read_checkpoint_lines", "write_checkpoint_lines",
@@ -39,7 +40,7 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+_syncfs = libc.function("syncfs", [ctypes.c_int])
 
 
 def sync_filesystem(path: str) -> None:
@@ -49,8 +50,10 @@ def sync_filesystem(path: str) -> None:
     Raises OSError (EIO when a write-back error was seen on the file system)."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        if _libc.syncfs(fd) != 0:
-            err = ctypes.get_errno()
+        if _syncfs is None:
+            raise OSError(errno.ENOSYS, "syncfs is not available on this platform", path)
+        if _syncfs(fd) != 0:
+            err = libc.last_errno()
             raise OSError(err, f"syncfs: {os.strerror(err)}", path)
     finally:
         os.close(fd)

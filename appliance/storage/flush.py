@@ -15,11 +15,12 @@ Thread-safety: stateless functions; a :class:`ChunkedWriteback` belongs to its s
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
+
+from appliance.storage import libc
 
 __all__ = [
     "SYNC_FILE_RANGE_WAIT_BEFORE", "SYNC_FILE_RANGE_WRITE", "SYNC_FILE_RANGE_WAIT_AFTER",
@@ -35,18 +36,8 @@ WRITEBACK_OS = "os"
 WRITEBACK_CHUNKED = "writeback"
 
 
-def _load_sync_file_range():
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        fn = libc.sync_file_range
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_sync_file_range = _load_sync_file_range()
+_sync_file_range = libc.function("sync_file_range",
+                                 [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint])
 
 
 def have_sync_file_range() -> bool:
@@ -59,7 +50,7 @@ def sync_file_range(fd: int, offset: int, nbytes: int, flags: int) -> None:
     if _sync_file_range is None:
         raise OSError("sync_file_range is not available on this platform")
     if _sync_file_range(fd, offset, nbytes, flags) != 0:
-        err = ctypes.get_errno()
+        err = libc.last_errno()
         raise OSError(err, os.strerror(err))
 
 

@@ -35,10 +35,10 @@ instead of the append failing with ENOSPC. No state; safe in any process.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
-from typing import Any
+
+from appliance.storage import libc
 
 __all__ = ["WINDOW_BYTES", "FREE_MARGIN_BYTES", "NEVER", "reserve", "give_back"]
 
@@ -49,18 +49,8 @@ _FALLOC_FL_KEEP_SIZE = 1  # <linux/falloc.h>
 _UNSUPPORTED = (errno.EOPNOTSUPP, errno.ENOSYS, errno.ENODEV, errno.ESPIPE)
 
 
-def _bind() -> Any:
-    """libc's fallocate (os.posix_fallocate has no KEEP_SIZE), or None where there is none."""
-    try:
-        fn = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).fallocate
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_fallocate = _bind()
+# os.posix_fallocate has no KEEP_SIZE
+_fallocate = libc.function("fallocate", [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64])
 
 
 def reserve(fd: int, offset: int, length: int) -> bool | None:
@@ -77,7 +67,7 @@ def reserve(fd: int, offset: int, length: int) -> bool | None:
         return False
     if _fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
         return True
-    return None if ctypes.get_errno() in _UNSUPPORTED else False
+    return None if libc.last_errno() in _UNSUPPORTED else False
 
 
 def give_back(fd: int, size: int) -> None:
