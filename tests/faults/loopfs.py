@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["LoopDisk", "loop_disks", "cannot_mount_reason"]
+__all__ = ["LoopDisk", "loop_disks", "one_loop_disk", "cannot_mount_reason"]
 
 
 def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -117,3 +117,16 @@ def loop_disks(workdir: Path, count: int, size_mb: int | list[int] = 64) -> Iter
         for d in disks:
             d.unmount()
             d.image.unlink(missing_ok=True)
+
+
+@contextmanager
+def one_loop_disk(workdir: Path, size_mb: int) -> Iterator[LoopDisk]:
+    """One fresh ext4 image as :func:`loop_disks` makes them; the test is skipped, with the
+    reason, on a machine that cannot mount one."""
+    import pytest
+
+    reason = cannot_mount_reason(workdir)
+    if reason:
+        pytest.skip(reason)
+    with loop_disks(workdir, 1, size_mb) as (disk,):
+        yield disk

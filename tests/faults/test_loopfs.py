@@ -8,15 +8,12 @@ import os
 
 import pytest
 
-from tests.faults.loopfs import cannot_mount_reason, loop_disks
+from tests.faults.loopfs import one_loop_disk
 
 
 @pytest.fixture
 def disk(tmp_path):
-    reason = cannot_mount_reason(tmp_path)
-    if reason:
-        pytest.skip(reason)
-    with loop_disks(tmp_path, 1, size_mb=16) as (d,):
+    with one_loop_disk(tmp_path, 16) as d:
         yield d
 
 

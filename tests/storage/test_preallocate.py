@@ -19,7 +19,7 @@ from appliance.errors import KafkaStorageError
 from appliance.records.batch import build_batch, decode_records
 from appliance.storage.log import PartitionLog
 from appliance.storage.preallocate import NEVER, WINDOW_BYTES
-from tests.faults.loopfs import cannot_mount_reason, loop_disks
+from tests.faults.loopfs import cannot_mount_reason, one_loop_disk
 
 BLOCK = 4096
 VALUE = 1000
@@ -28,10 +28,7 @@ PER_BATCH = 100
 
 @pytest.fixture
 def ext4(tmp_path):
-    reason = cannot_mount_reason(tmp_path)
-    if reason:
-        pytest.skip(reason)
-    with loop_disks(tmp_path, 1, size_mb=128) as (d,):
+    with one_loop_disk(tmp_path, 128) as d:
         yield d
 
 
