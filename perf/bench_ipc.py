@@ -38,6 +38,8 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import appliance.protocol as proto  # noqa: E402
+from appliance.cli.main import CliError  # noqa: E402
+from appliance.cli.serve import parse_overrides  # noqa: E402
 from appliance.client.connection import BrokerConnection  # noqa: E402
 from appliance.client.ipc import IpcTransport  # noqa: E402
 from appliance.client.producer import Producer  # noqa: E402
@@ -245,12 +247,14 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=10_000_000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--batch", type=int, default=8000, help="records per batch (<= ~9,500 under message.max.bytes)")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="a broker setting (server.properties name), e.g. log.preallocate=true; repeatable")
+    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker setting, as `appliance serve --override` takes it, e.g. "
+                         "log.preallocate=true; repeatable")
     args = ap.parse_args()
-    settings = dict(kv.split("=", 1) for kv in args.set if "=" in kv)
-    if len(settings) != len(args.set):
-        ap.error(f"--set takes KEY=VALUE, got {[kv for kv in args.set if '=' not in kv]}")
+    try:
+        settings = parse_overrides(args.override)
+    except CliError as e:
+        ap.error(str(e))
     if settings:
         print("broker settings:", ", ".join(f"{k}={v}" for k, v in settings.items()))
     from native.warmup import warmup

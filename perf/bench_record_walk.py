@@ -6,7 +6,8 @@ One v2 batch of --records records (null keys, --value-size random bytes each). T
 record, median of --runs runs, of: the CRC32C over the batch, the record walk
 (native/records_walk.py), the fused validator (both, plus the header checks), PartitionLog.append
 validated and not, and os.write of the same bytes; os.pwrite of them over pages already in the
-page cache (the gap between the two is the page allocation, not the copy);
+page cache (the gap between the two is the page allocation, not the copy), and os.write into
+blocks reserved first (appliance/storage/preallocate.py: what is left is the page cache's);
 then the validated append over one batch again and again ("hot": it stays in the CPU caches)
 against 200 distinct copies in turn ("cold": past the caches, as a batch an IPC producer wrote
 on another CPU arrives). Temp files go to --dir.
@@ -31,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from appliance.config import TopicConfig  # noqa: E402
 from appliance.records.batch import HEADER_SIZE, build_batch  # noqa: E402
 from appliance.storage.log import PartitionLog  # noqa: E402
+from appliance.storage.preallocate import reserve  # noqa: E402
 from native.buffers import as_u8  # noqa: E402
 from native.crc import crc32c_raw  # noqa: E402
 from native.records_walk import _walk  # noqa: E402
@@ -122,6 +124,15 @@ def main() -> None:
                 os.pwrite(fd, batch, i * size)
             os.close(fd)
         figures["os.pwrite over cached pages"] = per_record(overwrite, 1, calls * n, args.runs)
+
+        def reserved() -> None:  # the blocks reserved first, as log.preallocate does
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            if not reserve(fd, 0, calls * size):
+                raise SystemExit(f"cannot reserve blocks in {d} (fallocate, or too little space)")
+            for _ in range(calls):
+                os.write(fd, batch)
+            os.close(fd)
+        figures["os.write into reserved blocks"] = per_record(reserved, 1, calls * n, args.runs, wipe)
         cold = [bytearray(batch) for _ in range(_COLD_COPIES)]
         calls = 2 * _COLD_COPIES
         figures["append, validated, hot (1 batch)"] = per_record(appends(d, hot, True, calls), 1,

@@ -40,6 +40,7 @@ from appliance.storage.checkpoint import fsync_dir
 from appliance.storage.flush import ChunkedWriteback, flush_due, flush_segments
 from appliance.storage.legacy_append import to_legacy_entries
 from appliance.storage.loader import load_segments, replay_producer_state
+from appliance.storage.preallocate import NEVER
 from appliance.storage.producer_state import SNAPSHOT_SUFFIX, ProducerStateManager
 from appliance.storage.retention import apply_retention
 from appliance.storage.segment import LogSegment, SegmentOpenError
@@ -529,7 +530,8 @@ class PartitionLog:
         now = NOW_FROM_CLOCK if self._kernel_clock else self._now_ms()
         CALL_IN.pack_into(self._work_mv, CALL_IN_AT, validate, assign_offsets,
                           self.log_end_offset, now)
-        if active.size + len(a) > active.reserve_at:  # blocks ahead (storage.preallocate)
+        ra = active.reserve_at  # blocks ahead (storage.preallocate); NEVER when off
+        if ra != NEVER and active.size + len(a) > ra:
             active.reserve_ahead(len(a))
         nb = append_commit(a, self._work, active.state, oi.u8, ti.u8)
         if nb < 0:
@@ -619,7 +621,8 @@ class PartitionLog:
                     return nb, None, None  # PLAN_SLOW
                 oi, ti = active.offset_index, active.time_index
                 active.fd  # noqa: B018  (opens the file)
-                if active.size + len(a) > active.reserve_at:  # a new segment after a roll
+                ra = active.reserve_at  # a new segment after a roll
+                if ra != NEVER and active.size + len(a) > ra:
                     active.reserve_ahead(len(a))
                 nb = append_commit(a, self._work, active.state, oi.u8, ti.u8)
         finally:

@@ -3,8 +3,8 @@ default), here a window that moves with the appends.
 
 Why: a write that reaches blocks the file system has not allocated yet pays for that allocation
 (ext4: delayed allocation at the write, the extent at write-back). Measured here, ext4 on a
-virtio disk, 880 KB writes of 8,000 100-byte records (lab loops; ``perf/README.md``): 20 ns of
-CPU per record appending, 13 with the blocks reserved ahead. ``perf/bench_ipc.py --set
+virtio disk, 880 KB writes of 8,000 100-byte records (``perf/bench_record_walk.py``): ~20 ns of
+CPU per record appending, ~13 into blocks reserved first. ``perf/bench_ipc.py --override
 log.preallocate=true``: the disk worker's append over IPC 33-34 ns per record against 42-43.
 
 Each reservation waits ~0.5 ms of wall time here while the chunked write-back

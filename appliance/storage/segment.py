@@ -638,10 +638,10 @@ class LogSegment:
 
     def give_back_reserved(self) -> None:
         """Free the blocks reserved past the end (at roll and close), ours or a crashed
-        predecessor's; the file's size and bytes do not change."""
-        self.reserved_to = 0
-        if self._fd < 0:
-            return
+        predecessor's (preallocate on); the file's size and bytes do not change."""
+        reserved, self.reserved_to = self.reserved_to, 0
+        if self._fd < 0 or (self.reserve_at == NEVER and not reserved):
+            return  # off, and nothing of ours: no fstat on every roll and close
         try:
             st = os.fstat(self._fd)
             # only when the file is exactly our bytes and holds blocks past them
@@ -654,7 +654,7 @@ class LogSegment:
         """Write ``data`` (a buffer, or a list of buffers: one writev) at the end of the file.
         Raises KafkaStorageError (the file cut back to where it was first)."""
         start = self.size
-        if start + nbytes > self.reserve_at:
+        if self.reserve_at != NEVER and start + nbytes > self.reserve_at:
             self.reserve_ahead(nbytes)
         fd = self._fd if self._fd >= 0 else self.fd
         try:
@@ -879,13 +879,15 @@ class LogSegment:
         time-index entry and trims its indexes first (Kafka's close). Idempotent."""
         if self._closed:
             return
-        if self.writable and trim and not self.deleted and self._oi is not None:
-            try:
-                self.on_become_inactive()
-            except (OSError, ValueError, KafkaStorageError):
-                pass  # closing anyway: recovery rebuilds what the last entry would have said
         if self.writable and trim and not self.deleted:
-            self.give_back_reserved()
+            if self._oi is None:
+                self.give_back_reserved()  # on_become_inactive's last step otherwise
+            else:
+                try:
+                    self.on_become_inactive()
+                except (OSError, ValueError, KafkaStorageError):
+                    # closing anyway: recovery rebuilds what the last entry would have said
+                    self.give_back_reserved()
         self.release(trim=trim)
         self._closed = True
 
