@@ -70,7 +70,6 @@ class IpcIntake:
             ring = ch.requests
             if ring.head == ring.tail:
                 continue
-            answered = False
             for _ in range(ROUND_LIMIT):
                 if ch.completions.capacity - ch.completions.used() < 4096:
                     # its producer is not reading its acknowledgements: leave its requests queued
@@ -97,17 +96,19 @@ class IpcIntake:
                 handled += 1
                 if comp is not None:
                     ch.completions.put(MsgType.COMPLETION, comp)  # room was checked above
-                    answered = True
+                    # at once, not at the end of the round: a producer asleep on its
+                    # acknowledgements builds its next batches while this worker appends the
+                    # rest of the round (measured: woken once per round, it learnt of its 5
+                    # batches in flight all at once and the worker then idled ~14 % of a bulk run)
+                    self._wake_producer(k)
             else:
                 more = self.due = True
-            if answered:
-                self._wake_producer(k)
         return handled, more
 
     def _wake_producer(self, k: int) -> None:
         # only a producer asleep on its completions needs the datagram (measured: waking one after
-        # every round was a third of this worker's time in a bulk run); the ring's fence orders
-        # the completions' publication before this read of its flag
+        # every round, asleep or not, was a third of this worker's time in a bulk run); the ring's
+        # fence orders the completions' publication before this read of its flag
         if not self.channels[k].completions.consumer_waiting():
             return
         pid, _, name = self.ipc_dir.slot(k)
