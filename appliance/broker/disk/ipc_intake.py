@@ -99,7 +99,8 @@ class IpcIntake:
                     # at once, not at the end of the round: a producer asleep on its
                     # acknowledgements builds its next batches while this worker appends the
                     # rest of the round (measured: woken once per round, it learnt of its 5
-                    # batches in flight all at once and the worker then idled ~14 % of a bulk run)
+                    # batches in flight all at once and the worker then idled 13-14 % of a bulk
+                    # run; perf/README.md, bench_ipc.py)
                     self._wake_producer(k)
             else:
                 more = self.due = True
