@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the broker and its tests need, idempotently: Debian packages (kcat,
-# zookeeper, xfsprogs, ...), a virtualenv in .venv with the project and its test dependencies, and
-# warm numba caches.
+# zookeeper, xfsprogs, ...), a virtualenv in .venv with the project (its C extension built in
+# place) and its test dependencies, and warm numba caches.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +23,11 @@ command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
 command -v valgrind >/dev/null 2>&1 || need_apt+=(valgrind)
 # cluster tests and the quick start start a real ZooKeeper server from Debian's package
 [ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
+# the client's C extension (native/record_run.c, built by pip install): a compiler and Python.h
+PY=${PYTHON:-python3}
+command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)
+"$PY" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+  || need_apt+=(python3-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
   SUDO=""
@@ -31,13 +36,14 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   "$PY" -m venv .venv
 fi
 stamp=.venv/.setup-stamp
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+# again when the build inputs change, or the C extension is missing (a clean checkout's tree)
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] \
+   || [ native/record_run.c -nt "$stamp" ] || ! ls native/record_run.*.so >/dev/null 2>&1; then
   echo "setup: installing Python packages into .venv"
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -e '.[test]'

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from appliance.client.errors import KafkaConnectionError
+from native.record_run import RecordFuture  # one record's future into a RunFuture: in C, see there
 
 __all__ = ["RecordMetadata", "ProducerFuture", "RunFuture", "RecordFuture", "CallbackHandler", "call_hook",
            "complete_many"]
@@ -108,8 +109,10 @@ class ProducerFuture:
 class RunFuture(ProducerFuture):
     """The outcome of a run of values sent one by one that went out as one batch: completed
     once, with the batch's RecordMetadata (its first offset, and the LogAppendTime or -1);
-    each record's :class:`RecordFuture` derives its own from it. ``stamps`` (the records'
-    timestamps, set when the batch is built) fill in the timestamp without LogAppendTime.
+    each record's RecordFuture (native/record_run.c: the run and the record's index; its
+    methods call record_result, exception and add_record_callback here) derives its own.
+    ``stamps`` (the records' timestamps, set when the batch is built) fill in the timestamp
+    without LogAppendTime.
 
     Measured reason: a ProducerFuture per record, each completed with its own RecordMetadata,
     cost ~1.5 us per record between the caller's thread and the completion thread."""
@@ -120,6 +123,15 @@ class RunFuture(ProducerFuture):
         super().__init__()
         self.stamps: Any = None
         self._record_callbacks: list[tuple[int, Callable[..., None]]] | None = None
+
+    def record_result(self, i: int, timeout: float | None = None) -> RecordMetadata:
+        """Record ``i``'s RecordFuture.result: its metadata; raises the delivery error, or
+        KafkaConnectionError if not done within ``timeout`` s."""
+        if not self._wait(timeout):
+            raise KafkaConnectionError(f"record not acknowledged within {timeout:g} s")
+        if self._error is not None:
+            raise self._error
+        return self.metadata(i)
 
     def metadata(self, i: int) -> RecordMetadata:
         """Record ``i``'s metadata (the run is done and succeeded)."""
@@ -156,36 +168,6 @@ class RunFuture(ProducerFuture):
             _safe(fn, value, error)
         for i, fn in calls or ():
             self._call_record(i, fn)
-
-
-class RecordFuture:
-    """One record's future inside a :class:`RunFuture`: the ProducerFuture interface (``done``,
-    ``result``, ``exception``, ``add_callback``), two slots and nothing to complete per record."""
-
-    __slots__ = ("_run", "_i")
-
-    def __init__(self, run: RunFuture, i: int) -> None:
-        self._run, self._i = run, i
-
-    def done(self) -> bool:
-        return self._run._done
-
-    def result(self, timeout: float | None = None) -> RecordMetadata:
-        """Raises the delivery error, or KafkaConnectionError if not done within ``timeout`` s."""
-        run = self._run
-        if not run._wait(timeout):
-            raise KafkaConnectionError(f"record not acknowledged within {timeout:g} s")
-        if run._error is not None:
-            raise run._error
-        return run.metadata(self._i)
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        self._run._wait(timeout)
-        return self._run._error
-
-    def add_callback(self, fn: Callable[[RecordMetadata | None, BaseException | None], None]) -> None:
-        """``fn(metadata, error)`` once done (at once if it already is). Runs in the completing thread."""
-        self._run.add_record_callback(self._i, fn)
 
 
 def complete_many(futures: list[ProducerFuture], values: list[RecordMetadata]) -> None:

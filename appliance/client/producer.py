@@ -23,7 +23,6 @@ import collections
 import logging
 import threading
 import time
-from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,16 +55,30 @@ from appliance.errors import (
 from appliance.records import Compression, Record, build_batch
 from native.batch_build import build_batch_columns, max_batch_size
 from native.out_pool import OutputPool
+from native.record_run import RECORD_OVERHEAD, Send
+from native.record_run import Run as _Run
+
+# Run: plain values sent one by one to one partition while it is open: one queue item, one
+# batch, one RunFuture (each record's future is a RecordFuture into it). Send: send()'s fast
+# path, which appends to an open Run. Both in C (native/record_run.c, where the measured reason
+# is). Measured reason for runs: an _Item, a ProducerFuture and a RecordMetadata per record,
+# queued and cut one by one, held Producer.send to ~0.2 M records/s; a run takes a list append,
+# a clock read and a two-slot future per record, and the numba builder encodes the whole list
+# at once. The fast path checks two numbers only: ``left`` (estimated bytes the batch still has
+# room for) and ``cap`` (records the run may hold: the slots it reserved in the producer's queue
+# budget; 0 while the slow path changes the run, -1 once closed). Everything else (a new run,
+# more slots, a full run, a queue that is full) is the slow path, _put_run, taken about once per
+# batch.
 
 __all__ = ["Producer", "ProducerRecord", "RecordMetadata", "ProducerFuture", "CallbackHandler",
            "DefaultPartitioner", "QueueFull"]
 
 log = logging.getLogger("appliance.client.producer")
-_now = time.time
 
 CODECS = {"none": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
           "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
-RECORD_OVERHEAD = 16  # varint lengths, attributes, deltas: a safe over-estimate per record
+# RECORD_OVERHEAD (from native.record_run): varint lengths, attributes, deltas: a safe
+# over-estimate of a record's bytes beyond its key and value
 BATCH_OVERHEAD = 61  # the v2 batch header
 # Queue slots an open run takes from queue.buffering.max.messages at a time: send()'s fast path
 # then counts nothing but the run's own length. Unused slots go back when the run closes, and
@@ -155,33 +168,6 @@ class _Columns:
         return [b[o[k]:o[k + 1]].tobytes() for k in range(len(o) - 1)]
 
 
-class _Run:
-    """Plain values sent one by one to one partition while it is open: one queue item, one
-    batch, one RunFuture (each record's future is a RecordFuture into it).
-
-    Measured reason: an _Item, a ProducerFuture and a RecordMetadata per record, queued and cut
-    one by one, held Producer.send to ~0.2 M records/s; a run takes a list append, a clock read
-    and a two-slot future per record, and the numba builder encodes the whole list at once.
-
-    send()'s fast path checks two numbers only: ``left`` (estimated bytes the batch still has
-    room for) and ``cap`` (records the run may hold: the slots it reserved in the producer's
-    queue budget, -1 once closed). Everything else (a new run, more slots, a full run, a queue
-    that is full) is the slow path, _put_run, taken about once per batch."""
-
-    __slots__ = ("values", "stamps", "left", "cap", "reserved", "open", "future", "keys")
-
-    def __init__(self, left: int) -> None:
-        self.values: list[bytes] = []
-        # time.time() per record, its CreateTime: unboxed, so the builder reads it with no copy
-        self.stamps = array("d")
-        self.left = left  # estimated batch bytes still free (RECORD_OVERHEAD + length per record)
-        self.cap = 0  # the fast path takes record i while i < cap; -1 once closed
-        self.reserved = 0  # records counted in Producer._queued for this run (used or not)
-        self.open = True  # more records may join (cleared, under the producer's lock, when cut)
-        self.future = RunFuture()
-        self.keys: list[tuple[str, int | None]] = []  # its entries in Producer._fast
-
-
 @dataclass(slots=True)
 class _Item:
     """A queued record, or (``bulk``) a whole list of values that becomes one batch of its own."""
@@ -218,7 +204,7 @@ class _Batch:
     sequence: int = -1
 
 
-class Producer:
+class Producer(Send):
     """See the module docstring. ``config`` uses Kafka's key names (see
     :data:`appliance.client.config.PRODUCER_KEYS`); keyword arguments with underscores work too.
 
@@ -297,9 +283,11 @@ class Producer:
         self._completer.start()
 
     # ------------------------------------------------------------------ public API
-    def send(self, topic: str, record: Any, *, partition: int | None = None,
-             timeout: float | None = None) -> Any:
-        """Queue one record, or each record of a list, for ``topic``; returns its ProducerFuture
+    # send(topic, record, *, partition=None, timeout=None) is Send.send (native/record_run.c):
+    # a bytes value joining its partition's open run there, everything else here.
+    def _send_slow(self, topic: str, record: Any, *, partition: int | None = None,
+                   timeout: float | None = None) -> Any:
+        """send(): queue one record, or each record of a list, for ``topic``; returns its ProducerFuture
         (a list of them for a list).
 
         A record is a value (bytes/str, or anything the value encoder takes), a ``(key, value)``
@@ -310,22 +298,6 @@ class Producer:
         queue.enqueue.timeout.ms), UnknownTopicOrPartitionError (topic missing and not
         auto-created, or no such partition), MessageTooLargeError, TypeError (unencodable value),
         ClientClosedError."""
-        run = self._fast.get((topic, partition))
-        if run is not None and type(record) is bytes:
-            # the per-record fast path: join the partition's open run (see _Run)
-            lock = self._run_lock
-            lock.acquire()  # not `with`: measured 50 ns more per record
-            try:
-                values = run.values
-                i = len(values)
-                left = run.left - RECORD_OVERHEAD - len(record)
-                if left >= 0 and i < run.cap:
-                    values.append(record)
-                    run.stamps.append(_now())
-                    run.left = left
-                    return RecordFuture(run.future, i)
-            finally:
-                lock.release()
         if isinstance(record, list):
             futures = [self._enqueue(topic, r, partition) for r in record]
         else:
@@ -516,8 +488,8 @@ class Producer:
     def _close_run(self, tp: tuple[str, int | None], run: _Run) -> None:
         """No more records join ``run`` (full, cut, or another item follows it); the sender may
         take it (the caller wakes it); its unused queue slots go back. Under _run_lock."""
+        run.cap = -1  # first: send()'s fast path appends no more
         run.open = False
-        run.cap = -1
         n = len(run.values)
         self._queued -= run.reserved - n
         run.reserved = n
@@ -530,6 +502,7 @@ class Producer:
     def _reclaim(self) -> None:
         """Give back every open run's unused queue slots (the queue is full). Under _run_lock."""
         for run in self._runs.values():
+            run.cap = 0  # first: send()'s fast path appends no more
             n = len(run.values)
             self._queued -= run.reserved - n
             run.reserved = run.cap = n
@@ -544,12 +517,14 @@ class Producer:
             self._wait_for_room()
             with self._run_lock:
                 run = self._runs.get(tp)
-                if run is not None and run.left < size:  # full: the sender may take it now
-                    self._close_run(tp, run)
-                    self._cond.notify_all()
-                    run = None
+                if run is not None:
+                    run.cap = 0  # send()'s fast path waits here while this changes the run
+                    if run.left < size:  # full: the sender may take it now
+                        self._close_run(tp, run)
+                        self._cond.notify_all()
+                        run = None
                 if run is None:
-                    run = self._runs[tp] = _Run(self._run_room)
+                    run = self._runs[tp] = _Run(self._run_room, RunFuture())
                     q = self._queues.get(tp)
                     if q is None:
                         q = self._queues[tp] = _Queue()
@@ -564,18 +539,16 @@ class Producer:
                 if self._fast.get(key) is not run and (key[1] is not None or self._sticky is not None):
                     self._fast[key] = run
                     run.keys.append(key)
-                i = len(run.values)
-                if i >= run.reserved:  # _wait_for_room made sure there is a free slot
+                if len(run.values) >= run.reserved:  # _wait_for_room made sure there is a free slot
                     k = min(self.max_queued - self._queued, RUN_RESERVE)
                     run.reserved += k
                     self._queued += k
-                    run.cap = run.reserved
-                run.values.append(value)
-                run.stamps.append(_now())
-                run.left -= size
+                i = run.add(value, size)
                 if run.left <= 0:  # one value larger than batch.size: a batch of its own
                     self._close_run(tp, run)
                     self._cond.notify_all()
+                else:
+                    run.cap = run.reserved  # the fast path may append again
             return RecordFuture(run.future, i)
 
     def _wait_for_room(self) -> None:
@@ -753,19 +726,20 @@ class Producer:
 
     def _build_run(self, topic: str, part: int, items: list[_Item], run: _Run) -> _Batch:
         """A run's values, in one batch; the records' timestamps go to its RunFuture."""
-        values = run.values
+        # the futures keep the run: not its values. Stamps: int(time.time() * 1000) per record,
+        # as _enqueue stamps an item; ends: the values' cumulative lengths (a leading 0)
+        values, ends, stamps = run.take()
         n = len(values)
-        # int(time.time() * 1000) per record, as _enqueue stamps an item
-        ts = (np.frombuffer(run.stamps, np.float64) * 1000).astype(np.int64)
+        ts = np.frombuffer(stamps, np.int64)
         run.future.stamps = ts
-        run.values, run.stamps = [], array("d")  # the futures keep the run: not its values
         seq = self._batch_ready(topic, part, n)
-        cols = _Columns.of(values) if self.codec == Compression.NONE else None
-        if cols is not None:
+        if self.codec == Compression.NONE:
+            buf = np.frombuffer(b"".join(values), np.uint8)
             base = int(ts[0])
-            data = build_batch_columns(cols.buf, cols.offsets, timestamp=base, timestamp_deltas=ts - base,
-                                       producer_id=self._producer_id, producer_epoch=self._epoch,
-                                       base_sequence=seq, out=self._out(n, 0, len(cols.buf), True))
+            data = build_batch_columns(buf, np.frombuffer(ends, np.int64), timestamp=base,
+                                       timestamp_deltas=ts - base, producer_id=self._producer_id,
+                                       producer_epoch=self._epoch, base_sequence=seq,
+                                       out=self._out(n, 0, len(buf), True))
         else:
             stamps = ts.tolist()
             data = build_batch([Record(i, stamps[i], None, v) for i, v in enumerate(values)],
