@@ -370,7 +370,8 @@ static PyObject *send_slow(SendObject *self, PyObject *const *args, Py_ssize_t n
 
 static PyObject *send_send(SendObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     PyObject *partition = Py_None;
-    if (nargs != 2 || self->fast == NULL || PyDict_GET_SIZE(self->fast) == 0)
+    if (nargs != 2 || self->fast == NULL || !PyDict_CheckExact(self->fast)
+        || PyDict_GET_SIZE(self->fast) == 0)
         return send_slow(self, args, nargs, kwnames);
     if (kwnames != NULL) {
         Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);

@@ -133,6 +133,8 @@ def test_without_a_lookup_table_everything_is_slow():
     s = _Recorder()
     s._fast = None
     assert s.send("t", b"x", partition=0) == "slow"
+    s._fast = [("t", 0)]  # not a dict
+    assert s.send("t", b"x", partition=0) == "slow"
     del s._fast
     assert s.send("t", b"x", partition=0) == "slow"
 
