@@ -142,6 +142,43 @@ def test_senders_in_several_threads_get_each_their_own_offset(module_broker, top
         assert [recs[o].value for o in offs] == [b"t%d-%05d" % (t, i) for i in range(per_thread)]
 
 
+def test_fast_path_and_slow_path_interleaved_by_thread_switches(module_broker, topic_name):
+    """send()'s fast path (C, no lock) against the Python code that changes runs under the run
+    lock (a full run closed, more slots reserved, slots reclaimed from a full queue), with Python
+    switching threads every microsecond so that they interleave at every step: every record
+    lands exactly once, at the offset its future gives, in each thread's order."""
+    import sys
+
+    _create(module_broker.bootstrap, topic_name, 2)
+    per_thread = 3000
+    futs: dict[int, list] = {}
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with Producer(bootstrap_servers=module_broker.bootstrap, transport="ipc", linger_ms=1,
+                      batch_size=2_000, queue_buffering_max_messages=300) as p:
+            p.partitions_for(topic_name)
+
+            def run(t: int) -> None:
+                futs[t] = [p.send(topic_name, b"t%d-%05d" % (t, i), partition=t % 2)
+                           for i in range(per_thread)]
+
+            threads = [threading.Thread(target=run, args=(t,)) for t in range(4)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join(120)
+            assert p.flush(60)
+            offsets = {t: [f.result(30).offset for f in fs] for t, fs in futs.items()}
+    finally:
+        sys.setswitchinterval(interval)
+    for part in range(2):
+        recs = _read_all(module_broker.bootstrap, topic_name, part)
+        assert len(recs) == 2 * per_thread
+        for t in (part, part + 2):
+            assert [recs[o].value for o in offsets[t]] == [b"t%d-%05d" % (t, i) for i in range(per_thread)]
+
+
 def test_queue_limit_is_exact_across_partitions_and_another_partitioner_sees_every_record(
         module_broker, topic_name):
     """Runs take queue slots in advance: still exactly queue.buffering.max.messages records are
