@@ -244,10 +244,10 @@ class Producer(Send):
         # _put takes the lock itself: Condition.__enter__ is a Python-level call per record
         self._cond_lock = threading.RLock()
         self._cond = threading.Condition(self._cond_lock)
-        # Guards the runs (their values, open flags, self._runs) and self._queued. send()'s fast
-        # path takes only this plain lock, which nobody holds for more than a few steps: taking
-        # the condition's lock there stalled send() whenever the sender thread held it (23 % of
-        # the caller's time, measured). Order: _cond_lock, then _run_lock.
+        # Guards the runs (their values, open flags, self._runs) and self._queued among the
+        # Python paths. send()'s fast path (C) takes no lock: the code under this one closes a
+        # run's fast path (cap) before changing it (see native/record_run.c). Order: _cond_lock,
+        # then _run_lock.
         self._run_lock = threading.Lock()
         self._queues: dict[tuple[str, int], _Queue] = {}
         # the open run of each partition: plain bytes values sent one by one join it in send()
