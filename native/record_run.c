@@ -352,7 +352,8 @@ static void send_dealloc(SendObject *s) {
 static PyObject *send_slow(SendObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     /* self._send_slow(*args, **kw), the arguments passed on as they came */
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    PyObject *stack[8];
+    /* stack[0] is scratch: PY_VECTORCALL_ARGUMENTS_OFFSET lets the callee use args[-1] */
+    PyObject *stack[9];
     if (nargs + nkw + 1 > 8) {
         PyObject *meth = PyObject_GetAttr((PyObject *)self, str_send_slow);
         if (meth == NULL)
@@ -361,11 +362,11 @@ static PyObject *send_slow(SendObject *self, PyObject *const *args, Py_ssize_t n
         Py_DECREF(meth);
         return out;
     }
-    stack[0] = (PyObject *)self;
+    stack[1] = (PyObject *)self;
     for (Py_ssize_t k = 0; k < nargs + nkw; k++)
-        stack[k + 1] = args[k];
-    return PyObject_VectorcallMethod(str_send_slow, stack, (nargs + 1) | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                     kwnames);
+        stack[k + 2] = args[k];
+    return PyObject_VectorcallMethod(str_send_slow, stack + 1,
+                                     (nargs + 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames);
 }
 
 static PyObject *send_send(SendObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {

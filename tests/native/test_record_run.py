@@ -109,7 +109,10 @@ def test_send_slow_gets_positional_and_keyword_arguments_unchanged():
     s = _Recorder()
     s.send("t", [b"a", b"b"], partition=3, timeout=1.5)
     s.send("t", None)
-    assert s.slow == [(("t", [b"a", b"b"]), {"partition": 3, "timeout": 1.5}), (("t", None), {})]
+    many = {k: i for i, k in enumerate("abcdefgh")}  # past the C path's own stack of 8
+    s.send("t", b"x", partition=0, **many)
+    assert s.slow == [(("t", [b"a", b"b"]), {"partition": 3, "timeout": 1.5}), (("t", None), {}),
+                      (("t", b"x"), {"partition": 0, **many})]
 
 
 def test_fast_path_stops_at_cap_and_at_the_room_left():
