@@ -28,7 +28,7 @@ from appliance.broker.disk.maintenance import Maintenance
 from appliance.broker.disk.partitions import Partitions
 from appliance.broker.disk.replica_move import ReplicaMover, sweep_moves
 from appliance.broker.disk.requests import Requests
-from appliance.broker.disk.ring_intake import DATA_BELL_INTERVAL_S, RingIntake
+from appliance.broker.disk.ring_intake import RingIntake
 from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.broker.gc_policy import freeze_startup_objects
 from appliance.broker.plumbing import Plumbing
@@ -198,6 +198,7 @@ class DiskWorker:
         poller.register(bell, select.EPOLLIN | select.EPOLLET)
         poller.register(wake_sock, select.EPOLLIN)
         wake_fd = wake_sock.fileno()
+        epoll_fd = (poller.fileno(),)
         try:
             while self.alive:
                 self.round()
@@ -209,15 +210,23 @@ class DiskWorker:
                 if self.rings.rung_later:  # answers the coordinator's timers released
                     self.rings.ring_bells()
                 if not self.requests_left:
-                    wait_ms = min(IDLE_WAIT_S * 1000, max(next_ms - int(time.time() * 1000), 0))
-                    if self.rings.data_bell_pending:
-                        wait_ms = min(wait_ms, DATA_BELL_INTERVAL_S * 1000)
+                    wait_s = min(IDLE_WAIT_S, max(next_ms - int(time.time() * 1000), 0) / 1000)
                     # try/except, not contextlib.suppress: three Python calls less per pass
                     # (this loop passes once per request under one-at-a-time produce)
                     try:
-                        events = poller.poll(wait_ms / 1000)
+                        if self.rings.data_bell_pending:
+                            # Coalesced data bells are due within DATA_BELL_INTERVAL_S, but
+                            # epoll's timeout is whole milliseconds rounded up: a bell due in
+                            # 0.1 ms went out 1-2 ms late (measured: a consumer on another
+                            # network worker than its producer saw p99 1.5 ms instead of 0.6 at
+                            # 10,000 records/s). select's timeout is microseconds, and the epoll
+                            # set is readable when it has events.
+                            wait_s = min(wait_s, max(0.0, self.rings.data_bell_due() - time.monotonic()))
+                            events = poller.poll(0) if select.select(epoll_fd, (), (), wait_s)[0] else ()
+                        else:
+                            events = poller.poll(wait_s)
                     except InterruptedError:
-                        events = []
+                        events = ()
                     for fd, _ in events:
                         if fd == wake_fd:
                             self.ipc.drain_wakeups()

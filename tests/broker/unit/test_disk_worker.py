@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.broker.disk.ring_intake import DATA_BELL_INTERVAL_S, ROUND_LIMIT
+from appliance.broker.disk.ring_intake import DATA_BELL_BURST, DATA_BELL_INTERVAL_S, ROUND_LIMIT
 from appliance.broker.disk.worker import DiskWorker
 from appliance.errors import ErrorCode
 from appliance.records.batch import build_batch
@@ -241,6 +241,27 @@ def test_data_bells_ring_only_the_workers_waiting_for_what_moved(disk, senders, 
     disk.round()
     assert [_rung(b) for b in p.net_bells] == [False, False]
     assert not disk.rings.data_bell_pending  # dropped: no later round rings for it
+
+
+def test_data_bells_ring_at_once_for_a_burst_and_one_per_interval_after(disk, senders, plumbing):
+    """A consumer's long poll on another network worker than its producer: after a quiet
+    spell, each of DATA_BELL_BURST appends in a row rings its worker at once (a strict one per
+    interval made an append arriving a little early wait for the next, measured: p99 1.4 ms
+    against 0.5 at 10,000 records/s); the bucket then lets one through per interval."""
+    p, _ = plumbing
+    slot = _create(disk, senders[0])
+    senders[1].channel.completions.want_data(DataWanted.ANY)
+    time.sleep(DATA_BELL_INTERVAL_S * DATA_BELL_BURST * 2)  # the bucket refills
+    for bell in p.net_bells:
+        _rung(bell)
+    first = time.monotonic()
+    for _ in range(DATA_BELL_BURST):
+        senders[0].send(MsgType.PRODUCE, slot, build_batch([(b"k", b"v")]), acks=0)
+        assert disk.round()
+        assert _rung(p.net_bells[1])
+    assert not disk.rings.data_bell_pending
+    # the bucket is empty: the next bell is due no sooner than an interval after the burst began
+    assert disk.rings.data_bell_due() >= first + DATA_BELL_INTERVAL_S
 
 
 def test_held_answers_released_in_one_round_ring_their_worker_once(disk, senders, plumbing):
