@@ -173,10 +173,6 @@ static PyObject *run_take(RunObject *r, PyObject *unused) {
     return out;
 }
 
-static PyObject *run_len(RunObject *r, void *unused) {
-    return PyLong_FromSsize_t(PyList_GET_SIZE(r->values));
-}
-
 static PyMethodDef run_methods[] = {
     {"add", (PyCFunction)(void (*)(void))run_add, METH_FASTCALL,
      "add(value, size) -> index: append a value stamped now, ``size`` (its estimated bytes) off "
@@ -199,11 +195,6 @@ static PyMemberDef run_members[] = {
     {NULL},
 };
 
-static PyGetSetDef run_getset[] = {
-    {"count", (getter)run_len, NULL, "values appended so far", NULL},
-    {NULL},
-};
-
 static PyTypeObject RunType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "native.record_run.Run",
@@ -216,7 +207,6 @@ static PyTypeObject RunType = {
     .tp_dealloc = (destructor)run_dealloc,
     .tp_methods = run_methods,
     .tp_members = run_members,
-    .tp_getset = run_getset,
 };
 
 /* ------------------------------------------------------------------ RecordFuture */

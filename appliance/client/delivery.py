@@ -125,12 +125,8 @@ class RunFuture(ProducerFuture):
         self._record_callbacks: list[tuple[int, Callable[..., None]]] | None = None
 
     def record_result(self, i: int, timeout: float | None = None) -> RecordMetadata:
-        """Record ``i``'s RecordFuture.result: its metadata; raises the delivery error, or
-        KafkaConnectionError if not done within ``timeout`` s."""
-        if not self._wait(timeout):
-            raise KafkaConnectionError(f"record not acknowledged within {timeout:g} s")
-        if self._error is not None:
-            raise self._error
+        """Record ``i``'s RecordFuture.result: its metadata; raises as :meth:`result`."""
+        self.result(timeout)
         return self.metadata(i)
 
     def metadata(self, i: int) -> RecordMetadata:

@@ -42,14 +42,14 @@ def test_run_add_and_take_give_values_ends_and_stamps():
     before = int(time.time() * 1000)
     assert [run.add(v, RECORD_OVERHEAD + len(v)) for v in (b"a", b"", b"xyz")] == [0, 1, 2]
     after = int(time.time() * 1000)
-    assert run.count == 3 and run.values == [b"a", b"", b"xyz"]
+    assert run.values == [b"a", b"", b"xyz"]
     assert run.left == 1000 - 3 * RECORD_OVERHEAD - 4
     values, ends, stamps = run.take()
     assert values == [b"a", b"", b"xyz"]
     assert np.frombuffer(ends, np.int64).tolist() == [0, 1, 1, 4]
     ts = np.frombuffer(stamps, np.int64)
     assert len(ts) == 3 and before <= ts.min() and ts.max() <= after
-    assert run.count == 0 and run.values == []  # the futures keep the run, not its values
+    assert run.values == []  # the futures keep the run, not its values
     assert [len(b) for b in run.take()[1:]] == [8, 0]
 
 
@@ -129,7 +129,7 @@ def test_fast_path_stops_at_cap_and_at_the_room_left():
     assert s.send("t", b"", partition=0) == "slow"
     run.cap = 3
     assert s.send("t", b"", partition=0)._i == 2
-    assert run.count == 3 and len(s.slow) == 4
+    assert len(run.values) == 3 and len(s.slow) == 4
 
 
 def test_without_a_lookup_table_everything_is_slow():

@@ -20,8 +20,9 @@ ROUND_LIMIT = 256  # requests taken from one ring per round, so no network worke
 # "new data" wake-ups for long polls: one per ms in the long run, up to DATA_BELL_BURST at once
 # after a quieter spell (a token bucket). Measured reason for the burst: at 10,000 records/s a
 # request arrives about once per ms, and with a strict one per ms each that came a little early
-# waited for the next ms, so a consumer on another network worker than its producer saw p99
-# 1.4 ms instead of 0.5 (perf/README.md, the latency cells of perf/run.py --quick).
+# waited for the next ms: a consumer on another network worker than its producer saw p99
+# 1.33-1.78 ms, against 0.44-0.57 with the burst (a lab loop of perf/run.py's latency_10k cell;
+# perf/README.md).
 DATA_BELL_INTERVAL_S = 0.001
 DATA_BELL_BURST = 4
 
@@ -107,11 +108,11 @@ class RingIntake:
         """Ring the network workers in ``rung`` and, when due, every network worker that asked
         for data bells of what moved (its long polls wait; Ring.want_data): appends wake them
         coalesced to one wake-up per DATA_BELL_INTERVAL_S in the long run (measured: ringing
-        after every round cost 15 % of the worker under a stream of large batches). Workers with no long polls
-        are not woken by appends at all, nor workers whose only long polls are followers'
-        fetches by a high watermark move (each wake-up of a process costs both sides; under
-        acks=all every follower's fetch moved the high watermark and woke the worker holding
-        the other followers' fetches for nothing)."""
+        after every round cost 15 % of the worker under a stream of large batches). Workers with
+        no long polls are not woken by appends at all, nor workers whose only long polls are
+        followers' fetches by a high watermark move (each wake-up of a process costs both sides;
+        under acks=all every follower's fetch moved the high watermark and woke the worker
+        holding the other followers' fetches for nothing)."""
         if self.rung_later:
             rung = self.rung_later.union(rung)
             self.rung_later.clear()

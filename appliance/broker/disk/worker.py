@@ -217,10 +217,9 @@ class DiskWorker:
                         if self.rings.data_bell_pending:
                             # Coalesced data bells are due within DATA_BELL_INTERVAL_S, but
                             # epoll's timeout is whole milliseconds rounded up: a bell due in
-                            # 0.1 ms went out 1-2 ms late (measured: a consumer on another
-                            # network worker than its producer saw p99 1.5 ms instead of 0.6 at
-                            # 10,000 records/s). select's timeout is microseconds, and the epoll
-                            # set is readable when it has events.
+                            # 0.1 ms went out 1-2 ms late (see DATA_BELL_BURST for what that cost
+                            # a consumer). select's timeout is microseconds, and the epoll set is
+                            # readable when it has events.
                             wait_s = min(wait_s, max(0.0, self.rings.data_bell_due() - time.monotonic()))
                             events = poller.poll(0) if select.select(epoll_fd, (), (), wait_s)[0] else ()
                         else:

@@ -246,8 +246,8 @@ def test_data_bells_ring_only_the_workers_waiting_for_what_moved(disk, senders, 
 def test_data_bells_ring_at_once_for_a_burst_and_one_per_interval_after(disk, senders, plumbing):
     """A consumer's long poll on another network worker than its producer: after a quiet
     spell, each of DATA_BELL_BURST appends in a row rings its worker at once (a strict one per
-    interval made an append arriving a little early wait for the next, measured: p99 1.4 ms
-    against 0.5 at 10,000 records/s); the bucket then lets one through per interval."""
+    interval made an append arriving a little early wait for the next; see DATA_BELL_BURST);
+    the bucket then lets one through per interval."""
     p, _ = plumbing
     slot = _create(disk, senders[0])
     senders[1].channel.completions.want_data(DataWanted.ANY)
