@@ -246,6 +246,12 @@ class PartitionLog:
         self._list = SegmentList(segs)
         self._segs = self._list.segments
 
+    def give_back_idle_reservation(self) -> None:
+        """The blocks reserved ahead of bulk appends (appliance.storage.preallocate), given back
+        when the active segment took no append since the previous call."""
+        if self._segs:
+            self._segs[-1].give_back_if_idle()
+
     def release_idle_segments(self, idle_ms: int = IDLE_RELEASE_MS) -> int:
         """Close the files of inactive segments not read for ``idle_ms`` (they reopen on the
         next read). Returns the segments released."""
@@ -530,7 +536,7 @@ class PartitionLog:
         now = NOW_FROM_CLOCK if self._kernel_clock else self._now_ms()
         CALL_IN.pack_into(self._work_mv, CALL_IN_AT, validate, assign_offsets,
                           self.log_end_offset, now)
-        ra = active.reserve_at  # blocks ahead (storage.preallocate); NEVER when off
+        ra = active.reserve_at  # blocks ahead (storage.preallocate); NEVER when the fs cannot
         if ra != NEVER and active.size + len(a) > ra:
             active.reserve_ahead(len(a))
         nb = append_commit(a, self._work, active.state, oi.u8, ti.u8)

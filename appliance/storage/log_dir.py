@@ -362,7 +362,7 @@ class LogDir:
     def run_periodic(self, now_ms: int) -> None:
         """Retention (every log.retention.check.interval.ms), flush policy, checkpoints (their
         intervals), purge of expired ``.deleted`` files, closing idle inactive segments' files
-        (every RELEASE_CHECK_INTERVAL_MS), one bounded step of the log cleaner
+        and giving back idle active segments' reserved blocks (every RELEASE_CHECK_INTERVAL_MS), one bounded step of the log cleaner
         (see :mod:`appliance.storage.cleaner`; ``self.cleaner.busy`` says a pass is under way).
         Call it often (e.g. every 100 ms)."""
         bc = self.broker_config
@@ -379,6 +379,7 @@ class LogDir:
             last["release"] = now_ms
             for plog in self.partitions.values():
                 plog.release_idle_segments()
+                plog.give_back_idle_reservation()
         if now_ms - last["recovery_cp"] >= int(bc["log.flush.offset.checkpoint.interval.ms"]):
             last["recovery_cp"] = now_ms
             self._write_recovery_points()

@@ -37,7 +37,14 @@ from appliance.errors import KafkaStorageError
 from appliance.storage.flush import ChunkedWriteback
 from appliance.storage.index import index_entry_slots
 from appliance.storage.offset_index import OffsetIndex
-from appliance.storage.preallocate import NEVER, WINDOW_BYTES, give_back, reserve
+from appliance.storage.preallocate import (
+    BULK_APPEND_BYTES,
+    BULK_RECHECK_BYTES,
+    NEVER,
+    WINDOW_BYTES,
+    give_back,
+    reserve,
+)
 from appliance.storage.time_index import NO_TIMESTAMP, TimeIndex
 from native.append_commit import (
     NO_FIRST_APPEND,
@@ -168,6 +175,8 @@ class LogSegment:
         # reserve_ahead once an append would pass reserve_at; reserved_to is how far they go
         self.reserve_at = NEVER
         self.reserved_to = 0
+        self.reserve_bulk_only = True  # preallocate off: only ahead of bulk appends
+        self.idle_check_size = -1  # the size at the last idle check (give_back_if_idle)
         self.apply_config(config)
         self.writable = writable
         self.suffix = suffix
@@ -207,9 +216,8 @@ class LogSegment:
             self._segment_bytes = self._sv[S_SEGMENT_BYTES] = int(config.segment_bytes)
             self._segment_ms = self._sv[S_SEGMENT_MS] = int(config.segment_ms)
             self._interval = self._sv[S_INTERVAL] = int(config.index_interval_bytes)
-            if not config.preallocate:
-                self.reserve_at = NEVER
-            elif self.reserve_at == NEVER:
+            self.reserve_bulk_only = not config.preallocate
+            if self.reserve_at == NEVER:
                 self.reserve_at = 0  # at the next append
 
     # -- the append state (see __init__) ----------------------------------------------------
@@ -627,6 +635,9 @@ class LogSegment:
         (preallocate); called by the append paths once ``size + nbytes`` passes
         :attr:`reserve_at`. A failure leaves the append to allocate as it writes."""
         start = self.size
+        if self.reserve_bulk_only and nbytes < BULK_APPEND_BYTES:
+            self.reserve_at = start + nbytes + BULK_RECHECK_BYTES  # not for small appends: look later
+            return
         end = start + nbytes + WINDOW_BYTES
         got = reserve(self.fd, start, end - start)
         if got is None:  # the file system cannot: do not ask again
@@ -635,6 +646,21 @@ class LogSegment:
         self.reserve_at = end  # reserved up to there; or no space now: ask again a window on
         if got:
             self.reserved_to = end
+
+    def give_back_if_idle(self) -> None:
+        """Called every few seconds on the active segment: with preallocate off, blocks reserved
+        ahead of bulk appends are given back once a whole interval passed without an append,
+        so partitions that stopped taking them do not hold WINDOW_BYTES each."""
+        if not self.reserve_bulk_only or self.reserved_to <= self.size:
+            self.idle_check_size = -1
+            return
+        if self.size != self.idle_check_size:
+            self.idle_check_size = self.size  # appended since the last look: not idle
+            return
+        self.give_back_reserved()
+        self.idle_check_size = -1
+        if self.reserve_at != NEVER:
+            self.reserve_at = self.size  # the next bulk append reserves again
 
     def give_back_reserved(self) -> None:
         """Free the blocks reserved past the end (at roll and close), ours or a crashed

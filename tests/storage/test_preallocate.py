@@ -18,7 +18,7 @@ from appliance.config import TopicConfig
 from appliance.errors import KafkaStorageError
 from appliance.records.batch import build_batch, decode_records
 from appliance.storage.log import PartitionLog
-from appliance.storage.preallocate import NEVER, WINDOW_BYTES
+from appliance.storage.preallocate import BULK_APPEND_BYTES, NEVER, WINDOW_BYTES
 from tests.faults.loopfs import cannot_mount_reason, one_loop_disk
 
 BLOCK = 4096
@@ -92,15 +92,55 @@ def test_reserved_past_the_end_with_the_size_unchanged_and_given_back(ext4):
         lg.close()
 
 
-def test_off_reserves_nothing(ext4):
+def test_off_reserves_nothing_for_small_appends(ext4):
     assert TopicConfig.defaults().preallocate is False  # Kafka's default, and ours
     lg = _open(ext4.mount / "t-0", preallocate=False)
     try:
-        for i in range(3):
+        for i in range(30):  # 3 MB in appends of ~100 KB, under BULK_APPEND_BYTES
             lg.append(_batch(i))
         size, blocks = _allocated(lg._segs[-1].log_path)
-        assert blocks < size + BLOCK
-        assert lg._segs[-1].reserve_at == NEVER
+        assert size == 30 * len(_batch(0)) and blocks < size + BLOCK
+        assert lg._segs[-1].reserved_to == 0
+    finally:
+        lg.close()
+
+
+def _bulk(i: int) -> bytes:
+    """One batch of ~300 KB: a bulk producer's."""
+    return build_batch([(None, f"bulk{i}:{k}".encode().ljust(VALUE, b".")) for k in range(3 * PER_BATCH)],
+                       base_timestamp=1_700_000_000_000)
+
+
+def test_off_reserves_ahead_of_bulk_appends_and_gives_back_when_idle(ext4):
+    """preallocate off (the default): an append of BULK_APPEND_BYTES or more reserves a window,
+    which the periodic idle check gives back once the segment took no append for a whole
+    interval; a bulk append after that reserves again."""
+    assert len(_bulk(0)) >= BULK_APPEND_BYTES > len(_batch(0))
+    lg = _open(ext4.mount / "t-0", preallocate=False)
+    try:
+        active = lg._segs[-1]
+        lg.append(_bulk(0))
+        size, blocks = _allocated(active.log_path)
+        assert size == len(_bulk(0)) == active.size  # the file's size is the bytes appended
+        assert active.reserved_to == size + WINDOW_BYTES and blocks >= active.reserved_to - BLOCK
+        lg.give_back_idle_reservation()  # first look: remembers the size
+        lg.append(_batch(100))  # appended since: not idle
+        lg.give_back_idle_reservation()
+        assert _allocated(active.log_path)[1] >= active.reserved_to - BLOCK
+        lg.give_back_idle_reservation()  # nothing appended since the last look: idle
+        size, blocks = _allocated(active.log_path)
+        assert active.reserved_to == 0 and blocks < size + BLOCK
+        lg.append(_bulk(1))  # bulk again: a new window
+        size, blocks = _allocated(active.log_path)
+        assert active.reserved_to == size + WINDOW_BYTES and blocks >= active.reserved_to - BLOCK
+    finally:
+        lg.close()
+    lg = _open(ext4.mount / "t-0", preallocate=False)
+    try:
+        expected = [f"bulk0:{k}".encode().ljust(VALUE, b".") for k in range(3 * PER_BATCH)]
+        expected += [f"100:{k}".encode().ljust(VALUE, b".") for k in range(PER_BATCH)]
+        expected += [f"bulk1:{k}".encode().ljust(VALUE, b".") for k in range(3 * PER_BATCH)]
+        assert _values(lg) == expected
     finally:
         lg.close()
 
