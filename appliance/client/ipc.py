@@ -10,7 +10,8 @@ If the disk worker dies, every send it had not acknowledged fails with NotLeader
 (retriable): nothing is ever silently lost. Implements the Transport seam of
 :mod:`appliance.client.transport` (``send_batch`` -> future with ``result()``/``done()``).
 
-Thread-safety: one lock per disk link; futures may be waited on from any thread.
+Thread-safety: two locks per disk link (sending, and collecting completions); futures may be
+waited on from any thread.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import posix_ipc
@@ -129,7 +131,10 @@ class _DiskLink:
     def __init__(self, transport: IpcTransport, disk: int) -> None:
         self.t = transport
         self.disk = disk
-        self.lock = threading.RLock()
+        self.lock = threading.RLock()  # the completions and the pending futures
+        # the request ring's producer side: a batch is built in the ring under it, without
+        # holding up the thread that collects completions under ``lock``
+        self.send_lock = threading.Lock()
         try:
             self.directory = IpcDirectory.attach(transport.base, disk)
         except (posix_ipc.ExistentialError, PermissionError) as e:
@@ -162,29 +167,42 @@ class _DiskLink:
         _, _, state, _, inc = self.t.table.worker(self.disk)
         return state, inc
 
-    def send(self, slot: int, topic: str, partition: int, batch: bytes | memoryview, acks: int,
-             timeout_ms: int) -> _Future:
+    def send(self, slot: int, topic: str, partition: int, batch: bytes | memoryview | None, acks: int,
+             timeout_ms: int, build: Callable[[memoryview], int] | None = None, bound: int = 0) -> _Future:
+        """Queue ``batch``; or, with ``build``, a batch of at most ``bound`` bytes that
+        ``build(view)`` writes straight into the ring and whose length it returns (no copy)."""
         deadline = time.monotonic() + timeout_ms / 1000
-        with self.lock:
+        if build is not None and REQUEST.size + bound > self.requests.max_message():
+            scratch = bytearray(bound)  # the bound does not fit: build aside; the size that counts
+            batch, build = bytes(memoryview(scratch)[:build(memoryview(scratch))]), None
+        size = bound if build is not None else len(batch)  # type: ignore[arg-type]
+        with self.send_lock:
             state, inc = self._worker()
             if state != WorkerState.READY:
                 raise NotLeaderOrFollowerError(
                     f"disk worker {self.disk} holding {topic}-{partition} is not running (restarting?)")
-            if REQUEST.size + len(batch) > self.requests.max_message():
+            if REQUEST.size + size > self.requests.max_message():
                 # a KafkaError, as the broker's answer to an oversized request would be: a
                 # ValueError from the ring killed the producer's sender thread
                 raise MessageTooLargeError(
-                    f"batch of {len(batch)} bytes for {topic}-{partition} is over the IPC ring's "
+                    f"batch of {size} bytes for {topic}-{partition} is over the IPC ring's "
                     f"limit of {self.requests.max_message() - REQUEST.size} bytes")
             rid = self._id_base | next(self._ids)
             fut = _Future(self, rid, topic, partition, inc, deadline)
-            header = _REQ.pack(rid, slot, acks, 0, timeout_ms, 0)
-            while not self.requests.put(MsgType.PRODUCE, header, batch):
+            while (view := self.requests.reserve(REQUEST.size + size)) is None:
                 self._ring_disk()
                 if time.monotonic() >= deadline:
                     raise RequestTimedOutError(f"IPC ring to disk worker {self.disk} stayed full for {timeout_ms} ms")
                 self.poll(0.001)
-            self.pending[rid] = fut
+            _REQ.pack_into(view, 0, rid, slot, acks, 0, timeout_ms, 0)
+            if build is None:
+                view[REQUEST.size:] = batch
+            else:
+                size = build(view[REQUEST.size:])  # raises: nothing was published
+            del view  # (the ring's mapping cannot close while a view of it lives)
+            with self.lock:  # known before the disk worker can see it, let alone complete it
+                self.pending[rid] = fut
+            self.requests.commit(MsgType.PRODUCE, REQUEST.size + size)
             self._ring_disk()
             return fut
 
@@ -258,7 +276,7 @@ class _DiskLink:
                     f"no acknowledgement for {fut.topic}-{fut.partition} within the request timeout"))
 
     def close(self) -> None:
-        with self.lock:
+        with self.send_lock, self.lock:
             self.claimed.close()
             self.directory.close()
             self.wake.close()
@@ -290,12 +308,26 @@ class IpcTransport:
 
         Raises UnknownTopicOrPartitionError, NotLeaderOrFollowerError (worker down), RequestTimedOutError,
         MessageTooLargeError (over the channel ring's limit)."""
+        link, slot = self._locate(topic, partition)
+        return link.send(slot, topic, partition, batch, acks, timeout_ms)
+
+    def send_built(self, topic: str, partition: int, bound: int, build: Callable[[memoryview], int], *,
+                   acks: int = 1, timeout_ms: int = 30000) -> _Future:
+        """As :meth:`send_batch`, for a batch of at most ``bound`` bytes that ``build(view)``
+        writes into the given view and whose length it returns: it is built in the request ring
+        itself, so the only copy of the records is the one the disk worker appends. ``build``
+        must write the same bytes every time it is called (a retry calls it again)."""
+        link, slot = self._locate(topic, partition)
+        return link.send(slot, topic, partition, None, acks, timeout_ms, build, bound)
+
+    def _locate(self, topic: str, partition: int) -> tuple[_DiskLink, int]:
+        """The link to the disk worker holding ``topic``-``partition``, and its slot there."""
         info = self.index.lookup(topic, partition)
         if info is None:
             raise UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist on broker '{self.base}'")
         if self.table.state(info.slot) != SlotState.ONLINE:
             raise NotLeaderOrFollowerError(f"{topic}-{partition} is offline (its disk worker is recovering)")
-        return self._link(info.disk).send(info.slot, topic, partition, batch, acks, timeout_ms)
+        return self._link(info.disk), info.slot
 
     def partitions_for(self, topic: str) -> int:
         parts = self.index.partitions(topic)

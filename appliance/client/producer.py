@@ -20,10 +20,11 @@ Thread-safety: ``send``, ``send_many`` and ``flush`` may be called from any thre
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -191,12 +192,32 @@ class _Queue:
     bulks: int = 0  # bulk items queued
 
 
+class _InPlace:
+    """A numba-built batch that the transport builds in place (the IPC transport: in its request
+    ring, sparing the producer a copy of every byte, measured in perf/README.md); ``size`` is its
+    length once built. The build is pure, so a retry builds the same bytes again."""
+
+    __slots__ = ("bound", "build", "size")
+
+    def __init__(self, bound: int, build: Callable[..., memoryview]) -> None:
+        self.bound = bound
+        self.build = build
+        self.size = 0
+
+    def __call__(self, view: memoryview) -> int:
+        self.size = len(self.build(out=np.frombuffer(view, np.uint8)))
+        return self.size
+
+    def __len__(self) -> int:
+        return self.size
+
+
 @dataclass(slots=True)
 class _Batch:
     topic: str
     partition: int
     items: list
-    data: bytes | memoryview  # a view of a reused array (Producer._out) for numba-built batches
+    data: bytes | memoryview | _InPlace  # a view of a reused array for numba-built batches
     count: int
     attempts: int = 0
     future: Any = None
@@ -222,6 +243,7 @@ class Producer(Send):
         self.batch_size = c["batch.size"]
         self.linger = c["linger.ms"] / 1000
         self.max_queued = c["queue.buffering.max.messages"]
+        self._room_low = self.max_queued - max(1, self.max_queued // 4)  # see self._room
         self.enqueue_timeout = c["queue.enqueue.timeout.ms"]
         self.retries = c["retries"]
         self.backoff = c["retry.backoff.ms"] / 1000
@@ -241,9 +263,15 @@ class Producer(Send):
                                metadata_max_age_ms=c["metadata.max.age.ms"])
         self.transport = open_transport(c["transport"], self.cluster, c["bootstrap.servers"], c)
         self._send_many_batches = getattr(self.transport, "send_batches", None)
+        self._send_built = getattr(self.transport, "send_built", None)
         # _put takes the lock itself: Condition.__enter__ is a Python-level call per record
         self._cond_lock = threading.RLock()
         self._cond = threading.Condition(self._cond_lock)
+        # Callers blocked on a full queue wait on their own condition, woken once the sender
+        # has taken a quarter of the queue, not after each batch it takes nor by every event
+        # the sender waits for: each wake-up is a thread switch, and on 2 CPUs a preempted
+        # disk worker (measured in perf/README.md, bench_ipc's bulk cell)
+        self._room = threading.Condition(self._cond_lock)
         # Guards the runs (their values, open flags, self._runs) and self._queued among the
         # Python paths. send()'s fast path (C) takes no lock: the code under this one closes a
         # run's fast path (cap) before changing it (see native/record_run.c). Order: _cond_lock,
@@ -391,6 +419,7 @@ class Producer(Send):
                 for tp, run in list(self._runs.items()):
                     self._close_run(tp, run)
             self._cond.notify_all()
+            self._room.notify_all()
         self._sender.join(5)
         with self._inflight_cond:
             self._inflight_cond.notify_all()
@@ -569,7 +598,7 @@ class Producer(Send):
                 if left is not None and left <= 0:
                     raise QueueFull(f"producer queue stayed full ({self.max_queued} records) for "
                                     f"queue.enqueue.timeout.ms={t}")
-                self._cond.wait(left if left is not None else 1.0)
+                self._room.wait(left if left is not None else 1.0)
                 with self._run_lock:
                     self._reclaim()
         self._check_open()
@@ -669,7 +698,8 @@ class Producer(Send):
                         return
                     self._cond.wait(None if wake is None else max(0.0, wake - now) + 0.0005)
                 cuts[:] = [(tp, self._cut(tp)) for tp in ready]
-                self._cond.notify_all()  # queue room freed
+                if self._queued <= self._room_low:
+                    self._room.notify_all()  # queue room freed
             batches = []
             for (topic, part), items in cuts:
                 try:
@@ -706,9 +736,9 @@ class Producer(Send):
                 if data is not None:
                     seq = self._batch_ready(topic, part, len(items))
                     buf, offsets, ts, kw = data
-                    out = self._out(len(items), len(kw.get("keys", ())), len(buf), True)
-                    data = build_batch_columns(buf, offsets, timestamp=ts, producer_id=self._producer_id,
-                                               producer_epoch=self._epoch, base_sequence=seq, out=out, **kw)
+                    data = self._columns_batch(len(items), len(kw.get("keys", ())), len(buf), True, buf, offsets,
+                                               timestamp=ts, producer_id=self._producer_id,
+                                               producer_epoch=self._epoch, base_sequence=seq, **kw)
                     return _Batch(topic, part, items, data, len(items), producer_id=self._producer_id,
                                   sequence=seq)
             recs = [Record(i, it.timestamp, it.key, it.value, it.headers) for i, it in enumerate(items)]
@@ -736,10 +766,9 @@ class Producer(Send):
         if self.codec == Compression.NONE:
             buf = np.frombuffer(b"".join(values), np.uint8)
             base = int(ts[0])
-            data = build_batch_columns(buf, np.frombuffer(ends, np.int64), timestamp=base,
+            data = self._columns_batch(n, 0, len(buf), True, buf, np.frombuffer(ends, np.int64), timestamp=base,
                                        timestamp_deltas=ts - base, producer_id=self._producer_id,
-                                       producer_epoch=self._epoch, base_sequence=seq,
-                                       out=self._out(n, 0, len(buf), True))
+                                       producer_epoch=self._epoch, base_sequence=seq)
         else:
             stamps = ts.tolist()
             data = build_batch([Record(i, stamps[i], None, v) for i, v in enumerate(values)],
@@ -821,14 +850,20 @@ class Producer(Send):
         if self.idempotent:
             seq = self._sequences.get((topic, part), 0)
             self._sequences[(topic, part)] = (seq + len(values)) & 0x7FFFFFFF
-        data = build_batch_columns(buf, offsets, timestamp=ts, producer_id=self._producer_id,
-                                   producer_epoch=self._epoch, base_sequence=seq,
-                                   out=self._out(len(values), 0, int(offsets[-1] - offsets[0]), False))
+        data = self._columns_batch(len(values), 0, int(offsets[-1] - offsets[0]), False, buf, offsets,
+                                   timestamp=ts, producer_id=self._producer_id, producer_epoch=self._epoch,
+                                   base_sequence=seq)
         return _Batch(topic, part, items, data, len(values), producer_id=self._producer_id, sequence=seq)
 
-    def _out(self, n: int, key_bytes: int, value_bytes: int, deltas: bool) -> np.ndarray:
-        """A reused array to build a batch of ``n`` records into (sender thread only)."""
-        return self._out_pool.take("batch", max_batch_size(n, key_bytes, value_bytes, deltas), np.uint8)
+    def _columns_batch(self, n: int, key_bytes: int, value_bytes: int, deltas: bool, buf: np.ndarray,
+                       offsets: np.ndarray, **kw: Any) -> memoryview | _InPlace:
+        """``build_batch_columns(buf, offsets, **kw)`` of ``n`` records into a reused array
+        (sender thread only); or, when the transport builds batches in place (IPC), the build
+        itself, for the transport to run in its request ring (:meth:`_send_one`)."""
+        bound = max_batch_size(n, key_bytes, value_bytes, deltas)
+        if self._send_built is not None:
+            return _InPlace(bound, functools.partial(build_batch_columns, buf, offsets, **kw))
+        return build_batch_columns(buf, offsets, out=self._out_pool.take("batch", bound, np.uint8), **kw)
 
     def _num_partitions(self, topic: str) -> int:
         try:
@@ -857,9 +892,14 @@ class Producer(Send):
         from appliance.client.transport import FailedFuture
 
         try:
+            if type(b.data) is _InPlace:
+                return self._send_built(b.topic, b.partition, b.data.bound, b.data, acks=self.acks,
+                                        timeout_ms=self.request_timeout_ms)
             return self.transport.send_batch(b.topic, b.partition, b.data, acks=self.acks,
                                              timeout_ms=self.request_timeout_ms)
         except KafkaError as e:
+            return FailedFuture(e)
+        except ValueError as e:  # the builder refused the batch, built in place at send time: it fails alone
             return FailedFuture(e)
 
     # ------------------------------------------------------------------ completion thread
@@ -892,6 +932,9 @@ class Producer(Send):
                 return
             except DuplicateSequenceError:  # the broker already has it: delivered before
                 self._finish(b, None, None)
+                return
+            except ValueError as e:  # an in-place build refused (see _send_one): not retriable
+                self._finish(b, None, e)
                 return
             except KafkaError as e:
                 if not self._retriable(e) or b.attempts > self.retries or self._closed:
@@ -937,6 +980,7 @@ class Producer(Send):
                 q.items.clear()
             self._queued = 0
             self._cond.notify_all()
+            self._room.notify_all()
         with self._inflight_cond:
             pending += [it for b in self._inflight for it in b.items]
             self._inflight_cond.notify_all()

@@ -79,6 +79,9 @@ class Ring:
             raise RingFormatError(f"no ring of layout version {LAYOUT_VERSION} at {base}")
         self.capacity = cap
         self._pending = 0  # consumer: bytes of the message handed out by peek(), not yet released
+        # producer: the last claim's (tail position past any PAD, frame offset) and payload room
+        self._claimed = (0, 0)
+        self._claimed_length = -1
         # [0] head, [_WAITING_WORD] waiting, [_TAIL_WORD] tail
         self._pos = self._mv[base + _HEAD:base + _TAIL + 8].cast("Q")
 
@@ -144,6 +147,38 @@ class Ring:
         length = 0
         for p in parts:
             length += len(p)
+        pos = self._claim(length)
+        if pos < 0:
+            return False
+        mv = self._mv
+        for p in parts:
+            n = len(p)
+            mv[pos:pos + n] = p
+            pos += n
+        self._publish(msg_type, length)
+        return True
+
+    def reserve(self, length: int) -> memoryview | None:
+        """Room for a message of up to ``length`` bytes, as a writable view of the ring to
+        write it in place (an IPC producer builds its batch there: no copy), published by
+        :meth:`commit`; None when the ring has no room now. Until commit the consumer sees
+        nothing, and a reservation never committed is simply taken again by the next one.
+
+        Raises ValueError as :meth:`put`."""
+        pos = self._claim(length)
+        return None if pos < 0 else self._mv[pos:pos + length]
+
+    def commit(self, msg_type: int, length: int) -> None:
+        """Publish the message written into the last :meth:`reserve`: its first ``length``
+        bytes (no more than were reserved)."""
+        if not 0 <= length <= self._claimed_length:
+            raise ValueError(f"commit of {length} bytes into a reservation of {self._claimed_length}")
+        self._publish(msg_type, length)
+
+    def _claim(self, length: int) -> int:
+        """Room at the tail for a message of ``length`` bytes: the offset in the buffer where
+        its payload goes (a PAD frame written first when it does not fit before the end), or -1
+        when there is none now. Nothing is published: :meth:`_publish` does that."""
         cap = self.capacity
         if length > cap // 2 - _FRAME_SIZE:  # max_message(), inline: this runs per request
             raise ValueError(f"message of {length} bytes exceeds ring limit {self.max_message()}")
@@ -154,23 +189,20 @@ class Ring:
         idx = tail % cap
         skip = cap - idx if idx + total > cap else 0
         if skip + total > free:
-            return False
-        buf, data = self._buf, self._data
+            return -1
         if skip:
-            _FRAME.pack_into(buf, data + idx, 0, MsgType.PAD)
-            tail += skip
+            _FRAME.pack_into(self._buf, self._data + idx, 0, MsgType.PAD)
             idx = 0
-        pos = data + idx
-        _FRAME.pack_into(buf, pos, length, msg_type)
-        pos += _FRAME_SIZE
-        mv = self._mv
-        for p in parts:
-            n = len(p)
-            mv[pos:pos + n] = p
-            pos += n
+        self._claimed = (tail + skip, self._data + idx)
+        self._claimed_length = length
+        return self._data + idx + _FRAME_SIZE
+
+    def _publish(self, msg_type: int, length: int) -> None:
+        tail, frame = self._claimed
+        _FRAME.pack_into(self._buf, frame, length, msg_type)
+        self._claimed_length = -1  # one commit per claim
         # publish after the bytes: x86 does not reorder these stores
-        self._pos[_TAIL_WORD] = tail + total
-        return True
+        self._pos[_TAIL_WORD] = tail + ((_FRAME_SIZE + length + 7) & ~7)
 
     # consumer ----------------------------------------------------------------------------
     def peek(self) -> tuple[int, memoryview] | None:

@@ -314,6 +314,64 @@ def test_a_batch_over_the_ring_limit_fails_its_send_and_nothing_else(broker):
     assert [r.value for r in _read_all(broker, "over-ring")] == [b"small"]
 
 
+def test_a_batch_whose_bound_is_over_the_ring_limit_but_itself_fits_still_lands(broker_factory):
+    """The producer builds its batches in the ring, reserving the builder's upper bound; a
+    batch whose bound is over the ring's limit while the batch itself fits is built aside and
+    copied in: it lands whole, not refused for its bound."""
+    import numpy as np
+
+    from appliance.client.producer import Producer
+    from native.batch_build import max_batch_size
+
+    b = broker_factory(overrides={"message.max.bytes": str(20 << 20)}).start()
+    _create(b, "bound")
+    base = find_broker_base(log_dir=b.log_dirs[0])
+    with IpcTransport(base) as t:
+        limit = t._link(0).requests.max_message() - REQUEST.size
+    n = 150_000
+    assert max_batch_size(n, 0, n * 100) > limit > n * 110  # the case: only the bound is over
+    rows = np.random.default_rng(3).integers(0, 256, (n, 100), dtype=np.uint8)
+    p = Producer(bootstrap_servers=b.bootstrap, transport="ipc", shm_name=base, acks=1,
+                 max_request_size=24 << 20, retries=0)
+    try:
+        futs = p.send_many("bound", rows, partition=0)
+        assert len(futs) == 1 and futs[0].result(60).offset == 0
+    finally:
+        p.close()
+    assert _batches(b, "bound") == [(0, n)]
+    _segments_valid(b, "bound")
+
+
+def test_an_idempotent_producer_rebuilds_in_place_what_a_killed_disk_worker_lost(broker):
+    """Batches are built straight into the ring; one the disk worker took down with it (SIGKILL)
+    is built again for the retry, the same bytes and sequence: every row lands exactly once,
+    in order."""
+    import numpy as np
+
+    from appliance.client.producer import Producer
+
+    _create(broker, "rebuild")
+    base = find_broker_base(log_dir=broker.log_dirs[0])
+    rows = np.random.default_rng(4).integers(0, 256, (2_000, 100), dtype=np.uint8)
+    p = Producer(bootstrap_servers=broker.bootstrap, transport="ipc", shm_name=base, acks=-1,
+                 enable_idempotence=True, retries=1000, retry_backoff_ms=50, batch_size=16384,
+                 max_request_size=64 << 10)
+    sent = 0
+    try:
+        for k in range(40):
+            if k == 10:
+                os.kill(broker.worker_pids("disk worker 0")[0], signal.SIGKILL)
+            p.send_many("rebuild", rows, partition=0)
+            sent += len(rows)
+        assert p.flush(120)
+    finally:
+        p.close()
+    recs = _read_all(broker, "rebuild")
+    assert [r.offset for r in recs] == list(range(sent))
+    assert all(r.value == rows[r.offset % len(rows)].tobytes() for r in recs)
+    _segments_valid(broker, "rebuild")
+
+
 def test_looking_past_stale_tables_of_other_layouts_leaks_no_descriptor():
     """/dev/shm may hold partition tables that no broker of this build reads: an older layout
     version, or a truncated object (left by a crash or by another build). A client looking for

@@ -70,6 +70,72 @@ def test_wraps_with_pad_and_refuses_when_full(channel):
         ring.put(MsgType.PRODUCE, b"z" * 4096)
 
 
+def test_a_reservation_is_written_in_place_and_seen_only_once_committed(channel):
+    """reserve() hands out the ring's own bytes (an IPC producer builds its batch there);
+    the consumer sees nothing until commit, and then exactly the committed length."""
+    ring = channel.requests
+    other = Channel.attach(channel.name)  # the consumer, through its own mapping
+    try:
+        view = ring.reserve(500)
+        assert view is not None and len(view) == 500
+        view[:5] = b"hello"
+        del view
+        assert other.requests.peek() is None  # written, not published
+        ring.commit(MsgType.PRODUCE, 5)
+        msg_type, payload = other.requests.peek()
+        assert (msg_type, bytes(payload)) == (MsgType.PRODUCE, b"hello")
+        del payload
+        other.requests.release()
+        assert ring.used() == 0
+    finally:
+        other.close()
+
+
+def test_an_abandoned_reservation_is_taken_again_and_commit_checks_its_length(channel):
+    ring = channel.requests
+    view = ring.reserve(100)
+    view[:3] = b"bad"  # a build that raised: never committed
+    del view
+    view = ring.reserve(100)  # the same room again
+    view[:3] = b"ok!"
+    del view
+    with pytest.raises(ValueError):
+        ring.commit(MsgType.PRODUCE, 101)  # more than was reserved
+    ring.commit(MsgType.PRODUCE, 3)
+    with pytest.raises(ValueError):
+        ring.commit(MsgType.PRODUCE, 3)  # one commit per reservation
+    msg_type, payload = ring.peek()
+    assert bytes(payload) == b"ok!"
+    del payload
+    ring.release()
+    assert ring.peek() is None
+
+
+def test_reservations_wrap_with_pad_and_refuse_when_full(channel):
+    ring = channel.requests
+    while (view := ring.reserve(1000)) is not None:  # as put: 4 fit, a fifth does not
+        del view
+        ring.commit(MsgType.PRODUCE, 1000)
+    expect = []  # what the consumer must see: the first 4 (never written: 1000 bytes each), then ours
+    for i in range(1000):  # across the wrap point many times, each shorter than reserved
+        while (view := ring.reserve(1000)) is None:  # room is contiguous: take messages until it is
+            msg = ring.peek()
+            assert msg is not None
+            expect.append(len(msg[1]) if len(expect) < 4 else (struct.unpack_from("=I", msg[1])[0], len(msg[1])))
+            del msg
+            ring.release()
+        view[:4] = struct.pack("=I", i)
+        del view
+        ring.commit(MsgType.PRODUCE, 4 + i % 900)
+    while (msg := ring.peek()) is not None:
+        expect.append((struct.unpack_from("=I", msg[1])[0], len(msg[1])))
+        del msg
+        ring.release()
+    assert expect == [1000] * 4 + [(i, 4 + i % 900) for i in range(1000)]
+    with pytest.raises(ValueError):
+        ring.reserve(4096)
+
+
 def test_garbage_frame_is_detected_and_discardable(channel):
     ring = channel.requests
     assert ring.put(MsgType.PRODUCE, b"ok")
