@@ -284,7 +284,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("log.flush.offset.checkpoint.interval.ms", "int", 60000, "How often the recovery point checkpoint is written.", at_least(0)),
     ConfigKey("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, "How often the log start offset checkpoint is written.", at_least(0)),
     ConfigKey("log.segment.delete.delay.ms", "long", 60000, "Delay before a .deleted segment is removed from disk.", at_least(0)),
-    ConfigKey("log.preallocate", "bool", False, "Reserve disk blocks ahead of the active segment's end on every append: ours reserves 8 MiB past the end and leaves the file's size unchanged (Kafka's reserves whole segments). Off, blocks are reserved so only ahead of appends of 256 KiB or more, and given back when the segment idles."),
+    ConfigKey("log.preallocate", "bool", False, "Reserve disk blocks ahead of the active segment's end on every append: ours reserves 8 MiB past the end and leaves the file's size unchanged (Kafka's reserves whole segments). When off, blocks are reserved only ahead of appends of 256 KiB or more, and given back when the segment idles."),
     ConfigKey("log.message.timestamp.type", "string", "CreateTime", "CreateTime or LogAppendTime.", one_of(*_TS_TYPES)),
     ConfigKey("log.message.timestamp.difference.max.ms", "long", LONG_MAX, "Largest allowed |timestamp - broker time| for CreateTime.", at_least(0)),
     ConfigKey("log.message.downconversion.enable", "bool", True, "Down-convert batches for old fetch versions."),
