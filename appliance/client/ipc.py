@@ -173,8 +173,8 @@ class _DiskLink:
         ``build(view)`` writes straight into the ring and whose length it returns (no copy)."""
         deadline = time.monotonic() + timeout_ms / 1000
         if build is not None and REQUEST.size + bound > self.requests.max_message():
-            scratch = bytearray(bound)  # the bound does not fit: build aside; the size that counts
-            batch, build = bytes(memoryview(scratch)[:build(memoryview(scratch))]), None
+            scratch = memoryview(bytearray(bound))  # the bound does not fit: build aside, then
+            batch, build = scratch[:build(scratch)], None  # the size it has is the one checked
         size = bound if build is not None else len(batch)  # type: ignore[arg-type]
         with self.send_lock:
             state, inc = self._worker()

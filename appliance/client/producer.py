@@ -742,14 +742,7 @@ class Producer(Send):
                     return _Batch(topic, part, items, data, len(items), producer_id=self._producer_id,
                                   sequence=seq)
             recs = [Record(i, it.timestamp, it.key, it.value, it.headers) for i, it in enumerate(items)]
-        n = self._num_partitions(topic)
-        if isinstance(self.partitioner, DefaultPartitioner):
-            self.partitioner.on_new_batch(topic, part, n)
-        call_hook(self.handler, "on_batch_ready", topic, part, len(recs))
-        seq = -1
-        if self.idempotent:
-            seq = self._sequences.get((topic, part), 0)
-            self._sequences[(topic, part)] = (seq + len(recs)) & 0x7FFFFFFF
+        seq = self._batch_ready(topic, part, len(recs))
         data = build_batch(recs, compression=self.codec, producer_id=self._producer_id,
                            producer_epoch=self._epoch, base_sequence=seq)
         return _Batch(topic, part, items, data, len(recs), producer_id=self._producer_id, sequence=seq)
@@ -842,14 +835,7 @@ class Producer(Send):
             offsets = np.zeros(len(values) + 1, np.int64)
             np.cumsum(lengths, out=offsets[1:])
             buf = np.frombuffer(b"".join(values), np.uint8) if offsets[-1] else np.zeros(0, np.uint8)
-        n = self._num_partitions(topic)
-        if isinstance(self.partitioner, DefaultPartitioner):
-            self.partitioner.on_new_batch(topic, part, n)
-        call_hook(self.handler, "on_batch_ready", topic, part, len(values))
-        seq = -1
-        if self.idempotent:
-            seq = self._sequences.get((topic, part), 0)
-            self._sequences[(topic, part)] = (seq + len(values)) & 0x7FFFFFFF
+        seq = self._batch_ready(topic, part, len(values))
         data = self._columns_batch(len(values), 0, int(offsets[-1] - offsets[0]), False, buf, offsets,
                                    timestamp=ts, producer_id=self._producer_id, producer_epoch=self._epoch,
                                    base_sequence=seq)

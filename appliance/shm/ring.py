@@ -79,8 +79,8 @@ class Ring:
             raise RingFormatError(f"no ring of layout version {LAYOUT_VERSION} at {base}")
         self.capacity = cap
         self._pending = 0  # consumer: bytes of the message handed out by peek(), not yet released
-        # producer: the last claim's (tail position past any PAD, frame offset) and payload room
-        self._claimed = (0, 0)
+        # producer: the last claim's tail position (past any PAD), frame offset and payload room
+        self._claimed_tail = self._claimed_frame = 0
         self._claimed_length = -1
         # [0] head, [_WAITING_WORD] waiting, [_TAIL_WORD] tail
         self._pos = self._mv[base + _HEAD:base + _TAIL + 8].cast("Q")
@@ -193,16 +193,16 @@ class Ring:
         if skip:
             _FRAME.pack_into(self._buf, self._data + idx, 0, MsgType.PAD)
             idx = 0
-        self._claimed = (tail + skip, self._data + idx)
+        self._claimed_tail = tail + skip  # plain ints, no tuple: this runs per request
+        self._claimed_frame = self._data + idx
         self._claimed_length = length
         return self._data + idx + _FRAME_SIZE
 
     def _publish(self, msg_type: int, length: int) -> None:
-        tail, frame = self._claimed
-        _FRAME.pack_into(self._buf, frame, length, msg_type)
+        _FRAME.pack_into(self._buf, self._claimed_frame, length, msg_type)
         self._claimed_length = -1  # one commit per claim
         # publish after the bytes: x86 does not reorder these stores
-        self._pos[_TAIL_WORD] = tail + ((_FRAME_SIZE + length + 7) & ~7)
+        self._pos[_TAIL_WORD] = self._claimed_tail + ((_FRAME_SIZE + length + 7) & ~7)
 
     # consumer ----------------------------------------------------------------------------
     def peek(self) -> tuple[int, memoryview] | None:

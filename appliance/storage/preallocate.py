@@ -17,9 +17,11 @@ active segment that takes an append would hold up to WINDOW_BYTES more of the di
 thousands of partitions is too much to hold back unasked. Ahead of bulk appends it is on by
 default: a partition taking appends of BULK_APPEND_BYTES fills a window within a few dozen of
 them, and one that stops taking them gives its window back after one idle check
-(``LogSegment.give_back_if_idle``, every few seconds). Measured with it (28 Nov, this machine,
-a lab loop of ``perf/bench_ipc.py``'s bulk cells, 8 runs each way): the disk worker 54 against
-65 ns per record over IPC, IPC 15.3 against 13.1 M records/s, TCP 4.8 against 4.4 M.
+(``LogSegment.give_back_if_idle``, every few seconds). Measured (28 Nov, this machine, a lab
+loop of ``perf/bench_ipc.py``'s bulk cells, 8 runs each way, ``log.preallocate=true`` against
+``false`` before the bulk rule, whose ~1 MB appends it now reserves for alike): the disk worker
+54 against 65 ns per record over IPC, IPC 15.3 against 13.1 M records/s, TCP 4.8 against 4.4 M;
+perf/README.md has the ``bench_ipc.py --runs 5`` pairs with the rule in place.
 
 How: fallocate(2) with FALLOC_FL_KEEP_SIZE, which reserves blocks past the end without changing
 the file's size: readers, recovery and every tool still see exactly the bytes written. The
