@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
+
 __all__ = [
-    "HEADER_FIELDS", "HEADER_STRUCT", "HEADER_SIZE", "FIELD_OFFSETS",
+    "HEADER_FIELDS", "HEADER_STRUCT", "HEADER_DTYPE", "HEADER_SIZE", "FIELD_OFFSETS",
     "BASE_OFFSET_OFFSET", "LENGTH_OFFSET", "PARTITION_LEADER_EPOCH_OFFSET", "MAGIC_OFFSET",
     "CRC_OFFSET", "ATTRIBUTES_OFFSET", "LAST_OFFSET_DELTA_OFFSET", "BASE_TIMESTAMP_OFFSET",
     "MAX_TIMESTAMP_OFFSET", "PRODUCER_ID_OFFSET", "PRODUCER_EPOCH_OFFSET",
@@ -71,6 +73,10 @@ RECORDS_COUNT_OFFSET: int = FIELD_OFFSETS["records_count"]
 
 #: Size of the fixed header; records start right after it.
 HEADER_SIZE: int = HEADER_STRUCT.size
+#: The same header as a numpy record (big-endian fields by name, no padding): many headers
+#: gathered from a buffer at once are read through it.
+HEADER_DTYPE = np.dtype([(name, ">" + code) for name, code in HEADER_FIELDS])
+assert HEADER_DTYPE.itemsize == HEADER_SIZE
 RECORDS_OFFSET: int = HEADER_SIZE
 #: baseOffset + batchLength: the bytes not counted by batchLength.
 LOG_OVERHEAD: int = LENGTH_OFFSET + struct.calcsize(">i")

@@ -207,8 +207,9 @@ class PartitionLog:
         return self
 
     def _load(self, recovery_point: int, log_start_offset: int, clean: bool) -> None:
+        recovered: dict[int, Any] = {}  # base offset -> producer batches read in recovery
         segs = load_segments(self.path, self.config, recovery_point, log_start_offset, clean,
-                             self._new_segment)
+                             self._new_segment, recovered)
         active = segs[-1]
         if active.size and active.first_append_ms is None:
             active.first_append_ms = self._now_ms()  # the roll clock restarts with the process
@@ -219,7 +220,7 @@ class PartitionLog:
         self.recovery_point = self.log_end_offset if clean else min(recovery_point, self.log_end_offset)
         self._hw = self.log_end_offset
         replay_producer_state(self.producers, self.path, self._segs, self.log_start_offset,
-                              self.log_end_offset)
+                              self.log_end_offset, recovered)
         # at rest a partition holds only its active segment's descriptors
         for seg in segs[:-1]:
             seg.release()

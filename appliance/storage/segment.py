@@ -138,12 +138,15 @@ class BatchLocation(NamedTuple):
 
 
 class RecoveryResult(NamedTuple):
-    """What :meth:`LogSegment.recover` found: valid bytes, bytes cut and why the scan stopped."""
+    """What :meth:`LogSegment.recover` found: valid bytes, bytes cut, why the scan stopped, and
+    where the valid batches start (the loader reads their producer fields while the segment is
+    still mapped, rather than walking it a second time)."""
 
     valid_bytes: int
     truncated_bytes: int
     stop_reason: int
     batches: int
+    positions: np.ndarray
 
 
 _BLOCK = 4096  # st_blocks past the size rounded up to this: blocks reserved past the end
@@ -799,7 +802,7 @@ class LogSegment:
         self.index_problem = None
         if self.writeback is not None:
             self.writeback.reset(valid)
-        return RecoveryResult(valid, size_before - valid, int(r.stop_reason), n)
+        return RecoveryResult(valid, size_before - valid, int(r.stop_reason), n, r.positions[:n])
 
     def truncate_to(self, offset: int) -> int:
         """Drop every batch whose last offset >= ``offset`` (the whole batch holding ``offset``).

@@ -17,16 +17,18 @@ from hypothesis import strategies as st
 
 from native import crc32, crc32_update, crc32c, crc32c_update
 from native.cpu import FORCE_TABLE_ENV
-from native.crc import CRC32C_IMPL, crc32c_table
+from native.crc import _LONG, _MEDIUM, _SHORT, CRC32C_IMPL, crc32c_table
 from native.twins import crc32_twin, crc32c_twin
 
 REPO = Path(__file__).resolve().parents[2]
 
-# Lengths around every branch of the kernels: 8-byte words, the 3 x 256, 3 x 2048 and 3 x 8192 blocks.
+# Lengths around every branch of the kernels: 8-byte words and each tier's 3-block rounds
+# (the tiers' sizes from the kernel's own declaration, so a change there keeps them covered).
 EDGE_LENGTHS = sorted({
-    *range(0, 20), 255, 256, 257, 767, 768, 769, 775, 776, 1536 + 7,
-    3 * 2048 - 1, 3 * 2048, 3 * 2048 + 1, 3 * 2048 + 768 + 9, 2 * 3 * 2048 + 5, 16675,
-    3 * 8192 - 1, 3 * 8192, 3 * 8192 + 1, 3 * 8192 + 768 + 9, 2 * 3 * 8192 + 5,
+    *range(0, 20), 16675,
+    *(n for block in (_SHORT, _MEDIUM, _LONG) for n in (
+        block - 1, block, block + 1, 3 * block - 1, 3 * block, 3 * block + 1,
+        3 * block + 3 * _SHORT + 9, 3 * block + 7, 2 * 3 * block + 5)),
 })
 
 

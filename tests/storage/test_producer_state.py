@@ -7,7 +7,7 @@ import pytest
 from appliance.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from appliance.storage.producer_state import UnknownProducerIdError
 
-from .conftest import all_records, batch, open_log
+from .conftest import all_records, batch, cfg, open_log
 
 
 def pb(seq, n=2, pid=7, epoch=0):
@@ -86,3 +86,62 @@ def test_follower_append_records_without_validating(log_path):
     with pytest.raises(OutOfOrderSequenceError):
         lg.append(pb(55))
     assert lg.append(pb(50)).first_offset == 80
+
+
+def _state(lg) -> dict:
+    return {pid: (e.epoch, list(e.batches)) for pid, e in lg.producers.producers.items()}
+
+
+def test_unclean_open_replays_what_recovery_walked(log_path):
+    """An unclean open takes each recovered segment's producer batches from its recovery walk
+    (loader.producer_batches), a clean one walks the segments for them: over several segments,
+    plain batches between the idempotent ones and a snapshot in the middle, both end with the
+    same producer state, which dedupes and checks sequences."""
+    import os
+    c = cfg(segment_bytes=700)
+    lg = open_log(log_path, c)
+    seqs, epochs = {7: 0, 8: 0}, {7: 0, 8: 0}
+
+    def step(i: int) -> None:
+        if i % 3 == 2:
+            lg.append(batch(n=1))  # not idempotent
+            return
+        pid = 7 if i % 3 == 0 else 8
+        if pid == 8 and i == 19:  # a new epoch restarts the sequence
+            epochs[8], seqs[8] = 1, 0
+        lg.append(pb(seqs[pid], pid=pid, epoch=epochs[pid]))
+        seqs[pid] += 2
+    for i in range(15):
+        step(i)
+    lg.close()  # a snapshot in a middle segment
+    mid = {n: open(os.path.join(log_path, n), "rb").read()
+           for n in os.listdir(log_path) if n.endswith(".snapshot")}
+    assert len(mid) == 1
+    lg = open_log(log_path, c, clean_shutdown=True)
+    for i in range(15, 24):
+        step(i)
+    lg.close()
+    assert len([n for n in os.listdir(log_path) if n.endswith(".log")]) >= 4
+
+    def only_mid_snapshot() -> None:
+        for n in os.listdir(log_path):
+            if n.endswith(".snapshot"):
+                os.unlink(os.path.join(log_path, n))
+        for n, data in mid.items():
+            with open(os.path.join(log_path, n), "wb") as f:
+                f.write(data)
+
+    only_mid_snapshot()
+    walked = open_log(log_path, c, clean_shutdown=True)
+    expected = _state(walked)
+    walked.close()
+    only_mid_snapshot()
+    lg = open_log(log_path, c, clean_shutdown=False, recovery_point=0)
+    assert _state(lg) == expected
+    assert sorted(expected) == [7, 8] and expected[8][0] == 1
+    last7 = expected[7][1][-1]
+    dup = lg.append(pb(last7.first_seq, pid=7))
+    assert dup.duplicate and dup.first_offset == last7.first_offset
+    with pytest.raises(OutOfOrderSequenceError):
+        lg.append(pb(last7.last_seq + 3, pid=7))
+    lg.close()
