@@ -100,15 +100,16 @@ def test_unclean_open_replays_what_recovery_walked(log_path):
     import os
     c = cfg(segment_bytes=700)
     lg = open_log(log_path, c)
-    seqs, epochs = {7: 0, 8: 0}, {7: 0, 8: 0}
+    big = (1 << 62) + 8  # a producer id whose first byte is not 0
+    seqs, epochs = {7: 0, big: 0}, {7: 0, big: 0}
 
     def step(i: int) -> None:
         if i % 3 == 2:
             lg.append(batch(n=1))  # not idempotent
             return
-        pid = 7 if i % 3 == 0 else 8
-        if pid == 8 and i == 19:  # a new epoch restarts the sequence
-            epochs[8], seqs[8] = 1, 0
+        pid = 7 if i % 3 == 0 else big
+        if pid == big and i == 19:  # a new epoch restarts the sequence
+            epochs[big], seqs[big] = 1, 0
         lg.append(pb(seqs[pid], pid=pid, epoch=epochs[pid]))
         seqs[pid] += 2
     for i in range(15):
@@ -138,7 +139,7 @@ def test_unclean_open_replays_what_recovery_walked(log_path):
     only_mid_snapshot()
     lg = open_log(log_path, c, clean_shutdown=False, recovery_point=0)
     assert _state(lg) == expected
-    assert sorted(expected) == [7, 8] and expected[8][0] == 1
+    assert sorted(expected) == [7, big] and expected[big][0] == 1
     last7 = expected[7][1][-1]
     dup = lg.append(pb(last7.first_seq, pid=7))
     assert dup.duplicate and dup.first_offset == last7.first_offset
