@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from appliance.storage.producer_state import ProducerStateManager
+from appliance.storage.producer_state import NUM_BATCHES_TO_RETAIN, ProducerStateManager
 from appliance.storage.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -174,21 +174,42 @@ def replay_producer_state(producers: ProducerStateManager, path: str,
                 seg.release()  # one segment's descriptors at a time, however long the replay
 
 
-def producer_batches(buf: Any, positions: np.ndarray) -> np.ndarray:
-    """The headers (rows of HEADER_DTYPE, copied out of ``buf``) of the batches at
-    ``positions`` that an idempotent producer wrote: v2, producer id and base sequence >= 0.
-    Read with numpy gathers: the magic and the producer id's sign first, so every other batch
-    costs two bytes read."""
+def producer_batches(buf: Any, positions: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
+    """The headers (rows of HEADER_DTYPE, copied out of ``buf``, in log order) of the last
+    NUM_BATCHES_TO_RETAIN batches of each idempotent producer among the batches at
+    ``positions``: v2, producer id and base sequence >= 0. A producer's replayed state is made
+    of those alone (its epoch is its last batch's), so however many batches a segment holds the
+    rows stay few. Read with numpy gathers ``chunk`` batches at a time (the gather's index
+    arrays are 8 bytes per byte read): the magic and the producer id's sign first, so every
+    other batch costs two bytes read."""
     a = np.frombuffer(buf, dtype=np.uint8)
+    parts = []
     try:
-        # legacy (magic 0/1) entries have no producer fields and may be shorter than a header
-        pos = positions[a[positions + MAGIC_OFFSET] == CURRENT_MAGIC]
-        # big-endian: a negative producer id (-1, no producer) has its first byte's top bit set
-        pos = pos[a[pos + PRODUCER_ID_OFFSET] < 0x80]
-        rows = a[pos[:, None] + np.arange(HEADER_SIZE)].view(HEADER_DTYPE)[:, 0]
+        for i in range(0, len(positions), chunk):
+            pos = positions[i:i + chunk]
+            # legacy (magic 0/1) entries have no producer fields and may be shorter than a header
+            pos = pos[a[pos + MAGIC_OFFSET] == CURRENT_MAGIC]
+            # big-endian: a negative producer id (-1, no producer) has its first byte's top bit set
+            pos = pos[a[pos + PRODUCER_ID_OFFSET] < 0x80]
+            rows = a[pos[:, None] + np.arange(HEADER_SIZE)].view(HEADER_DTYPE)[:, 0]
+            parts.append(_last_per_producer(rows[rows["base_sequence"] >= 0]))
     finally:
         del a  # the buffer's export, released before the segment unmaps it
-    return rows[rows["base_sequence"] >= 0]
+    if not parts:
+        return np.empty(0, HEADER_DTYPE)
+    return _last_per_producer(np.concatenate(parts)) if len(parts) > 1 else parts[0]
+
+
+def _last_per_producer(rows: np.ndarray) -> np.ndarray:
+    """The last NUM_BATCHES_TO_RETAIN of ``rows`` (in log order) of each producer id, in order."""
+    if len(rows) <= NUM_BATCHES_TO_RETAIN:
+        return rows
+    order = np.argsort(rows["producer_id"], kind="stable")  # by producer, log order within
+    pid = rows["producer_id"][order]
+    last = np.flatnonzero(np.append(pid[1:] != pid[:-1], True))  # each producer's last row
+    group_last = np.repeat(last, np.diff(np.insert(last, 0, -1)))
+    keep = order[group_last - np.arange(len(pid)) < NUM_BATCHES_TO_RETAIN]
+    return rows[np.sort(keep)]
 
 
 def _replay(producers: ProducerStateManager, rows: np.ndarray, start: int) -> None:

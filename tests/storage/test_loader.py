@@ -6,8 +6,11 @@ import os
 
 import pytest
 
-from appliance.storage.loader import load_segments, remove_leftovers
+from appliance.records.batch import build_batch
+from appliance.storage.loader import load_segments, producer_batches, remove_leftovers
+from appliance.storage.producer_state import NUM_BATCHES_TO_RETAIN, ProducerStateManager
 from appliance.storage.segment import LogSegment, SegmentOpenError
+from native.scan import scan_batches
 from tests.storage.conftest import batch, cfg, open_log
 from tests.storage.test_descriptors import fds_under
 
@@ -73,3 +76,41 @@ def test_empty_directory_gets_a_first_segment(log_path):
     segs = load_segments(log_path, cfg(), 0, 42, True, _new(log_path))
     assert [s.base_offset for s in segs] == [42]
     segs[0].close()
+
+
+def test_producer_batches_keeps_each_producers_last_batches_in_log_order():
+    """producer_batches over many batches, gathered a few at a time: only idempotent v2
+    batches (not one with a producer id but no sequence), at most NUM_BATCHES_TO_RETAIN per producer, in log order; replaying them gives
+    the state that replaying every batch gives (an epoch bump included)."""
+    big = (1 << 62) + 3
+    parts, expected, off = [], ProducerStateManager(), 0
+    seqs, epochs = {5: 0, 6: 0, big: 0}, {5: 0, 6: 0, big: 2}
+    for i in range(90):
+        pid = (5, 6, big, -1)[i % 4]
+        if pid == 6 and i == 49:
+            epochs[6], seqs[6] = 1, 0  # a new epoch restarts the sequence
+        kw = {} if pid < 0 else dict(producer_id=pid, producer_epoch=epochs[pid],
+                                      base_sequence=seqs[pid])
+        if i == 88:  # a producer's batch without a sequence (as a transaction marker has)
+            kw["base_sequence"], pid = -1, -1
+        parts.append(build_batch([(b"k", b"v%d" % j) for j in range(2)], base_offset=off,
+                                 base_timestamp=1_000, **kw))
+        if pid >= 0:
+            expected.load_batch(pid, epochs[pid], seqs[pid], 1, off)
+            seqs[pid] += 2
+        off += 2
+    buf = b"".join(parts)
+    positions = scan_batches(buf).positions
+    rows = producer_batches(buf, positions, chunk=7)
+    assert len(rows) == 3 * NUM_BATCHES_TO_RETAIN
+    assert list(rows["base_offset"]) == sorted(rows["base_offset"])
+    assert set(rows["producer_id"].tolist()) == {5, 6, big}
+    assert (rows == producer_batches(buf, positions)).all()
+    got = ProducerStateManager()
+    for r in rows.tolist():
+        h = dict(zip(rows.dtype.names, r, strict=True))
+        got.load_batch(h["producer_id"], h["producer_epoch"], h["base_sequence"],
+                       h["last_offset_delta"], h["base_offset"])
+    assert got.producers == expected.producers
+    assert got.producers[6].epoch == 1 and len(got.producers[6].batches) == NUM_BATCHES_TO_RETAIN
+    assert len(producer_batches(buf, positions[3::4])) == 0  # only plain batches there
