@@ -2,8 +2,9 @@
 
 The stopping broker's side (:func:`request_shutdown`): before leaving the cluster, ask the
 controller to move every partition this broker leads to another ISR member, and retry (Kafka:
-``controlled.shutdown.max.retries`` 3, backoff 5 s; we wait less) until none remains. If this
-broker is the controller, the request is its own controller's event.
+``controlled.shutdown.max.retries`` 3, backoff 5 s; we wait less) until none remains, for at
+most DEADLINE_S in all. If this broker is the controller, the request is its own controller's
+event.
 
 The controller's side (:func:`answer_shutdown`): the forwarded request becomes a
 ``ControlledShutdown`` event on the controller's queue; its reply is the response.
@@ -15,6 +16,7 @@ import asyncio
 import logging
 import socket
 import threading
+import time
 from typing import Any
 
 from appliance.cluster import events as ev
@@ -32,9 +34,12 @@ VERSION = 1
 ATTEMPTS = 5
 BACKOFF_S = 1.0
 TIMEOUT_S = 20.0
+#: The whole attempt's bound: a hung controller must not hold a stop past systemd's
+#: TimeoutStopSec (60 s in systemd/), whose SIGKILL would make the next start an unclean one.
+DEADLINE_S = 30.0
 
 
-def _ask_own_controller(member: Any, broker_id: int) -> dict:
+def _ask_own_controller(member: Any, broker_id: int, timeout: float) -> dict:
     done = threading.Event()
     box: dict[str, Any] = {}
 
@@ -43,13 +48,13 @@ def _ask_own_controller(member: Any, broker_id: int) -> dict:
         done.set()
 
     member.controller.put(ev.ControlledShutdown(broker_id, reply))
-    if not done.wait(TIMEOUT_S):
+    if not done.wait(timeout):
         return {"error_code": int(ErrorCode.REQUEST_TIMED_OUT), "remaining_partitions": []}
     return box
 
 
-def _ask_remote(host: str, port: int, broker_id: int) -> dict:
-    with socket.create_connection((host, port), timeout=TIMEOUT_S) as s:
+def _ask_remote(host: str, port: int, broker_id: int, timeout: float) -> dict:
+    with socket.create_connection((host, port), timeout=timeout) as s:
         s.sendall(encode_request(ControlledShutdown.API_KEY, VERSION, 1, f"shutdown-{broker_id}",
                                  {"broker_id": broker_id}))
         buf = b""
@@ -70,16 +75,20 @@ def _ask_remote(host: str, port: int, broker_id: int) -> dict:
 
 def request_shutdown(member: Any, store: ZkStore, broker_id: int) -> bool:
     """Blocking (run it in an executor). True once the controller reports nothing left here."""
+    end = time.monotonic() + DEADLINE_S
     for attempt in range(ATTEMPTS):
+        left = end - time.monotonic()
+        if left <= 0:
+            break
         try:
             controller = store.controller_id()
             if controller == broker_id and member.controller is not None:
-                body = _ask_own_controller(member, broker_id)
+                body = _ask_own_controller(member, broker_id, min(TIMEOUT_S, left))
             elif controller >= 0:
                 b = store.brokers().get(controller)
                 if b is None:
                     raise ConnectionError(f"controller {controller} is not registered")
-                body = _ask_remote(b.host, b.port, broker_id)
+                body = _ask_remote(b.host, b.port, broker_id, min(TIMEOUT_S, left))
             else:
                 raise ConnectionError("no controller")
             remaining = body.get("remaining_partitions") or []
@@ -90,7 +99,7 @@ def request_shutdown(member: Any, store: ZkStore, broker_id: int) -> bool:
                      attempt + 1, body.get("error_code"), len(remaining))
         except (OSError, ValueError) as e:
             log.info("controlled shutdown attempt %d failed: %s", attempt + 1, e)
-        threading.Event().wait(BACKOFF_S)
+        threading.Event().wait(min(BACKOFF_S, max(0.0, end - time.monotonic())))
     log.warning("controlled shutdown did not complete; stopping anyway")
     return False
 

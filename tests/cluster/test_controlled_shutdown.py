@@ -1,0 +1,54 @@
+"""Controlled shutdown's stopping side against a real ZooKeeper: a controller that never
+answers costs the stop at most the deadline, whether it is this broker's own or another's."""
+
+from __future__ import annotations
+
+import socket
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from appliance.cluster import controlled_shutdown
+from appliance.cluster import zk_paths as zp
+from appliance.cluster.controlled_shutdown import request_shutdown
+from appliance.cluster.zk_session import ZkSettings, open_session
+from appliance.cluster.zk_store import ZkStore
+
+ME = 1
+
+
+@pytest.fixture
+def store(zk_connect):
+    client = open_session(ZkSettings(zk_connect, 30000, 30000))
+    yield ZkStore(client)
+    client.stop()
+    client.close()
+
+
+@pytest.fixture
+def hung_listener():
+    """A socket that accepts connections (the kernel's backlog) and never answers."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(8)
+    yield s.getsockname()[1]
+    s.close()
+
+
+@pytest.mark.parametrize("whose", ["own", "remote"])
+def test_a_controller_that_never_answers_costs_at_most_the_deadline(store, hung_listener,
+                                                                     monkeypatch, whose):
+    monkeypatch.setattr(controlled_shutdown, "DEADLINE_S", 2.0)
+    controller = ME if whose == "own" else 99
+    store.client.ensure_path(zp.BROKER_IDS)
+    store.client.create(zp.broker_path(99), zp.encode_broker(
+        zp.BrokerInfo(99, "127.0.0.1", hung_listener, (f"PLAINTEXT://127.0.0.1:{hung_listener}",))))
+    store.client.create(zp.CONTROLLER, zp.encode_controller(controller))
+    asked = []
+    member = SimpleNamespace(controller=SimpleNamespace(put=asked.append))  # never replies
+    t = time.monotonic()
+    assert request_shutdown(member, store, ME) is False
+    took = time.monotonic() - t
+    assert 1.9 <= took < 4.0, took  # each attempt bounded by what is left, not TIMEOUT_S (20 s)
+    assert bool(asked) == (whose == "own")
