@@ -2,6 +2,8 @@ import uuid
 
 import pytest
 
+from appliance.cluster.zk_session import ZkSettings, open_session
+from appliance.cluster.zk_store import ZkStore
 from tests.cluster.zk import ZooKeeperServer
 
 
@@ -16,6 +18,16 @@ def zk_server(tmp_path_factory):
 def zk_connect(zk_server):
     """A zookeeper.connect string with a fresh chroot, so tests never see each other's znodes."""
     return f"{zk_server.connect}/t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def admin(zk_connect):
+    """A tool's session in the test's chroot: creates topics and requests, reads what the
+    brokers and the controller wrote."""
+    client = open_session(ZkSettings(zk_connect, 30000, 30000))
+    yield ZkStore(client)
+    client.stop()
+    client.close()
 
 
 @pytest.fixture

@@ -12,18 +12,8 @@ import pytest
 from appliance.cluster import controlled_shutdown
 from appliance.cluster import zk_paths as zp
 from appliance.cluster.controlled_shutdown import request_shutdown
-from appliance.cluster.zk_session import ZkSettings, open_session
-from appliance.cluster.zk_store import ZkStore
 
 ME = 1
-
-
-@pytest.fixture
-def store(zk_connect):
-    client = open_session(ZkSettings(zk_connect, 30000, 30000))
-    yield ZkStore(client)
-    client.stop()
-    client.close()
 
 
 @pytest.fixture
@@ -37,10 +27,11 @@ def hung_listener():
 
 
 @pytest.mark.parametrize("whose", ["own", "remote"])
-def test_a_controller_that_never_answers_costs_at_most_the_deadline(store, hung_listener,
+def test_a_controller_that_never_answers_costs_at_most_the_deadline(admin, hung_listener,
                                                                      monkeypatch, whose):
     monkeypatch.setattr(controlled_shutdown, "DEADLINE_S", 2.0)
     controller = ME if whose == "own" else 99
+    store = admin
     store.client.ensure_path(zp.BROKER_IDS)
     store.client.create(zp.broker_path(99), zp.encode_broker(
         zp.BrokerInfo(99, "127.0.0.1", hung_listener, (f"PLAINTEXT://127.0.0.1:{hung_listener}",))))

@@ -23,15 +23,6 @@ SESSION_MS = 10000  # long enough that a heavily loaded machine never expires a 
 
 
 @pytest.fixture
-def admin(zk_connect):
-    """A tool's session: creates topics and requests, reads what the controller wrote."""
-    client = open_session(ZkSettings(zk_connect, 30000, 30000))
-    yield ZkStore(client)
-    client.stop()
-    client.close()
-
-
-@pytest.fixture
 def brokers(zk_connect):
     made: list[FakeBroker] = []
 

@@ -12,8 +12,6 @@ import time
 import pytest
 
 from appliance.cluster.zk_paths import TopicPartition
-from appliance.cluster.zk_session import ZkSettings, open_session
-from appliance.cluster.zk_store import ZkStore
 from tests.broker_process import free_port
 from tests.cluster.harness import wait_for
 
@@ -46,14 +44,6 @@ def procs():
             os.killpg(p.pid, signal.SIGKILL)
         p.wait(30)
         p.err.close()
-
-
-@pytest.fixture
-def admin(zk_connect):
-    client = open_session(ZkSettings(zk_connect, 30000, 30000))
-    yield ZkStore(client)
-    client.stop()
-    client.close()
 
 
 def test_sigkilled_controller_replaced_within_session_timeout(zk_connect, procs, admin):
