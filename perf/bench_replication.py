@@ -122,6 +122,7 @@ def three_brokers(work: Path, overrides: dict[str, str] | None = None
                 except subprocess.TimeoutExpired:  # killed by stop(); the others still stop
                     print(f"broker {b.bootstrap} did not stop within 30 s: killed", file=sys.stderr)
                 b.kill()
+                b.release_shm()  # what a broker killed here left in /dev/shm
         finally:
             zk.kill()  # a broker that failed to stop once left this ZooKeeper running
 

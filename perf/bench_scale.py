@@ -347,6 +347,7 @@ def main() -> int:
             except Exception:  # noqa: BLE001
                 pass
             b.kill()
+            b.release_shm()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     return 0

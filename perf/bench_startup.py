@@ -83,6 +83,10 @@ def restart(work: Path, how: str, runs: int) -> int:
             b.kill()
             wait_gone(b, 30)
         b._log.close()
+    if how != "clean" and runs:
+        # the next start on this port would reclaim it (timed, so kept between runs); after
+        # the last run nothing does
+        b.release_shm()
     if ready:
         print(f"{how} restart, {expect} partitions over {log_dirs} log dirs: median listening "
               f"{statistics.median(listened):.1f} s, median all led {statistics.median(ready):.1f} s "
