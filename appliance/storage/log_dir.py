@@ -363,8 +363,8 @@ class LogDir:
         """Retention (every log.retention.check.interval.ms), flush policy, checkpoints (their
         intervals), purge of expired ``.deleted`` files, closing idle inactive segments' files
         and giving back idle active segments' reserved blocks (every RELEASE_CHECK_INTERVAL_MS),
-        one bounded step of the log cleaner (see :mod:`appliance.storage.cleaner`; ``self.cleaner.busy`` says a pass is under way).
-        Call it often (e.g. every 100 ms)."""
+        one bounded step of the log cleaner (see :mod:`appliance.storage.cleaner`;
+        ``self.cleaner.busy`` says a pass is under way). Call it often (e.g. every 100 ms)."""
         bc = self.broker_config
         last = self._last
         if now_ms - last["retention"] >= int(bc["log.retention.check.interval.ms"]):

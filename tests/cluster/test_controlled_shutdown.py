@@ -31,15 +31,14 @@ def test_a_controller_that_never_answers_costs_at_most_the_deadline(admin, hung_
                                                                      monkeypatch, whose):
     monkeypatch.setattr(controlled_shutdown, "DEADLINE_S", 2.0)
     controller = ME if whose == "own" else 99
-    store = admin
-    store.client.ensure_path(zp.BROKER_IDS)
-    store.client.create(zp.broker_path(99), zp.encode_broker(
+    admin.client.ensure_path(zp.BROKER_IDS)
+    admin.client.create(zp.broker_path(99), zp.encode_broker(
         zp.BrokerInfo(99, "127.0.0.1", hung_listener, (f"PLAINTEXT://127.0.0.1:{hung_listener}",))))
-    store.client.create(zp.CONTROLLER, zp.encode_controller(controller))
+    admin.client.create(zp.CONTROLLER, zp.encode_controller(controller))
     asked = []
     member = SimpleNamespace(controller=SimpleNamespace(put=asked.append))  # never replies
     t = time.monotonic()
-    assert request_shutdown(member, store, ME) is False
+    assert request_shutdown(member, admin, ME) is False
     took = time.monotonic() - t
     assert 1.9 <= took < 4.0, took  # each attempt bounded by what is left, not TIMEOUT_S (20 s)
     assert bool(asked) == (whose == "own")

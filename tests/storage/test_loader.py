@@ -80,8 +80,9 @@ def test_empty_directory_gets_a_first_segment(log_path):
 
 def test_producer_batches_keeps_each_producers_last_batches_in_log_order():
     """producer_batches over many batches, gathered a few at a time: only idempotent v2
-    batches (not one with a producer id but no sequence), at most NUM_BATCHES_TO_RETAIN per producer, in log order; replaying them gives
-    the state that replaying every batch gives (an epoch bump included)."""
+    batches (not one with a producer id but no sequence), at most NUM_BATCHES_TO_RETAIN per
+    producer, in log order; replaying them gives the state that replaying every batch gives
+    (an epoch bump included)."""
     big = (1 << 62) + 3
     parts, expected, off = [], ProducerStateManager(), 0
     seqs, epochs = {5: 0, 6: 0, big: 0}, {5: 0, 6: 0, big: 2}
