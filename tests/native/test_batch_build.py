@@ -41,6 +41,48 @@ def test_bad_offsets_are_refused():
         build_batch_columns(np.zeros(4, np.uint8), np.array([0], np.int64), timestamp=0)
 
 
+@pytest.mark.parametrize("voff", [[0, 3, 1, 4], [0, 1000, 10], [2, 4, 3, 4]])
+def test_offsets_out_of_order_are_refused_before_writing_past_the_bound(voff):
+    """The kernel checks each record's range (the wrapper only the ends): a value range that
+    runs backwards or past the last offset is refused before its bytes are copied, so nothing
+    lands beyond the size the caller reserved for ``voff[-1] - voff[0]`` value bytes."""
+    from native.batch_build import max_batch_size
+    values = np.arange(1000, dtype=np.uint8)
+    off = np.array(voff, np.int64)
+    need = max_batch_size(len(voff) - 1, 0, int(off[-1] - off[0]))
+    out = np.full(need + 4096, 0xAB, np.uint8)
+    with pytest.raises(ValueError, match="value_offsets"):
+        build_batch_columns(values, off, timestamp=0, out=out)
+    assert (out[need:] == 0xAB).all()
+
+
+def test_key_offsets_out_of_order_are_refused():
+    from native.batch_build import max_batch_size
+    vbuf, voff = _columns([b"a", b"b", b"c"])
+    keys = np.arange(100, dtype=np.uint8)
+    koff = np.array([0, 90, 5, 10], np.int64)
+    need = max_batch_size(3, 100, 3)
+    out = np.full(need + 4096, 0xAB, np.uint8)
+    with pytest.raises(ValueError, match="key_offsets"):
+        build_batch_columns(vbuf, voff, timestamp=0, keys=keys, key_offsets=koff,
+                            key_null=np.zeros(3, np.bool_), out=out)
+    assert (out[need:] == 0xAB).all()
+
+
+def test_a_batch_past_the_crc_run_is_byte_identical():
+    """Over ``_CRC_RUN`` bytes the kernel CRCs in runs as it builds; the result must equal the
+    twin's one CRC over the whole batch, at and around the run's boundary."""
+    from native.batch_build import _CRC_RUN
+    for total in (_CRC_RUN - 40, _CRC_RUN, _CRC_RUN + 1, 5 * _CRC_RUN + 17):
+        values = [bytes([i % 251]) * 97 for i in range(total // 100 + 1)]
+        vbuf, voff = _columns(values)
+        ours = build_batch_columns(vbuf, voff, timestamp=7, producer_id=3, base_sequence=9,
+                                   producer_epoch=1)
+        assert ours == build_batch([(None, v) for v in values], base_timestamp=7, producer_id=3,
+                                   producer_epoch=1, base_sequence=9)
+        validate_batch(ours)
+
+
 def test_building_into_a_reused_buffer():
     from native.batch_build import max_batch_size
     values = [b"a" * 10, b"", b"bcd"]
