@@ -11,8 +11,6 @@ far below what the IPC path can append.
 
 from __future__ import annotations
 
-import struct
-
 import numba as nb
 import numpy as np
 
@@ -26,25 +24,27 @@ from native.varint import write_varint as _put_varint
 
 __all__ = ["build_batch_columns", "max_batch_size"]
 
-_LENGTH = struct.Struct(">" + dict(L.HEADER_FIELDS)["batch_length"])
-
 
 #: The kernel CRCs what it built every this many bytes, while those bytes are still in the CPU
-#: cache: a second pass over a ~1 MB batch read it back from memory (perf/README.md, "The
-#: producer's batch build": 26.7 -> 20 ns per 100-byte record). Three of the CRC's 8 KiB
-#: blocks, so each run takes its three-stream loop once.
+#: cache: a second pass over a ~1 MB batch read it back from memory (with the per-batch offset
+#: check it replaced, `perf/bench_native.py` "batch build" 41 -> 24 ns per 100-byte record;
+#: perf/README.md, "the producer's batch build"). Three of the CRC's 8 KiB blocks, so each run
+#: takes its three-stream loop once.
 _CRC_RUN = 24 * 1024
 
 #: _build's results other than the batch's end: offsets that are not non-decreasing ranges
 #: inside their buffer (checked per record, before its bytes are copied).
-BAD_VALUE_OFFSETS = -1
-BAD_KEY_OFFSETS = -2
+_BAD_VALUE_OFFSETS = -1
+_BAD_KEY_OFFSETS = -2
+_BAD_VALUES = "value_offsets must be n+1 non-decreasing offsets into values, n >= 1"
+_BAD_KEYS = "key_offsets must be n+1 non-decreasing offsets into keys"
 
 
 @nb.njit(nogil=True, cache=not TABLE_FORCED)
 def _build(values, voff, keys, koff, knull, has_keys, tsd, has_ts, out):
-    """The records after the header already in ``out``, then the CRC over both; returns the
-    batch's end, or BAD_*_OFFSETS (``out`` then holds a partial batch)."""
+    """The records after the header already in ``out``, then the two header fields that depend
+    on them (batchLength, the CRC over header and records); returns the batch's end, or
+    _BAD_*_OFFSETS (``out`` then holds a partial batch)."""
     n = voff.shape[0] - 1
     vend = voff[n]
     kend = koff[koff.shape[0] - 1]
@@ -57,14 +57,14 @@ def _build(values, voff, keys, koff, knull, has_keys, tsd, has_ts, out):
         vs = voff[i]
         ve = voff[i + 1]
         if ve < vs or ve > vend:
-            return BAD_VALUE_OFFSETS
+            return _BAD_VALUE_OFFSETS
         vlen = ve - vs
         klen = -1
         if has_keys:
             ks = koff[i]
             ke = koff[i + 1]
             if ke < ks or ke > kend:
-                return BAD_KEY_OFFSETS
+                return _BAD_KEY_OFFSETS
             klen = -1 if knull[i] else ke - ks
         d = tsd[i] if has_ts else 0
         # body: attributes(1) + tsDelta + offsetDelta + key + value + headers(1)
@@ -87,8 +87,8 @@ def _build(values, voff, keys, koff, knull, has_keys, tsd, has_ts, out):
         if p - done >= _CRC_RUN:
             c = crc32c_raw(c, out, done, p)
             done = p
-    c = crc32c_raw(c, out, done, p) ^ 0xFFFFFFFF
-    put_be_u32(out, L.CRC_OFFSET, c)
+    put_be_u32(out, L.LENGTH_OFFSET, p - L.LOG_OVERHEAD)  # before CRC_START: not covered
+    put_be_u32(out, L.CRC_OFFSET, crc32c_raw(c, out, done, p) ^ 0xFFFFFFFF)
     return p
 
 
@@ -120,13 +120,13 @@ def build_batch_columns(values: np.ndarray, value_offsets: np.ndarray, *, timest
     n = voff.shape[0] - 1
     # (the ranges between the ends are checked by the kernel, record by record)
     if n <= 0 or voff[0] < 0 or voff[-1] > values.shape[0] or voff[-1] < voff[0]:
-        raise ValueError("value_offsets must be n+1 non-decreasing offsets into values, n >= 1")
+        raise ValueError(_BAD_VALUES)
     has_keys = keys is not None
     if has_keys:
         keys = np.ascontiguousarray(keys, dtype=np.uint8)
         koff = np.ascontiguousarray(key_offsets, dtype=np.int64)
         if koff.shape[0] != n + 1 or koff[0] < 0 or koff[-1] > keys.shape[0] or koff[-1] < koff[0]:
-            raise ValueError("key_offsets must be n+1 non-decreasing offsets into keys")
+            raise ValueError(_BAD_KEYS)
         knull = (np.zeros(n, np.bool_) if key_null is None
                  else np.ascontiguousarray(key_null, dtype=np.bool_))
         if knull.shape[0] != n:
@@ -153,14 +153,13 @@ def build_batch_columns(values: np.ndarray, value_offsets: np.ndarray, *, timest
     elif (out.dtype != np.uint8 or out.ndim != 1 or out.shape[0] < need
           or not out.flags.c_contiguous):
         raise ValueError(f"out must be a contiguous 1-D uint8 array of at least {need} bytes")
-    # the header first: the kernel's CRC covers it from CRC_START; batch_length (before the
-    # CRC's range) is packed once the end is known
+    # the header first, batchLength and the CRC left for the kernel (its CRC covers the header
+    # from CRC_START)
     L.HEADER_STRUCT.pack_into(out, 0, base_offset, 0, -1, L.CURRENT_MAGIC, 0, 0, n - 1, timestamp,
                               max_ts, producer_id, producer_epoch, base_sequence, n)
     end = _build(values, voff, keys, koff, knull, has_keys, tsd, has_ts, out)
-    if end == BAD_VALUE_OFFSETS:
-        raise ValueError("value_offsets must be n+1 non-decreasing offsets into values, n >= 1")
-    if end == BAD_KEY_OFFSETS:
-        raise ValueError("key_offsets must be n+1 non-decreasing offsets into keys")
-    _LENGTH.pack_into(out, L.LENGTH_OFFSET, end - L.LOG_OVERHEAD)
+    if end == _BAD_VALUE_OFFSETS:
+        raise ValueError(_BAD_VALUES)
+    if end == _BAD_KEY_OFFSETS:
+        raise ValueError(_BAD_KEYS)
     return memoryview(out)[:end] if given else out[:end].tobytes()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from appliance.records.batch import build_batch, decode_batch, validate_batch
-from native.batch_build import build_batch_columns
+from native.batch_build import _CRC_RUN, build_batch_columns, max_batch_size
 
 
 def _columns(items):
@@ -46,7 +46,6 @@ def test_offsets_out_of_order_are_refused_before_writing_past_the_bound(voff):
     """The kernel checks each record's range (the wrapper only the ends): a value range that
     runs backwards or past the last offset is refused before its bytes are copied, so nothing
     lands beyond the size the caller reserved for ``voff[-1] - voff[0]`` value bytes."""
-    from native.batch_build import max_batch_size
     values = np.arange(1000, dtype=np.uint8)
     off = np.array(voff, np.int64)
     need = max_batch_size(len(voff) - 1, 0, int(off[-1] - off[0]))
@@ -57,7 +56,6 @@ def test_offsets_out_of_order_are_refused_before_writing_past_the_bound(voff):
 
 
 def test_key_offsets_out_of_order_are_refused():
-    from native.batch_build import max_batch_size
     vbuf, voff = _columns([b"a", b"b", b"c"])
     keys = np.arange(100, dtype=np.uint8)
     koff = np.array([0, 90, 5, 10], np.int64)
@@ -72,7 +70,6 @@ def test_key_offsets_out_of_order_are_refused():
 def test_a_batch_past_the_crc_run_is_byte_identical():
     """Over ``_CRC_RUN`` bytes the kernel CRCs in runs as it builds; the result must equal the
     twin's one CRC over the whole batch, at and around the run's boundary."""
-    from native.batch_build import _CRC_RUN
     for total in (_CRC_RUN - 40, _CRC_RUN, _CRC_RUN + 1, 5 * _CRC_RUN + 17):
         values = [bytes([i % 251]) * 97 for i in range(total // 100 + 1)]
         vbuf, voff = _columns(values)
@@ -84,7 +81,6 @@ def test_a_batch_past_the_crc_run_is_byte_identical():
 
 
 def test_building_into_a_reused_buffer():
-    from native.batch_build import max_batch_size
     values = [b"a" * 10, b"", b"bcd"]
     vbuf, voff = _columns(values)
     out = np.zeros(max_batch_size(3, 0, 13), np.uint8)
