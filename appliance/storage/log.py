@@ -22,7 +22,7 @@ import os
 import random
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from appliance.errors import (
@@ -37,6 +37,7 @@ from appliance.records.batch import set_log_append_time, validate_records
 from appliance.records.stored import decode_stored, has_legacy_entry, stored_legacy_magic
 from appliance.storage.append_checks import headers_unvalidated, require_keys
 from appliance.storage.checkpoint import fsync_dir
+from appliance.storage.file_remover import remove_now
 from appliance.storage.flush import ChunkedWriteback, flush_due, flush_segments
 from appliance.storage.legacy_append import to_legacy_entries
 from appliance.storage.loader import load_segments, replay_producer_state
@@ -170,6 +171,7 @@ class PartitionLog:
         self.last_flush_ms = now_ms()
         self.writeback_chunk_bytes: int | None = None
         self.writeback_window_bytes = 0
+        self.remove_files: Callable[[Iterable[str]], None] = remove_now
         self._dir_dirty = False
         self._closed = False
         self._rng = random.Random()
@@ -180,7 +182,8 @@ class PartitionLog:
     def open(cls, path: str, config: Any, *, recovery_point: int = 0, log_start_offset: int = 0,
              clean_shutdown: bool = False, now_ms: Callable[[], int] = wall_ms,
              writeback_chunk_bytes: int | None = None,
-             writeback_window_bytes: int = 0) -> PartitionLog:
+             writeback_window_bytes: int = 0,
+             remove_files: Callable[[Iterable[str]], None] = remove_now) -> PartitionLog:
         """Open (creating if needed) the partition directory ``path`` and recover it.
 
         Without ``clean_shutdown`` every segment from the one holding ``recovery_point`` on is
@@ -188,13 +191,16 @@ class PartitionLog:
         deleted); missing or insane indexes are rebuilt in any case. Leftover ``.deleted``,
         ``.cleaned``, ``.swap`` and ``.tmp`` files are removed. ``writeback_chunk_bytes`` turns on
         chunked write-back of the active segment, ``writeback_window_bytes`` ahead of the disk at
-        most (see :mod:`appliance.storage.flush`). Raises SegmentOpenError (a KafkaStorageError
+        most (see :mod:`appliance.storage.flush`). ``remove_files`` removes expired ``.deleted``
+        files (a log dir's :class:`~appliance.storage.file_remover.FileRemover` does it off the
+        loop). Raises SegmentOpenError (a KafkaStorageError
         naming the file or directory; EMFILE says the process is out of descriptors) and
         KafkaStorageError on other I/O failures, with nothing left open.
         """
         self = cls(path, config, now_ms)
         self.writeback_chunk_bytes = writeback_chunk_bytes
         self.writeback_window_bytes = writeback_window_bytes
+        self.remove_files = remove_files
         try:
             os.makedirs(path, exist_ok=True)
             self._load(recovery_point, log_start_offset, clean_shutdown)
@@ -832,11 +838,13 @@ class PartitionLog:
             self._pending_deletes.append((due, s))
 
     def purge_deleted(self, now_ms: int) -> int:
-        """Remove the ``.deleted`` files whose delay has passed. Returns segments removed."""
+        """Remove (with ``remove_files``) the ``.deleted`` files whose delay has passed. Returns
+        how many segments' files went."""
         keep, n = [], 0
         for due, seg in self._pending_deletes:
             if due <= now_ms:
-                seg.delete_files()
+                seg.close(trim=False)
+                self.remove_files(seg.paths())
                 n += 1
             else:
                 keep.append((due, seg))

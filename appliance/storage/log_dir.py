@@ -38,6 +38,7 @@ from appliance.storage.checkpoint import (
     write_checkpoint,
 )
 from appliance.storage.cleaner import LogCleaner
+from appliance.storage.file_remover import FileRemover
 from appliance.storage.flush import WRITEBACK_CHUNKED, choose_writeback_mode
 from appliance.storage.log import (
     PartitionLog,
@@ -56,6 +57,9 @@ log = logging.getLogger(__name__)
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanShutdown"
 TOPIC_PROPERTIES_FILE = "topic.properties"
 DELETE_DIR_SUFFIX = "-delete"
+#: How long a close waits for queued removals (what is left, the next start removes): well
+#: inside the supervisor's 30 s for a graceful stop, beside the flush and checkpoints.
+REMOVER_CLOSE_WAIT_S = 10.0
 #: How often run_periodic looks for idle inactive segments whose files it can close.
 RELEASE_CHECK_INTERVAL_MS = 10_000
 #: Above this many partitions a clean close syncs the file system once (syncfs) instead of
@@ -134,6 +138,8 @@ class LogDir:
         self._config_cache: dict[tuple, TopicConfig] = {}
         self._chunk: int | None = None
         self.cleaner: LogCleaner | None = None
+        # deleted partitions and expired segments are removed off the loop (file_remover.py)
+        self.remover = FileRemover(path)
         now = now_ms()
         self._last = {"retention": now, "recovery_cp": now, "start_cp": now, "flush": now,
                       "release": now}
@@ -196,7 +202,7 @@ class LogDir:
                 continue
             if name.endswith(DELETE_DIR_SUFFIX):
                 log.info("%s: removing deleted partition dir %s", self.path, name)
-                shutil.rmtree(full, ignore_errors=True)
+                self.remover.remove([full])
                 continue
             tp = parse_partition_dir_name(name)
             if tp is None:
@@ -206,11 +212,9 @@ class LogDir:
 
         def load(job: tuple[tuple[str, int], str]) -> PartitionLog:
             tp, full = job
-            return PartitionLog.open(
-                full, self._config_for(tp[0], full), recovery_point=rp.get(tp, 0),
-                log_start_offset=lso.get(tp, 0), clean_shutdown=self.had_clean_shutdown,
-                now_ms=self._now_ms, writeback_chunk_bytes=chunk,
-                writeback_window_bytes=self._window)
+            return self.open_log(full, self._config_for(tp[0], full), recovery_point=rp.get(tp, 0),
+                                 log_start_offset=lso.get(tp, 0),
+                                 clean_shutdown=self.had_clean_shutdown)
 
         self._load_partitions(jobs, load, progress)
         # Single broker: the HW follows the LEO; replication reads the checkpointed value here.
@@ -275,9 +279,7 @@ class LogDir:
             write_topic_properties(part_dir, config.to_properties(), sync=durable)
             if topic_id is not None:
                 write_topic_id(part_dir, topic_id, sync=durable)
-            plog = PartitionLog.open(part_dir, config, clean_shutdown=True, now_ms=self._now_ms,
-                                     writeback_chunk_bytes=self._chunk,
-                                     writeback_window_bytes=self._window)
+            plog = self.open_log(part_dir, config, clean_shutdown=True)
             if durable:
                 fsync_dir(part_dir)
                 fsync_dir(self.path)
@@ -325,9 +327,20 @@ class LogDir:
                 plog.config = config
                 write_topic_properties(plog.path, config.to_properties())
 
+    def open_log(self, path: str, config: TopicConfig, *, recovery_point: int = 0,
+                 log_start_offset: int = 0, clean_shutdown: bool = False) -> PartitionLog:
+        """PartitionLog.open of ``path`` with this dir's clock, write-back settings and
+        remover. Raises what PartitionLog.open raises."""
+        return PartitionLog.open(path, config, recovery_point=recovery_point,
+                                 log_start_offset=log_start_offset, clean_shutdown=clean_shutdown,
+                                 now_ms=self._now_ms, writeback_chunk_bytes=self._chunk,
+                                 writeback_window_bytes=self._window,
+                                 remove_files=self.remover.remove)
+
     def delete_partition(self, topic: str, partition: int) -> None:
-        """Close the partition and rename its dir to ``<topic>-<p>.<uuid>-delete``; the files
-        are removed now if possible, else at the next open. Raises UnknownTopicOrPartitionError."""
+        """Close the partition and rename its dir to ``<topic>-<p>.<uuid>-delete``; the remover
+        thread removes it (or the next open, after a crash). Raises UnknownTopicOrPartitionError
+        and KafkaStorageError."""
         plog = self.partitions.pop((topic, partition), None)
         if plog is None:
             raise UnknownTopicOrPartitionError(f"{topic}-{partition} is not in {self.path}")
@@ -340,7 +353,7 @@ class LogDir:
             fsync_dir(self.path)
         except OSError as e:
             raise KafkaStorageError(f"cannot delete {plog.path}: {e}") from e
-        shutil.rmtree(target, ignore_errors=True)
+        self.remover.remove([target])
 
     # -- checkpoints and periodic work ------------------------------------------------------
 
@@ -393,7 +406,8 @@ class LogDir:
 
     def close(self, clean: bool = True) -> None:
         """Flush every partition (clean), write checkpoints, close, then write the
-        clean-shutdown marker (clean only, and only if everything before it succeeded).
+        clean-shutdown marker (clean only, and only if everything before it succeeded); then
+        wait up to REMOVER_CLOSE_WAIT_S for queued removals.
 
         With more than SYNCFS_MIN_PARTITIONS partitions the flush is one syncfs(2) of the log
         dir's file system after every partition is closed, not an fsync per file."""
@@ -433,6 +447,7 @@ class LogDir:
             with open(os.path.join(self.path, CLEAN_SHUTDOWN_FILE), "w"):
                 pass
             fsync_dir(self.path)
+        self.remover.close(REMOVER_CLOSE_WAIT_S)
 
     def __getitem__(self, key: tuple[str, int]) -> PartitionLog:
         return self.partitions[key]

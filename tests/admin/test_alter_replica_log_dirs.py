@@ -36,6 +36,15 @@ def _leftovers(log_dirs: list[str]) -> list[str]:
     return [n for d in log_dirs for n in os.listdir(d) if n.endswith(("-future", "-delete"))]
 
 
+def _leftovers_after(log_dirs: list[str], timeout: float = 10) -> list[str]:
+    """The leftovers once the source's remover thread had ``timeout`` seconds to remove the
+    retired directory (a move's last step queues it there, off the disk worker's loop)."""
+    deadline = time.monotonic() + timeout
+    while (left := _leftovers(log_dirs)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
 def _read_all(bootstrap: str, topic: str, want: int, timeout: float = 120) -> list[int]:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-check", "enable.auto.commit": False})
     c.assign([CTP(topic, 0, 0)])
@@ -127,7 +136,7 @@ def test_move_under_load_loses_and_duplicates_nothing(tmp_path):
         assert _holder(b.log_dirs, topic) == [dst]
         segs = [n for n in os.listdir(os.path.join(dst, f"{topic}-0")) if n.endswith(".log")]
         assert len(segs) > 3
-        assert not _leftovers(b.log_dirs)
+        assert not _leftovers_after(b.log_dirs)
 
         # the move survives a restart (SIGKILL): the partition opens from its new log dir
         b.kill()

@@ -75,13 +75,15 @@ def test_delete_partition_and_leftover_delete_dirs(tmp_path):
     d.create_partition("t", 1, bc.topic_defaults())
     d.delete_partition("t", 0)
     assert ("t", 0) not in d.partitions
+    assert "t-0" not in os.listdir(root)  # renamed at once: the name is free for a new topic
+    assert d.remover.wait_idle(10)  # its files go on the remover's thread
     assert not any(n.startswith("t-0") for n in os.listdir(root))
     d.close()
     os.makedirs(os.path.join(root, "t-7.abc-delete"))
     d = LogDir.open(root, bc)
     assert set(d.partitions) == {("t", 1)}
+    d.close()  # waits for the removals it queued
     assert not os.path.exists(os.path.join(root, "t-7.abc-delete"))
-    d.close()
 
 
 def test_topic_names_with_dashes_split_on_last(tmp_path):

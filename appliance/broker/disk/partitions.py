@@ -219,6 +219,8 @@ class Partitions:
         # close the files without writing (so the dead file system can be unmounted)
         for plog in self.logs.values():
             plog.abandon()
+        if self.log_dir is not None:
+            self.log_dir.remover.close(0)  # what it had queued errs on the dead disk; let it go
         self.logs.clear()
         self.slot_of.clear()
 

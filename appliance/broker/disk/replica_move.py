@@ -14,7 +14,7 @@ the step; each step runs in the one disk worker that owns the files it touches.
    to the destination disk in the shared table.
 5. ``switch`` (destination): rename the future directory to ``<topic>-<p>``, open the log,
    register it: the slot is ONLINE on the new disk.
-6. ``delete`` (source): remove the retired directory.
+6. ``delete`` (source): remove the retired directory (on the log dir's remover thread).
 
 The copies of steps 1 and 3 run on a helper thread (:class:`_CopyJob`): ``copy`` and ``finish``
 start it and answer at once with :data:`COPYING`, and the driver asks ``progress`` until it
@@ -62,7 +62,7 @@ from appliance.errors import InvalidRequestError, KafkaStorageError
 from appliance.shm.layout import SlotState
 from appliance.storage.checkpoint import fsync_dir
 from appliance.storage.flush import ChunkedWriteback, have_sync_file_range
-from appliance.storage.log import PartitionLog, partition_dir_name
+from appliance.storage.log import partition_dir_name
 from appliance.storage.log_dir import DELETE_DIR_SUFFIX, read_topic_properties
 
 __all__ = ["ReplicaMover", "sweep_moves", "FUTURE_DIR_SUFFIX", "HANDOFF_TIMEOUT_S", "FUTURE_IDLE_TIMEOUT_S",
@@ -350,9 +350,8 @@ class ReplicaMover:
             fsync_dir(parts.path)
             overrides = read_topic_properties(final)
             cfg = TopicConfig.from_overrides(parts.config, overrides) if overrides else parts.config.topic_defaults()
-            plog = PartitionLog.open(final, cfg, recovery_point=leo, log_start_offset=lso, clean_shutdown=True,
-                                     writeback_chunk_bytes=parts.log_dir._chunk,
-                                     writeback_window_bytes=parts.log_dir._window)
+            plog = parts.log_dir.open_log(final, cfg, recovery_point=leo, log_start_offset=lso,
+                                          clean_shutdown=True)
         except Exception:
             # back to a future replica, so the abort that follows removes it: never two copies
             os.rename(final, move.future)
@@ -412,10 +411,8 @@ class ReplicaMover:
             fsync_dir(parts.path)
             with parts.table.locked():
                 parts.table.set_disk(slot, self.index)
-        plog = PartitionLog.open(out.path, out.config, recovery_point=out.log_end_offset,
-                                 log_start_offset=out.log_start_offset, clean_shutdown=True,
-                                 writeback_chunk_bytes=parts.log_dir._chunk,
-                                 writeback_window_bytes=parts.log_dir._window)
+        plog = parts.log_dir.open_log(out.path, out.config, recovery_point=out.log_end_offset,
+                                      log_start_offset=out.log_start_offset, clean_shutdown=True)
         parts.log_dir.partitions[(out.topic, out.partition)] = plog
         parts._register(slot, out.topic, out.partition, plog)
         log.warning("%s: move of %s-%d abandoned; it stays here", parts.path, out.topic, out.partition)
@@ -424,7 +421,7 @@ class ReplicaMover:
     def _delete(self, slot: int, req: dict) -> tuple:
         out = self.outgoing.pop(slot, None)
         if out is not None and out.retired is not None:
-            shutil.rmtree(out.retired, ignore_errors=True)
+            self.parts.log_dir.remover.remove([out.retired])  # off the loop: big ones take long
             self.parts.log_dir.write_checkpoints()  # without the partition that left
         return NOTHING
 
