@@ -78,7 +78,8 @@ def run(broker: BrokerProcess, admin: BrokerConnection, scenario: str, n: int, g
         segment_mb: int) -> dict[str, float]:
     base = broker.overrides["appliance.shm.name"]
     a, b = f"big-{scenario}-{n}", f"small-{scenario}-{n}"
-    _create(admin, a, {"segment.bytes": str(segment_mb << 20), "file.delete.delay.ms": "0"})
+    big = {"segment.bytes": str(segment_mb << 20), "file.delete.delay.ms": "0"}
+    _create(admin, a, big)
     _create(admin, b, {})
     _fill(broker.port, base, a, gb)
     samples: list[tuple[float, float]] = []
@@ -91,23 +92,26 @@ def run(broker: BrokerProcess, admin: BrokerConnection, scenario: str, n: int, g
         r = admin.request(20, {"topic_names": [a], "timeout_ms": 30000})
         assert r.responses[0].error_code == 0, r
     else:
-        r = admin.request(33, {"resources": [{"resource_type": 2, "resource_name": a,
-                                              "configs": [{"name": "retention.ms", "value": "1"}]}],
+        # AlterConfigs replaces the topic's whole set of overrides: the others are given again
+        r = admin.request(33, {"resources": [{"resource_type": 2, "resource_name": a, "configs": [
+            {"name": k, "value": v} for k, v in {**big, "retention.ms": "1"}.items()]}],
                                "validate_only": False})
         assert r.responses[0].error_code == 0, r
     took = time.perf_counter() - t0
     time.sleep(WINDOW_S)
     stop.set()
     th.join()
+    left = sum(n.endswith(".log") for d in broker.log_dirs if os.path.isdir(os.path.join(d, f"{a}-0"))
+               for n in os.listdir(os.path.join(d, f"{a}-0")))
     if scenario == "retention":
         admin.request(20, {"topic_names": [a], "timeout_ms": 30000})
     admin.request(20, {"topic_names": [b], "timeout_ms": 30000})
-    before = [d for t, d in samples if t0 - 1.0 <= t + d < t0]
+    before = [d for t, d in samples if t0 - 1.0 <= t + d < t0] or [float("nan")]
     during = sorted(d for t, d in samples if t0 <= t + d <= t0 + WINDOW_S)
     return {"request_ms": took * 1e3, "before_max_ms": max(before) * 1e3,
             "median_ms": statistics.median(during) * 1e3,
             "p99_ms": during[int(len(during) * 0.99)] * 1e3, "max_ms": during[-1] * 1e3,
-            "round_trips": len(during)}
+            "round_trips": len(during), "segments_left": left}
 
 
 def main() -> int:
@@ -129,7 +133,7 @@ def main() -> int:
                 r = run(broker, admin, scenario, n, args.gb, args.segment_mb)
                 results[scenario].append(r)
                 print(f"run {n + 1} {scenario:<9}: " + ", ".join(
-                    f"{k} {v:,.1f}" if k != "round_trips" else f"{k} {v:,.0f}" for k, v in r.items()),
+                    f"{k} {v:,.1f}" if k.endswith("_ms") else f"{k} {v:,.0f}" for k, v in r.items()),
                     flush=True)
         admin.close()
     print(f"\n{args.gb} GB topic ({args.segment_mb} MiB segments, synced) removed while another topic on the "
