@@ -4,9 +4,11 @@ with the partitions its disk workers have not removed yet."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from appliance.errors import ErrorCode
@@ -55,3 +57,37 @@ def test_metadata_never_lists_part_of_a_topic_being_deleted(broker):
     partial = [s for s in seen if s not in whole + gone]
     assert not partial, f"{len(partial)} of {len(seen)} answers listed part of the topic: {partial[:5]}"
     assert seen[0] in whole and seen[-1] in gone, (seen[0], seen[-1])
+
+
+def test_deleted_topics_files_go_after_the_answer_and_its_name_is_free_at_once(broker):
+    """The disk worker renames the partition's dir and answers; its remover thread removes the
+    files (storage/file_remover.py). A topic made again under the name starts empty."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("gone", 2, 1)])["gone"].result(60)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    for i in range(20_000):
+        p.produce("gone", b"v" * 200, partition=i % 2)
+    assert p.flush(60) == 0
+    disk = broker.log_dirs[0]
+    assert {"gone-0", "gone-1"} <= set(os.listdir(disk))
+    admin.delete_topics(["gone"])["gone"].result(60)
+    assert not {"gone-0", "gone-1"} & set(os.listdir(disk))  # renamed before the answer
+    deadline = time.monotonic() + 10
+    while [n for n in os.listdir(disk) if n.startswith("gone-")]:
+        assert time.monotonic() < deadline, os.listdir(disk)
+        time.sleep(0.05)
+    admin.create_topics([NewTopic("gone", 1, 1)])["gone"].result(60)
+    p.produce("gone", b"again", partition=0)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "gone-check", "auto.offset.reset": "earliest"})
+    try:
+        c.assign([TopicPartition("gone", 0, 0)])
+        msg = None
+        deadline = time.monotonic() + 30
+        while msg is None and time.monotonic() < deadline:
+            msg = c.poll(0.5)
+        assert msg is not None and msg.error() is None
+        assert (msg.offset(), msg.value()) == (0, b"again")
+    finally:
+        c.close()
+    assert "no such file" not in broker.log().lower() and "cannot remove" not in broker.log()
