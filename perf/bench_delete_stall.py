@@ -106,6 +106,7 @@ def run(broker: BrokerProcess, admin: BrokerConnection, scenario: str, n: int, g
     if scenario == "retention":
         admin.request(20, {"topic_names": [a], "timeout_ms": 30000})
     admin.request(20, {"topic_names": [b], "timeout_ms": 30000})
+    broker.wait_files_removed()
     before = [d for t, d in samples if t0 - 1.0 <= t + d < t0] or [float("nan")]
     during = sorted(d for t, d in samples if t0 <= t + d <= t0 + WINDOW_S)
     return {"request_ms": took * 1e3, "before_max_ms": max(before) * 1e3,

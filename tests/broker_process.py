@@ -112,6 +112,16 @@ class BrokerProcess:
         except OSError:
             return ""
 
+    def wait_files_removed(self, timeout: float = 60.0) -> None:
+        """Wait until no deleted partition's directory (``...-delete``) is left in the log dirs:
+        disk workers remove them on a thread of their own after DeleteTopics has answered (a
+        benchmark waits, so that one run's removal is not timed in the next)."""
+        deadline = time.monotonic() + timeout
+        while any(n.endswith("-delete") for d in self.log_dirs if os.path.isdir(d) for n in os.listdir(d)):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"deleted partitions still on disk after {timeout} s")
+            time.sleep(0.02)
+
     def worker_pids(self, title: str) -> list[int]:
         """Children whose process title contains ``title`` (e.g. 'disk worker 0')."""
         out = []
