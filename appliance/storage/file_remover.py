@@ -4,9 +4,10 @@ worker's loop, on one thread per log dir.
 Why: removing a file frees its page cache and blocks, and that takes time in the kernel in
 proportion to the file's size (measured here: 0.35 s to unlink a 1 GiB segment whose pages were
 cached and clean). Done in the loop, deleting a big topic or expiring a segment by retention
-stalled every other partition of the disk for that long (a one-record produce to another topic
-waited 180-330 ms while a 1 GB topic was deleted; perf/bench_delete_stall.py). The thread spends
-its time in unlink(2), which releases the GIL.
+stalled every other partition of the disk for that long: a one-record produce to another topic
+waited ~375 ms while a 1 GB topic was deleted, as long while retention removed 1 GB of segments;
+off the loop, 9-11 ms (perf/bench_delete_stall.py). The thread spends its time in unlink(2),
+which releases the GIL.
 
 Only names already taken out of the log are given here (``<topic>-<p>.<uuid>-delete`` dirs,
 ``.deleted`` files), so nothing the loop still uses can go. A crash before the thread is done

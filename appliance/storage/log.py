@@ -193,9 +193,9 @@ class PartitionLog:
         chunked write-back of the active segment, ``writeback_window_bytes`` ahead of the disk at
         most (see :mod:`appliance.storage.flush`). ``remove_files`` removes expired ``.deleted``
         files (a log dir's :class:`~appliance.storage.file_remover.FileRemover` does it off the
-        loop). Raises SegmentOpenError (a KafkaStorageError
-        naming the file or directory; EMFILE says the process is out of descriptors) and
-        KafkaStorageError on other I/O failures, with nothing left open.
+        loop). Raises SegmentOpenError (a KafkaStorageError naming the file or directory; EMFILE
+        says the process is out of descriptors) and KafkaStorageError on other I/O failures, with
+        nothing left open.
         """
         self = cls(path, config, now_ms)
         self.writeback_chunk_bytes = writeback_chunk_bytes
