@@ -9,7 +9,12 @@ client's Producer over TCP, acks=1, one record in flight) in a thread while A's 
 
 - ``delete``: A deleted (DeleteTopics); the request's own time is printed too;
 - ``retention``: A's retention.ms set to 1 (AlterConfigs), so that the next retention check
-  (every 500 ms here) expires every closed segment, removed at once (file.delete.delay.ms=0).
+  (every 500 ms here) expires every closed segment, removed at once (file.delete.delay.ms=0);
+- ``delete, read`` and ``retention, read``: the same after a consumer read a batch at the start
+  of each of A's segments, so the network worker holds every segment open when its files go.
+
+The broker runs one network worker (num.network.threads=1), so B's round trips and A's reads
+share it.
 
 Prints, per scenario, medians over the runs (and min-max) of B's round trips in the 3 s after
 the request: median, p99 and the longest; and the longest in the second before it. The
@@ -34,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from appliance.client.connection import BrokerConnection  # noqa: E402
 from appliance.client.producer import Producer  # noqa: E402
+from appliance.client.simple_consumer import SimpleConsumer  # noqa: E402
 from tests.broker_process import BrokerProcess  # noqa: E402
 
 VALUE = 100
@@ -63,6 +69,17 @@ def _fill(port: int, base: str, topic: str, gb: float) -> int:
     return sent
 
 
+def _read_each_segment(broker: BrokerProcess, topic: str) -> int:
+    """Fetch a batch at the base offset of each of ``topic``'s segments (the network worker
+    opens and keeps each one); returns how many."""
+    part = os.path.join(broker.log_dirs[0], f"{topic}-0")
+    bases = sorted(int(n[:-4]) for n in os.listdir(part) if n.endswith(".log"))
+    with SimpleConsumer(f"127.0.0.1:{broker.port}") as c:
+        for base in bases:
+            assert c.fetch(topic, 0, base, max_bytes=65536), base
+    return len(bases)
+
+
 def _round_trips(port: int, topic: str, stop: threading.Event, out: list[tuple[float, float]]) -> None:
     p = Producer(bootstrap_servers=f"127.0.0.1:{port}", acks=1, linger_ms=0)
     try:
@@ -77,18 +94,21 @@ def _round_trips(port: int, topic: str, stop: threading.Event, out: list[tuple[f
 def run(broker: BrokerProcess, admin: BrokerConnection, scenario: str, n: int, gb: float,
         segment_mb: int) -> dict[str, float]:
     base = broker.overrides["appliance.shm.name"]
-    a, b = f"big-{scenario}-{n}", f"small-{scenario}-{n}"
+    tag = scenario.replace(", ", "-")
+    a, b = f"big-{tag}-{n}", f"small-{tag}-{n}"
     big = {"segment.bytes": str(segment_mb << 20), "file.delete.delay.ms": "0"}
     _create(admin, a, big)
     _create(admin, b, {})
     _fill(broker.port, base, a, gb)
+    if scenario.endswith(", read"):
+        _read_each_segment(broker, a)
     samples: list[tuple[float, float]] = []
     stop = threading.Event()
     th = threading.Thread(target=_round_trips, args=(broker.port, b, stop, samples))
     th.start()
     time.sleep(1.5)
     t0 = time.perf_counter()
-    if scenario == "delete":
+    if scenario.startswith("delete"):
         r = admin.request(20, {"topic_names": [a], "timeout_ms": 30000})
         assert r.responses[0].error_code == 0, r
     else:
@@ -103,7 +123,7 @@ def run(broker: BrokerProcess, admin: BrokerConnection, scenario: str, n: int, g
     th.join()
     left = sum(n.endswith(".log") for d in broker.log_dirs if os.path.isdir(os.path.join(d, f"{a}-0"))
                for n in os.listdir(os.path.join(d, f"{a}-0")))
-    if scenario == "retention":
+    if scenario.startswith("retention"):
         admin.request(20, {"topic_names": [a], "timeout_ms": 30000})
     admin.request(20, {"topic_names": [b], "timeout_ms": 30000})
     broker.wait_files_removed()
@@ -125,15 +145,17 @@ def main() -> int:
         ap.error("--gb, --runs and --segment-mb must be positive")
     from native.warmup import warmup
     warmup()
-    results: dict[str, list[dict[str, float]]] = {"delete": [], "retention": []}
+    results: dict[str, list[dict[str, float]]] = {"delete": [], "retention": [], "delete, read": [],
+                                                  "retention, read": []}
     with tempfile.TemporaryDirectory(prefix="bench-delete-") as tmp, \
-            BrokerProcess(Path(tmp), overrides={"log.retention.check.interval.ms": "500"}) as broker:
+            BrokerProcess(Path(tmp), overrides={"log.retention.check.interval.ms": "500",
+                                                 "num.network.threads": "1"}) as broker:
         admin = BrokerConnection("127.0.0.1", broker.port)
         for n in range(args.runs):
             for scenario in results:
                 r = run(broker, admin, scenario, n, args.gb, args.segment_mb)
                 results[scenario].append(r)
-                print(f"run {n + 1} {scenario:<9}: " + ", ".join(
+                print(f"run {n + 1} {scenario:<15}: " + ", ".join(
                     f"{k} {v:,.1f}" if k.endswith("_ms") else f"{k} {v:,.0f}" for k, v in r.items()),
                     flush=True)
         admin.close()
@@ -144,7 +166,7 @@ def main() -> int:
         for k in ("request_ms", "before_max_ms", "median_ms", "p99_ms", "max_ms"):
             vs = [r[k] for r in rs]
             cells.append(f"{k} {statistics.median(vs):,.1f} [{min(vs):,.1f}-{max(vs):,.1f}]")
-        print(f"{scenario:<9}: " + ", ".join(cells))
+        print(f"{scenario:<15}: " + ", ".join(cells))
     return 0
 
 

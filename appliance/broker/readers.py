@@ -3,7 +3,9 @@
 Network workers never write a partition; they read the segment files (through the storage
 library's read-only :class:`~appliance.storage.reader.LogReader`) to answer Fetch and ListOffsets,
 bounded by the high watermark the owning disk worker publishes in the shared table. Open files are
-cached so a fetch costs a dict lookup and a ``sendfile``, not an ``open``.
+cached so a fetch costs a dict lookup and a ``sendfile``, not an ``open``. They are closed on a
+thread (:class:`~appliance.storage.file_remover.FileRemover`): the last close of a deleted
+segment frees its page cache, which for a big one held this worker's loop (perf/bench_delete_stall.py).
 """
 
 from __future__ import annotations
@@ -11,14 +13,18 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+from functools import partial
 from typing import BinaryIO
 
+from appliance.storage.file_remover import FileRemover
 from appliance.storage.log_dir import read_topic_properties
 from appliance.storage.reader import LogReader
+from appliance.storage.segment import LogSegment
 
 __all__ = ["Readers"]
 
 MAX_OPEN_FILES = 512  # per network worker; an LRU beyond it (segments of cold partitions close)
+CLOSE_WAIT_S = 5.0  # at close, for the closes queued on the thread (the process exits after)
 
 
 class Readers:
@@ -26,12 +32,14 @@ class Readers:
         self.log_dirs = log_dirs
         self._readers: dict[tuple[int, str, int], LogReader] = {}
         self._files: collections.OrderedDict[str, BinaryIO] = collections.OrderedDict()
+        self.closer = FileRemover("network worker readers")
 
     def reader(self, disk: int, topic: str, partition: int) -> LogReader:
         key = (disk, topic, partition)
         r = self._readers.get(key)
         if r is None:
-            r = LogReader(os.path.join(self.log_dirs[disk], f"{topic}-{partition}"))
+            r = LogReader(os.path.join(self.log_dirs[disk], f"{topic}-{partition}"),
+                          close_segment=self._close_segment)
             self._readers[key] = r
         return r
 
@@ -94,19 +102,23 @@ class Readers:
         self._files[path_or_fd] = f
         if len(self._files) > MAX_OPEN_FILES:
             _, old = self._files.popitem(last=False)
-            old.close()
+            self.closer.call(old.close)
         return f
 
     def invalidate_file(self, path: str) -> None:
         f = self._files.pop(path, None)
         if f is not None:
-            f.close()
+            self.closer.call(f.close)
 
     def close(self) -> None:
         for r in self._readers.values():
             with contextlib.suppress(Exception):
                 r.close()
         for f in self._files.values():
-            f.close()
+            self.closer.call(f.close)
         self._readers.clear()
         self._files.clear()
+        self.closer.shutdown(CLOSE_WAIT_S)
+
+    def _close_segment(self, seg: LogSegment) -> None:
+        self.closer.call(partial(seg.close, trim=False))

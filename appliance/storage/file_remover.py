@@ -1,13 +1,18 @@
-"""Remove deleted partitions' directories and expired ``.deleted`` segment files off the disk
-worker's loop, on one thread per log dir.
+"""Remove deleted partitions' directories and expired ``.deleted`` segment files off a worker's
+loop, on a thread of its own: one per log dir in the disk workers, one per network worker for
+the segment files its readers close.
 
-Why: removing a file frees its page cache and blocks, and that takes time in the kernel in
+Why: dropping the last trace of a file (its last name, or the last descriptor of a file whose
+names are gone) frees its page cache and blocks, and that takes time in the kernel in
 proportion to the file's size (measured here: 0.35 s to unlink a 1 GiB segment whose pages were
-cached and clean). Done in the loop, deleting a big topic or expiring a segment by retention
+cached and clean; the same in close(2) when a reader held it open past the unlink). Done in the loop, deleting a big topic or expiring a segment by retention
 stalled every other partition of the disk for that long: a one-record produce to another topic
 waited ~375 ms while a 1 GB topic was deleted, as long while retention removed 1 GB of segments;
 off the loop, 9-11 ms (perf/bench_delete_stall.py). The thread spends its time in unlink(2),
 which releases the GIL.
+
+A network worker's readers hold segments open, so the last close of a deleted segment is
+theirs, and they hand it here too (:meth:`FileRemover.call`).
 
 Only names already taken out of the log are given here (``<topic>-<p>.<uuid>-delete`` dirs,
 ``.deleted`` files), so nothing the loop still uses can go. A crash before the thread is done
@@ -23,7 +28,8 @@ import queue
 import shutil
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
 
 __all__ = ["FileRemover", "remove_now"]
 
@@ -48,21 +54,26 @@ def remove_now(paths: Iterable[str]) -> None:
 
 
 class FileRemover:
-    """A thread removing what :meth:`remove` is given, in order. Thread-safe."""
+    """A thread removing what :meth:`remove` is given and running what :meth:`call` is, in
+    order. Thread-safe."""
 
     def __init__(self, name: str) -> None:
         self._name = name
-        self._queue: queue.SimpleQueue[list[str] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
-        self._pending = 0  # lists given and not yet removed
+        self._pending = 0  # jobs given and not yet done
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._closed = False
 
     def remove(self, paths: Iterable[str]) -> None:
         """Queue ``paths`` for removal (see :func:`remove_now`); returns at once. After
-        :meth:`close` they are removed here and now."""
-        paths = list(paths)
+        :meth:`shutdown` they are removed here and now."""
+        self.call(partial(remove_now, list(paths)))
+
+    def call(self, job: Callable[[], object]) -> None:
+        """Queue ``job`` (e.g. the close of a deleted segment's last descriptor); returns at
+        once. An exception it raises is logged. After :meth:`shutdown` it runs here and now."""
         with self._lock:
             if self._closed:
                 closed = True
@@ -73,9 +84,9 @@ class FileRemover:
                     self._thread = threading.Thread(target=self._run, name=f"remover {self._name}",
                                                     daemon=True)
                     self._thread.start()
-                self._queue.put(paths)
+                self._queue.put(job)
         if closed:
-            remove_now(paths)
+            _run_logged(job)
 
     @property
     def pending(self) -> int:
@@ -94,7 +105,7 @@ class FileRemover:
                 self._idle.wait(left)
         return True
 
-    def close(self, timeout: float) -> bool:
+    def shutdown(self, timeout: float) -> bool:
         """Stop taking work and wait up to ``timeout`` seconds for what is queued; False if some
         is left (the next start removes it). Idempotent."""
         with self._lock:
@@ -112,13 +123,20 @@ class FileRemover:
 
     def _run(self) -> None:
         while True:
-            paths = self._queue.get()
-            if paths is _STOP:
+            job = self._queue.get()
+            if job is _STOP:
                 return
             try:
-                remove_now(paths)
+                _run_logged(job)
             finally:
                 with self._idle:
                     self._pending -= 1
                     if not self._pending:
                         self._idle.notify_all()
+
+
+def _run_logged(job: Callable[[], object]) -> None:
+    try:
+        job()
+    except Exception:  # noqa: BLE001 - a thread's job: nothing above it to raise to
+        log.exception("%r failed", job)

@@ -447,7 +447,7 @@ class LogDir:
             with open(os.path.join(self.path, CLEAN_SHUTDOWN_FILE), "w"):
                 pass
             fsync_dir(self.path)
-        self.remover.close(REMOVER_CLOSE_WAIT_S)
+        self.remover.shutdown(REMOVER_CLOSE_WAIT_S)
 
     def __getitem__(self, key: tuple[str, int]) -> PartitionLog:
         return self.partitions[key]

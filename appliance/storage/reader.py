@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 from appliance.errors import KafkaStorageError, OffsetOutOfRangeError
 from appliance.records.stored import decode_stored
@@ -36,6 +37,10 @@ from appliance.storage.segment_list import FetchSlice, SegmentList, SegmentVanis
 __all__ = ["LogReader"]
 
 _NO_BOUND = 2**63 - 1
+
+
+def _close_now(seg: LogSegment) -> None:
+    seg.close(trim=False)
 
 
 def _same_file(seg: LogSegment) -> bool:
@@ -56,8 +61,13 @@ def _cut(loc, log_start: int, bound: int) -> bool:
 class LogReader:
     """Read-only view of one ``<topic>-<partition>`` directory."""
 
-    def __init__(self, path: str, *, retire_delay_s: float = 60.0) -> None:
+    def __init__(self, path: str, *, retire_delay_s: float = 60.0,
+                 close_segment: Callable[[LogSegment], None] = _close_now) -> None:
+        """``close_segment`` closes a retired segment's files, or every segment's at
+        :meth:`close`: a network worker hands them to its FileRemover's thread, since the last
+        close of a deleted segment frees its page cache (slow for a big one)."""
         self.path = path
+        self._close_segment = close_segment
         tp = parse_partition_dir_name(os.path.basename(os.path.normpath(path)))
         if tp is None:
             raise KafkaStorageError(f"{path}: not a <topic>-<partition> directory")
@@ -96,7 +106,7 @@ class LogReader:
         still = []
         for due, seg in self._retired:
             if due <= now:
-                seg.close(trim=False)
+                self._close_segment(seg)
             else:
                 still.append((due, seg))
         self._retired = still
@@ -231,8 +241,9 @@ class LogReader:
 
     def close(self) -> None:
         for seg in self._list:
-            seg.close(trim=False)
+            if seg.files_open:
+                self._close_segment(seg)
         for _, seg in self._retired:
-            seg.close(trim=False)
+            self._close_segment(seg)
         self._list = SegmentList()
         self._retired.clear()

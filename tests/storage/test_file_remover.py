@@ -31,7 +31,7 @@ def test_removes_dirs_and_files_on_its_own_thread(tmp_path):
     assert any(t.name == f"remover {tmp_path}" and t.is_alive() for t in threading.enumerate())
     assert r.wait_idle(10) and r.pending == 0
     assert sorted(os.listdir(tmp_path)) == []
-    assert r.close(10)
+    assert r.shutdown(10)
     assert not any(t.name == f"remover {tmp_path}" for t in threading.enumerate())
 
 
@@ -48,19 +48,19 @@ def test_an_error_is_logged_and_the_next_removal_still_happens(tmp_path, caplog)
     assert [m for m in caplog.messages if "cannot remove" in m] == [
         f"cannot remove {tmp_path}/file/below-a-file: [Errno 20] Not a directory: "
         f"'{tmp_path}/file/below-a-file' (the next start tries again)"]
-    r.close(10)
+    r.shutdown(10)
 
 
 def test_close_waits_for_the_queue_then_removes_at_once(tmp_path):
     r = FileRemover("x")
     dirs = [_tree(tmp_path / f"t-{i}.abc-delete", files=200) for i in range(5)]
     r.remove(dirs)
-    assert r.close(30)
+    assert r.shutdown(30)
     assert os.listdir(tmp_path) == []
     late = _tree(tmp_path / "t-9.abc-delete")
     r.remove([late])  # closed: no thread, done before it returns
     assert not os.path.exists(late)
-    assert r.close(0)  # idempotent
+    assert r.shutdown(0)  # idempotent
 
 
 def test_remove_now_is_the_same_without_a_thread(tmp_path):

@@ -128,3 +128,36 @@ def test_a_tail_reader_resumes_where_it_stopped_and_a_rewrite_under_it_is_notice
     assert r.read(8, 1 << 20) is None  # not written yet
     r.close()
     lg.close()
+
+
+def test_retired_and_closed_segments_go_to_close_segment(log_path, clock):
+    """A network worker closes segments on a thread (the last close of a deleted one frees its
+    page cache): the reader hands every close to ``close_segment``, none inline."""
+    b = batch(n=2, value_size=100)
+    lg = open_log(log_path, cfg(segment_bytes=len(b) * 3, retention_ms=0,
+                                file_delete_delay_ms=10**9), clock)
+    for _ in range(6):
+        lg.append(b)
+    handed: list = []
+    r = LogReader(log_path, retire_delay_s=1000, close_segment=handed.append)
+    off = 0
+    while data := r.read_bytes(off, 1 << 20):
+        off = decode_records(data)[-1].offset + 1
+    assert off == 12
+    opened = [s for s in r._list if s.files_open]
+    assert len(opened) == len(lg.segments()) == 2
+    lg.append(b)
+    lg.apply_retention(10**12)  # every closed segment renamed .deleted: the reader retires them
+    r.retire_delay_s = 0
+    r.refresh()
+    assert handed == opened  # both deleted, retired and due: handed over, in order
+    assert all(s.files_open for s in handed)  # not closed by the reader itself
+    lg.append(b)  # into the segment retention rolled to
+    assert [x.offset for x in decode_records(r.read_bytes(14, 1 << 20))] == [14, 15]
+    newest = [s for s in r._list if s.files_open]
+    assert len(newest) == 1
+    r.close()
+    assert handed == opened + newest  # and the open one at close
+    for s in handed:
+        s.close(trim=False)
+    lg.close()

@@ -220,7 +220,7 @@ class Partitions:
         for plog in self.logs.values():
             plog.abandon()
         if self.log_dir is not None:
-            self.log_dir.remover.close(0)  # what it had queued errs on the dead disk; let it go
+            self.log_dir.remover.shutdown(0)  # what it had queued errs on the dead disk; let it go
         self.logs.clear()
         self.slot_of.clear()
 
