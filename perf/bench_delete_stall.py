@@ -87,6 +87,7 @@ def _read_each_segment(broker: BrokerProcess, topic: str) -> int:
 def _round_trips(port: int, topic: str, stop: threading.Event, out: list[tuple[float, float]]) -> None:
     p = Producer(bootstrap_servers=f"127.0.0.1:{port}", acks=1, linger_ms=0)
     try:
+        p.send(topic, b"x" * VALUE, partition=0).result(30)  # connection and metadata: not timed
         while not stop.is_set():
             t = time.perf_counter()
             p.send(topic, b"x" * VALUE, partition=0).result(30)
