@@ -390,7 +390,9 @@ def consume_kcat(broker: BrokerProcess, records: int, on_start=None, topic: str 
     """Read every record with kcat (C, librdkafka, no per-record Python): the broker's fetch path
     without the Python client's per-record cost. One output byte per record, to count them."""
     phase = Phase(broker)
-    cmd = ["kcat", "-C", "-b", broker.bootstrap, "-t", topic, "-o", "beginning", "-e", "-q",
+    # offset 0 (the topic is new), not "beginning": librdkafka's ListOffsets for a logical
+    # offset now and then waits ~500 ms for a retry (see peers/appliance.py, _consume_kcat)
+    cmd = ["kcat", "-C", "-b", broker.bootstrap, "-t", topic, "-o", "0", "-e", "-q",
            "-f", ".", "-X", f"fetch.max.bytes={CONSUMER_CONFIG['fetch.max.bytes']}",
            "-X", f"max.partition.fetch.bytes={CONSUMER_CONFIG['max.partition.fetch.bytes']}",
            "-X", f"queued.max.messages.kbytes={CONSUMER_CONFIG['queued.max.messages.kbytes']}",
