@@ -5,14 +5,15 @@ the segment files its readers close.
 Why: dropping the last trace of a file (its last name, or the last descriptor of a file whose
 names are gone) frees its page cache and blocks, and that takes time in the kernel in
 proportion to the file's size (measured here: 0.35 s to unlink a 1 GiB segment whose pages were
-cached and clean; the same in close(2) when a reader held it open past the unlink). Done in the loop, deleting a big topic or expiring a segment by retention
+cached and clean). Done in the loop, deleting a big topic or expiring a segment by retention
 stalled every other partition of the disk for that long: a one-record produce to another topic
 waited ~375 ms while a 1 GB topic was deleted, as long while retention removed 1 GB of segments;
-off the loop, 9-11 ms (perf/bench_delete_stall.py). The thread spends its time in unlink(2),
+off the loop, 8-11 ms (perf/bench_delete_stall.py). The thread spends its time in unlink(2),
 which releases the GIL.
 
-A network worker's readers hold segments open, so the last close of a deleted segment is
-theirs, and they hand it here too (:meth:`FileRemover.call`).
+When a network worker's readers hold a deleted segment open, the cost is in their last
+close(2) instead (~315-350 ms for the same 1 GB, on the network worker's loop), so they hand
+their closes to a FileRemover of their own too (:meth:`FileRemover.call`).
 
 Only names already taken out of the log are given here (``<topic>-<p>.<uuid>-delete`` dirs,
 ``.deleted`` files), so nothing the loop still uses can go. A crash before the thread is done
