@@ -4,16 +4,15 @@ the segment files its readers close.
 
 Why: dropping the last trace of a file (its last name, or the last descriptor of a file whose
 names are gone) frees its page cache and blocks, and that takes time in the kernel in
-proportion to the file's size (measured here: 0.35 s to unlink a 1 GiB segment whose pages were
-cached and clean). Done in the loop, deleting a big topic or expiring a segment by retention
-stalled every other partition of the disk for that long: a one-record produce to another topic
-waited ~375 ms while a 1 GB topic was deleted, as long while retention removed 1 GB of segments;
-off the loop, 8-11 ms (perf/bench_delete_stall.py). The thread spends its time in unlink(2),
-which releases the GIL.
+proportion to the file's size. Done in the loop, deleting a big topic or expiring a segment by
+retention stalled every other partition of the disk for that long: in
+``perf/bench_delete_stall.py --runs 3`` (1 GB, synced) a one-record produce to another topic
+waited 340-377 ms while the topic was deleted, 328-378 ms while retention removed its segments;
+off the loop, 8-11 ms. The thread spends its time in unlink(2), which releases the GIL.
 
 When a network worker's readers hold a deleted segment open, the cost is in their last
-close(2) instead (~315-350 ms for the same 1 GB, on the network worker's loop), so they hand
-their closes to a FileRemover of their own too (:meth:`FileRemover.call`).
+close(2) instead (314-348 ms, the same benchmark's "delete, read", on the network worker's
+loop), so they hand their closes to a FileRemover of their own too (:meth:`FileRemover.call`).
 
 Only names already taken out of the log are given here (``<topic>-<p>.<uuid>-delete`` dirs,
 ``.deleted`` files), so nothing the loop still uses can go. A crash before the thread is done
@@ -76,18 +75,15 @@ class FileRemover:
         """Queue ``job`` (e.g. the close of a deleted segment's last descriptor); returns at
         once. An exception it raises is logged. After :meth:`shutdown` it runs here and now."""
         with self._lock:
-            if self._closed:
-                closed = True
-            else:
-                closed = False
+            if not self._closed:
                 self._pending += 1
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name=f"remover {self._name}",
                                                     daemon=True)
                     self._thread.start()
                 self._queue.put(job)
-        if closed:
-            _run_logged(job)
+                return
+        _run_logged(job)
 
     @property
     def pending(self) -> int:

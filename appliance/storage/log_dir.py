@@ -137,6 +137,7 @@ class LogDir:
         self.checkpointed_high_watermarks: dict[tuple[str, int], int] = {}
         self._config_cache: dict[tuple, TopicConfig] = {}
         self._chunk: int | None = None
+        self._window = 0
         self.cleaner: LogCleaner | None = None
         # deleted partitions and expired segments are removed off the loop (file_remover.py)
         self.remover = FileRemover(path)
@@ -192,8 +193,8 @@ class LogDir:
         mode, reason = choose_writeback_mode(self.path, self.broker_config["log.writeback.mode"])
         self.writeback_mode, self.writeback_reason = mode, reason
         log.info("%s: write-back mode %s (%s)", self.path, mode, reason)
-        chunk = int(self.broker_config["log.writeback.chunk.bytes"]) if mode == WRITEBACK_CHUNKED else None
-        self._chunk = chunk
+        self._chunk = (int(self.broker_config["log.writeback.chunk.bytes"])
+                       if mode == WRITEBACK_CHUNKED else None)
         self._window = int(self.broker_config["log.writeback.window.bytes"])
         jobs: list[tuple[tuple[str, int], str]] = []
         for name in sorted(os.listdir(self.path)):
