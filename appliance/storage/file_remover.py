@@ -15,9 +15,10 @@ close(2) instead (314-348 ms, the same benchmark's "delete, read", on the networ
 loop), so they hand their closes to a FileRemover of their own too (:meth:`FileRemover.call`).
 
 Only names already taken out of the log are given here (``<topic>-<p>.<uuid>-delete`` dirs,
-``.deleted`` files), so nothing the loop still uses can go. A crash before the thread is done
-leaves them for the next start, which removes them (:class:`~appliance.storage.log_dir.LogDir`
-and the segment loader look for both).
+``.deleted`` files, the ``-future`` dir of a replica move that was aborted), so nothing the loop
+still uses can go. A crash before the thread is done leaves them for the next start, which
+removes them (:class:`~appliance.storage.log_dir.LogDir` and the segment loader look for the
+first two, :func:`~appliance.broker.disk.replica_move.sweep_moves` for the third).
 """
 
 from __future__ import annotations

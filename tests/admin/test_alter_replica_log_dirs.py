@@ -37,8 +37,8 @@ def _leftovers(log_dirs: list[str]) -> list[str]:
 
 
 def _leftovers_after(log_dirs: list[str], timeout: float = 10) -> list[str]:
-    """The leftovers once the source's remover thread had ``timeout`` seconds to remove the
-    retired directory (a move's last step queues it there, off the disk worker's loop)."""
+    """The leftovers once the log dirs' remover threads had ``timeout`` seconds to remove them
+    (a move's last step queues the retired directory there, an abort the future one)."""
     deadline = time.monotonic() + timeout
     while (left := _leftovers(log_dirs)) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -185,7 +185,7 @@ def test_bad_destinations_leave_the_partition_where_it_was(tmp_path, tiny_fs):
         assert _alter(b.port, small, topic, 0) == ErrorCode.KAFKA_STORAGE_ERROR  # full
         assert _alter(b.port, str(tmp_path / "elsewhere"), topic, 0) == ErrorCode.LOG_DIR_NOT_FOUND
         assert _alter(b.port, small, "no-such-topic", 0) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        assert _holder(dirs, topic) == [dirs[0]] and not _leftovers(dirs)
+        assert _holder(dirs, topic) == [dirs[0]] and not _leftovers_after(dirs)
         assert not [n for n in os.listdir(small) if n.startswith(topic)]
         # intact and still written to
         p.produce(topic, b"%08d" % 12000 + b"z", partition=0)

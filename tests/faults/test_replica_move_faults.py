@@ -41,6 +41,15 @@ def _futures(mount: str) -> list[str]:
     return [n for n in os.listdir(mount) if n.endswith("-future")]
 
 
+def _futures_after(mount: str, timeout: float = 10) -> list[str]:
+    """The future replicas left once the log dir's remover thread had ``timeout`` seconds (an
+    aborted move queues its partial copy there, off the disk worker's loop)."""
+    deadline = time.monotonic() + timeout
+    while (left := _futures(mount)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
 def _copied_bytes(mount: str) -> int:
     """Bytes in the future replicas under ``mount`` (0 when none)."""
     total = 0
@@ -127,7 +136,7 @@ def test_moves_to_an_offline_or_full_dir_leave_the_partition_serving(tmp_path):
             disks[2].fill()
             out, err = cli.communicate(timeout=120)
             assert cli.returncode == 1 and "KAFKA_STORAGE_ERROR" in err, (cli.returncode, out, err)
-            assert not _futures(mounts[2]), "the partial future replica was left behind"
+            assert not _futures_after(mounts[2]), "the partial future replica was left behind"
             with open(b.log_path, errors="replace") as f:  # it failed in the copy, not up front
                 assert f"copying {TOPIC}-{p} failed" in f.read()
             assert _dirs_of(mounts, p) == [0]

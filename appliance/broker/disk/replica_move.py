@@ -31,9 +31,10 @@ If the network worker driving a move dies between steps 2 and 4, the source take
 back on its own after :data:`HANDOFF_TIMEOUT_S` (:meth:`ReplicaMover.expire`, from the disk
 worker's loop), and a destination drops a future replica left idle for
 :data:`FUTURE_IDLE_TIMEOUT_S`; a step that comes later finds nothing and the move fails cleanly.
-A failure before step 5 undoes what was done (``abort`` on the destination removes the future
-directory; ``resume`` on the source renames a retired directory back and reopens the log): the
-partition stays where it was, intact. After a crash, :func:`sweep_moves` at start settles a
+A failure before step 5 undoes what was done, in this order: ``resume`` on the source renames a
+retired directory back and reopens the log, then ``abort`` on the destination removes the future
+directory (on the log dir's remover thread); the partition stays where it was, intact. Source
+first, so that no crash between the two leaves the partition with neither copy. After a crash, :func:`sweep_moves` at start settles a
 move in flight: a future directory whose partition still exists in another log dir is removed
 (the move had not switched), otherwise it becomes the partition (the source had retired it);
 retired directories are removed by the log dir's own start (as deleted partitions are).
@@ -367,8 +368,9 @@ class ReplicaMover:
         move = self.incoming.pop(slot, None)
         if move is not None:
             if move.job is not None:
-                move.job.stop()
-            shutil.rmtree(move.future, ignore_errors=True)
+                move.job.stop()  # joins: nothing writes into the directory after this
+            # off the loop, as a retired directory is: a big partial copy takes long to unlink
+            self.parts.log_dir.remover.remove([move.future])
         return NOTHING
 
     # -- source -----------------------------------------------------------------------------

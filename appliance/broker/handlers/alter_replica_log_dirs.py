@@ -81,6 +81,15 @@ async def _move(ctx: Any, topic: str, partition: int, dest: int) -> int:
         _moving.discard((topic, partition))
 
 
+async def _undo(ctx: Any, slot: int, src: int, dest: int, names: dict) -> None:
+    """Undo a move that failed after the handoff: the source takes the partition back first,
+    then the destination drops its future replica. In this order a crash between the two
+    leaves two copies, and the next start removes the future one (sweep_moves: the partition
+    exists elsewhere); the other order could leave the source retired and no copy at all."""
+    await _step(ctx, src, slot, "resume", **names)
+    await _step(ctx, dest, slot, "abort", **names)
+
+
 async def _run_steps(ctx: Any, topic: str, partition: int, slot: int, src: int, dest: int) -> int:
     names = {"topic": topic, "partition": partition}
     src_dir = os.path.join(ctx.config.log_dirs[src], f"{topic}-{partition}")
@@ -95,8 +104,7 @@ async def _run_steps(ctx: Any, topic: str, partition: int, slot: int, src: int, 
     for disk, op in ((dest, "finish"), (src, "retire")):
         c = await _copied(ctx, disk, slot, op, dest=dest, **names)
         if c.error_code:
-            await _step(ctx, dest, slot, "abort", **names)
-            await _step(ctx, src, slot, "resume", **names)
+            await _undo(ctx, slot, src, dest, names)
             return c.error_code
     c = await _step(ctx, dest, slot, "switch", log_start_offset=h.log_start_offset,
                     log_end_offset=h.base_offset, **names)
@@ -109,8 +117,7 @@ async def _run_steps(ctx: Any, topic: str, partition: int, slot: int, src: int, 
         ctx.readers.forget(topic)
         return ErrorCode.KAFKA_STORAGE_ERROR
     if c.error_code:
-        await _step(ctx, dest, slot, "abort", **names)
-        await _step(ctx, src, slot, "resume", **names)
+        await _undo(ctx, slot, src, dest, names)
         return c.error_code
     await _step(ctx, src, slot, "delete", **names)
     ctx.readers.forget(topic)  # the old files are gone: never serve their cached descriptors
