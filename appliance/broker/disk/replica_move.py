@@ -34,10 +34,11 @@ worker's loop), and a destination drops a future replica left idle for
 A failure before step 5 undoes what was done, in this order: ``resume`` on the source renames a
 retired directory back and reopens the log, then ``abort`` on the destination removes the future
 directory (on the log dir's remover thread); the partition stays where it was, intact. Source
-first, so that no crash between the two leaves the partition with neither copy. After a crash, :func:`sweep_moves` at start settles a
-move in flight: a future directory whose partition still exists in another log dir is removed
-(the move had not switched), otherwise it becomes the partition (the source had retired it);
-retired directories are removed by the log dir's own start (as deleted partitions are).
+first, so that no crash between the two leaves the partition with neither copy. After a crash,
+:func:`sweep_moves` at start settles a move in flight: a future directory whose partition still
+exists in another log dir is removed (the move had not switched), otherwise it becomes the
+partition (the source had retired it); retired directories are removed by the log dir's own
+start (as deleted partitions are).
 
 Thread-safety: the disk worker's one thread calls every handler; a copy job's thread touches
 only its future directory and its job's fields (read by the worker once the thread has ended).
