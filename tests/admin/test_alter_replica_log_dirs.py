@@ -21,6 +21,7 @@ from appliance.errors import ErrorCode
 from tests.broker.clients import create_topic
 from tests.broker.wire import RawConnection
 from tests.broker_process import BrokerProcess
+from tests.polling import left_after
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -39,10 +40,7 @@ def _leftovers(log_dirs: list[str]) -> list[str]:
 def _leftovers_after(log_dirs: list[str], timeout: float = 10) -> list[str]:
     """The leftovers once the log dirs' remover threads had ``timeout`` seconds to remove them
     (a move's last step queues the retired directory there, an abort the future one)."""
-    deadline = time.monotonic() + timeout
-    while (left := _leftovers(log_dirs)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return left
+    return left_after(lambda: _leftovers(log_dirs), timeout)
 
 
 def _read_all(bootstrap: str, topic: str, want: int, timeout: float = 120) -> list[int]:

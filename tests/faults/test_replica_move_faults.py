@@ -26,6 +26,7 @@ from tests.broker_process import BrokerProcess
 from tests.faults.loopfs import cannot_mount_reason, loop_disks
 from tests.faults.procs import cli_describe
 from tests.faults.test_disk_failure import Acks, read_back
+from tests.polling import left_after
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -44,10 +45,7 @@ def _futures(mount: str) -> list[str]:
 def _futures_after(mount: str, timeout: float = 10) -> list[str]:
     """The future replicas left once the log dir's remover thread had ``timeout`` seconds (an
     aborted move queues its partial copy there, off the disk worker's loop)."""
-    deadline = time.monotonic() + timeout
-    while (left := _futures(mount)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return left
+    return left_after(lambda: _futures(mount), timeout)
 
 
 def _copied_bytes(mount: str) -> int:
