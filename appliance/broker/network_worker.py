@@ -94,6 +94,11 @@ def _inlined(readers: Any, chunks: Any) -> list | None:
     return out
 
 
+def _retrieved(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
 def _all_bytes(chunks: object) -> bool:
     if chunks is None or isinstance(chunks, bytes | bytearray | memoryview):
         return True
@@ -160,7 +165,11 @@ class KafkaConnection(asyncio.Protocol):
             self._held.clear()
         self.release_limits()
         # handlers still running finish on their own (each is bounded by its timeout); their
-        # answers are dropped. Cancelling them would abandon futures mid-gather.
+        # answers are dropped. Cancelling them would abandon futures mid-gather. A dropped one
+        # that fails (the request that closed the connection had others queued behind it) has
+        # its exception retrieved, not logged by asyncio as "never retrieved".
+        for fut in self._responses:
+            fut.add_done_callback(_retrieved)
         self._responses.clear()
         self.timed.clear()
         self._sending.clear()

@@ -93,20 +93,37 @@ async def metadata_body(table: LeadershipTable, store: ZkStore, config: Any, req
             e["topic_id"] = ids.get(e["name"], bytes(16))
     entries += [{"error_code": int(ErrorCode.UNKNOWN_TOPIC_ID), "name": None if version >= 12 else "",
                  "topic_id": i, "is_internal": False, "partitions": []} for i in by_id]
+    live, controller = await _brokers_and_controller(table, store)
     return {"throttle_time_ms": 0,
             "brokers": [{"node_id": b, "host": h, "port": p, "rack": r}
-                        for b, (h, p, r) in sorted(table.live_brokers.items())],
+                        for b, (h, p, r) in sorted(live.items())],
             "cluster_id": CLUSTER_ID,
-            "controller_id": table.fence.controller_id,
+            "controller_id": controller,
             "topics": entries}
 
 
-def describe_cluster_body(table: LeadershipTable) -> dict:
+async def describe_cluster_body(table: LeadershipTable, store: ZkStore) -> dict:
     """DescribeCluster (KIP-700): the live brokers and the controller, as Metadata has them."""
+    live, controller = await _brokers_and_controller(table, store)
     return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
-            "cluster_id": CLUSTER_ID, "controller_id": table.fence.controller_id,
+            "cluster_id": CLUSTER_ID, "controller_id": controller,
             "brokers": [{"broker_id": b, "host": h, "port": p, "rack": r}
-                        for b, (h, p, r) in sorted(table.live_brokers.items())]}
+                        for b, (h, p, r) in sorted(live.items())]}
+
+
+async def _brokers_and_controller(table: LeadershipTable,
+                                  store: ZkStore) -> tuple[dict[int, tuple[str, int, str | None]], int]:
+    """The live brokers and the controller a client is told: the controller's view from
+    UpdateMetadata; until the first one reaches this broker (it has just joined, or the
+    controller's first try failed and waits to retry), ZooKeeper's registrations and
+    /controller. A client must not learn "no controller" from a broker that merely has not heard
+    yet: librdkafka's admin client then waits for a broker to change state before it asks again,
+    and a CreateTopics sits until its timeout."""
+    if table.live_brokers and table.fence.controller_id != -1:
+        return table.live_brokers, table.fence.controller_id
+    brokers, controller = await asyncio.get_running_loop().run_in_executor(
+        None, lambda: (store.brokers(), store.controller_id()))
+    return {b: (i.host, i.port, i.rack) for b, i in brokers.items()}, controller
 
 
 async def create_topic(table: LeadershipTable, store: ZkStore, config: Any, name: str,

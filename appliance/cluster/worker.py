@@ -301,7 +301,7 @@ class ClusterWorker:
         elif api_key == DeleteTopics.API_KEY:
             resp = await delete_topics_body(self.store, self.config, req)
         elif api_key == DescribeCluster.API_KEY:
-            resp = describe_cluster_body(lt)
+            resp = await describe_cluster_body(lt, self.store)
         else:
             raise ConnectionError(f"API {api_key} is not served by the cluster worker")
         return api.encode_response(version, resp)
