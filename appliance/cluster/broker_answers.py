@@ -11,6 +11,8 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
+from kazoo.exceptions import KazooException
+
 from appliance.cluster.assignment import (
     InvalidPartitions,
     InvalidReplicationFactor,
@@ -121,8 +123,11 @@ async def _brokers_and_controller(table: LeadershipTable,
     and a CreateTopics sits until its timeout."""
     if table.live_brokers and table.fence.controller_id != -1:
         return table.live_brokers, table.fence.controller_id
-    brokers, controller = await asyncio.get_running_loop().run_in_executor(
-        None, lambda: (store.brokers(), store.controller_id()))
+    try:
+        brokers, controller = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: (store.brokers(), store.controller_id()))
+    except KazooException:  # ZooKeeper unreachable right now: what we have, as before
+        return table.live_brokers, table.fence.controller_id
     return {b: (i.host, i.port, i.rack) for b, i in brokers.items()}, controller
 
 

@@ -2,7 +2,8 @@
 or the controller's first try failed and waits to retry) still tells a client who the controller
 is and which brokers are live, read from a real ZooKeeper: librdkafka's admin client, told "no
 controller", waits for a broker to change state before it asks again, and a CreateTopics sent in
-that window sat until its timeout. Once UpdateMetadata has come, its view is what is answered."""
+that window sat until its timeout. Once UpdateMetadata has come, its view is what is answered;
+with ZooKeeper unreachable at that moment, what the broker has (no error, no closed link)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from appliance.cluster import zk_paths as zp
 from appliance.cluster.broker_answers import describe_cluster_body, metadata_body
 from appliance.cluster.leadership import LeadershipTable
 from appliance.cluster.registry import ensure_persistent_paths
+from appliance.cluster.zk_session import ZkSettings, open_session
+from appliance.cluster.zk_store import ZkStore
 
 
 def _register(store, broker_id: int, port: int) -> None:
@@ -58,3 +61,14 @@ def test_after_update_metadata_the_controllers_view_is_answered(admin):
         topic_states=[], ungrouped_partition_states=[]))
     md = _metadata(table, admin)
     assert md["controller_id"] == 3 and [(b["node_id"], b["port"]) for b in md["brokers"]] == [(3, 9999)]
+
+
+def test_zookeeper_unreachable_answers_what_the_broker_has(zk_connect):
+    client = open_session(ZkSettings(zk_connect, 30000, 30000))
+    store = ZkStore(client)
+    ensure_persistent_paths(client)
+    _register(store, 0, 9092)
+    client.stop()  # every call now fails (kazoo's ConnectionClosedError)
+    client.close()
+    md = _metadata(LeadershipTable(0), store)
+    assert md["controller_id"] == -1 and md["brokers"] == []
