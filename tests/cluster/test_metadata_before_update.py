@@ -13,14 +13,13 @@ from types import SimpleNamespace
 from appliance.cluster import zk_paths as zp
 from appliance.cluster.broker_answers import describe_cluster_body, metadata_body
 from appliance.cluster.leadership import LeadershipTable
-from appliance.cluster.registry import ensure_persistent_paths
+from appliance.cluster.registry import BrokerRegistry
 from appliance.cluster.zk_session import ZkSettings, open_session
 from appliance.cluster.zk_store import ZkStore
 
 
 def _register(store, broker_id: int, port: int) -> None:
-    info = zp.BrokerInfo(broker_id, "127.0.0.1", port, rack=f"r{broker_id}")
-    store.client.create(zp.broker_path(broker_id), zp.encode_broker(info), ephemeral=True)
+    BrokerRegistry(store.client, zp.BrokerInfo(broker_id, "127.0.0.1", port, rack=f"r{broker_id}")).register()
 
 
 def _metadata(table: LeadershipTable, store) -> dict:
@@ -28,7 +27,6 @@ def _metadata(table: LeadershipTable, store) -> dict:
 
 
 def test_before_update_metadata_the_view_is_zookeepers(admin):
-    ensure_persistent_paths(admin.client)
     for b, port in ((0, 9092), (1, 9093), (2, 9094)):
         _register(admin, b, port)
     assert admin.try_become_controller(2) is not None
@@ -43,14 +41,12 @@ def test_before_update_metadata_the_view_is_zookeepers(admin):
 
 
 def test_no_controller_in_zookeeper_answers_none(admin):
-    ensure_persistent_paths(admin.client)
     _register(admin, 0, 9092)
     md = _metadata(LeadershipTable(0), admin)
     assert md["controller_id"] == -1 and [b["node_id"] for b in md["brokers"]] == [0]
 
 
 def test_after_update_metadata_the_controllers_view_is_answered(admin):
-    ensure_persistent_paths(admin.client)
     _register(admin, 0, 9092)
     assert admin.try_become_controller(0) is not None
     table = LeadershipTable(1)
@@ -66,7 +62,6 @@ def test_after_update_metadata_the_controllers_view_is_answered(admin):
 def test_zookeeper_unreachable_answers_what_the_broker_has(zk_connect):
     client = open_session(ZkSettings(zk_connect, 30000, 30000))
     store = ZkStore(client)
-    ensure_persistent_paths(client)
     _register(store, 0, 9092)
     client.stop()  # every call now fails (kazoo's ConnectionClosedError)
     client.close()
