@@ -9,7 +9,7 @@ serve: setup
 
 test: setup
 	.venv/bin/ruff check appliance native spark tests perf
-	.venv/bin/pytest -q
+	.venv/bin/pytest -q -n 2 --no-loadscope-reorder
 
 lint: setup
 	.venv/bin/ruff check appliance native spark tests perf

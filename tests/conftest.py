@@ -35,3 +35,28 @@ def broker_factory(tmp_path):
             pass
         finally:
             b.kill()
+
+
+# The README's test command runs the suite on two pytest-xdist workers (`-n 2`): the suite mostly
+# waits on the processes it starts (brokers, ZooKeeper, JVMs), about one CPU busy of the two.
+# Each module is one unit of work, so its module fixtures (a 3-broker cluster, a stream) are
+# made once and its tests run in their order; the Spark modules are one unit, so one Spark
+# session and standalone cluster serve them all. They go first: they are the longest unit, and
+# started last they would run alone at the end.
+_FIRST = "tests/spark/"
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "spark" if module.startswith(_FIRST) else module
+
+    return ModuleScheduling(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    order = {id(item): n for n, item in enumerate(items)}
+    items.sort(key=lambda item: (not item.nodeid.startswith(_FIRST), order[id(item)]))
