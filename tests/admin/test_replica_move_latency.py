@@ -19,7 +19,8 @@ import pytest
 from tests.admin.move_latency import LatencyProbe, alter, evict, fill, future_bytes, place
 from tests.broker_process import BrokerProcess
 
-pytestmark = pytest.mark.timeout(400)
+# timed against itself: run alone, not beside another worker's tests (Makefile)
+pytestmark = [pytest.mark.alone, pytest.mark.timeout(400)]  # it bounds a produce's wait during a move
 
 BIG = 320 << 20
 BOUND_S = 1.0  # the longest a produce to the destination's other partition may wait (see above)

@@ -29,7 +29,8 @@ from tests.broker_process import BrokerProcess
 from tests.faults.loopfs import cannot_mount_reason, loop_disks
 from tests.faults.procs import cli_describe, wait_workers, worker_pid_map
 
-pytestmark = pytest.mark.timeout(420)
+# timed against itself: run alone, not beside another worker's tests (Makefile)
+pytestmark = [pytest.mark.alone, pytest.mark.timeout(420)]  # its produce rates before and after a failure are compared
 
 TOPIC = "jbod"
 STORAGE_ERROR = int(ErrorCode.KAFKA_STORAGE_ERROR)
