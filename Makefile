@@ -7,9 +7,9 @@ setup:
 serve: setup
 	.venv/bin/appliance serve
 
+# the suite on two workers, then the tests marked alone (they time rates) with the machine to themselves
 test: setup
 	.venv/bin/ruff check appliance native spark tests perf
-	# two workers, then the tests marked alone (they time rates) with the machine to themselves
 	.venv/bin/pytest -q -n 2 --no-loadscope-reorder -m 'not alone'; a=$$?; \
 	.venv/bin/pytest -q -m alone; b=$$?; [ $$a -eq 0 ] && [ $$b -eq 0 ]
 

@@ -58,5 +58,4 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    order = {id(item): n for n, item in enumerate(items)}
-    items.sort(key=lambda item: (not item.nodeid.startswith(_FIRST), order[id(item)]))
+    items.sort(key=lambda item: not item.nodeid.startswith(_FIRST))  # stable: each keeps its order
