@@ -10,6 +10,9 @@ coordinator for members bootstrapped at different brokers, a fetch from an unkno
 controlled shutdown under load, an immediate restart after SIGKILL, and last the controller's
 broker and a second broker killed (NOT_ENOUGH_REPLICAS, nothing visible past the HW). Also:
 a duplicate broker.id and an unreachable ZooKeeper exit with code 3.
+
+The topics are module fixtures, made by the first test that needs them: each test also runs
+alone (``-k``), on a cluster that has seen none of the others.
 """
 
 from __future__ import annotations
@@ -122,12 +125,20 @@ def _read_kcat(boot: str, partition: int, end: int) -> list[bytes]:
     return r.stdout.splitlines()
 
 
-def test_leader_killed_no_acknowledged_record_lost(cluster):
-    boot, brokers = cluster["boot"], cluster["brokers"]
+@pytest.fixture(scope="module")
+def events(cluster) -> str:
+    """TOPIC, made once for the module by whichever test needs it first, so that each test
+    can also run alone (``-k``); the module's tests share it in their order."""
+    boot = cluster["boot"]
     admin = AdminClient({"bootstrap.servers": boot})
     admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[TOPIC].result(60)
     _wait(lambda: len(_leaders(boot)) == PARTITIONS and all(v >= 0 for v in _leaders(boot).values()),
           60, "leaders of every partition")
+    return TOPIC
+
+
+def test_leader_killed_no_acknowledged_record_lost(cluster, events):
+    boot, brokers = cluster["boot"], cluster["brokers"]
 
     acked: list[tuple[int, int, bytes]] = []
     errors: list[str] = []
@@ -256,7 +267,7 @@ def test_cli_describe_shows_leader_replicas_isr(cluster):
     assert "Leader: " in out and "Replicas: " in out
 
 
-def test_group_members_on_different_brokers_share_one_coordinator(cluster):
+def test_group_members_on_different_brokers_share_one_coordinator(cluster, events):
     """Two consumers of one group, each bootstrapped at a different broker, find the same
     coordinator and split the partitions between them."""
     from confluent_kafka import Consumer
@@ -281,7 +292,27 @@ def test_group_members_on_different_brokers_share_one_coordinator(cluster):
 
 
 GROUP_TOPIC = "group-events"
+GROUP_PARTITIONS = 3
 OFFSETS = "__consumer_offsets"
+
+
+@pytest.fixture(scope="module")
+def group_topic(cluster) -> str:
+    """GROUP_TOPIC, made once for the module (as ``events``)."""
+    admin = AdminClient({"bootstrap.servers": cluster["boot"]})
+    admin.create_topics([NewTopic(GROUP_TOPIC, GROUP_PARTITIONS, 3)])[GROUP_TOPIC].result(60)
+    return GROUP_TOPIC
+
+
+@pytest.fixture(scope="module")
+def offsets_topic(cluster) -> str:
+    """``__consumer_offsets``, made by a first FindCoordinator and led everywhere."""
+    boot, first = cluster["boot"], cluster["brokers"][0]
+    _wait(lambda: _group_request(first.bootstrap, 10, 1, {"key": "probe", "key_type": 0}).error_code == 0,
+          90, "a coordinator for a first group")
+    _wait(lambda: (lead := _offsets_leaders(boot)) and all(v >= 0 for v in lead.values()),
+          60, "leaders of __consumer_offsets")
+    return OFFSETS
 
 
 def _offsets_leaders(boot: str) -> dict[int, int]:
@@ -347,7 +378,7 @@ def _commit_confluent(consumer, timeout: float = 90) -> None:
             del last
 
 
-def test_group_offsets_survive_the_coordinators_broker_killed(cluster):
+def test_group_offsets_survive_the_coordinators_broker_killed(cluster, group_topic, offsets_topic):
     """A group's coordinator is the leader of its ``__consumer_offsets`` partition, which is
     replicated: commits made through confluent-kafka and kafka-python survive a SIGKILL of the
     coordinator's whole broker, the clients find the new coordinator, a consumer resumes right
@@ -358,20 +389,14 @@ def test_group_offsets_survive_the_coordinators_broker_killed(cluster):
 
     from appliance.errors import ErrorCode
     boot, brokers = cluster["boot"], cluster["brokers"]
-    parts, total = 3, 600
-    admin = AdminClient({"bootstrap.servers": boot})
-    admin.create_topics([NewTopic(GROUP_TOPIC, parts, 3)])[GROUP_TOPIC].result(60)
+    parts, total = GROUP_PARTITIONS, 600
     prod = Producer({"bootstrap.servers": boot, "acks": "all"})
     for i in range(total):
         prod.produce(GROUP_TOPIC, f"g{i}".encode(), partition=i % parts)
     assert prod.flush(60) == 0
 
-    # the first FindCoordinator creates the offsets topic; pick a victim that leads some of it
-    # and is not the controller (its failover is another test's)
-    _wait(lambda: _group_request(brokers[0].bootstrap, 10, 1, {"key": "probe", "key_type": 0}).error_code == 0,
-          90, "a coordinator for a first group")
-    _wait(lambda: (lead := _offsets_leaders(boot)) and all(v >= 0 for v in lead.values()),
-          60, "leaders of __consumer_offsets")
+    # pick a victim that leads some of the offsets topic and is not the controller (its
+    # failover is another test's)
     controller = _metadata(boot).controller_id
     victim = next(b for b in sorted(set(_offsets_leaders(boot).values())) if b != controller)
     g_conf = _group_led_by(boot, victim, "ck")
@@ -476,7 +501,7 @@ def _cluster_worker(broker: BrokerProcess):
                 if "cluster worker" in " ".join(p.cmdline()))
 
 
-def test_offset_commit_answered_only_once_replicated(cluster):
+def test_offset_commit_answered_only_once_replicated(cluster, group_topic, offsets_topic):
     """The coordinator holds an OffsetCommit's answer until the followers of the offsets
     partition have the record: with their replica fetchers stopped (SIGSTOP of the cluster
     workers, shorter than the ZooKeeper session) no answer comes and an OffsetFetch does not
@@ -514,16 +539,19 @@ def test_offset_commit_answered_only_once_replicated(cluster):
     assert _committed_confluent(boot, group, 1) == {0: 7}
 
 
-def test_follower_fetch_from_an_unknown_replica_id_is_refused(cluster):
+def test_follower_fetch_from_an_unknown_replica_id_is_refused(cluster, events):
     from appliance.errors import ErrorCode
     leaders = _leaders(cluster["boot"])
     leader = cluster["brokers"][leaders[0]]
+    p = Producer({"bootstrap.servers": cluster["boot"], "acks": "all"})
+    p.produce(TOPIC, value=b"replica-fetch-probe", partition=0)  # a high watermark above 0
+    assert p.flush(60) == 0
     assert _fetch_as_replica(leader.bootstrap, 42, 0).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
     ok = _fetch_as_replica(leader.bootstrap, next(i for i in cluster["brokers"] if i != leaders[0]), 0)
     assert ok.error_code == 0 and ok.high_watermark > 0
 
 
-def test_controlled_shutdown_moves_leadership_without_loss(cluster):
+def test_controlled_shutdown_moves_leadership_without_loss(cluster, events):
     boot, brokers = cluster["boot"], cluster["brokers"]
     md = _metadata(boot)
     leads = _leaders(boot)
@@ -549,7 +577,7 @@ def test_controlled_shutdown_moves_leadership_without_loss(cluster):
     wait_joined(brokers.values(), 3)
 
 
-def test_broker_restarted_at_once_after_sigkill_closes_its_old_session(cluster):
+def test_broker_restarted_at_once_after_sigkill_closes_its_old_session(cluster, events):
     """Restarted before ZooKeeper expired its previous session, a broker closes that session
     itself (recorded in its log dir) and rejoins at once; without the record (a first start
     after an upgrade) it waits for the expiry instead of refusing its own id. Both times it
@@ -604,7 +632,7 @@ def test_broker_restarted_at_once_after_sigkill_closes_its_old_session(cluster):
     wait_joined(brokers.values(), 3)
 
 
-def test_controller_then_a_second_broker_killed(cluster):
+def test_controller_then_a_second_broker_killed(cluster, events):
     """The controller's broker dies: a new controller elects new leaders. A second broker dies:
     the one left is the whole ISR, below min.insync.replicas, so an acks=all produce gets
     NOT_ENOUGH_REPLICAS and nothing new becomes visible. Runs last: it leaves one broker."""
