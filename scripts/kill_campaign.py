@@ -5,9 +5,13 @@ restart) under an idempotent acks=all confluent-kafka stream and a committing co
 every promise checked after each round. Prints one line per round and the counts at the end.
 
     PYTHONPATH=. .venv/bin/python scripts/kill_campaign.py --kills 200 [--seed 1]
+    PYTHONPATH=. .venv/bin/python scripts/kill_campaign.py --cluster --kills 50
 
-Exit status 1 if any acknowledged record was lost, doubled, reordered or served corrupt, or a
-committed offset went backwards."""
+--cluster: three brokers and a ZooKeeper of its own, replication factor 3 (the victims and
+checks of tests/cluster/kill_campaign.py; its bounded form is tests/cluster/test_kill_campaign.py).
+
+Exit status 1 if any acknowledged record was lost, doubled, reordered or served corrupt, a
+committed offset went backwards, or (--cluster) replicas ended different."""
 
 from __future__ import annotations
 
@@ -20,6 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tests.cluster.kill_campaign import ClusterCampaign  # noqa: E402
+from tests.cluster.zk import ZooKeeperServer  # noqa: E402
 from tests.faults.kill_campaign import Campaign  # noqa: E402
 
 
@@ -37,12 +43,21 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--log-dirs", type=int, default=2)
     ap.add_argument("--workdir", help="keep the broker's files here (default: a temp dir)")
+    ap.add_argument("--cluster", action="store_true", help="three brokers and a ZooKeeper")
     args = ap.parse_args()
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="kill-campaign-"))
     work.mkdir(parents=True, exist_ok=True)
-    camp = Campaign(work, args.seed, partitions=args.partitions, log_dirs=args.log_dirs)
+    zk = None
+    if args.cluster:
+        (work / "zk").mkdir(exist_ok=True)
+        zk = ZooKeeperServer(work / "zk").start()
+        camp: Campaign = ClusterCampaign(work, args.seed, f"{zk.connect}/kill-campaign",
+                                         partitions=args.partitions)
+    else:
+        camp = Campaign(work, args.seed, partitions=args.partitions, log_dirs=args.log_dirs)
     t0 = time.monotonic()
+    differing: list[int] = []
     try:
         camp.start()
         for n in range(args.kills):
@@ -53,14 +68,20 @@ def main() -> int:
                   f"in {rep.restart_seconds[-1]:.1f} s; {rep.line()}", flush=True)
             for p in rep.problems[seen:]:
                 print(f"  PROBLEM: {p}", flush=True)
+        if isinstance(camp, ClusterCampaign):
+            differing = camp.differing_replicas()
+            for p in differing:
+                print(f"  PROBLEM: the replicas of partition {p} differ", flush=True)
     finally:
         camp.close()
+        if zk is not None:
+            zk.kill()
     rep = camp.report
     rs = sorted(rep.restart_seconds) or [0.0]
     print(f"done in {time.monotonic() - t0:.0f} s: {rep.line()}")
     print(f"back to full strength after a kill: median {rs[len(rs) // 2]:.1f} s, max {rs[-1]:.1f} s; "
           f"broker files in {work}")
-    return 1 if rep.problems else 0
+    return 1 if rep.problems or differing else 0
 
 
 if __name__ == "__main__":

@@ -5,6 +5,13 @@ the futures. When a disk worker dies (its incarnation in the shared table change
 still pending on it fails with NOT_LEADER_OR_FOLLOWER, a retriable error: the client refreshes its
 metadata and sends again, so nothing acknowledged is lost and nothing hangs.
 
+Its successor empties its request rings when it starts (what was queued there was failed so) and
+is READY only after that: a request queued while it starts would be dropped unanswered, so
+:meth:`submit`, :meth:`try_submit` and :meth:`submit_nowait` refuse it at once with the same
+retriable error, as the IPC producer does (client/ipc.py). The produce fast path
+(:meth:`submit_now`) is guarded by its caller: a dead disk's partitions are OFFLINE until its
+successor has them open.
+
 Runs inside the network worker's asyncio loop; not thread-safe.
 """
 
@@ -39,6 +46,9 @@ class Completion(NamedTuple):
     body: bytes = b""  # an encoded response body (GROUP requests)
 
 
+_REFUSED = Completion(ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1, -1)  # the disk worker is not running
+
+
 def _resolve(fut: asyncio.Future, completion: Completion) -> None:
     if not fut.done():
         fut.set_result(completion)
@@ -71,6 +81,16 @@ class DiskClient:
     def max_payload(self) -> int:
         return self._max_payload
 
+    def _ready(self, disk: int) -> bool:
+        """Whether ``disk``'s worker takes requests now (see the module docstring). A new
+        incarnation not yet seen here is not ready either: what its predecessor held is failed
+        first (on the next pass of the loop, not inside the caller's submit)."""
+        _, _, state, _, inc = self.table.worker(self.plumbing.disk_slot(disk))
+        if inc != self._incarnations[disk]:
+            asyncio.get_running_loop().call_soon(self.check_disks)
+            return False
+        return state == WorkerState.READY
+
     def submit_nowait(self, disk: int, msg_type: int, slot: int, payload: bytes | memoryview,
                       acks: int, timeout_ms: int, on_done: Callable[[Any, Completion], None],
                       token: Any = None, stamp_us: int = 0) -> None:
@@ -79,9 +99,14 @@ class DiskClient:
         produce: ``on_done`` is never called). When the ring is full the request waits in an
         overflow queue, behind which later requests to that disk wait too: produce order holds.
         ``stamp_us``: a timed request's stamp (REQUEST.stamp_us), 0 when untimed."""
+        answered = not (acks == 0 and msg_type in NO_COMPLETION_AT_ACKS_0)
+        if not self._ready(disk):
+            if answered:
+                asyncio.get_running_loop().call_soon(self._deliver, (on_done, token, disk), _REFUSED)
+            return
         request_id = next(self._ids)
         header = _REQ.pack(request_id, slot, acks, 0, timeout_ms, stamp_us)
-        if not (acks == 0 and msg_type in NO_COMPLETION_AT_ACKS_0):
+        if answered:
             self._pending[request_id] = (on_done, token, disk)
         overflow = self._overflow[disk]
         if not overflow and self.channels[disk].requests.put(msg_type, header, payload):
@@ -134,6 +159,8 @@ class DiskClient:
     async def submit(self, disk: int, msg_type: int, slot: int, payload: bytes | memoryview,
                      acks: int = 1, timeout_ms: int = 30000, *more: bytes | memoryview) -> Completion | None:
         """Queue a request on ``disk``'s ring; await its completion (None when acks == 0)."""
+        if not self._ready(disk):
+            return None if acks == 0 and msg_type in NO_COMPLETION_AT_ACKS_0 else _REFUSED
         request_id = next(self._ids)
         header = _REQ.pack(request_id, slot, acks, 0, timeout_ms, 0)
         ring = self.channels[disk].requests
@@ -148,7 +175,7 @@ class DiskClient:
             except TimeoutError:
                 pass
             if self._incarnation(disk) != self._incarnations[disk]:
-                return Completion(ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1, -1)
+                return _REFUSED
         self._schedule_ring(disk)
         if acks == 0 and msg_type in NO_COMPLETION_AT_ACKS_0:
             return None
@@ -162,6 +189,10 @@ class DiskClient:
         """:meth:`submit` without a task, when the ring has room now: the future of the
         completion, or None when the ring is full (then use :meth:`submit`, which waits). Not
         for acks=0 messages that get no completion."""
+        if not self._ready(disk):
+            fut = asyncio.get_running_loop().create_future()
+            fut.set_result(_REFUSED)
+            return fut
         request_id = next(self._ids)
         if not self.channels[disk].requests.put(
                 msg_type, _REQ.pack(request_id, slot, acks, 0, timeout_ms, 0), payload, *more):
@@ -242,7 +273,7 @@ class DiskClient:
                 for rid, entry in list(self._pending.items()):
                     if entry[2] == d:
                         del self._pending[rid]
-                        self._deliver(entry, Completion(ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1, -1))
+                        self._deliver(entry, _REFUSED)
 
     @staticmethod
     def _deliver(entry: tuple, completion: Completion) -> None:

@@ -156,32 +156,46 @@ class Campaign:
 
     def __init__(self, workdir: Path, seed: int, partitions: int = 4, log_dirs: int = 2,
                  log: Callable[[str], None] = print) -> None:
+        self._init_checks(workdir, seed, partitions, log)
+        overrides = {"num.network.threads": "2", "offsets.topic.num.partitions": "4"}
+        self.broker = BrokerProcess(self.workdir, num_log_dirs=log_dirs, overrides=overrides)
+        self.overrides, self.log_dirs = overrides, log_dirs
+
+    def _init_checks(self, workdir: Path, seed: int, partitions: int, log: Callable[[str], None]) -> None:
+        """What every campaign keeps, whatever it kills (tests/cluster/kill_campaign.py too)."""
         self.workdir = Path(workdir)
         self.rng = random.Random(seed)
         self.partitions = partitions
         self.log = log
-        overrides = {"num.network.threads": "2", "offsets.topic.num.partitions": "4"}
-        self.broker = BrokerProcess(self.workdir, num_log_dirs=log_dirs, overrides=overrides)
-        self.overrides, self.log_dirs = overrides, log_dirs
         self.report = CampaignReport()
         self.verified = [0] * partitions  # offsets below this are checked already
         self.seen: set[bytes] = set()
         self.committed: dict[int, int] = {}
 
+    @property
+    def bootstrap(self) -> str:
+        return self.broker.bootstrap
+
     # -- set-up and tear-down -------------------------------------------------------------
     def start(self) -> None:
         self.broker.start()
-        create_topic(self.broker.bootstrap, TOPIC, self.partitions)
-        self.stream = _Stream(self.broker.bootstrap, self.partitions)
-        self.group = _Group(self.broker.bootstrap, self.report)
+        create_topic(self.bootstrap, TOPIC, self.partitions)
+        self._start_clients()
+
+    def _start_clients(self) -> None:
+        self.stream = _Stream(self.bootstrap, self.partitions)
+        self.group = _Group(self.bootstrap, self.report)
         self.stream.start()
         self.group.start()
 
-    def close(self) -> None:
+    def _stop_clients(self) -> None:
         for t in (getattr(self, "stream", None), getattr(self, "group", None)):
             if t is not None:
                 t.stop.set()
                 t.join(30)
+
+    def close(self) -> None:
+        self._stop_clients()
         try:
             self.broker.stop()
         finally:
@@ -253,7 +267,7 @@ class Campaign:
             self.stream.twice.clear()
         ends = {p: max((o for (q, o) in acked if q == p), default=-1) + 1
                 for p in range(self.partitions)}
-        c = Consumer({"bootstrap.servers": self.broker.bootstrap, "group.id": "kc-verify",
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "kc-verify",
                       "enable.auto.commit": False, "check.crcs": True,
                       "enable.partition.eof": True, "fetch.wait.max.ms": 50})
         try:
@@ -307,7 +321,7 @@ class Campaign:
         return out
 
     def check_commits(self) -> None:
-        c = Consumer({"bootstrap.servers": self.broker.bootstrap, "group.id": GROUP,
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": GROUP,
                       "enable.auto.commit": False})
         try:
             tps = c.committed([TopicPartition(TOPIC, p) for p in range(self.partitions)], timeout=30)

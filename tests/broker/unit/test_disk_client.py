@@ -1,0 +1,59 @@
+"""DiskClient and a disk worker that is not running: requests are refused at once with a retriable
+error instead of being queued where the starting worker would drop them unanswered; real shared
+memory, in this process (the worker's states are written as the supervisor writes them)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from appliance.broker.disk_client import DiskClient
+from appliance.errors import ErrorCode
+from appliance.shm.layout import MsgType, WorkerState
+from appliance.shm.ring import Channel
+
+DISK_KIND = 0  # the supervisor's kind of a disk worker
+NOT_LEADER = ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def test_requests_wait_for_a_ready_worker_and_a_new_incarnation_fails_the_old_ones(plumbing):
+    p, table = plumbing
+    channel = Channel.attach(p.channel_names[(0, 0)])
+    ring = channel.requests  # what disk worker 0 would read
+
+    def worker(state: int, incarnation: int) -> None:
+        table.set_worker(p.disk_slot(0), pid=1, kind=DISK_KIND, state=state, incarnation=incarnation)
+
+    async def main() -> None:
+        worker(WorkerState.STARTING, 1)
+        disks = DiskClient(0, p, table)
+        # starting: refused at once, nothing queued
+        assert (await asyncio.wait_for(disks.try_submit(0, MsgType.PRODUCE, 0, b"x"), 2)).error_code == NOT_LEADER
+        assert (await asyncio.wait_for(disks.submit(0, MsgType.PRODUCE, 0, b"x"), 2)).error_code == NOT_LEADER
+        answers: list = []
+        disks.submit_nowait(0, MsgType.PRODUCE, 0, b"x", 1, 1000, lambda tok, c: answers.append((tok, c)), "t")
+        assert answers == []  # answered on the loop's next pass, not inside the call
+        await asyncio.sleep(0)
+        assert [(tok, c.error_code) for tok, c in answers] == [("t", NOT_LEADER)]
+        assert ring.used() == 0 and disks.pending() == 0
+
+        # ready: queued and pending
+        worker(WorkerState.READY, 1)
+        held = disks.try_submit(0, MsgType.PRODUCE, 0, b"x")
+        assert ring.used() > 0 and disks.pending() == 1 and not held.done()
+
+        # died and restarted (a new incarnation, starting): the new request is refused, and the
+        # one the old worker held fails on the loop's next pass
+        worker(WorkerState.STARTING, 2)
+        assert (await asyncio.wait_for(disks.try_submit(0, MsgType.PRODUCE, 0, b"y"), 2)).error_code == NOT_LEADER
+        assert (await asyncio.wait_for(held, 1)).error_code == NOT_LEADER
+        assert disks.pending() == 0
+        used = ring.used()
+        worker(WorkerState.READY, 2)
+        again = disks.try_submit(0, MsgType.PRODUCE, 0, b"z")
+        assert ring.used() > used and disks.pending() == 1 and not again.done()
+        disks.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        channel.close()

@@ -1,0 +1,134 @@
+"""The SIGKILL campaign of tests/faults/kill_campaign.py over a cluster: three brokers and a real
+ZooKeeper, a topic with replication factor 3 and min.insync.replicas=2, the same idempotent
+acks=all stream and committing consumer group, and the same checks after every round (every
+acknowledged record once, at its offset, in order; committed offsets never going back).
+
+A round kills one of: a broker's whole process group, two brokers at once (the producer waits
+below min.insync.replicas), all three one after another (each restarted before the next is
+killed, so leadership moves onto replicas that are still catching up), or one worker of a broker
+(disk, network or cluster worker; its supervisor starts a new one). The round ends once every
+broker is registered and in every ISR again. At the end the replicas of every partition must be
+byte-identical.
+
+Shared by tests/cluster/test_kill_campaign.py (one round of each kind) and
+scripts/kill_campaign.py --cluster (as many as asked)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.broker.procs import wait_gone
+from tests.broker_process import BrokerProcess
+from tests.cluster.harness import cluster_metadata, kill_brokers, start_brokers, wait_for
+from tests.faults.kill_campaign import TOPIC, Campaign
+from tests.faults.procs import wait_workers
+
+__all__ = ["ClusterCampaign", "KINDS"]
+
+BROKERS = 3
+KINDS = ("broker", "two brokers", "one by one", "disk worker", "network worker", "cluster worker")
+HEAL_S = 180  # every broker registered and in every ISR again, on a loaded 2-CPU machine
+
+
+class ClusterCampaign(Campaign):
+    """``kinds``: the victims' kinds round by round, in turn; random (from KINDS) when None."""
+
+    def __init__(self, workdir: Path, seed: int, zk_connect: str, partitions: int = 4,
+                 kinds: Iterable[str] | None = None, log: Callable[[str], None] = print) -> None:
+        self._init_checks(workdir, seed, partitions, log)
+        self.connect = zk_connect
+        self.kinds = list(kinds) if kinds is not None else None
+        self.brokers = {i: self._broker(i) for i in range(BROKERS)}
+
+    def _broker(self, broker_id: int, port: int | None = None) -> BrokerProcess:
+        workdir = self.workdir / f"b{broker_id}"
+        workdir.mkdir(exist_ok=True)
+        return BrokerProcess(workdir, port=port, overrides={
+            "zookeeper.connect": self.connect, "broker.id": str(broker_id),
+            "zookeeper.session.timeout.ms": "6000", "num.network.threads": "1",
+            "replica.lag.time.max.ms": "10000", "offsets.topic.num.partitions": "3"})
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values())
+
+    # -- set-up and tear-down -------------------------------------------------------------
+    def start(self) -> None:
+        start_brokers(self.brokers.values())
+        wait_for(lambda: len(cluster_metadata(self.bootstrap).brokers) == BROKERS, 60,
+                 "every broker registered", step=0.2)
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})  # alive until the answer
+        admin.create_topics([NewTopic(TOPIC, self.partitions, BROKERS,
+                                      config={"min.insync.replicas": "2"})])[TOPIC].result(60)
+        self._wait_healed()
+        self._start_clients()
+
+    def close(self) -> None:
+        self._stop_clients()
+        kill_brokers(self.brokers.values())
+
+    # -- one round ------------------------------------------------------------------------
+    def _healed(self) -> bool:
+        md = cluster_metadata(self.bootstrap)
+        t = md.topics.get(TOPIC)
+        return (len(md.brokers) == BROKERS and t is not None and t.error is None
+                and all(p.leader >= 0 and len(p.isrs) == BROKERS for p in t.partitions.values()))
+
+    def _wait_healed(self) -> None:
+        for b in self.brokers.values():
+            wait_workers(b, 1, 1, timeout=HEAL_S)
+        wait_for(self._healed, HEAL_S, "every broker in every ISR", step=0.2)
+
+    def _restart(self, victims: list[int]) -> None:
+        """SIGKILL the brokers ``victims`` (whole process groups), then start them again."""
+        for i in victims:
+            self.brokers[i].kill()
+            wait_gone(self.brokers[i])
+        time.sleep(self.rng.uniform(0, 3))
+        for i in victims:
+            self.brokers[i] = self._broker(i, port=self.brokers[i].port)
+        start_brokers([self.brokers[i] for i in victims], timeout=120)
+
+    def kill_once(self) -> str:
+        kind = self.kinds[self.report.rounds % len(self.kinds)] if self.kinds else self.rng.choice(KINDS)
+        ids = sorted(self.brokers)
+        t0 = time.monotonic()
+        if kind == "broker":
+            self._restart(self.rng.sample(ids, 1))
+        elif kind == "two brokers":
+            self._restart(self.rng.sample(ids, 2))
+        elif kind == "one by one":
+            for i in self.rng.sample(ids, BROKERS):
+                self._restart([i])
+        else:
+            broker = self.brokers[self.rng.choice(ids)]
+            pid = self.rng.choice(broker.worker_pids(kind))
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: pid not in broker.worker_pids(kind), 10, f"the {kind} to die")
+        self._wait_healed()
+        self.report.restart_seconds.append(time.monotonic() - t0)
+        self.report.kills[kind] += 1
+        return kind
+
+    # -- the end --------------------------------------------------------------------------
+    def differing_replicas(self, timeout: float = 60) -> list[int]:
+        """With the stream paused (after a round): the partitions whose replicas are not
+        byte-identical (every segment file) within ``timeout``."""
+        def differing() -> list[int]:
+            out = []
+            for p in range(self.partitions):
+                copies = {b"".join(f.read_bytes() for f in sorted(
+                    (Path(b.log_dirs[0]) / f"{TOPIC}-{p}").glob("*.log"))) for b in self.brokers.values()}
+                if len(copies) != 1:
+                    out.append(p)
+            return out
+        deadline = time.monotonic() + timeout
+        while (left := differing()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return left
