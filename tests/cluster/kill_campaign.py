@@ -108,9 +108,12 @@ class ClusterCampaign(Campaign):
                 self._restart([i])
         else:
             broker = self.brokers[self.rng.choice(ids)]
-            pid = self.rng.choice(broker.worker_pids(kind))
+            before = broker.worker_pids(kind)
+            pid = self.rng.choice(before)
             os.kill(pid, signal.SIGKILL)
-            wait_for(lambda: pid not in broker.worker_pids(kind), 10, f"the {kind} to die")
+            # its successor runs (Metadata alone could still show the cluster as it was)
+            wait_for(lambda: pid not in (now := broker.worker_pids(kind)) and len(now) == len(before),
+                     30, f"a new {kind}")
         self._wait_healed()
         self.report.restart_seconds.append(time.monotonic() - t0)
         self.report.kills[kind] += 1
