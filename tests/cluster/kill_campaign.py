@@ -72,6 +72,8 @@ class ClusterCampaign(Campaign):
     def close(self) -> None:
         self._stop_clients()
         kill_brokers(self.brokers.values())
+        for b in self.brokers.values():
+            b.release_shm()  # a SIGKILLed broker's shared memory (the script has no session end)
 
     # -- one round ------------------------------------------------------------------------
     def _healed(self) -> bool:
