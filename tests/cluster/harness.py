@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from appliance.cluster.controller import Controller
@@ -17,9 +18,10 @@ from appliance.cluster.request_batch import STOP_REPLICA, BrokerChannel
 from appliance.cluster.zk_paths import BrokerInfo, LeaderIsr
 from appliance.cluster.zk_session import ZkSettings, open_session
 from appliance.protocol.messages.cluster import INTER_BROKER_APIS
+from tests.broker_process import BrokerProcess
 
 __all__ = ["RecordingChannel", "FakeBroker", "wait_for", "force_isr", "cluster_metadata", "brokers_known",
-           "start_brokers", "kill_brokers", "wait_joined"]
+           "start_brokers", "kill_brokers", "wait_joined", "cluster_broker", "log_bytes"]
 
 
 def wait_for(pred, timeout: float = 30.0, what: str = "the condition", step: float = 0.05):
@@ -59,6 +61,22 @@ def brokers_known(boot: str, timeout: float = 10.0) -> int:
         return len(AdminClient({"bootstrap.servers": boot}).list_topics(timeout=timeout).brokers)
     except Exception:  # a broker still joining closes the connection: ask again
         return 0
+
+
+def cluster_broker(workdir: Path, connect: str, broker_id: int, port: int | None = None,
+                   overrides: dict[str, str] | None = None) -> BrokerProcess:
+    """A real broker of a test cluster (not started): one network worker and a 6 s ZooKeeper
+    session, then ``overrides``."""
+    workdir.mkdir(exist_ok=True)
+    return BrokerProcess(workdir, port=port, overrides={
+        "zookeeper.connect": connect, "broker.id": str(broker_id), "num.network.threads": "1",
+        "zookeeper.session.timeout.ms": "6000", **(overrides or {})})
+
+
+def log_bytes(broker: BrokerProcess, topic: str, partition: int) -> bytes:
+    """Every segment file of a partition in ``broker``'s first log dir, in offset order."""
+    d = Path(broker.log_dirs[0]) / f"{topic}-{partition}"
+    return b"".join(f.read_bytes() for f in sorted(d.glob("*.log")))
 
 
 def start_brokers(brokers: Iterable, timeout: float = 60.0) -> None:

@@ -25,7 +25,14 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker.procs import wait_gone
 from tests.broker_process import BrokerProcess
-from tests.cluster.harness import cluster_metadata, kill_brokers, start_brokers, wait_for
+from tests.cluster.harness import (
+    cluster_broker,
+    cluster_metadata,
+    kill_brokers,
+    log_bytes,
+    start_brokers,
+    wait_for,
+)
 from tests.faults.kill_campaign import TOPIC, Campaign
 from tests.faults.procs import wait_workers
 
@@ -47,11 +54,7 @@ class ClusterCampaign(Campaign):
         self.brokers = {i: self._broker(i) for i in range(BROKERS)}
 
     def _broker(self, broker_id: int, port: int | None = None) -> BrokerProcess:
-        workdir = self.workdir / f"b{broker_id}"
-        workdir.mkdir(exist_ok=True)
-        return BrokerProcess(workdir, port=port, overrides={
-            "zookeeper.connect": self.connect, "broker.id": str(broker_id),
-            "zookeeper.session.timeout.ms": "6000", "num.network.threads": "1",
+        return cluster_broker(self.workdir / f"b{broker_id}", self.connect, broker_id, port, overrides={
             "replica.lag.time.max.ms": "10000", "offsets.topic.num.partitions": "3"})
 
     @property
@@ -126,13 +129,8 @@ class ClusterCampaign(Campaign):
         """With the stream paused (after a round): the partitions whose replicas are not
         byte-identical (every segment file) within ``timeout``."""
         def differing() -> list[int]:
-            out = []
-            for p in range(self.partitions):
-                copies = {b"".join(f.read_bytes() for f in sorted(
-                    (Path(b.log_dirs[0]) / f"{TOPIC}-{p}").glob("*.log"))) for b in self.brokers.values()}
-                if len(copies) != 1:
-                    out.append(p)
-            return out
+            return [p for p in range(self.partitions)
+                    if len({log_bytes(b, TOPIC, p) for b in self.brokers.values()}) != 1]
         deadline = time.monotonic() + timeout
         while (left := differing()) and time.monotonic() < deadline:
             time.sleep(0.5)

@@ -19,23 +19,23 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker_process import BrokerProcess
-from tests.cluster.harness import cluster_metadata, kill_brokers, start_brokers, wait_for
+from tests.cluster.harness import (
+    cluster_broker,
+    cluster_metadata,
+    kill_brokers,
+    log_bytes,
+    start_brokers,
+    wait_for,
+)
 from tests.faults.procs import wait_workers
 
 TOPIC = "follower-restart"
 
 
 def _broker(workdir: Path, connect: str, broker_id: int) -> BrokerProcess:
-    workdir.mkdir()
-    return BrokerProcess(workdir, overrides={
-        "zookeeper.connect": connect, "broker.id": str(broker_id), "num.network.threads": "1",
-        "zookeeper.session.timeout.ms": "6000", "replica.lag.time.max.ms": "3000",
-        "offsets.topic.num.partitions": "1"})
-
-
-def _log_bytes(broker: BrokerProcess) -> bytes:
-    d = Path(broker.log_dirs[0]) / f"{TOPIC}-0"
-    return b"".join(f.read_bytes() for f in sorted(d.glob("*.log")))
+    # a lag time short enough that a follower left behind leaves the ISR during the test
+    return cluster_broker(workdir, connect, broker_id, overrides={
+        "replica.lag.time.max.ms": "3000", "offsets.topic.num.partitions": "1"})
 
 
 def test_follower_catches_up_after_its_disk_worker_is_killed(zk_connect, tmp_path):
@@ -71,7 +71,7 @@ def test_follower_catches_up_after_its_disk_worker_is_killed(zk_connect, tmp_pat
         t = threading.Thread(target=produce)
         t.start()
         try:
-            wait_for(lambda: len(_log_bytes(follower)) > 100_000, 60, "the follower replicating")
+            wait_for(lambda: len(log_bytes(follower, TOPIC, 0)) > 100_000, 60, "the follower replicating")
             old = wait_workers(follower, 1, 1)["disk"][0]
             os.kill(old, signal.SIGKILL)
             wait_for(lambda: (pids := follower.worker_pids("disk worker")) and old not in pids, 60,
@@ -82,7 +82,7 @@ def test_follower_catches_up_after_its_disk_worker_is_killed(zk_connect, tmp_pat
             t.join(90)
         assert not errors, errors[:5]
         # the follower's copy becomes the leader's byte for byte, and it is (back) in the ISR
-        wait_for(lambda: _log_bytes(follower) == _log_bytes(brokers[leader]), 30,
+        wait_for(lambda: log_bytes(follower, TOPIC, 0) == log_bytes(brokers[leader], TOPIC, 0), 30,
                  "the follower's log to equal the leader's", step=0.2)
         wait_for(lambda: isr() == [0, 1], 30, "both brokers in the ISR again", step=0.2)
         assert "disk worker 0 exited with signal 9" in follower.log()

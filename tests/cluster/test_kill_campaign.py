@@ -26,7 +26,7 @@ def test_random_sigkills_in_a_cluster_lose_nothing_acknowledged(zk_connect, tmp_
         print(f"\ncluster kill campaign: {rep.line()}; victims {victims}; back in every ISR after "
               f"max {max(rep.restart_seconds):.1f} s")
     assert not rep.problems, rep.problems[:10]
-    assert victims == list(KINDS) and rep.rounds == len(KINDS)
+    assert rep.rounds == len(KINDS)
     assert rep.acked > 1000 and rep.consumed > 0 and rep.commits > 0
     assert rep.crc_errors == 0
     assert not differing, f"partitions whose replicas differ: {differing}"

@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 
 from appliance.broker.disk_client import DiskClient
+from appliance.broker.supervisor import DISK
 from appliance.errors import ErrorCode
 from appliance.shm.layout import MsgType, WorkerState
 from appliance.shm.ring import Channel
 
-DISK_KIND = 0  # the supervisor's kind of a disk worker
 NOT_LEADER = ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
@@ -21,7 +21,7 @@ def test_requests_wait_for_a_ready_worker_and_a_new_incarnation_fails_the_old_on
     ring = channel.requests  # what disk worker 0 would read
 
     def worker(state: int, incarnation: int) -> None:
-        table.set_worker(p.disk_slot(0), pid=1, kind=DISK_KIND, state=state, incarnation=incarnation)
+        table.set_worker(p.disk_slot(0), pid=1, kind=DISK, state=state, incarnation=incarnation)
 
     async def main() -> None:
         worker(WorkerState.STARTING, 1)
