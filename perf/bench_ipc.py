@@ -46,6 +46,7 @@ from appliance.client.connection import BrokerConnection  # noqa: E402
 from appliance.client.ipc import IpcTransport  # noqa: E402
 from appliance.client.producer import Producer  # noqa: E402
 from native.batch_build import build_batch_columns, max_batch_size  # noqa: E402
+from perf.workloads.host_memory import add_host_memory_args, host_memory  # noqa: E402
 from tests.broker_process import BrokerProcess  # noqa: E402
 
 VALUE = 100
@@ -252,7 +253,13 @@ def main() -> int:
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker setting, as `appliance serve --override` takes it, e.g. "
                          "log.preallocate=true; repeatable")
+    add_host_memory_args(ap)
     args = ap.parse_args()
+    with host_memory(args):
+        return _measure(ap, args)
+
+
+def _measure(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         settings = parse_overrides(args.override)
     except CliError as e:

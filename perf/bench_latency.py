@@ -34,6 +34,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from perf.peers.appliance import Appliance  # noqa: E402
+from perf.workloads.host_memory import add_host_memory_args, host_memory  # noqa: E402
 from perf.workloads.placement import add_placement_args, describe, placement, placements  # noqa: E402
 from perf.workloads.spec import workloads  # noqa: E402
 
@@ -48,14 +49,17 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=10_000)
     ap.add_argument("--pacer", choices=["per_record", "batched", "both"], default="per_record")
     add_placement_args(ap, default="shared")
+    add_host_memory_args(ap)
     args = ap.parse_args()
     by_name = {w.name: w for w in workloads(quick=False)}
     pacers = list(CELLS) if args.pacer == "both" else [args.pacer]
     cells = {p: replace(by_name[CELLS[p]], seconds=args.seconds, rate=args.rate) for p in pacers}
-    for name in placements(args):
-        with placement(name, args.broker_cpus) as overrides:
-            print(describe(name, args.broker_cpus), flush=True)
-            _runs(args, pacers, cells, overrides)
+    names = placements(args)
+    with host_memory(args):
+        for name in names:
+            with placement(name, args.broker_cpus) as overrides:
+                print(describe(name, args.broker_cpus), flush=True)
+                _runs(args, pacers, cells, overrides)
 
 
 def _runs(args: argparse.Namespace, pacers: list[str], cells: dict, overrides: dict[str, str]) -> None:

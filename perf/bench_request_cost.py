@@ -55,6 +55,7 @@ from bench_broker import broker_cpu, cpu_delta  # noqa: E402
 import appliance.protocol as proto  # noqa: E402
 from appliance.broker.cpu_affinity import parse_cpu_list  # noqa: E402
 from appliance.records.batch import build_batch  # noqa: E402
+from perf.workloads.host_memory import add_host_memory_args, host_memory  # noqa: E402
 from perf.workloads.placement import add_placement_args, describe, placement, placements  # noqa: E402
 from tests.broker_process import BrokerProcess, free_port  # noqa: E402
 
@@ -208,11 +209,14 @@ def main() -> None:
     ap.add_argument("--client", choices=["raw", "confluent", "both"], default="both")
     ap.add_argument("--no-redis", action="store_true")
     add_placement_args(ap, default="shared")
+    add_host_memory_args(ap)
     args = ap.parse_args()
-    for name in placements(args):
-        with placement(name, args.broker_cpus) as overrides:
-            print(describe(name, args.broker_cpus), flush=True)
-            _runs(args, overrides)
+    names = placements(args)
+    with host_memory(args):
+        for name in names:
+            with placement(name, args.broker_cpus) as overrides:
+                print(describe(name, args.broker_cpus), flush=True)
+                _runs(args, overrides)
 
 
 def _runs(args: argparse.Namespace, overrides: dict[str, str]) -> None:

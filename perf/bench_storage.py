@@ -18,16 +18,21 @@ import os
 import random
 import shutil
 import statistics
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 import crc32c
 import numpy as np
 
-from appliance.config import TopicConfig
-from appliance.records.batch import build_batch
-from appliance.storage.log import PartitionLog
-from native.index_search import offset_index_floor, time_index_floor
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from appliance.config import TopicConfig  # noqa: E402
+from appliance.records.batch import build_batch  # noqa: E402
+from appliance.storage.log import PartitionLog  # noqa: E402
+from native.index_search import offset_index_floor, time_index_floor  # noqa: E402
+from perf.workloads.host_memory import add_host_memory_args, host_memory  # noqa: E402
 
 RECORD = 1024
 PER_BATCH = 16
@@ -110,11 +115,13 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--lookups", type=int, default=20000)
+    add_host_memory_args(ap)
     args = ap.parse_args()
     total = args.size_mb * 1024 * 1024
     d = tempfile.mkdtemp(prefix="bench_storage_", dir=args.dir)
     try:
-        run_all(d, total, args)
+        with host_memory(args):
+            run_all(d, total, args)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 

@@ -16,6 +16,7 @@ perf/RUNNER.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import shlex
@@ -34,6 +35,7 @@ if str(ROOT) not in sys.path:
 from perf.peers.base import Peer, PeerUnavailable  # noqa: E402
 from perf.workloads import charts, report  # noqa: E402
 from perf.workloads.cpu_share import CpuWatch  # noqa: E402
+from perf.workloads.host_memory import add_host_memory_args, host_memory  # noqa: E402
 from perf.workloads.limits import measure_limits  # noqa: E402
 from perf.workloads.machine import describe_machine, load1  # noqa: E402
 from perf.workloads.spec import Workload, workloads  # noqa: E402
@@ -195,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--merge", action="store_true",
                     help="re-measure only the chosen systems x workloads and replace those cells in the "
                          "existing results-<mode>.json (the Markdown notes which cells were re-run)")
+    add_host_memory_args(ap)
     args = ap.parse_args(argv)
     quick = not args.full
     mode_name = "quick" if quick else "full"
@@ -224,7 +227,9 @@ def main(argv: list[str] | None = None) -> int:
         "runs": args.runs, "machine": describe_machine(tmp), "load_before": loads[0],
         "workloads": [w.as_dict() for w in wls], "systems": {}, "results": [], "limits": {}, "notes": [],
     }
+    paused = contextlib.ExitStack()
     try:
+        res["machine"]["host_page_reporting"] = paused.enter_context(host_memory(args))
         print(f"machine: {res['machine']['nproc']} CPUs, {res['machine']['memory_gib']} GiB, "
               f"load {loads[0]:.2f}; temp dir {tmp}", flush=True)
         print("measuring machine limits ...", flush=True)
@@ -237,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         res["notes"].append("interrupted: partial results")
         print("\ninterrupted: every server started has been stopped; writing partial results", flush=True)
     finally:
+        paused.close()  # the machine's setting back as it was
         shutil.rmtree(tmp, ignore_errors=True)
     if only_clients is not None:
         unmatched = only_clients - {r["client"] for r in res["results"]}
