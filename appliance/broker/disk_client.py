@@ -47,6 +47,9 @@ class Completion(NamedTuple):
 
 
 _REFUSED = Completion(ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1, -1)  # the disk worker is not running
+_DEAD = int(WorkerState.DEAD)
+_READY = int(WorkerState.READY)
+_tuple_new = tuple.__new__  # a Completion without NamedTuple's Python-level __new__ (per request)
 
 
 def _resolve(fut: asyncio.Future, completion: Completion) -> None:
@@ -64,6 +67,9 @@ class DiskClient:
         for ch in self.channels:
             ch.completions.discard_all()  # answers meant for this slot's previous process
             ch.completions.want_data(0)  # nor its long polls
+        # each disk worker's table slot (pid, heartbeat, state, kind, incarnation), read per doorbell
+        self._workers = [table.worker_reader(plumbing.disk_slot(d))
+                         for d in range(plumbing.num_disks)]
         self._ids = itertools.count(1)
         # request id -> (on_done, its token, disk): on_done(token, completion) answers it
         self._pending: dict[int, tuple[Callable[[Any, Completion], None], Any, int]] = {}
@@ -76,7 +82,7 @@ class DiskClient:
         self._max_payload = self.channels[0].requests.max_message() - REQUEST.size
 
     def _incarnation(self, disk: int) -> int:
-        return self.table.worker(self.plumbing.disk_slot(disk))[4]
+        return self._workers[disk]()[4]
 
     def max_payload(self) -> int:
         return self._max_payload
@@ -85,11 +91,11 @@ class DiskClient:
         """Whether ``disk``'s worker takes requests now (see the module docstring). A new
         incarnation not yet seen here is not ready either: what its predecessor held is failed
         first (on the next pass of the loop, not inside the caller's submit)."""
-        _, _, state, _, inc = self.table.worker(self.plumbing.disk_slot(disk))
+        _, _, state, _, inc = self._workers[disk]()
         if inc != self._incarnations[disk]:
             asyncio.get_running_loop().call_soon(self.check_disks)
             return False
-        return state == WorkerState.READY
+        return state == _READY
 
     def submit_nowait(self, disk: int, msg_type: int, slot: int, payload: bytes | memoryview,
                       acks: int, timeout_ms: int, on_done: Callable[[Any, Completion], None],
@@ -252,7 +258,7 @@ class DiskClient:
                 ring.release()
                 entry = self._pending.pop(request_id, None)
                 if entry is not None:
-                    self._deliver(entry, Completion(err, base, lat, lso, body))
+                    self._deliver(entry, _tuple_new(Completion, (err, base, lat, lso, body)))
         for d, overflow in enumerate(self._overflow):
             if overflow:
                 self._drain_overflow(d)
@@ -265,9 +271,9 @@ class DiskClient:
 
     def check_disks(self) -> None:
         """Fail what a dead disk worker held (its successor discards its request ring)."""
-        for d in range(self.plumbing.num_disks):
-            _, _, state, _, inc = self.table.worker(self.plumbing.disk_slot(d))
-            if inc != self._incarnations[d] or state == WorkerState.DEAD:
+        for d, read in enumerate(self._workers):
+            _, _, state, _, inc = read()
+            if inc != self._incarnations[d] or state == _DEAD:
                 self._incarnations[d] = inc
                 self._overflow[d].clear()  # never queued: answered below like the rest
                 for rid, entry in list(self._pending.items()):

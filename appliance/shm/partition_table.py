@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import itertools
 import mmap
 import os
 import struct
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import NamedTuple
 
 import posix_ipc
@@ -249,6 +250,14 @@ class PartitionTable:
     def worker(self, index: int) -> tuple[int, float, int, int, int]:
         """(pid, heartbeat, state, kind, incarnation)."""
         return WORKER_SLOT.struct.unpack_from(self._buf, self._wpos(index))  # type: ignore[attr-defined]
+
+    def worker_reader(self, index: int) -> Callable[[], tuple[int, float, int, int, int]]:
+        """:meth:`worker` of one slot as a call that runs no Python code (the struct's unpack_from
+        bound to the slot): a network worker reads its disk workers' slots on every doorbell.
+        Measured in-process (one disk): DiskClient.check_disks 383-399 ns per call through
+        :meth:`worker`, 218-236 ns through this."""
+        return functools.partial(WORKER_SLOT.struct.unpack_from,  # type: ignore[attr-defined]
+                                 self._buf, self._wpos(index))
 
     # -- partition slots ------------------------------------------------------------------
     def _spos(self, slot: int) -> int:

@@ -186,6 +186,8 @@ def markdown(res: dict) -> str:
               f"- {mach['nproc']} CPUs: {mach['cpu_model']}; {mach['memory_gib']} GiB memory; kernel "
               f"{mach['kernel']}; Python {mach['python']}",
               f"- temp dir {mach['tmp_dir']}: rotational={mach['rotational']}, {mach['disk_free_gib']} GiB free",
+              *([f"- {mach['host_page_reporting']} (perf/workloads/host_memory.py)"]
+                if "host_page_reporting" in mach else []),
               "", "```", mach["df"], "```", "", "## Systems", ""]
     for name, s in res["systems"].items():
         lines.append(f"- **{name}**: {s['describe']}" + ("" if s["status"] == "ok" else
