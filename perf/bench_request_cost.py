@@ -233,9 +233,9 @@ def _runs(args: argparse.Namespace, overrides: dict[str, str]) -> None:
         with tempfile.TemporaryDirectory(prefix="bench-reqcost-") as tmp:
             t0 = time.monotonic()
             broker = BrokerProcess(Path(tmp), overrides={"num.partitions": "1", **overrides}).start()
-            start_s.append(time.monotonic() - t0)
-            print(f"run {run + 1} start-up: accepting clients {start_s[-1]:.2f} s after launch")
-            try:
+            try:  # from here on the broker is stopped whatever fails (a closed stdout included)
+                start_s.append(time.monotonic() - t0)
+                print(f"run {run + 1} start-up: accepting clients {start_s[-1]:.2f} s after launch")
                 for c in clients:
                     topic = f"cost-{c}"
                     create_topic(broker, topic)
