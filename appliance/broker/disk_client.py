@@ -12,6 +12,12 @@ retriable error, as the IPC producer does (client/ipc.py). The produce fast path
 (:meth:`submit_now`) is guarded by its caller: a dead disk's partitions are OFFLINE until its
 successor has them open.
 
+When this process dies instead, a disk worker may still answer what it sent: an acks=all produce
+is answered when the high watermark passes it. The answer lands on the completion ring this
+process's successor reads, so request ids never repeat across the processes that hold a ring
+client's slot (they count up from CLOCK_MONOTONIC's nanoseconds at start): a late answer finds
+no pending request and is dropped, instead of completing one of the successor's requests.
+
 Runs inside the network worker's asyncio loop; not thread-safe.
 """
 
@@ -20,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -70,7 +77,13 @@ class DiskClient:
         # each disk worker's table slot (pid, heartbeat, state, kind, incarnation), read per doorbell
         self._workers = [table.worker_reader(plumbing.disk_slot(d))
                          for d in range(plumbing.num_disks)]
-        self._ids = itertools.count(1)
+        # Request ids of this process start above every id of the processes that held this
+        # slot before it: a disk worker answers a held request (an acks=all produce) when its
+        # high watermark passes it, maybe after its sender died, on the rings its successor now
+        # reads; from a shared count of 1 that answer would complete one of the successor's own
+        # requests (an acknowledgement of records not yet replicated). CLOCK_MONOTONIC is one
+        # clock for every process, and no process sends more than one request per nanosecond.
+        self._ids = itertools.count(time.monotonic_ns())
         # request id -> (on_done, its token, disk): on_done(token, completion) answers it
         self._pending: dict[int, tuple[Callable[[Any, Completion], None], Any, int]] = {}
         self._incarnations = [self._incarnation(d) for d in range(plumbing.num_disks)]

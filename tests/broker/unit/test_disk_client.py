@@ -9,7 +9,7 @@ import asyncio
 from appliance.broker.disk_client import DiskClient
 from appliance.broker.supervisor import DISK
 from appliance.errors import ErrorCode
-from appliance.shm.layout import MsgType, WorkerState
+from appliance.shm.layout import COMPLETION, REQUEST, MsgType, WorkerState
 from appliance.shm.ring import Channel
 
 NOT_LEADER = ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -52,6 +52,49 @@ def test_requests_wait_for_a_ready_worker_and_a_new_incarnation_fails_the_old_on
         again = disks.try_submit(0, MsgType.PRODUCE, 0, b"z")
         assert ring.used() > used and disks.pending() == 1 and not again.done()
         disks.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        channel.close()
+
+
+def test_an_answer_held_for_a_dead_network_worker_reaches_no_request_of_its_successor(plumbing):
+    """A disk worker answers an acks=all produce when its high watermark passes it, which can
+    be after the network worker that sent it died and its successor took the same rings: that
+    late answer must not complete one of the successor's requests (it would acknowledge
+    records that are not yet replicated, and lose the successor's own answer)."""
+    p, table = plumbing
+    table.set_worker(p.disk_slot(0), pid=1, kind=DISK, state=WorkerState.READY, incarnation=1)
+    channel = Channel.attach(p.channel_names[(0, 0)])  # disk worker 0's view of the rings
+
+    def taken_id() -> int:
+        """The request id of the next request on the ring, read as the disk worker reads it."""
+        _, payload = channel.requests.peek()
+        request_id = REQUEST.struct.unpack_from(payload, 0)[0]
+        del payload
+        channel.requests.release()
+        return request_id
+
+    def answer(request_id: int, base_offset: int) -> None:
+        channel.completions.put(MsgType.COMPLETION,
+                                COMPLETION.struct.pack(request_id, base_offset, -1, 0, 0, 0))
+
+    async def main() -> None:
+        old = DiskClient(0, p, table)
+        old.try_submit(0, MsgType.PRODUCE, 0, b"old", -1)
+        old_id = taken_id()  # held by the disk worker for its followers
+        old.close()  # SIGKILLed: nothing more of it runs
+        new = DiskClient(0, p, table)
+        mine = new.try_submit(0, MsgType.PRODUCE, 0, b"new", -1)
+        new_id = taken_id()
+        answer(old_id, 100)  # the high watermark passes the old request
+        new.on_doorbell()
+        assert not mine.done()
+        answer(new_id, 7)
+        new.on_doorbell()
+        assert (await asyncio.wait_for(mine, 1)).base_offset == 7
+        new.close()
 
     try:
         asyncio.run(main())
