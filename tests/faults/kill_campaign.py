@@ -110,6 +110,21 @@ class _Stream(threading.Thread):
         time.sleep(0.2)  # let the thread leave produce()
         return self.p.flush(timeout)
 
+    def unreported(self) -> str:
+        """Where the deliveries with no report yet are: per partition, how many and the first
+        (the value's sequence), e.g. "p1: 438 from seq 13638"."""
+        with self.lock:
+            reported: list[set[int]] = [set() for _ in range(self.partitions)]
+            for value in [*self.acked.values(), *self.failed]:
+                _, part, seq = value.split(b"-")
+                reported[int(part)].add(int(seq))
+        out = []
+        for part, seen in enumerate(reported):
+            missing = [s for s in range(self.seq[part]) if s not in seen]
+            if missing:
+                out.append(f"p{part}: {len(missing)} from seq {missing[0]}")
+        return ", ".join(out)
+
 
 class _Group(threading.Thread):
     """A consumer group member reading the topic and committing after every batch it reads."""
@@ -244,7 +259,8 @@ class Campaign:
         time.sleep(self.rng.uniform(0.3, 1.0))
         left = self.stream.pause_and_flush(180)
         if left:
-            self.report.problems.append(f"round {self.report.rounds}: {left} deliveries never reported")
+            self.report.problems.append(f"round {self.report.rounds}: {left} deliveries never reported "
+                                        f"({self.stream.unreported()})")
         if self.stream.exc:
             raise self.stream.exc
         self.verify()
