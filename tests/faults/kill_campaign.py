@@ -8,12 +8,13 @@ Shared by tests/faults/test_kill_campaign.py (a few rounds) and scripts/kill_cam
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import signal
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,15 +54,33 @@ class CampaignReport:
                 f"problems {len(self.problems)}")
 
 
+class _Keep(logging.Handler):
+    """A log handler that keeps the messages in a bounded deque."""
+
+    def __init__(self, lines: deque) -> None:
+        super().__init__()
+        self.lines = lines
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{time.strftime('%H:%M:%S')} {record.getMessage()[:300]}")
+
+
 class _Stream(threading.Thread):
     """The idempotent producer: value b'kc-<partition>-<seq>' with seq counting per partition."""
 
     def __init__(self, bootstrap: str, partitions: int) -> None:
         super().__init__(daemon=True)
+        # librdkafka's idempotence log (producer id, epoch bumps, drains), the last lines kept
+        # to say what the producer did before a broken promise
+        self.eos: deque[str] = deque(maxlen=40)
+        logger = logging.getLogger(f"kill-campaign-producer-{id(self)}")
+        logger.propagate = False
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(_Keep(self.eos))
         self.p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                            "linger.ms": 5, "message.timeout.ms": 300_000, "retry.backoff.ms": 50,
                            "reconnect.backoff.max.ms": 250, "socket.connection.setup.timeout.ms": 2000,
-                           "topic.metadata.refresh.interval.ms": 1000})
+                           "topic.metadata.refresh.interval.ms": 1000, "debug": "eos"}, logger=logger)
         self.partitions = partitions
         self.seq = [0] * partitions
         self.acked: dict[tuple[int, int], bytes] = {}
@@ -255,6 +274,7 @@ class Campaign:
         """Stream a little, kill, stream a little more, then check every promise."""
         self.stream.run_ok.set()
         time.sleep(self.rng.uniform(0.3, 1.5))
+        before = len(self.report.problems)
         victim = self.kill_once()
         time.sleep(self.rng.uniform(0.3, 1.0))
         left = self.stream.pause_and_flush(180)
@@ -265,6 +285,9 @@ class Campaign:
             raise self.stream.exc
         self.verify()
         self.check_commits()
+        if len(self.report.problems) > before:
+            self.log(f"round {self.report.rounds}: the producer's idempotence log before the problem:\n  "
+                     + "\n  ".join(self.stream.eos))
         self.report.rounds += 1
         return victim
 
