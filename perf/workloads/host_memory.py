@@ -25,15 +25,25 @@ import mmap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
-__all__ = ["ORDER_PARAM", "PAUSED_ORDER", "add_host_memory_args", "paused_page_reporting",
-           "host_memory", "touch_memory"]
+from perf.workloads.machine import meminfo_bytes
+
+__all__ = ["ORDER_PARAM", "PAUSED_ORDER", "Reporting", "add_host_memory_args",
+           "paused_page_reporting", "host_memory", "touch_memory"]
 
 ORDER_PARAM = Path("/sys/module/page_reporting/parameters/page_reporting_order")
 PAUSED_ORDER = 11  # above MAX_PAGE_ORDER (10): no free block is ever large enough to report
 # touched once reporting is paused: more than a benchmark's page cache grows by between deletes
 # (bench_ipc writes 1 GiB per cell)
 TOUCH_GIB = 4.0
+
+
+class Reporting(NamedTuple):
+    """What :func:`paused_page_reporting` found and did."""
+
+    paused: bool  # reporting is paused for the run (by it, or already before it)
+    line: str  # the line that says so, for the benchmark's output
 
 
 def add_host_memory_args(ap: argparse.ArgumentParser) -> None:
@@ -43,29 +53,29 @@ def add_host_memory_args(ap: argparse.ArgumentParser) -> None:
 
 
 @contextlib.contextmanager
-def paused_page_reporting(param: Path = ORDER_PARAM) -> Iterator[str]:
+def paused_page_reporting(param: Path = ORDER_PARAM) -> Iterator[Reporting]:
     """Inside: free page reporting paused when ``param`` exists and can be written; the previous
-    order is written back on the way out. Yields the line that says what was done."""
+    order is written back on the way out."""
     try:
         before = param.read_text().strip()
     except FileNotFoundError:
-        yield "host page reporting: none on this machine"
+        yield Reporting(False, "host page reporting: none on this machine")
         return
     except OSError as e:
-        yield f"host page reporting: cannot read {param} ({e}); left as it is"
+        yield Reporting(False, f"host page reporting: cannot read {param} ({e}); left as it is")
         return
     if before == str(PAUSED_ORDER):
-        yield f"host page reporting: already paused ({param.name} {before})"
+        yield Reporting(True, f"host page reporting: already paused ({param.name} {before})")
         return
     try:
         param.write_text(f"{PAUSED_ORDER}\n")
     except OSError as e:
-        yield (f"host page reporting: ON, could not pause it ({e}): figures include host page "
-               "faults on memory the guest had freed")
+        yield Reporting(False, f"host page reporting: ON, could not pause it ({e}): figures "
+                               "include host page faults on memory the guest had freed")
         return
     try:
-        yield (f"host page reporting: paused for this run ({param.name} {before} -> "
-               f"{PAUSED_ORDER}; restored afterwards)")
+        yield Reporting(True, f"host page reporting: paused for this run ({param.name} {before} "
+                              f"-> {PAUSED_ORDER}; restored afterwards)")
     finally:
         param.write_text(f"{before}\n")
 
@@ -78,24 +88,20 @@ def host_memory(args: argparse.Namespace) -> Iterator[str]:
         print(line, flush=True)
         yield line
         return
-    with paused_page_reporting() as line:
-        print(line, flush=True)
-        if "paused" in line:
+    with paused_page_reporting() as state:
+        print(state.line, flush=True)
+        if state.paused:
             gib, seconds = touch_memory(TOUCH_GIB)
             print(f"host page reporting: {gib:.1f} GiB of memory touched in {seconds:.1f} s, before "
                   "any timed run (what the host took back is faulted in here)", flush=True)
-        yield line
+        yield state.line
 
 
 def touch_memory(gib: float) -> tuple[float, float]:
     """Fault in ``gib`` GiB of anonymous memory (at most what is available less 2 GiB) and free
     it again: with reporting paused those pages stay backed by the host for the runs that
     follow. Returns (GiB touched, seconds)."""
-    available = 0
-    for row in Path("/proc/meminfo").read_text().splitlines():
-        if row.startswith("MemAvailable:"):
-            available = int(row.split()[1]) * 1024
-    size = int(max(0, min(gib * 2**30, available - 2 * 2**30))) & ~(mmap.PAGESIZE - 1)
+    size = int(max(0, min(gib * 2**30, meminfo_bytes("MemAvailable") - 2 * 2**30))) & ~(mmap.PAGESIZE - 1)
     if not size:
         return 0.0, 0.0
     t0 = time.monotonic()

@@ -8,7 +8,15 @@ import shutil
 import subprocess
 from pathlib import Path
 
-__all__ = ["describe_machine", "load1"]
+__all__ = ["describe_machine", "load1", "meminfo_bytes"]
+
+
+def meminfo_bytes(field: str) -> int:
+    """One /proc/meminfo field (``"MemTotal"``, ``"MemAvailable"``) in bytes; 0 if absent."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024
+    return 0
 
 
 def load1() -> float:
@@ -39,10 +47,7 @@ def _rotational(path: Path) -> str:
 
 
 def describe_machine(tmp: Path) -> dict:
-    mem = 0
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemTotal:"):
-            mem = int(line.split()[1]) * 1024
+    mem = meminfo_bytes("MemTotal")
     df = subprocess.run(["df", "-h", str(tmp)], capture_output=True, text=True).stdout.strip()
     du = shutil.disk_usage(tmp)
     return {
