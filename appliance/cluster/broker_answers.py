@@ -38,8 +38,12 @@ def _topic_entry(table: LeadershipTable, name: str, parts: dict[int, Any]) -> di
     for p in sorted(parts):
         s = parts[p]
         live = s.leader in table.live_brokers
+        # the leader epoch (v7+, KIP-320) lets a client drop an answer older than one it has
+        # seen: brokers learn a leader change at different moments, and without it librdkafka
+        # followed a lagging broker's answer back to the old leader and stayed there
         out.append({"error_code": 0 if live else int(ErrorCode.LEADER_NOT_AVAILABLE),
                     "partition_index": p, "leader_id": s.leader if live else -1,
+                    "leader_epoch": s.leader_epoch,
                     "replica_nodes": list(s.replicas), "isr_nodes": list(s.isr),
                     "offline_replicas": [r for r in s.replicas if r not in table.live_brokers]})
     return {"error_code": 0, "name": name, "is_internal": name == OFFSETS_TOPIC, "partitions": out}

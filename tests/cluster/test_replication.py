@@ -30,6 +30,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from appliance.cluster.previous_session import SESSION_FILE
+from tests.broker.wire import RawConnection, metadata_body
 from tests.broker_process import BrokerProcess
 from tests.cluster.harness import cluster_metadata as _metadata
 from tests.cluster.harness import kill_brokers, start_brokers, wait_for, wait_joined
@@ -170,6 +171,9 @@ def test_leader_killed_no_acknowledged_record_lost(cluster, events):
         md = _metadata(boot)
         leads = _leaders(boot)
         victim = next(b for b in sorted(set(leads.values())) if b != md.controller_id)
+        epochs = _leader_epochs(brokers[md.controller_id].port)
+        assert {p: le for p, (le, _) in epochs.items()} == leads
+        assert all(e >= 0 for _, e in epochs.values()), epochs
         killed_at = time.monotonic()
         brokers[victim].kill()
         before = len(acked)
@@ -179,6 +183,15 @@ def test_leader_killed_no_acknowledged_record_lost(cluster, events):
         took = time.monotonic() - killed_at
         print(f"new leaders {took:.1f} s after the SIGKILL")
         assert took <= SESSION_MS / 1000 + 5
+        # Metadata v7+ carries each leadership's epoch (KIP-320): every moved partition's has
+        # grown, and every survivor answers the same once the controller's update reached it
+        moved = {p for p, b in leads.items() if b == victim}
+        assert moved
+        def agreed() -> dict[int, tuple[int, int]] | None:
+            first, second = (_leader_epochs(b.port) for i, b in brokers.items() if i != victim)
+            return first if first == second and all(first[p][0] != victim for p in moved) else None
+        now = _wait(agreed, 30, "the survivors to answer the new leaders alike")
+        assert all(now[p][1] > epochs[p][1] for p in moved), (epochs, now)
         _wait(lambda: len(acked) > before + 500, 60, "the producer to carry on")
     finally:
         stop.set()
@@ -214,6 +227,14 @@ def test_leader_killed_no_acknowledged_record_lost(cluster, events):
         return data[0] is not None and len(data[0]) > 0 and all(d == data[0] for d in data)
     for p in range(PARTITIONS):
         _wait(lambda p=p: identical(p), 60, f"identical replicas of partition {p}")
+
+
+def _leader_epochs(port: int) -> dict[int, tuple[int, int]]:
+    """partition -> (leader, leader epoch) of TOPIC as the broker at ``port`` answers Metadata v9."""
+    with RawConnection(port) as c:
+        md = c.request(3, 9, metadata_body([TOPIC]))
+    [t] = md.topics
+    return {p.partition_index: (p.leader_id, p.leader_epoch) for p in t.partitions}
 
 
 class _Producing:
