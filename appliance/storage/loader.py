@@ -48,8 +48,8 @@ from native.batch_layout import (
 )
 from native.scan import SCAN_END
 
-__all__ = ["remove_leftovers", "load_segments", "replay_producer_state", "producer_batches",
-           "STOP_NAMES"]
+__all__ = ["remove_leftovers", "load_segments", "replay_producer_state", "recover_producers",
+           "producer_batches", "STOP_NAMES"]
 
 log = logging.getLogger(__name__)
 
@@ -159,20 +159,43 @@ def replay_producer_state(producers: ProducerStateManager, path: str,
         if seg.next_offset <= start or seg.size == 0:
             continue
         rows = recovered.get(seg.base_offset) if recovered else None
-        if rows is not None:
-            _replay(producers, rows, start)
+        _replay(producers, _segment_producer_batches(seg, start, last) if rows is None else rows, start)
+
+
+def recover_producers(producers: ProducerStateManager, segments: tuple[LogSegment, ...] | list[LogSegment],
+                      pids: set[int], log_start_offset: int) -> None:
+    """After a truncation cut every batch the state retained of ``pids`` (:meth:`ProducerState
+    Manager.truncate_after`): their state from their last batches left in the log, read from the
+    newest segment back until each is found or the log start is reached (Kafka rebuilds its
+    state from a snapshot and the log after it; a truncation is rare, a leader change)."""
+    wanted = set(pids)
+    last = segments[-1]
+    for seg in reversed(segments):
+        if not wanted or seg.next_offset <= log_start_offset:
+            return
+        if seg.size == 0:
             continue
-        was_open = seg.files_open
-        try:
-            loc = seg.translate_offset(start)
-            if loc is not None:
-                r = seg.batches_from(loc.position)
-                if r.count:
-                    _replay(producers, producer_batches(seg.data(seg.size),
-                                                        r.positions[:r.count]), start)
-        finally:
-            if not was_open and seg is not last:
-                seg.release()  # one segment's descriptors at a time, however long the replay
+        start = max(seg.base_offset, log_start_offset)
+        rows = _segment_producer_batches(seg, start, last)
+        rows = rows[np.isin(rows["producer_id"], np.fromiter(wanted, np.int64, len(wanted)))]
+        _replay(producers, rows, start)
+        wanted.difference_update(rows["producer_id"].tolist())
+
+
+def _segment_producer_batches(seg: LogSegment, start: int, last: LogSegment) -> np.ndarray:
+    """:func:`producer_batches` of ``seg``'s batches from offset ``start`` on."""
+    was_open = seg.files_open
+    try:
+        loc = seg.translate_offset(start)
+        if loc is None:
+            return np.empty(0, HEADER_DTYPE)
+        r = seg.batches_from(loc.position)
+        if not r.count:
+            return np.empty(0, HEADER_DTYPE)
+        return producer_batches(seg.data(seg.size), r.positions[:r.count])
+    finally:
+        if not was_open and seg is not last:
+            seg.release()  # one segment's descriptors at a time, however long the walk
 
 
 def producer_batches(buf: Any, positions: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:

@@ -40,7 +40,7 @@ from appliance.storage.checkpoint import fsync_dir
 from appliance.storage.file_remover import remove_now
 from appliance.storage.flush import ChunkedWriteback, flush_due, flush_segments
 from appliance.storage.legacy_append import to_legacy_entries
-from appliance.storage.loader import load_segments, replay_producer_state
+from appliance.storage.loader import load_segments, recover_producers, replay_producer_state
 from appliance.storage.preallocate import NEVER
 from appliance.storage.producer_state import SNAPSHOT_SUFFIX, ProducerStateManager
 from appliance.storage.retention import apply_retention
@@ -737,7 +737,9 @@ class PartitionLog:
         self.log_end_offset = active.next_offset
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self._hw = min(self._hw, self.log_end_offset)
-        self.producers.truncate_after(self.log_end_offset)
+        earlier = self.producers.truncate_after(self.log_end_offset)
+        if earlier:
+            recover_producers(self.producers, self._segs, earlier, self.log_start_offset)
         log.info("%s: truncated to offset %d", self.path, self.log_end_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:

@@ -217,12 +217,20 @@ class ProducerStateManager:
             return off
         return None
 
-    def truncate_after(self, offset: int) -> None:
-        """Forget batches at or after ``offset`` (producers left without batches are dropped)."""
+    def truncate_after(self, offset: int) -> set[int]:
+        """Forget batches at or after ``offset``. Producers left without batches are dropped;
+        returns those of them whose oldest batch dropped did not start its epoch (sequence 0):
+        their earlier batches are below ``offset`` in the log, and the caller reads their state
+        back from there (:func:`appliance.storage.loader.recover_producers`). A producer that
+        started its epoch above ``offset`` is new again, as it was before that batch."""
+        earlier: set[int] = set()
         for pid in list(self.producers):
             e = self.producers[pid]
             kept = [b for b in e.batches if b.last_offset < offset]
             if not kept:
                 del self.producers[pid]
+                if e.batches and e.batches[0].first_seq != 0:
+                    earlier.add(pid)
             else:
                 e.batches = deque(kept, maxlen=NUM_BATCHES_TO_RETAIN)
+        return earlier

@@ -146,3 +146,28 @@ def test_unclean_open_replays_what_recovery_walked(log_path):
     with pytest.raises(OutOfOrderSequenceError):
         lg.append(pb(last7.last_seq + 3, pid=7))
     lg.close()
+
+
+@pytest.mark.parametrize("segment_bytes", [1 << 20, 700], ids=["one-segment", "across-segments"])
+def test_truncating_every_retained_batch_keeps_the_producer_known(log_path, segment_bytes):
+    """A follower's truncation that cuts all five batches the state retains of a producer (five
+    acks=all requests in flight on a leader that died) leaves the producer's earlier batches in
+    the log: its state is their last one's, as Kafka's truncateAndReload rebuilds it. Forgetting
+    the producer made this replica, once leader, refuse the producer's next batch with
+    UNKNOWN_PRODUCER_ID: librdkafka's fatal error for a retried batch, or an epoch bump that
+    re-sends its possibly-written batches under the new epoch (duplicates)."""
+    lg = open_log(log_path, cfg(segment_bytes=segment_bytes))
+    other = 8
+    for i in range(10):
+        lg.append(pb(2 * i))
+        lg.append(pb(2 * i, pid=other))  # interleaved: truncation cuts both
+    lg.append(pb(0, pid=9))  # a producer that starts inside the truncated part
+    lg.truncate_to(8)  # keeps two batches of each, sequences 0-1 and 2-3; cuts eight of each
+    assert lg.log_end_offset == 8
+    assert sorted(lg.producers.producers) == [7, other]
+    assert lg.append(pb(2)).duplicate  # a retry of the last batch kept is still recognised
+    with pytest.raises(OutOfOrderSequenceError):
+        lg.append(pb(6))
+    assert lg.append(pb(4)).first_offset == 8
+    assert lg.append(pb(4, pid=other)).first_offset == 10
+    assert lg.append(pb(0, pid=9)).first_offset == 12  # pid 9 is new again
