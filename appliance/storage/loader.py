@@ -164,10 +164,11 @@ def replay_producer_state(producers: ProducerStateManager, path: str,
 
 def recover_producers(producers: ProducerStateManager, segments: tuple[LogSegment, ...] | list[LogSegment],
                       pids: set[int], log_start_offset: int) -> None:
-    """After a truncation cut every batch the state retained of ``pids`` (:meth:`ProducerState
-    Manager.truncate_after`): their state from their last batches left in the log, read from the
-    newest segment back until each is found or the log start is reached (Kafka rebuilds its
-    state from a snapshot and the log after it; a truncation is rare, a leader change)."""
+    """After a truncation cut every batch the state retained of ``pids``
+    (:meth:`ProducerStateManager.truncate_after`): their state from their last batches left in
+    the log, read from the newest segment back until each is found or the log start is reached
+    (Kafka rebuilds its state from a snapshot and the log after it; a truncation is rare, a
+    leader change)."""
     wanted = set(pids)
     last = segments[-1]
     for seg in reversed(segments):
