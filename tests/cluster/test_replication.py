@@ -172,7 +172,7 @@ def test_leader_killed_no_acknowledged_record_lost(cluster, events):
         leads = _leaders(boot)
         victim = next(b for b in sorted(set(leads.values())) if b != md.controller_id)
         epochs = _leader_epochs(brokers[md.controller_id].port)
-        assert {p: le for p, (le, _) in epochs.items()} == leads
+        assert {p: leader for p, (leader, _) in epochs.items()} == leads
         assert all(e >= 0 for _, e in epochs.values()), epochs
         killed_at = time.monotonic()
         brokers[victim].kill()
