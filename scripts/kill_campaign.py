@@ -11,7 +11,8 @@ every promise checked after each round. Prints one line per round and the counts
 checks of tests/cluster/kill_campaign.py; its bounded form is tests/cluster/test_kill_campaign.py).
 
 Exit status 1 if any acknowledged record was lost, doubled, reordered or served corrupt, a
-committed offset went backwards, or (--cluster) replicas ended different."""
+committed offset went backwards, the consumer group did not catch up once the kills were over,
+or (--cluster) replicas ended different."""
 
 from __future__ import annotations
 
@@ -68,6 +69,10 @@ def main() -> int:
                   f"in {rep.restart_seconds[-1]:.1f} s; {rep.line()}", flush=True)
             for p in rep.problems[seen:]:
                 print(f"  PROBLEM: {p}", flush=True)
+        seen = len(camp.report.problems)
+        camp.check_group_caught_up()
+        for p in camp.report.problems[seen:]:
+            print(f"  PROBLEM: {p}", flush=True)
         if isinstance(camp, ClusterCampaign):
             differing = camp.differing_replicas()
             for p in differing:

@@ -18,6 +18,7 @@ def test_random_sigkills_in_a_cluster_lose_nothing_acknowledged(zk_connect, tmp_
     try:
         camp.start()
         victims = [camp.round() for _ in KINDS]
+        camp.check_group_caught_up()
         differing = camp.differing_replicas()
     finally:
         camp.close()

@@ -2,7 +2,11 @@
 process group followed by a restart) while an idempotent confluent-kafka producer (acks=all)
 streams and a consumer group reads and commits. After each round every acknowledged record must
 be in the log exactly once, at its acknowledged offset, in order, with a valid CRC, and the
-group's committed offsets must never have gone backwards.
+group's committed offsets must never have gone backwards. Once the kills are over, the group
+must read everything up to the end of the log (check_group_caught_up): a long campaign once
+saw it read nothing for 45 s while coordinator moves came faster than the session timeout
+(each restores the group's last members and gives the dead ones a fresh session timeout,
+as Kafka's coordinator does) and then catch up within seconds of the last kill.
 
 Shared by tests/faults/test_kill_campaign.py (a few rounds) and scripts/kill_campaign.py (200)."""
 
@@ -153,6 +157,7 @@ class _Group(threading.Thread):
         self.bootstrap, self.report = bootstrap, report
         self.stop = threading.Event()
         self.errors: list[str] = []
+        self.positions: dict[int, int] = {}  # partition -> next offset the group would read
 
     def run(self) -> None:
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": GROUP,
@@ -165,10 +170,14 @@ class _Group(threading.Thread):
             while not self.stop.is_set():
                 msgs = c.consume(500, 0.2)
                 good = 0
+                positions = self.positions
                 for m in msgs:
                     err = m.error()
                     if err is None:
                         good += 1
+                        p, nxt = m.partition(), m.offset() + 1
+                        if nxt > positions.get(p, 0):
+                            positions[p] = nxt
                     elif err.code() == KafkaError._BAD_MSG:
                         self.report.crc_errors += 1
                         self.report.problems.append(f"group read a corrupt record: {err}")
@@ -358,6 +367,23 @@ class Campaign:
                 break
         c.unassign()
         return out
+
+    def check_group_caught_up(self, timeout: float = 90) -> None:
+        """Once the kills are over: the group must read every partition up to the end the last
+        :meth:`verify` read (a consumer that stopped for good after a coordinator or leader
+        moved loses nothing acknowledged, yet its application is stuck)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            behind = {p: (self.group.positions.get(p, 0), end)
+                      for p, end in enumerate(self.verified) if self.group.positions.get(p, 0) < end}
+            if not behind or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        if behind:
+            self.report.problems.append(
+                f"the group did not catch up within {timeout:.0f} s of the last round "
+                f"(partition: (its position, the log end)) {behind}; its last errors: "
+                f"{self.group.errors[-3:]}")
 
     def check_commits(self) -> None:
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": GROUP,

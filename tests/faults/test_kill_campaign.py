@@ -19,6 +19,7 @@ def test_random_sigkills_lose_nothing_acknowledged(tmp_path, capsys):
     try:
         camp.start()
         victims = [camp.round() for _ in range(ROUNDS)]
+        camp.check_group_caught_up()
     finally:
         camp.close()
     rep = camp.report
