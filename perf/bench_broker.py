@@ -60,7 +60,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.broker_process import BrokerProcess  # noqa: E402
+from tests.broker_process import BrokerProcess, stop_on_sigterm  # noqa: E402
 
 TOPIC = "bench"
 # Targets for this 2-core machine (the brief); Kafka's figure is from its published benchmark
@@ -136,6 +136,28 @@ def cpu_delta(before: dict, after: dict) -> dict[str, float]:
         roles[role] += (user - user0) + (sys_ - sys0)
         roles[role + "_sys"] += sys_ - sys0
     roles["total"] = sum(v for k, v in roles.items() if not k.endswith("_sys"))
+    return dict(roles)
+
+
+def broker_switches(supervisor_pid: int) -> dict[int, tuple[str, int]]:
+    """pid -> (role, context switches so far, voluntary and involuntary) for the supervisor and
+    every descendant: each switch is a wake-up or a preemption of that process."""
+    sup = psutil.Process(supervisor_pid)
+    out = {}
+    for p in [sup, *sup.children(recursive=True)]:
+        try:
+            c = p.num_ctx_switches()
+            out[p.pid] = (_role(p, supervisor_pid), c.voluntary + c.involuntary)
+        except psutil.Error:
+            continue
+    return out
+
+
+def switch_delta(before: dict, after: dict) -> dict[str, int]:
+    """Context switches per role between two :func:`broker_switches` snapshots."""
+    roles: dict[str, int] = collections.defaultdict(int)
+    for pid, (role, n) in after.items():
+        roles[role] += n - before.get(pid, (role, 0))[1]
     return dict(roles)
 
 
@@ -532,6 +554,7 @@ def verdict(value: float, target: float, higher_is_better: bool = True) -> str:
 
 
 def main() -> None:
+    stop_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=10_000_000)
     ap.add_argument("--runs", type=int, default=3)

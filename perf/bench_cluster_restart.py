@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from tests.broker_process import BrokerProcess  # noqa: E402
+from tests.broker_process import BrokerProcess, stop_on_sigterm  # noqa: E402
 from tests.cluster.zk import ZooKeeperServer  # noqa: E402
 
 
@@ -51,6 +51,7 @@ def _create(boot: str, topic: str) -> bool:
 
 
 def main() -> None:
+    stop_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--session-ms", type=int, default=6000, help="zookeeper.session.timeout.ms of the brokers")

@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from appliance.client.connection import BrokerConnection  # noqa: E402
 from appliance.client.producer import Producer  # noqa: E402
 from appliance.client.simple_consumer import SimpleConsumer  # noqa: E402
-from tests.broker_process import BrokerProcess  # noqa: E402
+from tests.broker_process import BrokerProcess, stop_on_sigterm  # noqa: E402
 
 VALUE = 100
 WINDOW_S = 3.0
@@ -140,6 +140,7 @@ def run(broker: BrokerProcess, admin: BrokerConnection, scenario: str, n: int, g
 
 
 def main() -> int:
+    stop_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gb", type=float, default=1.0, help="size of the topic removed")
     ap.add_argument("--runs", type=int, default=5)

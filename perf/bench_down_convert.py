@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from appliance.records.batch import iter_batches  # noqa: E402
 from appliance.records.legacy import iter_entries  # noqa: E402
 from tests.broker.wire import RawConnection  # noqa: E402
-from tests.broker_process import BrokerProcess  # noqa: E402
+from tests.broker_process import BrokerProcess, stop_on_sigterm  # noqa: E402
 
 FETCHERS = (("magic 0 (Fetch v1)", 1), ("magic 1 (Fetch v3)", 3), ("current (Fetch v11)", 11))
 TOPIC = "down-convert"
@@ -167,6 +167,7 @@ def inproc(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
+    stop_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--value-size", type=int, default=100)

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
 from perf.bench_replication import _create, three_brokers  # noqa: E402
-from tests.broker_process import BrokerProcess  # noqa: E402
+from tests.broker_process import BrokerProcess, stop_on_sigterm  # noqa: E402
 
 PARTITIONS = 6
 
@@ -58,6 +58,7 @@ def _report(label: str, lat: list[float]) -> None:
 
 
 def main() -> int:
+    stop_on_sigterm()
     ap = argparse.ArgumentParser()
     ap.add_argument("--commits", type=int, default=300)
     args = ap.parse_args()

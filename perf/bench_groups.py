@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from appliance.client.connection import BrokerConnection  # noqa: E402
 from appliance.coordinator.consumer_protocol import decode_assignment, encode_assignment  # noqa: E402
 from appliance.errors import ErrorCode  # noqa: E402
-from tests.broker_process import BrokerProcess  # noqa: E402
+from tests.broker_process import BrokerProcess, stop_on_sigterm  # noqa: E402
 from tests.groups.raw import subscription  # noqa: E402
 
 TOPIC, PARTITIONS, MEMBERS = "bench-groups", 6, 3
@@ -194,6 +194,7 @@ def bench_cleaner(size_mb: int, runs: int) -> None:
 
 
 def main() -> int:
+    stop_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--cleaner-mb", type=int, default=200)

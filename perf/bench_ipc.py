@@ -47,7 +47,7 @@ from appliance.client.ipc import IpcTransport  # noqa: E402
 from appliance.client.producer import Producer  # noqa: E402
 from native.batch_build import build_batch_columns, max_batch_size  # noqa: E402
 from perf.workloads.host_memory import add_host_memory_args, host_memory  # noqa: E402
-from tests.broker_process import BrokerProcess  # noqa: E402
+from tests.broker_process import BrokerProcess, stop_on_sigterm  # noqa: E402
 
 VALUE = 100
 IPC_TARGET = 5_000_000
@@ -246,6 +246,7 @@ def run_tcp(port: int, topic: str, records: int, batch: int) -> float:
 
 
 def main() -> int:
+    stop_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=10_000_000)
     ap.add_argument("--runs", type=int, default=3)

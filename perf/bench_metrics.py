@@ -41,7 +41,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.broker_process import BrokerProcess, free_port  # noqa: E402
+from tests.broker_process import BrokerProcess, free_port, stop_on_sigterm  # noqa: E402
 
 TOPIC = "bench-metrics"
 
@@ -188,6 +188,7 @@ def hook_cost_ns(rounds: int = 9, loops: int = 100_000) -> dict[str, list[float]
 
 
 def main() -> None:
+    stop_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=5)

@@ -83,7 +83,7 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from perf.workloads.placement import add_placement_args, describe, placement, placements  # noqa: E402
-from tests.broker_process import BrokerProcess  # noqa: E402
+from tests.broker_process import BrokerProcess, stop_on_sigterm  # noqa: E402
 from tests.cluster.zk import ZooKeeperServer  # noqa: E402
 
 
@@ -356,6 +356,7 @@ def _percentiles(lat: list[float]) -> str:
 
 
 def main() -> int:
+    stop_on_sigterm()
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--value-size", type=int, default=100)

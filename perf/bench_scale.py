@@ -43,7 +43,7 @@ from appliance.protocol.connection import ClientConnection, Response  # noqa: E4
 from appliance.records.batch import build_batch  # noqa: E402
 from tests.broker.procs import wait_gone  # noqa: E402
 from tests.broker.wire import fetch_body, produce_body  # noqa: E402
-from tests.broker_process import BrokerProcess  # noqa: E402
+from tests.broker_process import BrokerProcess, stop_on_sigterm  # noqa: E402
 
 
 def tree_usage(b: BrokerProcess) -> tuple[float, int, int]:
@@ -272,6 +272,7 @@ def log_excerpt(b: BrokerProcess, n: int = 12) -> str:
 
 
 def main() -> int:
+    stop_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--partitions", type=int, default=10_000)
     ap.add_argument("--per-topic", type=int, default=100)

@@ -109,7 +109,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     from spark import session
-    from tests.broker_process import BrokerProcess
+    from tests.broker_process import BrokerProcess, stop_on_sigterm
+    stop_on_sigterm()
 
     work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
     log_dir = str(work / "disk0")

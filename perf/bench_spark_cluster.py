@@ -157,7 +157,8 @@ def _bench(args: argparse.Namespace, work: Path) -> int:
     from perf.spark_null_source import NullSource
     from spark.session import session
     from spark.standalone import StandaloneCluster
-    from tests.broker_process import BrokerProcess
+    from tests.broker_process import BrokerProcess, stop_on_sigterm
+    stop_on_sigterm()
 
     log_dir = str(work / "disk0")
     n = write_topic(log_dir, args.records, args.partitions)

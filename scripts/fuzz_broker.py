@@ -11,7 +11,6 @@ Exit status 1 if a worker died, a segment changed or the client saw an error."""
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import tempfile
 import time
@@ -19,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.broker_process import BrokerProcess  # noqa: E402
+from tests.broker_process import BrokerProcess, stop_on_sigterm  # noqa: E402
 from tests.faults.fuzz_run import (  # noqa: E402
     FuzzReport,
     WellBehavedClient,
@@ -32,14 +31,8 @@ from tests.faults.fuzz_run import (  # noqa: E402
 from tests.faults.procs import wait_workers, worker_pid_map  # noqa: E402
 
 
-def _stop_on_sigterm(signum: int, frame: object) -> None:
-    # a SIGTERM (kill, pkill, a CI timeout) unwinds through main's finally: the broker it
-    # started is stopped instead of being left running as an orphan
-    raise SystemExit(128 + signum)
-
-
 def main() -> int:
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    stop_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--frames", type=int, default=1_000_000)
     ap.add_argument("--seed", type=int, default=1)

@@ -17,7 +17,6 @@ or (--cluster) replicas ended different."""
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import tempfile
 import time
@@ -25,19 +24,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tests.broker_process import stop_on_sigterm  # noqa: E402
 from tests.cluster.kill_campaign import ClusterCampaign  # noqa: E402
 from tests.cluster.zk import ZooKeeperServer  # noqa: E402
 from tests.faults.kill_campaign import Campaign  # noqa: E402
 
 
-def _stop_on_sigterm(signum: int, frame: object) -> None:
-    # a SIGTERM (kill, pkill, a CI timeout) unwinds through main's finally: the broker it
-    # started is stopped instead of being left running as an orphan
-    raise SystemExit(128 + signum)
-
-
 def main() -> int:
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    stop_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kills", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1)
