@@ -103,7 +103,15 @@ class BrokerProcess:
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT,
                                      cwd=self.workdir, start_new_session=True)
-        self.wait_ready(timeout)
+        try:
+            self.wait_ready(timeout)
+        except BaseException:
+            # not ready in time, or interrupted (Ctrl-C, a SIGTERM unwinding): the caller holds
+            # no broker to stop yet, so it is stopped here (a benchmark stopped by `timeout`
+            # while its broker started left that broker running)
+            self.kill()
+            self.release_shm()
+            raise
         return self
 
     def wait_ready(self, timeout: float = 60.0) -> None:
@@ -194,12 +202,9 @@ class BrokerProcess:
 
     def __enter__(self) -> BrokerProcess:
         try:
-            return self.start()
+            return self.start()  # which stops what it started when it fails
         except BaseException:
-            # a failed __enter__ gets no __exit__: nothing else would stop what was started (a
-            # broker not ready in time under load stayed running after its benchmark ended)
-            self.kill()
-            if getattr(self, "_log", None) is not None:
+            if getattr(self, "_log", None) is not None:  # a failed __enter__ gets no __exit__
                 self._log.close()
             raise
 
