@@ -96,13 +96,22 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 60.0) -> BrokerProcess:
+    def command(self) -> list[str]:
+        """The `appliance serve` command line this broker runs."""
         args = [sys.executable, "-m", "appliance.cli.main", "serve"]
         for k, v in self.overrides.items():
             args += ["--override", f"{k}={v}"]
+        return args
+
+    def environment(self) -> dict[str, str] | None:
+        """The broker's environment (None: this process's)."""
+        return None
+
+    def start(self, timeout: float = 60.0) -> BrokerProcess:
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT,
-                                     cwd=self.workdir, start_new_session=True)
+        self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
+                                     cwd=self.workdir, start_new_session=True,
+                                     env=self.environment())
         try:
             self.wait_ready(timeout)
         except BaseException:

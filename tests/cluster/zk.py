@@ -76,7 +76,11 @@ class ZooKeeperServer:
         for _ in range(MAX_STARTS):
             log_start = self._log_size()
             self._launch()
-            self.wait_ready(timeout)
+            try:
+                self.wait_ready(timeout)
+            except BaseException:  # not serving, or interrupted: nobody else holds it to stop
+                self.kill()
+                raise
             if not self._stranded_since(log_start):
                 return self
             self.kill()

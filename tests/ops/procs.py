@@ -33,14 +33,12 @@ class FileBroker(BrokerProcess):
         self.overrides = overrides
         self.env = env
 
-    def start(self, timeout: float = 60.0) -> FileBroker:
+    def command(self) -> list[str]:
         args = [sys.executable, "-m", "appliance.cli.main", "serve", "--config", str(self.config)]
         for k, v in self.overrides.items():
             args += ["--override", f"{k}={v}"]
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT,
-                                     cwd=self.workdir, start_new_session=True,
-                                     env={**os.environ, **(self.env or {})})
-        self.wait_ready(timeout)
-        return self
+        return args
+
+    def environment(self) -> dict[str, str] | None:
+        return {**os.environ, **(self.env or {})}
 
