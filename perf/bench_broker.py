@@ -114,50 +114,36 @@ def _role(proc: psutil.Process, supervisor_pid: int) -> str:
     return "other"
 
 
-def broker_cpu(supervisor_pid: int) -> dict[int, tuple[str, float, float]]:
-    """pid -> (role, user s, sys s) for the supervisor and every descendant."""
+def broker_cpu(supervisor_pid: int) -> dict[int, tuple[str, float, float, int, int]]:
+    """pid -> (role, user s, sys s, voluntary and involuntary context switches) for the
+    supervisor and every descendant."""
     sup = psutil.Process(supervisor_pid)
     out = {}
     for p in [sup, *sup.children(recursive=True)]:
         try:
-            t = p.cpu_times()
-            out[p.pid] = (_role(p, supervisor_pid), t.user, t.system)
+            t, c = p.cpu_times(), p.num_ctx_switches()
+            out[p.pid] = (_role(p, supervisor_pid), t.user, t.system, c.voluntary, c.involuntary)
         except psutil.Error:
             continue
     return out
 
 
 def cpu_delta(before: dict, after: dict) -> dict[str, float]:
-    """CPU seconds per role (and per role '<role>_sys' for the kernel part) between two
-    snapshots; a process born in between counts from 0, one that died is lost."""
+    """CPU seconds per role between two snapshots, and per role '<role>_sys' the kernel part,
+    '<role>_sleeps' and '<role>_preempts' its voluntary and involuntary context switches (a
+    sleep is a wake-up to come); a process born in between counts from 0, one that died is
+    lost."""
     roles: dict[str, float] = collections.defaultdict(float)
-    for pid, (role, user, sys_) in after.items():
-        _, user0, sys0 = before.get(pid, (role, 0.0, 0.0))
-        roles[role] += (user - user0) + (sys_ - sys0)
+    total = 0.0
+    for pid, (role, user, sys_, vol, inv) in after.items():
+        _, user0, sys0, vol0, inv0 = before.get(pid, (role, 0.0, 0.0, 0, 0))
+        cpu = (user - user0) + (sys_ - sys0)
+        roles[role] += cpu
+        total += cpu
         roles[role + "_sys"] += sys_ - sys0
-    roles["total"] = sum(v for k, v in roles.items() if not k.endswith("_sys"))
-    return dict(roles)
-
-
-def broker_switches(supervisor_pid: int) -> dict[int, tuple[str, int]]:
-    """pid -> (role, context switches so far, voluntary and involuntary) for the supervisor and
-    every descendant: each switch is a wake-up or a preemption of that process."""
-    sup = psutil.Process(supervisor_pid)
-    out = {}
-    for p in [sup, *sup.children(recursive=True)]:
-        try:
-            c = p.num_ctx_switches()
-            out[p.pid] = (_role(p, supervisor_pid), c.voluntary + c.involuntary)
-        except psutil.Error:
-            continue
-    return out
-
-
-def switch_delta(before: dict, after: dict) -> dict[str, int]:
-    """Context switches per role between two :func:`broker_switches` snapshots."""
-    roles: dict[str, int] = collections.defaultdict(int)
-    for pid, (role, n) in after.items():
-        roles[role] += n - before.get(pid, (role, 0))[1]
+        roles[role + "_sleeps"] += vol - vol0
+        roles[role + "_preempts"] += inv - inv0
+    roles["total"] = total
     return dict(roles)
 
 

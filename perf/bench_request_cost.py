@@ -17,9 +17,9 @@ and each waited for before the next is sent (no pipelining, no batching):
 
 Measured per client and run: the broker's CPU (user+sys of the supervisor and every worker, psutil
 snapshots before and after, split into network and disk workers) divided by the number of
-requests, the context switches of the network and disk workers per request (psutil; each is a
-wake-up or a preemption: what the CPU per request is mostly made of, perf/README.md), and the
-round-trip time of each request (median, p99). Redis (when redis-server is
+requests, the context switches of the network and disk workers per request (psutil: sleeps,
+each a wake-up to come, and preemptions; what the CPU per request is mostly made of,
+perf/README.md), and the round-trip time of each request (median, p99). Redis (when redis-server is
 installed: `bash perf/setup_peers.sh`) is started privately on a free loopback port with
 persistence off, and one client sends XADD of the same value size, one at a time, no pipelining:
 its round trip and server CPU per request are printed with our ratio to them.
@@ -52,7 +52,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_broker import broker_cpu, broker_switches, cpu_delta, switch_delta  # noqa: E402
+from bench_broker import broker_cpu, cpu_delta  # noqa: E402
 
 import appliance.protocol as proto  # noqa: E402
 from appliance.broker.cpu_affinity import parse_cpu_list  # noqa: E402
@@ -122,7 +122,6 @@ def run_raw(broker: BrokerProcess, topic: str, value: bytes, n: int) -> tuple[li
         sock.sendall(frame)
         _recv_frame(sock, buf)
     rtts = []
-    switches = broker_switches(broker.proc.pid)
     before = broker_cpu(broker.proc.pid)
     for _ in range(n):
         t0 = time.perf_counter()
@@ -130,18 +129,12 @@ def run_raw(broker: BrokerProcess, topic: str, value: bytes, n: int) -> tuple[li
         _recv_frame(sock, buf)
         rtts.append(time.perf_counter() - t0)
     after = broker_cpu(broker.proc.pid)
-    switches = switch_delta(switches, broker_switches(broker.proc.pid))
     sock.close()
     # every request must have appended its record: an error answer would be cheaper than a produce
     hw = high_watermark(broker, topic)
     if hw != n + 200:
         raise RuntimeError(f"{topic}: high watermark {hw}, expected {n + 200}: produce failed")
-    return rtts, _with_switches(cpu_delta(before, after), switches)
-
-
-def _with_switches(cpu: dict, switches: dict) -> dict:
-    """The CPU figures plus each role's context switches ('<role>_switches')."""
-    return {**cpu, **{f"{role}_switches": n for role, n in switches.items()}}
+    return rtts, cpu_delta(before, after)
 
 
 def run_confluent(broker: BrokerProcess, topic: str, value: bytes, n: int) -> tuple[list[float], dict]:
@@ -153,7 +146,6 @@ def run_confluent(broker: BrokerProcess, topic: str, value: bytes, n: int) -> tu
         p.produce(topic, value, partition=0)
         p.flush(10)
     rtts = []
-    switches = broker_switches(broker.proc.pid)
     before = broker_cpu(broker.proc.pid)
     for _ in range(n):
         t0 = time.perf_counter()
@@ -162,8 +154,7 @@ def run_confluent(broker: BrokerProcess, topic: str, value: bytes, n: int) -> tu
             raise RuntimeError("a record was not acknowledged within 10 s")
         rtts.append(time.perf_counter() - t0)
     after = broker_cpu(broker.proc.pid)
-    switches = switch_delta(switches, broker_switches(broker.proc.pid))
-    return rtts, _with_switches(cpu_delta(before, after), switches)
+    return rtts, cpu_delta(before, after)
 
 
 def run_redis(value: bytes, n: int, cpus: set[int] | None = None) -> tuple[list[float], float] | None:
@@ -237,7 +228,8 @@ def _runs(args: argparse.Namespace, overrides: dict[str, str]) -> None:
     runners = {"raw": run_raw, "confluent": run_confluent}
     figures: dict[str, dict[str, list[float]]] = {
         c: {"cpu_us": [], "net_us": [], "net_kernel_us": [], "disk_us": [], "disk_kernel_us": [],
-            "net_switches": [], "disk_switches": [], "rtt_p50_us": [], "rtt_p99_us": []}
+            "net_sleeps": [], "net_preempts": [], "disk_sleeps": [], "disk_preempts": [],
+            "rtt_p50_us": [], "rtt_p99_us": []}
         for c in clients}
     redis_fig: dict[str, list[float]] = {"cpu_us": [], "rtt_p50_us": [], "rtt_p99_us": []}
     start_s: list[float] = []
@@ -259,16 +251,18 @@ def _runs(args: argparse.Namespace, overrides: dict[str, str]) -> None:
                     # of which in the kernel (wake-ups, system calls): the user/kernel split
                     f["net_kernel_us"].append(cpu.get("network_sys", 0.0) / args.requests * 1e6)
                     f["disk_kernel_us"].append(cpu.get("disk_sys", 0.0) / args.requests * 1e6)
-                    # context switches per request: each is a wake-up (or a preemption)
-                    f["net_switches"].append(cpu.get("network_switches", 0) / args.requests)
-                    f["disk_switches"].append(cpu.get("disk_switches", 0) / args.requests)
+                    # context switches per request: a sleep (a wake-up to come) or a preemption
+                    for short, role in (("net", "network"), ("disk", "disk")):
+                        for kind in ("sleeps", "preempts"):
+                            f[f"{short}_{kind}"].append(cpu.get(f"{role}_{kind}", 0) / args.requests)
                     f["rtt_p50_us"].append(statistics.median(rtts) * 1e6)
                     f["rtt_p99_us"].append(percentile(rtts, 0.99) * 1e6)
                     print(f"run {run + 1} {c:9s}: broker CPU {f['cpu_us'][-1]:6.1f} us/request "
                           f"(network {f['net_us'][-1]:5.1f}, kernel {f['net_kernel_us'][-1]:5.1f}; "
                           f"disk {f['disk_us'][-1]:5.1f}, kernel {f['disk_kernel_us'][-1]:5.1f}; "
-                          f"switches per request: network {f['net_switches'][-1]:.2f}, disk "
-                          f"{f['disk_switches'][-1]:.2f}), "
+                          f"sleeps + preemptions per request: network {f['net_sleeps'][-1]:.2f} + "
+                          f"{f['net_preempts'][-1]:.2f}, disk {f['disk_sleeps'][-1]:.2f} + "
+                          f"{f['disk_preempts'][-1]:.2f}), "
                           f"round trip p50 {f['rtt_p50_us'][-1]:6.1f} us, "
                           f"p99 {f['rtt_p99_us'][-1]:7.1f} us", flush=True)
             finally:
@@ -295,7 +289,7 @@ def _runs(args: argparse.Namespace, overrides: dict[str, str]) -> None:
         f = figures[c]
         print(f"{c}:")
         for k in f:
-            print(f"  {k:14s} {summary(f[k], 2 if k.endswith('_switches') else 1)}")
+            print(f"  {k:14s} {summary(f[k], 1 if k.endswith('_us') else 2)}")
         cpu = statistics.median(f["cpu_us"])
         rtt = statistics.median(f["rtt_p50_us"])
         print(f"  target broker CPU <= {TARGET_CPU_US:.0f} us: "

@@ -30,6 +30,13 @@ from tests.cluster.zk import ZooKeeperServer  # noqa: E402
 from tests.faults.kill_campaign import Campaign  # noqa: E402
 
 
+def _print_problems(problems: list[str], shown: int) -> int:
+    """Print the problems after the first ``shown``; returns how many are printed now."""
+    for p in problems[shown:]:
+        print(f"  PROBLEM: {p}", flush=True)
+    return len(problems)
+
+
 def main() -> int:
     stop_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -55,18 +62,15 @@ def main() -> int:
     differing: list[int] = []
     try:
         camp.start()
+        shown = 0  # problems printed so far
         for n in range(args.kills):
-            seen = len(camp.report.problems)
             victim = camp.round()
             rep = camp.report
             print(f"{time.strftime('%H:%M:%S')} round {n + 1}/{args.kills}: killed {victim}, back "
                   f"in {rep.restart_seconds[-1]:.1f} s; {rep.line()}", flush=True)
-            for p in rep.problems[seen:]:
-                print(f"  PROBLEM: {p}", flush=True)
-        seen = len(camp.report.problems)
+            shown = _print_problems(rep.problems, shown)
         camp.check_group_caught_up()
-        for p in camp.report.problems[seen:]:
-            print(f"  PROBLEM: {p}", flush=True)
+        _print_problems(camp.report.problems, shown)
         if isinstance(camp, ClusterCampaign):
             differing = camp.differing_replicas()
             for p in differing:

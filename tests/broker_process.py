@@ -120,6 +120,7 @@ class BrokerProcess:
             # while its broker started left that broker running)
             self.kill()
             self.release_shm()
+            self._log.close()
             raise
         return self
 
@@ -210,12 +211,7 @@ class BrokerProcess:
             unlink_stale(name)
 
     def __enter__(self) -> BrokerProcess:
-        try:
-            return self.start()  # which stops what it started when it fails
-        except BaseException:
-            if getattr(self, "_log", None) is not None:  # a failed __enter__ gets no __exit__
-                self._log.close()
-            raise
+        return self.start()  # a failed start stops what it started: no __exit__ follows it
 
     def __exit__(self, *exc: object) -> None:
         try:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -162,7 +162,7 @@ def replay_producer_state(producers: ProducerStateManager, path: str,
         _replay(producers, _segment_producer_batches(seg, start, last) if rows is None else rows, start)
 
 
-def recover_producers(producers: ProducerStateManager, segments: tuple[LogSegment, ...] | list[LogSegment],
+def recover_producers(producers: ProducerStateManager, segments: Sequence[LogSegment],
                       pids: set[int], log_start_offset: int) -> None:
     """After a truncation cut every batch the state retained of ``pids``
     (:meth:`ProducerStateManager.truncate_after`): their state from their last batches left in

@@ -374,8 +374,9 @@ class Campaign:
         moved loses nothing acknowledged, yet its application is stuck)."""
         deadline = time.monotonic() + timeout
         while True:
-            behind = {p: (self.group.positions.get(p, 0), end)
-                      for p, end in enumerate(self.verified) if self.group.positions.get(p, 0) < end}
+            read = self.group.positions
+            behind = {p: (read.get(p, 0), end) for p, end in enumerate(self.verified)
+                      if read.get(p, 0) < end}
             if not behind or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
