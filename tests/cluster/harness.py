@@ -21,7 +21,7 @@ from appliance.protocol.messages.cluster import INTER_BROKER_APIS
 from tests.broker_process import BrokerProcess
 
 __all__ = ["RecordingChannel", "FakeBroker", "wait_for", "force_isr", "cluster_metadata", "brokers_known",
-           "start_brokers", "kill_brokers", "wait_joined", "cluster_broker", "log_bytes"]
+           "settled_controller", "start_brokers", "kill_brokers", "wait_joined", "cluster_broker", "log_bytes"]
 
 
 def wait_for(pred, timeout: float = 30.0, what: str = "the condition", step: float = 0.05):
@@ -35,6 +35,23 @@ def wait_for(pred, timeout: float = 30.0, what: str = "the condition", step: flo
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(step)
+
+
+def settled_controller(fake_brokers: Iterable[FakeBroker], timeout: float = 30.0) -> FakeBroker:
+    """The one active controller among ``fake_brokers``, once it has taken in all their
+    registrations. Being active is not enough: a controller elected while the others were still
+    registering loads the live brokers first and learns of the rest in later events, and a topic
+    created in between gets an ISR of the live replicas alone (as in Kafka), which no fake
+    broker ever grows back."""
+    bs = list(fake_brokers)
+    ids = {b.broker_id for b in bs}
+
+    def settled() -> FakeBroker | None:
+        active = [b for b in bs if b.active]
+        if len(active) == 1 and ids <= set(active[0].channel.brokers):
+            return active[0]
+        return None
+    return wait_for(settled, timeout, f"a controller that knows brokers {sorted(ids)}")
 
 
 def cluster_metadata(boot: str):

@@ -16,7 +16,7 @@ from appliance.cluster.zk_paths import LeaderIsr, TopicPartition
 from appliance.cluster.zk_session import ZkSettings, open_session
 from appliance.cluster.zk_store import ControllerMoved, TopicCollision, TopicExists, ZkStore
 from appliance.errors import ErrorCode
-from tests.cluster.harness import FakeBroker, force_isr, wait_for
+from tests.cluster.harness import FakeBroker, force_isr, settled_controller, wait_for
 from tests.cluster.zk import expire_session
 
 SESSION_MS = 10000  # long enough that a heavily loaded machine never expires a session by accident
@@ -52,7 +52,7 @@ def wait_states(admin, topic, n, pred=lambda s: True, timeout=30):
 
 def test_one_controller_elected_epoch_one(brokers, admin):
     bs = brokers(0, 1, 2)
-    ctrl = wait_for(lambda: active_of(bs))
+    ctrl = settled_controller(bs)
     assert admin.controller_id() == ctrl.broker_id
     assert admin.controller_epoch()[0] == 1
     for b in bs:
@@ -65,7 +65,7 @@ def test_one_controller_elected_epoch_one(brokers, admin):
 
 def test_failover_when_controller_session_expires_and_stale_epoch_fenced(zk_server, brokers, admin):
     bs = brokers(0, 1, 2)
-    old = wait_for(lambda: active_of(bs))
+    old = settled_controller(bs)
     old_epoch, old_zkv = admin.controller_epoch()
     fence = ControllerEpochFence()
     assert fence.admit(old.broker_id, old_epoch) == ErrorCode.NONE
@@ -115,7 +115,7 @@ def test_a_version_conflict_is_not_a_new_controller(admin):
 
 def test_topic_creation_spreads_leaders_and_sends_leader_and_isr(brokers, admin):
     bs = brokers(0, 1, 2)
-    ctrl = wait_for(lambda: active_of(bs))
+    ctrl = settled_controller(bs)
     assignment = assign_replicas([0, 1, 2], 6, 3)
     admin.create_topic("orders", assignment, {"min.insync.replicas": "2"})
     got = wait_states(admin, "orders", 6)
@@ -134,7 +134,7 @@ def test_topic_creation_spreads_leaders_and_sends_leader_and_isr(brokers, admin)
 
 def test_broker_death_elects_from_isr_and_bumps_leader_epoch(brokers, admin):
     bs = brokers(0, 1, 2)
-    ctrl = wait_for(lambda: active_of(bs))
+    ctrl = settled_controller(bs)
     victim = next(b for b in bs if b is not ctrl)
     admin.create_topic("t", assign_replicas([0, 1, 2], 6, 3))
     before = wait_states(admin, "t", 6)
@@ -155,7 +155,7 @@ def test_broker_death_elects_from_isr_and_bumps_leader_epoch(brokers, admin):
 
 def test_unclean_election_off_keeps_partition_offline_until_asked(brokers, admin):
     bs = brokers(0, 1)
-    ctrl = wait_for(lambda: active_of(bs))
+    ctrl = settled_controller(bs)
     other = next(b for b in bs if b is not ctrl)
     tp = TopicPartition("u", 0)
     admin.create_topic("u", {0: (other.broker_id, ctrl.broker_id)})
@@ -182,7 +182,7 @@ def test_unclean_election_off_keeps_partition_offline_until_asked(brokers, admin
 
 def test_unclean_election_on_by_topic_config(brokers, admin):
     bs = brokers(0, 1)
-    ctrl = wait_for(lambda: active_of(bs))
+    ctrl = settled_controller(bs)
     other = next(b for b in bs if b is not ctrl)
     tp = TopicPartition("w", 0)
     admin.create_topic("w", {0: (other.broker_id, ctrl.broker_id)}, {"unclean.leader.election.enable": "true"})
@@ -195,7 +195,7 @@ def test_unclean_election_on_by_topic_config(brokers, admin):
 
 def test_controlled_shutdown_moves_leadership_off_the_broker(brokers, admin):
     bs = brokers(0, 1, 2)
-    ctrl = wait_for(lambda: active_of(bs))
+    ctrl = settled_controller(bs)
     leaving = next(b for b in bs if b is not ctrl).broker_id
     admin.create_topic("c", assign_replicas([0, 1, 2], 6, 3))
     wait_states(admin, "c", 6)
@@ -212,7 +212,7 @@ def test_controlled_shutdown_moves_leadership_off_the_broker(brokers, admin):
 
 def test_reassignment_rf1_to_rf3_waits_for_catch_up(brokers, admin):
     bs = brokers(0, 1, 2)
-    ctrl = wait_for(lambda: active_of(bs))
+    ctrl = settled_controller(bs)
     tp = TopicPartition("r", 0)
     admin.create_topic("r", {0: (0,)})
     s0 = wait_for(lambda: admin.partition_state(tp))
@@ -239,7 +239,7 @@ def test_reassignment_rf1_to_rf3_waits_for_catch_up(brokers, admin):
 
 def test_reassignment_moves_leadership_and_drops_old_replicas(brokers, admin):
     bs = brokers(0, 1, 2)
-    ctrl = wait_for(lambda: active_of(bs))
+    ctrl = settled_controller(bs)
     tp = TopicPartition("m", 0)
     admin.create_topic("m", {0: (0, 1)})
     wait_for(lambda: admin.partition_state(tp))
@@ -256,7 +256,7 @@ def test_reassignment_moves_leadership_and_drops_old_replicas(brokers, admin):
 
 def test_reassignment_to_unknown_broker_or_partition_is_refused(brokers, admin):
     bs = brokers(0, 1)
-    wait_for(lambda: active_of(bs))
+    settled_controller(bs)
     admin.create_topic("x", {0: (0, 1)})
     s = wait_for(lambda: admin.partition_state(TopicPartition("x", 0)))
     admin.request_reassignment({TopicPartition("x", 0): (0, 7), TopicPartition("x", 5): (0, 1)})
@@ -267,7 +267,7 @@ def test_reassignment_to_unknown_broker_or_partition_is_refused(brokers, admin):
 
 def test_preferred_replica_election_after_leader_returns(zk_server, brokers, admin):
     bs = brokers(0, 1, 2)
-    ctrl = wait_for(lambda: active_of(bs))
+    ctrl = settled_controller(bs)
     pref = next(b for b in bs if b is not ctrl)
     tp = TopicPartition("p", 0)
     follower = next(b.broker_id for b in bs if b is not pref and b is not ctrl)
@@ -284,7 +284,7 @@ def test_preferred_replica_election_after_leader_returns(zk_server, brokers, adm
 
 def test_topic_deletion_stops_and_deletes_replicas(brokers, admin):
     bs = brokers(0, 1)
-    ctrl = wait_for(lambda: active_of(bs))
+    ctrl = settled_controller(bs)
     admin.create_topic("gone", {0: (0, 1), 1: (1, 0)})
     wait_states(admin, "gone", 2)
     admin.request_topic_deletion("gone")
@@ -302,7 +302,7 @@ def test_topic_deletion_stops_and_deletes_replicas(brokers, admin):
 
 def test_new_controller_takes_over_existing_state(brokers, admin):
     bs = brokers(0, 1, 2)
-    ctrl = wait_for(lambda: active_of(bs))
+    ctrl = settled_controller(bs)
     admin.create_topic("k", assign_replicas([0, 1, 2], 3, 3))
     before = wait_states(admin, "k", 3)
     ctrl.crash()
@@ -330,7 +330,7 @@ def test_topic_creation_refuses_existing_and_colliding_names(admin):
 
 def test_partition_waits_for_its_only_replica_to_register(zk_connect, brokers, admin):
     bs = brokers(0)
-    wait_for(lambda: active_of(bs))
+    settled_controller(bs)
     tp = TopicPartition("later", 0)
     admin.create_topic("later", {0: (5,)})
     bs[0].controller.wait_idle()
@@ -342,7 +342,7 @@ def test_partition_waits_for_its_only_replica_to_register(zk_connect, brokers, a
 
 def test_deletion_waits_for_a_dead_replica_and_finishes_when_it_returns(zk_connect, brokers, admin):
     bs = brokers(0, 1)
-    ctrl = wait_for(lambda: active_of(bs))
+    ctrl = settled_controller(bs)
     other = next(b for b in bs if b is not ctrl)
     admin.create_topic("d", {0: (0, 1)})
     wait_for(lambda: admin.partition_state(TopicPartition("d", 0)))
@@ -358,7 +358,7 @@ def test_deletion_waits_for_a_dead_replica_and_finishes_when_it_returns(zk_conne
 
 def test_controlled_shutdown_and_elect_leaders_on_a_non_controller(brokers):
     bs = brokers(0, 1)
-    ctrl = wait_for(lambda: active_of(bs))
+    ctrl = settled_controller(bs)
     other = next(b for b in bs if b is not ctrl)
     on_other, on_ctrl = [], []
     other.controller.put(ControlledShutdown(ctrl.broker_id, on_other.append))
@@ -371,7 +371,7 @@ def test_controlled_shutdown_and_elect_leaders_on_a_non_controller(brokers):
 
 def test_auto_leader_rebalance_moves_leadership_back(zk_server, brokers, admin):
     bs = brokers(0, 1, auto_leader_rebalance=True, imbalance_check_interval_s=0.5)
-    ctrl = wait_for(lambda: active_of(bs))
+    ctrl = settled_controller(bs)
     pref = next(b for b in bs if b is not ctrl)
     tp = TopicPartition("bal", 0)
     admin.create_topic("bal", {0: (pref.broker_id, ctrl.broker_id)})
@@ -385,7 +385,7 @@ def test_auto_leader_rebalance_moves_leadership_back(zk_server, brokers, admin):
 
 def test_failed_preferred_election_leaves_the_partition_online(brokers, admin):
     bs = brokers(0, 1)
-    ctrl = wait_for(lambda: active_of(bs))
+    ctrl = settled_controller(bs)
     other = next(b for b in bs if b is not ctrl)
     tp = TopicPartition("f", 0)
     admin.create_topic("f", {0: (other.broker_id, ctrl.broker_id)})

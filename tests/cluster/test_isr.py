@@ -15,7 +15,7 @@ from appliance.cluster.request_batch import UPDATE_METADATA
 from appliance.cluster.zk_paths import TopicPartition
 from appliance.cluster.zk_session import ZkSettings, open_session
 from appliance.cluster.zk_store import ZkStore
-from tests.cluster.harness import FakeBroker, wait_for
+from tests.cluster.harness import FakeBroker, settled_controller, wait_for
 from tests.cluster.test_leadership import replay
 
 
@@ -59,7 +59,7 @@ def test_leader_isr_change_reaches_every_broker(zk_connect):
     client = open_session(ZkSettings(zk_connect, 30000, 30000))
     try:
         admin = ZkStore(client)
-        ctrl = wait_for(lambda: next((b for b in bs if b.active), None))
+        ctrl = settled_controller(bs)
         admin.create_topic("i", assign_replicas([0, 1, 2], 1, 3, start_index=0))  # replicas (0, 1, 2)
         tp = TopicPartition("i", 0)
         wait_for(lambda: admin.partition_state(tp))

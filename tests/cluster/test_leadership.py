@@ -12,7 +12,7 @@ from appliance.cluster.zk_session import ZkSettings, open_session
 from appliance.cluster.zk_store import ZkStore
 from appliance.errors import ErrorCode
 from appliance.protocol.messages.cluster import LeaderAndIsr, StopReplica, UpdateMetadata
-from tests.cluster.harness import FakeBroker, wait_for
+from tests.cluster.harness import FakeBroker, settled_controller, wait_for
 
 TP = TopicPartition("t", 0)
 
@@ -109,7 +109,7 @@ def replay(table, channel, broker_id):
 
 def test_brokers_following_the_real_controller_agree_with_zookeeper(trio):
     bs, admin = trio
-    ctrl = wait_for(lambda: next((b for b in bs if b.active), None))
+    ctrl = settled_controller(bs)
     victim = next(b for b in bs if b is not ctrl)
     admin.create_topic("r", assign_replicas([0, 1, 2], 6, 3))
     wait_for(lambda: len(admin.partition_states([TopicPartition("r", p) for p in range(6)])) == 6)

@@ -26,7 +26,7 @@ from appliance.cluster.zk_paths import TopicPartition
 from appliance.cluster.zk_session import ZkSettings, open_session
 from appliance.cluster.zk_store import ZkStore
 from appliance.errors import ErrorCode
-from tests.cluster.harness import FakeBroker, force_isr, wait_for
+from tests.cluster.harness import FakeBroker, force_isr, settled_controller, wait_for
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def three(zk_connect):
     bs = [FakeBroker(zk_connect, i, 10000).start() for i in (0, 1, 2)]
     client = open_session(ZkSettings(zk_connect, 30000, 30000))
     store = ZkStore(client)
-    wait_for(lambda: store.controller_id() != -1)
+    settled_controller(bs)
     yield bs, store
     client.stop()
     client.close()
@@ -123,7 +123,7 @@ def test_reordered_replicas_move_leadership_to_the_new_first(three):
 # -- AlterPartitionReassignments / ListPartitionReassignments as the controller runs them --------
 
 def _controller(bs):
-    return wait_for(lambda: next((b.controller for b in bs if b.active), None), what="an active controller")
+    return settled_controller(bs).controller
 
 
 def _ask(bs, make):

@@ -7,7 +7,7 @@ import time
 from appliance.cluster.zk_paths import TopicPartition
 from appliance.cluster.zk_session import ZkSettings, open_session
 from appliance.cluster.zk_store import ZkStore
-from tests.cluster.harness import FakeBroker, wait_for
+from tests.cluster.harness import FakeBroker, settled_controller, wait_for
 
 SESSION_MS = 60000  # the server maximum: outlives the outage plus a slow JVM start on a loaded machine
 OUTAGE_S = 2
@@ -19,7 +19,7 @@ def test_zookeeper_restart_within_session_timeout_changes_nothing(private_zk):
     admin_client = open_session(ZkSettings(connect, SESSION_MS))
     admin = ZkStore(admin_client)
     try:
-        ctrl = wait_for(lambda: next((b for b in bs if b.active), None))
+        ctrl = settled_controller(bs)
         epoch = admin.controller_epoch()[0]
         owners = {b.broker_id: b.client.client_id[0] for b in bs}
 
