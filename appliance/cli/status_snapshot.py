@@ -126,7 +126,8 @@ class StatusReader:
             workers.append({
                 "slot": i, "kind": _KINDS.get(kind, str(kind)), "index": index, "pid": pid,
                 "state": _WORKER_STATES.get(state, str(state)), "incarnation": incarnation,
-                "heartbeat_age_s": round(now - beat, 3) if beat > 0 else None,
+                # a beat written after ``now`` was read is fresh, not from the future
+                "heartbeat_age_s": round(max(0.0, now - beat), 3) if beat > 0 else None,
                 **_proc_stats(self._proc(pid) if pid else None),
             })
         parts = list(t.slots())

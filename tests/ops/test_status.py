@@ -181,6 +181,38 @@ def test_status_other_layout_version(tmp_path):
     assert f"version {LAYOUT_VERSION + 7}" in lines[0] and f"version {LAYOUT_VERSION}" in lines[0]
 
 
+def test_a_heartbeat_newer_than_the_readers_clock_is_age_zero():
+    """A worker may beat between the reader's clock read and its read of the slot (CI once saw
+    an age of -0.001 s): such a beat is fresh, age 0, never negative. The slots are written
+    through the declared layout, one beat a second ahead of the clock and one a second behind."""
+    from appliance.cli.status_snapshot import StatusReader, table_name_for
+    from appliance.config import BrokerConfig
+    from appliance.shm.layout import WORKER_SLOT, WorkerState
+    from appliance.shm.partition_table import PartitionTable
+
+    port = free_port()
+    config = BrokerConfig.load(overrides={"listeners": f"PLAINTEXT://127.0.0.1:{port}",
+                                          "num.network.threads": "1"}, warn=False)
+    name = table_name_for(config)
+    table = PartitionTable.create(name, 16, 0, 1, port)  # this process stands for the supervisor
+    try:
+        with open(f"/dev/shm{name}", "r+b") as f:
+            for i, (kind, ahead) in enumerate(((0, 1.0), (1, -1.0))):
+                f.seek(TABLE_HEADER.size + i * WORKER_SLOT.size)
+                f.write(WORKER_SLOT.struct.pack(os.getpid(), time.monotonic() + ahead, WorkerState.READY, kind, 1))
+        reader = StatusReader(config)
+        try:
+            workers = reader.sample(groups=False)["workers"]
+        finally:
+            reader.close()
+    finally:
+        table.close()
+        table.unlink()
+    assert [(w["kind"], w["state"]) for w in workers] == [("disk", "ready"), ("network", "ready")]
+    ages = [w["heartbeat_age_s"] for w in workers]
+    assert ages[0] == 0.0 and 0.9 < ages[1] < 30, ages
+
+
 def _tmux(sock: str, *args: str) -> str:
     return subprocess.run(["tmux", "-L", sock, *args], capture_output=True, text=True, check=True,
                           timeout=30).stdout
