@@ -36,11 +36,6 @@ def brokers(zk_connect):
         b.stop()
 
 
-def active_of(bs):
-    act = [b for b in bs if b.active]
-    return act[0] if len(act) == 1 else None
-
-
 def states(admin, topic, n):
     return admin.partition_states([TopicPartition(topic, p) for p in range(n)])
 
@@ -72,7 +67,7 @@ def test_failover_when_controller_session_expires_and_stale_epoch_fenced(zk_serv
 
     expire_session(old.client, zk_server.connect)
     # a new controller within the session timeout (plus slack for a loaded machine)
-    new = wait_for(lambda: (a := active_of([b for b in bs if b is not old])) and a, timeout=SESSION_MS / 1000 + 20)
+    new = settled_controller([b for b in bs if b is not old], timeout=SESSION_MS / 1000 + 20)
     assert new is not old
     assert wait_for(lambda: admin.controller_epoch()[0] == old_epoch + 1)
     assert wait_for(lambda: not old.active)
@@ -307,7 +302,7 @@ def test_new_controller_takes_over_existing_state(brokers, admin):
     before = wait_states(admin, "k", 3)
     ctrl.crash()
     rest = [b for b in bs if b is not ctrl]
-    new = wait_for(lambda: active_of(rest), timeout=SESSION_MS / 1000 + 20)
+    new = settled_controller(rest, timeout=SESSION_MS / 1000 + 20)
     after = wait_states(admin, "k", 3, lambda s: s.leader != ctrl.broker_id and ctrl.broker_id not in s.isr)
     for tp, s in after.items():
         if before[tp].leader != ctrl.broker_id:

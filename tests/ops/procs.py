@@ -34,10 +34,7 @@ class FileBroker(BrokerProcess):
         self.env = env
 
     def command(self) -> list[str]:
-        args = [sys.executable, "-m", "appliance.cli.main", "serve", "--config", str(self.config)]
-        for k, v in self.overrides.items():
-            args += ["--override", f"{k}={v}"]
-        return args
+        return [*super().command(), "--config", str(self.config)]
 
     def environment(self) -> dict[str, str] | None:
         return {**os.environ, **(self.env or {})}
