@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 from typing import Any
 
+from appliance.broker.cluster_view import ClusterView
 from appliance.broker.disk_client import DiskClient
 from appliance.broker.readers import Readers
 from appliance.broker.wakeups import Wakeups
@@ -27,6 +28,9 @@ class BrokerContext:
         self.table = table
         self.disks = disks
         self.index = PartitionIndex(table)
+        # what exists in the cluster (cluster mode: the shared metadata cache, set by the
+        # network worker when it joins; standalone: the partition table)
+        self.view = ClusterView(self.index)
         self.readers = Readers(log_dirs)
         self.wakeups = Wakeups(disks)
         self.log_dirs = log_dirs

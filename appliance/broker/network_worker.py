@@ -599,13 +599,16 @@ class NetworkWorker:
 def _join_cluster(ctx: BrokerContext, plumbing: Plumbing) -> None:
     """Cluster mode: route through the leadership area and the cluster worker."""
     from appliance.broker.cluster_link import ClusterLink
+    from appliance.broker.cluster_view import ClusterView
     from appliance.broker.handlers.inter_broker import cluster_handlers
     from appliance.cluster.replication_throttle import LeaderQuota
     from appliance.protocol.messages.cluster import INTER_BROKER_APIS
-    from appliance.shm.layout import cluster_address, leaders_name
+    from appliance.shm.layout import cluster_address, leaders_name, metadata_name
     from appliance.shm.leadership_area import LeadershipArea
+    from appliance.shm.metadata_cache import MetadataCache
 
     ctx.leaders = LeadershipArea.attach(leaders_name(plumbing.base))
+    ctx.view = ClusterView(ctx.index, MetadataCache.attach(metadata_name(plumbing.base)))
     ctx.leader_quota = LeaderQuota(ctx.leaders, plumbing.num_net)
     ctx.cluster_link = ClusterLink(cluster_address(plumbing.base))
     ctx.extra_apis = dict(INTER_BROKER_APIS)

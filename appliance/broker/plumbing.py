@@ -16,8 +16,9 @@ import posix_ipc
 
 from appliance.shm.connection_counts import ConnectionCounts
 from appliance.shm.ipc_directory import IpcDirectory
-from appliance.shm.layout import conns_name, leaders_name
+from appliance.shm.layout import conns_name, leaders_name, metadata_name
 from appliance.shm.leadership_area import LeadershipArea
+from appliance.shm.metadata_cache import MetadataCache
 from appliance.shm.partition_table import PartitionTable
 from appliance.shm.ring import Channel
 
@@ -59,7 +60,7 @@ def unlink_stale(base: str) -> list[str]:
     with contextlib.suppress(FileNotFoundError):
         for name in os.listdir("/dev/shm"):
             if name in (f"{base}-table", f"{base}-metrics", f"{base}-leaders",
-                        f"{base}-conns") or name.startswith(
+                        f"{base}-metadata", f"{base}-conns") or name.startswith(
                     (f"{base}-ring-", f"{base}-ipc-")):
                 with contextlib.suppress(posix_ipc.ExistentialError):
                     posix_ipc.unlink_shared_memory("/" + name)
@@ -98,6 +99,7 @@ class Plumbing:
         p = cls(base, num_disks, num_net, table.name, cluster=cluster)
         if cluster:
             LeadershipArea.create(leaders_name(base), max_partitions).close()
+            MetadataCache.create(metadata_name(base)).close()
         p.disk_bells = [os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) for _ in range(num_disks)]
         p.net_bells = [os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) for _ in range(p.num_ring_clients)]
         for n in range(p.num_ring_clients):

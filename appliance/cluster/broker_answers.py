@@ -20,6 +20,7 @@ from appliance.cluster.assignment import (
 )
 from appliance.cluster.leadership import LeadershipTable
 from appliance.cluster.topic_ids import TopicIds
+from appliance.cluster.zk_paths import TopicAssignment
 from appliance.cluster.zk_store import TopicCollision, TopicExists, ZkStore
 from appliance.config import ConfigError, TopicConfig, validate_topic_name
 from appliance.coordinator.batched_lookup import FIRST_BATCHED_VERSION, batched_coordinators
@@ -28,7 +29,7 @@ from appliance.errors import ErrorCode, KafkaError
 
 FIRST_TOPIC_ID_METADATA = 10  # Metadata answers topic ids (KIP-516)
 
-__all__ = ["metadata_body", "create_topics_body", "coordinator_body", "describe_cluster_body"]
+__all__ = ["metadata_body", "create_topics_body", "create_partitions_body", "coordinator_body", "describe_cluster_body"]
 
 CLUSTER_ID = "appliance-cluster"
 
@@ -182,6 +183,123 @@ async def create_topic(table: LeadershipTable, store: ZkStore, config: Any, name
     return 0, None
 
 
+async def _wait_for_leaders(table: LeadershipTable, wanted: set[tuple[str, int]], timeout_ms: int) -> None:
+    """Until every one of ``wanted`` (topic, partition) has a leader in this broker's metadata
+    (the controller's UpdateMetadata), bounded by the request's timeout: a client that produces
+    right after the answer finds them."""
+    deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+    while wanted and time.monotonic() < deadline:
+        topics = _by_topic(table)
+        if all(p in topics.get(t, {}) and topics[t][p].leader >= 0 for t, p in wanted):
+            return
+        await asyncio.sleep(0.05)
+
+
+def _new_partitions(live: list[int], current: TopicAssignment, count: int,
+                    assignments: Any) -> dict[int, tuple[int, ...]]:
+    """The replicas of partitions len(current)..count-1 (Kafka's AdminZkClient.addPartitions):
+    the request's assignment, checked, or AdminUtils' placement continued from partition 0's
+    preferred replica, with the topic's replication factor.
+
+    Raises:
+        _Refused: Kafka's INVALID_PARTITIONS / INVALID_REPLICA_ASSIGNMENT with its message.
+    """
+    have = len(current.partitions)
+    if count < have:
+        raise _Refused(ErrorCode.INVALID_PARTITIONS,
+                       f"Topic currently has {have} partitions, which is higher than the requested {count}.")
+    if count == have:
+        raise _Refused(ErrorCode.INVALID_PARTITIONS, f"Topic already has {have} partitions.")
+    rf = len(current.partitions.get(0, next(iter(current.partitions.values()), ())))
+    adding = count - have
+    if assignments is None:
+        ids = sorted(live)
+        first = current.partitions.get(0, (None,))[0]
+        start = ids.index(first) if first in ids else None
+        try:
+            return assign_replicas(ids, adding, rf, start_index=start, start_partition=have)
+        except (InvalidReplicationFactor, InvalidPartitions) as e:
+            raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT, str(e)) from e
+    if len(assignments) != adding:
+        raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                       f"Increasing the number of partitions by {adding} but {len(assignments)} "
+                       f"assignments provided.")
+    plan = {have + i: tuple(a.broker_ids or ()) for i, a in enumerate(assignments)}
+    for p, ids in plan.items():
+        if not ids:
+            raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                           f"Replica assignment for partition {p} names no broker.")
+        if len(set(ids)) != len(ids):
+            raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                           f"Duplicate brokers not allowed in replica assignment: "
+                           f"{', '.join(map(str, ids))} for partition id {p}.")
+    unknown = sorted({b for ids in plan.values() for b in ids} - set(live))
+    if unknown:
+        raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                       f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))}.")
+    odd = {p: len(ids) for p, ids in plan.items() if len(ids) != rf}
+    if odd:
+        raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                       f"Inconsistent replication factor between partitions, partition 0 has {rf} "
+                       f"while partitions {sorted(odd)} have replication factors "
+                       f"{[odd[p] for p in sorted(odd)]}, respectively.")
+    return plan
+
+
+class _Refused(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = int(code)
+        self.message = message
+
+
+async def create_partitions_body(table: LeadershipTable, store: ZkStore, config: Any, request: Any) -> dict:
+    """CreatePartitions in cluster mode, Kafka's ZooKeeper way: grow the topic znode (checked
+    against the cluster, conditional on its zkVersion); the controller's watch creates and
+    elects the new partitions, and the answer waits for their leaders as CreateTopics does."""
+    loop = asyncio.get_running_loop()
+    names = [t.name for t in request.topics]
+    deleting = set(await loop.run_in_executor(None, store.topics_to_delete))
+    live = await loop.run_in_executor(None, store.broker_ids)
+    results: list[dict] = []
+    grown: set[tuple[str, int]] = set()
+    for t in request.topics:
+        try:
+            if names.count(t.name) > 1:
+                raise _Refused(ErrorCode.INVALID_REQUEST, "Duplicate topic in request.")
+            if t.name in deleting:
+                raise _Refused(ErrorCode.INVALID_TOPIC_EXCEPTION, "The topic is queued for deletion.")
+            # bound the work before doing it (a fuzzed count of 2**31)
+            room = int(config["appliance.max.partitions"]) * max(len(live), 1)
+            if t.count > room:
+                raise _Refused(ErrorCode.INVALID_PARTITIONS,
+                               f"{t.count} partitions exceed the partition tables of the {len(live)} "
+                               f"live brokers ({room} slots, appliance.max.partitions)")
+            for _ in range(5):  # the znode changed under us (a reassignment): decide again
+                read = await loop.run_in_executor(None, store.assignment_with_version, t.name)
+                if read is None:
+                    raise _Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                   f"The topic '{t.name}' does not exist.")
+                current, version = read
+                if current.adding or current.removing:
+                    raise _Refused(ErrorCode.REASSIGNMENT_IN_PROGRESS,
+                                   f"A partition reassignment of topic '{t.name}' is in progress.")
+                added = _new_partitions(live, current, t.count, t.assignments)
+                if request.validate_only:
+                    break
+                if await loop.run_in_executor(None, store.add_partitions, t.name, current, version, added):
+                    grown |= {(t.name, p) for p in added}
+                    break
+            else:
+                raise _Refused(ErrorCode.REQUEST_TIMED_OUT,
+                               "the topic kept changing; try again")
+            results.append({"name": t.name, "error_code": 0, "error_message": None})
+        except _Refused as e:
+            results.append({"name": t.name, "error_code": e.code, "error_message": e.message})
+    await _wait_for_leaders(table, grown, request.timeout_ms)
+    return {"throttle_time_ms": 0, "results": results}
+
+
 async def create_topics_body(table: LeadershipTable, store: ZkStore, config: Any, request: Any) -> dict:
     results = []
     for t in request.topics:
@@ -190,15 +308,13 @@ async def create_topics_body(table: LeadershipTable, store: ZkStore, config: Any
             {c.name: c.value for c in t.configs if c.value is not None}, t.assignments,
             request.validate_only)
         results.append({"name": t.name, "error_code": code, "error_message": msg})
-    # answer once the controller has elected leaders (bounded by the request's timeout), so a
-    # client that produces right after CreateTopics finds them
-    deadline = time.monotonic() + max(request.timeout_ms, 0) / 1000
     created = {r["name"] for r in results if r["error_code"] == 0 and not request.validate_only}
-    while created and time.monotonic() < deadline:
-        topics = _by_topic(table)
-        if all(n in topics and all(s.leader >= 0 for s in topics[n].values()) for n in created):
-            break
-        await asyncio.sleep(0.05)
+    wanted: set[tuple[str, int]] = set()
+    if created:
+        plans = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: {n: store.assignment(n) for n in created})
+        wanted = {(n, p) for n, a in plans.items() if a is not None for p in a.partitions}
+    await _wait_for_leaders(table, wanted, request.timeout_ms)
     return {"throttle_time_ms": 0, "topics": results}
 
 

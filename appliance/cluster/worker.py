@@ -37,6 +37,7 @@ from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.broker.plumbing import Plumbing
 from appliance.cluster.broker_answers import (
     coordinator_body,
+    create_partitions_body,
     create_topics_body,
     delete_topics_body,
     describe_cluster_body,
@@ -61,6 +62,7 @@ from appliance.cluster.zk_session import ZooKeeperUnreachable, open_session
 from appliance.cluster.zk_store import ZkStore
 from appliance.config import BrokerConfig
 from appliance.protocol.messages import (
+    CreatePartitions,
     CreateTopics,
     DeleteTopics,
     DescribeCluster,
@@ -79,8 +81,9 @@ from appliance.protocol.messages.reassignments import (
     AlterPartitionReassignments,
     ListPartitionReassignments,
 )
-from appliance.shm.layout import WorkerState, cluster_address, leaders_name
+from appliance.shm.layout import WorkerState, cluster_address, leaders_name, metadata_name
 from appliance.shm.leadership_area import LeadershipArea
+from appliance.shm.metadata_cache import MetadataCache, from_states
 from appliance.shm.partition_table import PartitionTable
 
 __all__ = ["ClusterWorker"]
@@ -91,6 +94,7 @@ _PREVIOUS_SESSION_MAX_S = 40.0  # ZooKeeper's default maxSessionTimeout (20 tick
 _THROTTLE_PUBLISH_S = 0.5  # a throttle set or removed reaches the leaders' fetch answers this late
 
 _APIS = {**INTER_BROKER_APIS, Metadata.API_KEY: Metadata, CreateTopics.API_KEY: CreateTopics,
+         CreatePartitions.API_KEY: CreatePartitions,
          DeleteTopics.API_KEY: DeleteTopics,
          FindCoordinator.API_KEY: FindCoordinator, DescribeCluster.API_KEY: DescribeCluster}
 
@@ -116,6 +120,7 @@ class ClusterWorker:
         p = self.plumbing
         table = PartitionTable.attach(p.table_name)
         area = LeadershipArea.attach(leaders_name(p.base))
+        self.metadata = MetadataCache.attach(metadata_name(p.base))
         disks = DiskClient(p.cluster_index, p, table)
         self.ctx = ctx = BrokerContext(p.cluster_index, self.config, table, disks, self.log_dirs)
         loop.add_reader(p.net_bells[p.cluster_index], ctx.wakeups.on_doorbell)
@@ -284,6 +289,11 @@ class ClusterWorker:
                 await self.replicas.stop(changes)
         elif api_key == UpdateMetadata.API_KEY:
             resp = lt.apply_update_metadata(req)
+            if not resp["error_code"]:
+                # before the answer: the controller's next step may count on every worker here
+                # knowing what it just said
+                self.metadata.publish(from_states(
+                    (tp.topic, tp.partition, s.leader, s.leader_epoch) for tp, s in lt.metadata.items()))
         elif api_key == ControlledShutdown.API_KEY:
             resp = await answer_shutdown(self.member, req)
         elif api_key == ElectLeaders.API_KEY:
@@ -298,6 +308,8 @@ class ClusterWorker:
             resp = await metadata_body(lt, self.store, self.config, req, version, self.topic_ids)
         elif api_key == CreateTopics.API_KEY:
             resp = await create_topics_body(lt, self.store, self.config, req)
+        elif api_key == CreatePartitions.API_KEY:
+            resp = await create_partitions_body(lt, self.store, self.config, req)
         elif api_key == DeleteTopics.API_KEY:
             resp = await delete_topics_body(self.store, self.config, req)
         elif api_key == DescribeCluster.API_KEY:

@@ -107,6 +107,27 @@ class ZkStore:
         except NodeExistsError:
             raise TopicExists(topic) from None
 
+    def add_partitions(self, topic: str, base: TopicAssignment, zk_version: int,
+                       added: dict[int, tuple[int, ...]]) -> bool:
+        """Kafka's AdminZkClient.addPartitions: the topic znode read at ``zk_version`` with
+        ``added`` partitions, written only if nobody changed it since (the controller watches
+        the znode and creates them). False when it changed: read and decide again."""
+        grown = TopicAssignment({**base.partitions, **added}, dict(base.adding), dict(base.removing),
+                                base.topic_id)
+        try:
+            self.client.set(zp.topic_path(topic), zp.encode_topic(grown), version=zk_version)
+        except BadVersionError:
+            return False
+        return True
+
+    def assignment_with_version(self, topic: str) -> tuple[TopicAssignment, int] | None:
+        """The topic znode and its zkVersion (None: no such topic)."""
+        try:
+            data, stat = self.client.get(zp.topic_path(topic))
+        except NoNodeError:
+            return None
+        return zp.decode_topic(topic, data), stat.version
+
     def set_assignment(self, topic: str, assignment: TopicAssignment) -> None:
         self.client.set(zp.topic_path(topic), zp.encode_topic(assignment))
 

@@ -23,6 +23,8 @@ __all__ = [
     "WorkerState", "MsgType", "TABLE_MAGIC", "RING_MAGIC", "table_size", "shm_names",
     "IPC_CHANNELS", "IPC_DIR_HEADER", "IPC_SLOT", "IPC_MAGIC", "ipc_dir_name", "ipc_channel_name",
     "disk_wake_address", "LEADERSHIP_SLOT", "MAX_REPLICAS", "Role", "leaders_name", "cluster_address",
+    "METADATA_HEADER", "METADATA_TOPIC", "METADATA_PARTITION", "METADATA_MAGIC", "METADATA_VERSION",
+    "METADATA_BYTES", "metadata_name",
     "REPLICA_APPEND_HEADER", "FOLLOWER_FETCH_BODY", "DataWanted",
 ]
 
@@ -419,6 +421,40 @@ class Role:
 
 def leaders_name(base: str) -> str:
     return f"/{base}-leaders"
+
+
+# -- cluster mode: the cluster's metadata, as the controller's UpdateMetadata said ---------------
+# Kafka's MetadataCache: every topic and partition of the cluster with its leader, not only the
+# partitions this broker holds. One object, written only by the cluster worker under the header's
+# seqlock; read by the network workers and the disk workers, which judge a request's partitions
+# against it (appliance.shm.cluster_view). The body is a run of topic records: METADATA_TOPIC,
+# the name's bytes, then `partition_count` METADATA_PARTITION records.
+
+METADATA_MAGIC = 0x41504D44  # "APMD"
+METADATA_VERSION = 1
+METADATA_BYTES = 64 << 20  # pages are touched only as far as the body reaches (tmpfs)
+
+METADATA_HEADER = Layout("metadata_header", (
+    ("magic", "I"),
+    ("version", "I"),
+    ("seq", "Q"),                 # seqlock: odd while the cluster worker rewrites the body
+    ("body_bytes", "Q"),
+    ("topic_count", "Q"),
+))
+METADATA_TOPIC = Layout("metadata_topic", (
+    ("name_len", "H"),
+    ("pad", "2x"),
+    ("partition_count", "I"),
+))
+METADATA_PARTITION = Layout("metadata_partition", (
+    ("partition", "i"),
+    ("leader", "i"),              # -1: none now (offline, being elected)
+    ("leader_epoch", "i"),
+))
+
+
+def metadata_name(base: str) -> str:
+    return f"/{base}-metadata"
 
 
 def cluster_address(base: str) -> str:

@@ -28,6 +28,7 @@ import struct
 import time
 from typing import Any
 
+from appliance.broker.cluster_view import ClusterView
 from appliance.broker.disk.partitions import Partitions
 from appliance.broker.disk.requests import NotHere
 from appliance.broker.disk.ring_intake import RingIntake
@@ -70,13 +71,16 @@ class CoordinatorHost:
     def __init__(self, config: BrokerConfig, partitions: Partitions, rings: RingIntake) -> None:
         self.partitions = partitions
         self.rings = rings  # where held answers go
-        self._index = PartitionIndex(partitions.table)
+        # what exists in the cluster: the partition table standalone, the shared metadata
+        # cache in cluster mode (attach_cluster): Kafka checks a commit's partitions against its
+        # MetadataCache, not against the replicas on its own disks
+        self.view = ClusterView(PartitionIndex(partitions.table))
         self.cluster = bool(config["zookeeper.connect"])
         self.commit_timeout_s = int(config["offsets.commit.timeout.ms"]) / 1000
         self.coordinator = GroupCoordinator(
             config, int(config["offsets.topic.num.partitions"]),
             append=self._append_offsets, respond=self._respond_later,
-            partition_exists=lambda t, p: self._index.lookup(t, p) is not None,
+            partition_exists=lambda t, p: self.view.has_partition(t, p),
             on_durable=self._on_durable)
         partitions.created_hooks.append(self._partition_created)
         # cluster mode (attach_cluster)
@@ -89,8 +93,10 @@ class CoordinatorHost:
         self._durable: list = []  # what the coordinator runs once this step's writes are replicated
         self._next_check = 0.0
 
-    def attach_cluster(self, area: Any, replication: Any) -> None:
-        """Cluster mode: the leadership area to follow and the leader's append path."""
+    def attach_cluster(self, area: Any, replication: Any, metadata: Any) -> None:
+        """Cluster mode: the leadership area to follow, the leader's append path, and the
+        cluster's metadata cache (which partitions exist)."""
+        self.view = ClusterView(self.view.index, metadata)
         self.area = area
         self.replication = replication
 

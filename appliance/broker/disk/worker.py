@@ -129,14 +129,17 @@ class DiskWorker:
     def _join_cluster(self) -> None:
         """Cluster mode: produce through the leader's rules, and the follower's messages."""
         from appliance.broker.disk.replication import Replication
-        from appliance.shm.layout import leaders_name
+        from appliance.shm.layout import leaders_name, metadata_name
         from appliance.shm.leadership_area import LeadershipArea
+        from appliance.shm.metadata_cache import MetadataCache
 
         area = LeadershipArea.attach(leaders_name(self.plumbing.base))
         r = Replication(self.partitions, area, self.requests, self.rings.complete_held,
                         int(self.config["broker.id"]), self.admin.move_log_start)
         self.replication = r
-        self.coordinator.attach_cluster(area, r)  # groups follow the offsets partitions' leadership
+        # groups follow the offsets partitions' leadership; commits are judged by the cluster's
+        # metadata
+        self.coordinator.attach_cluster(area, r, MetadataCache.attach(metadata_name(self.plumbing.base)))
         self.requests.handlers.update({
             MsgType.PRODUCE: r.produce,
             MsgType.REPLICA_APPEND: r.replica_append,

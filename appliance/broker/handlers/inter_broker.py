@@ -13,6 +13,7 @@ from appliance.coordinator.batched_lookup import FIRST_BATCHED_VERSION
 from appliance.errors import ErrorCode
 from appliance.protocol.messages import (
     ApiVersions,
+    CreatePartitions,
     CreateTopics,
     DeleteTopics,
     DescribeCluster,
@@ -26,7 +27,8 @@ __all__ = ["forward", "cluster_handlers", "FORWARDED_KEYS", "api_versions_in_clu
 
 # LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown, ElectLeaders and the reassignment
 # APIs (answered by the controller in its cluster worker; any other broker's says NOT_CONTROLLER)
-FORWARDED_KEYS = (4, 5, 6, 7, 43, 45, 46, Metadata.API_KEY, CreateTopics.API_KEY, DeleteTopics.API_KEY)
+FORWARDED_KEYS = (4, 5, 6, 7, 43, 45, 46, Metadata.API_KEY, CreateTopics.API_KEY, DeleteTopics.API_KEY,
+                  CreatePartitions.API_KEY)
 OFFSETS_FOR_LEADER_EPOCH = 23
 # ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments: advertised in cluster
 # mode, so admin clients (librdkafka's elect_leaders, kafka-python's and Kafka's AdminClient) send
@@ -45,6 +47,10 @@ async def forward(ctx: Any, request: Any) -> Any:
     except ClusterUnavailable as e:
         if request.api_key == CreateTopics.API_KEY:
             return {"throttle_time_ms": 0, "topics": [
+                {"name": t.name, "error_code": int(ErrorCode.NOT_CONTROLLER),
+                 "error_message": "this broker has not joined the cluster yet"} for t in request.body.topics]}
+        if request.api_key == CreatePartitions.API_KEY:
+            return {"throttle_time_ms": 0, "results": [
                 {"name": t.name, "error_code": int(ErrorCode.NOT_CONTROLLER),
                  "error_message": "this broker has not joined the cluster yet"} for t in request.body.topics]}
         if request.api_key == DeleteTopics.API_KEY:

@@ -1,0 +1,56 @@
+"""Which view of the topics a request is judged against: the one function that decides.
+
+Two views are kept. The *local* one is the partition table: the partitions this broker holds a
+replica of, with their offsets (``PartitionIndex``). The *cluster* one is every topic and
+partition the controller's UpdateMetadata named (``MetadataCache``, cluster mode only). Kafka
+judges whether a topic or partition exists against the cluster's view (its MetadataCache) and
+serves data only from a local replica; a partition that exists in the cluster but is not led
+here gets NOT_LEADER_OR_FOLLOWER (the client looks for the leader again), one the cluster does
+not know UNKNOWN_TOPIC_OR_PARTITION.
+
+Standalone, this broker *is* the cluster: both questions go to the partition table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from appliance.errors import ErrorCode
+
+__all__ = ["ClusterView"]
+
+
+class ClusterView:
+    """What exists in the cluster. ``cache`` is the shared MetadataCache in cluster mode, None
+    standalone (the local partition index then answers)."""
+
+    def __init__(self, index: Any, cache: Any = None) -> None:
+        self.index = index
+        self.cache = cache
+
+    @property
+    def cluster(self) -> bool:
+        return self.cache is not None
+
+    def partition_count(self, topic: str) -> int:
+        """Partitions of ``topic`` in the cluster; 0 when the cluster does not know it."""
+        if self.cache is None:
+            return len(self.index.partitions(topic))
+        return self.cache.partition_count(topic)
+
+    def has_topic(self, topic: str) -> bool:
+        return self.partition_count(topic) > 0
+
+    def has_partition(self, topic: str, partition: int) -> bool:
+        if self.cache is None:
+            return self.index.lookup(topic, partition) is not None
+        parts = self.cache.topics().get(topic)
+        return parts is not None and partition in parts
+
+    def not_served(self, topic: str, partition: int) -> int:
+        """The error for a partition-level request this broker cannot serve (no local replica,
+        or not the leader): retriable NOT_LEADER_OR_FOLLOWER when the partition exists in the
+        cluster, UNKNOWN_TOPIC_OR_PARTITION when it does not."""
+        if self.has_partition(topic, partition):
+            return int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        return int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
