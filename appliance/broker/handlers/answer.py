@@ -43,8 +43,8 @@ def led_here(ctx: Any, topic: str, partition: int) -> tuple[Any, int]:
     """(the partition's index entry, 0) when this broker leads it and its slot is online, else
     (None, the error a client gets: unknown, unavailable or not the leader)."""
     info = ctx.index.lookup(topic, partition)
-    if info is None:
-        return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if info is None:  # no replica here: the cluster's metadata says whether it exists at all
+        return None, ctx.view.not_served(topic, partition)
     state = ctx.table.state(info.slot)
     if state != SlotState.ONLINE:
         return None, unavailable_error(state)

@@ -25,7 +25,7 @@ async def _one(ctx: Any, topic: str, partition: int, offset: int, timeout_ms: in
     r = {"partition_index": partition, "low_watermark": -1, "error_code": 0}
     info = ctx.index.lookup(topic, partition)
     if info is None:
-        r["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        r["error_code"] = ctx.view.not_served(topic, partition)
         return r
     if ctx.table.state(info.slot) != SlotState.ONLINE or \
             (ctx.leaders is not None and ctx.leaders.role(info.slot) != Role.LEADER):

@@ -73,7 +73,7 @@ def _read_all(ctx: Any, body: Any, names: list[str | None], replica_id: int,
                 continue
             info = ctx.index.lookup(name, p.partition)
             if info is None:
-                r.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                r.error_code = ctx.view.not_served(name, p.partition)
                 any_error = True
                 continue
             state = ctx.table.state(info.slot)

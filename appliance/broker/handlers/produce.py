@@ -30,7 +30,7 @@ def _check(ctx: Any, topic: str, index: int, records: Any) -> tuple[Any, Any, An
     out = _Partition(index=index, base_offset=-1)
     info = ctx.index.lookup(topic, index)
     if info is None:
-        out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        out.error_code = ctx.view.not_served(topic, index)
         return out, None, None
     state = ctx.table.state(info.slot)
     if state != SlotState.ONLINE:
