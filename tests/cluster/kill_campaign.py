@@ -47,9 +47,13 @@ class ClusterCampaign(Campaign):
     """``kinds``: the victims' kinds round by round, in turn; random (from KINDS) when None."""
 
     def __init__(self, workdir: Path, seed: int, zk_connect: str, partitions: int = 4,
-                 kinds: Iterable[str] | None = None, log: Callable[[str], None] = print) -> None:
+                 kinds: Iterable[str] | None = None, log: Callable[[str], None] = print,
+                 replication_factor: int = BROKERS) -> None:
         self._init_checks(workdir, seed, partitions, log)
         self.connect = zk_connect
+        # below BROKERS each broker hosts only some partitions: the clients' requests reach
+        # brokers with no replica of a partition too (min.insync.replicas 2 where RF allows)
+        self.rf = replication_factor
         self.kinds = list(kinds) if kinds is not None else None
         self.brokers = {i: self._broker(i) for i in range(BROKERS)}
 
@@ -67,8 +71,8 @@ class ClusterCampaign(Campaign):
         wait_for(lambda: len(cluster_metadata(self.bootstrap).brokers) == BROKERS, 60,
                  "every broker registered", step=0.2)
         admin = AdminClient({"bootstrap.servers": self.bootstrap})  # alive until the answer
-        admin.create_topics([NewTopic(TOPIC, self.partitions, BROKERS,
-                                      config={"min.insync.replicas": "2"})])[TOPIC].result(60)
+        admin.create_topics([NewTopic(TOPIC, self.partitions, self.rf,
+                                      config={"min.insync.replicas": str(min(2, self.rf))})])[TOPIC].result(60)
         self._wait_healed()
         self._start_clients()
 
@@ -83,7 +87,7 @@ class ClusterCampaign(Campaign):
         md = cluster_metadata(self.bootstrap)
         t = md.topics.get(TOPIC)
         return (len(md.brokers) == BROKERS and t is not None and t.error is None
-                and all(p.leader >= 0 and len(p.isrs) == BROKERS for p in t.partitions.values()))
+                and all(p.leader >= 0 and len(p.isrs) == self.rf for p in t.partitions.values()))
 
     def _wait_healed(self) -> None:
         for b in self.brokers.values():
@@ -130,7 +134,8 @@ class ClusterCampaign(Campaign):
         byte-identical (every segment file) within ``timeout``."""
         def differing() -> list[int]:
             return [p for p in range(self.partitions)
-                    if len({log_bytes(b, TOPIC, p) for b in self.brokers.values()}) != 1]
+                    if len({log_bytes(b, TOPIC, p) for b in self.brokers.values()
+                            if (Path(b.log_dirs[0]) / f"{TOPIC}-{p}").is_dir()}) != 1]
         deadline = time.monotonic() + timeout
         while (left := differing()) and time.monotonic() < deadline:
             time.sleep(0.5)

@@ -31,3 +31,29 @@ def test_random_sigkills_in_a_cluster_lose_nothing_acknowledged(zk_connect, tmp_
     assert rep.acked > 1000 and rep.consumed > 0 and rep.commits > 0
     assert rep.crc_errors == 0
     assert not differing, f"partitions whose replicas differ: {differing}"
+
+
+@pytest.mark.parametrize("rf", (1, 2))
+def test_broker_and_worker_kills_with_fewer_replicas_than_brokers_lose_nothing(zk_connect, tmp_path, capsys, rf):
+    """The same checks with replication factor 1 and 2: each broker hosts some partitions, so
+    the producer, the group and its coordinator reach brokers with no replica of a partition.
+    RF 1 promises only what its one replica holds: a SIGKILL leaves the acknowledged records in
+    the page cache, and the partition is back with them once its broker restarts."""
+    kinds = ("broker", "cluster worker", "disk worker")
+    camp = ClusterCampaign(tmp_path, seed=40 + rf, zk_connect=zk_connect, kinds=kinds, partitions=6,
+                           replication_factor=rf)
+    try:
+        camp.start()
+        victims = [camp.round() for _ in kinds]
+        camp.check_group_caught_up()
+        differing = camp.differing_replicas()
+    finally:
+        camp.close()
+    rep = camp.report
+    with capsys.disabled():
+        print(f"\ncluster kill campaign, RF {rf}: {rep.line()}; victims {victims}")
+    assert not rep.problems, rep.problems[:10]
+    assert rep.rounds == len(kinds)
+    assert rep.acked > 1000 and rep.consumed > 0 and rep.commits > 0
+    assert rep.crc_errors == 0
+    assert not differing, f"partitions whose replicas differ: {differing}"
