@@ -309,3 +309,32 @@ def test_bad_create_partitions_change_nothing(cluster):
         assert ask(1 << 30)[0] == ErrorCode.INVALID_PARTITIONS  # bounded before any work
         for other in cluster["brokers"].values():
             assert _partition_count(other.port, topic) == PARTITIONS
+
+
+@pytest.mark.parametrize("rf", RFS)
+def test_controller_only_requests_answer_on_the_controller_and_refuse_elsewhere(cluster, rf):
+    """ElectLeaders (preferred) and ListPartitionReassignments: the controller answers (every
+    partition already led by its preferred replica: ELECTION_NOT_NEEDED), every other broker
+    NOT_CONTROLLER, so clients go to the controller Metadata names."""
+    from appliance.cli.controller_request import call
+
+    topic = _topic(rf)
+    layout, controller = _layout(cluster, topic)
+    preferred = {p for p, (leader, replicas) in layout.items()
+                 if leader == _metadata_replicas(cluster, topic)[p][0]}
+    for bid, b in cluster["brokers"].items():
+        elect = call("127.0.0.1", b.port, 43, 1, {"election_type": 0, "topic_partitions": [
+            {"topic": topic, "partition_id": sorted(preferred)}], "timeout_ms": 10000}, 30)
+        listed = call("127.0.0.1", b.port, 46, 0, {"timeout_ms": 10000, "topics": None}, 30)
+        if bid == controller:
+            assert elect.error_code == OK and listed.error_code == OK, f"controller {bid}"
+            codes = {r.partition_id: r.error_code for r in elect.replica_election_results[0].partition_result}
+            assert codes == dict.fromkeys(preferred, int(ErrorCode.ELECTION_NOT_NEEDED))
+        else:
+            assert elect.error_code == listed.error_code == ErrorCode.NOT_CONTROLLER, f"broker {bid}"
+
+
+def _metadata_replicas(cluster: dict, topic: str) -> dict[int, list[int]]:
+    """partition -> replicas in preference order (Metadata keeps the assignment's order)."""
+    md = _metadata(next(iter(cluster["brokers"].values())).port, [topic])
+    return {p.partition_index: list(p.replica_nodes) for p in md.topics[0].partitions}
