@@ -316,6 +316,10 @@ class CoordinatorHost:
         if info.topic != OFFSETS_TOPIC or self.partitions.logs.get(slot) is None:
             raise error_for_code(ErrorCode.NOT_COORDINATOR)("not an offsets partition of this disk")
         self._follow(slot, info.partition)
+        if not self.view.cache.published:
+            # a broker just started leads before the controller's first UpdateMetadata reaches
+            # it: no commit can be judged yet (retriable; every group API takes this code)
+            raise error_for_code(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)("the cluster's metadata has not arrived yet")
         if info.partition in self.loads:
             self._load_step()  # small partitions load at once; large ones answer "loading"
         self._step = {}
