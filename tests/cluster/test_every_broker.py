@@ -338,3 +338,114 @@ def _metadata_replicas(cluster: dict, topic: str) -> dict[int, list[int]]:
     """partition -> replicas in preference order (Metadata keeps the assignment's order)."""
     md = _metadata(next(iter(cluster["brokers"].values())).port, [topic])
     return {p.partition_index: list(p.replica_nodes) for p in md.topics[0].partitions}
+
+
+@pytest.mark.parametrize("rf", RFS)
+def test_topic_configs_alter_through_any_broker_and_read_on_every_broker(cluster, rf):
+    topic = _topic(rf)
+    for bid, b in cluster["brokers"].items():
+        value = str(3_600_000 * (bid + 1))
+        with RawConnection(b.port) as c:
+            r = c.request(44, 0, {"resources": [
+                {"resource_type": 2, "resource_name": topic,
+                 "configs": [{"name": "retention.ms", "config_operation": 0, "value": value}]},
+                {"resource_type": 2, "resource_name": f"no-such-{rf}",
+                 "configs": [{"name": "retention.ms", "config_operation": 0, "value": value}]}],
+                "validate_only": False})
+            assert [x.error_code for x in r.responses] == [OK, UNKNOWN], f"IncrementalAlterConfigs at {bid}"
+            r = c.request(33, 1, {"resources": [{"resource_type": 2, "resource_name": f"no-such-{rf}",
+                                                 "configs": [{"name": "retention.ms", "value": value}]}],
+                                  "validate_only": False})
+            assert r.responses[0].error_code == UNKNOWN, f"AlterConfigs of a missing topic at {bid}"
+
+        def described(o, value=value):
+            with RawConnection(o.port) as c:
+                r = c.request(32, 1, {"resources": [{"resource_type": 2, "resource_name": topic,
+                                                     "configuration_keys": ["retention.ms"]}],
+                                      "include_synonyms": False})
+            return r.results[0].error_code == OK and r.results[0].configs[0].value == value
+        for other in cluster["brokers"].values():
+            wait_for(lambda o=other: described(o), 30,
+                     f"retention.ms={value} (set through broker {bid}) at {other.bootstrap}")
+
+
+@pytest.mark.parametrize("rf", RFS)
+def test_describe_log_dirs_lists_what_each_broker_hosts(cluster, rf):
+    topic = _topic(rf)
+    layout, _ = _layout(cluster, topic)
+    for bid, b in cluster["brokers"].items():
+        with RawConnection(b.port) as c:
+            r = c.request(35, 1, {"topics": [{"topic": topic, "partitions": list(range(PARTITIONS))}]})
+        hosted = {p.partition_index for d in r.results for t in d.topics if t.name == topic for p in t.partitions}
+        assert hosted == {p for p, (_, replicas) in layout.items() if bid in replicas}, f"broker {bid}"
+
+
+def test_offset_fetch_and_delete_on_the_coordinator_only(cluster):
+    topic, group = _topic(2), "fetch-and-delete"
+    coord_id = _coordinator(cluster, group)
+    coord = cluster["brokers"][coord_id]
+    with RawConnection(coord.port) as c:
+        wait_for(lambda: c.request(8, 2, {
+            "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "", "retention_time_ms": -1,
+            "topics": [{"name": topic, "partitions": [
+                {"partition_index": p, "committed_offset": 3, "committed_metadata": ""}
+                for p in range(PARTITIONS)]}]}).topics[0].partitions[0].error_code == OK, 30, "a commit")
+    for bid, b in cluster["brokers"].items():
+        with RawConnection(b.port) as c:
+            fetched = c.request(9, 1, {"group_id": group, "topics": [
+                {"name": topic, "partition_indexes": list(range(PARTITIONS))}]})
+            deleted = c.request(47, 0, {"group_id": group, "topics": [{"name": topic, "partitions": [
+                {"partition_index": 0}, {"partition_index": MISSING_PARTITION}]}]})
+        codes = {p.partition_index: (p.error_code, p.committed_offset) for p in fetched.topics[0].partitions}
+        if bid == coord_id:
+            assert codes == dict.fromkeys(range(PARTITIONS), (OK, 3))
+            assert deleted.error_code == OK
+            assert {p.partition_index: p.error_code for p in deleted.topics[0].partitions} == \
+                {0: OK, MISSING_PARTITION: UNKNOWN}
+        else:  # not the coordinator: the client looks it up again
+            assert {code for code, _ in codes.values()} == {int(ErrorCode.NOT_COORDINATOR)}, f"broker {bid}"
+            assert deleted.error_code == ErrorCode.NOT_COORDINATOR, f"broker {bid}"
+    assert _committed(cluster["boot"], group, topic) == {0: -1001, **dict.fromkeys(range(1, PARTITIONS), 3)}
+
+
+def test_topics_created_and_deleted_through_any_broker_are_seen_by_all(cluster):
+    """CreateTopics through one broker, then at once DeleteTopics through another (the
+    controller and the others in turn): every broker sees the topic come and go."""
+    ids = sorted(cluster["brokers"])
+    for creator in ids:
+        deleter = cluster["brokers"][ids[(creator + 1) % len(ids)]]
+        topic = f"come-and-go-{creator}"
+        admin = AdminClient({"bootstrap.servers": cluster["brokers"][creator].bootstrap})
+        admin.create_topics([NewTopic(topic, 3, 1 + creator % 3)])[topic].result(60)
+        for other in cluster["brokers"].values():
+            assert wait_for(lambda o=other, t=topic: _partition_count(o.port, t) == 3, 30,
+                            f"{topic} at {other.bootstrap}")
+        with RawConnection(deleter.port) as c:
+            r = c.request(20, 4, {"topic_names": [topic, "never-was"], "timeout_ms": 30000})
+        assert {x.name: x.error_code for x in r.responses} == {topic: OK, "never-was": UNKNOWN}
+        for other in cluster["brokers"].values():
+            assert wait_for(lambda o=other, t=topic: _metadata(o.port, [t]).topics[0].error_code == UNKNOWN,
+                            30, f"{topic} gone at {other.bootstrap}")
+
+
+def test_a_consumer_assigned_a_partition_before_it_exists_reads_it_once_added(cluster):
+    topic = "assigned-early"
+    admin = AdminClient({"bootstrap.servers": cluster["boot"]})
+    admin.create_topics([NewTopic(topic, 2, 2)])[topic].result(60)
+    c = Consumer({"bootstrap.servers": cluster["boot"], "group.id": "assigned-early",
+                  "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 1000})
+    try:
+        c.assign([TopicPartition(topic, 3)])
+        for _ in range(3):
+            c.poll(0.3)
+        admin.create_partitions([NewPartitions(topic, 4)])[topic].result(60)
+        _produce(cluster["boot"], topic, 5, 4)
+        got = []
+        deadline = time.monotonic() + 60
+        while len(got) < 5 and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                got.append((m.partition(), m.offset()))
+        assert got == [(3, i) for i in range(5)]
+    finally:
+        c.close()
