@@ -132,8 +132,19 @@ class ClusterWorker:
         listener.bind(cluster_address(p.base))
         server = await asyncio.start_unix_server(self._serve, sock=listener)
         beat = asyncio.ensure_future(self._heartbeat(table, disks))
+        join = asyncio.ensure_future(self._join(loop))
+        stopping = asyncio.ensure_future(self.stop.wait())
+        # a stop while ZooKeeper is out of reach must not wait out zookeeper.connection.timeout.ms
+        # (the supervisor gives the cluster worker 30 s): the join's blocking calls run in an
+        # executor thread, which the event loop's end would join, so leave at once
+        await asyncio.wait([join, stopping], return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not join.done():
+            log.info("stopping before the cluster was joined")
+            table.set_worker_state(self.slot, WorkerState.DEAD)
+            os._exit(EXIT_OK)
         try:
-            await self._join(loop)
+            join.result()
         except (BrokerIdInUse, ZooKeeperUnreachable) as e:
             log.error("broker %d cannot join the cluster: %s", self.broker_id, e)
             print(f"error: {e}", file=sys.stderr, flush=True)

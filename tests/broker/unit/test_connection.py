@@ -7,6 +7,7 @@ import asyncio
 import types
 
 import appliance.protocol as proto
+from appliance.broker.cluster_view import ClusterView
 from appliance.broker.disk_client import Completion
 from appliance.broker.network_worker import MAX_IN_FLIGHT, KafkaConnection
 from appliance.broker.wakeups import Wakeups
@@ -79,7 +80,7 @@ def _ctx(lookup=None):
     index = types.SimpleNamespace(lookup=lookup or (lambda t, p: partition if t == TOPIC else None))
     return types.SimpleNamespace(
         config={"socket.request.max.bytes": str(100 << 20)}, connections=set(), disks=disks,
-        wakeups=Wakeups(disks), index=index,
+        wakeups=Wakeups(disks), index=index, view=ClusterView(index),
         table=types.SimpleNamespace(state=lambda slot: SlotState.ONLINE), readers=None,
         metrics=None,  # metrics off (BrokerContext.metrics)
         limits=None, acceptor=None, request_memory=None,  # no connection limits
