@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from appliance.broker.cpu_affinity import parse_cpu_list
 from appliance.errors import InvalidConfigError
 from appliance.records.format_version import check_format_version
 
@@ -31,7 +30,31 @@ __all__ = [
     "ConfigError", "ConfigKey", "TopicKey", "BROKER_KEYS", "TOPIC_KEYS", "BrokerConfig",
     "TopicConfig", "parse_properties", "render_server_properties", "validate_topic_name",
     "LONG_MAX", "INT_MAX", "NO_EFFECT", "CLUSTER_KEYS", "KAFKA_ONLY_KEYS", "parse_ip_overrides",
+    "parse_cpu_list",
 ]
+
+
+_CPU_ITEM = re.compile(r"(\d{1,4})(?:-(\d{1,4}))?")
+
+
+def parse_cpu_list(text: str) -> frozenset[int]:
+    """CPUs of a Linux CPU list (``taskset -c`` / ``Cpus_allowed_list`` syntax): ``"1"``,
+    ``"0-3,6"``; empty means no restriction (an empty set). Raises ValueError for bad syntax or
+    a range that runs backwards."""
+    text = text.strip()
+    if not text:
+        return frozenset()
+    cpus: set[int] = set()
+    for item in text.split(","):
+        m = _CPU_ITEM.fullmatch(item.strip())
+        if m is None:
+            raise ValueError(f"{item.strip()!r} is not a CPU number or a range like 0-3")
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) is not None else lo
+        if hi < lo:
+            raise ValueError(f"range {item.strip()!r} runs backwards")
+        cpus.update(range(lo, hi + 1))
+    return frozenset(cpus)
 
 log = logging.getLogger(__name__)
 

@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_broker import broker_cpu, cpu_delta  # noqa: E402
 
 import appliance.protocol as proto  # noqa: E402
-from appliance.broker.cpu_affinity import parse_cpu_list  # noqa: E402
+from appliance.process.cpu_affinity import parse_cpu_list  # noqa: E402
 from appliance.records.batch import build_batch  # noqa: E402
 from perf.workloads.host_memory import add_host_memory_args, host_memory  # noqa: E402
 from perf.workloads.placement import add_placement_args, describe, placement, placements  # noqa: E402

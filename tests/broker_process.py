@@ -204,7 +204,7 @@ class BrokerProcess:
         again on the same name reclaims what it left (tests check that), so
         :func:`release_all_shm` does this at the end of the test session: a day of test runs
         had left 10,500 segments (990 MB of memory) in /dev/shm."""
-        from appliance.broker.plumbing import unlink_stale  # lazily: the harness stays light
+        from appliance.process.plumbing import unlink_stale  # lazily: the harness stays light
 
         name = self.overrides.get("appliance.shm.name")
         if name:

@@ -1,6 +1,9 @@
-"""Imports run one way: the lower layers never reach up, and no module of ``appliance`` takes
-part in an import cycle, counting imports made inside functions (lazy imports hide cycles, they
-do not remove them). Read from the source with ``ast``; nothing is imported."""
+"""Imports run one way: every package has a layer (:data:`LAYERS`, the order docs/architecture.md
+states), a module imports only from its own package or from a lower layer, never from a peer of
+its layer (the network side ``broker`` and ``cluster`` do not import each other), and no module
+of ``appliance`` takes part in an import cycle. Imports made inside functions count (lazy imports
+hide dependencies, they do not remove them), and so, for the layers, do ``if TYPE_CHECKING:``
+ones. Read from the source with ``ast``; nothing is imported."""
 
 from __future__ import annotations
 
@@ -8,8 +11,18 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LOWER = ("appliance.protocol", "appliance.records", "appliance.storage", "native")
-UPPER = ("appliance.broker", "appliance.client", "appliance.cli", "spark")
+# the packages from the bottom up; one entry per layer (peers share a layer)
+LAYERS = (
+    ("native", "appliance.errors", "appliance"),
+    ("appliance.protocol", "appliance.records", "appliance.shm"),
+    ("appliance.config", "appliance.coordinator"),
+    ("appliance.storage",),
+    ("appliance.dynamic_config",),
+    ("appliance.process", "appliance.metrics", "appliance.client"),
+    ("appliance.broker", "appliance.cluster"),
+    ("appliance.supervisor", "spark"),
+    ("appliance.cli",),
+)
 
 
 def _modules() -> dict[str, Path]:
@@ -43,14 +56,16 @@ def _is_type_checking_guard(node: ast.AST) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _imports(module: str, path: Path) -> set[str]:
-    """Every module of ours that ``module`` imports, at any depth of its code."""
+def _imports(module: str, path: Path, typing_too: bool = False) -> set[str]:
+    """Every module of ours that ``module`` imports, at any depth of its code (``typing_too``:
+    with those under ``if TYPE_CHECKING:``)."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     out: set[str] = set()
     tree = ast.parse(path.read_text(), str(path))
     # ``if TYPE_CHECKING:`` imports never run: they are annotations, not dependencies
-    typing_only = {id(n) for guard in ast.walk(tree) if _is_type_checking_guard(guard)
-                   for stmt in guard.body for n in ast.walk(stmt)}
+    typing_only = set() if typing_too else {
+        id(n) for guard in ast.walk(tree) if _is_type_checking_guard(guard)
+        for stmt in guard.body for n in ast.walk(stmt)}
     for node in ast.walk(tree):
         if id(node) in typing_only:
             continue
@@ -74,6 +89,20 @@ def _imports(module: str, path: Path) -> set[str]:
 
 
 GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
+TYPED_GRAPH = {m: _imports(m, p, typing_too=True) for m, p in MODULES.items()}
+
+
+def _package(module: str) -> str:
+    """The entry of LAYERS ``module`` belongs to (its longest matching prefix)."""
+    best = ""
+    for layer in LAYERS:
+        for p in layer:
+            if (module == p or module.startswith(p + ".")) and len(p) > len(best):
+                best = p
+    return best
+
+
+RANK = {p: i for i, layer in enumerate(LAYERS) for p in layer}
 
 
 def _under(module: str, prefixes: tuple[str, ...]) -> bool:
@@ -128,18 +157,44 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_is_read():
     # guards against a walker that finds nothing (and so could never fail)
     assert "appliance.broker.handlers.produce" in MODULES
-    assert "appliance.shm.layout" in GRAPH["appliance.broker.disk_client"]
+    assert "appliance.shm.layout" in GRAPH["appliance.process.disk_client"]
 
 
-def test_lower_layers_do_not_import_upper_ones():
-    wrong = sorted(f"{m} imports {t}" for m, targets in GRAPH.items() if _under(m, LOWER)
-                   for t in targets if _under(t, UPPER))
+def test_every_module_has_a_layer():
+    assert not [m for m in MODULES if not _package(m)]
+    assert {top.split(".")[1] for top in MODULES if top.count(".") >= 1 and top.startswith("appliance.")} \
+        <= {p.split(".")[1] for layer in LAYERS for p in layer if p.count(".") == 1}
+
+
+def _wrong_imports(graph: dict[str, set[str]]) -> list[str]:
+    wrong = []
+    for m, targets in graph.items():
+        mine = _package(m)
+        for t in targets:
+            theirs = _package(t)
+            if theirs != mine and RANK[theirs] >= RANK[mine]:
+                how = "a peer" if RANK[theirs] == RANK[mine] else "a higher layer"
+                wrong.append(f"{m} imports {t} ({how}: {mine} -> {theirs})")
+    return sorted(wrong)
+
+
+def test_imports_only_go_down_the_layers():
+    wrong = _wrong_imports(TYPED_GRAPH)
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_layer_check_finds_an_import_up_and_one_between_peers():
+    graph = {"appliance.storage.log": {"appliance.broker.disk.worker"},
+             "appliance.broker.network_worker": {"appliance.cluster.worker"},
+             "appliance.broker.disk.worker": {"appliance.storage.log", "appliance.broker.topic_admin"}}
+    assert _wrong_imports(graph) == [
+        "appliance.broker.network_worker imports appliance.cluster.worker (a peer: appliance.broker -> appliance.cluster)",
+        "appliance.storage.log imports appliance.broker.disk.worker (a higher layer: appliance.storage -> appliance.broker)"]
 
 
 def test_no_import_cycles():
     ours = {m: {t for t in targets if t.startswith("appliance")}
-            for m, targets in GRAPH.items() if m.startswith("appliance")}
+            for m, targets in TYPED_GRAPH.items() if m.startswith("appliance")}
     cycles = _cycles(ours)
     assert not cycles, "import cycles among: " + "; ".join(" <-> ".join(c) for c in cycles)
 

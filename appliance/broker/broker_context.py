@@ -1,4 +1,5 @@
-"""What a network worker's request handlers share: config, table, disks, readers, wake-ups.
+"""What a network worker's request handlers share: the ring client's context (config, table,
+disks, wake-ups) and the network side's own: readers, the cluster view, connections, limits.
 
 A plain bag of dependencies, built once per network worker; it knows no handler and routes
 nothing (that is :mod:`appliance.broker.handlers`).
@@ -10,32 +11,24 @@ import socket
 from typing import Any
 
 from appliance.broker.cluster_view import ClusterView
-from appliance.broker.disk_client import DiskClient
 from appliance.broker.readers import Readers
-from appliance.broker.wakeups import Wakeups
 from appliance.config import BrokerConfig
-from appliance.shm.partition_index import PartitionIndex
+from appliance.process.disk_client import DiskClient
+from appliance.process.ring_context import RingContext
 from appliance.shm.partition_table import PartitionTable
 
 __all__ = ["BrokerContext"]
 
 
-class BrokerContext:
+class BrokerContext(RingContext):
     def __init__(self, net_index: int, config: BrokerConfig, table: PartitionTable,
                  disks: DiskClient, log_dirs: list[str]) -> None:
-        self.net_index = net_index
-        self.config = config
-        self.table = table
-        self.disks = disks
-        self.index = PartitionIndex(table)
+        super().__init__(net_index, config, table, disks, log_dirs)
         # what exists in the cluster (cluster mode: the shared metadata cache, set by the
         # network worker when it joins; standalone: the partition table)
         self.view = ClusterView(self.index)
         self.readers = Readers(log_dirs)
-        self.wakeups = Wakeups(disks)
-        self.log_dirs = log_dirs
         self.connections: set[Any] = set()
-        self.broker_id = int(config["broker.id"])
         host, port = config.advertised_listeners[0]
         if host in ("", "0.0.0.0", "::"):
             host = socket.getfqdn()
@@ -59,4 +52,4 @@ class BrokerContext:
 
     def close(self) -> None:
         self.readers.close()
-        self.disks.close()
+        super().close()

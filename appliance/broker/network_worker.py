@@ -28,17 +28,17 @@ from appliance.broker import handlers
 from appliance.broker.acceptor import Acceptor
 from appliance.broker.broker_context import BrokerContext
 from appliance.broker.connection_limits import ConnectionLimits
-from appliance.broker.disk_client import DiskClient
-from appliance.broker.event_loop import run_event_loop
-from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
-from appliance.broker.gc_policy import freeze_startup_objects
 from appliance.broker.handlers.answer import CloseConnection
 from appliance.broker.handlers.produce_fast import FastProduce
-from appliance.broker.plumbing import Plumbing
 from appliance.broker.request_memory import RequestMemory
 from appliance.config import BrokerConfig
 from appliance.metrics.listener import parse_listener
 from appliance.metrics.recorder import AnswerTiming, attach_recorder
+from appliance.process.disk_client import DiskClient
+from appliance.process.event_loop import run_event_loop
+from appliance.process.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
+from appliance.process.gc_policy import freeze_startup_objects
+from appliance.process.plumbing import Plumbing
 from appliance.protocol.types import FileSlice
 from appliance.shm.connection_counts import ConnectionCounts
 from appliance.shm.layout import WorkerState, conns_name
@@ -572,7 +572,7 @@ class NetworkWorker:
         msock = bind_endpoint(listener)
         slots = [self.plumbing.disk_slot(d) for d in range(self.plumbing.num_disks)]
         slots += [self.plumbing.net_slot(n) for n in range(self.plumbing.num_net)]
-        from appliance.metrics.group_lag import committed_offsets
+        from appliance.broker.group_lag import committed_offsets
         collector = BrokerCollector(table, ctx.metrics.counters, slots, self.log_dirs, ctx.limits)
 
         async def render() -> bytes:
@@ -598,10 +598,10 @@ class NetworkWorker:
 
 def _join_cluster(ctx: BrokerContext, plumbing: Plumbing) -> None:
     """Cluster mode: route through the leadership area and the cluster worker."""
-    from appliance.broker.cluster_link import ClusterLink
     from appliance.broker.cluster_view import ClusterView
     from appliance.broker.handlers.inter_broker import cluster_handlers
-    from appliance.cluster.replication_throttle import LeaderQuota
+    from appliance.broker.leader_quota import LeaderQuota
+    from appliance.process.cluster_link import ClusterLink
     from appliance.protocol.messages.cluster import INTER_BROKER_APIS
     from appliance.shm.layout import cluster_address, leaders_name, metadata_name
     from appliance.shm.leadership_area import LeadershipArea

@@ -26,8 +26,8 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from appliance.broker.supervisor import serve
     from appliance.config import BrokerConfig, ConfigError
+    from appliance.supervisor import serve
 
     try:
         config = BrokerConfig.load(args.config, parse_overrides(args.override))

@@ -35,7 +35,7 @@ class BrokerNotFound(Exception):
 
 def table_name_for(config: BrokerConfig) -> str:
     """The POSIX name of the partition table of the broker ``config`` describes (as serve names it)."""
-    from appliance.broker.plumbing import shm_base_name
+    from appliance.process.plumbing import shm_base_name
 
     port = config.listeners[0][1]
     return f"/{shm_base_name(config['appliance.shm.name'], int(config['broker.id']), port)}-table"

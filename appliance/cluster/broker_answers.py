@@ -318,7 +318,7 @@ async def create_topics_body(table: LeadershipTable, store: ZkStore, config: Any
     return {"throttle_time_ms": 0, "topics": results}
 
 
-# below the network worker's wait on the cluster link (broker/cluster_link.py, 60 s)
+# below the network worker's wait on the cluster link (process/cluster_link.py, 60 s)
 DELETE_WAIT_CAP_S = 50.0
 
 

@@ -36,7 +36,7 @@ import os
 import time
 from typing import Any
 
-from appliance.broker import dynamic_config
+from appliance import dynamic_config
 from appliance.cluster.replication_throttle import REPLICATION_KEYS
 from appliance.cluster.zk_paths import BROKER_DEFAULT, CONFIG_CHANGES
 from appliance.cluster.zk_store import ZkStore

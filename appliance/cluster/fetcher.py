@@ -16,12 +16,13 @@ import os
 import struct
 from typing import Any
 
-from appliance.cluster.replication_throttle import RateLimiter, ThrottleSettings
+from appliance.cluster.replication_throttle import ThrottleSettings
 from appliance.cluster.truncation import follower_truncation_offset
 from appliance.cluster.wire_channel import encode_request
 from appliance.cluster.zk_paths import TopicPartition
 from appliance.cluster.zk_store import ZkStore
 from appliance.errors import ErrorCode
+from appliance.process.rate_limiter import RateLimiter
 from appliance.protocol import NEED_DATA, PEER_CLOSED, ClientConnection
 from appliance.protocol.frames import RESPONSE_HEADER, SIZE
 from appliance.protocol.messages import Fetch

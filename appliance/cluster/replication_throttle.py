@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -41,7 +40,7 @@ from appliance.cluster.zk_paths import TopicPartition, broker_config_path, topic
 __all__ = [
     "LEADER_RATE", "FOLLOWER_RATE", "LEADER_REPLICAS", "FOLLOWER_REPLICAS", "REPLICATION_KEYS",
     "parse_replicas", "format_replicas", "is_throttled",
-    "RateLimiter", "ThrottleSettings", "LeaderQuota", "publish_leader_throttles",
+    "ThrottleSettings", "publish_leader_throttles",
 ]
 
 LEADER_RATE = "leader.replication.throttled.rate"
@@ -73,36 +72,6 @@ def format_replicas(pairs: Iterable[tuple[int, int]]) -> str:
 
 def is_throttled(replicas: frozenset[tuple[int, int]] | str, partition: int, broker_id: int) -> bool:
     return replicas == ALL or (partition, broker_id) in replicas
-
-
-class RateLimiter:
-    """A token bucket in bytes: it refills at the rate given to :meth:`exceeded`, holds at most
-    one second's worth, and goes into debt by what a fetch brought beyond it, so one large
-    fetch is paid for by the rounds after it and the average stays at the rate."""
-
-    def __init__(self, clock: Any = time.monotonic) -> None:
-        self.clock = clock
-        self._tokens = 0.0
-        self._at: float | None = None
-        self._rate = 0
-
-    def _refill(self, rate: int) -> None:
-        self._rate = rate
-        now = self.clock()
-        if self._at is None:
-            self._tokens = float(rate)
-        else:
-            self._tokens = min(float(rate), self._tokens + (now - self._at) * rate)
-        self._at = now
-
-    def record(self, nbytes: int) -> None:
-        if self._at is not None:
-            self._refill(self._rate)
-        self._tokens -= nbytes
-
-    def exceeded(self, rate: int) -> bool:
-        self._refill(rate)
-        return self._tokens < 0
 
 
 def _config_of(data: bytes | None) -> dict[str, str]:
@@ -174,26 +143,3 @@ def publish_leader_throttles(settings: ThrottleSettings, led: Iterable[tuple[Top
         rate = settings.leader_rate_for(tp)
         if area.leader_throttle(slot) != rate:
             area.set_leader_throttle(slot, rate)
-
-
-class LeaderQuota:
-    """One network worker's part of the leader rate (see the module doc). Single-threaded."""
-
-    def __init__(self, area: Any, workers: int, clock: Any = time.monotonic) -> None:
-        self.area = area
-        self.workers = max(1, workers)
-        self.limiter = RateLimiter(clock)
-
-    def throttled(self, slot: int, replica_id: int, isr: tuple[int, ...]) -> int:
-        """This worker's rate for ``replica_id`` fetching ``slot`` (0: not throttled — no rate
-        set for the partition, or the follower is in the ISR)."""
-        rate = self.area.leader_throttle(slot)
-        if rate <= 0 or replica_id in isr:
-            return 0
-        return max(1, rate // self.workers)
-
-    def exceeded(self, rate: int) -> bool:
-        return self.limiter.exceeded(rate)
-
-    def record(self, nbytes: int) -> None:
-        self.limiter.record(nbytes)

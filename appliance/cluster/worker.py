@@ -7,7 +7,7 @@ worker (ring index ``num_net``), so it creates, truncates and appends through th
 a network worker does.
 
 The network workers hand it, over an abstract Unix stream socket
-(:mod:`appliance.broker.cluster_link`), the controller's LeaderAndIsr / StopReplica /
+(:mod:`appliance.process.cluster_link`), the controller's LeaderAndIsr / StopReplica /
 UpdateMetadata and the clients' Metadata, CreateTopics, ElectLeaders and the reassignment APIs
 (45, 46); it answers with encoded bodies. Config changes of this broker's clients come the same
 way and go to ZooKeeper; every broker applies them from /config/changes (:mod:`config_changes`).
@@ -29,12 +29,6 @@ import sys
 
 import setproctitle
 
-from appliance.broker.broker_context import BrokerContext
-from appliance.broker.cluster_link import CONFIG_REQUEST, FORWARD_HEAD, LENGTH
-from appliance.broker.disk_client import DiskClient
-from appliance.broker.event_loop import run_event_loop
-from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
-from appliance.broker.plumbing import Plumbing
 from appliance.cluster.broker_answers import (
     coordinator_body,
     create_partitions_body,
@@ -61,6 +55,12 @@ from appliance.cluster.zk_paths import split_chroot
 from appliance.cluster.zk_session import ZooKeeperUnreachable, open_session
 from appliance.cluster.zk_store import ZkStore
 from appliance.config import BrokerConfig
+from appliance.process.cluster_link import CONFIG_REQUEST, FORWARD_HEAD, LENGTH
+from appliance.process.disk_client import DiskClient
+from appliance.process.event_loop import run_event_loop
+from appliance.process.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
+from appliance.process.plumbing import Plumbing
+from appliance.process.ring_context import RingContext
 from appliance.protocol.messages import (
     CreatePartitions,
     CreateTopics,
@@ -122,7 +122,7 @@ class ClusterWorker:
         area = LeadershipArea.attach(leaders_name(p.base))
         self.metadata = MetadataCache.attach(metadata_name(p.base))
         disks = DiskClient(p.cluster_index, p, table)
-        self.ctx = ctx = BrokerContext(p.cluster_index, self.config, table, disks, self.log_dirs)
+        self.ctx = ctx = RingContext(p.cluster_index, self.config, table, disks, self.log_dirs)
         loop.add_reader(p.net_bells[p.cluster_index], ctx.wakeups.on_doorbell)
         self.member = ClusterMember.from_config(self.config, WireChannel(client_id=f"controller-{self.broker_id}"))
         self.replicas: LocalReplicas | None = None

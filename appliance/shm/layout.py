@@ -181,7 +181,7 @@ class MsgType:
     ALTER_CONFIG = 4
     DELETE_RECORDS = 5
     GROUP = 6            # a consumer-group API request for the coordinator in the disk worker
-    ALTER_BROKER_CONFIG = 7  # reload the dynamic broker configs (appliance/broker/dynamic_config.py)
+    ALTER_BROKER_CONFIG = 7  # reload the dynamic broker configs (appliance/dynamic_config.py)
     REPLICA_MOVE = 8     # a step of moving a partition between log dirs (broker/disk/replica_move.py)
     REPLICA_APPEND = 9   # cluster mode: a follower's fetched batches, offsets kept (REPLICA_APPEND_HEADER first)
     TRUNCATE = 10        # cluster mode: a follower cuts its log at an offset (int64 body)

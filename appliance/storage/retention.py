@@ -12,17 +12,27 @@ Thread-safety: none; the partition's single writer calls it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from appliance.storage.segment import LogSegment
 
-if TYPE_CHECKING:
-    from appliance.storage.log import PartitionLog
-
-__all__ = ["apply_retention", "delete_below_log_start"]
+__all__ = ["apply_retention", "delete_below_log_start", "RetainedLog"]
 
 
-def apply_retention(plog: PartitionLog, now_ms: int) -> int:
+class RetainedLog(Protocol):
+    """What retention needs of a log (``PartitionLog`` has it): an interface, so this module
+    and the log's do not import each other."""
+
+    config: Any
+    size_bytes: int
+    log_start_offset: int
+
+    def delete_oldest_while(self, pred: Callable[[LogSegment, LogSegment | None], bool],
+                            why: str) -> int: ...
+
+
+def apply_retention(plog: RetainedLog, now_ms: int) -> int:
     """Delete ``plog``'s expired segments by the rules above. Returns segments deleted."""
     cfg = plog.config
     deleted = 0
@@ -46,7 +56,7 @@ def apply_retention(plog: PartitionLog, now_ms: int) -> int:
     return deleted + delete_below_log_start(plog)
 
 
-def delete_below_log_start(plog: PartitionLog) -> int:
+def delete_below_log_start(plog: RetainedLog) -> int:
     """Delete the segments wholly below the log start offset (retention's third rule; also
     run at once by DeleteRecords). Returns segments deleted."""
     lso = plog.log_start_offset

@@ -17,7 +17,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from appliance.broker.cpu_affinity import parse_cpu_list
+from appliance.process.cpu_affinity import parse_cpu_list
 
 __all__ = ["placement", "add_placement_args", "placements", "describe"]
 

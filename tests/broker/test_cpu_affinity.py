@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from appliance.broker.cpu_affinity import parse_cpu_list
+from appliance.process.cpu_affinity import parse_cpu_list
 from tests.broker_process import BrokerProcess, free_port
 
 pytestmark = pytest.mark.timeout(120)

@@ -10,9 +10,9 @@ import threading
 import time
 from pathlib import Path
 
-from appliance.broker.wakeups import DATA_INTEREST_S
 from appliance.client.connection import BrokerConnection
 from appliance.client.ipc import SHM_NAME_FILE
+from appliance.process.wakeups import DATA_INTEREST_S
 from appliance.records.batch import build_batch, decode_batch
 from appliance.shm.ring import Channel
 from tests.broker.clients import create_topic

@@ -40,12 +40,12 @@ import pytest
 from confluent_kafka import KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from appliance.broker.dynamic_config import FILE_NAME as DYNAMIC_CONFIG_FILE
 from appliance.client.connection import BrokerConnection
 from appliance.cluster import zk_paths
 from appliance.cluster.wire_channel import encode_request
 from appliance.cluster.zk_session import ZkSettings, open_session
 from appliance.cluster.zk_store import ZkStore
+from appliance.dynamic_config import FILE_NAME as DYNAMIC_CONFIG_FILE
 from appliance.protocol.frames import RESPONSE_HEADER, SIZE
 from appliance.protocol.messages.cluster import OffsetsForLeaderEpoch
 from appliance.storage.checkpoint import LOG_START_OFFSET_CHECKPOINT, read_checkpoint

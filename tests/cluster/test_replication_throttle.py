@@ -9,6 +9,7 @@ from appliance.cluster.reassignment import remove_throttle, set_throttle
 from appliance.cluster.zk_paths import TopicPartition
 from appliance.cluster.zk_session import ZkSettings, open_session
 from appliance.cluster.zk_store import ZkStore
+from appliance.process.rate_limiter import RateLimiter
 from tests.cluster.harness import wait_for
 
 
@@ -22,7 +23,7 @@ def test_replica_lists_in_kafkas_format():
 
 def test_rate_bucket_pays_off_a_large_fetch():
     now = [100.0]
-    limiter = rt.RateLimiter(clock=lambda: now[0])
+    limiter = RateLimiter(clock=lambda: now[0])
     assert not limiter.exceeded(1000)  # starts with one second's worth
     limiter.record(600)
     assert not limiter.exceeded(1000)

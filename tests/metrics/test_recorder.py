@@ -7,9 +7,9 @@ import os
 import posix_ipc
 import pytest
 
-from appliance.broker.plumbing import PARTITION_TABLE_CAPACITY
 from appliance.metrics.listener import MetricsListener, parse_listener
 from appliance.metrics.recorder import Recorder
+from appliance.process.plumbing import PARTITION_TABLE_CAPACITY
 from appliance.shm.counters import CountersVersionError, SharedCounters
 from appliance.shm.layout import COUNTER_PARTITIONS, COUNTER_SLAB, HIST_BUCKETS, HIST_WORDS
 

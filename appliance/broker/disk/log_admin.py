@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from appliance.broker import dynamic_config
+from appliance import dynamic_config
 from appliance.broker.disk.partitions import Partitions
 from appliance.broker.disk.requests import NOTHING, NotHere
 from appliance.config import BrokerConfig, ConfigError, TopicConfig

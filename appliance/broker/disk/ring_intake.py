@@ -8,7 +8,7 @@ import time
 
 from appliance.broker.disk.partitions import Partitions
 from appliance.broker.disk.requests import Requests, with_error
-from appliance.broker.plumbing import Plumbing, ring_doorbell
+from appliance.process.plumbing import Plumbing, ring_doorbell
 from appliance.shm.layout import MsgType
 from appliance.shm.ring import Channel, RingFormatError
 

@@ -29,12 +29,12 @@ from appliance.broker.disk.partitions import Partitions
 from appliance.broker.disk.replica_move import ReplicaMover, sweep_moves
 from appliance.broker.disk.requests import Requests
 from appliance.broker.disk.ring_intake import RingIntake
-from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
-from appliance.broker.gc_policy import freeze_startup_objects
-from appliance.broker.plumbing import Plumbing
 from appliance.config import BrokerConfig, ConfigError
 from appliance.errors import KafkaStorageError
 from appliance.metrics.recorder import attach_recorder
+from appliance.process.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
+from appliance.process.gc_policy import freeze_startup_objects
+from appliance.process.plumbing import Plumbing
 from appliance.shm.layout import MsgType, WorkerState
 from appliance.shm.partition_table import PartitionTable
 from appliance.storage.flush import flush_observers

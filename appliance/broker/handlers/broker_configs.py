@@ -1,5 +1,5 @@
 """IncrementalAlterConfigs (and the older AlterConfigs) for the broker resource: the dynamic broker keys
-(:mod:`appliance.broker.dynamic_config`), for this broker (resource name = its id) or as the
+(:mod:`appliance.dynamic_config`), for this broker (resource name = its id) or as the
 cluster-wide default (resource name "", kafka-configs' ``--entity-default``).
 
 The new set is validated whole, saved, and then every disk worker reloads it
@@ -15,10 +15,10 @@ import asyncio
 import logging
 from typing import Any, NamedTuple
 
-from appliance.broker import dynamic_config
-from appliance.broker.cluster_link import ClusterUnavailable
+from appliance import dynamic_config
 from appliance.config import BROKER_KEYS, ConfigError
 from appliance.errors import ErrorCode
+from appliance.process.cluster_link import ClusterUnavailable
 from appliance.shm.layout import MsgType
 
 __all__ = ["alter", "replace", "effective", "cluster_config_write"]

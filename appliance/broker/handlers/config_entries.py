@@ -3,7 +3,7 @@ keys that could have set it, in precedence order), and its read-only and sensiti
 
 Topic keys: the topic's override (DYNAMIC_TOPIC_CONFIG), else a dynamic broker value of a
 synonym (DYNAMIC_BROKER_CONFIG, then DYNAMIC_DEFAULT_BROKER_CONFIG; see
-:mod:`appliance.broker.dynamic_config`), else the first broker synonym set in server.properties
+:mod:`appliance.dynamic_config`), else the first broker synonym set in server.properties
 or on the command line (STATIC_BROKER_CONFIG), else the default of the last synonym in the chain
 (DEFAULT_CONFIG), as Kafka's ``LogConfig`` chains work. Broker keys: dynamic, static or default;
 read-only unless they are dynamic broker keys; a broker key that heads a topic key's chain
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from appliance.broker.dynamic_config import DYNAMIC_BROKER_KEYS, DynamicConfigs
 from appliance.config import BROKER_KEYS, TOPIC_KEYS, TopicConfig
+from appliance.dynamic_config import DYNAMIC_BROKER_KEYS, DynamicConfigs
 
 __all__ = ["topic_entries", "broker_entries", "default_broker_entries", "DYNAMIC_TOPIC_CONFIG",
            "DYNAMIC_BROKER_CONFIG", "DYNAMIC_DEFAULT_BROKER_CONFIG", "STATIC_BROKER_CONFIG",

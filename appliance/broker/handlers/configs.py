@@ -6,7 +6,6 @@ import asyncio
 import json
 from typing import Any
 
-from appliance.broker.cluster_link import ClusterUnavailable
 from appliance.broker.handlers import broker_configs
 from appliance.broker.handlers.config_entries import (
     broker_entries,
@@ -15,6 +14,7 @@ from appliance.broker.handlers.config_entries import (
 )
 from appliance.config import BROKER_KEYS, TOPIC_KEYS, ConfigError, TopicConfig
 from appliance.errors import ErrorCode
+from appliance.process.cluster_link import ClusterUnavailable
 from appliance.shm.layout import MsgType
 
 __all__ = ["handle_describe", "handle_alter", "topic_overrides", "TOPIC", "BROKER"]

@@ -1,16 +1,16 @@
 """Cluster mode: the requests a network worker hands to its cluster worker, and the table that
-replaces the standalone handlers for them (see :mod:`appliance.broker.cluster_link`)."""
+replaces the standalone handlers for them (see :mod:`appliance.process.cluster_link`)."""
 
 from __future__ import annotations
 
 import struct
 from typing import Any
 
-from appliance.broker.cluster_link import ClusterUnavailable
 from appliance.broker.handlers import api_versions, describe_cluster
 from appliance.broker.handlers.answer import CloseConnection, RawBody
 from appliance.coordinator.batched_lookup import FIRST_BATCHED_VERSION
 from appliance.errors import ErrorCode
+from appliance.process.cluster_link import ClusterUnavailable
 from appliance.protocol.messages import (
     ApiVersions,
     CreatePartitions,

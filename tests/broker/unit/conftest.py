@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from appliance.broker.plumbing import Plumbing
 from appliance.config import BrokerConfig
+from appliance.process.plumbing import Plumbing
 
 _names = itertools.count()
 

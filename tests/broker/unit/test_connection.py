@@ -8,10 +8,10 @@ import types
 
 import appliance.protocol as proto
 from appliance.broker.cluster_view import ClusterView
-from appliance.broker.disk_client import Completion
 from appliance.broker.network_worker import MAX_IN_FLIGHT, KafkaConnection
-from appliance.broker.wakeups import Wakeups
 from appliance.errors import ErrorCode
+from appliance.process.disk_client import Completion
+from appliance.process.wakeups import Wakeups
 from appliance.protocol.messages import ApiVersions, Produce
 from appliance.records.batch import build_batch
 from appliance.shm.layout import SlotState

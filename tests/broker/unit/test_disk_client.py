@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 
-from appliance.broker.disk_client import DiskClient
-from appliance.broker.supervisor import DISK
 from appliance.errors import ErrorCode
+from appliance.process.disk_client import DiskClient
 from appliance.shm.layout import COMPLETION, REQUEST, MsgType, WorkerState
 from appliance.shm.ring import Channel
+from appliance.supervisor import DISK
 
 NOT_LEADER = ErrorCode.NOT_LEADER_OR_FOLLOWER
 

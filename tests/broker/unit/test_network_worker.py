@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from appliance.broker.exit_codes import EXIT_BOOT_ERROR
 from appliance.broker.network_worker import NetworkWorker
 from appliance.config import BrokerConfig
+from appliance.process.exit_codes import EXIT_BOOT_ERROR
 from appliance.shm.layout import WorkerState
 
 

@@ -9,10 +9,10 @@ import types
 
 import pytest
 
-from appliance.broker.disk_client import Completion
 from appliance.broker.handlers.produce_fast import FastProduce
 from appliance.errors import ErrorCode
 from appliance.metrics.recorder import SAMPLE
+from appliance.process.disk_client import Completion
 from appliance.protocol.messages import ApiVersions, Produce
 from appliance.records.batch import build_batch
 from appliance.records.legacy import build_message_set

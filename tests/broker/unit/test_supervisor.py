@@ -9,10 +9,10 @@ import types
 
 import pytest
 
-from appliance.broker import supervisor as sup_mod
-from appliance.broker.exit_codes import EXIT_BOOT_ERROR
-from appliance.broker.supervisor import DISK, NETWORK, HaltServer, Supervisor, _Worker
+from appliance import supervisor as sup_mod
+from appliance.process.exit_codes import EXIT_BOOT_ERROR
 from appliance.shm.layout import WorkerState
+from appliance.supervisor import DISK, NETWORK, HaltServer, Supervisor, _Worker
 
 
 def _exited(code: int) -> int:

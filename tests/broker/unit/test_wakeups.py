@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from appliance.broker.disk_client import DiskClient
-from appliance.broker.wakeups import _PRUNE_WAITERS, DATA_INTEREST_S, Wakeups
+from appliance.process.disk_client import DiskClient
+from appliance.process.wakeups import _PRUNE_WAITERS, DATA_INTEREST_S, Wakeups
 from appliance.shm.layout import DataWanted
 from appliance.shm.ring import Channel
 

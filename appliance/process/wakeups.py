@@ -13,7 +13,7 @@ import asyncio
 import time
 from typing import Any
 
-from appliance.broker.disk_client import DiskClient
+from appliance.process.disk_client import DiskClient
 from appliance.shm.layout import DataWanted
 
 __all__ = ["Wakeups", "DATA_INTEREST_S", "FIRST_DATA_WAIT_S"]

@@ -32,13 +32,13 @@ from dataclasses import dataclass
 import posix_ipc
 import setproctitle
 
-from appliance.broker.cpu_affinity import apply_affinity
-from appliance.broker.exit_codes import EXIT_BOOT_ERROR, EXIT_CRASHED
-from appliance.broker.gc_policy import freeze_before_fork
-from appliance.broker.limits import raise_open_files_limit
-from appliance.broker.plumbing import Plumbing, ring_doorbell, shm_base_name, unlink_stale
 from appliance.config import BrokerConfig
 from appliance.metrics.listener import parse_listener
+from appliance.process.cpu_affinity import apply_affinity
+from appliance.process.exit_codes import EXIT_BOOT_ERROR, EXIT_CRASHED
+from appliance.process.gc_policy import freeze_before_fork
+from appliance.process.limits import raise_open_files_limit
+from appliance.process.plumbing import Plumbing, ring_doorbell, shm_base_name, unlink_stale
 from appliance.shm.counters import SharedCounters
 from appliance.shm.layout import SlotState, WorkerState, counters_name
 from appliance.shm.partition_table import PartitionTable

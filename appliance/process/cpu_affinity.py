@@ -10,31 +10,11 @@ of CPU per wake-up: ``.venv/bin/python perf/bench_wakeup.py``).
 from __future__ import annotations
 
 import os
-import re
+
+from appliance.config import parse_cpu_list
 
 __all__ = ["parse_cpu_list", "apply_affinity"]
 
-_ITEM = re.compile(r"(\d{1,4})(?:-(\d{1,4}))?")
-
-
-def parse_cpu_list(text: str) -> frozenset[int]:
-    """CPUs of a Linux CPU list (``taskset -c`` / ``Cpus_allowed_list`` syntax): ``"1"``,
-    ``"0-3,6"``; empty means no restriction (an empty set). Raises ValueError for bad syntax or
-    a range that runs backwards."""
-    text = text.strip()
-    if not text:
-        return frozenset()
-    cpus: set[int] = set()
-    for item in text.split(","):
-        m = _ITEM.fullmatch(item.strip())
-        if m is None:
-            raise ValueError(f"{item.strip()!r} is not a CPU number or a range like 0-3")
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) is not None else lo
-        if hi < lo:
-            raise ValueError(f"range {item.strip()!r} runs backwards")
-        cpus.update(range(lo, hi + 1))
-    return frozenset(cpus)
 
 
 def apply_affinity(text: str) -> frozenset[int] | None:

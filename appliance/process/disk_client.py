@@ -31,8 +31,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from appliance.broker.plumbing import Plumbing, drain_doorbell, ring_doorbell
 from appliance.errors import ErrorCode
+from appliance.process.plumbing import Plumbing, drain_doorbell, ring_doorbell
 from appliance.shm.layout import COMPLETION, NO_COMPLETION_AT_ACKS_0, REQUEST, WorkerState
 from appliance.shm.partition_table import PartitionTable
 from appliance.shm.ring import Channel, RingFormatError
