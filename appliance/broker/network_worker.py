@@ -599,7 +599,6 @@ class NetworkWorker:
 def _join_cluster(ctx: BrokerContext, plumbing: Plumbing) -> None:
     """Cluster mode: route through the leadership area and the cluster worker."""
     from appliance.broker.cluster_view import ClusterView
-    from appliance.broker.handlers.inter_broker import cluster_handlers
     from appliance.broker.leader_quota import LeaderQuota
     from appliance.process.cluster_link import ClusterLink
     from appliance.protocol.messages.cluster import INTER_BROKER_APIS
@@ -612,4 +611,4 @@ def _join_cluster(ctx: BrokerContext, plumbing: Plumbing) -> None:
     ctx.leader_quota = LeaderQuota(ctx.leaders, plumbing.num_net)
     ctx.cluster_link = ClusterLink(cluster_address(plumbing.base))
     ctx.extra_apis = dict(INTER_BROKER_APIS)
-    ctx.handlers = cluster_handlers(handlers.HANDLERS)
+    ctx.handlers = handlers.table_for(cluster=True)

@@ -1,8 +1,7 @@
 """One admin request to the cluster's controller, for the tools whose APIs only the controller
-answers and a standalone broker does not serve (ElectLeaders, AlterPartitionReassignments,
-ListPartitionReassignments): they are not in the client registry, so each goes on its own
-connection here. A broker that answers NOT_CONTROLLER (the controller moved) is passed over
-and the controller is looked up again until the timeout.
+answers (ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments), each on its own
+connection to the broker Metadata names as the controller. A broker that answers NOT_CONTROLLER
+(the controller moved) is passed over and the controller is looked up again until the timeout.
 """
 
 from __future__ import annotations
@@ -24,12 +23,12 @@ Locator = Callable[[], tuple[int, dict[int, tuple[str, int]]]]
 
 def call(host: str, port: int, api_key: int, version: int, body: Any, timeout: float,
          client_id: str = "appliance-cli") -> Any:
-    """Send one request of a cluster-only API and return its decoded response body.
+    """Send one request and return its decoded response body.
     Raises OSError / ConnectionError when the broker cannot be reached or hangs up."""
     from appliance.protocol.frames import SIZE, encode_request_frame, response_body_offset
-    from appliance.protocol.registry import inter_broker_api_for_key
+    from appliance.protocol.registry import API_BY_KEY
 
-    api = inter_broker_api_for_key(api_key)
+    api = API_BY_KEY[api_key]
 
     def read(s: socket.socket, n: int) -> bytes:
         buf = b""

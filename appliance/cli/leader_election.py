@@ -72,11 +72,10 @@ def elect(args: argparse.Namespace, election_type: int,
         by_topic.setdefault(t, []).append(p)
     body = {"election_type": election_type, "timeout_ms": int(args.timeout * 1000),
             "topic_partitions": None if partitions is None else [
-                {"topic": t, "partition_id": ps} for t, ps in by_topic.items()]}
+                {"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
     with connect(args) as conn:
         if _ELECT_LEADERS not in conn.versions:
-            raise CliError(f"broker {conn.address} does not serve ElectLeaders: it is a standalone "
-                           "broker (no zookeeper.connect), where there is no leader to elect")
+            raise CliError(f"broker {conn.address} does not serve ElectLeaders")
 
         def locate() -> tuple[int, dict[int, tuple[str, int]]]:
             md = metadata(conn, [])

@@ -24,7 +24,7 @@ TIMEOUT_S = 60.0
 def _error(request: Any, code: ErrorCode) -> dict:
     """Every asked partition with ``code`` (v0 has no top-level error code)."""
     results = [{"topic": t.topic, "partition_result": [
-        {"partition_id": p, "error_code": int(code), "error_message": None} for p in t.partition_id]}
+        {"partition_id": p, "error_code": int(code), "error_message": None} for p in t.partitions]}
         for t in (request.topic_partitions or [])]
     return {"throttle_time_ms": 0, "error_code": int(code), "replica_election_results": results}
 
@@ -38,7 +38,7 @@ async def answer_elect_leaders(member: Any, request: Any) -> dict:
     if election_type not in (0, 1):
         return _error(request, ErrorCode.INVALID_REQUEST)
     tps = None if request.topic_partitions is None else {
-        TopicPartition(t.topic, p) for t in request.topic_partitions for p in t.partition_id}
+        TopicPartition(t.topic, p) for t in request.topic_partitions for p in t.partitions}
     loop = asyncio.get_running_loop()
     fut = loop.create_future()
 

@@ -26,6 +26,8 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import setproctitle
 
@@ -62,25 +64,23 @@ from appliance.process.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.process.plumbing import Plumbing
 from appliance.process.ring_context import RingContext
 from appliance.protocol.messages import (
+    AlterPartitionReassignments,
     CreatePartitions,
     CreateTopics,
     DeleteTopics,
     DescribeCluster,
+    ElectLeaders,
     FindCoordinator,
+    ListPartitionReassignments,
     Metadata,
 )
 from appliance.protocol.messages.cluster import (
-    INTER_BROKER_APIS,
     ControlledShutdown,
-    ElectLeaders,
     LeaderAndIsr,
     StopReplica,
     UpdateMetadata,
 )
-from appliance.protocol.messages.reassignments import (
-    AlterPartitionReassignments,
-    ListPartitionReassignments,
-)
+from appliance.protocol.schema import ApiMessage
 from appliance.shm.layout import WorkerState, cluster_address, leaders_name, metadata_name
 from appliance.shm.leadership_area import LeadershipArea
 from appliance.shm.metadata_cache import MetadataCache, from_states
@@ -93,10 +93,8 @@ log = logging.getLogger("appliance.cluster")
 _PREVIOUS_SESSION_MAX_S = 40.0  # ZooKeeper's default maxSessionTimeout (20 ticks of 2 s)
 _THROTTLE_PUBLISH_S = 0.5  # a throttle set or removed reaches the leaders' fetch answers this late
 
-_APIS = {**INTER_BROKER_APIS, Metadata.API_KEY: Metadata, CreateTopics.API_KEY: CreateTopics,
-         CreatePartitions.API_KEY: CreatePartitions,
-         DeleteTopics.API_KEY: DeleteTopics,
-         FindCoordinator.API_KEY: FindCoordinator, DescribeCluster.API_KEY: DescribeCluster}
+# an answer: (the decoded request, its version) -> the response body
+Answer = Callable[[Any, int], Awaitable[dict]]
 
 
 class ClusterWorker:
@@ -126,6 +124,7 @@ class ClusterWorker:
         loop.add_reader(p.net_bells[p.cluster_index], ctx.wakeups.on_doorbell)
         self.member = ClusterMember.from_config(self.config, WireChannel(client_id=f"controller-{self.broker_id}"))
         self.replicas: LocalReplicas | None = None
+        self.answers = self._answers()
         self.configs: ConfigChanges | None = None
         # bound here: uvloop takes no abstract address (a leading NUL) as a path
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -282,49 +281,60 @@ class ClusterWorker:
         code, message = await self.configs.write(req["entity_type"], req["entity_name"], req["config"])
         return json.dumps({"error_code": int(code), "error_message": message}).encode()
 
-    async def _answer(self, api_key: int, version: int, frame: bytes) -> bytes:
-        api = _APIS[api_key]
-        req = api.decode_request(version, frame, FORWARD_HEAD.size)
+    def _answers(self) -> dict[int, tuple[type[ApiMessage], Answer]]:
+        """Every API this worker answers over the cluster link: its schema and its answer."""
         lt = self.member.leadership
+        return {
+            LeaderAndIsr.API_KEY: (LeaderAndIsr, self._leader_and_isr),
+            StopReplica.API_KEY: (StopReplica, self._stop_replica),
+            UpdateMetadata.API_KEY: (UpdateMetadata, self._update_metadata),
+            ControlledShutdown.API_KEY: (ControlledShutdown, lambda r, v: answer_shutdown(self.member, r)),
+            ElectLeaders.API_KEY: (ElectLeaders, lambda r, v: answer_elect_leaders(self.member, r)),
+            AlterPartitionReassignments.API_KEY: (
+                AlterPartitionReassignments, lambda r, v: answer_alter_reassignments(self.member, r)),
+            ListPartitionReassignments.API_KEY: (
+                ListPartitionReassignments, lambda r, v: answer_list_reassignments(self.member, r)),
+            FindCoordinator.API_KEY: (
+                FindCoordinator, lambda r, v: coordinator_body(lt, self.store, self.config, r, v)),
+            Metadata.API_KEY: (
+                Metadata, lambda r, v: metadata_body(lt, self.store, self.config, r, v, self.topic_ids)),
+            CreateTopics.API_KEY: (CreateTopics, lambda r, v: create_topics_body(lt, self.store, self.config, r)),
+            CreatePartitions.API_KEY: (
+                CreatePartitions, lambda r, v: create_partitions_body(lt, self.store, self.config, r)),
+            DeleteTopics.API_KEY: (DeleteTopics, lambda r, v: delete_topics_body(self.store, self.config, r)),
+            DescribeCluster.API_KEY: (DescribeCluster, lambda r, v: describe_cluster_body(lt, self.store)),
+        }
+
+    async def _answer(self, api_key: int, version: int, frame: bytes) -> bytes:
         if self.replicas is None:  # not joined yet: the controller retries on a closed link
             raise ConnectionError("not joined yet")
-        if api_key == LeaderAndIsr.API_KEY:
-            async with self.replicas.lock:
-                resp, changes = lt.apply_leader_and_isr(req)
-                touched = [tp for tp, _ in partition_states(req, "topic_states", "ungrouped_partition_states")]
-                if not resp["error_code"]:
-                    await self.replicas.apply(changes, touched)
-        elif api_key == StopReplica.API_KEY:
-            async with self.replicas.lock:
-                resp, changes = lt.apply_stop_replica(req)
-                await self.replicas.stop(changes)
-        elif api_key == UpdateMetadata.API_KEY:
-            resp = lt.apply_update_metadata(req)
-            if not resp["error_code"]:
-                # before the answer: the controller's next step may count on every worker here
-                # knowing what it just said
-                self.metadata.publish(from_states(
-                    (tp.topic, tp.partition, s.leader, s.leader_epoch) for tp, s in lt.metadata.items()))
-        elif api_key == ControlledShutdown.API_KEY:
-            resp = await answer_shutdown(self.member, req)
-        elif api_key == ElectLeaders.API_KEY:
-            resp = await answer_elect_leaders(self.member, req)
-        elif api_key == AlterPartitionReassignments.API_KEY:
-            resp = await answer_alter_reassignments(self.member, req)
-        elif api_key == ListPartitionReassignments.API_KEY:
-            resp = await answer_list_reassignments(self.member, req)
-        elif api_key == FindCoordinator.API_KEY:
-            resp = await coordinator_body(lt, self.store, self.config, req, version)
-        elif api_key == Metadata.API_KEY:
-            resp = await metadata_body(lt, self.store, self.config, req, version, self.topic_ids)
-        elif api_key == CreateTopics.API_KEY:
-            resp = await create_topics_body(lt, self.store, self.config, req)
-        elif api_key == CreatePartitions.API_KEY:
-            resp = await create_partitions_body(lt, self.store, self.config, req)
-        elif api_key == DeleteTopics.API_KEY:
-            resp = await delete_topics_body(self.store, self.config, req)
-        elif api_key == DescribeCluster.API_KEY:
-            resp = await describe_cluster_body(lt, self.store)
-        else:
+        found = self.answers.get(api_key)
+        if found is None:
             raise ConnectionError(f"API {api_key} is not served by the cluster worker")
-        return api.encode_response(version, resp)
+        api, answer = found
+        req = api.decode_request(version, frame, FORWARD_HEAD.size)
+        return api.encode_response(version, await answer(req, version))
+
+    async def _leader_and_isr(self, req: Any, version: int) -> dict:
+        async with self.replicas.lock:
+            resp, changes = self.member.leadership.apply_leader_and_isr(req)
+            touched = [tp for tp, _ in partition_states(req, "topic_states", "ungrouped_partition_states")]
+            if not resp["error_code"]:
+                await self.replicas.apply(changes, touched)
+        return resp
+
+    async def _stop_replica(self, req: Any, version: int) -> dict:
+        async with self.replicas.lock:
+            resp, changes = self.member.leadership.apply_stop_replica(req)
+            await self.replicas.stop(changes)
+        return resp
+
+    async def _update_metadata(self, req: Any, version: int) -> dict:
+        lt = self.member.leadership
+        resp = lt.apply_update_metadata(req)
+        if not resp["error_code"]:
+            # before the answer: the controller's next step may count on every worker here
+            # knowing what it just said
+            self.metadata.publish(from_states(
+                (tp.topic, tp.partition, s.leader, s.leader_epoch) for tp, s in lt.metadata.items()))
+        return resp

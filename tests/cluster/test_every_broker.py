@@ -324,7 +324,7 @@ def test_controller_only_requests_answer_on_the_controller_and_refuse_elsewhere(
                  if leader == _metadata_replicas(cluster, topic)[p][0]}
     for bid, b in cluster["brokers"].items():
         elect = call("127.0.0.1", b.port, 43, 1, {"election_type": 0, "topic_partitions": [
-            {"topic": topic, "partition_id": sorted(preferred)}], "timeout_ms": 10000}, 30)
+            {"topic": topic, "partitions": sorted(preferred)}], "timeout_ms": 10000}, 30)
         listed = call("127.0.0.1", b.port, 46, 0, {"timeout_ms": 10000, "topics": None}, 30)
         if bid == controller:
             assert elect.error_code == OK and listed.error_code == OK, f"controller {bid}"

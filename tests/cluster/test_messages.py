@@ -9,18 +9,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from appliance.protocol.errors import ProtocolDecodeError
+from appliance.protocol.messages import (
+    AlterPartitionReassignments,
+    ElectLeaders,
+    ListPartitionReassignments,
+)
 from appliance.protocol.messages.cluster import (
     INTER_BROKER_APIS,
     ControlledShutdown,
-    ElectLeaders,
     LeaderAndIsr,
     OffsetsForLeaderEpoch,
     StopReplica,
     UpdateMetadata,
-)
-from appliance.protocol.messages.reassignments import (
-    AlterPartitionReassignments,
-    ListPartitionReassignments,
 )
 from appliance.protocol.registry import SUPPORTED_VERSIONS, inter_broker_api_for_key
 from tests.protocol.schema_values import message_strategy, normalize, project
@@ -113,7 +113,7 @@ GOLDEN = [
     # --- ElectLeaders ---
     (ElectLeaders, "request", 0, {"topic_partitions": None, "timeout_ms": 60000}, "ffffffff" "0000ea60"),
     (ElectLeaders, "request", 1, {"election_type": 1, "topic_partitions": [
-        {"topic": "t", "partition_id": [0, 1]}], "timeout_ms": 1000},
+        {"topic": "t", "partitions": [0, 1]}], "timeout_ms": 1000},
      "01" "00000001" + T + i32s(0, 1) + "000003e8"),
     (ElectLeaders, "response", 1, {"throttle_time_ms": 0, "error_code": 0, "replica_election_results": [
         {"topic": "t", "partition_result": [{"partition_id": 0, "error_code": 84, "error_message": None}]}]},
@@ -155,8 +155,12 @@ def test_golden_bytes(api, kind, v, body, hexed):
     assert project(normalize(decoded), struct_, v) == body
 
 
+# the admin APIs a cluster's controller answers, client APIs every broker advertises
+CONTROLLER_ADMIN_APIS = (ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments)
+
+
 def _walk():
-    for api in INTER_BROKER_APIS.values():
+    for api in (*INTER_BROKER_APIS.values(), *CONTROLLER_ADMIN_APIS):
         for v in range(api.MIN_VERSION, api.MAX_VERSION + 1):
             for kind in ("request", "response"):
                 yield api, kind, v
@@ -186,4 +190,10 @@ def test_not_advertised_by_standalone_brokers():
         assert key not in SUPPORTED_VERSIONS
         assert inter_broker_api_for_key(key) is api
     assert inter_broker_api_for_key(0) is None
-    assert sorted(INTER_BROKER_APIS) == [4, 5, 6, 7, 23, 43, 45, 46]
+    assert sorted(INTER_BROKER_APIS) == [4, 5, 6, 7, 23]
+
+
+def test_the_controllers_admin_apis_are_advertised_by_every_broker():
+    for api in CONTROLLER_ADMIN_APIS:
+        assert SUPPORTED_VERSIONS[api.API_KEY] == (api.MIN_VERSION, api.MAX_VERSION)
+        assert inter_broker_api_for_key(api.API_KEY) is None

@@ -1,24 +1,29 @@
-"""Request handlers, one module per API family, and the tables that route to them.
+"""Request handlers, one module per API family, and the one table that routes to them.
 
-Two ways in, both keyed by the protocol's API classes (``Produce.API_KEY``, ...):
+:data:`ROUTES` declares, per API key, the handler of a standalone broker and the handler of a
+cluster-mode broker side by side (None: not served in that mode), so the difference between the
+two modes is read in one place; :func:`table_for` picks a column once, when a network worker
+starts. Two ways in:
 
-- :data:`TASK_FREE`: ``start(ctx, request, answer, conn)`` begins the work now and sets the
-  ``answer`` future with the encoded response later, from a doorbell callback, then calls
-  ``ctx.wakeups.answer_ready(conn)``. No asyncio task (see docs/architecture.md, "The produce
-  path without tasks").
-- :data:`HANDLERS` (and :data:`GROUP_HANDLERS`, which also get the client's address):
-  ``async def handle(ctx, request) -> body``, run as a task by :func:`run`.
+- task-free (``task_free=True``, Produce): ``start(ctx, request, answer, conn)`` begins the work
+  now and sets the ``answer`` future with the encoded response later, from a doorbell callback,
+  then calls ``ctx.wakeups.answer_ready(conn)``. No asyncio task (see docs/architecture.md, "The
+  produce path without tasks").
+- the others: ``async def handle(ctx, request) -> body``, run as a task by :func:`run` (group
+  APIs, ``with_client_host=True``, also get the client's address: DescribeGroups shows it).
 
 A body is a dict the protocol module encodes for the request's version, a ``RawBody``, or
 ``NO_RESPONSE`` (see :mod:`.answer`). Handlers never touch sockets: they read the shared table,
-read segment files, and submit work to disk workers. A new API is one line in one table.
+read segment files, and submit work to disk workers. A new API is one line in :data:`ROUTES`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from appliance.broker.broker_context import BrokerContext
 from appliance.broker.handlers import (
@@ -32,8 +37,10 @@ from appliance.broker.handlers import (
     fetch,
     groups,
     incremental_alter_configs,
+    inter_broker,
     list_offsets,
     metadata,
+    one_broker_controller,
     produce,
     producer_id,
     topics,
@@ -43,6 +50,7 @@ from appliance.metrics.recorder import AnswerTiming
 from appliance.metrics.responses import record_response
 from appliance.protocol.messages import (
     AlterConfigs,
+    AlterPartitionReassignments,
     AlterReplicaLogDirs,
     ApiVersions,
     CreatePartitions,
@@ -55,6 +63,7 @@ from appliance.protocol.messages import (
     DescribeGroups,
     DescribeLogDirs,
     DescribeProducers,
+    ElectLeaders,
     Fetch,
     FindCoordinator,
     Heartbeat,
@@ -64,6 +73,7 @@ from appliance.protocol.messages import (
     LeaveGroup,
     ListGroups,
     ListOffsets,
+    ListPartitionReassignments,
     Metadata,
     OffsetCommit,
     OffsetDelete,
@@ -72,45 +82,94 @@ from appliance.protocol.messages import (
     SyncGroup,
 )
 
-__all__ = ["TASK_FREE", "HANDLERS", "GROUP_HANDLERS", "run", "start"]
+__all__ = ["ROUTES", "Route", "Served", "table_for", "served", "TASK_FREE", "run", "start"]
 
-TASK_FREE = {
-    Produce.API_KEY: produce.start,
+
+class Route(NamedTuple):
+    """How one API is served: by a standalone broker, and by a broker in a cluster."""
+
+    standalone: Callable | None
+    cluster: Callable | None
+    task_free: bool = False  # started without a task (answered from a doorbell callback)
+    with_client_host: bool = False  # group APIs: the handler also gets the client's address
+
+
+def _both(handler: Callable, **kw: bool) -> Route:
+    """The same handler in both modes (the disk worker or the data tell the modes apart)."""
+    return Route(handler, handler, **kw)
+
+
+_group = functools.partial(_both, with_client_host=True)
+
+# the controller's inter-broker requests and the leader's OffsetsForLeaderEpoch: cluster only
+LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, CONTROLLED_SHUTDOWN = 4, 5, 6, 7
+
+ROUTES: dict[int, Route] = {
+    Produce.API_KEY: _both(produce.start, task_free=True),
+    Fetch.API_KEY: _both(fetch.handle),
+    ListOffsets.API_KEY: _both(list_offsets.handle),
+    ApiVersions.API_KEY: Route(api_versions.handle, inter_broker.api_versions_in_cluster),
+    Metadata.API_KEY: Route(metadata.handle, inter_broker.forward),
+    CreateTopics.API_KEY: Route(topics.handle_create, inter_broker.forward),
+    DeleteTopics.API_KEY: Route(topics.handle_delete, inter_broker.forward),
+    CreatePartitions.API_KEY: Route(topics.handle_create_partitions, inter_broker.forward),
+    DescribeConfigs.API_KEY: _both(configs.handle_describe),
+    AlterConfigs.API_KEY: _both(configs.handle_alter),
+    IncrementalAlterConfigs.API_KEY: _both(incremental_alter_configs.handle),
+    DescribeLogDirs.API_KEY: _both(describe_log_dirs.handle),
+    InitProducerId.API_KEY: _both(producer_id.handle),
+    FindCoordinator.API_KEY: Route(groups.find_coordinator, inter_broker.find_coordinator),
+    DeleteRecords.API_KEY: _both(delete_records.handle),
+    AlterReplicaLogDirs.API_KEY: _both(alter_replica_log_dirs.handle),
+    DescribeCluster.API_KEY: Route(describe_cluster.handle, inter_broker.describe_cluster_in_cluster),
+    DescribeProducers.API_KEY: _both(describe_producers.handle),
+    ElectLeaders.API_KEY: Route(one_broker_controller.elect_leaders, inter_broker.forward),
+    AlterPartitionReassignments.API_KEY: Route(one_broker_controller.alter_reassignments,
+                                               inter_broker.forward),
+    ListPartitionReassignments.API_KEY: Route(one_broker_controller.list_reassignments,
+                                              inter_broker.forward),
+    JoinGroup.API_KEY: _group(groups.route),
+    SyncGroup.API_KEY: _group(groups.route),
+    Heartbeat.API_KEY: _group(groups.route),
+    LeaveGroup.API_KEY: _group(groups.route),
+    OffsetCommit.API_KEY: _group(groups.route),
+    OffsetFetch.API_KEY: _group(groups.route),
+    OffsetDelete.API_KEY: _group(groups.route),
+    ListGroups.API_KEY: _group(groups.list_groups),
+    DescribeGroups.API_KEY: _group(groups.describe_groups),
+    DeleteGroups.API_KEY: _group(groups.delete_groups),
+    LEADER_AND_ISR: Route(None, inter_broker.forward),
+    STOP_REPLICA: Route(None, inter_broker.forward),
+    UPDATE_METADATA: Route(None, inter_broker.forward),
+    CONTROLLED_SHUTDOWN: Route(None, inter_broker.forward),
+    inter_broker.OFFSETS_FOR_LEADER_EPOCH: Route(None, inter_broker.offsets_for_leader_epoch),
 }
 
-HANDLERS = {
-    ApiVersions.API_KEY: api_versions.handle,
-    Metadata.API_KEY: metadata.handle,
-    Fetch.API_KEY: fetch.handle,
-    ListOffsets.API_KEY: list_offsets.handle,
-    CreateTopics.API_KEY: topics.handle_create,
-    DeleteTopics.API_KEY: topics.handle_delete,
-    CreatePartitions.API_KEY: topics.handle_create_partitions,
-    DescribeConfigs.API_KEY: configs.handle_describe,
-    AlterConfigs.API_KEY: configs.handle_alter,
-    IncrementalAlterConfigs.API_KEY: incremental_alter_configs.handle,
-    DescribeLogDirs.API_KEY: describe_log_dirs.handle,
-    InitProducerId.API_KEY: producer_id.handle,
-    FindCoordinator.API_KEY: groups.find_coordinator,
-    DeleteRecords.API_KEY: delete_records.handle,
-    AlterReplicaLogDirs.API_KEY: alter_replica_log_dirs.handle,
-    DescribeCluster.API_KEY: describe_cluster.handle,
-    DescribeProducers.API_KEY: describe_producers.handle,
-}
 
-# group APIs also need the client's address (DescribeGroups shows it, as Kafka does)
-GROUP_HANDLERS = {
-    JoinGroup.API_KEY: groups.route,
-    SyncGroup.API_KEY: groups.route,
-    Heartbeat.API_KEY: groups.route,
-    LeaveGroup.API_KEY: groups.route,
-    OffsetCommit.API_KEY: groups.route,
-    OffsetFetch.API_KEY: groups.route,
-    OffsetDelete.API_KEY: groups.route,
-    ListGroups.API_KEY: groups.list_groups,
-    DescribeGroups.API_KEY: groups.describe_groups,
-    DeleteGroups.API_KEY: groups.delete_groups,
-}
+class Served(NamedTuple):
+    """One API as this broker's mode serves it."""
+
+    handler: Callable
+    task_free: bool
+    with_client_host: bool
+
+
+def table_for(cluster: bool) -> dict[int, Served]:
+    """The column of :data:`ROUTES` for one mode; the APIs the mode does not serve left out."""
+    return {key: Served(h, r.task_free, r.with_client_host) for key, r in ROUTES.items()
+            if (h := r.cluster if cluster else r.standalone) is not None}
+
+
+STANDALONE = table_for(cluster=False)
+# the APIs started without a task, in either mode (a set: the generic path asks for every request)
+TASK_FREE = frozenset(key for key, r in ROUTES.items() if r.task_free)
+
+
+def served(ctx: BrokerContext, api_key: int) -> Served | None:
+    """How this broker's mode serves ``api_key`` (None: it does not)."""
+    return (STANDALONE if ctx.handlers is None else ctx.handlers).get(api_key)
+
+
 
 
 async def run(ctx: BrokerContext, request: Any, client_host: str = "",
@@ -118,13 +177,13 @@ async def run(ctx: BrokerContext, request: Any, client_host: str = "",
     """The encoded response chunks for one request (None when it gets no response).
     ``timing`` (metrics only): when it was decoded; its answer's ready time is set here."""
     started = time.monotonic()
-    handler = (HANDLERS if ctx.handlers is None else ctx.handlers).get(request.api_key)
-    if handler is not None:
-        body = await handler(ctx, request)
-    elif request.api_key in GROUP_HANDLERS:
-        body = await GROUP_HANDLERS[request.api_key](ctx, request, client_host)
-    else:
+    how = served(ctx, request.api_key)
+    if how is None:
         raise CloseConnection(f"no handler for API key {request.api_key}")
+    if how.with_client_host:
+        body = await how.handler(ctx, request, client_host)
+    else:
+        body = await how.handler(ctx, request)
     if timing is not None and ctx.metrics is not None:
         timing.ready = time.monotonic()
         record_response(ctx, request, body, timing.received, started, timing.ready)
@@ -132,10 +191,10 @@ async def run(ctx: BrokerContext, request: Any, client_host: str = "",
 
 
 def start(ctx: BrokerContext, request: Any, answer: asyncio.Future, conn: Any) -> None:
-    """Start ``request`` (its API is in :data:`TASK_FREE`) without a task. A starter that
-    fails sets the answer to its exception: the connection closes, the worker lives."""
+    """Start ``request`` (its route is task-free) without a task. A starter that fails sets
+    the answer to its exception: the connection closes, the worker lives."""
     try:
-        TASK_FREE[request.api_key](ctx, request, answer, conn)
+        served(ctx, request.api_key).handler(ctx, request, answer, conn)
     except Exception as e:
         if not answer.done():
             answer.set_exception(e)

@@ -1,5 +1,7 @@
-"""Cluster mode: the requests a network worker hands to its cluster worker, and the table that
-replaces the standalone handlers for them (see :mod:`appliance.process.cluster_link`)."""
+"""Cluster mode's handlers on the network side: the requests a network worker hands to its
+cluster worker (see :mod:`appliance.process.cluster_link`), the leader's OffsetsForLeaderEpoch,
+and the cluster variants of ApiVersions, FindCoordinator and DescribeCluster. Which API uses
+which is declared in :data:`appliance.broker.handlers.ROUTES`, beside the standalone handler."""
 
 from __future__ import annotations
 
@@ -12,28 +14,16 @@ from appliance.coordinator.batched_lookup import FIRST_BATCHED_VERSION
 from appliance.errors import ErrorCode
 from appliance.process.cluster_link import ClusterUnavailable
 from appliance.protocol.messages import (
-    ApiVersions,
     CreatePartitions,
     CreateTopics,
     DeleteTopics,
-    DescribeCluster,
-    FindCoordinator,
-    Metadata,
 )
-from appliance.protocol.registry import inter_broker_api_for_key
 from appliance.shm.layout import MsgType, Role
 
-__all__ = ["forward", "cluster_handlers", "FORWARDED_KEYS", "api_versions_in_cluster"]
+__all__ = ["forward", "offsets_for_leader_epoch", "find_coordinator", "describe_cluster_in_cluster",
+           "api_versions_in_cluster", "OFFSETS_FOR_LEADER_EPOCH"]
 
-# LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown, ElectLeaders and the reassignment
-# APIs (answered by the controller in its cluster worker; any other broker's says NOT_CONTROLLER)
-FORWARDED_KEYS = (4, 5, 6, 7, 43, 45, 46, Metadata.API_KEY, CreateTopics.API_KEY, DeleteTopics.API_KEY,
-                  CreatePartitions.API_KEY)
 OFFSETS_FOR_LEADER_EPOCH = 23
-# ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments: advertised in cluster
-# mode, so admin clients (librdkafka's elect_leaders, kafka-python's and Kafka's AdminClient) send
-# them; the other inter-broker APIs stay unadvertised (protocol/messages/cluster.py)
-ADVERTISED_KEYS = (43, 45, 46)
 _EPOCH = struct.Struct("=i")
 # below the standalone maxima in cluster mode (see api_versions_in_cluster)
 CAPPED_IN_CLUSTER = {DeleteTopics.API_KEY: 5}
@@ -120,31 +110,10 @@ async def describe_cluster_in_cluster(ctx: Any, request: Any) -> Any:
 
 
 async def api_versions_in_cluster(ctx: Any, request: Any) -> dict:
-    """ApiVersions with the cluster-only client APIs (ElectLeaders, 45, 46) added, in key order,
-    and DeleteTopics capped at 5: deletion by id (v6) is not served in cluster mode (topic ids
-    are, from ZooKeeper: Metadata v10+ and Fetch v13+ use them)."""
+    """ApiVersions with DeleteTopics capped at 5: deletion by id (v6) is not served in cluster
+    mode (topic ids are, from ZooKeeper: Metadata v10+ and Fetch v13+ use them)."""
     body = await api_versions.handle(ctx, request)
     for e in body["api_keys"]:
         if e.api_key in CAPPED_IN_CLUSTER:
             e.max_version = CAPPED_IN_CLUSTER[e.api_key]
-    entry = ApiVersions.Response.ApiKeys
-    # (the inter-broker schemas are looked up here, not imported: a standalone broker loads
-    # this module too and must not load them)
-    apis = [inter_broker_api_for_key(k) for k in ADVERTISED_KEYS]
-    body["api_keys"] = sorted(body["api_keys"] + [
-        entry(api_key=api.API_KEY, min_version=api.MIN_VERSION, max_version=api.MAX_VERSION)
-        for api in apis], key=lambda e: e.api_key)
     return body
-
-
-def cluster_handlers(base: dict[int, Any]) -> dict[int, Any]:
-    """``base`` (the standalone table) with the forwarded APIs replaced, the leader's
-    OffsetsForLeaderEpoch added and ElectLeaders advertised."""
-    table = dict(base)
-    for key in FORWARDED_KEYS:
-        table[key] = forward
-    table[OFFSETS_FOR_LEADER_EPOCH] = offsets_for_leader_epoch
-    table[FindCoordinator.API_KEY] = find_coordinator
-    table[ApiVersions.API_KEY] = api_versions_in_cluster
-    table[DescribeCluster.API_KEY] = describe_cluster_in_cluster
-    return table

@@ -21,6 +21,7 @@ from appliance.protocol.messages.core import (
 from appliance.protocol.messages.describe_cluster import DescribeCluster
 from appliance.protocol.messages.describe_log_dirs import DescribeLogDirs
 from appliance.protocol.messages.describe_producers import DescribeProducers
+from appliance.protocol.messages.elect_leaders import ElectLeaders
 from appliance.protocol.messages.group import (
     DeleteGroups,
     DescribeGroups,
@@ -35,6 +36,10 @@ from appliance.protocol.messages.group import (
     SyncGroup,
 )
 from appliance.protocol.messages.log_admin import AlterReplicaLogDirs, DeleteRecords
+from appliance.protocol.messages.reassignments import (
+    AlterPartitionReassignments,
+    ListPartitionReassignments,
+)
 
 __all__ = [
     "ApiVersions", "Metadata", "Produce", "Fetch", "ListOffsets", "InitProducerId",
@@ -42,5 +47,6 @@ __all__ = [
     "OffsetFetch", "DescribeGroups", "ListGroups", "DeleteGroups",
     "CreateTopics", "DeleteTopics", "CreatePartitions", "DescribeConfigs", "AlterConfigs",
     "IncrementalAlterConfigs", "OffsetDelete", "DeleteRecords", "AlterReplicaLogDirs",
-    "DescribeLogDirs", "DescribeCluster", "DescribeProducers",
+    "DescribeLogDirs", "DescribeCluster", "DescribeProducers", "ElectLeaders",
+    "AlterPartitionReassignments", "ListPartitionReassignments",
 ]

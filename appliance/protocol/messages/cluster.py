@@ -1,6 +1,7 @@
 """The inter-broker APIs of cluster mode: LeaderAndIsr (4), StopReplica (5), UpdateMetadata (6),
-ControlledShutdown (7), OffsetsForLeaderEpoch (23), ElectLeaders (43); and the table of every
-cluster-only API, which adds the reassignment APIs (45, 46) of :mod:`.reassignments`.
+ControlledShutdown (7), OffsetsForLeaderEpoch (23), and their table. (The admin APIs the
+controller answers, ElectLeaders (43) and the reassignment APIs (45, 46), are client APIs every
+broker advertises: :mod:`.elect_leaders`, :mod:`.reassignments`.)
 
 Field lists follow Kafka's clients/src/main/resources/common/message/*.json, restricted to the
 versions Kafka 2.x's ZooKeeper-era brokers exchange plus the first flexible version of each
@@ -13,15 +14,10 @@ The cluster integration looks them up in :data:`INTER_BROKER_APIS` (or through
 
 from __future__ import annotations
 
-from appliance.protocol.messages.reassignments import (
-    AlterPartitionReassignments,
-    ListPartitionReassignments,
-)
 from appliance.protocol.schema import ApiMessage, Field, Struct
 from appliance.protocol.types import (
     Array,
     Boolean,
-    Int8,
     Int16,
     Int32,
     Int64,
@@ -31,7 +27,7 @@ from appliance.protocol.types import (
 
 __all__ = [
     "LeaderAndIsr", "StopReplica", "UpdateMetadata", "ControlledShutdown", "OffsetsForLeaderEpoch",
-    "ElectLeaders", "INTER_BROKER_APIS",
+    "INTER_BROKER_APIS",
 ]
 
 
@@ -220,35 +216,7 @@ class OffsetsForLeaderEpoch(ApiMessage):
     )
 
 
-class ElectLeaders(ApiMessage):
-    """ElectLeaders (key 43); Kafka: valid 0-2, flexible 2+. v1 adds the election type
-    (0 preferred, 1 unclean; KIP-460) and a top-level error code. Null topic_partitions = all."""
-
-    API_KEY, MIN_VERSION, MAX_VERSION = 43, 0, 1
-    REQUEST = (
-        Field("election_type", Int8, "1+"),
-        Field("topic_partitions", Array(Struct(
-            Field("topic", String),
-            Field("partition_id", Array(Int32)),
-        )), nullable=True),
-        Field("timeout_ms", Int32, default=60000),
-    )
-    RESPONSE = (
-        Field("throttle_time_ms", Int32),
-        Field("error_code", Int16, "1+"),
-        Field("replica_election_results", Array(Struct(
-            Field("topic", String),
-            Field("partition_result", Array(Struct(
-                Field("partition_id", Int32),
-                Field("error_code", Int16),
-                Field("error_message", NullableString),
-            ))),
-        ))),
-    )
-
-
 INTER_BROKER_APIS: dict[int, type[ApiMessage]] = {
     cls.API_KEY: cls for cls in (LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown,
-                                 OffsetsForLeaderEpoch, ElectLeaders, AlterPartitionReassignments,
-                                 ListPartitionReassignments)
+                                 OffsetsForLeaderEpoch)
 }

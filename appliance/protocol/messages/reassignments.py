@@ -1,10 +1,9 @@
 """The KIP-455 reassignment APIs: AlterPartitionReassignments (45) and
-ListPartitionReassignments (46), served by the controller in cluster mode only.
+ListPartitionReassignments (46): admin APIs every broker advertises. The controller answers
+them in a cluster; a standalone broker answers as a one-broker Kafka cluster does.
 
 Field lists follow Kafka's AlterPartitionReassignments{Request,Response}.json and
-ListPartitionReassignments{Request,Response}.json (both flexible from v0). Like the
-inter-broker APIs they are outside ``messages.__all__``: a standalone broker neither advertises
-nor serves them; :data:`appliance.protocol.messages.cluster.INTER_BROKER_APIS` carries them.
+ListPartitionReassignments{Request,Response}.json (both flexible from v0).
 """
 
 from __future__ import annotations
