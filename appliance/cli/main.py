@@ -28,7 +28,7 @@ COMMANDS = {
     "delete-records": ("delete_records", "move partitions' log start offsets (kafka-delete-records)"),
     "mirror-maker": ("mirror_maker", "copy topics from one cluster to another (Kafka's MirrorMaker)"),
     "reassign-partitions": ("reassign_partitions", "move partitions' replicas between brokers, online (cluster mode)"),
-    "leader-election": ("leader_election", "elect preferred or unclean leaders (ElectLeaders, cluster mode)"),
+    "leader-election": ("leader_election", "elect preferred or unclean leaders (ElectLeaders)"),
     "log-dirs": ("log_dirs", "each log dir's state and partition sizes (--describe, as kafka-log-dirs)"),
 }
 
