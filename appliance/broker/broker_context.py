@@ -15,6 +15,7 @@ from appliance.broker.readers import Readers
 from appliance.config import BrokerConfig
 from appliance.process.disk_client import DiskClient
 from appliance.process.ring_context import RingContext
+from appliance.shm.layout import Role
 from appliance.shm.partition_table import PartitionTable
 
 __all__ = ["BrokerContext"]
@@ -49,6 +50,10 @@ class BrokerContext(RingContext):
         self.cluster_link: Any = None
         self.extra_apis: dict | None = None
         self.handlers: dict | None = None
+
+    def leads(self, slot: int) -> bool:
+        """Whether this broker leads the partition in ``slot`` (standalone: every partition)."""
+        return self.leaders is None or self.leaders.role(slot) == Role.LEADER
 
     def close(self) -> None:
         self.readers.close()

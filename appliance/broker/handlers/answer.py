@@ -13,7 +13,7 @@ import appliance.protocol as proto
 from appliance.errors import ErrorCode
 from appliance.protocol.frames import response_header
 from appliance.protocol.registry import API_BY_KEY, inter_broker_api_for_key
-from appliance.shm.layout import Role, SlotState
+from appliance.shm.layout import SlotState
 
 __all__ = ["NO_RESPONSE", "CloseConnection", "RawBody", "encode", "led_here", "unavailable_error"]
 
@@ -48,7 +48,7 @@ def led_here(ctx: Any, topic: str, partition: int) -> tuple[Any, int]:
     state = ctx.table.state(info.slot)
     if state != SlotState.ONLINE:
         return None, unavailable_error(state)
-    if ctx.leaders is not None and ctx.leaders.role(info.slot) != Role.LEADER:
+    if not ctx.leads(info.slot):
         return None, ErrorCode.NOT_LEADER_OR_FOLLOWER
     return info, 0
 

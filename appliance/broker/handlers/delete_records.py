@@ -14,7 +14,7 @@ import asyncio
 from typing import Any
 
 from appliance.errors import ErrorCode
-from appliance.shm.layout import DELETE_RECORDS_BODY, MsgType, Role, SlotState
+from appliance.shm.layout import DELETE_RECORDS_BODY, MsgType, SlotState
 
 __all__ = ["handle"]
 
@@ -27,8 +27,7 @@ async def _one(ctx: Any, topic: str, partition: int, offset: int, timeout_ms: in
     if info is None:
         r["error_code"] = ctx.view.not_served(topic, partition)
         return r
-    if ctx.table.state(info.slot) != SlotState.ONLINE or \
-            (ctx.leaders is not None and ctx.leaders.role(info.slot) != Role.LEADER):
+    if ctx.table.state(info.slot) != SlotState.ONLINE or not ctx.leads(info.slot):
         r["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER  # cluster mode: only the leader moves it
         return r
     comp = await ctx.disks.submit(info.disk, MsgType.DELETE_RECORDS, info.slot,

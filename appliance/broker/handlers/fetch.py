@@ -20,7 +20,7 @@ from appliance.errors import ErrorCode, OffsetOutOfRangeError
 from appliance.metrics.responses import remote_wait
 from appliance.protocol.messages import Fetch
 from appliance.protocol.types import FileSlice
-from appliance.shm.layout import FOLLOWER_FETCH_BODY, DataWanted, MsgType, Role, SlotState
+from appliance.shm.layout import FOLLOWER_FETCH_BODY, DataWanted, MsgType, SlotState
 
 __all__ = ["handle", "replica_id_of", "topic_names", "FIRST_TOPIC_ID_VERSION",
            "FIRST_REPLICA_STATE_VERSION"]
@@ -83,7 +83,7 @@ def _read_all(ctx: Any, body: Any, names: list[str | None], replica_id: int,
                     ctx.readers.forget_partition(info.disk, name, p.partition)
                 any_error = True
                 continue
-            if leaders is not None and leaders.role(info.slot) != Role.LEADER:
+            if not ctx.leads(info.slot):
                 r.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
                 any_error = True
                 continue
@@ -149,12 +149,12 @@ def _record_follower(ctx: Any, body: Any, names: list[str | None], replica_id: i
 def _moved(ctx: Any, watch: list, replica: bool) -> bool:
     """Whether a watched partition's end (log end offset for a follower, high watermark for a
     consumer) moved since it was read, or it left the ONLINE state or this broker's leadership."""
-    table, leaders = ctx.table, ctx.leaders
+    table = ctx.table
     which = 0 if replica else 1
     for slot, end in watch:
         if table.offsets(slot)[which] != end or table.state(slot) != SlotState.ONLINE:
             return True
-        if leaders is not None and leaders.role(slot) != Role.LEADER:
+        if not ctx.leads(slot):
             return True
     return False
 

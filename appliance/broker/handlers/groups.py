@@ -21,7 +21,7 @@ from appliance.coordinator.routing import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, o
 from appliance.errors import ErrorCode
 from appliance.protocol.messages import OffsetFetch
 from appliance.protocol.registry import API_BY_KEY
-from appliance.shm.layout import GROUP_HEADER, MsgType, Role, SlotState
+from appliance.shm.layout import GROUP_HEADER, MsgType, SlotState
 
 __all__ = ["find_coordinator", "route", "list_groups", "describe_groups", "delete_groups"]
 
@@ -41,7 +41,7 @@ def _coordinator_slot(ctx: Any, group_id: str) -> tuple[Any, int]:
         if not parts:
             return None, ErrorCode.NOT_COORDINATOR
         info = ctx.index.lookup(OFFSETS_TOPIC, offsets_partition_for(group_id, parts[0].num_partitions))
-        if info is None or ctx.leaders.role(info.slot) != Role.LEADER:
+        if info is None or not ctx.leads(info.slot):
             return None, ErrorCode.NOT_COORDINATOR
         if ctx.table.state(info.slot) != SlotState.ONLINE:
             return None, ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -172,7 +172,7 @@ def _by_disk(ctx: Any, group_ids: list[str]) -> tuple[dict[Any, list[str]], dict
 def _online_disks(ctx: Any) -> dict[int, Any]:
     out = {}
     for info in ctx.index.partitions(OFFSETS_TOPIC) or []:
-        if ctx.leaders is not None and ctx.leaders.role(info.slot) != Role.LEADER:
+        if not ctx.leads(info.slot):
             continue  # cluster mode: only the partitions led here have groups here
         if ctx.table.state(info.slot) == SlotState.ONLINE:
             out.setdefault(info.disk, info)

@@ -18,7 +18,7 @@ from appliance.protocol.messages import (
     CreateTopics,
     DeleteTopics,
 )
-from appliance.shm.layout import MsgType, Role
+from appliance.shm.layout import MsgType
 
 __all__ = ["forward", "offsets_for_leader_epoch", "find_coordinator", "describe_cluster_in_cluster",
            "api_versions_in_cluster", "OFFSETS_FOR_LEADER_EPOCH"]
@@ -63,7 +63,7 @@ async def offsets_for_leader_epoch(ctx: Any, request: Any) -> RawBody:
             entry = {"partition": p.partition, "error_code": 0, "leader_epoch": -1, "end_offset": -1}
             parts.append(entry)
             info = ctx.index.lookup(t.topic, p.partition)
-            if info is None or ctx.leaders.role(info.slot) != Role.LEADER:
+            if info is None or not ctx.leads(info.slot):
                 entry["error_code"] = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
                 continue
             current = getattr(p, "current_leader_epoch", -1)

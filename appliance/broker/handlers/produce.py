@@ -7,13 +7,13 @@ import asyncio
 import time
 from typing import Any
 
-from appliance.broker.handlers.answer import NO_RESPONSE, encode, unavailable_error
+from appliance.broker.handlers.answer import NO_RESPONSE, encode, led_here
 from appliance.errors import ErrorCode, KafkaError
 from appliance.metrics.recorder import SAMPLE_MASK, AnswerTiming
 from appliance.metrics.responses import field
 from appliance.protocol.messages import Produce
 from appliance.records.convert import legacy_to_v2
-from appliance.shm.layout import MsgType, Role, SlotState
+from appliance.shm.layout import MsgType
 
 __all__ = ["start", "PendingProduce", "fail_answer"]
 
@@ -28,16 +28,8 @@ def _check(ctx: Any, topic: str, index: int, records: Any) -> tuple[Any, Any, An
     """The partition's answer so far, and (where it goes, the records to append) when it is to
     be appended; (answer, None, None) when it is refused here."""
     out = _Partition(index=index, base_offset=-1)
-    info = ctx.index.lookup(topic, index)
+    info, out.error_code = led_here(ctx, topic, index)
     if info is None:
-        out.error_code = ctx.view.not_served(topic, index)
-        return out, None, None
-    state = ctx.table.state(info.slot)
-    if state != SlotState.ONLINE:
-        out.error_code = unavailable_error(state)
-        return out, None, None
-    if ctx.leaders is not None and ctx.leaders.role(info.slot) != Role.LEADER:
-        out.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
         return out, None, None
     if records is None or len(records) == 0:
         out.error_code = ErrorCode.INVALID_RECORD

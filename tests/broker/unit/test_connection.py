@@ -80,7 +80,7 @@ def _ctx(lookup=None):
     index = types.SimpleNamespace(lookup=lookup or (lambda t, p: partition if t == TOPIC else None))
     return types.SimpleNamespace(
         config={"socket.request.max.bytes": str(100 << 20)}, connections=set(), disks=disks,
-        wakeups=Wakeups(disks), index=index, view=ClusterView(index),
+        wakeups=Wakeups(disks), index=index, view=ClusterView(index), leads=lambda slot: True,
         table=types.SimpleNamespace(state=lambda slot: SlotState.ONLINE), readers=None,
         metrics=None,  # metrics off (BrokerContext.metrics)
         limits=None, acceptor=None, request_memory=None,  # no connection limits
