@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import struct
 from typing import Any
 
 from appliance.cluster.replication_throttle import ThrottleSettings
@@ -27,7 +26,7 @@ from appliance.protocol import NEED_DATA, PEER_CLOSED, ClientConnection
 from appliance.protocol.frames import RESPONSE_HEADER, SIZE
 from appliance.protocol.messages import Fetch
 from appliance.protocol.messages.cluster import OffsetsForLeaderEpoch
-from appliance.shm.layout import REPLICA_APPEND_HEADER, MsgType
+from appliance.shm.layout import REPLICA_APPEND_HEADER, TRUNCATE_BODY, MsgType
 from appliance.storage.leader_epoch import (
     LEADER_EPOCH_CHECKPOINT,
     UNDEFINED_EPOCH,
@@ -42,7 +41,7 @@ log = logging.getLogger("appliance.cluster.fetcher")
 FETCH_VERSION = 5  # v5: the leader's log start offset in every answer, out-of-range ones too
 _HEAD = REPLICA_APPEND_HEADER.struct  # type: ignore[attr-defined]
 _BACKOFF_S = 0.5
-_OFFSET = struct.Struct("=q")
+_OFFSET = TRUNCATE_BODY.struct  # type: ignore[attr-defined]
 EPOCH_VERSION = 3
 _THROTTLED_IDLE_S = 0.1  # every followed partition held back by the throttle: wait this long
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import struct
 import time
 from typing import Any
 
@@ -20,14 +19,14 @@ from appliance.cluster.topic_ids import TopicIds
 from appliance.cluster.zk_paths import TopicPartition
 from appliance.cluster.zk_store import ZkStore
 from appliance.errors import ErrorCode
-from appliance.shm.layout import MsgType, Role, SlotState
+from appliance.shm.layout import EPOCH_BODY, MsgType, Role, SlotState
 from appliance.shm.leadership_area import LeadershipArea
 
 __all__ = ["LocalReplicas"]
 
 log = logging.getLogger("appliance.cluster")
 
-_EPOCH = struct.Struct("=i")
+_EPOCH = EPOCH_BODY.struct  # type: ignore[attr-defined]
 
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from appliance.errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressionTypeError
 from appliance.records.batch import build_batch, decode_batch, iter_batches
+from appliance.records.batch_layout import MAGIC_OFFSET
 from appliance.records.compression import DEFAULT_MAX_DECOMPRESSED
 from appliance.records.legacy import build_message_set, iter_entries
 from appliance.records.record_types import Compression, Record, TimestampType
 
 __all__ = ["records_magic", "legacy_to_v2", "v2_to_legacy"]
 
-_MAGIC_POS = 16  # same byte in all three formats (after offset, length and crc/leaderEpoch)
+_MAGIC_POS = MAGIC_OFFSET  # same byte in all three formats (after offset, length and crc/leaderEpoch)
 
 
 def records_magic(buf) -> int:

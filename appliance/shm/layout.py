@@ -19,7 +19,7 @@ from typing import Any
 
 __all__ = [
     "LAYOUT_VERSION", "NO_COMPLETION_AT_ACKS_0", "Layout", "TABLE_HEADER", "WORKER_SLOT", "PARTITION_SLOT", "RING_HEADER",
-    "RING_MESSAGE", "REQUEST", "COMPLETION", "GROUP_HEADER", "DELETE_RECORDS_BODY", "MAX_WORKERS", "TOPIC_NAME_MAX", "SlotState",
+    "RING_MESSAGE", "REQUEST", "COMPLETION", "GROUP_HEADER", "DELETE_RECORDS_BODY", "TRUNCATE_BODY", "EPOCH_BODY", "MAX_WORKERS", "TOPIC_NAME_MAX", "SlotState",
     "WorkerState", "MsgType", "TABLE_MAGIC", "RING_MAGIC", "table_size", "shm_names",
     "IPC_CHANNELS", "IPC_DIR_HEADER", "IPC_SLOT", "IPC_MAGIC", "ipc_dir_name", "ipc_channel_name",
     "disk_wake_address", "LEADERSHIP_SLOT", "MAX_REPLICAS", "Role", "leaders_name", "cluster_address",
@@ -223,6 +223,14 @@ GROUP_HEADER = Layout("group_header", (
 # Follows REQUEST in a DELETE_RECORDS message; the answer's log_start_offset is the new one.
 DELETE_RECORDS_BODY = Layout("delete_records_body", (
     ("offset", "q"),             # the new log start offset; -1 = the high watermark
+))
+# TRUNCATE (the follower's truncation offset) and TRUNCATE_FULLY (the leader's log start offset)
+TRUNCATE_BODY = Layout("truncate_body", (
+    ("offset", "q"),
+))
+# BECOME_LEADER (the new leadership's epoch) and EPOCH_END (the epoch asked about)
+EPOCH_BODY = Layout("epoch_body", (
+    ("leader_epoch", "i"),
 ))
 
 # DESCRIBE_PRODUCERS' answer: one record per active producer of the partition, after the completion.

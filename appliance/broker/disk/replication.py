@@ -38,10 +38,13 @@ from typing import Any
 from appliance.broker.disk.partitions import WAKE_ALL, Partitions
 from appliance.broker.disk.requests import NOTHING, NotHere, Requests
 from appliance.errors import ErrorCode, KafkaError
+from appliance.records.batch_layout import MAGIC_OFFSET
 from appliance.shm.layout import (
     COMPLETION,
+    EPOCH_BODY,
     FOLLOWER_FETCH_BODY,
     REPLICA_APPEND_HEADER,
+    TRUNCATE_BODY,
     DataWanted,
     Role,
 )
@@ -56,13 +59,13 @@ log = logging.getLogger("appliance.disk")
 _COMP = COMPLETION.struct  # type: ignore[attr-defined]
 _RA = REPLICA_APPEND_HEADER.struct  # type: ignore[attr-defined]
 _FF = FOLLOWER_FETCH_BODY.struct  # type: ignore[attr-defined]
-_OFFSET = struct.Struct("=q")
-_EPOCH = struct.Struct("=i")
+_OFFSET = TRUNCATE_BODY.struct  # type: ignore[attr-defined]
+_EPOCH = EPOCH_BODY.struct  # type: ignore[attr-defined]
 _BATCH_LENGTH = struct.Struct(">i")  # record batch: baseOffset (8), batchLength (4), partitionLeaderEpoch (4)
 _BE64 = struct.Struct(">q")
 _LOG_OVERHEAD = 12
 _EPOCH_POS = 12  # partitionLeaderEpoch: outside the CRC (which starts at attributes)
-_MAGIC_POS = 16  # the magic byte, where v2 and legacy entries both have it
+_MAGIC_POS = MAGIC_OFFSET  # the magic byte, where v2 and legacy entries both have it
 # The held produces' timeouts and ISR are checked at most this often, not at every pass of the
 # disk worker's loop (a leadership-area read and a high watermark computation per partition
 # with held produces, ~12 % of the leader's disk worker under acks=all at 10k records/s). The

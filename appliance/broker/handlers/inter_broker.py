@@ -5,7 +5,6 @@ which is declared in :data:`appliance.broker.handlers.ROUTES`, beside the standa
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 from appliance.broker.handlers import api_versions, describe_cluster
@@ -18,13 +17,13 @@ from appliance.protocol.messages import (
     CreateTopics,
     DeleteTopics,
 )
-from appliance.shm.layout import MsgType
+from appliance.shm.layout import EPOCH_BODY, MsgType
 
 __all__ = ["forward", "offsets_for_leader_epoch", "find_coordinator", "describe_cluster_in_cluster",
            "api_versions_in_cluster", "OFFSETS_FOR_LEADER_EPOCH"]
 
 OFFSETS_FOR_LEADER_EPOCH = 23
-_EPOCH = struct.Struct("=i")
+_EPOCH = EPOCH_BODY.struct  # type: ignore[attr-defined]
 # below the standalone maxima in cluster mode (see api_versions_in_cluster)
 CAPPED_IN_CLUSTER = {DeleteTopics.API_KEY: 5}
 

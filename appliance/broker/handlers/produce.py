@@ -12,12 +12,13 @@ from appliance.errors import ErrorCode, KafkaError
 from appliance.metrics.recorder import SAMPLE_MASK, AnswerTiming
 from appliance.metrics.responses import field
 from appliance.protocol.messages import Produce
+from appliance.records.batch_layout import MAGIC_OFFSET
 from appliance.records.convert import legacy_to_v2
 from appliance.shm.layout import MsgType
 
 __all__ = ["start", "PendingProduce", "fail_answer"]
 
-_MAGIC_POS = 16  # byte of the magic in both v2 batches and legacy messages (after offset+size+crc)
+_MAGIC_POS = MAGIC_OFFSET  # byte of the magic in both v2 batches and legacy messages (after offset+size+crc)
 # generated data classes, not dicts: the encoder's fast path, and a misspelled field fails here
 _Response = Produce.Response
 _Topic = _Response.Responses

@@ -30,11 +30,12 @@ from typing import Any, NamedTuple
 from appliance.broker.handlers.produce import fail_answer
 from appliance.metrics.recorder import SAMPLE_MASK
 from appliance.protocol.produce_shape import ProduceAnswer, parse_produce
+from appliance.records.batch_layout import MAGIC_OFFSET
 from appliance.shm.layout import MsgType, Role, SlotState
 
 __all__ = ["FastProduce"]
 
-_MAGIC_POS = 16  # byte of the magic in a v2 batch (after base offset, length, leader epoch)
+_MAGIC_POS = MAGIC_OFFSET  # byte of the magic in a v2 batch (after base offset, length, leader epoch)
 _CACHE_LIMIT = 4096  # topic names and answer templates kept; emptied when full (cheap to rebuild)
 
 
