@@ -152,8 +152,8 @@ def load_catalog(log_dirs: tuple[str, ...] | list[str], shm_name: str | None) ->
             starts.update(read_checkpoint(os.path.join(d, LOG_START_OFFSET_CHECKPOINT)))
         source = "checkpoints"
     else:
-        for tp, (hw, lso) in table.items():
-            hws[tp], starts[tp] = hw, lso
+        for tp, (hw, log_start) in table.items():
+            hws[tp], starts[tp] = hw, log_start
         source = f"shared memory {shm_name}"
     out = {}
     for tp, path in dirs.items():

@@ -265,13 +265,13 @@ class DiskClient:
                 if msg is None:
                     break
                 _, payload = msg
-                request_id, base, lat, lso, _slot, err = _COMP.unpack_from(payload, 0)
+                request_id, base, lat, log_start, _slot, err = _COMP.unpack_from(payload, 0)
                 body = bytes(payload[COMPLETION.size:]) if len(payload) > COMPLETION.size else b""
                 del payload
                 ring.release()
                 entry = self._pending.pop(request_id, None)
                 if entry is not None:
-                    self._deliver(entry, _tuple_new(Completion, (err, base, lat, lso, body)))
+                    self._deliver(entry, _tuple_new(Completion, (err, base, lat, log_start, body)))
         for d, overflow in enumerate(self._overflow):
             if overflow:
                 self._drain_overflow(d)

@@ -273,10 +273,10 @@ class PartitionTable:
             s1 = _Q.unpack_from(buf, pos)[0]
             if s1 & 1:
                 continue
-            (_, state, disk, part, nparts, leo, hw, lso, tid, tlen, topic) = unpack(buf, pos)
+            (_, state, disk, part, nparts, leo, hw, log_start, tid, tlen, topic) = unpack(buf, pos)
             if _Q.unpack_from(buf, pos)[0] == s1:
                 return PartitionInfo(slot, state, disk, topic[:tlen].decode(), part, nparts,
-                                     leo, hw, lso, tid)
+                                     leo, hw, log_start, tid)
 
     def offsets(self, slot: int) -> tuple[int, int, int]:
         """(log_end_offset, high_watermark, log_start_offset), consistent, without the topic decode."""

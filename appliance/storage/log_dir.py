@@ -186,7 +186,7 @@ class LogDir:
         self.had_clean_shutdown = os.path.exists(marker)
         rp = read_checkpoint(os.path.join(self.path, RECOVERY_POINT_CHECKPOINT))
         hw = read_checkpoint(os.path.join(self.path, REPLICATION_OFFSET_CHECKPOINT))
-        lso = read_checkpoint(os.path.join(self.path, LOG_START_OFFSET_CHECKPOINT))
+        log_start = read_checkpoint(os.path.join(self.path, LOG_START_OFFSET_CHECKPOINT))
         if self.had_clean_shutdown:
             os.unlink(marker)
             fsync_dir(self.path)
@@ -214,7 +214,7 @@ class LogDir:
         def load(job: tuple[tuple[str, int], str]) -> PartitionLog:
             tp, full = job
             return self.open_log(full, self._config_for(tp[0], full), recovery_point=rp.get(tp, 0),
-                                 log_start_offset=lso.get(tp, 0),
+                                 log_start_offset=log_start.get(tp, 0),
                                  clean_shutdown=self.had_clean_shutdown)
 
         self._load_partitions(jobs, load, progress)

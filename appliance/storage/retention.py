@@ -59,6 +59,6 @@ def apply_retention(plog: RetainedLog, now_ms: int) -> int:
 def delete_below_log_start(plog: RetainedLog) -> int:
     """Delete the segments wholly below the log start offset (retention's third rule; also
     run at once by DeleteRecords). Returns segments deleted."""
-    lso = plog.log_start_offset
+    log_start = plog.log_start_offset
     return plog.delete_oldest_while(
-        lambda seg, nxt: nxt is not None and nxt.base_offset <= lso, "log start offset")
+        lambda seg, nxt: nxt is not None and nxt.base_offset <= log_start, "log start offset")

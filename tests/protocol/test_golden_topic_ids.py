@@ -36,7 +36,7 @@ GOLDEN = [
      {"max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1, "isolation_level": 1,
       "session_id": 0, "session_epoch": -1, "topics": [], "forgotten_topics_data": [], "rack_id": ""},
      "00000000" "00000001" "00000001" "01" "00000000" "ffffffff" "01" "01" "01" + TAGS),
-    # Fetch v13 response: throttle, error, session, [topic id, [partition, error, hw, lso,
+    # Fetch v13 response: throttle, error, session, [topic id, [partition, error, hw, log_start,
     # log start, aborted (null), preferred replica, records (null), tags], tags], tags
     (M.Fetch, 13, "response",
      {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": [

@@ -77,14 +77,14 @@ def test_answers_are_the_generic_encoders_bytes(version):
         template = answer_template(version, topic.encode(), partition)
         for _ in range(20):
             corr = rng.randrange(-2**31, 2**31)
-            base, lat, lso = (rng.choice([-1, 0, rng.randrange(2**63)]) for _ in range(3))
+            base, lat, log_start = (rng.choice([-1, 0, rng.randrange(2**63)]) for _ in range(3))
             Request.correlation_id = corr
             generic = b"".join(proto.encode_response(Request, {
                 "throttle_time_ms": 0, "responses": [{"name": topic, "partition_responses": [{
                     "index": partition, "error_code": 0, "base_offset": base,
-                    "log_append_time_ms": lat, "log_start_offset": lso,
+                    "log_append_time_ms": lat, "log_start_offset": log_start,
                     "record_errors": [], "error_message": None}]}]}))
-            assert template.encode(corr, base, lat, lso) == generic
+            assert template.encode(corr, base, lat, log_start) == generic
 
 
 def test_no_template_outside_its_versions():

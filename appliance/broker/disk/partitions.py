@@ -293,8 +293,8 @@ class Partitions:
         if self.failed:
             return
         for slot, plog in self.logs.items():
-            lso = plog.log_start_offset
-            if self.table.offsets(slot)[2] != lso:
+            log_start = plog.log_start_offset
+            if self.table.offsets(slot)[2] != log_start:
                 self.publish(slot, plog)
 
     # -- requests (the handlers of the disk worker's table) -------------------------------
@@ -325,10 +325,10 @@ class Partitions:
             log.debug("duplicate batch for slot %d at offset %d", slot, info.first_offset)
         leo = plog.log_end_offset
         plog.high_watermark = leo  # one broker: the leader is the ISR
-        lso = plog.log_start_offset
-        self.table.publish(slot, leo, plog.high_watermark, lso)
+        log_start = plog.log_start_offset
+        self.table.publish(slot, leo, plog.high_watermark, log_start)
         self.grew |= WAKE_ALL
-        return info.first_offset, info.log_append_time, lso, b""
+        return info.first_offset, info.log_append_time, log_start, b""
 
     def create(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
         self._check_online()

@@ -346,13 +346,13 @@ class ReplicaMover:
         del self.incoming[slot]
         parts = self.parts
         final = os.path.join(parts.path, partition_dir_name(move.topic, move.partition))
-        lso, leo = int(req["log_start_offset"]), int(req["log_end_offset"])
+        log_start, leo = int(req["log_start_offset"]), int(req["log_end_offset"])
         os.rename(move.future, final)
         try:
             fsync_dir(parts.path)
             overrides = read_topic_properties(final)
             cfg = TopicConfig.from_overrides(parts.config, overrides) if overrides else parts.config.topic_defaults()
-            plog = parts.log_dir.open_log(final, cfg, recovery_point=leo, log_start_offset=lso,
+            plog = parts.log_dir.open_log(final, cfg, recovery_point=leo, log_start_offset=log_start,
                                           clean_shutdown=True)
         except Exception:
             # back to a future replica, so the abort that follows removes it: never two copies
@@ -362,7 +362,7 @@ class ReplicaMover:
         parts.log_dir.partitions[(move.topic, move.partition)] = plog
         parts._register(slot, move.topic, move.partition, plog)
         parts.log_dir.write_checkpoints()
-        log.info("%s: %s-%d moved here (offsets %d..%d)", parts.path, move.topic, move.partition, lso, leo)
+        log.info("%s: %s-%d moved here (offsets %d..%d)", parts.path, move.topic, move.partition, log_start, leo)
         return NOTHING
 
     def _abort(self, slot: int, req: dict) -> tuple:

@@ -95,11 +95,11 @@ def _read_all(ctx: Any, body: Any, names: list[str | None], replica_id: int,
                     any_error = True
                     continue
                 throttle = ctx.leader_quota.throttled(info.slot, replica_id, lead.isr)
-            leo, hw, lso = ctx.table.offsets(info.slot)
+            leo, hw, log_start = ctx.table.offsets(info.slot)
             r.high_watermark = r.last_stable_offset = hw
-            r.log_start_offset = lso
+            r.log_start_offset = log_start
             offset = p.fetch_offset
-            if offset < lso or offset > leo:
+            if offset < log_start or offset > leo:
                 r.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
                 any_error = True
                 continue

@@ -21,21 +21,21 @@ def _one(ctx: Any, topic: str, partition: int, ts: int, version: int) -> dict:
     info, r["error_code"] = led_here(ctx, topic, partition)
     if info is None:
         return r
-    leo, hw, lso = ctx.table.offsets(info.slot)
+    leo, hw, log_start = ctx.table.offsets(info.slot)
     if ts < 0 and version < _FIRST_VERSION.get(ts, 0):
         r["error_code"] = ErrorCode.INVALID_REQUEST  # a version that cannot ask for it
     elif ts == LATEST:
         r["offset"] = hw
     elif ts in (EARLIEST, EARLIEST_LOCAL):
-        r["offset"] = lso
+        r["offset"] = log_start
     elif ts == MAX_TIMESTAMP:
-        found = ctx.readers.max_timestamp(info.disk, topic, partition, lso, hw)
+        found = ctx.readers.max_timestamp(info.disk, topic, partition, log_start, hw)
         if found is not None:
             r["offset"], r["timestamp"] = found
     elif ts < 0:
         r["error_code"] = ErrorCode.INVALID_REQUEST
     else:
-        found = ctx.readers.offset_for_timestamp(info.disk, topic, partition, ts, lso, hw)
+        found = ctx.readers.offset_for_timestamp(info.disk, topic, partition, ts, log_start, hw)
         if found is not None:
             r["offset"], r["timestamp"] = found
     return r
