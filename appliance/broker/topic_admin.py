@@ -161,6 +161,10 @@ async def add_partitions(ctx: Any, name: str, count: int, assignments: Any = Non
         if count <= current:
             raise _Refused(ErrorCode.INVALID_PARTITIONS,
                            f"Topic currently has {current} partitions, {count} would not increase it")
+        if assignments is not None and len(assignments) != count - current:
+            raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                           f"Increasing the number of partitions by {count - current} but "
+                           f"{len(assignments)} assignments provided.")
         _check_replication(ctx, -1, assignments)
         if validate_only:
             return TopicResult()

@@ -392,3 +392,23 @@ def test_partition_counts_no_table_holds_are_refused_at_once(bad_broker, bystand
     parts = {t.name: len(t.partitions) for t in md.topics}
     assert parts[KEPT] == 2 and parts.get("huge", 0) == 0
     assert _kept_bytes(bystander)
+
+
+def test_create_partitions_with_a_wrong_assignment_changes_nothing(bad_broker, bystander):
+    """Kafka's CreatePartitions errors on one broker: a lower count, one assignment too few, a
+    broker that is not this one; the topic keeps its partitions."""
+    me = int(bad_broker.overrides.get("broker.id", 0))
+
+    def ask(count, assignments):
+        with RawConnection(bad_broker.port) as c:
+            r = c.request(37, 1, {"topics": [{"name": KEPT, "count": count, "assignments": assignments}],
+                                  "timeout_ms": 10000, "validate_only": False})
+        return r.results[0].error_code
+
+    assert ask(1, None) == ErrorCode.INVALID_PARTITIONS
+    assert ask(4, [{"broker_ids": [me]}]) == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    assert ask(3, [{"broker_ids": [me + 1]}]) == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    with RawConnection(bad_broker.port) as c:
+        md = c.request(3, 1, metadata_body())
+    assert {t.name: len(t.partitions) for t in md.topics}[KEPT] == 2
+    assert _kept_bytes(bystander)
