@@ -87,7 +87,9 @@ def test_status_json_during_load(broker2):
             assert time.monotonic() < deadline and not load.errors, load.errors
             time.sleep(0.1)
         _commit_some(b.bootstrap, "load", "g1", 4, 100)
-        r = appliance("status", "--json", *_status_args(b))
+        # CPU is sampled over --interval in clock ticks (10 ms): over the default 1 s a worker
+        # serving this light load (a request every 20 ms) could show 0.0, which CI once did
+        r = appliance("status", "--json", "--interval", "3", *_status_args(b))
         assert r.returncode == 0, r.stderr
         s = json.loads(r.stdout)
     assert not load.errors
