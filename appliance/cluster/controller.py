@@ -6,7 +6,7 @@ on one queue (:mod:`appliance.cluster.event_manager`); one thread processes them
 state here needs a lock. Each event's requests to brokers are collected in a
 :class:`~appliance.cluster.request_batch.RequestBatch` and sent together when it ends. Partition
 and replica states follow the tables in :mod:`partition_state` / :mod:`replica_state`; every
-transition is checked there, and its side effects are in ``_partitions_to`` / ``_replicas_to``.
+transition is checked there, and its side effects are in ``partitions_to`` / ``replicas_to``.
 Leaders are chosen by the rules of :mod:`election`.
 
 Election: every broker runs a Controller; the one that creates the ephemeral ``/controller``
@@ -46,12 +46,11 @@ from appliance.cluster.partition_state import check_transition as check_partitio
 from appliance.cluster.replica_state import ReplicaState
 from appliance.cluster.replica_state import check_transition as check_replica
 from appliance.cluster.request_batch import (
-    LEADER_DURING_DELETE,
     NO_LEADER,
     BrokerChannel,
-    PartitionInfo,
     RequestBatch,
 )
+from appliance.cluster.topic_deletion import TopicDeletion
 from appliance.cluster.zk_paths import LeaderIsr, TopicAssignment, TopicPartition
 from appliance.cluster.zk_store import ControllerMoved, ZkStore
 from appliance.errors import ErrorCode
@@ -99,6 +98,7 @@ class Controller:
         self._stopped = threading.Event()
         self._rebalance_timer: threading.Thread | None = None
         self._rebalance_stop = threading.Event()
+        self.deletion = TopicDeletion(self, self.events.put)
 
     # -- lifecycle (any thread) --------------------------------------------------------------
 
@@ -148,7 +148,7 @@ class Controller:
             handler(event)
             if self.active and not self.batch.empty():
                 self.batch.send(self.channel, self.ctx.epoch, self.ctx.live, self.ctx.all_infos,
-                                self._stop_replica_callback)
+                                self.deletion.stop_replica_callback)
         except ControllerMoved:
             log.warning("broker %d: another controller took over; resigning", self.broker_id)
             self._resign()
@@ -247,10 +247,10 @@ class Controller:
         for tp, s in ctx.leader_isr.items():
             if s.leader in ctx.live:
                 self.batch.add_leader_and_isr(self._live_replicas(tp), tp, ctx.info(tp))
-        self._partitions_to([tp for tp, st in ctx.partition_states.items() if st in (P.NEW, P.OFFLINE)],
+        self.partitions_to([tp for tp, st in ctx.partition_states.items() if st in (P.NEW, P.OFFLINE)],
                             P.ONLINE)
         # replicas on brokers that died while there was no controller leave the ISRs now
-        self._replicas_to([p for p, st in ctx.replica_states.items() if st is R.DELETION_INELIGIBLE], R.OFFLINE)
+        self.replicas_to([p for p, st in ctx.replica_states.items() if st is R.DELETION_INELIGIBLE], R.OFFLINE)
         for tp in list(ctx.reassigning):
             self._maybe_complete_reassignment(tp)
         for e in (ev.ReassignPartitions(), ev.PreferredReplicaElection(), ev.TopicDeletion(),
@@ -350,7 +350,7 @@ class Controller:
         check_partition(tp, self.ctx.partition_states.get(tp, P.NON_EXISTENT), target)
         self.ctx.partition_states[tp] = target
 
-    def _partitions_to(self, tps: Iterable[TopicPartition], target: PartitionState,
+    def partitions_to(self, tps: Iterable[TopicPartition], target: PartitionState,
                        chooser: Chooser | None = None) -> set[TopicPartition]:
         """Move partitions to ``target``; returns those that got there. ONLINE elects a leader
         (``chooser``, default the offline-partition rule); a partition whose election fails
@@ -415,7 +415,7 @@ class Controller:
 
     # -- the replica state machine -------------------------------------------------------------
 
-    def _replicas_to(self, pairs: Iterable[tuple[TopicPartition, int]], target: ReplicaState) -> None:
+    def replicas_to(self, pairs: Iterable[tuple[TopicPartition, int]], target: ReplicaState) -> None:
         pairs = sorted(pairs)
         for tp, b in pairs:
             check_replica((tp, b), self.ctx.replica_states.get((tp, b), R.NON_EXISTENT), target)
@@ -486,14 +486,14 @@ class Controller:
         ctx.shutting_down -= dead
         led = [tp for tp, s in ctx.leader_isr.items()
                if s.leader in dead and tp.topic not in ctx.topics_deleting]
-        self._partitions_to(led, P.OFFLINE)
-        self._partitions_to(led, P.ONLINE)
+        self.partitions_to(led, P.OFFLINE)
+        self.partitions_to(led, P.ONLINE)
         on_dead = [(tp, b) for tp, rs in ctx.replicas.items() for b in rs
                    if b in dead and ctx.replica_states.get((tp, b)) in (R.NEW, R.ONLINE)]
-        self._replicas_to(on_dead, R.OFFLINE)
+        self.replicas_to(on_dead, R.OFFLINE)
         deleting = [(tp, b) for (tp, b), st in ctx.replica_states.items()
                     if b in dead and st is R.DELETION_STARTED]
-        self._replicas_to(deleting, R.DELETION_INELIGIBLE)
+        self.replicas_to(deleting, R.DELETION_INELIGIBLE)
         self.batch.add_update_metadata(ctx.live, {})
 
     def _on_brokers_startup(self, new: set[int]) -> None:
@@ -503,15 +503,15 @@ class Controller:
         self.batch.add_update_metadata(set(ctx.live) - new, {})
         on_new = [(tp, b) for tp, rs in ctx.replicas.items() for b in rs
                   if b in new and tp.topic not in ctx.topics_deleting]
-        self._replicas_to(on_new, R.ONLINE)
+        self.replicas_to(on_new, R.ONLINE)
         waiting = [tp for tp, st in ctx.partition_states.items()
                    if st in (P.NEW, P.OFFLINE) and tp.topic not in ctx.topics_deleting]
-        self._partitions_to(waiting, P.ONLINE)
+        self.partitions_to(waiting, P.ONLINE)
         # deletions that waited for these brokers go on
         retry = [(tp, b) for (tp, b), st in ctx.replica_states.items()
                  if b in new and st is R.DELETION_INELIGIBLE]
-        self._replicas_to(retry, R.OFFLINE)
-        self._replicas_to(retry, R.DELETION_STARTED)
+        self.replicas_to(retry, R.OFFLINE)
+        self.replicas_to(retry, R.DELETION_STARTED)
         for tp in [tp for tp in ctx.reassigning]:
             self._maybe_complete_reassignment(tp)
 
@@ -547,70 +547,20 @@ class Controller:
     def _on_new_partitions(self, tps: list[TopicPartition]) -> None:
         if not tps:
             return
-        self._partitions_to(tps, P.NEW)
+        self.partitions_to(tps, P.NEW)
         pairs = [(tp, b) for tp in tps for b in self.ctx.replicas[tp]]
-        self._replicas_to(pairs, R.NEW)
-        self._partitions_to(tps, P.ONLINE)
-        self._replicas_to(pairs, R.ONLINE)
+        self.replicas_to(pairs, R.NEW)
+        self.partitions_to(tps, P.ONLINE)
+        self.replicas_to(pairs, R.ONLINE)
 
     def process_TopicDeletion(self, event: ev.TopicDeletion) -> None:
         if not self.active:
             return
-        ctx = self.ctx
-        requested = set(self.store.topics_to_delete(watch=self._enqueue(ev.TopicDeletion)))
-        for t in sorted(requested - ctx.topics()):
-            self.store.drop_deletion_request(t)
-        for t in sorted((requested & ctx.topics()) - ctx.topics_deleting):
-            ctx.topics_deleting.add(t)
-            tps = ctx.partitions_of(t)
-            gone = {tp: PartitionInfo(LeaderIsr(LEADER_DURING_DELETE, ctx.info(tp).state.leader_epoch,
-                                                ctx.info(tp).state.isr, ctx.epoch), ctx.replicas[tp])
-                    for tp in tps}
-            self.batch.add_update_metadata(ctx.live, gone)
-            online = [tp for tp in tps if ctx.partition_states.get(tp) is not P.OFFLINE]
-            self._partitions_to(online, P.OFFLINE)
-            self._partitions_to(tps, P.NON_EXISTENT)
-            pairs = [(tp, b) for tp in tps for b in ctx.replicas[tp]]
-            self._replicas_to([p for p in pairs if ctx.replica_states.get(p) is not R.OFFLINE], R.OFFLINE)
-            self._replicas_to([p for p in pairs if p[1] in ctx.live], R.DELETION_STARTED)
-            self._replicas_to([p for p in pairs if p[1] not in ctx.live], R.DELETION_INELIGIBLE)
-            self._maybe_finish_deletion(t)
-
-    def _stop_replica_callback(self, broker_id: int, delete: bool):
-        if not delete:
-            return None
-
-        def on_response(b: int, body: dict[str, Any] | None) -> None:
-            results = {}
-            for e in (body or {}).get("partition_errors", []):
-                results[TopicPartition(e["topic_name"], e["partition_index"])] = e["error_code"]
-            if body is not None and body.get("error_code", 0) != 0:
-                results = dict.fromkeys(results, body["error_code"])
-            self.events.put(ev.ReplicaDeletionResult(b, results))
-        return on_response
+        self.deletion.requested(set(self.store.topics_to_delete(watch=self._enqueue(ev.TopicDeletion))))
 
     def process_ReplicaDeletionResult(self, event: ev.ReplicaDeletionResult) -> None:
-        if not self.active:
-            return
-        ok = [(tp, event.broker_id) for tp, err in event.results.items()
-              if err == 0 and self.ctx.replica_states.get((tp, event.broker_id)) is R.DELETION_STARTED]
-        bad = [(tp, event.broker_id) for tp, err in event.results.items()
-               if err != 0 and self.ctx.replica_states.get((tp, event.broker_id)) is R.DELETION_STARTED]
-        self._replicas_to(ok, R.DELETION_SUCCESSFUL)
-        self._replicas_to(bad, R.DELETION_INELIGIBLE)
-        for t in sorted({tp.topic for tp, _ in ok}):
-            self._maybe_finish_deletion(t)
-
-    def _maybe_finish_deletion(self, topic: str) -> None:
-        ctx = self.ctx
-        pairs = [(tp, b) for tp in ctx.partitions_of(topic) for b in ctx.replicas[tp]]
-        if topic not in ctx.topics_deleting or any(ctx.replica_states.get(p) is not R.DELETION_SUCCESSFUL
-                                                    for p in pairs):
-            return
-        self._replicas_to(pairs, R.NON_EXISTENT)
-        self.store.delete_topic_znodes(topic)
-        ctx.remove_topic(topic)
-        log.info("controller: topic %s deleted", topic)
+        if self.active:
+            self.deletion.replicas_answered(event)
 
     # -- ISR changes and reassignment ----------------------------------------------------------
 
@@ -737,7 +687,7 @@ class Controller:
         unneeded = [(tp, b) for b in before if b not in r.full]
         ctx.replicas[tp] = r.full
         self._write_assignment(tp.topic)
-        self._replicas_to(fresh, R.NEW)
+        self.replicas_to(fresh, R.NEW)
 
         def compute(cur: LeaderIsr) -> tuple[int, tuple[int, ...]]:
             isr = tuple(i for i in cur.isr if i in r.full) or cur.isr  # never an empty ISR
@@ -748,14 +698,14 @@ class Controller:
 
         if self._update_state(tp, compute) is not None:
             self.batch.add_leader_and_isr(self._live_replicas(tp), tp, ctx.info(tp))
-        self._replicas_to(fresh, R.ONLINE)
+        self.replicas_to(fresh, R.ONLINE)
         self._drop_replicas(unneeded)
         self._maybe_complete_reassignment(tp)
 
     def _drop_replicas(self, pairs: list[tuple[TopicPartition, int]]) -> None:
         """Replicas no longer in their partition's list: stop them and delete their copies."""
         for target in (R.OFFLINE, R.DELETION_STARTED, R.DELETION_SUCCESSFUL, R.NON_EXISTENT):
-            self._replicas_to(pairs, target)
+            self.replicas_to(pairs, target)
 
     def _maybe_complete_reassignment(self, tp: TopicPartition) -> None:
         """Step 2, once the target replicas are all in sync: leadership onto the target,
@@ -803,7 +753,7 @@ class Controller:
         ctx = self.ctx
         todo = [tp for tp in tps if tp in ctx.leader_isr and tp not in ctx.reassigning
                 and tp.topic not in ctx.topics_deleting and ctx.leader_isr[tp].leader != ctx.replicas[tp][0]]
-        return self._partitions_to(todo, P.ONLINE, self._preferred_chooser)
+        return self.partitions_to(todo, P.ONLINE, self._preferred_chooser)
 
     def process_AutoLeaderRebalance(self, event: ev.AutoLeaderRebalance) -> None:
         """Kafka's checkAndTriggerAutoLeaderRebalance: per live preferred replica, if more than
@@ -839,12 +789,12 @@ class Controller:
             ctx.shutting_down.add(b)
             led = [tp for tp in ctx.partitions_led_by(b)
                    if len(ctx.replicas[tp]) > 1 and tp.topic not in ctx.topics_deleting]
-            self._partitions_to(led, P.ONLINE, self._shutdown_chooser)
+            self.partitions_to(led, P.ONLINE, self._shutdown_chooser)
             followers = [(tp, b) for tp in ctx.partitions_on(b)
                          if len(ctx.replicas[tp]) > 1 and ctx.leader_isr.get(tp) is not None
                          and ctx.leader_isr[tp].leader != b and tp.topic not in ctx.topics_deleting
                          and ctx.replica_states.get((tp, b)) in (R.NEW, R.ONLINE)]
-            self._replicas_to(followers, R.OFFLINE)
+            self.replicas_to(followers, R.OFFLINE)
             remaining = [tp for tp in ctx.partitions_led_by(b) if len(ctx.replicas[tp]) > 1]
             body = {"error_code": 0, "remaining_partitions": [
                 {"topic_name": tp.topic, "partition_index": tp.partition} for tp in remaining]}
@@ -868,7 +818,7 @@ class Controller:
             if event.election_type == PREFERRED:
                 if s is not None and s.leader == ctx.replicas[tp][0]:
                     results[tp] = (ErrorCode.ELECTION_NOT_NEEDED, "leader is already the preferred replica")
-                elif self._partitions_to([tp], P.ONLINE, self._preferred_chooser):
+                elif self.partitions_to([tp], P.ONLINE, self._preferred_chooser):
                     results[tp] = (ErrorCode.NONE, None)
                 else:
                     results[tp] = (ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
@@ -876,7 +826,7 @@ class Controller:
             else:
                 if s is not None and s.leader in ctx.live_ids:
                     results[tp] = (ErrorCode.ELECTION_NOT_NEEDED, "the partition has a live leader")
-                elif self._partitions_to([tp], P.ONLINE, self._offline_chooser(unclean=True)):
+                elif self.partitions_to([tp], P.ONLINE, self._offline_chooser(unclean=True)):
                     results[tp] = (ErrorCode.NONE, None)
                 else:
                     results[tp] = (ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, "no replica is alive")

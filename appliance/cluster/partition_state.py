@@ -10,7 +10,7 @@ Rules:
 A transition not in :data:`VALID_PREVIOUS` is a bug in the controller; :func:`check_transition`
 raises :class:`IllegalStateTransition` for it. The side effects of each transition (leader
 election, znode writes, requests to brokers) live in one place, the controller's
-``_partitions_to`` method.
+``partitions_to`` method.
 """
 
 from __future__ import annotations
