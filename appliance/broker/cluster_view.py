@@ -28,19 +28,6 @@ class ClusterView:
         self.index = index
         self.cache = cache
 
-    @property
-    def cluster(self) -> bool:
-        return self.cache is not None
-
-    def partition_count(self, topic: str) -> int:
-        """Partitions of ``topic`` in the cluster; 0 when the cluster does not know it."""
-        if self.cache is None:
-            return len(self.index.partitions(topic))
-        return self.cache.partition_count(topic)
-
-    def has_topic(self, topic: str) -> bool:
-        return self.partition_count(topic) > 0
-
     def has_partition(self, topic: str, partition: int) -> bool:
         if self.cache is None:
             return self.index.lookup(topic, partition) is not None

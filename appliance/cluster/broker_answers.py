@@ -25,7 +25,7 @@ from appliance.cluster.zk_store import TopicCollision, TopicExists, ZkStore
 from appliance.config import ConfigError, TopicConfig, validate_topic_name
 from appliance.coordinator.batched_lookup import FIRST_BATCHED_VERSION, batched_coordinators
 from appliance.coordinator.routing import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, offsets_partition_for
-from appliance.errors import ErrorCode, KafkaError
+from appliance.errors import ErrorCode, KafkaError, error_for_code
 
 FIRST_TOPIC_ID_METADATA = 10  # Metadata answers topic ids (KIP-516)
 
@@ -183,6 +183,11 @@ async def create_topic(table: LeadershipTable, store: ZkStore, config: Any, name
     return 0, None
 
 
+def _refused(code: ErrorCode, message: str) -> KafkaError:
+    """The error a CreatePartitions topic is refused with (Kafka's code and message)."""
+    return error_for_code(code)(message)
+
+
 async def _wait_for_leaders(table: LeadershipTable, wanted: set[tuple[str, int]], timeout_ms: int) -> None:
     """Until every one of ``wanted`` (topic, partition) has a leader in this broker's metadata
     (the controller's UpdateMetadata), bounded by the request's timeout: a client that produces
@@ -202,14 +207,14 @@ def _new_partitions(live: list[int], current: TopicAssignment, count: int,
     preferred replica, with the topic's replication factor.
 
     Raises:
-        _Refused: Kafka's INVALID_PARTITIONS / INVALID_REPLICA_ASSIGNMENT with its message.
+        KafkaError: Kafka's INVALID_PARTITIONS / INVALID_REPLICA_ASSIGNMENT with its message.
     """
     have = len(current.partitions)
     if count < have:
-        raise _Refused(ErrorCode.INVALID_PARTITIONS,
+        raise _refused(ErrorCode.INVALID_PARTITIONS,
                        f"Topic currently has {have} partitions, which is higher than the requested {count}.")
     if count == have:
-        raise _Refused(ErrorCode.INVALID_PARTITIONS, f"Topic already has {have} partitions.")
+        raise _refused(ErrorCode.INVALID_PARTITIONS, f"Topic already has {have} partitions.")
     rf = len(current.partitions.get(0, next(iter(current.partitions.values()), ())))
     adding = count - have
     if assignments is None:
@@ -219,38 +224,31 @@ def _new_partitions(live: list[int], current: TopicAssignment, count: int,
         try:
             return assign_replicas(ids, adding, rf, start_index=start, start_partition=have)
         except (InvalidReplicationFactor, InvalidPartitions) as e:
-            raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT, str(e)) from e
+            raise _refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT, str(e)) from e
     if len(assignments) != adding:
-        raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+        raise _refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                        f"Increasing the number of partitions by {adding} but {len(assignments)} "
                        f"assignments provided.")
     plan = {have + i: tuple(a.broker_ids or ()) for i, a in enumerate(assignments)}
     for p, ids in plan.items():
         if not ids:
-            raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            raise _refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                            f"Replica assignment for partition {p} names no broker.")
         if len(set(ids)) != len(ids):
-            raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            raise _refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                            f"Duplicate brokers not allowed in replica assignment: "
                            f"{', '.join(map(str, ids))} for partition id {p}.")
     unknown = sorted({b for ids in plan.values() for b in ids} - set(live))
     if unknown:
-        raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+        raise _refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                        f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))}.")
     odd = {p: len(ids) for p, ids in plan.items() if len(ids) != rf}
     if odd:
-        raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+        raise _refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                        f"Inconsistent replication factor between partitions, partition 0 has {rf} "
                        f"while partitions {sorted(odd)} have replication factors "
                        f"{[odd[p] for p in sorted(odd)]}, respectively.")
     return plan
-
-
-class _Refused(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = int(code)
-        self.message = message
 
 
 async def create_partitions_body(table: LeadershipTable, store: ZkStore, config: Any, request: Any) -> dict:
@@ -266,23 +264,23 @@ async def create_partitions_body(table: LeadershipTable, store: ZkStore, config:
     for t in request.topics:
         try:
             if names.count(t.name) > 1:
-                raise _Refused(ErrorCode.INVALID_REQUEST, "Duplicate topic in request.")
+                raise _refused(ErrorCode.INVALID_REQUEST, "Duplicate topic in request.")
             if t.name in deleting:
-                raise _Refused(ErrorCode.INVALID_TOPIC_EXCEPTION, "The topic is queued for deletion.")
+                raise _refused(ErrorCode.INVALID_TOPIC_EXCEPTION, "The topic is queued for deletion.")
             # bound the work before doing it (a fuzzed count of 2**31)
             room = int(config["appliance.max.partitions"]) * max(len(live), 1)
             if t.count > room:
-                raise _Refused(ErrorCode.INVALID_PARTITIONS,
+                raise _refused(ErrorCode.INVALID_PARTITIONS,
                                f"{t.count} partitions exceed the partition tables of the {len(live)} "
                                f"live brokers ({room} slots, appliance.max.partitions)")
             for _ in range(5):  # the znode changed under us (a reassignment): decide again
                 read = await loop.run_in_executor(None, store.assignment_with_version, t.name)
                 if read is None:
-                    raise _Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    raise _refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                    f"The topic '{t.name}' does not exist.")
                 current, version = read
                 if current.adding or current.removing:
-                    raise _Refused(ErrorCode.REASSIGNMENT_IN_PROGRESS,
+                    raise _refused(ErrorCode.REASSIGNMENT_IN_PROGRESS,
                                    f"A partition reassignment of topic '{t.name}' is in progress.")
                 added = _new_partitions(live, current, t.count, t.assignments)
                 if request.validate_only:
@@ -291,11 +289,11 @@ async def create_partitions_body(table: LeadershipTable, store: ZkStore, config:
                     grown |= {(t.name, p) for p in added}
                     break
             else:
-                raise _Refused(ErrorCode.REQUEST_TIMED_OUT,
+                raise _refused(ErrorCode.REQUEST_TIMED_OUT,
                                "the topic kept changing; try again")
             results.append({"name": t.name, "error_code": 0, "error_message": None})
-        except _Refused as e:
-            results.append({"name": t.name, "error_code": e.code, "error_message": e.message})
+        except KafkaError as e:
+            results.append({"name": t.name, "error_code": int(e.code), "error_message": str(e)})
     await _wait_for_leaders(table, grown, request.timeout_ms)
     return {"throttle_time_ms": 0, "results": results}
 

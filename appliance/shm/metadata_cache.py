@@ -27,7 +27,7 @@ from appliance.shm.layout import (
 )
 from appliance.shm.mapping import attach_mapped, create_mapped, release_mapped
 
-__all__ = ["MetadataCache", "ClusterTopics", "PartitionLeader", "MetadataTooLarge"]
+__all__ = ["MetadataCache", "ClusterTopics", "PartitionLeader", "MetadataTooLarge", "from_states"]
 
 _HEAD = METADATA_HEADER.struct  # type: ignore[attr-defined]
 _TOPIC = METADATA_TOPIC.struct  # type: ignore[attr-defined]
@@ -145,14 +145,6 @@ class MetadataCache:
     def published(self) -> bool:
         """Whether the cluster worker has published anything yet (its first UpdateMetadata)."""
         return self._words[_SEQ_WORD] != 0
-
-    def partition_count(self, topic: str) -> int:
-        """How many partitions ``topic`` has in the cluster (0: unknown topic)."""
-        return len(self.topics().get(topic, ()))
-
-    def leader(self, topic: str, partition: int) -> PartitionLeader | None:
-        parts = self.topics().get(topic)
-        return None if parts is None else parts.get(partition)
 
 
 def from_states(states: Iterable[tuple[str, int, int, int]]) -> dict[str, dict[int, PartitionLeader]]:

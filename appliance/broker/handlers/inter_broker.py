@@ -26,6 +26,13 @@ OFFSETS_FOR_LEADER_EPOCH = 23
 _EPOCH = EPOCH_BODY.struct  # type: ignore[attr-defined]
 # below the standalone maxima in cluster mode (see api_versions_in_cluster)
 CAPPED_IN_CLUSTER = {DeleteTopics.API_KEY: 5}
+# the topic APIs answered per topic while this broker has not joined (retriable NOT_CONTROLLER):
+# the answer's list field and the request's topic names
+_NOT_JOINED = {
+    CreateTopics.API_KEY: ("topics", lambda body: [t.name for t in body.topics]),
+    CreatePartitions.API_KEY: ("results", lambda body: [t.name for t in body.topics]),
+    DeleteTopics.API_KEY: ("responses", lambda body: list(body.topic_names)),
+}
 
 
 async def forward(ctx: Any, request: Any) -> Any:
@@ -34,19 +41,12 @@ async def forward(ctx: Any, request: Any) -> Any:
     try:
         return RawBody(await ctx.cluster_link.call(request.api_key, request.api_version, body))
     except ClusterUnavailable as e:
-        if request.api_key == CreateTopics.API_KEY:
-            return {"throttle_time_ms": 0, "topics": [
-                {"name": t.name, "error_code": int(ErrorCode.NOT_CONTROLLER),
-                 "error_message": "this broker has not joined the cluster yet"} for t in request.body.topics]}
-        if request.api_key == CreatePartitions.API_KEY:
-            return {"throttle_time_ms": 0, "results": [
-                {"name": t.name, "error_code": int(ErrorCode.NOT_CONTROLLER),
-                 "error_message": "this broker has not joined the cluster yet"} for t in request.body.topics]}
-        if request.api_key == DeleteTopics.API_KEY:
-            return {"throttle_time_ms": 0, "responses": [
+        per_topic = _NOT_JOINED.get(request.api_key)
+        if per_topic is not None:
+            field, names = per_topic
+            return {"throttle_time_ms": 0, field: [
                 {"name": n, "error_code": int(ErrorCode.NOT_CONTROLLER),
-                 "error_message": "this broker has not joined the cluster yet"}
-                for n in request.body.topic_names]}
+                 "error_message": "this broker has not joined the cluster yet"} for n in names(request.body)]}
         # the controller retries on a closed connection; a client re-resolves its metadata
         raise CloseConnection(f"cluster worker unavailable: {e}") from e
 
