@@ -12,27 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from typing import Any
 
 from appliance.cluster.replication_throttle import ThrottleSettings
-from appliance.cluster.truncation import follower_truncation_offset
 from appliance.cluster.wire_channel import encode_request
 from appliance.cluster.zk_paths import TopicPartition
 from appliance.cluster.zk_store import ZkStore
 from appliance.errors import ErrorCode
+from appliance.process.disk_client import epoch_result
 from appliance.process.rate_limiter import RateLimiter
 from appliance.protocol import NEED_DATA, PEER_CLOSED, ClientConnection
 from appliance.protocol.frames import RESPONSE_HEADER, SIZE
 from appliance.protocol.messages import Fetch
 from appliance.protocol.messages.cluster import OffsetsForLeaderEpoch
-from appliance.shm.layout import REPLICA_APPEND_HEADER, TRUNCATE_BODY, MsgType
-from appliance.storage.leader_epoch import (
-    LEADER_EPOCH_CHECKPOINT,
-    UNDEFINED_EPOCH,
-    LeaderEpochCache,
-)
-from appliance.storage.log import partition_dir_name
+from appliance.shm.layout import REPLICA_APPEND_HEADER, TRUNCATE_BODY, TRUNCATE_FULLY_BODY, MsgType
+from appliance.storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 
 __all__ = ["ReplicaFetcher"]
 
@@ -41,7 +35,8 @@ log = logging.getLogger("appliance.cluster.fetcher")
 FETCH_VERSION = 5  # v5: the leader's log start offset in every answer, out-of-range ones too
 _HEAD = REPLICA_APPEND_HEADER.struct  # type: ignore[attr-defined]
 _BACKOFF_S = 0.5
-_OFFSET = TRUNCATE_BODY.struct  # type: ignore[attr-defined]
+_TRUNCATE = TRUNCATE_BODY.struct  # type: ignore[attr-defined]
+_TRUNCATE_FULLY = TRUNCATE_FULLY_BODY.struct  # type: ignore[attr-defined]
 EPOCH_VERSION = 3
 _THROTTLED_IDLE_S = 0.1  # every followed partition held back by the throttle: wait this long
 
@@ -113,32 +108,29 @@ class ReplicaFetcher:
                     writer.close()
 
     async def _truncate(self, leader: int, ep: tuple[str, int]) -> None:
-        """KIP-101: ask the leader where our latest leader epoch ends in its log, and cut ours
-        there (the high watermark when we know no epoch); a partition the leader does not
-        answer for yet stays truncating and is not fetched."""
+        """KIP-101: ask the leader where our latest leader epoch ends in its log, and have the
+        disk worker cut ours where that answer and its own epochs say (the high watermark when
+        we know no epoch: ``Partition.truncation_offset``); a partition the leader does not
+        answer for yet stays truncating and is not fetched. The epochs are the disk worker's:
+        asked of it (LATEST_EPOCH), never read from its files here."""
         parts = {tp: w for tp, w in self.followed.get(leader, {}).items() if tp in self.truncating}
-        caches, ask = {}, {}
-        for tp, (_slot, disk) in parts.items():
-            path = os.path.join(self.ctx.log_dirs[disk], partition_dir_name(tp.topic, tp.partition),
-                                LEADER_EPOCH_CHECKPOINT)
-            caches[tp] = LeaderEpochCache(path if os.path.exists(path) else None)
-            ask[tp] = caches[tp].latest_epoch
+        ask: dict[TopicPartition, int] = {}
+        for tp, (slot, disk) in parts.items():
+            comp = await self.ctx.disks.submit(disk, MsgType.LATEST_EPOCH, slot, b"")
+            if not comp.error_code:
+                ask[tp] = epoch_result(comp).leader_epoch
         answers: dict[TopicPartition, tuple[int, int, int]] = {}
         if any(e != UNDEFINED_EPOCH for e in ask.values()):
             answers = await self._ask_epochs(ep, {tp: e for tp, e in ask.items() if e != UNDEFINED_EPOCH})
-        for tp, (slot, disk) in parts.items():
-            leo, hw, _ = self.ctx.table.offsets(slot)
-            if ask[tp] == UNDEFINED_EPOCH:
-                offset = min(hw, leo)
-            else:
+        for tp, asked in ask.items():
+            slot, disk = parts[tp]
+            epoch, end = UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+            if asked != UNDEFINED_EPOCH:
                 error, epoch, end = answers.get(tp, (int(ErrorCode.NOT_LEADER_OR_FOLLOWER), -1, -1))
                 if error:
                     continue  # asked again before the next fetch
-                offset = follower_truncation_offset(caches[tp], leo, hw, ask[tp], epoch, end)
-            comp = await self.ctx.disks.submit(disk, MsgType.TRUNCATE, slot, _OFFSET.pack(offset))
+            comp = await self.ctx.disks.submit(disk, MsgType.TRUNCATE, slot, _TRUNCATE.pack(asked, epoch, end))
             if not comp.error_code:
-                if offset < leo:
-                    log.info("%s: truncated from %d to %d (leader epoch %d)", tp, leo, offset, ask[tp])
                 self.truncating.discard(tp)
         if any(tp in self.truncating for tp in parts):
             await asyncio.sleep(_BACKOFF_S)
@@ -151,7 +143,7 @@ class ReplicaFetcher:
         leo = self.ctx.table.offsets(slot)[0]
         if leader_start < 0 or leo >= leader_start:
             return False
-        comp = await self.ctx.disks.submit(disk, MsgType.TRUNCATE_FULLY, slot, _OFFSET.pack(leader_start))
+        comp = await self.ctx.disks.submit(disk, MsgType.TRUNCATE_FULLY, slot, _TRUNCATE_FULLY.pack(leader_start))
         if comp.error_code:
             log.warning("%s: truncating fully failed: %s", tp, ErrorCode(comp.error_code).name)
             return False

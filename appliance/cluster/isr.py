@@ -17,7 +17,7 @@ from appliance.cluster.zk_paths import LeaderIsr, TopicPartition
 from appliance.cluster.zk_store import ZkStore
 
 __all__ = [
-    "high_watermark", "out_of_sync_replicas", "caught_up_replicas", "propose_isr",
+    "out_of_sync_replicas", "caught_up_replicas", "propose_isr",
     "IsrChangePropagator", "PROPAGATION_MIN_INTERVAL_MS",
 ]
 
@@ -29,14 +29,6 @@ __all__ = [
 # per PROPAGATION_MIN_INTERVAL_MS per broker, so a flapping follower cannot flood the controller
 # even with a tiny replica.lag.time.max.ms (rounds every lag/2).
 PROPAGATION_MIN_INTERVAL_MS = 250
-
-
-def high_watermark(leader_id: int, leader_leo: int, isr: Collection[int],
-                   follower_leos: Mapping[int, int], current_hw: int) -> int:
-    """The new HW: the smallest log-end offset over the ISR (the leader's own included), never
-    below the current HW (a follower just added to the ISR may still be behind it)."""
-    leos = [leader_leo] + [follower_leos.get(r, -1) for r in isr if r != leader_id]
-    return max(current_hw, min(leos))
 
 
 def out_of_sync_replicas(leader_id: int, isr: Collection[int], last_caught_up_ms: Mapping[int, int],

@@ -33,13 +33,19 @@ from typing import Any, NamedTuple
 
 from appliance.errors import ErrorCode
 from appliance.process.plumbing import Plumbing, drain_doorbell, ring_doorbell
-from appliance.shm.layout import COMPLETION, NO_COMPLETION_AT_ACKS_0, REQUEST, WorkerState
+from appliance.shm.layout import (
+    COMPLETION,
+    EPOCH_RESULT,
+    NO_COMPLETION_AT_ACKS_0,
+    REQUEST,
+    WorkerState,
+)
 from appliance.shm.partition_table import PartitionTable
 from appliance.shm.ring import Channel, RingFormatError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DiskClient", "Completion"]
+__all__ = ["DiskClient", "Completion", "EpochResult", "epoch_result"]
 
 _REQ = REQUEST.struct  # type: ignore[attr-defined]
 _COMP = COMPLETION.struct  # type: ignore[attr-defined]
@@ -51,6 +57,20 @@ class Completion(NamedTuple):
     log_append_time: int
     log_start_offset: int
     body: bytes = b""  # an encoded response body (GROUP requests)
+
+
+class EpochResult(NamedTuple):
+    """EPOCH_END's and LATEST_EPOCH's answer (-1, -1: the log knows no epoch)."""
+    leader_epoch: int
+    end_offset: int
+
+
+_EPOCH_RESULT = EPOCH_RESULT.struct  # type: ignore[attr-defined]
+
+
+def epoch_result(comp: Completion) -> EpochResult:
+    """The EPOCH_RESULT after an EPOCH_END or LATEST_EPOCH completion without an error."""
+    return EpochResult(*_EPOCH_RESULT.unpack_from(comp.body, 0))
 
 
 _REFUSED = Completion(ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1, -1)  # the disk worker is not running

@@ -19,7 +19,7 @@ from typing import Any
 
 __all__ = [
     "LAYOUT_VERSION", "NO_COMPLETION_AT_ACKS_0", "Layout", "TABLE_HEADER", "WORKER_SLOT", "PARTITION_SLOT", "RING_HEADER",
-    "RING_MESSAGE", "REQUEST", "COMPLETION", "GROUP_HEADER", "DELETE_RECORDS_BODY", "TRUNCATE_BODY", "EPOCH_BODY", "MAX_WORKERS", "TOPIC_NAME_MAX", "SlotState",
+    "RING_MESSAGE", "REQUEST", "COMPLETION", "GROUP_HEADER", "DELETE_RECORDS_BODY", "TRUNCATE_BODY", "TRUNCATE_FULLY_BODY", "EPOCH_BODY", "EPOCH_RESULT", "MAX_WORKERS", "TOPIC_NAME_MAX", "SlotState",
     "WorkerState", "MsgType", "TABLE_MAGIC", "RING_MAGIC", "table_size", "shm_names",
     "IPC_CHANNELS", "IPC_DIR_HEADER", "IPC_SLOT", "IPC_MAGIC", "ipc_dir_name", "ipc_channel_name",
     "disk_wake_address", "LEADERSHIP_SLOT", "MAX_REPLICAS", "Role", "leaders_name", "cluster_address",
@@ -29,8 +29,9 @@ __all__ = [
 ]
 
 # 3: partition slots carry the topic id; 4: RING_HEADER.waiting; 5: REPLICA_APPEND_HEADER carries
-# the leader's log start offset; 6: FOLLOWER_FETCH_BODY carries the follower's log start offset
-LAYOUT_VERSION = 6
+# the leader's log start offset; 6: FOLLOWER_FETCH_BODY carries the follower's log start offset;
+# 7: TRUNCATE carries the leader's epoch answer (TRUNCATE_BODY), LATEST_EPOCH, EPOCH_RESULT
+LAYOUT_VERSION = 7
 TABLE_MAGIC = 0x41504C54  # "APLT"
 RING_MAGIC = 0x41504C52  # "APLR"
 MAX_WORKERS = 64  # disk + network workers per broker; far above what a box has disks/cores for
@@ -184,14 +185,15 @@ class MsgType:
     ALTER_BROKER_CONFIG = 7  # reload the dynamic broker configs (appliance/dynamic_config.py)
     REPLICA_MOVE = 8     # a step of moving a partition between log dirs (broker/disk/replica_move.py)
     REPLICA_APPEND = 9   # cluster mode: a follower's fetched batches, offsets kept (REPLICA_APPEND_HEADER first)
-    TRUNCATE = 10        # cluster mode: a follower cuts its log at an offset (int64 body)
+    TRUNCATE = 10        # cluster mode: a follower cuts its log where the leader's epoch answer says (TRUNCATE_BODY)
     FOLLOWER_FETCH = 11  # cluster mode: a follower's fetch position reached the leader (FOLLOWER_FETCH_BODY)
-    EPOCH_END = 12       # cluster mode: where a leader epoch ends here (int32 epoch; KIP-101)
+    EPOCH_END = 12       # cluster mode: where a leader epoch ends here (EPOCH_BODY; answer: EPOCH_RESULT)
     BECOME_LEADER = 13   # cluster mode: this broker now leads (int32 epoch): stamp it at the LEO
-    TRUNCATE_FULLY = 14  # cluster mode: a follower below the leader's log start: start empty at (int64)
+    TRUNCATE_FULLY = 14  # cluster mode: a follower below the leader's log start: start empty at (TRUNCATE_FULLY_BODY)
     DESCRIBE_PRODUCERS = 15  # a partition's producer state: PRODUCER_ENTRY records follow the completion
     COMPLETION = 16
     TOPIC_ID = 17        # cluster mode: the partition's topic id from ZooKeeper (16 bytes): slot and partition.metadata
+    LATEST_EPOCH = 18    # cluster mode: a follower's latest leader epoch (no body; answer: EPOCH_RESULT)
 
 
 # Message types that get no completion when sent with acks=0: an acks=0 produce, and a
@@ -224,13 +226,28 @@ GROUP_HEADER = Layout("group_header", (
 DELETE_RECORDS_BODY = Layout("delete_records_body", (
     ("offset", "q"),             # the new log start offset; -1 = the high watermark
 ))
-# TRUNCATE (the follower's truncation offset) and TRUNCATE_FULLY (the leader's log start offset)
+# TRUNCATE: the follower asked its leader where ``asked_epoch`` (its latest) ends; the leader's
+# answer (-1, -1: it knows no epochs, or was not asked) and the follower's own epochs decide
+# where its log is cut (KIP-101/279), in the disk worker that holds them
 TRUNCATE_BODY = Layout("truncate_body", (
+    ("asked_epoch", "i"),
+    ("leader_epoch", "i"),
+    ("leader_end_offset", "q"),
+))
+# TRUNCATE_FULLY: the leader's log start offset, where the emptied log starts
+TRUNCATE_FULLY_BODY = Layout("truncate_fully_body", (
     ("offset", "q"),
 ))
 # BECOME_LEADER (the new leadership's epoch) and EPOCH_END (the epoch asked about)
 EPOCH_BODY = Layout("epoch_body", (
     ("leader_epoch", "i"),
+))
+# Follows the completion of EPOCH_END (the largest epoch <= the one asked, where it ends here)
+# and LATEST_EPOCH (the latest epoch, the log end offset); -1, -1 when the log knows no epoch
+EPOCH_RESULT = Layout("epoch_result", (
+    ("leader_epoch", "i"),
+    ("pad", "4x"),
+    ("end_offset", "q"),
 ))
 
 # DESCRIBE_PRODUCERS' answer: one record per active producer of the partition, after the completion.

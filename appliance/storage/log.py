@@ -167,7 +167,6 @@ class PartitionLog:
         self.log_end_offset = 0
         self.recovery_point = 0
         self._hw = 0
-        self.auto_high_watermark = True  # single broker: HW follows LEO
         self.last_flush_ms = now_ms()
         self.writeback_chunk_bytes: int | None = None
         self.writeback_window_bytes = 0
@@ -440,8 +439,6 @@ class PartitionLog:
             active = self._segs[-1]
         active.append(buf, rel_positions, sizes, last_offsets, max_ts, now)
         self.log_end_offset = last_offset + 1
-        if self.auto_high_watermark:
-            self._hw = self.log_end_offset
         if pa is not None:
             pa.commit([(bases[i], last_offsets[i]) for i in range(nb)
                        if heads[i].producer_id >= 0 and heads[i].base_sequence >= 0])
@@ -505,8 +502,6 @@ class PartitionLog:
         active.append(data, r.positions[:n].tolist(), r.sizes[:n].tolist(),
                       r.last_offsets[:n].tolist(), r.max_timestamps[:n].tolist(), now)
         self.log_end_offset = last_offset + 1
-        if self.auto_high_watermark:
-            self._hw = self.log_end_offset
         if self.log_end_offset - self.recovery_point >= self._flush_messages:
             self.flush()
 
@@ -560,8 +555,6 @@ class PartitionLog:
         first_offset, last_offset, max_ts, num_records = CALL_OUT.unpack_from(
             self._work_mv, CALL_OUT_AT)
         self.log_end_offset = last_offset + 1
-        if self.auto_high_watermark:
-            self._hw = self.log_end_offset
         wb = active.writeback
         if wb is not None:
             try:

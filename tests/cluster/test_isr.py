@@ -1,4 +1,4 @@
-"""The leader's ISR/HW rules, and a leader's ISR change travelling through ZooKeeper to the
+"""The leader's ISR rules (the HW rule is the disk worker's Partition: tests/broker/unit/test_partition.py), and a leader's ISR change travelling through ZooKeeper to the
 controller (conditional write, notification, UpdateMetadata to every broker)."""
 
 from appliance.cluster.assignment import assign_replicas
@@ -6,7 +6,6 @@ from appliance.cluster.isr import (
     PROPAGATION_MIN_INTERVAL_MS,
     IsrChangePropagator,
     caught_up_replicas,
-    high_watermark,
     out_of_sync_replicas,
     propose_isr,
 )
@@ -17,13 +16,6 @@ from appliance.cluster.zk_session import ZkSettings, open_session
 from appliance.cluster.zk_store import ZkStore
 from tests.cluster.harness import FakeBroker, settled_controller, wait_for
 from tests.cluster.test_leadership import replay
-
-
-def test_high_watermark_is_min_over_isr_and_never_goes_back():
-    assert high_watermark(1, 100, isr=[1, 2, 3], follower_leos={2: 90, 3: 95}, current_hw=80) == 90
-    assert high_watermark(1, 100, isr=[1], follower_leos={2: 10}, current_hw=80) == 100  # alone in the ISR
-    assert high_watermark(1, 100, isr=[1, 2], follower_leos={2: 50}, current_hw=80) == 80
-    assert high_watermark(1, 100, isr=[1, 2], follower_leos={}, current_hw=80) == 80  # unknown position
 
 
 def test_shrink_and_expand_rules():

@@ -46,6 +46,7 @@ from appliance.cluster.wire_channel import encode_request
 from appliance.cluster.zk_session import ZkSettings, open_session
 from appliance.cluster.zk_store import ZkStore
 from appliance.dynamic_config import FILE_NAME as DYNAMIC_CONFIG_FILE
+from appliance.errors import ErrorCode
 from appliance.protocol.frames import RESPONSE_HEADER, SIZE
 from appliance.protocol.messages.cluster import OffsetsForLeaderEpoch
 from appliance.storage.checkpoint import LOG_START_OFFSET_CHECKPOINT, read_checkpoint
@@ -113,10 +114,11 @@ def _batches(data: bytes) -> list[tuple[int, int, int]]:
     return out
 
 
-def _offsets_for_leader_epoch(b: BrokerProcess, epoch: int) -> tuple[int, int, int]:
-    """(error, leader epoch, end offset) of partition 0, asked as a follower would."""
+def _offsets_for_leader_epoch(b: BrokerProcess, epoch: int, current: int = -1) -> tuple[int, int, int]:
+    """(error, leader epoch, end offset) of partition 0, asked as a follower would (``current``:
+    the asker's idea of the leader's epoch, KIP-320's fencing; -1 not checked)."""
     body = {"replica_id": 99, "topics": [{"topic": TOPIC, "partitions": [
-        {"partition": 0, "current_leader_epoch": -1, "leader_epoch": epoch}]}]}
+        {"partition": 0, "current_leader_epoch": current, "leader_epoch": epoch}]}]}
     host, port = b.bootstrap.split(":")
     with socket.create_connection((host, int(port)), timeout=30) as s:
         s.sendall(encode_request(OffsetsForLeaderEpoch.API_KEY, 3, 7, "test", body))
@@ -214,6 +216,14 @@ def test_new_leader_stamps_its_epoch_before_any_append(cluster):
 
     assert _offsets_for_leader_epoch(brokers[new], new_epoch) == (0, new_epoch, end)
     assert _offsets_for_leader_epoch(brokers[new], old_epoch) == (0, old_epoch, end)
+    # fencing by the asker's current leader epoch: an older one is fenced, a newer one unknown
+    assert _offsets_for_leader_epoch(brokers[new], new_epoch, current=new_epoch) == (0, new_epoch, end)
+    assert _offsets_for_leader_epoch(brokers[new], new_epoch, current=old_epoch)[0] == ErrorCode.FENCED_LEADER_EPOCH
+    assert _offsets_for_leader_epoch(brokers[new], new_epoch, current=new_epoch + 1)[0] == \
+        ErrorCode.UNKNOWN_LEADER_EPOCH
+    # a broker that does not lead it answers NOT_LEADER_OR_FOLLOWER
+    other = next(i for i in brokers if i not in (old, new))
+    assert _offsets_for_leader_epoch(brokers[other], new_epoch)[0] == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
     brokers[old] = _broker(Path(brokers[old].workdir), cluster["connect"], old, port=brokers[old].port).start()
     _wait(lambda: (p := _partition(boot)) and old in p.isrs, 120, "the old leader back in the ISR")

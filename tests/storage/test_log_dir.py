@@ -46,6 +46,7 @@ def test_create_append_close_reopen(tmp_path):
         d.create_partition("bad/name", 0, topic_cfg)
     for _ in range(30):
         lg.append(batch(n=2, ts=clock.now))
+    lg.high_watermark = lg.log_end_offset  # committed (a one-broker Partition's rule)
     assert len(lg.segments()) > 1
     d.close()
     root = str(tmp_path / "d")

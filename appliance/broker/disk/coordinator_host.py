@@ -29,6 +29,7 @@ import time
 from typing import Any
 
 from appliance.broker.cluster_view import ClusterView
+from appliance.broker.disk.partition import ALONE
 from appliance.broker.disk.partitions import Partitions
 from appliance.broker.disk.requests import NotHere
 from appliance.broker.disk.ring_intake import RingIntake
@@ -152,8 +153,8 @@ class CoordinatorHost:
                 self._flush_step()
             del self.epochs[partition]
         if lead.role == Role.LEADER:
-            plog = self.partitions.logs.get(slot)
-            if plog is None:
+            p = self.partitions.partitions.get(slot)
+            if p is None:
                 return
             self.epochs[partition] = lead.leader_epoch
             # the topic's own partition count (ZooKeeper's), should it differ from the config
@@ -161,7 +162,7 @@ class CoordinatorHost:
             if total > 0:
                 self.coordinator.num_partitions = total
             self.coordinator.begin_load(partition)
-            self.loads[partition] = plog.log_start_offset
+            self.loads[partition] = p.log.log_start_offset
             log.info("leading __consumer_offsets-%d (epoch %d): loading its groups", partition,
                      lead.leader_epoch)
 
@@ -169,13 +170,14 @@ class CoordinatorHost:
         budget = LOAD_STEP_BYTES
         for partition in list(self.loads):
             slot = self.partitions.slot_of.get((OFFSETS_TOPIC, partition))
-            plog = self.partitions.logs.get(slot) if slot is not None else None
-            if plog is None:  # gone meanwhile (deleted, or its log dir failed): not ours now
+            p = self.partitions.partitions.get(slot) if slot is not None else None
+            if p is None:  # gone meanwhile (deleted, or its log dir failed): not ours now
                 self.loads.pop(partition)
                 self.epochs.pop(partition, None)
                 self.coordinator.unload(partition)
                 continue
             offset = self.loads[partition]
+            plog = p.log
             while budget > 0 and offset < plog.log_end_offset:
                 # the leader's whole log: what is above the HW is the leader's and stays
                 data = plog.read_bytes(offset, min(budget, LOAD_STEP_BYTES), max_offset=plog.log_end_offset)
@@ -206,10 +208,10 @@ class CoordinatorHost:
         if self.area is not None:
             self._leader_append(slot, partition, batch)
             return
-        plog = parts.logs[slot]
-        plog.append(batch)
-        plog.high_watermark = plog.log_end_offset
-        parts.publish(slot, plog)
+        p = parts.partitions[slot]
+        p.log.append(batch)
+        p.maybe_increment_hw(ALONE)
+        parts.publish(slot, p.log)
 
     def _leader_append(self, slot: int, partition: int, batch: bytes) -> None:
         if self.area.read(slot).leader_epoch != self.epochs.get(partition):
@@ -223,7 +225,7 @@ class CoordinatorHost:
                 raise error_for_code(ErrorCode.NOT_COORDINATOR)(str(e)) from None
             # Kafka's mapping for a failed offsets write: retriable, look the coordinator up again
             raise error_for_code(ErrorCode.COORDINATOR_NOT_AVAILABLE)(str(e)) from None
-        if self.partitions.logs[slot].high_watermark < needed and self._step is not None:
+        if self.partitions.partitions[slot].high_watermark < needed and self._step is not None:
             self._step[slot] = max(self._step.get(slot, 0), needed)
 
     # -- answers --------------------------------------------------------------------------
@@ -270,13 +272,13 @@ class CoordinatorHost:
     def _replicated(self, h: _Held) -> int | None:
         """NONE when every write of ``h`` is below the HW, an error code, or None (not yet)."""
         for slot, needed, epoch in h.waits:
-            plog = self.partitions.logs.get(slot)
+            p = self.partitions.partitions.get(slot)
             lead = self.area.read(slot)
-            if plog is None or lead.role != Role.LEADER or lead.leader_epoch != epoch:
+            if p is None or lead.role != Role.LEADER or lead.leader_epoch != epoch:
                 return ErrorCode.NOT_COORDINATOR
-            if plog.high_watermark < needed:
+            if p.high_watermark < needed:
                 return None
-            if len(lead.isr) < int(plog.config.min_insync_replicas):
+            if len(lead.isr) < int(p.log.config.min_insync_replicas):
                 return ErrorCode.COORDINATOR_NOT_AVAILABLE  # Kafka: NOT_ENOUGH_REPLICAS_AFTER_APPEND
         return ErrorCode.NONE
 
@@ -313,7 +315,7 @@ class CoordinatorHost:
             answer = self.coordinator.handle(api_key, api_version, request, token, client_id, client_host)
             return None if answer is None else (-1, -1, -1, api.encode_response(api_version, answer))
         info = self.partitions.table.read(slot)
-        if info.topic != OFFSETS_TOPIC or self.partitions.logs.get(slot) is None:
+        if info.topic != OFFSETS_TOPIC or self.partitions.partitions.get(slot) is None:
             raise error_for_code(ErrorCode.NOT_COORDINATOR)("not an offsets partition of this disk")
         self._follow(slot, info.partition)
         if not self.view.cache.published:

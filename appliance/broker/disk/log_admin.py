@@ -8,7 +8,6 @@ Thread-safety: none; the disk worker's one thread calls every handler.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from appliance import dynamic_config
 from appliance.broker.disk.partitions import Partitions
@@ -17,7 +16,6 @@ from appliance.config import BrokerConfig, ConfigError, TopicConfig
 from appliance.errors import InvalidRequestError, OffsetOutOfRangeError
 from appliance.shm.layout import DELETE_RECORDS_BODY, PRODUCER_ENTRY
 from appliance.storage.log_dir import read_topic_properties
-from appliance.storage.retention import delete_below_log_start
 
 __all__ = ["LogAdmin", "HIGH_WATERMARK"]
 
@@ -42,15 +40,16 @@ class LogAdmin:
         parts.config = cfg
         if parts.log_dir is not None:
             parts.log_dir.broker_config = cfg
-        for plog in parts.logs.values():
-            plog.config = TopicConfig.from_overrides(cfg, plog.config.to_properties())
+        for p in parts.partitions.values():
+            p.log.config = TopicConfig.from_overrides(cfg, p.log.config.to_properties())
 
     def describe_producers(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
         """DescribeProducers (KIP-664): the partition's producer state, as PRODUCER_ENTRY
         records (the network worker reads each last batch's timestamp from the log)."""
-        plog = self.parts.logs.get(slot)
-        if plog is None:
+        p = self.parts.partitions.get(slot)
+        if p is None:
             raise NotHere()
+        plog = p.log
         out = bytearray()
         for entry in plog.producers.producers.values():
             last = entry.batches[-1].last_offset if entry.batches else -1
@@ -75,7 +74,7 @@ class LogAdmin:
             return [f"dynamic-broker-configs.json: {e}"]
         changed = 0
         errors: list[str] = []
-        for plog in parts.logs.values():
+        for plog in (p.log for p in parts.partitions.values()):
             try:
                 cfg = TopicConfig.from_overrides(parts.config, read_topic_properties(plog.path))
             except (ConfigError, OSError) as e:
@@ -85,24 +84,24 @@ class LogAdmin:
             changed += cfg.to_properties() != plog.config.to_properties()
             plog.config = cfg
         log.info("%s: reloaded on SIGHUP: dynamic broker configs and %d topic configs "
-                 "(%d changed overrides)", parts.path, len(parts.logs), changed)
+                 "(%d changed overrides)", parts.path, len(parts.partitions), changed)
         return errors
 
     def delete_records(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
         """Standalone mode: move the log start offset of ``slot`` up to the requested offset;
         answer the new low watermark (this broker holds the only replica). Cluster mode holds
         the answer until the ISR has followed (``Replication.delete_records``)."""
-        plog, _ = self.move_log_start(slot, body)
-        return -1, -1, plog.log_start_offset, b""
+        self.move_log_start(slot, body)
+        return -1, -1, self.parts.partitions[slot].log.log_start_offset, b""
 
-    def move_log_start(self, slot: int, body: memoryview) -> tuple[Any, int]:
+    def move_log_start(self, slot: int, body: memoryview) -> int:
         """Move the log start offset of ``slot`` up to the offset a DELETE_RECORDS body asks
-        for. Segments wholly below it go at once (retention's mechanism), and the checkpoint is
-        written before the answer, so a restart never brings the records back. Returns the log
-        and the offset asked for (-1 resolved to the high watermark)."""
-        plog = self.parts.logs.get(slot)
-        if plog is None:
+        for (``Partitions.advance_log_start``: the segments below go, the checkpoint is written
+        before the answer). Returns the offset asked for (-1 resolved to the high watermark)."""
+        p = self.parts.partitions.get(slot)
+        if p is None:
             raise NotHere()
+        plog = p.log
         if len(body) < _BODY.size:
             raise InvalidRequestError(f"DeleteRecords body of {len(body)} bytes")
         (offset,) = _BODY.unpack_from(body, 0)
@@ -110,12 +109,5 @@ class LogAdmin:
             offset = plog.high_watermark
         if offset < 0:
             raise OffsetOutOfRangeError(f"offset {offset} is negative")
-        before = plog.log_start_offset
-        plog.maybe_increment_log_start_offset(offset)
-        if plog.log_start_offset != before:
-            deleted = delete_below_log_start(plog)
-            self.parts.log_dir.write_checkpoints()
-            self.parts.publish(slot, plog)
-            log.info("%s-%d: log start offset %d -> %d (DeleteRecords), %d segments deleted",
-                     plog.topic, plog.partition, before, plog.log_start_offset, deleted)
-        return plog, offset
+        self.parts.advance_log_start(p, offset, "DeleteRecords")
+        return offset

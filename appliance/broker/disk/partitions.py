@@ -12,9 +12,10 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.broker.disk.dir_health import FULL_DISK_ERRNOS, ThrottledLog, io_errno, is_dead_disk
+from appliance.broker.disk.partition import ALONE, Partition
 from appliance.broker.disk.requests import NOTHING, NotHere
 from appliance.config import BrokerConfig, ConfigError, TopicConfig
 from appliance.coordinator.routing import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
@@ -31,6 +32,9 @@ from appliance.storage.partition_metadata import (
     write_topic_id,
 )
 
+if TYPE_CHECKING:
+    from appliance.storage.log import PartitionLog
+
 __all__ = ["Partitions", "WAKE_ALL"]
 
 log = logging.getLogger("appliance.disk")
@@ -46,7 +50,8 @@ class Partitions:
         self.config = config
         self.table = table
         self.worker_slot = worker_slot  # our heartbeat slot: long rounds stamp it
-        self.logs: dict[int, object] = {}  # table slot -> PartitionLog
+        self.partitions: dict[int, Partition] = {}  # table slot -> its Partition (and log)
+        self.broker_id = int(config["broker.id"])
         self.slot_of: dict[tuple[str, int], int] = {}
         self.log_dir: LogDir | None = None
         self.created_hooks: list[Callable[[str, int], None]] = []  # (topic, partition) once created
@@ -97,7 +102,7 @@ class Partitions:
                 self._register(slot, topic, partition, plog)
             # slots assigned to this disk whose create request died with the previous worker
             for info in list(self.table.slots()):
-                if info.disk == self.index and info.slot not in self.logs:
+                if info.disk == self.index and info.slot not in self.partitions:
                     if info.state in (SlotState.CREATING, SlotState.OFFLINE):
                         plog = self.log_dir.create_partition(
                             info.topic, info.partition, self._creation_config(info.topic),
@@ -107,7 +112,7 @@ class Partitions:
                         self.table.release(info.slot)
         self._sync_topic_ids()
         self._topic_counts = None  # topics created from now on count their own partitions
-        log.info("log dir %s open: %d partitions in %.2f s", self.path, len(self.logs),
+        log.info("log dir %s open: %d partitions in %.2f s", self.path, len(self.partitions),
                  time.monotonic() - started)
 
     def _adopt_topic_id(self, slot: int, topic: str, part_dir: str, file_id: bytes | None,
@@ -210,18 +215,18 @@ class Partitions:
         self.failed = f"{type(cause).__name__}: {cause}"
         log.error("log dir %s is offline: %s; its %d partitions answer KAFKA_STORAGE_ERROR until "
                   "the disk is replaced and the broker restarted", self.path, self.failed,
-                  len(self.logs))
-        for slot in self.logs:
+                  len(self.partitions))
+        for slot in self.partitions:
             self.table.set_state(slot, SlotState.STORAGE_ERROR)
         for info in list(self.table.slots()):  # creates in flight
             if info.disk == self.index and info.state == SlotState.CREATING:
                 self.table.set_state(info.slot, SlotState.STORAGE_ERROR)
         # close the files without writing (so the dead file system can be unmounted)
-        for plog in self.logs.values():
-            plog.abandon()
+        for p in self.partitions.values():
+            p.log.abandon()
         if self.log_dir is not None:
             self.log_dir.remover.shutdown(0)  # what it had queued errs on the dead disk; let it go
-        self.logs.clear()
+        self.partitions.clear()
         self.slot_of.clear()
 
     def _creation_config(self, topic: str) -> TopicConfig:
@@ -249,16 +254,15 @@ class Partitions:
     def _topic_config_for(self, topic: str) -> TopicConfig:
         return self.config.topic_defaults()
 
-    def _register(self, slot: int, topic: str, partition: int, plog) -> None:
-        # one broker: the leader is the whole ISR, so everything in its log is committed the
-        # moment it leads (Kafka: the new leader's HW moves to min LEO of the ISR = its own)
+    def _register(self, slot: int, topic: str, partition: int, plog: PartitionLog) -> None:
+        p = Partition(slot, plog, self.broker_id)
         if self.config["zookeeper.connect"]:
-            # cluster mode: what is above the checkpointed HW may never have been replicated;
-            # a follower truncates to it before fetching, so it must not claim more
-            plog.high_watermark = self.log_dir.checkpointed_high_watermarks.get((topic, partition), 0)
+            p.restore_high_watermark(self.log_dir.checkpointed_high_watermarks.get((topic, partition), 0))
         else:
-            plog.high_watermark = plog.log_end_offset
-        self.logs[slot] = plog
+            # one broker: the leader is the whole ISR, so everything in its log is committed
+            # the moment it leads (Kafka: the new leader's HW moves to min LEO of the ISR)
+            p.maybe_increment_hw(ALONE)
+        self.partitions[slot] = p
         self.slot_of[(topic, partition)] = slot
         if self.metrics is not None:
             self.metrics.opened(slot, plog.log_end_offset)
@@ -279,7 +283,7 @@ class Partitions:
             pending[slot] = 0
         self.bytes_dirty.clear()
 
-    def publish(self, slot: int, plog, wake: int = WAKE_ALL) -> None:
+    def publish(self, slot: int, plog: PartitionLog, wake: int = WAKE_ALL) -> None:
         """Publish the slot's offsets; ``wake``: the DataWanted bits of the long-poll fetches
         that may be waiting on what moved (every kind by default; DataWanted.ANY when only the
         high watermark moved, which answers no follower's fetch; 0 for a follower's replica,
@@ -292,10 +296,22 @@ class Partitions:
         """Publish the log start offsets retention moved."""
         if self.failed:
             return
-        for slot, plog in self.logs.items():
-            log_start = plog.log_start_offset
-            if self.table.offsets(slot)[2] != log_start:
-                self.publish(slot, plog)
+        for slot, p in self.partitions.items():
+            if self.table.offsets(slot)[2] != p.log.log_start_offset:
+                self.publish(slot, p.log)
+
+    def advance_log_start(self, p: Partition, offset: int, cause: str) -> None:
+        """Raise a partition's log start offset (DeleteRecords on the leader, a follower taking
+        its leader's); the segments wholly below go at once, and the checkpoint is written
+        before the answer, so a restart never brings the records back."""
+        before = p.log.log_start_offset
+        deleted = p.advance_log_start(offset)
+        if deleted is None:
+            return
+        self.log_dir.write_checkpoints()
+        self.publish(p.slot, p.log)
+        log.info("%s-%d: log start offset %d -> %d (%s), %d segments deleted",
+                 p.log.topic, p.log.partition, before, p.log.log_start_offset, cause, deleted)
 
     # -- requests (the handlers of the disk worker's table) -------------------------------
     def _check_online(self) -> None:
@@ -306,9 +322,10 @@ class Partitions:
         # _check_online and publish inline: this runs once per produce request
         if self.failed:
             raise KafkaStorageError(f"log dir {self.path} is offline")
-        plog = self.logs.get(slot)
-        if plog is None:
+        p = self.partitions.get(slot)
+        if p is None:
             raise NotHere()
+        plog = p.log
         m = self.metrics
         if m is None:
             info = plog.append(body)
@@ -323,8 +340,8 @@ class Partitions:
         if info.duplicate:
             # a retry of a batch already in the log: acknowledge its original offsets
             log.debug("duplicate batch for slot %d at offset %d", slot, info.first_offset)
+        p.maybe_increment_hw(ALONE)
         leo = plog.log_end_offset
-        plog.high_watermark = leo  # one broker: the leader is the ISR
         log_start = plog.log_start_offset
         self.table.publish(slot, leo, plog.high_watermark, log_start)
         self.grew |= WAKE_ALL
@@ -336,7 +353,7 @@ class Partitions:
         info = self.table.read(slot)
         if info.disk != self.index or info.state not in (SlotState.CREATING, SlotState.ONLINE):
             raise NotHere()
-        if slot in self.logs:
+        if slot in self.partitions:
             return NOTHING
         try:
             cfg = TopicConfig.from_overrides(self.config, spec.get("configs", {}))
@@ -359,9 +376,10 @@ class Partitions:
         """Cluster mode: ZooKeeper's id for the partition's topic (KIP-516), into the slot and
         ``partition.metadata``; this worker is the single writer of both."""
         self._check_online()
-        plog = self.logs.get(slot)
-        if plog is None:
+        p = self.partitions.get(slot)
+        if p is None:
             raise NotHere()
+        plog = p.log
         if len(body) != 16:
             raise InvalidRequestError(f"a topic id is 16 bytes, not {len(body)}")
         tid = bytes(body)
@@ -386,10 +404,10 @@ class Partitions:
     def delete(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
         self.table.heartbeat(self.worker_slot)  # a round of deletes can take seconds on a slow disk
         info = self.table.read(slot)
-        plog = self.logs.pop(slot, None)
+        p = self.partitions.pop(slot, None)
         if self.failed:
-            plog = None  # the dead dir keeps the files; the slot goes
-        if plog is not None:
+            p = None  # the dead dir keeps the files; the slot goes
+        if p is not None:
             self.slot_of.pop((info.topic, info.partition), None)
             self.log_dir.delete_partition(info.topic, info.partition)
         with self.table.locked():
@@ -398,9 +416,10 @@ class Partitions:
 
     def alter(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
         self._check_online()
-        plog = self.logs.get(slot)
-        if plog is None:
+        p = self.partitions.get(slot)
+        if p is None:
             raise NotHere()
+        plog = p.log
         cfg = TopicConfig.from_overrides(self.config, json.loads(bytes(body)).get("configs", {}))
         self.log_dir.update_topic_config(plog.topic, cfg)
         return NOTHING
@@ -412,7 +431,7 @@ class Partitions:
         if self.metrics is not None:
             self.publish_bytes()
         self.table.set_worker_state(self.worker_slot, WorkerState.STOPPING)
-        for slot in self.logs:
+        for slot in self.partitions:
             self.table.set_state(slot, SlotState.OFFLINE)
         if self.failed or self.log_dir is None:
             log.info("log dir %s is offline (%s): left as it is", self.path, self.failed)

@@ -377,11 +377,11 @@ class ReplicaMover:
     # -- source -----------------------------------------------------------------------------
     def _handoff(self, slot: int, req: dict) -> tuple:
         parts = self.parts
-        plog = parts.logs.get(slot)
-        if plog is None:
+        p = parts.partitions.pop(slot, None)
+        if p is None:
             raise NotHere()
+        plog = p.log
         parts.table.set_state(slot, SlotState.OFFLINE)  # requests now fail fast and are retried
-        del parts.logs[slot]
         parts.slot_of.pop((plog.topic, plog.partition), None)
         parts.log_dir.partitions.pop((plog.topic, plog.partition), None)
         if parts.log_dir.cleaner is not None:

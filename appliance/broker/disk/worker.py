@@ -135,7 +135,7 @@ class DiskWorker:
 
         area = LeadershipArea.attach(leaders_name(self.plumbing.base))
         r = Replication(self.partitions, area, self.requests, self.rings.complete_held,
-                        int(self.config["broker.id"]), self.admin.move_log_start)
+                        int(self.config["broker.id"]), self.admin)
         self.replication = r
         # groups follow the offsets partitions' leadership; commits are judged by the cluster's
         # metadata
@@ -146,6 +146,7 @@ class DiskWorker:
             MsgType.TRUNCATE: r.truncate,
             MsgType.FOLLOWER_FETCH: r.follower_fetch,
             MsgType.EPOCH_END: r.epoch_end,
+            MsgType.LATEST_EPOCH: r.latest_epoch,
             MsgType.BECOME_LEADER: r.become_leader,
             MsgType.TRUNCATE_FULLY: r.truncate_fully,
             MsgType.DELETE_RECORDS: r.delete_records,  # held until the ISR has followed

@@ -12,6 +12,7 @@ from appliance.broker.handlers.answer import CloseConnection, RawBody
 from appliance.coordinator.batched_lookup import FIRST_BATCHED_VERSION
 from appliance.errors import ErrorCode
 from appliance.process.cluster_link import ClusterUnavailable
+from appliance.process.disk_client import epoch_result
 from appliance.protocol.messages import (
     CreatePartitions,
     CreateTopics,
@@ -75,7 +76,7 @@ async def offsets_for_leader_epoch(ctx: Any, request: Any) -> RawBody:
             if comp.error_code:
                 entry["error_code"] = int(comp.error_code)
             else:
-                entry["end_offset"], entry["leader_epoch"] = comp.base_offset, comp.log_append_time
+                entry["leader_epoch"], entry["end_offset"] = epoch_result(comp)
         topics.append({"topic": t.topic, "partitions": parts})
     # encoded here: the schema is not in the standalone registry the connection encodes with
     api = ctx.extra_apis[OFFSETS_FOR_LEADER_EPOCH]

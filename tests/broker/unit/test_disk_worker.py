@@ -89,7 +89,7 @@ def test_the_table_names_every_request_type(disk):
 
 def test_topic_id_message_sets_the_slot_and_partition_metadata(disk, senders):
     slot = _create(disk, senders[0])
-    part_dir = Path(disk.partitions.logs[slot].path)
+    part_dir = Path(disk.partitions.partitions[slot].log.path)
     assert disk.table.read(slot).topic_id == bytes(16)  # allocated without one
     assert not (part_dir / "partition.metadata").exists()
     tid = bytes(range(16))
@@ -190,23 +190,23 @@ def test_alter_then_delete_releases_the_slot(disk, senders):
     disk.round()
     assert [(c[0], c[5]) for c in senders[0].completions()] == [(r1, 0), (r2, 0)]
     assert disk.table.state(slot) == SlotState.FREE
-    assert slot not in disk.partitions.logs
+    assert slot not in disk.partitions.partitions
 
 
 def test_reload_files_reads_hand_edited_configs_and_keeps_them_on_a_bad_file(disk, senders):
     """What SIGHUP makes the loop run: dynamic-broker-configs.json and topic.properties re-read."""
     slot = _create(disk, senders[0])
-    plog = disk.partitions.logs[slot]
+    plog = disk.partitions.partitions[slot].log
     assert plog.config["retention.bytes"] == -1
     (Path(plog.path) / "topic.properties").write_text("retention.ms=1234\n")
     dyn = Path(disk.config.log_dirs[0]) / "dynamic-broker-configs.json"
     dyn.write_text('{"broker": {"log.retention.bytes": "99"}, "default": {}}\n')
     disk.admin.reload_files()
-    plog = disk.partitions.logs[slot]
+    plog = disk.partitions.partitions[slot].log
     assert (plog.config["retention.ms"], plog.config["retention.bytes"]) == (1234, 99)
     dyn.write_text("{not json")
     disk.admin.reload_files()  # logged; the configs in force stay
-    assert disk.partitions.logs[slot].config["retention.bytes"] == 99
+    assert disk.partitions.partitions[slot].log.config["retention.bytes"] == 99
 
 
 def _rung(bell: int) -> bool:
@@ -232,12 +232,12 @@ def test_data_bells_ring_only_the_workers_waiting_for_what_moved(disk, senders, 
     assert disk.round()
     assert [_rung(b) for b in p.net_bells] == [True, True]
     time.sleep(DATA_BELL_INTERVAL_S * 2)
-    disk.partitions.publish(slot, disk.partitions.logs[slot], DataWanted.ANY)
+    disk.partitions.publish(slot, disk.partitions.partitions[slot].log, DataWanted.ANY)
     disk.round()
     assert [_rung(b) for b in p.net_bells] == [False, True]
     senders[1].channel.completions.want_data(0)  # nobody waits for the high watermark now
     time.sleep(DATA_BELL_INTERVAL_S * 2)
-    disk.partitions.publish(slot, disk.partitions.logs[slot], DataWanted.ANY)
+    disk.partitions.publish(slot, disk.partitions.partitions[slot].log, DataWanted.ANY)
     disk.round()
     assert [_rung(b) for b in p.net_bells] == [False, False]
     assert not disk.rings.data_bell_pending  # dropped: no later round rings for it
