@@ -298,7 +298,8 @@ class CoordinatorHost:
         else:
             self._hold_or_send(n, request_id, data)
 
-    def handle_group(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple | None:
+    def handle_group(self, n: int | None, request_id: int, slot: int, body: memoryview,
+            acks: int, timeout_ms: int) -> tuple | None:
         """A group request (the handler of MsgType.GROUP): its encoded answer rides after the
         completion; None when the coordinator holds it (answered by _respond_later, or, in
         cluster mode, once what it wrote is replicated)."""

@@ -43,7 +43,8 @@ class LogAdmin:
         for p in parts.partitions.values():
             p.log.config = TopicConfig.from_overrides(cfg, p.log.config.to_properties())
 
-    def describe_producers(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+    def describe_producers(self, n: int | None, request_id: int, slot: int, body: memoryview,
+            acks: int, timeout_ms: int) -> tuple:
         """DescribeProducers (KIP-664): the partition's producer state, as PRODUCER_ENTRY
         records (the network worker reads each last batch's timestamp from the log)."""
         p = self.parts.partitions.get(slot)
@@ -56,7 +57,8 @@ class LogAdmin:
             out += _PRODUCER.pack(entry.producer_id, last, entry.epoch, entry.last_seq)
         return -1, -1, plog.log_start_offset, bytes(out)
 
-    def reload_broker_config(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+    def reload_broker_config(self, n: int | None, request_id: int, slot: int, body: memoryview,
+            acks: int, timeout_ms: int) -> tuple:
         self.load_broker_config()
         log.info("%s: dynamic broker configs reloaded", self.parts.path)
         return NOTHING
@@ -87,7 +89,8 @@ class LogAdmin:
                  "(%d changed overrides)", parts.path, len(parts.partitions), changed)
         return errors
 
-    def delete_records(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+    def delete_records(self, n: int | None, request_id: int, slot: int, body: memoryview,
+            acks: int, timeout_ms: int) -> tuple:
         """Standalone mode: move the log start offset of ``slot`` up to the requested offset;
         answer the new low watermark (this broker holds the only replica). Cluster mode holds
         the answer until the ISR has followed (``Replication.delete_records``)."""

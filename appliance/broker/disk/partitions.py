@@ -318,7 +318,8 @@ class Partitions:
         if self.failed:
             raise KafkaStorageError(f"log dir {self.path} is offline")
 
-    def produce(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+    def produce(self, n: int | None, request_id: int, slot: int, body: memoryview,
+            acks: int, timeout_ms: int) -> tuple:
         # _check_online and publish inline: this runs once per produce request
         if self.failed:
             raise KafkaStorageError(f"log dir {self.path} is offline")
@@ -347,7 +348,8 @@ class Partitions:
         self.grew |= WAKE_ALL
         return info.first_offset, info.log_append_time, log_start, b""
 
-    def create(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+    def create(self, n: int | None, request_id: int, slot: int, body: memoryview,
+            acks: int, timeout_ms: int) -> tuple:
         self._check_online()
         spec = json.loads(bytes(body))
         info = self.table.read(slot)
@@ -372,7 +374,8 @@ class Partitions:
             hook(info.topic, info.partition)
         return NOTHING
 
-    def set_topic_id(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+    def set_topic_id(self, n: int | None, request_id: int, slot: int, body: memoryview,
+            acks: int, timeout_ms: int) -> tuple:
         """Cluster mode: ZooKeeper's id for the partition's topic (KIP-516), into the slot and
         ``partition.metadata``; this worker is the single writer of both."""
         self._check_online()
@@ -401,7 +404,8 @@ class Partitions:
             return ErrorCode.KAFKA_STORAGE_ERROR
         return 0
 
-    def delete(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+    def delete(self, n: int | None, request_id: int, slot: int, body: memoryview,
+            acks: int, timeout_ms: int) -> tuple:
         self.table.heartbeat(self.worker_slot)  # a round of deletes can take seconds on a slow disk
         info = self.table.read(slot)
         p = self.partitions.pop(slot, None)
@@ -414,7 +418,8 @@ class Partitions:
             self.table.release(slot)
         return NOTHING
 
-    def alter(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+    def alter(self, n: int | None, request_id: int, slot: int, body: memoryview,
+            acks: int, timeout_ms: int) -> tuple:
         self._check_online()
         p = self.partitions.get(slot)
         if p is None:

@@ -225,7 +225,8 @@ class ReplicaMover:
         self.incoming: dict[int, _Incoming] = {}
         self.outgoing: dict[int, _Outgoing] = {}
 
-    def handle(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+    def handle(self, n: int | None, request_id: int, slot: int, body: memoryview,
+            acks: int, timeout_ms: int) -> tuple:
         req = json.loads(bytes(body))
         step = getattr(self, "_" + str(req.get("op")), None)
         if step is None:

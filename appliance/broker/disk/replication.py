@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from appliance.broker.disk.partition import HeldDelete, HeldProduce, Partition
 from appliance.broker.disk.partitions import WAKE_ALL, Partitions
-from appliance.broker.disk.requests import NOTHING, NotHere, Requests
+from appliance.broker.disk.requests import NOTHING, NotHere
 from appliance.errors import ErrorCode, KafkaError
 from appliance.shm.layout import (
     COMPLETION,
@@ -80,11 +80,10 @@ class _NotEnoughReplicas(KafkaError):
 
 
 class Replication:
-    def __init__(self, partitions: Partitions, area: LeadershipArea, requests: Requests,
+    def __init__(self, partitions: Partitions, area: LeadershipArea,
                  complete: Callable[[int, bytes], None], broker_id: int, log_admin: LogAdmin) -> None:
         self.parts = partitions
         self.area = area
-        self.requests = requests  # for the acks and timeout of the message being handled
         self.complete = complete  # complete(n, completion bytes): a held answer goes out
         self.broker_id = broker_id
         self.log_admin = log_admin  # DeleteRecords moves the log start as standalone does
@@ -108,9 +107,9 @@ class Replication:
         return p, lead
 
     # -- leader ---------------------------------------------------------------------------
-    def produce(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple | None:
+    def produce(self, n: int | None, request_id: int, slot: int, body: memoryview,
+            acks: int, timeout_ms: int) -> tuple | None:
         p, lead = self._leader(slot)
-        acks, timeout_ms = self.requests.acks, self.requests.timeout_ms
         min_isr = int(p.log.config.min_insync_replicas)
         if acks == -1 and len(lead.isr) < min_isr:
             raise _NotEnoughReplicas(f"ISR {lead.isr} is smaller than min.insync.replicas {min_isr}")
@@ -146,7 +145,8 @@ class Replication:
         if not self.maybe_increment_hw(p, isr, WAKE_ALL):
             self.parts.publish(p.slot, p.log)
 
-    def become_leader(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+    def become_leader(self, n: int | None, request_id: int, slot: int, body: memoryview,
+            acks: int, timeout_ms: int) -> tuple:
         p = self._partition(slot)
         (epoch,) = _EPOCH.unpack_from(body, 0)
         lead = self.area.read(slot)
@@ -155,7 +155,8 @@ class Replication:
         p.become_leader(epoch)
         return p.log.log_end_offset, -1, p.log.log_start_offset, b""
 
-    def follower_fetch(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+    def follower_fetch(self, n: int | None, request_id: int, slot: int, body: memoryview,
+            acks: int, timeout_ms: int) -> tuple:
         p, lead = self._leader(slot)
         offset, replica, start = _FF.unpack_from(body, 0)
         p.update_follower(replica, offset, start)
@@ -191,7 +192,8 @@ class Replication:
                                          p.slot if p else -1, int(error)))
 
     # -- DeleteRecords ----------------------------------------------------------------------
-    def delete_records(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple | None:
+    def delete_records(self, n: int | None, request_id: int, slot: int, body: memoryview,
+            acks: int, timeout_ms: int) -> tuple | None:
         """Move the leader's log start offset, answer once the low watermark has reached the
         requested offset (held until then, or its timeout)."""
         p, lead = self._leader(slot)
@@ -199,7 +201,7 @@ class Replication:
         low = p.low_watermark(lead.isr)
         if low >= wanted or n is None:  # n None: a local caller, nobody to answer later
             return -1, -1, low, b""
-        p.hold_delete(HeldDelete(wanted, time.monotonic() + max(self.requests.timeout_ms, 0) / 1000,
+        p.hold_delete(HeldDelete(wanted, time.monotonic() + max(timeout_ms, 0) / 1000,
                                  n, request_id))
         self.holding_deletes.add(slot)
         return None
@@ -258,7 +260,8 @@ class Replication:
                 self.holding_produces.discard(slot)
 
     # -- follower -------------------------------------------------------------------------
-    def replica_append(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+    def replica_append(self, n: int | None, request_id: int, slot: int, body: memoryview,
+            acks: int, timeout_ms: int) -> tuple:
         p = self._partition(slot)
         leader_hw, leader_start = _RA.unpack_from(body, 0)
         start = p.append_as_follower(body[_RA.size:], leader_hw, leader_start)
@@ -267,7 +270,8 @@ class Replication:
         self.parts.publish(slot, p.log, wake=0)
         return p.log.log_end_offset, -1, p.log.log_start_offset, b""
 
-    def truncate(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+    def truncate(self, n: int | None, request_id: int, slot: int, body: memoryview,
+            acks: int, timeout_ms: int) -> tuple:
         """A follower cuts its log where the leader's OffsetsForLeaderEpoch answer and its own
         epochs say (the rule: ``Partition.truncation_offset``); answers the new log end."""
         p = self._partition(slot)
@@ -279,7 +283,8 @@ class Replication:
         self.parts.publish(slot, p.log)
         return leo, -1, p.log.log_start_offset, b""
 
-    def truncate_fully(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+    def truncate_fully(self, n: int | None, request_id: int, slot: int, body: memoryview,
+            acks: int, timeout_ms: int) -> tuple:
         """Drop the whole log and start empty at the leader's log start offset: a follower
         whose log end is below it can never fetch what lies between."""
         p = self._partition(slot)
@@ -291,7 +296,8 @@ class Replication:
         log.info("%s: truncated fully, starting at the leader's log start offset %d", p.log.path, offset)
         return p.log.log_end_offset, -1, p.log.log_start_offset, b""
 
-    def epoch_end(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+    def epoch_end(self, n: int | None, request_id: int, slot: int, body: memoryview,
+            acks: int, timeout_ms: int) -> tuple:
         """The leader's OffsetsForLeaderEpoch answer for one partition (an EPOCH_RESULT)."""
         p = self._partition(slot)
         (requested,) = _EPOCH.unpack_from(body, 0)
@@ -301,7 +307,8 @@ class Replication:
         epoch, end = p.end_offset_for(requested)
         return -1, -1, p.log.log_start_offset, _EPOCH_RESULT.pack(epoch, end)
 
-    def latest_epoch(self, n: int | None, request_id: int, slot: int, body: memoryview) -> tuple:
+    def latest_epoch(self, n: int | None, request_id: int, slot: int, body: memoryview,
+            acks: int, timeout_ms: int) -> tuple:
         """A follower's latest epoch and log end (an EPOCH_RESULT), asked before it truncates."""
         p = self._partition(slot)
         epoch, end = p.latest_epoch()

@@ -1,9 +1,11 @@
 """The table of ring message types -> handlers, and the completion each request gets.
 
-A handler is ``handler(n, request_id, slot, body) -> (base_offset, log_append_time,
-log_start_offset, extra)``, or None when its answer comes later (a JoinGroup held by the
-coordinator). ``n`` is the network worker the request came from (None: a local IPC producer).
-It raises ``KafkaError`` (its code is the answer), :class:`NotHere`, or ``OSError``.
+A handler is ``handler(n, request_id, slot, body, acks, timeout_ms) -> (base_offset,
+log_append_time, log_start_offset, extra)``, or None when its answer comes later (a JoinGroup
+held by the coordinator, an acks=all produce held until the ISR has it). ``n`` is the network
+worker the request came from (None: a local IPC producer); ``acks`` and ``timeout_ms`` are the
+request's own (an acks=all produce and a DeleteRecords wait on them). It raises ``KafkaError``
+(its code is the answer), :class:`NotHere`, or ``OSError``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ log = logging.getLogger("appliance.disk")
 _REQ = REQUEST.struct  # type: ignore[attr-defined]
 _COMP = COMPLETION.struct  # type: ignore[attr-defined]
 
-Handler = Callable[[Any, int, int, memoryview], "tuple[int, int, int, bytes] | None"]
+Handler = Callable[[Any, int, int, memoryview, int, int], "tuple[int, int, int, bytes] | None"]
 NOTHING = (-1, -1, -1, b"")  # the answer of a request with no offsets to report
 
 
@@ -35,13 +37,12 @@ class Requests:
     def __init__(self, handlers: dict[int, Handler], path: str) -> None:
         self.handlers = handlers
         self.path = path  # the log dir, for the log
-        self.acks, self.timeout_ms = 1, 0  # of the message being handled (acks=all waits on them)
         # told of every storage error (a dead disk takes the dir offline; see dir_health.py)
         self.on_io_error: Callable[[BaseException], None] | None = None
         self.metrics: Any = None  # a metrics Recorder when metrics are on
 
     def _timed(self, handler: Handler, n: int | None, request_id: int, slot: int,
-               payload: memoryview, stamp: int) -> Any:
+               payload: memoryview, acks: int, timeout_ms: int, stamp: int) -> Any:
         """A message the network worker timed (Produce, one request in SAMPLE): its wait on
         the ring (RequestQueueTime; CLOCK_MONOTONIC is one clock for every process) and the
         handler's own time (LocalTime). Two clock reads, on timed messages only."""
@@ -49,7 +50,7 @@ class Requests:
         m = self.metrics
         m.queued_us(0, (int(taken * 1e6) - stamp) & 0xFFFFFFFF)  # 0: Produce's API key
         try:
-            return handler(n, request_id, slot, payload[REQUEST.size:])
+            return handler(n, request_id, slot, payload[REQUEST.size:], acks, timeout_ms)
         finally:
             m.local(0, time.monotonic() - taken)
 
@@ -57,7 +58,6 @@ class Requests:
         """The completion for one ring message, or None when it gets none (acks=0 produce,
         or answered later)."""
         request_id, slot, acks, _flags, timeout_ms, stamp = _REQ.unpack_from(payload, 0)
-        self.acks, self.timeout_ms = acks, timeout_ms
         error = ErrorCode.NONE
         answer: tuple[int, int, int, bytes] | None = NOTHING
         handler = self.handlers.get(msg_type)
@@ -65,11 +65,11 @@ class Requests:
             if handler is None:
                 error = ErrorCode.INVALID_REQUEST
             elif stamp and self.metrics is not None:
-                answer = self._timed(handler, n, request_id, slot, payload, stamp)
+                answer = self._timed(handler, n, request_id, slot, payload, acks, timeout_ms, stamp)
                 if answer is None:
                     return None
             else:
-                answer = handler(n, request_id, slot, payload[REQUEST.size:])
+                answer = handler(n, request_id, slot, payload[REQUEST.size:], acks, timeout_ms)
                 if answer is None:
                     return None
         except NotHere:

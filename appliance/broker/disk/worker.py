@@ -27,7 +27,8 @@ from appliance.broker.disk.log_admin import LogAdmin
 from appliance.broker.disk.maintenance import Maintenance
 from appliance.broker.disk.partitions import Partitions
 from appliance.broker.disk.replica_move import ReplicaMover, sweep_moves
-from appliance.broker.disk.requests import Requests
+from appliance.broker.disk.replication import Replication
+from appliance.broker.disk.requests import Handler, Requests
 from appliance.broker.disk.ring_intake import RingIntake
 from appliance.config import BrokerConfig, ConfigError
 from appliance.errors import KafkaStorageError
@@ -110,47 +111,49 @@ class DiskWorker:
         self.coordinator.load()
         self.maintenance = Maintenance(parts)
         self.mover = ReplicaMover(self.index, parts)
-        self.requests.handlers.update({
-            MsgType.PRODUCE: parts.produce,
-            MsgType.CREATE_PARTITION: parts.create,
-            MsgType.DELETE_PARTITION: parts.delete,
-            MsgType.ALTER_CONFIG: parts.alter,
-            MsgType.GROUP: self.coordinator.handle_group,
-            MsgType.DELETE_RECORDS: admin.delete_records,
-            MsgType.DESCRIBE_PRODUCERS: admin.describe_producers,
-            MsgType.TOPIC_ID: parts.set_topic_id,
-            MsgType.ALTER_BROKER_CONFIG: admin.reload_broker_config,
-            MsgType.REPLICA_MOVE: self.mover.handle,
-        })
-        self.replication = None
-        if self.plumbing.cluster:
-            self._join_cluster()
+        self.replication = self._join_cluster() if self.plumbing.cluster else None
+        self.requests.handlers = self._handlers()
 
-    def _join_cluster(self) -> None:
-        """Cluster mode: produce through the leader's rules, and the follower's messages."""
-        from appliance.broker.disk.replication import Replication
+    def _join_cluster(self) -> Replication:
+        """Cluster mode: the leadership area and the cluster's metadata, attached."""
         from appliance.shm.layout import leaders_name, metadata_name
         from appliance.shm.leadership_area import LeadershipArea
         from appliance.shm.metadata_cache import MetadataCache
 
         area = LeadershipArea.attach(leaders_name(self.plumbing.base))
-        r = Replication(self.partitions, area, self.requests, self.rings.complete_held,
+        r = Replication(self.partitions, area, self.rings.complete_held,
                         int(self.config["broker.id"]), self.admin)
-        self.replication = r
         # groups follow the offsets partitions' leadership; commits are judged by the cluster's
         # metadata
         self.coordinator.attach_cluster(area, r, MetadataCache.attach(metadata_name(self.plumbing.base)))
-        self.requests.handlers.update({
-            MsgType.PRODUCE: r.produce,
-            MsgType.REPLICA_APPEND: r.replica_append,
-            MsgType.TRUNCATE: r.truncate,
-            MsgType.FOLLOWER_FETCH: r.follower_fetch,
-            MsgType.EPOCH_END: r.epoch_end,
-            MsgType.LATEST_EPOCH: r.latest_epoch,
-            MsgType.BECOME_LEADER: r.become_leader,
-            MsgType.TRUNCATE_FULLY: r.truncate_fully,
-            MsgType.DELETE_RECORDS: r.delete_records,  # held until the ISR has followed
-        })
+        return r
+
+    def _handlers(self) -> dict[int, Handler]:
+        """Every ring message type and its handler, standalone and in a cluster side by side
+        (None: not served there; the requester gets INVALID_REQUEST)."""
+        parts, admin, r = self.partitions, self.admin, self.replication
+        table: tuple[tuple[int, Handler | None, Handler | None], ...] = (
+            # message type              standalone                  in a cluster (replication.py)
+            (MsgType.PRODUCE,             parts.produce,              r and r.produce),
+            (MsgType.DELETE_RECORDS,      admin.delete_records,       r and r.delete_records),  # held for the ISR
+            (MsgType.CREATE_PARTITION,    parts.create,               parts.create),
+            (MsgType.DELETE_PARTITION,    parts.delete,               parts.delete),
+            (MsgType.ALTER_CONFIG,        parts.alter,                parts.alter),
+            (MsgType.GROUP,               self.coordinator.handle_group, self.coordinator.handle_group),
+            (MsgType.DESCRIBE_PRODUCERS,  admin.describe_producers,   admin.describe_producers),
+            (MsgType.TOPIC_ID,            parts.set_topic_id,         parts.set_topic_id),
+            (MsgType.ALTER_BROKER_CONFIG, admin.reload_broker_config, admin.reload_broker_config),
+            (MsgType.REPLICA_MOVE,        self.mover.handle,          self.mover.handle),
+            (MsgType.REPLICA_APPEND,      None,                       r and r.replica_append),
+            (MsgType.TRUNCATE,            None,                       r and r.truncate),
+            (MsgType.TRUNCATE_FULLY,      None,                       r and r.truncate_fully),
+            (MsgType.FOLLOWER_FETCH,      None,                       r and r.follower_fetch),
+            (MsgType.EPOCH_END,           None,                       r and r.epoch_end),
+            (MsgType.LATEST_EPOCH,        None,                       r and r.latest_epoch),
+            (MsgType.BECOME_LEADER,       None,                       r and r.become_leader),
+        )
+        column = 2 if r is not None else 1
+        return {row[0]: row[column] for row in table if row[column] is not None}
 
     # -- loop -----------------------------------------------------------------------------
     def _on_term(self, signum, frame) -> None:
