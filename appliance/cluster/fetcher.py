@@ -235,11 +235,9 @@ class ReplicaFetcher:
                     self.limiter.record(len(records))
                 if not records and _nothing_new(table.offsets(slot), p.high_watermark, p.log_start_offset):
                     continue
-                # one round of the disk worker takes them all; no task per append unless its
-                # ring is full
-                args = (disk, MsgType.REPLICA_APPEND, slot, _HEAD.pack(p.high_watermark, p.log_start_offset),
-                        1, 30000, records)
-                fut = self.ctx.disks.try_submit(*args) or asyncio.ensure_future(self.ctx.disks.submit(*args))
+                # one round of the disk worker takes them all; no task per append
+                fut = self.ctx.disks.submit(disk, MsgType.REPLICA_APPEND, slot,
+                                            _HEAD.pack(p.high_watermark, p.log_start_offset), records)
                 appends.append((tp, slot, p.high_watermark, fut))
         for tp, slot, hw, fut in appends:
             comp = await fut

@@ -65,8 +65,8 @@ class LocalReplicas:
                 self.area.reset_positions(slot, int(time.monotonic() * 1000))
             self.area.write(slot, role, st.leader, st.leader_epoch, st.replicas, st.isr)
             if tp in moved:  # KIP-101: the new epoch starts at the LEO, before any append
-                self.ctx.disks.submit_nowait(self.ctx.table.read(slot).disk, MsgType.BECOME_LEADER,
-                                             slot, _EPOCH.pack(st.leader_epoch), 1, 0, _stamped, tp)
+                self.ctx.disks.submit(self.ctx.table.read(slot).disk, MsgType.BECOME_LEADER,
+                                      slot, _EPOCH.pack(st.leader_epoch), on_done=_stamped, token=tp)
 
     async def stop(self, changes: Changes) -> None:
         for tp in changes.stopped:

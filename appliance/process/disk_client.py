@@ -1,16 +1,14 @@
 """A network worker's side of the rings: send requests to disk workers, await their completions.
 
-Each request gets an id and a future. Completions come back on the completion ring and resolve
-the futures. When a disk worker dies (its incarnation in the shared table changes), every request
+Each request gets an id and a callback or a future (one :meth:`DiskClient.submit`). Completions
+come back on the completion ring and call the callbacks or resolve the futures. When a disk worker dies (its incarnation in the shared table changes), every request
 still pending on it fails with NOT_LEADER_OR_FOLLOWER, a retriable error: the client refreshes its
 metadata and sends again, so nothing acknowledged is lost and nothing hangs.
 
 Its successor empties its request rings when it starts (what was queued there was failed so) and
 is READY only after that: a request queued while it starts would be dropped unanswered, so
-:meth:`submit`, :meth:`try_submit` and :meth:`submit_nowait` refuse it at once with the same
-retriable error, as the IPC producer does (client/ipc.py). The produce fast path
-(:meth:`submit_now`) is guarded by its caller: a dead disk's partitions are OFFLINE until its
-successor has them open.
+:meth:`submit` refuses it at once with the same retriable error, as the IPC producer does
+(client/ipc.py).
 
 When this process dies instead, a disk worker may still answer what it sent: an acks=all produce
 is answered when the high watermark passes it. The answer lands on the completion ring this
@@ -107,7 +105,6 @@ class DiskClient:
         # request id -> (on_done, its token, disk): on_done(token, completion) answers it
         self._pending: dict[int, tuple[Callable[[Any, Completion], None], Any, int]] = {}
         self._incarnations = [self._incarnation(d) for d in range(plumbing.num_disks)]
-        self._space_waiters: list[asyncio.Future] = []
         self._to_ring: set[int] = set()
         self._batching = False
         # per disk: requests (msg_type, header, payload) waiting for room in its request ring
@@ -130,46 +127,47 @@ class DiskClient:
             return False
         return state == _READY
 
-    def submit_nowait(self, disk: int, msg_type: int, slot: int, payload: bytes | memoryview,
-                      acks: int, timeout_ms: int, on_done: Callable[[Any, Completion], None],
-                      token: Any = None, stamp_us: int = 0) -> None:
-        """Queue a request and call ``on_done(token, completion)`` from :meth:`on_doorbell` when it is
-        answered: no task and no future, so an answer costs one pass of the event loop (acks=0
-        produce: ``on_done`` is never called). When the ring is full the request waits in an
-        overflow queue, behind which later requests to that disk wait too: produce order holds.
-        ``stamp_us``: a timed request's stamp (REQUEST.stamp_us), 0 when untimed."""
+    def submit(self, disk: int, msg_type: int, slot: int, *payload: bytes | memoryview,
+               acks: int = 1, timeout_ms: int = 30000,
+               on_done: Callable[[Any, Completion], None] | None = None, token: Any = None,
+               stamp_us: int = 0, ring_now: bool = False) -> asyncio.Future | None:
+        """Put one request on ``disk``'s request ring; ``payload``: its parts, in order.
+
+        - ``on_done``: called as ``on_done(token, completion)`` from :meth:`on_doorbell` when it
+          is answered (no future, no task: the produce path's way); returns None.
+        - without it: returns a future of its :class:`Completion` to await.
+        - an acks=0 produce or follower position gets no completion: None, and ``on_done`` is
+          never called.
+        - ``stamp_us``: a timed request's stamp (REQUEST.stamp_us), 0 when untimed.
+        - ``ring_now``: ring the doorbell at once unless a batch is open (the produce fast
+          path: a read of one request has nothing to coalesce); otherwise the doorbells of one
+          pass of the loop go out together.
+
+        Never waits: when the ring is full the request waits in an overflow queue, behind which
+        later requests to that disk wait too (produce order holds). A disk worker that does
+        not take requests now (starting, dead) answers NOT_LEADER_OR_FOLLOWER, retriable, on
+        the loop's next pass, never inside this call."""
         answered = not (acks == 0 and msg_type in NO_COMPLETION_AT_ACKS_0)
+        fut = None
+        if on_done is None and answered:
+            fut = asyncio.get_running_loop().create_future()
+            on_done, token = _resolve, fut
         if not self._ready(disk):
             if answered:
                 asyncio.get_running_loop().call_soon(self._deliver, (on_done, token, disk), _REFUSED)
-            return
+            return fut
         request_id = next(self._ids)
         header = _REQ.pack(request_id, slot, acks, 0, timeout_ms, stamp_us)
         if answered:
             self._pending[request_id] = (on_done, token, disk)
-        overflow = self._overflow[disk]
-        if not overflow and self.channels[disk].requests.put(msg_type, header, payload):
-            self._schedule_ring(disk)
-            return
-        self._overflow_put(disk, msg_type, header, payload)
-
-    def submit_now(self, disk: int, msg_type: int, slot: int, payload: bytes | memoryview,
-                   acks: int, timeout_ms: int, on_done: Callable[[Any, Completion], None],
-                   token: Any) -> None:
-        """:meth:`submit_nowait` of a message that gets a completion, untimed, whose doorbell
-        rings now unless a batch is open (the produce fast path: a read of one request has
-        nothing to coalesce, and pipelined ones are read in a batch; no call_soon pass of the
-        loop)."""
-        request_id = next(self._ids)
-        header = _REQ.pack(request_id, slot, acks, 0, timeout_ms, 0)
-        self._pending[request_id] = (on_done, token, disk)
-        if not self._overflow[disk] and self.channels[disk].requests.put(msg_type, header, payload):
-            if self._batching:
-                self._to_ring.add(disk)
-            else:
+        if not self._overflow[disk] and self.channels[disk].requests.put(msg_type, header, *payload):
+            if ring_now and not self._batching:
                 ring_doorbell(self.plumbing.disk_bells[disk])
-            return
-        self._overflow_put(disk, msg_type, header, payload)
+            else:
+                self._schedule_ring(disk)
+            return fut
+        self._overflow_put(disk, msg_type, header, payload[0] if len(payload) == 1 else b"".join(payload))
+        return fut
 
     def _overflow_put(self, disk: int, msg_type: int, header: bytes,
                       payload: bytes | memoryview) -> None:
@@ -194,52 +192,6 @@ class DiskClient:
         if self._overflow[disk]:
             ring_doorbell(self.plumbing.disk_bells[disk])
             asyncio.get_running_loop().call_later(0.05, self._retry_overflow, disk)
-
-    async def submit(self, disk: int, msg_type: int, slot: int, payload: bytes | memoryview,
-                     acks: int = 1, timeout_ms: int = 30000, *more: bytes | memoryview) -> Completion | None:
-        """Queue a request on ``disk``'s ring; await its completion (None when acks == 0)."""
-        if not self._ready(disk):
-            return None if acks == 0 and msg_type in NO_COMPLETION_AT_ACKS_0 else _REFUSED
-        request_id = next(self._ids)
-        header = _REQ.pack(request_id, slot, acks, 0, timeout_ms, 0)
-        ring = self.channels[disk].requests
-        loop = asyncio.get_running_loop()
-        while not ring.put(msg_type, header, payload, *more):
-            # ring full: the disk worker is behind; wait until it completes something
-            fut = loop.create_future()
-            self._space_waiters.append(fut)
-            ring_doorbell(self.plumbing.disk_bells[disk])
-            try:
-                await asyncio.wait_for(fut, 0.05)
-            except TimeoutError:
-                pass
-            if self._incarnation(disk) != self._incarnations[disk]:
-                return _REFUSED
-        self._schedule_ring(disk)
-        if acks == 0 and msg_type in NO_COMPLETION_AT_ACKS_0:
-            return None
-        fut = loop.create_future()
-        self._pending[request_id] = (_resolve, fut, disk)
-        return await fut
-
-    def try_submit(self, disk: int, msg_type: int, slot: int, payload: bytes | memoryview,
-                   acks: int = 1, timeout_ms: int = 30000,
-                   *more: bytes | memoryview) -> asyncio.Future | None:
-        """:meth:`submit` without a task, when the ring has room now: the future of the
-        completion, or None when the ring is full (then use :meth:`submit`, which waits). Not
-        for acks=0 messages that get no completion."""
-        if not self._ready(disk):
-            fut = asyncio.get_running_loop().create_future()
-            fut.set_result(_REFUSED)
-            return fut
-        request_id = next(self._ids)
-        if not self.channels[disk].requests.put(
-                msg_type, _REQ.pack(request_id, slot, acks, 0, timeout_ms, 0), payload, *more):
-            return None
-        self._schedule_ring(disk)
-        fut = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = (_resolve, fut, disk)
-        return fut
 
     def _schedule_ring(self, disk: int) -> None:
         # coalesce doorbells: one eventfd write per disk per loop iteration (or per batch)
@@ -295,11 +247,6 @@ class DiskClient:
         for d, overflow in enumerate(self._overflow):
             if overflow:
                 self._drain_overflow(d)
-        if self._space_waiters:
-            waiters, self._space_waiters = self._space_waiters, []
-            for fut in waiters:
-                if not fut.done():
-                    fut.set_result(None)
         self.check_disks()
 
     def check_disks(self) -> None:

@@ -39,6 +39,12 @@ from appliance.coordinator.routing import OFFSETS_TOPIC
 from appliance.errors import ErrorCode, KafkaError, error_for_code
 from appliance.protocol.registry import API_BY_KEY
 from appliance.records.batch import decode_records
+from appliance.records.batch_layout import (
+    BASE_OFFSET_OFFSET,
+    BATCH_LENGTH_OFFSET,
+    LAST_OFFSET_DELTA_OFFSET,
+    LOG_OVERHEAD,
+)
 from appliance.shm.layout import COMPLETION, GROUP_HEADER, Role
 from appliance.shm.partition_index import PartitionIndex
 
@@ -50,7 +56,8 @@ _COMP = COMPLETION.struct  # type: ignore[attr-defined]
 _GROUP = GROUP_HEADER.struct  # type: ignore[attr-defined]
 # record batch v2: baseOffset, batchLength, then at 23 lastOffsetDelta (after partitionLeaderEpoch,
 # magic, crc, attributes)
-_BATCH_HEAD = struct.Struct(">qi11xi")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
 
 LEADERSHIP_CHECK_S = 0.1  # how late a leadership change may be noticed with no group request
 LOAD_STEP_BYTES = 4 << 20  # read per loop pass while loading: bounds the other partitions' wait
@@ -354,8 +361,8 @@ def _next_offset(data: bytes) -> int:
     """The offset after the last batch of ``data`` (whole batches), from the batch headers:
     a batch the cleaner emptied of records still moves the position on."""
     pos, nxt = 0, -1
-    while pos + _BATCH_HEAD.size <= len(data):
-        base, length, last_delta = _BATCH_HEAD.unpack_from(data, pos)
-        nxt = base + last_delta + 1
-        pos += 12 + length
+    while pos + LAST_OFFSET_DELTA_OFFSET + 4 <= len(data):
+        base = _I64.unpack_from(data, pos + BASE_OFFSET_OFFSET)[0]
+        nxt = base + _I32.unpack_from(data, pos + LAST_OFFSET_DELTA_OFFSET)[0] + 1
+        pos += LOG_OVERHEAD + _I32.unpack_from(data, pos + BATCH_LENGTH_OFFSET)[0]
     return nxt

@@ -18,7 +18,13 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from appliance.records.batch_layout import MAGIC_OFFSET
+from appliance.records.batch_layout import (
+    BASE_OFFSET_OFFSET,
+    BATCH_LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    PARTITION_LEADER_EPOCH_OFFSET,
+)
 from appliance.storage.leader_epoch import (
     LEADER_EPOCH_CHECKPOINT,
     UNDEFINED_EPOCH,
@@ -35,9 +41,7 @@ __all__ = ["ALONE", "HeldDelete", "HeldProduce", "Partition", "stamp_epoch", "ba
 # The in-sync followers of a partition on a broker with no cluster: none (the leader is its ISR)
 ALONE: tuple[int, ...] = ()
 
-# record batch: baseOffset (8), batchLength (4), partitionLeaderEpoch (4); the epoch is outside
-# the CRC (which starts at attributes), so it is written in place
-_LENGTH_AT, _EPOCH_AT, _LOG_OVERHEAD = 8, 12, 12
+# a batch's partitionLeaderEpoch is outside its CRC (which starts at attributes): written in place
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
 
@@ -45,19 +49,20 @@ _INT64 = struct.Struct(">q")
 def stamp_epoch(buf: memoryview, epoch: int) -> None:
     """Write the leader epoch into every batch's header, in place."""
     pos, end = 0, len(buf)
-    while pos + _LOG_OVERHEAD <= end:
-        _INT32.pack_into(buf, pos + _EPOCH_AT, epoch)
-        pos += _LOG_OVERHEAD + _INT32.unpack_from(buf, pos + _LENGTH_AT)[0]
+    while pos + LOG_OVERHEAD <= end:
+        _INT32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
+        pos += LOG_OVERHEAD + _INT32.unpack_from(buf, pos + BATCH_LENGTH_OFFSET)[0]
 
 
 def batch_epochs(buf: memoryview) -> list[tuple[int, int]]:
     """(partitionLeaderEpoch, baseOffset) of each v2 batch. Legacy (magic 0/1) entries carry
     no epoch (bytes 12-15 are their CRC): Kafka assigns no epoch entry for them."""
     out, pos, end = [], 0, len(buf)
-    while pos + _LOG_OVERHEAD + 4 <= end:
+    while pos + LOG_OVERHEAD + 4 <= end:
         if pos + MAGIC_OFFSET < end and buf[pos + MAGIC_OFFSET] == 2:
-            out.append((_INT32.unpack_from(buf, pos + _EPOCH_AT)[0], _INT64.unpack_from(buf, pos)[0]))
-        pos += _LOG_OVERHEAD + _INT32.unpack_from(buf, pos + _LENGTH_AT)[0]
+            out.append((_INT32.unpack_from(buf, pos + PARTITION_LEADER_EPOCH_OFFSET)[0],
+                        _INT64.unpack_from(buf, pos + BASE_OFFSET_OFFSET)[0]))
+        pos += LOG_OVERHEAD + _INT32.unpack_from(buf, pos + BATCH_LENGTH_OFFSET)[0]
     return out
 
 
@@ -217,8 +222,8 @@ class Partition:
         and retention on the leader reach every replica)."""
         log = self.log
         start = -1
-        if len(records) >= _LOG_OVERHEAD:
-            base = _INT64.unpack_from(records, 0)[0]
+        if len(records) >= LOG_OVERHEAD:
+            base = _INT64.unpack_from(records, BASE_OFFSET_OFFSET)[0]
             if base < log.log_end_offset == log.log_start_offset:
                 # just emptied at the leader's log start, which lies inside this batch: the
                 # log starts at the batch instead, the start offset stays (Kafka does the same)

@@ -31,7 +31,7 @@ async def _one(ctx: Any, topic: str, partition: int, offset: int, timeout_ms: in
         r["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER  # cluster mode: only the leader moves it
         return r
     comp = await ctx.disks.submit(info.disk, MsgType.DELETE_RECORDS, info.slot,
-                                  _BODY.pack(offset), 1, timeout_ms)
+                                  _BODY.pack(offset), timeout_ms=timeout_ms)
     r["error_code"] = comp.error_code
     if not comp.error_code:
         r["low_watermark"] = comp.log_start_offset

@@ -142,8 +142,8 @@ def _record_follower(ctx: Any, body: Any, names: list[str | None], replica_id: i
         for p in t.partitions:
             info = ctx.index.lookup(name, p.partition)
             if info is not None:
-                ctx.disks.submit_nowait(info.disk, MsgType.FOLLOWER_FETCH, info.slot,
-                                        _FF.pack(p.fetch_offset, replica_id, p.log_start_offset), 0, 0, None)
+                ctx.disks.submit(info.disk, MsgType.FOLLOWER_FETCH, info.slot,
+                                 _FF.pack(p.fetch_offset, replica_id, p.log_start_offset), acks=0)
 
 
 def _moved(ctx: Any, watch: list, replica: bool) -> bool:

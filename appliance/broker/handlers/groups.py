@@ -92,7 +92,7 @@ async def _submit(ctx: Any, request: Any, info: Any, client_host: str, body: Any
     cid = (request.client_id or "").encode()[:1024]
     host = client_host.encode()[:255]
     header = _GROUP.pack(request.api_key, version, len(cid), len(host))
-    return await ctx.disks.submit(info.disk, MsgType.GROUP, info.slot, header, 1, 30000, cid, host, encoded)
+    return await ctx.disks.submit(info.disk, MsgType.GROUP, info.slot, header, cid, host, encoded)
 
 
 def _error_body(api_key: int, code: int, request: Any) -> dict:

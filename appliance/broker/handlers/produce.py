@@ -165,11 +165,11 @@ def start(ctx: Any, request: Any, answer: asyncio.Future, conn: Any) -> None:
     if m is not None and len(submits) < len(results):
         _failed(m, results)
     pending.waiting = len(submits) if acks != 0 else 0
-    submit = ctx.disks.submit_nowait
-    done = pending.partition_done
+    submit = ctx.disks.submit
+    done, timeout_ms = pending.partition_done, body.timeout_ms
     for info, records, out in submits:
-        submit(info.disk, MsgType.PRODUCE, info.slot, records, acks, body.timeout_ms, done, out,
-               stamp)
+        submit(info.disk, MsgType.PRODUCE, info.slot, records, acks=acks, timeout_ms=timeout_ms,
+               on_done=done, token=out, stamp_us=stamp)
     if acks == 0:
         pending.finish(NO_RESPONSE)
     elif not submits:

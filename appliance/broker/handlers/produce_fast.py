@@ -101,8 +101,9 @@ class FastProduce:
             if len(self._answers) >= _CACHE_LIMIT:
                 self._answers.clear()
             template = self._answers[key] = ProduceAnswer(version, topic, index)
-        ctx.disks.submit_now(info.disk, MsgType.PRODUCE, info.slot, records, acks, timeout_ms,
-                         _done, (ctx, conn, answer, template, correlation_id, version, name, index))
+        ctx.disks.submit(info.disk, MsgType.PRODUCE, info.slot, records, acks=acks, timeout_ms=timeout_ms,
+                         on_done=_done, token=(ctx, conn, answer, template, correlation_id, version, name, index),
+                         ring_now=True)
         return True
 
 

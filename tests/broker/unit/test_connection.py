@@ -62,8 +62,8 @@ class FakeDisks:
     def max_payload(self) -> int:
         return 1 << 20
 
-    def submit_nowait(self, disk, msg_type, slot, payload, acks, timeout_ms, on_done, token,
-                      stamp_us=0) -> None:
+    def submit(self, disk, msg_type, slot, *payload, acks=1, timeout_ms=30000, on_done=None,
+               token=None, stamp_us=0, ring_now=False) -> None:
         if acks != 0:
             self.submitted.append((on_done, token))
 

@@ -27,10 +27,10 @@ def test_requests_wait_for_a_ready_worker_and_a_new_incarnation_fails_the_old_on
         worker(WorkerState.STARTING, 1)
         disks = DiskClient(0, p, table)
         # starting: refused at once, nothing queued
-        assert (await asyncio.wait_for(disks.try_submit(0, MsgType.PRODUCE, 0, b"x"), 2)).error_code == NOT_LEADER
         assert (await asyncio.wait_for(disks.submit(0, MsgType.PRODUCE, 0, b"x"), 2)).error_code == NOT_LEADER
         answers: list = []
-        disks.submit_nowait(0, MsgType.PRODUCE, 0, b"x", 1, 1000, lambda tok, c: answers.append((tok, c)), "t")
+        disks.submit(0, MsgType.PRODUCE, 0, b"x", timeout_ms=1000,
+                     on_done=lambda tok, c: answers.append((tok, c)), token="t")
         assert answers == []  # answered on the loop's next pass, not inside the call
         await asyncio.sleep(0)
         assert [(tok, c.error_code) for tok, c in answers] == [("t", NOT_LEADER)]
@@ -38,18 +38,18 @@ def test_requests_wait_for_a_ready_worker_and_a_new_incarnation_fails_the_old_on
 
         # ready: queued and pending
         worker(WorkerState.READY, 1)
-        held = disks.try_submit(0, MsgType.PRODUCE, 0, b"x")
+        held = disks.submit(0, MsgType.PRODUCE, 0, b"x")
         assert ring.used() > 0 and disks.pending() == 1 and not held.done()
 
         # died and restarted (a new incarnation, starting): the new request is refused, and the
         # one the old worker held fails on the loop's next pass
         worker(WorkerState.STARTING, 2)
-        assert (await asyncio.wait_for(disks.try_submit(0, MsgType.PRODUCE, 0, b"y"), 2)).error_code == NOT_LEADER
+        assert (await asyncio.wait_for(disks.submit(0, MsgType.PRODUCE, 0, b"y"), 2)).error_code == NOT_LEADER
         assert (await asyncio.wait_for(held, 1)).error_code == NOT_LEADER
         assert disks.pending() == 0
         used = ring.used()
         worker(WorkerState.READY, 2)
-        again = disks.try_submit(0, MsgType.PRODUCE, 0, b"z")
+        again = disks.submit(0, MsgType.PRODUCE, 0, b"z")
         assert ring.used() > used and disks.pending() == 1 and not again.done()
         disks.close()
 
@@ -82,11 +82,11 @@ def test_an_answer_held_for_a_dead_network_worker_reaches_no_request_of_its_succ
 
     async def main() -> None:
         old = DiskClient(0, p, table)
-        old.try_submit(0, MsgType.PRODUCE, 0, b"old", -1)
+        old.submit(0, MsgType.PRODUCE, 0, b"old", acks=-1)
         old_id = taken_id()  # held by the disk worker for its followers
         old.close()  # SIGKILLed: nothing more of it runs
         new = DiskClient(0, p, table)
-        mine = new.try_submit(0, MsgType.PRODUCE, 0, b"new", -1)
+        mine = new.submit(0, MsgType.PRODUCE, 0, b"new", acks=-1)
         new_id = taken_id()
         answer(old_id, 100)  # the high watermark passes the old request
         new.on_doorbell()
