@@ -7,8 +7,9 @@ nothing (that is :mod:`appliance.broker.handlers`).
 
 from __future__ import annotations
 
+import asyncio
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from appliance.broker.cluster_view import ClusterView
 from appliance.broker.readers import Readers
@@ -18,7 +19,24 @@ from appliance.process.ring_context import RingContext
 from appliance.shm.layout import Role
 from appliance.shm.partition_table import PartitionTable
 
-__all__ = ["BrokerContext"]
+if TYPE_CHECKING:  # the network worker builds these and sets them; the handlers only use them
+    from appliance.broker.acceptor import Acceptor
+    from appliance.broker.connection_limits import ConnectionLimits
+    from appliance.broker.leader_quota import LeaderQuota
+    from appliance.broker.request_memory import RequestMemory
+    from appliance.metrics.recorder import Recorder
+    from appliance.process.cluster_link import ClusterLink
+    from appliance.protocol.schema import ApiMessage
+    from appliance.shm.leadership_area import LeadershipArea
+
+__all__ = ["BrokerContext", "ProduceFastPath"]
+
+
+class ProduceFastPath(Protocol):
+    """handlers/produce_fast.py's FastProduce as a connection sees it (declared here: the
+    handlers import this module, not the other way)."""
+
+    def start(self, conn: Any, frame: memoryview, answer: asyncio.Future) -> bool: ...
 
 
 class BrokerContext(RingContext):
@@ -35,21 +53,21 @@ class BrokerContext(RingContext):
             host = socket.getfqdn()
         self.advertised = (host, port)
         self.cluster_id = f"appliance-{self.broker_id}"
-        self.metrics: Any = None  # a metrics Recorder when metrics are on (metrics.listener set)
+        self.metrics: Recorder | None = None  # when metrics are on (metrics.listener set)
         # the produce fast path (handlers/produce_fast.py), set by the network worker
-        self.fast_produce: Any = None
-        # set by the network worker: max.connections(.per.ip) (ConnectionLimits), its Acceptor,
-        # and queued.max.request.bytes (RequestMemory, None when -1: no bound)
-        self.limits: Any = None
-        self.acceptor: Any = None
-        self.request_memory: Any = None
+        self.fast_produce: ProduceFastPath | None = None
+        # set by the network worker: max.connections(.per.ip), its acceptor, and
+        # queued.max.request.bytes (None when -1: no bound)
+        self.limits: ConnectionLimits | None = None
+        self.acceptor: Acceptor | None = None
+        self.request_memory: RequestMemory | None = None
         # cluster mode (set by the network worker): the leadership area, the line to the cluster
-        # worker, the inter-broker APIs and the handler table; None/standalone otherwise
-        self.leaders: Any = None
-        self.leader_quota: Any = None  # the leader side of the replication throttle
-        self.cluster_link: Any = None
-        self.extra_apis: dict | None = None
-        self.handlers: dict | None = None
+        # worker (its presence picks the cluster column of handlers.ROUTES) and the inter-broker
+        # APIs; None otherwise
+        self.leaders: LeadershipArea | None = None
+        self.leader_quota: LeaderQuota | None = None  # the leader side of the replication throttle
+        self.cluster_link: ClusterLink | None = None
+        self.extra_apis: dict[int, type[ApiMessage]] | None = None
 
     def leads(self, slot: int) -> bool:
         """Whether this broker leads the partition in ``slot`` (standalone: every partition)."""

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import asyncio
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.broker.handlers import groups
 from appliance.broker.handlers.answer import RawBody
 from appliance.protocol.registry import API_BY_KEY
+
+if TYPE_CHECKING:
+    from appliance.broker.broker_context import BrokerContext
 
 __all__ = ["committed_offsets"]
 
@@ -27,7 +30,7 @@ def _request(api_key: int, version: int, body: dict) -> Any:
                            correlation_id=0, body=decoded)
 
 
-async def committed_offsets(ctx: Any, timeout: float = 5.0) -> dict[tuple[str, str, int], int]:
+async def committed_offsets(ctx: BrokerContext, timeout: float = 5.0) -> dict[tuple[str, str, int], int]:
     """{(group, topic, partition): committed offset} of every group (empty if none or no answer
     in ``timeout``: a scrape must not hang on a busy coordinator)."""
     try:
@@ -36,7 +39,7 @@ async def committed_offsets(ctx: Any, timeout: float = 5.0) -> dict[tuple[str, s
         return {}
 
 
-async def _committed(ctx: Any) -> dict[tuple[str, str, int], int]:
+async def _committed(ctx: BrokerContext) -> dict[tuple[str, str, int], int]:
     listed = await groups.list_groups(ctx, _request(_LIST_GROUPS, _LIST_VERSION, {}), "")
     ids = [g["group_id"] for g in listed["groups"]]
     answers = await asyncio.gather(*(

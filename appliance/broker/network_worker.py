@@ -611,4 +611,3 @@ def _join_cluster(ctx: BrokerContext, plumbing: Plumbing) -> None:
     ctx.leader_quota = LeaderQuota(ctx.leaders, plumbing.num_net)
     ctx.cluster_link = ClusterLink(cluster_address(plumbing.base))
     ctx.extra_apis = dict(INTER_BROKER_APIS)
-    ctx.handlers = handlers.table_for(cluster=True)

@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import json
 import resource
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.config import ConfigError, TopicConfig, validate_topic_name
 from appliance.errors import ErrorCode, KafkaError
 from appliance.shm.layout import MsgType, SlotState
 from appliance.storage.partition_metadata import new_topic_id
+
+if TYPE_CHECKING:
+    from appliance.broker.broker_context import BrokerContext
 
 __all__ = ["create_topic", "delete_topic", "add_partitions", "TopicResult"]
 
@@ -31,7 +34,7 @@ class TopicResult(tuple):
         return super().__new__(cls, (int(code), message))
 
 
-def _check_replication(ctx: Any, rf: int, assignments: Any) -> None:
+def _check_replication(ctx: BrokerContext, rf: int, assignments: Any) -> None:
     if rf not in (-1, 1):
         raise _Refused(ErrorCode.INVALID_REPLICATION_FACTOR,
                        f"Replication factor {rf} is larger than the 1 available broker")
@@ -54,7 +57,7 @@ class _Refused(Exception):
         self.message = message
 
 
-async def create_topic(ctx: Any, name: str, num_partitions: int = -1, replication_factor: int = -1,
+async def create_topic(ctx: BrokerContext, name: str, num_partitions: int = -1, replication_factor: int = -1,
                        configs: dict[str, str | None] | None = None, assignments: Any = None,
                        validate_only: bool = False, timeout_ms: int = 60000) -> TopicResult:
     try:
@@ -103,7 +106,7 @@ def _check_open_files(counts: list[int], adding: int) -> None:
                        f"ulimit -n, or add log dirs)")
 
 
-def _place(ctx: Any, name: str, partitions: range, total: int,
+def _place(ctx: BrokerContext, name: str, partitions: range, total: int,
            topic_id: bytes) -> list[tuple[int, int]]:
     """Allocate slots (caller holds the table lock): [(slot, disk)], fewest-partitions-first;
     each slot carries ``topic_id``, which its disk worker saves in ``partition.metadata``."""
@@ -134,7 +137,7 @@ def _place(ctx: Any, name: str, partitions: range, total: int,
     return placed
 
 
-async def _create_on_disks(ctx: Any, placed: list[tuple[int, int]], overrides: dict[str, str],
+async def _create_on_disks(ctx: BrokerContext, placed: list[tuple[int, int]], overrides: dict[str, str],
                            timeout_ms: int) -> TopicResult:
     payload = json.dumps({"configs": overrides}).encode()
     try:
@@ -150,7 +153,7 @@ async def _create_on_disks(ctx: Any, placed: list[tuple[int, int]], overrides: d
     return TopicResult()
 
 
-async def add_partitions(ctx: Any, name: str, count: int, assignments: Any = None,
+async def add_partitions(ctx: BrokerContext, name: str, count: int, assignments: Any = None,
                          validate_only: bool = False, timeout_ms: int = 60000) -> TopicResult:
     """CreatePartitions: grow ``name`` to ``count`` partitions (never shrink, as Kafka)."""
     try:
@@ -176,7 +179,7 @@ async def add_partitions(ctx: Any, name: str, count: int, assignments: Any = Non
         return TopicResult(e.code, e.message)
 
 
-async def delete_topic(ctx: Any, name: str, timeout_ms: int = 60000) -> TopicResult:
+async def delete_topic(ctx: BrokerContext, name: str, timeout_ms: int = 60000) -> TopicResult:
     if not bool(ctx.config["delete.topic.enable"]):
         return TopicResult(ErrorCode.TOPIC_DELETION_DISABLED, "delete.topic.enable is false")
     parts = ctx.index.partitions(name)

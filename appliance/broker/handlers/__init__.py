@@ -48,6 +48,7 @@ from appliance.broker.handlers import (
 from appliance.broker.handlers.answer import CloseConnection, encode
 from appliance.metrics.recorder import AnswerTiming
 from appliance.metrics.responses import record_response
+from appliance.protocol.connection import Request
 from appliance.protocol.messages import (
     AlterConfigs,
     AlterPartitionReassignments,
@@ -161,18 +162,20 @@ def table_for(cluster: bool) -> dict[int, Served]:
 
 
 STANDALONE = table_for(cluster=False)
+CLUSTER = table_for(cluster=True)
 # the APIs started without a task, in either mode (a set: the generic path asks for every request)
 TASK_FREE = frozenset(key for key, r in ROUTES.items() if r.task_free)
 
 
 def served(ctx: BrokerContext, api_key: int) -> Served | None:
-    """How this broker's mode serves ``api_key`` (None: it does not)."""
-    return (STANDALONE if ctx.handlers is None else ctx.handlers).get(api_key)
+    """How this broker's mode serves ``api_key`` (None: it does not). A network worker is in
+    cluster mode once it has joined (its line to the cluster worker is set)."""
+    return (STANDALONE if ctx.cluster_link is None else CLUSTER).get(api_key)
 
 
 
 
-async def run(ctx: BrokerContext, request: Any, client_host: str = "",
+async def run(ctx: BrokerContext, request: Request, client_host: str = "",
               timing: AnswerTiming | None = None) -> Any:
     """The encoded response chunks for one request (None when it gets no response).
     ``timing`` (metrics only): when it was decoded; its answer's ready time is set here."""
@@ -190,7 +193,7 @@ async def run(ctx: BrokerContext, request: Any, client_host: str = "",
     return encode(request, body)
 
 
-def start(ctx: BrokerContext, request: Any, answer: asyncio.Future, conn: Any) -> None:
+def start(ctx: BrokerContext, request: Request, answer: asyncio.Future, conn: Any) -> None:
     """Start ``request`` (its route is task-free) without a task. A starter that fails sets
     the answer to its exception: the connection closes, the worker lives."""
     try:

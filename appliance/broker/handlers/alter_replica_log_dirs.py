@@ -22,13 +22,17 @@ import asyncio
 import json
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.broker.disk.replica_move import COPYING
 from appliance.broker.handlers.describe_log_dirs import dir_failed
 from appliance.coordinator.routing import OFFSETS_TOPIC
 from appliance.errors import ErrorCode
 from appliance.shm.layout import MsgType, SlotState, WorkerState
+
+if TYPE_CHECKING:
+    from appliance.broker.broker_context import BrokerContext
+    from appliance.protocol.connection import Request
 
 __all__ = ["handle"]
 
@@ -39,7 +43,7 @@ _moving: set[tuple[str, int]] = set()  # this network worker's moves under way
 POLL_S = 0.01
 
 
-def _dest_index(ctx: Any, path: str) -> int | None:
+def _dest_index(ctx: BrokerContext, path: str) -> int | None:
     want = os.path.realpath(path)
     for i, d in enumerate(ctx.config.log_dirs):
         if os.path.realpath(d) == want:
@@ -47,11 +51,11 @@ def _dest_index(ctx: Any, path: str) -> int | None:
     return None
 
 
-async def _step(ctx: Any, disk: int, slot: int, op: str, **fields: Any) -> Any:
+async def _step(ctx: BrokerContext, disk: int, slot: int, op: str, **fields: Any) -> Any:
     return await ctx.disks.submit(disk, MsgType.REPLICA_MOVE, slot, json.dumps({"op": op, **fields}).encode())
 
 
-async def _copied(ctx: Any, disk: int, slot: int, op: str, **fields: Any) -> Any:
+async def _copied(ctx: BrokerContext, disk: int, slot: int, op: str, **fields: Any) -> Any:
     """Run ``op`` (copy or finish) and wait for its copy job; the last completion."""
     c = await _step(ctx, disk, slot, op, **fields)
     while not c.error_code and c.base_offset == COPYING[0]:
@@ -60,7 +64,7 @@ async def _copied(ctx: Any, disk: int, slot: int, op: str, **fields: Any) -> Any
     return c
 
 
-async def _move(ctx: Any, topic: str, partition: int, dest: int) -> int:
+async def _move(ctx: BrokerContext, topic: str, partition: int, dest: int) -> int:
     info = ctx.index.lookup(topic, partition)
     if info is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -81,7 +85,7 @@ async def _move(ctx: Any, topic: str, partition: int, dest: int) -> int:
         _moving.discard((topic, partition))
 
 
-async def _undo(ctx: Any, slot: int, src: int, dest: int, names: dict) -> None:
+async def _undo(ctx: BrokerContext, slot: int, src: int, dest: int, names: dict) -> None:
     """Undo a move that failed after the handoff: the source takes the partition back first,
     then the destination drops its future replica. In this order a crash between the two
     leaves two copies, and the next start removes the future one (sweep_moves: the partition
@@ -90,7 +94,7 @@ async def _undo(ctx: Any, slot: int, src: int, dest: int, names: dict) -> None:
     await _step(ctx, dest, slot, "abort", **names)
 
 
-async def _run_steps(ctx: Any, topic: str, partition: int, slot: int, src: int, dest: int) -> int:
+async def _run_steps(ctx: BrokerContext, topic: str, partition: int, slot: int, src: int, dest: int) -> int:
     names = {"topic": topic, "partition": partition}
     src_dir = os.path.join(ctx.config.log_dirs[src], f"{topic}-{partition}")
     c = await _copied(ctx, dest, slot, "copy", src=src_dir, **names)
@@ -124,7 +128,7 @@ async def _run_steps(ctx: Any, topic: str, partition: int, slot: int, src: int, 
     return 0
 
 
-async def handle(ctx: Any, request: Any) -> dict:
+async def handle(ctx: BrokerContext, request: Request) -> dict:
     results: dict[str, list[dict]] = {}
     for d in request.body.dirs:
         dest = _dest_index(ctx, d.path)

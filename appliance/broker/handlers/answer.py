@@ -7,13 +7,17 @@ of them.
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import appliance.protocol as proto
 from appliance.errors import ErrorCode
 from appliance.protocol.frames import response_header
 from appliance.protocol.registry import API_BY_KEY, inter_broker_api_for_key
 from appliance.shm.layout import SlotState
+
+if TYPE_CHECKING:
+    from appliance.broker.broker_context import BrokerContext
+    from appliance.protocol.connection import Request
 
 __all__ = ["NO_RESPONSE", "CloseConnection", "RawBody", "encode", "led_here", "unavailable_error"]
 
@@ -39,7 +43,7 @@ def unavailable_error(state: int) -> int:
     return ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
-def led_here(ctx: Any, topic: str, partition: int) -> tuple[Any, int]:
+def led_here(ctx: BrokerContext, topic: str, partition: int) -> tuple[Any, int]:
     """(the partition's index entry, 0) when this broker leads it and its slot is online, else
     (None, the error a client gets: unknown, unavailable or not the leader)."""
     info = ctx.index.lookup(topic, partition)
@@ -53,7 +57,7 @@ def led_here(ctx: Any, topic: str, partition: int) -> tuple[Any, int]:
     return info, 0
 
 
-def encode(request: Any, body: Any) -> Any:
+def encode(request: Request, body: Any) -> Any:
     """A handler's body as response chunks (None: the request gets no response)."""
     if body is NO_RESPONSE:
         return None

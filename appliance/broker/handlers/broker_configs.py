@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from appliance import dynamic_config
 from appliance.config import BROKER_KEYS, ConfigError
 from appliance.errors import ErrorCode
 from appliance.process.cluster_link import ClusterUnavailable
 from appliance.shm.layout import MsgType
+
+if TYPE_CHECKING:
+    from appliance.broker.broker_context import BrokerContext
 
 __all__ = ["alter", "replace", "effective", "cluster_config_write"]
 
@@ -29,7 +32,7 @@ SET, DELETE = 0, 1  # IncrementalAlterConfigs operations; APPEND/SUBTRACT need a
 _KNOWN = {k.name for k in BROKER_KEYS}
 
 
-def effective(ctx: Any) -> tuple[Any, dynamic_config.DynamicConfigs]:
+def effective(ctx: BrokerContext) -> tuple[Any, dynamic_config.DynamicConfigs]:
     """(the broker's config with its dynamic values applied, the dynamic values). A file
     damaged while the broker runs is logged and read as empty (the disk workers refuse to
     start on it, so the next start says so plainly)."""
@@ -41,7 +44,7 @@ def effective(ctx: Any) -> tuple[Any, dynamic_config.DynamicConfigs]:
         return ctx.config, dynamic_config.DynamicConfigs()
 
 
-def _level(ctx: Any, name: str) -> str | None:
+def _level(ctx: BrokerContext, name: str) -> str | None:
     if name == "":
         return "default"
     if name == str(ctx.broker_id):
@@ -78,7 +81,7 @@ class _Op(NamedTuple):
     value: str | None
 
 
-async def replace(ctx: Any, res: Any, validate_only: bool) -> tuple[int, str | None]:
+async def replace(ctx: BrokerContext, res: Any, validate_only: bool) -> tuple[int, str | None]:
     """AlterConfigs (33) on the broker resource: the given configs become the whole dynamic
     set of that level (Kafka's semantics for the old API); keys not given are deleted."""
     level = _level(ctx, res.resource_name)
@@ -98,7 +101,7 @@ class _Resource(NamedTuple):
     configs: list[_Op]
 
 
-async def alter(ctx: Any, res: Any, validate_only: bool) -> tuple[int, str | None]:
+async def alter(ctx: BrokerContext, res: Any, validate_only: bool) -> tuple[int, str | None]:
     level = _level(ctx, res.resource_name)
     if level is None:
         return ErrorCode.INVALID_REQUEST, f"Unexpected broker id {res.resource_name!r}"
@@ -134,7 +137,7 @@ async def alter(ctx: Any, res: Any, validate_only: bool) -> tuple[int, str | Non
     return 0, None
 
 
-async def cluster_config_write(ctx: Any, kind: str, name: str, configs: dict[str, str]) -> tuple[int, str | None]:
+async def cluster_config_write(ctx: BrokerContext, kind: str, name: str, configs: dict[str, str]) -> tuple[int, str | None]:
     """Cluster mode: the cluster worker writes the entity's new set (``kind`` "topics" or
     "brokers") to ZooKeeper, from where every broker applies it (``cluster/config_changes.py``),
     this one before the answer."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from appliance.broker.handlers import broker_configs
 from appliance.broker.handlers.config_entries import (
@@ -16,6 +16,10 @@ from appliance.config import BROKER_KEYS, TOPIC_KEYS, ConfigError, TopicConfig
 from appliance.errors import ErrorCode
 from appliance.process.cluster_link import ClusterUnavailable
 from appliance.shm.layout import MsgType
+
+if TYPE_CHECKING:
+    from appliance.broker.broker_context import BrokerContext
+    from appliance.protocol.connection import Request
 
 __all__ = ["handle_describe", "handle_alter", "topic_overrides", "TOPIC", "BROKER"]
 
@@ -38,7 +42,7 @@ def _describe_keys(resource_type: int, configs: list[dict], documentation: bool)
                 c["documentation"] = key.doc
 
 
-async def topic_overrides(ctx: Any, name: str) -> dict[str, str] | None:
+async def topic_overrides(ctx: BrokerContext, name: str) -> dict[str, str] | None:
     """The topic's overrides; None when there is no such topic. Standalone: as saved beside its
     partitions; in a cluster: ZooKeeper's (so a broker without a replica answers too), or, with
     the cluster worker away, the local ones."""
@@ -51,7 +55,7 @@ async def topic_overrides(ctx: Any, name: str) -> dict[str, str] | None:
     return dict(ctx.readers.topic_overrides(parts[0].disk, name)) if parts else None
 
 
-async def handle_describe(ctx: Any, request: Any) -> dict:
+async def handle_describe(ctx: BrokerContext, request: Request) -> dict:
     effective = broker_configs.effective(ctx)  # the dynamic broker configs, read once per request
     results = []
     for res in request.body.resources:
@@ -83,7 +87,7 @@ async def handle_describe(ctx: Any, request: Any) -> dict:
     return {"throttle_time_ms": 0, "results": results}
 
 
-async def _alter_topic(ctx: Any, name: str, configs: dict[str, str], validate_only: bool) -> tuple[int, str | None]:
+async def _alter_topic(ctx: BrokerContext, name: str, configs: dict[str, str], validate_only: bool) -> tuple[int, str | None]:
     parts = ctx.index.partitions(name)
     if not parts and (ctx.cluster_link is None or await topic_overrides(ctx, name) is None):
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist."
@@ -104,7 +108,7 @@ async def _alter_topic(ctx: Any, name: str, configs: dict[str, str], validate_on
     return 0, None
 
 
-async def handle_alter(ctx: Any, request: Any) -> dict:
+async def handle_alter(ctx: BrokerContext, request: Request) -> dict:
     body = request.body
     out = []
     for res in body.resources:

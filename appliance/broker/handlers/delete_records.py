@@ -11,17 +11,21 @@ the offset, or ``timeout_ms`` passes: REQUEST_TIMED_OUT
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING
 
 from appliance.errors import ErrorCode
 from appliance.shm.layout import DELETE_RECORDS_BODY, MsgType, SlotState
+
+if TYPE_CHECKING:
+    from appliance.broker.broker_context import BrokerContext
+    from appliance.protocol.connection import Request
 
 __all__ = ["handle"]
 
 _BODY = DELETE_RECORDS_BODY.struct  # type: ignore[attr-defined]
 
 
-async def _one(ctx: Any, topic: str, partition: int, offset: int, timeout_ms: int) -> dict:
+async def _one(ctx: BrokerContext, topic: str, partition: int, offset: int, timeout_ms: int) -> dict:
     r = {"partition_index": partition, "low_watermark": -1, "error_code": 0}
     info = ctx.index.lookup(topic, partition)
     if info is None:
@@ -38,7 +42,7 @@ async def _one(ctx: Any, topic: str, partition: int, offset: int, timeout_ms: in
     return r
 
 
-async def handle(ctx: Any, request: Any) -> dict:
+async def handle(ctx: BrokerContext, request: Request) -> dict:
     body = request.body
     topics = []
     for t in body.topics:

@@ -4,15 +4,19 @@ worker answers from its view of the live brokers (``cluster.broker_answers``).""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from appliance.errors import ErrorCode
 from appliance.protocol.messages.describe_cluster import ENDPOINT_TYPE_BROKERS
 
+if TYPE_CHECKING:
+    from appliance.broker.broker_context import BrokerContext
+    from appliance.protocol.connection import Request
+
 __all__ = ["handle", "wrong_endpoint_type"]
 
 
-def wrong_endpoint_type(request: Any) -> dict | None:
+def wrong_endpoint_type(request: Request) -> dict | None:
     """The answer to a request for controller endpoints (KIP-919: KRaft controllers, which we
     do not have), as Kafka's brokers answer it; None for an ordinary request."""
     if request.api_version >= 1 and request.body.endpoint_type != ENDPOINT_TYPE_BROKERS:
@@ -23,7 +27,7 @@ def wrong_endpoint_type(request: Any) -> dict | None:
     return None
 
 
-async def handle(ctx: Any, request: Any) -> dict:
+async def handle(ctx: BrokerContext, request: Request) -> dict:
     refused = wrong_endpoint_type(request)
     if refused is not None:
         return refused

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from appliance.errors import ErrorCode
 from appliance.shm.layout import SlotState
+
+if TYPE_CHECKING:
+    from appliance.broker.broker_context import BrokerContext
+    from appliance.protocol.connection import Request
 
 __all__ = ["handle", "partition_size", "dir_failed"]
 
@@ -24,7 +28,7 @@ def partition_size(log_dir: str, topic: str, partition: int) -> int:
     return total
 
 
-def dir_failed(ctx: Any, disk: int) -> bool:
+def dir_failed(ctx: BrokerContext, disk: int) -> bool:
     """The disk worker took the dir offline (its slots say STORAGE_ERROR) or it cannot be read."""
     for parts in ctx.index.topics().values():
         for info in parts:
@@ -37,7 +41,7 @@ def dir_failed(ctx: Any, disk: int) -> bool:
     return False
 
 
-def _plan(ctx: Any, wanted: dict[str, set[int]] | None) -> list[tuple[str, bool, dict[str, list[int]]]]:
+def _plan(ctx: BrokerContext, wanted: dict[str, set[int]] | None) -> list[tuple[str, bool, dict[str, list[int]]]]:
     """Per log dir (path, failed, {topic: partitions}) from the shared table (event-loop thread)."""
     plan = []
     topics = ctx.index.topics()
@@ -83,7 +87,7 @@ def _sizes(plan: list[tuple[str, bool, dict[str, list[int]]]]) -> list[dict]:
     return results
 
 
-async def handle(ctx: Any, request: Any) -> dict:
+async def handle(ctx: BrokerContext, request: Request) -> dict:
     body = request.body
     wanted = None
     if body.topics is not None:

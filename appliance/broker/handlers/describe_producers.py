@@ -11,12 +11,16 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.broker.handlers.answer import led_here
 from appliance.errors import OffsetOutOfRangeError
 from appliance.shm.layout import PRODUCER_ENTRY, MsgType
 from native.batch_layout import MAX_TIMESTAMP_OFFSET
+
+if TYPE_CHECKING:
+    from appliance.broker.broker_context import BrokerContext
+    from appliance.protocol.connection import Request
 
 __all__ = ["handle"]
 
@@ -24,7 +28,7 @@ _ENTRY = PRODUCER_ENTRY.struct  # type: ignore[attr-defined]
 _TS = struct.Struct(">q")
 
 
-def _batch_timestamp(ctx: Any, info: Any, topic: str, partition: int, offset: int,
+def _batch_timestamp(ctx: BrokerContext, info: Any, topic: str, partition: int, offset: int,
                      end: int) -> int:
     """The max timestamp of the batch holding ``offset`` (-1: no longer in the log)."""
     if offset < 0:
@@ -44,7 +48,7 @@ def _batch_timestamp(ctx: Any, info: Any, topic: str, partition: int, offset: in
     return _TS.unpack(raw)[0] if len(raw) == _TS.size else -1
 
 
-async def _one(ctx: Any, topic: str, partition: int) -> dict:
+async def _one(ctx: BrokerContext, topic: str, partition: int) -> dict:
     r = {"partition_index": partition, "error_code": 0, "error_message": None, "active_producers": []}
     info, r["error_code"] = led_here(ctx, topic, partition)
     if info is None:
@@ -64,7 +68,7 @@ async def _one(ctx: Any, topic: str, partition: int) -> dict:
     return r
 
 
-async def handle(ctx: Any, request: Any) -> dict:
+async def handle(ctx: BrokerContext, request: Request) -> dict:
     topics = []
     for t in request.body.topics:
         parts = await asyncio.gather(*(_one(ctx, t.name, p) for p in t.partition_indexes))

@@ -12,7 +12,7 @@ Fetch sessions (v7+) are answered sessionless (session id 0): clients then send 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.broker.handlers.answer import unavailable_error
 from appliance.broker.handlers.fetch_down_convert import FIRST_V2_FETCH_VERSION, down_convert
@@ -21,6 +21,10 @@ from appliance.metrics.responses import remote_wait
 from appliance.protocol.messages import Fetch
 from appliance.protocol.types import FileSlice
 from appliance.shm.layout import FOLLOWER_FETCH_BODY, DataWanted, MsgType, SlotState
+
+if TYPE_CHECKING:
+    from appliance.broker.broker_context import BrokerContext
+    from appliance.protocol.connection import Request
 
 __all__ = ["handle", "replica_id_of", "topic_names", "FIRST_TOPIC_ID_VERSION",
            "FIRST_REPLICA_STATE_VERSION"]
@@ -35,7 +39,7 @@ _Partition = _Topic.Partitions
 _FF = FOLLOWER_FETCH_BODY.struct  # type: ignore[attr-defined]
 
 
-def replica_id_of(request: Any) -> int:
+def replica_id_of(request: Request) -> int:
     """The fetching replica's broker id (-1: a consumer); v15+ carry it in ReplicaState."""
     if request.api_version >= FIRST_REPLICA_STATE_VERSION:
         state = request.body.replica_state
@@ -43,7 +47,7 @@ def replica_id_of(request: Any) -> int:
     return request.body.replica_id
 
 
-def topic_names(ctx: Any, request: Any) -> list[str | None]:
+def topic_names(ctx: BrokerContext, request: Request) -> list[str | None]:
     """The name of each requested topic; v13+ name them by id (KIP-516): None for an id no
     topic has (the zero UUID included)."""
     if request.api_version >= FIRST_TOPIC_ID_VERSION:
@@ -51,7 +55,7 @@ def topic_names(ctx: Any, request: Any) -> list[str | None]:
     return [t.topic for t in request.body.topics]
 
 
-def _read_all(ctx: Any, body: Any, names: list[str | None], replica_id: int,
+def _read_all(ctx: BrokerContext, body: Any, names: list[str | None], replica_id: int,
               watch: list) -> tuple[list, int, bool]:
     """The response's topics, the bytes they hold, and whether a partition has an error.
     ``watch`` gets (slot, offset read up to) of each partition read: what a long poll waits on."""
@@ -133,7 +137,7 @@ def _read_all(ctx: Any, body: Any, names: list[str | None], replica_id: int,
     return responses, total, any_error
 
 
-def _record_follower(ctx: Any, body: Any, names: list[str | None], replica_id: int) -> None:
+def _record_follower(ctx: BrokerContext, body: Any, names: list[str | None], replica_id: int) -> None:
     """Cluster mode: tell each partition's disk worker where this follower is (its LEO, so the
     high watermark can move, and its log start offset, so a held DeleteRecords can); acks=0: no completion comes back (it woke this worker for nothing)."""
     for t, name in zip(body.topics, names, strict=True):
@@ -146,7 +150,7 @@ def _record_follower(ctx: Any, body: Any, names: list[str | None], replica_id: i
                                  _FF.pack(p.fetch_offset, replica_id, p.log_start_offset), acks=0)
 
 
-def _moved(ctx: Any, watch: list, replica: bool) -> bool:
+def _moved(ctx: BrokerContext, watch: list, replica: bool) -> bool:
     """Whether a watched partition's end (log end offset for a follower, high watermark for a
     consumer) moved since it was read, or it left the ONLINE state or this broker's leadership."""
     table = ctx.table
@@ -159,7 +163,7 @@ def _moved(ctx: Any, watch: list, replica: bool) -> bool:
     return False
 
 
-async def handle(ctx: Any, request: Any) -> Any:
+async def handle(ctx: BrokerContext, request: Request) -> Any:
     body = request.body
     replica_id = replica_id_of(request)
     names = topic_names(ctx, request)

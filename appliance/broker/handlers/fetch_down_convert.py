@@ -17,12 +17,15 @@ rule: old consumers of such a topic are refused rather than served at the broker
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.config import TopicConfig
 from appliance.errors import ErrorCode, KafkaError
 from appliance.protocol.types import FileSlice
 from appliance.records.down_convert import down_convert_stored
+
+if TYPE_CHECKING:
+    from appliance.broker.broker_context import BrokerContext
 
 __all__ = ["magic_for_version", "down_convert"]
 
@@ -45,7 +48,7 @@ def _read(records: Any) -> bytes:
         return f.read(records.length)
 
 
-def _conversion_enabled(ctx: Any, topic: str) -> bool:
+def _conversion_enabled(ctx: BrokerContext, topic: str) -> bool:
     parts = ctx.index.partitions(topic)
     if not parts:
         return True  # unknown topic: its partitions already carry their error
@@ -53,7 +56,7 @@ def _conversion_enabled(ctx: Any, topic: str) -> bool:
     return bool(TopicConfig.from_overrides(ctx.config, overrides)["message.downconversion.enable"])
 
 
-def down_convert(ctx: Any, response: Any, version: int) -> Any:
+def down_convert(ctx: BrokerContext, response: Any, version: int) -> Any:
     """Convert every partition's records in a Fetch response body (the handler's data classes)
     to the magic of ``version`` (< 4), in place; returns the body."""
     magic = magic_for_version(version)

@@ -12,7 +12,7 @@ DescribeGroups and DeleteGroups may span coordinators: they are split per disk a
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.broker.handlers.answer import RawBody
 from appliance.broker.topic_admin import create_topic
@@ -23,6 +23,10 @@ from appliance.protocol.messages import OffsetFetch
 from appliance.protocol.registry import API_BY_KEY
 from appliance.shm.layout import GROUP_HEADER, MsgType, SlotState
 
+if TYPE_CHECKING:
+    from appliance.broker.broker_context import BrokerContext
+    from appliance.protocol.connection import Request
+
 __all__ = ["find_coordinator", "route", "list_groups", "describe_groups", "delete_groups"]
 
 _GROUP = GROUP_HEADER.struct  # type: ignore[attr-defined]
@@ -31,7 +35,7 @@ FIRST_MULTI_GROUP_VERSION = 8  # OffsetFetch names several groups (KIP-709)
 _SINGLE_GROUP_VERSION = 7  # the newest OffsetFetch of one group: what a coordinator is asked
 
 
-def _coordinator_slot(ctx: Any, group_id: str) -> tuple[Any, int]:
+def _coordinator_slot(ctx: BrokerContext, group_id: str) -> tuple[Any, int]:
     """(PartitionInfo of the group's offsets partition, error code)."""
     parts = ctx.index.partitions(OFFSETS_TOPIC)
     if ctx.leaders is not None:
@@ -54,12 +58,12 @@ def _coordinator_slot(ctx: Any, group_id: str) -> tuple[Any, int]:
     return info, 0
 
 
-async def find_coordinator(ctx: Any, request: Any) -> dict:
+async def find_coordinator(ctx: BrokerContext, request: Request) -> dict:
     return await batched_coordinators(
         lambda key: _find_one(ctx, key, request.body.key_type, request.api_version), request)
 
 
-async def _find_one(ctx: Any, key: str, key_type: int, version: int) -> dict:
+async def _find_one(ctx: BrokerContext, key: str, key_type: int, version: int) -> dict:
     host, port = ctx.advertised
 
     def answer(code: int, msg: str | None = None) -> dict:
@@ -82,7 +86,7 @@ async def _find_one(ctx: Any, key: str, key_type: int, version: int) -> dict:
     return answer(code)
 
 
-async def _submit(ctx: Any, request: Any, info: Any, client_host: str, body: Any = None,
+async def _submit(ctx: BrokerContext, request: Request, info: Any, client_host: str, body: Any = None,
                   version: int | None = None) -> Any:
     """Send a group request to the coordinator's disk worker; ``body``/``version``: another
     body (and version) than the client's (a part of a batched request)."""
@@ -95,7 +99,7 @@ async def _submit(ctx: Any, request: Any, info: Any, client_host: str, body: Any
     return await ctx.disks.submit(info.disk, MsgType.GROUP, info.slot, header, cid, host, encoded)
 
 
-def _error_body(api_key: int, code: int, request: Any) -> dict:
+def _error_body(api_key: int, code: int, request: Request) -> dict:
     """The whole-request error answer of each group API (when no coordinator could answer)."""
     b = request.body
     if api_key == 11:
@@ -118,7 +122,7 @@ def _error_body(api_key: int, code: int, request: Any) -> dict:
     raise ValueError(api_key)
 
 
-async def route(ctx: Any, request: Any, client_host: str) -> Any:
+async def route(ctx: BrokerContext, request: Request, client_host: str) -> Any:
     """JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch: one coordinator
     (OffsetFetch v8+: one per group, asked concurrently)."""
     if request.api_key == OffsetFetch.API_KEY and request.api_version >= FIRST_MULTI_GROUP_VERSION:
@@ -132,7 +136,7 @@ async def route(ctx: Any, request: Any, client_host: str) -> Any:
     return _error_body(request.api_key, code, request)
 
 
-async def _offset_fetch_groups(ctx: Any, request: Any, client_host: str) -> dict:
+async def _offset_fetch_groups(ctx: BrokerContext, request: Request, client_host: str) -> dict:
     """OffsetFetch v8 (KIP-709): each group is asked of its own coordinator as a v7 request
     (the coordinator's code is the single-group one) and the answers are put together."""
     api = API_BY_KEY[request.api_key]
@@ -156,7 +160,7 @@ async def _offset_fetch_groups(ctx: Any, request: Any, client_host: str) -> dict
     return {"throttle_time_ms": 0, "groups": list(groups)}
 
 
-def _by_disk(ctx: Any, group_ids: list[str]) -> tuple[dict[Any, list[str]], dict[str, int]]:
+def _by_disk(ctx: BrokerContext, group_ids: list[str]) -> tuple[dict[Any, list[str]], dict[str, int]]:
     """The groups split by the (disk, slot) coordinating them; and the error of those none does."""
     split: dict[Any, list[str]] = {}
     missing: dict[str, int] = {}
@@ -169,7 +173,7 @@ def _by_disk(ctx: Any, group_ids: list[str]) -> tuple[dict[Any, list[str]], dict
     return split, missing
 
 
-def _online_disks(ctx: Any) -> dict[int, Any]:
+def _online_disks(ctx: BrokerContext) -> dict[int, Any]:
     out = {}
     for info in ctx.index.partitions(OFFSETS_TOPIC) or []:
         if not ctx.leads(info.slot):
@@ -179,7 +183,7 @@ def _online_disks(ctx: Any) -> dict[int, Any]:
     return out
 
 
-async def list_groups(ctx: Any, request: Any, client_host: str) -> dict:
+async def list_groups(ctx: BrokerContext, request: Request, client_host: str) -> dict:
     disks = _online_disks(ctx)
     comps = await asyncio.gather(*(_submit(ctx, request, info, client_host) for info in disks.values()))
     groups, error = [], 0
@@ -196,7 +200,7 @@ async def list_groups(ctx: Any, request: Any, client_host: str) -> dict:
     return {"throttle_time_ms": 0, "error_code": error, "groups": groups}
 
 
-async def describe_groups(ctx: Any, request: Any, client_host: str) -> dict:
+async def describe_groups(ctx: BrokerContext, request: Request, client_host: str) -> dict:
     split, missing = _by_disk(ctx, list(request.body.groups))
     api = API_BY_KEY[request.api_key]
     jobs = [_submit(ctx, request, _Info(disk, slot), client_host,
@@ -218,7 +222,7 @@ async def describe_groups(ctx: Any, request: Any, client_host: str) -> dict:
     return {"throttle_time_ms": 0, "groups": out}
 
 
-async def delete_groups(ctx: Any, request: Any, client_host: str) -> dict:
+async def delete_groups(ctx: BrokerContext, request: Request, client_host: str) -> dict:
     split, missing = _by_disk(ctx, list(request.body.groups_names))
     api = API_BY_KEY[request.api_key]
     jobs = [_submit(ctx, request, _Info(disk, slot), client_host, {"groups_names": gids})

@@ -9,12 +9,16 @@ request changes nothing. Broker resources: the dynamic broker keys, in :mod:`.br
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.broker.handlers import broker_configs
 from appliance.broker.handlers.configs import BROKER, TOPIC, _alter_topic, topic_overrides
 from appliance.config import TOPIC_KEYS, TopicConfig
 from appliance.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from appliance.broker.broker_context import BrokerContext
+    from appliance.protocol.connection import Request
 
 __all__ = ["handle", "apply_operations", "SET", "DELETE", "APPEND", "SUBTRACT"]
 
@@ -70,7 +74,7 @@ def apply_operations(current: dict[str, str], ops: list[Any], config: Any) -> di
     return out
 
 
-async def _one(ctx: Any, res: Any, validate_only: bool) -> tuple[int, str | None]:
+async def _one(ctx: BrokerContext, res: Any, validate_only: bool) -> tuple[int, str | None]:
     if res.resource_type == BROKER:
         return await broker_configs.alter(ctx, res, validate_only)
     if res.resource_type != TOPIC:
@@ -85,7 +89,7 @@ async def _one(ctx: Any, res: Any, validate_only: bool) -> tuple[int, str | None
     return await _alter_topic(ctx, res.resource_name, wanted, validate_only)
 
 
-async def handle(ctx: Any, request: Any) -> dict:
+async def handle(ctx: BrokerContext, request: Request) -> dict:
     body = request.body
     out = []
     for res in body.resources:

@@ -5,7 +5,7 @@ which is declared in :data:`appliance.broker.handlers.ROUTES`, beside the standa
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.broker.handlers import api_versions, describe_cluster
 from appliance.broker.handlers.answer import CloseConnection, RawBody
@@ -19,6 +19,10 @@ from appliance.protocol.messages import (
     DeleteTopics,
 )
 from appliance.shm.layout import EPOCH_BODY, MsgType
+
+if TYPE_CHECKING:
+    from appliance.broker.broker_context import BrokerContext
+    from appliance.protocol.connection import Request
 
 __all__ = ["forward", "offsets_for_leader_epoch", "find_coordinator", "describe_cluster_in_cluster",
            "api_versions_in_cluster", "OFFSETS_FOR_LEADER_EPOCH"]
@@ -36,7 +40,7 @@ _NOT_JOINED = {
 }
 
 
-async def forward(ctx: Any, request: Any) -> Any:
+async def forward(ctx: BrokerContext, request: Request) -> Any:
     api = ctx.extra_apis.get(request.api_key) or request.api
     body = api.encode_request(request.api_version, request.body)
     try:
@@ -52,7 +56,7 @@ async def forward(ctx: Any, request: Any) -> Any:
         raise CloseConnection(f"cluster worker unavailable: {e}") from e
 
 
-async def offsets_for_leader_epoch(ctx: Any, request: Any) -> RawBody:
+async def offsets_for_leader_epoch(ctx: BrokerContext, request: Request) -> RawBody:
     """The leader's answer (KIP-101): where each asked epoch ends in its log, from the
     partition's leader-epoch-checkpoint in its disk worker."""
     body = request.body
@@ -83,7 +87,7 @@ async def offsets_for_leader_epoch(ctx: Any, request: Any) -> RawBody:
     return RawBody(api.encode_response(request.api_version, {"throttle_time_ms": 0, "topics": topics}))
 
 
-async def find_coordinator(ctx: Any, request: Any) -> Any:
+async def find_coordinator(ctx: BrokerContext, request: Request) -> Any:
     """Cluster mode: the cluster worker names the leader of the group's ``__consumer_offsets``
     partition (creating the topic on the first call), the same answer on every broker; that
     broker's disk worker holding the partition is the coordinator (``groups.route``)."""
@@ -101,7 +105,7 @@ async def find_coordinator(ctx: Any, request: Any) -> Any:
         return {"throttle_time_ms": 0, **one}
 
 
-async def describe_cluster_in_cluster(ctx: Any, request: Any) -> Any:
+async def describe_cluster_in_cluster(ctx: BrokerContext, request: Request) -> Any:
     """DescribeCluster: every live broker and the controller, from the cluster worker."""
     refused = describe_cluster.wrong_endpoint_type(request)
     if refused is not None:
@@ -109,7 +113,7 @@ async def describe_cluster_in_cluster(ctx: Any, request: Any) -> Any:
     return await forward(ctx, request)
 
 
-async def api_versions_in_cluster(ctx: Any, request: Any) -> dict:
+async def api_versions_in_cluster(ctx: BrokerContext, request: Request) -> dict:
     """ApiVersions with DeleteTopics capped at 5: deletion by id (v6) is not served in cluster
     mode (topic ids are, from ZooKeeper: Metadata v10+ and Fetch v13+ use them)."""
     body = await api_versions.handle(ctx, request)

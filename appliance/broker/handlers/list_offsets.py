@@ -4,10 +4,14 @@ first offset at a time."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from appliance.broker.handlers.answer import led_here
 from appliance.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from appliance.broker.broker_context import BrokerContext
+    from appliance.protocol.connection import Request
 
 __all__ = ["handle"]
 
@@ -16,7 +20,7 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
 _FIRST_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8}
 
 
-def _one(ctx: Any, topic: str, partition: int, ts: int, version: int) -> dict:
+def _one(ctx: BrokerContext, topic: str, partition: int, ts: int, version: int) -> dict:
     r = {"partition_index": partition, "error_code": 0, "timestamp": -1, "offset": -1}
     info, r["error_code"] = led_here(ctx, topic, partition)
     if info is None:
@@ -47,7 +51,7 @@ def _old_style(r: dict, max_num_offsets: int) -> dict:
     return r
 
 
-async def handle(ctx: Any, request: Any) -> dict:
+async def handle(ctx: BrokerContext, request: Request) -> dict:
     if request.api_version == 0:
         return {"topics": [
             {"name": t.name, "partitions": [

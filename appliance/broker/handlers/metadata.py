@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from appliance.broker.topic_admin import create_topic
 from appliance.config import validate_topic_name
 from appliance.coordinator.routing import OFFSETS_TOPIC
 from appliance.errors import ErrorCode
 from appliance.shm.layout import SlotState
+
+if TYPE_CHECKING:
+    from appliance.broker.broker_context import BrokerContext
+    from appliance.protocol.connection import Request
 
 __all__ = ["handle", "topic_metadata"]
 
@@ -18,7 +22,7 @@ def _unknown(name: str) -> dict:
             "is_internal": False, "partitions": []}
 
 
-def topic_metadata(ctx: Any, name: str) -> dict:
+def topic_metadata(ctx: BrokerContext, name: str) -> dict:
     parts = ctx.index.partitions(name)
     if not parts:
         return _unknown(name)
@@ -44,7 +48,7 @@ def topic_metadata(ctx: Any, name: str) -> dict:
             "is_internal": name == OFFSETS_TOPIC, "partitions": out}
 
 
-async def handle(ctx: Any, request: Any) -> dict:
+async def handle(ctx: BrokerContext, request: Request) -> dict:
     body = request.body
     by_id: list = []
     every = body.topics is None or (request.api_version == 0 and not body.topics)  # v0: [] = all

@@ -7,17 +7,21 @@ reassigned. (In a cluster the same APIs go to the controller: ``inter_broker.for
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from appliance.errors import ErrorCode
 from appliance.shm.layout import SlotState
+
+if TYPE_CHECKING:
+    from appliance.broker.broker_context import BrokerContext
+    from appliance.protocol.connection import Request
 
 __all__ = ["elect_leaders", "alter_reassignments", "list_reassignments"]
 
 PREFERRED, UNCLEAN = 0, 1  # ElectLeaders election types (KIP-460)
 
 
-async def elect_leaders(ctx: Any, request: Any) -> dict:
+async def elect_leaders(ctx: BrokerContext, request: Request) -> dict:
     body = request.body
     election_type = body.election_type if request.api_version >= 1 else PREFERRED
     if election_type not in (PREFERRED, UNCLEAN):
@@ -46,7 +50,7 @@ async def elect_leaders(ctx: Any, request: Any) -> dict:
     return {"throttle_time_ms": 0, "error_code": 0, "replica_election_results": results}
 
 
-def _reassignment_problem(ctx: Any, topic: str, partition: int, replicas: list[int] | None,
+def _reassignment_problem(ctx: BrokerContext, topic: str, partition: int, replicas: list[int] | None,
                           asked_twice: bool) -> tuple[int, str | None]:
     if asked_twice:
         return ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"partition {topic}-{partition} is listed more than once"
@@ -68,7 +72,7 @@ def _reassignment_problem(ctx: Any, topic: str, partition: int, replicas: list[i
     return ErrorCode.NONE, None  # [this broker]: the assignment it has
 
 
-async def alter_reassignments(ctx: Any, request: Any) -> dict:
+async def alter_reassignments(ctx: BrokerContext, request: Request) -> dict:
     body = request.body
     asked = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
     by_topic: dict[str, list[dict]] = {}
@@ -89,7 +93,7 @@ async def alter_reassignments(ctx: Any, request: Any) -> dict:
             "responses": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]}
 
 
-async def list_reassignments(ctx: Any, request: Any) -> dict:
+async def list_reassignments(ctx: BrokerContext, request: Request) -> dict:
     """Nothing is ever being reassigned on one broker: an empty list (unknown partitions are
     simply not listed, as Kafka does)."""
     return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "topics": []}

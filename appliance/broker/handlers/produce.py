@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.broker.handlers.answer import NO_RESPONSE, encode, led_here
 from appliance.errors import ErrorCode, KafkaError
@@ -16,6 +16,11 @@ from appliance.records.batch_layout import MAGIC_OFFSET
 from appliance.records.convert import legacy_to_v2
 from appliance.shm.layout import MsgType
 
+if TYPE_CHECKING:
+    from appliance.broker.broker_context import BrokerContext
+    from appliance.process.disk_client import Completion
+    from appliance.protocol.connection import Request
+
 __all__ = ["start", "PendingProduce", "fail_answer"]
 
 _MAGIC_POS = MAGIC_OFFSET  # byte of the magic in both v2 batches and legacy messages (after offset+size+crc)
@@ -25,7 +30,7 @@ _Topic = _Response.Responses
 _Partition = _Topic.PartitionResponses
 
 
-def _check(ctx: Any, topic: str, index: int, records: Any) -> tuple[Any, Any, Any]:
+def _check(ctx: BrokerContext, topic: str, index: int, records: Any) -> tuple[Any, Any, Any]:
     """The partition's answer so far, and (where it goes, the records to append) when it is to
     be appended; (answer, None, None) when it is refused here."""
     out = _Partition(index=index, base_offset=-1)
@@ -47,7 +52,7 @@ def _check(ctx: Any, topic: str, index: int, records: Any) -> tuple[Any, Any, An
     return out, info, records
 
 
-def _fill(out: Any, comp: Any) -> None:
+def _fill(out: Any, comp: Completion) -> None:
     out.error_code = comp.error_code
     out.base_offset = comp.base_offset
     out.log_append_time_ms = comp.log_append_time
@@ -75,7 +80,7 @@ class PendingProduce:
 
     __slots__ = ("ctx", "request", "answer", "conn", "topics", "results", "waiting", "timing")
 
-    def __init__(self, ctx: Any, request: Any, answer: asyncio.Future, conn: Any) -> None:
+    def __init__(self, ctx: BrokerContext, request: Request, answer: asyncio.Future, conn: Any) -> None:
         self.ctx = ctx
         self.request = request
         self.answer = answer  # the connection's slot for this request's encoded answer
@@ -85,7 +90,7 @@ class PendingProduce:
         self.waiting = 0
         self.timing: AnswerTiming | None = None  # on the requests the metrics time (1 in SAMPLE)
 
-    def partition_done(self, out: Any, comp: Any) -> None:
+    def partition_done(self, out: Any, comp: Completion) -> None:
         _fill(out, comp)
         if comp.error_code and self.ctx.metrics is not None:
             _failed(self.ctx.metrics, (out,))
@@ -108,7 +113,7 @@ class PendingProduce:
         self.ctx.wakeups.answer_ready(self.conn)
 
 
-def fail_answer(ctx: Any, request: Any, topic: str, index: int, comp: Any) -> Any:
+def fail_answer(ctx: BrokerContext, request: Request, topic: str, index: int, comp: Completion) -> Any:
     """The encoded answer to a one-partition request whose append failed with ``comp``'s error,
     counted in the metrics as :meth:`PendingProduce.partition_done` counts it (the fast path's
     failures, ``produce_fast.py``). ``request``: its api_key, api_version, correlation_id."""
@@ -129,7 +134,7 @@ def _failed(m: Any, outs: Any) -> None:
             m.failed_produce()
 
 
-def start(ctx: Any, request: Any, answer: asyncio.Future, conn: Any) -> None:
+def start(ctx: BrokerContext, request: Request, answer: asyncio.Future, conn: Any) -> None:
     """Produce without a task: every partition goes on its disk ring now; the answer is set
     from the doorbell that brings the last completion (acks=0: at once, with no response).
     Measured: a task, its futures and the scheduling between them were 4 of the 6 event-loop

@@ -25,13 +25,17 @@ Runs in the network worker's event loop; not thread-safe.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from appliance.broker.handlers.produce import fail_answer
 from appliance.metrics.recorder import SAMPLE_MASK
 from appliance.protocol.produce_shape import ProduceAnswer, parse_produce
 from appliance.records.batch_layout import MAGIC_OFFSET
 from appliance.shm.layout import MsgType, Role, SlotState
+
+if TYPE_CHECKING:
+    from appliance.broker.broker_context import BrokerContext
+    from appliance.process.disk_client import Completion
 
 __all__ = ["FastProduce"]
 
@@ -52,7 +56,7 @@ class FastProduce:
 
     __slots__ = ("ctx", "_names", "_answers", "_online", "_leader", "_max_payload")
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
         self._max_payload = ctx.disks.max_payload()  # fixed by the rings' size
         self._names: dict[bytes, str] = {}
@@ -107,7 +111,7 @@ class FastProduce:
         return True
 
 
-def _done(token: tuple, comp: Any) -> None:
+def _done(token: tuple, comp: Completion) -> None:
     """The disk's completion: the answer, then the connection is told (DiskClient's on_done)."""
     ctx, conn, answer, template, correlation_id, version, name, index = token
     if answer.done():

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.broker.topic_admin import add_partitions, create_topic, delete_topic
 from appliance.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from appliance.broker.broker_context import BrokerContext
+    from appliance.protocol.connection import Request
 
 __all__ = ["handle_create", "handle_delete", "handle_create_partitions"]
 
 FIRST_DELETE_BY_ID_VERSION = 6
 
 
-async def handle_create(ctx: Any, request: Any) -> dict:
+async def handle_create(ctx: BrokerContext, request: Request) -> dict:
     body = request.body
     seen: dict[str, int] = {}
     for t in body.topics:
@@ -40,7 +44,7 @@ async def handle_create(ctx: Any, request: Any) -> dict:
     return {"throttle_time_ms": 0, "topics": list(await asyncio.gather(*(one(t) for t in body.topics)))}
 
 
-async def handle_delete(ctx: Any, request: Any) -> dict:
+async def handle_delete(ctx: BrokerContext, request: Request) -> dict:
     body = request.body
     if request.api_version < FIRST_DELETE_BY_ID_VERSION:
         results = await asyncio.gather(*(delete_topic(ctx, n, body.timeout_ms) for n in body.topic_names))
@@ -64,7 +68,7 @@ async def handle_delete(ctx: Any, request: Any) -> dict:
     return {"throttle_time_ms": 0, "responses": list(await asyncio.gather(*(one(t) for t in body.topics)))}
 
 
-async def handle_create_partitions(ctx: Any, request: Any) -> dict:
+async def handle_create_partitions(ctx: BrokerContext, request: Request) -> dict:
     body = request.body
     results = await asyncio.gather(*(
         add_partitions(ctx, t.name, t.count, t.assignments, body.validate_only, body.timeout_ms)

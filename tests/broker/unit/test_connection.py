@@ -84,7 +84,7 @@ def _ctx(lookup=None):
         table=types.SimpleNamespace(state=lambda slot: SlotState.ONLINE), readers=None,
         metrics=None,  # metrics off (BrokerContext.metrics)
         limits=None, acceptor=None, request_memory=None,  # no connection limits
-        leaders=None, extra_apis=None, handlers=None,  # standalone (BrokerContext's defaults)
+        leaders=None, extra_apis=None, cluster_link=None,  # standalone (BrokerContext's defaults)
         fast_produce=None)  # the generic path (the fast path's tests: test_produce_fast.py)
 
 
