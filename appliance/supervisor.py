@@ -8,8 +8,9 @@ loop, so the supervisor halts with that status. A worker that stops heartbeating
 STARTING past its deadline) gets SIGABRT, so it can leave a traceback, then SIGKILL.
 
 SIGHUP reloads (systemd's ``ExecReload``): the supervisor forwards it to the disk workers, which
-re-read the dynamic broker configs and every partition's ``topic.properties`` between rounds;
-network workers ignore it, so a hang-up of the terminal never stops the broker.
+re-read the dynamic broker configs and every partition's ``topic.properties`` between rounds and
+confirm (:mod:`appliance.process.reload_confirmations`); network workers ignore it, so a hang-up
+of the terminal never stops the broker.
 
 Only the supervisor talks to systemd (sd_notify READY / RELOADING / STOPPING / WATCHDOG).
 """
@@ -39,6 +40,8 @@ from appliance.process.exit_codes import EXIT_BOOT_ERROR, EXIT_CRASHED
 from appliance.process.gc_policy import freeze_before_fork
 from appliance.process.limits import raise_open_files_limit
 from appliance.process.plumbing import Plumbing, ring_doorbell, shm_base_name, unlink_stale
+from appliance.process.port_check import bind_error
+from appliance.process.reload_confirmations import ReloadConfirmations
 from appliance.shm.counters import SharedCounters
 from appliance.shm.layout import SlotState, WorkerState, counters_name
 from appliance.shm.partition_table import PartitionTable
@@ -52,9 +55,6 @@ GRACEFUL_TIMEOUT_S = 30.0
 READY_TIMEOUT_S = 600.0  # recovery of a large unclean log dir can take minutes: progress is logged
 NETWORK_READY_TIMEOUT_S = 60.0  # a network worker only attaches and binds
 ABORT_GRACE_S = 5.0  # after SIGABRT, the time a wedged worker gets to write its traceback
-# a disk worker confirms a reload within one loop round (<= 0.1 s) plus the re-read; one that is
-# stopped or wedged must not hold READY=1 back for ever (the heartbeat check deals with it)
-RELOAD_DEADLINE_S = 30.0
 DISK, NETWORK, CLUSTER = 0, 1, 2
 # the cluster worker's start is bounded by zookeeper.connection.timeout.ms, after which it exits 3
 STARTING_DEADLINE_S = {DISK: READY_TIMEOUT_S, NETWORK: NETWORK_READY_TIMEOUT_S, CLUSTER: READY_TIMEOUT_S}
@@ -119,13 +119,8 @@ class Supervisor:
         self.counters: SharedCounters | None = None
         self._stopping = False
         self.cluster = bool(str(config["zookeeper.connect"] or "").strip())  # cluster mode
-        # SIGHUP: disk workers confirm their reload on this datagram pair (children inherit the
-        # write end); READY=1 waits for every confirmation or RELOAD_DEADLINE_S
-        self.reload_replies, self.reload_reply_to = socket.socketpair(socket.AF_UNIX,
-                                                                      socket.SOCK_DGRAM)
-        self.reload_replies.setblocking(False)
-        self._reload_waiting: dict[int, int] = {}  # disk index -> incarnation told to reload
-        self._reload_deadline = 0.0
+        # SIGHUP: READY=1 waits for every disk worker's confirmation (made before the fork)
+        self.reloads = ReloadConfirmations(self.log_dirs)
 
     # -- signals: enqueue only ------------------------------------------------------------
     def _signal(self, signum: int, frame: object) -> None:
@@ -140,13 +135,9 @@ class Supervisor:
 
     # -- start ----------------------------------------------------------------------------
     def _check_port(self) -> None:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind((self.host, self.port))
-            except OSError as e:
-                raise HaltServer(f"cannot listen on {self.host}:{self.port}: {e.strerror}",
-                                 EXIT_BOOT_ERROR) from e
+        why = bind_error(self.host, self.port)
+        if why is not None:
+            raise HaltServer(f"cannot listen on {self.host}:{self.port}: {why}", EXIT_BOOT_ERROR)
 
     def _apply_cpu_affinity(self) -> None:
         """appliance.cpu.affinity: set here, before any fork, so every worker inherits it."""
@@ -158,22 +149,24 @@ class Supervisor:
         if cpus is not None:
             log.info("processes run on CPU(s) %s (appliance.cpu.affinity)", sorted(cpus))
 
-    def _check_metrics_port(self) -> None:
-        """The metrics endpoint's port must be free: network worker 0 binds it after the fork."""
+    def _check_metrics_port(self) -> bool:
+        """True if a metrics endpoint is configured; its port must be free: network worker 0
+        binds it after the fork."""
         try:
             listener = parse_listener(self.config["metrics.listener"])
         except ValueError as e:
             raise HaltServer(str(e), EXIT_BOOT_ERROR) from e
         if listener is None:
-            return
-        family = socket.AF_INET6 if ":" in listener.host else socket.AF_INET
-        with socket.socket(family, socket.SOCK_STREAM) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind((listener.host, listener.port))
-            except OSError as e:
-                raise HaltServer(f"cannot listen on metrics.listener {listener} "
-                                 f"(port {listener.port}): {e.strerror}", EXIT_BOOT_ERROR) from e
+            return False
+        why = bind_error(listener.host, listener.port,
+                         socket.AF_INET6 if ":" in listener.host else socket.AF_INET)
+        if why is not None:
+            raise HaltServer(f"cannot listen on metrics.listener {listener} (port {listener.port}): {why}",
+                             EXIT_BOOT_ERROR)
+        return True
+
+    def _create_counters(self) -> None:
+        """The metrics endpoint's counters, shared by every worker."""
         # the base is ours now (_reclaim_shared_memory): a leftover object is a dead broker's
         with contextlib.suppress(posix_ipc.ExistentialError):
             posix_ipc.unlink_shared_memory(counters_name(self.base))
@@ -208,7 +201,8 @@ class Supervisor:
             # its first request (measured: 0.2-0.4 s of CPU per worker otherwise)
             from native.warmup import warmup
             warmup()
-            self._check_metrics_port()  # after the reclaim: it creates the counters object
+            if self._check_metrics_port():
+                self._create_counters()  # after the reclaim
             self.plumbing, self.table = Plumbing.create(
                 self.base, len(self.log_dirs), self.num_net, int(self.config["broker.id"]), self.port,
                 int(self.config["appliance.request.ring.bytes"]), cluster=self.cluster,
@@ -301,9 +295,7 @@ class Supervisor:
             signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a disk worker installs its reload handler
             os.close(self._wake_r)
             os.close(self._wake_w)
-            self.reload_replies.close()
-            if w.kind != DISK:
-                self.reload_reply_to.close()
+            self.reloads.close_in_child(disk_worker=w.kind == DISK)
             faulthandler.enable()  # SIGABRT from the supervisor leaves the wedged stack in the log
             code = self._worker_main(w)
         except SystemExit as e:
@@ -321,7 +313,7 @@ class Supervisor:
         if w.kind == DISK:
             from appliance.broker.disk.worker import DiskWorker
             worker = DiskWorker(w.index, self.log_dirs[w.index], self.config, self.plumbing)
-            worker.reload_reply_to = self.reload_reply_to
+            worker.reload_reply_to = self.reloads.reply_to
             return worker.run()
         if w.kind == CLUSTER:  # kazoo is imported there, after the fork, never here
             from appliance.cluster.worker import ClusterWorker
@@ -332,8 +324,8 @@ class Supervisor:
     # -- the loop -------------------------------------------------------------------------
     def _sleep(self, timeout: float) -> None:
         with contextlib.suppress(InterruptedError):
-            r, _, _ = select.select([self._wake_r, self.reload_replies], [], [], timeout)
-            if self.reload_replies in r:
+            r, _, _ = select.select([self._wake_r, self.reloads.replies], [], [], timeout)
+            if self.reloads.replies in r:
                 self._reload_progress()  # drains them: a reply left unread would spin select
             if self._wake_r in r:
                 with contextlib.suppress(BlockingIOError):
@@ -360,63 +352,22 @@ class Supervisor:
     def handle_hup(self) -> None:
         """Reload, in systemd's protocol: RELOADING=1 (with the monotonic time it began), every
         disk worker told to re-read its configs, then READY=1 once each has confirmed
-        (:meth:`_reload_progress`). A worker that is starting reads the files afresh anyway; one
-        that dies meanwhile is not waited for (its successor reads them at start)."""
+        (:mod:`appliance.process.reload_confirmations`). A worker that is starting reads the
+        files afresh anyway; one that dies meanwhile is not waited for."""
         sd_notify(f"RELOADING=1\nMONOTONIC_USEC={time.monotonic_ns() // 1000}")
-        self._drain_reload_replies()  # late answers to an earlier reload count for nothing
         disks = [w for w in self.workers if w.kind == DISK and w.pid]
         # only READY ones answer soon; one still starting (recovering) reads the files anyway
-        self._reload_waiting = {w.index: w.incarnation for w in disks
-                                if self.table.worker(w.slot)[2] == WorkerState.READY}
-        self._reload_deadline = time.monotonic() + RELOAD_DEADLINE_S
+        self.reloads.begin({w.index: w.incarnation for w in disks
+                            if self.table.worker(w.slot)[2] == WorkerState.READY})
         for w in disks:
             self._send(w, signal.SIGHUP)
         log.info("SIGHUP: %d disk workers re-read the dynamic broker configs and topic configs",
                  len(disks))
         self._reload_progress()
 
-    def _drain_reload_replies(self) -> list[tuple[int, int, list[str]]]:
-        """Every confirmation waiting: (disk index, incarnation, errors)."""
-        out = []
-        while True:
-            try:
-                data = self.reload_replies.recv(65536)
-            except (BlockingIOError, InterruptedError):
-                return out
-            head, *errors = data.decode(errors="replace").split("\n")
-            try:
-                index, incarnation = (int(x) for x in head.split())
-            except ValueError:
-                log.warning("reload: unreadable confirmation %r", data[:200])
-                continue
-            out.append((index, incarnation, [e for e in errors if e]))
-
     def _reload_progress(self) -> None:
-        """Count the disk workers' reload confirmations; READY=1 when none is missing (or at
-        the deadline, naming the ones that did not answer)."""
-        replies = self._drain_reload_replies()
-        if not self._reload_waiting:
-            return
-        for index, incarnation, errors in replies:
-            if self._reload_waiting.get(index) != incarnation:
-                continue
-            del self._reload_waiting[index]
-            for error in errors:
-                log.error("SIGHUP: disk worker %d [%s] kept its configs: %s", index,
-                          self.log_dirs[index], error)
-        for w in self.workers:  # a worker gone since: its successor reads the files at start
-            if w.kind == DISK and w.index in self._reload_waiting and (
-                    not w.pid or w.incarnation != self._reload_waiting[w.index]):
-                del self._reload_waiting[w.index]
-        if self._reload_waiting and time.monotonic() < self._reload_deadline:
-            return
-        if self._reload_waiting:
-            log.error("SIGHUP: no reload confirmation from disk workers %s in %.0f s; READY=1 "
-                      "anyway", ", ".join(str(i) for i in sorted(self._reload_waiting)),
-                      RELOAD_DEADLINE_S)
-            self._reload_waiting = {}
-        log.info("SIGHUP: reload done")
-        sd_notify("READY=1")
+        if self.reloads.progress({w.index: w.incarnation for w in self.workers if w.kind == DISK and w.pid}):
+            sd_notify("READY=1")
 
     def handle_usr2(self) -> None:
         """Bring offline log dirs back (after their disk was replaced or remounted): their disk
@@ -558,8 +509,7 @@ class Supervisor:
                     w.pid = 0
 
     def _cleanup(self) -> None:
-        self.reload_replies.close()
-        self.reload_reply_to.close()
+        self.reloads.close()
         if self.table is not None:
             self.table.close()
         if self.plumbing is not None:

@@ -41,6 +41,7 @@ from appliance.cluster import election as rules
 from appliance.cluster import events as ev
 from appliance.cluster.context import ControllerContext, Reassignment
 from appliance.cluster.event_manager import EventManager
+from appliance.cluster.partition_reassignment import PartitionReassignment
 from appliance.cluster.partition_state import PartitionState
 from appliance.cluster.partition_state import check_transition as check_partition
 from appliance.cluster.replica_state import ReplicaState
@@ -51,7 +52,7 @@ from appliance.cluster.request_batch import (
     RequestBatch,
 )
 from appliance.cluster.topic_deletion import TopicDeletion
-from appliance.cluster.zk_paths import LeaderIsr, TopicAssignment, TopicPartition
+from appliance.cluster.zk_paths import LeaderIsr, TopicPartition
 from appliance.cluster.zk_store import ControllerMoved, ZkStore
 from appliance.errors import ErrorCode
 from appliance.storage.partition_metadata import new_topic_id, topic_id_text
@@ -62,8 +63,6 @@ log = logging.getLogger(__name__)
 
 P, R = PartitionState, ReplicaState
 PREFERRED, UNCLEAN = 0, 1  # ElectLeaders election types (KIP-460)
-# Chooses a partition's new leader and ISR from its replicas and current state, or None.
-Chooser = Callable[[TopicPartition, tuple[int, ...], LeaderIsr], "rules.Election | None"]
 # A ZooKeeper hiccup mid-event: wait a little and process the event again (it re-reads ZK).
 _RETRY_AFTER_S = 0.5
 _FIRST_REBALANCE_S = 5.0
@@ -99,6 +98,7 @@ class Controller:
         self._rebalance_timer: threading.Thread | None = None
         self._rebalance_stop = threading.Event()
         self.deletion = TopicDeletion(self, self.events.put)
+        self.reassignment = PartitionReassignment(self)
 
     # -- lifecycle (any thread) --------------------------------------------------------------
 
@@ -246,13 +246,12 @@ class Controller:
         self.batch.add_update_metadata(ctx.live, None)
         for tp, s in ctx.leader_isr.items():
             if s.leader in ctx.live:
-                self.batch.add_leader_and_isr(self._live_replicas(tp), tp, ctx.info(tp))
+                self.batch.add_leader_and_isr(self.live_replicas(tp), tp, ctx.info(tp))
         self.partitions_to([tp for tp, st in ctx.partition_states.items() if st in (P.NEW, P.OFFLINE)],
                             P.ONLINE)
         # replicas on brokers that died while there was no controller leave the ISRs now
         self.replicas_to([p for p, st in ctx.replica_states.items() if st is R.DELETION_INELIGIBLE], R.OFFLINE)
-        for tp in list(ctx.reassigning):
-            self._maybe_complete_reassignment(tp)
+        self.reassignment.retry_all()
         for e in (ev.ReassignPartitions(), ev.PreferredReplicaElection(), ev.TopicDeletion(),
                   ev.IsrChangeNotification()):
             self.events.put(e)
@@ -295,14 +294,14 @@ class Controller:
 
     # -- helpers -----------------------------------------------------------------------------
 
-    def _live_replicas(self, tp: TopicPartition) -> list[int]:
+    def live_replicas(self, tp: TopicPartition) -> list[int]:
         return [b for b in self.ctx.replicas.get(tp, ()) if b in self.ctx.live]
 
     def _unclean_allowed(self, tp: TopicPartition) -> bool:
         cfg = self.ctx.topic_configs.get(tp.topic, {})
         return _truthy(cfg.get("unclean.leader.election.enable"), self.unclean_default)
 
-    def _update_state(self, tp: TopicPartition,
+    def update_state(self, tp: TopicPartition,
                       compute: Callable[[LeaderIsr], tuple[int, tuple[int, ...]] | None]) -> LeaderIsr | None:
         """Write a new leader/ISR for ``tp`` (leader epoch + 1), conditional on the zkVersion we
         hold; on a version conflict (the leader changed the ISR meanwhile) re-read and decide
@@ -327,7 +326,7 @@ class Controller:
         log.error("partition %s: gave up writing its state after repeated version conflicts", tp)
         return None
 
-    def _offline_chooser(self, unclean: bool | None = None) -> Chooser:
+    def _offline_chooser(self, unclean: bool | None = None) -> rules.Chooser:
         def choose(tp: TopicPartition, replicas: tuple[int, ...], s: LeaderIsr) -> rules.Election | None:
             allowed = self._unclean_allowed(tp) if unclean is None else unclean
             return rules.offline_partition_leader(replicas, s.isr, self.ctx.live_ids, allowed)
@@ -339,11 +338,6 @@ class Controller:
     def _shutdown_chooser(self, tp: TopicPartition, replicas: tuple[int, ...], s: LeaderIsr) -> rules.Election | None:
         return rules.controlled_shutdown_leader(replicas, s.isr, set(self.ctx.live), self.ctx.shutting_down)
 
-    def _reassign_chooser(self, tp: TopicPartition, replicas: tuple[int, ...], s: LeaderIsr) -> rules.Election | None:
-        target = self.ctx.reassigning[tp].target
-        e = rules.reassign_partition_leader(target, s.isr, self.ctx.live_ids)
-        return None if e is None else rules.Election(e.leader, tuple(i for i in s.isr if i in target))
-
     # -- the partition state machine: every transition and its side effects ----------------------
 
     def _set_partition(self, tp: TopicPartition, target: PartitionState) -> None:
@@ -351,7 +345,7 @@ class Controller:
         self.ctx.partition_states[tp] = target
 
     def partitions_to(self, tps: Iterable[TopicPartition], target: PartitionState,
-                       chooser: Chooser | None = None) -> set[TopicPartition]:
+                       chooser: rules.Chooser | None = None) -> set[TopicPartition]:
         """Move partitions to ``target``; returns those that got there. ONLINE elects a leader
         (``chooser``, default the offline-partition rule); a partition whose election fails
         stays where it was (NEW) or goes OFFLINE."""
@@ -360,7 +354,7 @@ class Controller:
             cur = self.ctx.partition_states.get(tp, P.NON_EXISTENT)
             check_partition(tp, cur, target)
             if target is P.ONLINE:
-                ok = self._init_leader(tp) if cur is P.NEW else self._elect_leader(tp, chooser or self._offline_chooser())
+                ok = self._init_leader(tp) if cur is P.NEW else self.elect_leader(tp, chooser or self._offline_chooser())
                 held = self.ctx.leader_isr.get(tp)
                 if ok:
                     self.ctx.partition_states[tp] = P.ONLINE
@@ -391,10 +385,10 @@ class Controller:
             if existing is None:
                 return False
             self.ctx.leader_isr[tp] = existing
-        self.batch.add_leader_and_isr(self._live_replicas(tp), tp, self.ctx.info(tp), is_new=True)
+        self.batch.add_leader_and_isr(self.live_replicas(tp), tp, self.ctx.info(tp), is_new=True)
         return self.ctx.leader_isr[tp].leader in self.ctx.live
 
-    def _elect_leader(self, tp: TopicPartition, chooser: Chooser) -> bool:
+    def elect_leader(self, tp: TopicPartition, chooser: rules.Chooser) -> bool:
         replicas = self.ctx.replicas[tp]
         chosen: list[rules.Election] = []
 
@@ -405,12 +399,12 @@ class Controller:
             chosen.append(e)
             return e.leader, e.isr
 
-        written = self._update_state(tp, compute)
+        written = self.update_state(tp, compute)
         if written is None:
             return False
         if chosen and chosen[-1].unclean:
             log.warning("partition %s: unclean election of %d; records may be lost", tp, written.leader)
-        self.batch.add_leader_and_isr(self._live_replicas(tp), tp, self.ctx.info(tp))
+        self.batch.add_leader_and_isr(self.live_replicas(tp), tp, self.ctx.info(tp))
         return True
 
     # -- the replica state machine -------------------------------------------------------------
@@ -454,8 +448,8 @@ class Controller:
                 return None
             return leader, tuple(isr)
 
-        if self._update_state(tp, compute) is not None:
-            self.batch.add_leader_and_isr([b for b in self._live_replicas(tp) if b not in gone], tp,
+        if self.update_state(tp, compute) is not None:
+            self.batch.add_leader_and_isr([b for b in self.live_replicas(tp) if b not in gone], tp,
                                           self.ctx.info(tp))
 
     # -- brokers -------------------------------------------------------------------------------
@@ -512,8 +506,7 @@ class Controller:
                  if b in new and st is R.DELETION_INELIGIBLE]
         self.replicas_to(retry, R.OFFLINE)
         self.replicas_to(retry, R.DELETION_STARTED)
-        for tp in [tp for tp in ctx.reassigning]:
-            self._maybe_complete_reassignment(tp)
+        self.reassignment.retry_all()
 
     # -- topics --------------------------------------------------------------------------------
 
@@ -573,172 +566,17 @@ class Controller:
             return
         self.ctx.leader_isr.update(self.store.partition_states(tps))
         self.batch.add_update_metadata(self.ctx.live, {tp: self.ctx.info(tp) for tp in tps})
-        for tp in sorted(tps & set(self.ctx.reassigning)):
-            self._maybe_complete_reassignment(tp)
+        self.reassignment.isr_changed(tps)
 
     def process_ReassignPartitions(self, event: ev.ReassignPartitions) -> None:
-        """/admin/reassign_partitions (the ZooKeeper-era tools): each entry goes through
-        :meth:`_reassign`, as AlterPartitionReassignments does; refused entries are dropped from
-        the znode, the rest stay there until they complete."""
-        if not self.active or not self.store.watch_reassignment(self._enqueue(ev.ReassignPartitions)):
-            return
-        moves = self.store.reassignment()
-        refused = set()
-        for tp, target in sorted(moves.items()):
-            code, why = self._reassign(tp, tuple(target))
-            if code:
-                log.error("reassignment of %s to %s refused: %s", tp, list(target), why)
-                refused.add(tp)
-        keep = {tp: t for tp, t in moves.items() if tp not in refused and tp in self.ctx.reassigning}
-        if keep != moves:
-            self.store.set_reassignment(keep)
+        if self.active and self.store.watch_reassignment(self._enqueue(ev.ReassignPartitions)):
+            self.reassignment.znode_changed()
 
     def process_AlterPartitionReassignments(self, event: ev.AlterPartitionReassignments) -> None:
-        """AlterPartitionReassignments (API 45): the same :meth:`_reassign` per partition. An
-        accepted partition leaves /admin/reassign_partitions, so a znode entry cannot restart
-        what the API changed or cancelled (Kafka does the same)."""
-        if not self.active:
-            if event.reply is not None:
-                event.reply(None)
-            return
-        results = {tp: self._reassign(tp, target, event.same_replication_factor)
-                   for tp, target in sorted(event.moves.items(), key=lambda kv: kv[0])}
-        pending = self.store.reassignment()
-        left = {tp: t for tp, t in pending.items() if not (tp in results and results[tp][0] == ErrorCode.NONE)}
-        if left != pending:
-            self.store.set_reassignment(left)
-        if event.reply is not None:
-            event.reply(results)
+        _reply(event, self.reassignment.alter(event.moves, event.same_replication_factor) if self.active else None)
 
     def process_ListPartitionReassignments(self, event: ev.ListPartitionReassignments) -> None:
-        if not self.active:
-            if event.reply is not None:
-                event.reply(None)
-            return
-        ctx = self.ctx
-        # a cancel still waiting for an original replica to catch up moves nothing: not listed
-        listed = {tp: (ctx.replicas[tp], r.adding, r.removing) for tp, r in ctx.reassigning.items()
-                  if r.target != r.original and (event.partitions is None or tp in event.partitions)}
-        if event.reply is not None:
-            event.reply(listed)
-
-    def _reassign(self, tp: TopicPartition, target: tuple[int, ...] | None,
-                  same_replication_factor: bool = False) -> tuple[ErrorCode, str | None]:
-        """Start, redirect or (``target`` None) cancel ``tp``'s reassignment: the one path of
-        both the znode and the API. Returns (error code, message) as AlterPartitionReassignments
-        answers them; on an error nothing has changed."""
-        ctx = self.ctx
-        if tp not in ctx.replicas or tp.topic in ctx.topics_deleting:
-            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {tp} does not exist"
-        current = ctx.reassigning.get(tp)
-        if target is None:
-            if current is None or current.target == current.original:
-                return ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, f"no reassignment of {tp} is in progress"
-            target = current.original  # cancel: back to the replicas it had
-        else:
-            problem = self._replica_list_problem(target)
-            if problem:
-                return ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem
-        original = current.original if current is not None else ctx.replicas[tp]
-        if same_replication_factor and len(target) != len(original):
-            return (ErrorCode.INVALID_REPLICATION_FACTOR, f"the replication factor of {tp} would change "
-                    f"from {len(original)} to {len(target)}, and allow_replication_factor_change is false")
-        if current is not None and current.target == target:
-            return ErrorCode.NONE, None  # already on its way there
-        if current is None and target == ctx.replicas[tp]:
-            return ErrorCode.NONE, None  # nothing to move
-        ctx.reassigning[tp] = Reassignment(original, target)
-        self._start_reassignment(tp)
-        return ErrorCode.NONE, None
-
-    def _replica_list_problem(self, target: tuple[int, ...]) -> str | None:
-        """Kafka's validateReplicas messages (all INVALID_REPLICA_ASSIGNMENT)."""
-        if not target:
-            return "Empty replica list specified in partition reassignment."
-        if len(set(target)) != len(target):
-            return f"Duplicate replica ids in partition reassignment replica list: {list(target)}"
-        if any(b < 0 for b in target):
-            return f"Invalid broker id in replica list: {list(target)}"
-        missing = [b for b in target if b not in self.ctx.live]
-        if missing:
-            return f"Some brokers specified for partition reassignment are not alive: {missing}"
-        return None
-
-    def _write_assignment(self, topic: str) -> None:
-        ctx = self.ctx
-        tps = ctx.partitions_of(topic)
-        self.store.set_assignment(topic, TopicAssignment(
-            {tp.partition: ctx.replicas[tp] for tp in tps},
-            {tp.partition: ctx.reassigning[tp].adding for tp in tps if tp in ctx.reassigning},
-            {tp.partition: ctx.reassigning[tp].removing for tp in tps if tp in ctx.reassigning},
-            ctx.topic_ids.get(topic)))
-
-    def _start_reassignment(self, tp: TopicPartition) -> None:
-        """Step 1: replicas = target + original; every replica hears it (leader epoch + 1); the
-        new ones start following. Completion waits until the target replicas are all in the
-        ISR; the leader's ISR change notification is the catch-up signal.
-
-        When a reassignment in progress is redirected or cancelled, replicas it was adding that
-        the new one does not want leave the ISR, stop and delete their copies at once."""
-        ctx = self.ctx
-        r = ctx.reassigning[tp]
-        before = ctx.replicas[tp]
-        fresh = [(tp, b) for b in r.full if b not in before]
-        unneeded = [(tp, b) for b in before if b not in r.full]
-        ctx.replicas[tp] = r.full
-        self._write_assignment(tp.topic)
-        self.replicas_to(fresh, R.NEW)
-
-        def compute(cur: LeaderIsr) -> tuple[int, tuple[int, ...]]:
-            isr = tuple(i for i in cur.isr if i in r.full) or cur.isr  # never an empty ISR
-            if cur.leader in r.full or cur.leader == NO_LEADER:
-                return cur.leader, isr
-            e = rules.reassign_partition_leader(r.full, isr, ctx.live_ids)
-            return (e.leader, isr) if e is not None else (NO_LEADER, isr)
-
-        if self._update_state(tp, compute) is not None:
-            self.batch.add_leader_and_isr(self._live_replicas(tp), tp, ctx.info(tp))
-        self.replicas_to(fresh, R.ONLINE)
-        self._drop_replicas(unneeded)
-        self._maybe_complete_reassignment(tp)
-
-    def _drop_replicas(self, pairs: list[tuple[TopicPartition, int]]) -> None:
-        """Replicas no longer in their partition's list: stop them and delete their copies."""
-        for target in (R.OFFLINE, R.DELETION_STARTED, R.DELETION_SUCCESSFUL, R.NON_EXISTENT):
-            self.replicas_to(pairs, target)
-
-    def _maybe_complete_reassignment(self, tp: TopicPartition) -> None:
-        """Step 2, once the target replicas are all in sync: leadership onto the target,
-        replicas = target, the old replicas stop and delete their copies, the request is done."""
-        ctx = self.ctx
-        r = ctx.reassigning.get(tp)
-        s = ctx.leader_isr.get(tp)
-        if r is None or s is None or not set(r.target) <= set(s.isr):
-            return
-        # the leader must be a target replica, and the target's first (its preferred leader)
-        # takes over when it is in sync, so the new order's leadership holds at once
-        # (a cancel, target == original, keeps its leader: it moved nothing)
-        preferred = r.target[0]
-        moved = (s.leader != preferred and preferred in s.isr and preferred in ctx.live_ids
-                 and r.target != r.original)
-        if s.leader not in r.target or s.leader not in ctx.live_ids or moved:
-            if not self._elect_leader(tp, self._reassign_chooser):
-                return  # no target replica can lead yet; try again on the next ISR change
-        else:
-            new = self._update_state(tp, lambda cur: (cur.leader, tuple(i for i in cur.isr if i in r.target)))
-            if new is None:
-                return
-        del ctx.reassigning[tp]
-        ctx.replicas[tp] = r.target
-        self.batch.add_leader_and_isr(self._live_replicas(tp), tp, ctx.info(tp))
-        self._drop_replicas([(tp, b) for b in r.removing])
-        self._write_assignment(tp.topic)
-        pending = self.store.reassignment()
-        if tp in pending:
-            del pending[tp]
-            self.store.set_reassignment(pending)
-        self.batch.add_update_metadata(ctx.live, {tp: ctx.info(tp)})
-        log.info("controller: reassignment of %s to %s complete", tp, list(r.target))
+        _reply(event, self.reassignment.listed(event.partitions) if self.active else None)
 
     # -- preferred leaders, rebalance, controlled shutdown, ElectLeaders -------------------------
 
@@ -837,6 +675,11 @@ class Controller:
         if event.reply is not None:
             event.reply({"throttle_time_ms": 0, "error_code": 0, "replica_election_results": [
                 {"topic": t, "partition_result": r} for t, r in by_topic.items()]})
+
+
+def _reply(event: ev.AlterPartitionReassignments | ev.ListPartitionReassignments, body: Any) -> None:
+    if event.reply is not None:
+        event.reply(body)
 
 
 class _Resign(ev.ControllerEvent):

@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
+from appliance.cluster.zk_paths import LeaderIsr, TopicPartition
+
 __all__ = [
-    "Election", "offline_partition_leader", "reassign_partition_leader", "preferred_replica_leader",
+    "Election", "Chooser", "offline_partition_leader", "reassign_partition_leader", "preferred_replica_leader",
     "controlled_shutdown_leader",
 ]
 
@@ -19,6 +21,11 @@ class Election:
     leader: int
     isr: tuple[int, ...]
     unclean: bool = False
+
+
+# What the controller asks when it elects: one of the rules below bound to its context, given a
+# partition, its replicas and its current leader/ISR (the controller and reassignment share it).
+Chooser = Callable[[TopicPartition, tuple[int, ...], LeaderIsr], "Election | None"]
 
 
 def offline_partition_leader(replicas: Sequence[int], isr: Sequence[int], live: Collection[int],

@@ -327,11 +327,11 @@ def test_sighup_is_forwarded_to_the_disk_workers_between_reloading_and_ready(sup
     assert usec.startswith("MONOTONIC_USEC=") and int(usec.split("=")[1]) >= before
     assert "READY=1" not in told  # nobody confirmed yet
     disk0, disk1 = _worker(sup, DISK, 0), _worker(sup, DISK, 1)
-    sup.reload_reply_to.send(f"0 {disk0.incarnation + 7}".encode())  # a stale incarnation
-    sup.reload_reply_to.send(f"1 {disk1.incarnation}\nx/topic.properties: retention.ms='abc'".encode())
+    sup.reloads.reply_to.send(f"0 {disk0.incarnation + 7}".encode())  # a stale incarnation
+    sup.reloads.reply_to.send(f"1 {disk1.incarnation}\nx/topic.properties: retention.ms='abc'".encode())
     assert sup.tick() and "READY=1" not in told
     assert "disk worker 1" in caplog.text and "retention.ms='abc'" in caplog.text
-    sup.reload_reply_to.send(f"0 {disk0.incarnation}".encode())
+    sup.reloads.reply_to.send(f"0 {disk0.incarnation}".encode())
     assert sup.tick()
     assert [m for m in told if m != "WATCHDOG=1"][-1] == "READY=1"
     assert len(procs.alive) == 4  # nothing stopped
@@ -343,8 +343,8 @@ def test_a_reload_unconfirmed_at_its_deadline_still_ends_in_ready(sup, monkeypat
     monkeypatch.setattr(sup_mod, "sd_notify", told.append)
     sup._sig_queue.append(signal.SIGHUP)
     assert sup.tick() and "READY=1" not in told
-    sup.reload_reply_to.send(f"1 {_worker(sup, DISK, 1).incarnation}".encode())
-    sup._reload_deadline = 0.0  # as if RELOAD_DEADLINE_S had passed
+    sup.reloads.reply_to.send(f"1 {_worker(sup, DISK, 1).incarnation}".encode())
+    sup.reloads.deadline = 0.0  # as if RELOAD_DEADLINE_S had passed
     assert sup.tick()
     assert "READY=1" in told
     assert "no reload confirmation from disk workers 0" in caplog.text
