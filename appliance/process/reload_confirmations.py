@@ -58,11 +58,13 @@ class ReloadConfirmations:
         self.replies.setblocking(False)
         self.waiting: dict[int, int] = {}  # disk index -> incarnation told to reload
         self.deadline = 0.0
+        self.active = False  # a reload is in progress (READY=1 not yet sent)
 
     def begin(self, told: dict[int, int]) -> None:
         """A reload was sent; wait for these disk workers (index -> incarnation)."""
         self.drain()  # late answers to an earlier reload count for nothing
         self.waiting = dict(told)
+        self.active = True  # over at the next progress() even when nobody was told
         self.deadline = time.monotonic() + RELOAD_DEADLINE_S
 
     def drain(self) -> list[tuple[int, int, list[str]]]:
@@ -85,7 +87,7 @@ class ReloadConfirmations:
         ``running`` is each live disk worker's index -> incarnation: one gone since it was told
         is not waited for (its successor reads the files at start)."""
         replies = self.drain()
-        if not self.waiting:
+        if not self.active:
             return False
         for index, incarnation, errors in replies:
             if self.waiting.get(index) != incarnation:
@@ -102,6 +104,7 @@ class ReloadConfirmations:
             log.error("SIGHUP: no reload confirmation from disk workers %s in %.0f s; READY=1 "
                       "anyway", ", ".join(str(i) for i in sorted(self.waiting)), RELOAD_DEADLINE_S)
             self.waiting = {}
+        self.active = False
         log.info("SIGHUP: reload done")
         return True
 

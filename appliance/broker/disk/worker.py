@@ -33,6 +33,7 @@ from appliance.broker.disk.ring_intake import RingIntake
 from appliance.config import BrokerConfig, ConfigError
 from appliance.errors import KafkaStorageError
 from appliance.metrics.recorder import attach_recorder
+from appliance.process import reload_confirmations
 from appliance.process.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.process.gc_policy import freeze_startup_objects
 from appliance.process.plumbing import Plumbing
@@ -164,13 +165,11 @@ class DiskWorker:
 
     def _confirm_reload(self, errors: list[str]) -> None:
         """Tell the supervisor this worker has re-read its configs (it sends READY=1 once every
-        disk worker has): "<index> <incarnation>", then one line per file kept as it was."""
+        disk worker has), naming the files kept as they were (process/reload_confirmations.py)."""
         if self.reload_reply_to is None:
             return
-        incarnation = self.table.worker(self.slot)[4]
-        msg = "\n".join([f"{self.index} {incarnation}", *errors]).encode()
         try:
-            self.reload_reply_to.send(msg[:60000])
+            self.reload_reply_to.send(reload_confirmations.encode(self.index, self.table.worker(self.slot)[4], errors))
         except OSError as e:  # the supervisor waits until its deadline, then says so
             log.warning("cannot confirm the reload to the supervisor: %s", e)
 

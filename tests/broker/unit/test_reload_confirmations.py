@@ -56,3 +56,14 @@ def test_progress_ends_at_the_deadline_naming_the_silent(caplog):
     assert reloads.progress({0: 1, 1: 1})
     assert "no reload confirmation from disk workers 0, 1" in caplog.text
     reloads.close()
+
+
+def test_a_reload_with_no_ready_disk_worker_ends_at_once():
+    """Every disk worker starting (they read the files afresh anyway): nobody is waited for,
+    and the reload still ends, so READY=1 follows RELOADING=1."""
+    reloads = ReloadConfirmations(["/d0"])
+    assert not reloads.progress({0: 1})  # no reload in progress: nothing to end
+    reloads.begin({})
+    assert reloads.progress({0: 1})
+    assert not reloads.progress({0: 1})
+    reloads.close()
