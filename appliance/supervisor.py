@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import posix_ipc
 import setproctitle
 
-from appliance.config import BrokerConfig
+from appliance.config import BrokerConfig, ConfigError
 from appliance.metrics.listener import parse_listener
 from appliance.process.cpu_affinity import apply_affinity
 from appliance.process.exit_codes import EXIT_BOOT_ERROR, EXIT_CRASHED
@@ -140,13 +140,19 @@ class Supervisor:
 
     # -- start ----------------------------------------------------------------------------
     def _check_port(self) -> None:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind((self.host, self.port))
-            except OSError as e:
-                raise HaltServer(f"cannot listen on {self.host}:{self.port}: {e.strerror}",
-                                 EXIT_BOOT_ERROR) from e
+        """Every listener must be servable and its port free: the network workers bind them all."""
+        try:
+            self.config.check_served()
+        except ConfigError as e:
+            raise HaltServer(str(e), EXIT_BOOT_ERROR) from e
+        for ep in self.config.listener_endpoints:
+            family = socket.AF_INET6 if ":" in ep.host else socket.AF_INET
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind((ep.host, ep.port))
+                except OSError as e:
+                    raise HaltServer(f"cannot listen on {ep}: {e.strerror}", EXIT_BOOT_ERROR) from e
 
     def _apply_cpu_affinity(self) -> None:
         """appliance.cpu.affinity: set here, before any fork, so every worker inherits it."""
@@ -230,9 +236,10 @@ class Supervisor:
                         self._spawn(w)
                 self._wait_ready(kind)
             sd_notify("READY=1")
-            log.info("broker %s listening on %s:%d (%d disk workers, %d network workers, shm %s)",
-                     self.config["broker.id"], self.host, self.port, len(self.log_dirs),
-                     self.num_net, self.base)
+            log.info("broker %s listening on %s (%d disk workers, %d network workers, shm %s)",
+                     self.config["broker.id"],
+                     ", ".join(str(e) for e in self.config.listener_endpoints),
+                     len(self.log_dirs), self.num_net, self.base)
             while True:
                 self._sleep(1.0)
                 if not self.tick():

@@ -11,6 +11,7 @@ import socket
 from typing import Any
 
 from appliance.broker.cluster_view import ClusterView
+from appliance.broker.door import ANONYMOUS, ConnectionContext, Door
 from appliance.broker.readers import Readers
 from appliance.config import BrokerConfig
 from appliance.process.disk_client import DiskClient
@@ -19,6 +20,11 @@ from appliance.shm.layout import Role
 from appliance.shm.partition_table import PartitionTable
 
 __all__ = ["BrokerContext"]
+
+
+def _named(host: str) -> str:
+    """A wildcard or empty host is no address to give a client: this machine's name instead."""
+    return socket.getfqdn() if host in ("", "0.0.0.0", "::") else host
 
 
 class BrokerContext(RingContext):
@@ -30,18 +36,20 @@ class BrokerContext(RingContext):
         self.view = ClusterView(self.index)
         self.readers = Readers(log_dirs)
         self.connections: set[Any] = set()
-        host, port = config.advertised_listeners[0]
-        if host in ("", "0.0.0.0", "::"):
-            host = socket.getfqdn()
-        self.advertised = (host, port)
+        # one per listener, in the order given: what a connection accepted on it knows of
+        # itself (its client address is filled in on accept) and the address Metadata gives
+        self.listeners: list[ConnectionContext] = [
+            ConnectionContext(ad.listener, ad.security_protocol, ANONYMOUS, "", (_named(ad.host), ad.port))
+            for ad in config.advertised_endpoints]
+        self.door = Door()  # the network worker gives it the metrics recorder
         self.cluster_id = f"appliance-{self.broker_id}"
         self.metrics: Any = None  # a metrics Recorder when metrics are on (metrics.listener set)
         # the produce fast path (handlers/produce_fast.py), set by the network worker
         self.fast_produce: Any = None
-        # set by the network worker: max.connections(.per.ip) (ConnectionLimits), its Acceptor,
+        # set by the network worker: max.connections(.per.ip) (ConnectionLimits), its Acceptors,
         # and queued.max.request.bytes (RequestMemory, None when -1: no bound)
         self.limits: Any = None
-        self.acceptor: Any = None
+        self.acceptors: list[Any] = []  # one per listener
         self.request_memory: Any = None
         # cluster mode (set by the network worker): the leadership area, the line to the cluster
         # worker, the inter-broker APIs and the handler table; None/standalone otherwise

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from appliance.broker.door import RequestContext
 from appliance.broker.topic_admin import create_topic
 from appliance.config import validate_topic_name
 from appliance.coordinator.routing import OFFSETS_TOPIC
@@ -44,7 +45,7 @@ def topic_metadata(ctx: Any, name: str) -> dict:
             "is_internal": name == OFFSETS_TOPIC, "partitions": out}
 
 
-async def handle(ctx: Any, request: Any) -> dict:
+async def handle(ctx: Any, request: Any, rc: RequestContext) -> dict:
     body = request.body
     by_id: list = []
     every = body.topics is None or (request.api_version == 0 and not body.topics)  # v0: [] = all
@@ -80,7 +81,7 @@ async def handle(ctx: Any, request: Any) -> dict:
         topics += [{"error_code": ErrorCode.UNKNOWN_TOPIC_ID,
                     "name": None if request.api_version >= 12 else "",
                     "topic_id": t.topic_id, "partitions": []} for t in by_id]
-    host, port = ctx.advertised
+    host, port = rc.advertised  # Kafka: this broker's endpoint on the request's listener
     return {
         "throttle_time_ms": 0,
         "brokers": [{"node_id": ctx.broker_id, "host": host, "port": port, "rack": None}],
