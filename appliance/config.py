@@ -30,7 +30,8 @@ __all__ = [
     "ConfigError", "ConfigKey", "TopicKey", "BROKER_KEYS", "TOPIC_KEYS", "BrokerConfig",
     "TopicConfig", "parse_properties", "render_server_properties", "validate_topic_name",
     "LONG_MAX", "INT_MAX", "NO_EFFECT", "CLUSTER_KEYS", "KAFKA_ONLY_KEYS", "parse_ip_overrides",
-    "parse_cpu_list",
+    "parse_cpu_list", "Endpoint", "PLAINTEXT", "SECURITY_PROTOCOLS", "SERVED_PROTOCOLS",
+    "parse_protocol_map",
 ]
 
 
@@ -207,12 +208,56 @@ _ip_overrides = parses(parse_ip_overrides)
 
 def _listener_list(v: list[str]) -> str | None:
     for item in v:
-        if _LISTENER_RE.fullmatch(item) is None:
+        m = _LISTENER_RE.fullmatch(item)
+        if m is None:
             return f"listener {item!r} is not NAME://host:port"
+        if int(m.group(3)) > 65535:
+            return f"listener {item!r}: port {m.group(3)} is not 0-65535"
     return None
 
 
 _LISTENER_RE = re.compile(r"([A-Za-z0-9_]+)://(\[[0-9a-fA-F:.]*\]|[^:/\s]*):(\d{1,5})")
+
+# Kafka's SecurityProtocol names. Only PLAINTEXT is served so far: a listener mapped to another
+# is refused at start-up (BrokerConfig.check_served), never served as plaintext (issue 44).
+PLAINTEXT = "PLAINTEXT"
+SECURITY_PROTOCOLS = (PLAINTEXT, "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SERVED_PROTOCOLS = frozenset({PLAINTEXT})
+_DEFAULT_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
+
+
+def parse_protocol_map(text: str) -> dict[str, str]:
+    """``listener.security.protocol.map``: "NAME:PROTOCOL,..." -> {NAME: PROTOCOL}, names
+    upper-cased (Kafka normalises listener names so). Raises ValueError naming the entry."""
+    out: dict[str, str] = {}
+    for item in (p.strip() for p in text.split(",")):
+        if not item:
+            continue
+        name, sep, proto = (x.strip() for x in item.partition(":"))
+        if not sep or not re.fullmatch(r"[A-Za-z0-9_]+", name):
+            raise ValueError(f"entry {item!r} is not LISTENER_NAME:SECURITY_PROTOCOL")
+        if proto.upper() not in SECURITY_PROTOCOLS:
+            raise ValueError(f"entry {item!r}: unknown security protocol {proto!r} "
+                             f"(one of {', '.join(SECURITY_PROTOCOLS)})")
+        if name.upper() in out:
+            raise ValueError(f"listener name {name.upper()} is mapped twice")
+        out[name.upper()] = proto.upper()
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One listener: its name (upper case), host (empty: every interface), port and the
+    security protocol its name maps to. ``str()`` is Kafka's "NAME://host:port"."""
+
+    listener: str
+    host: str
+    port: int
+    security_protocol: str
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.listener}://{host}:{self.port}"
 
 
 @dataclass(frozen=True)
@@ -255,7 +300,10 @@ _TS_TYPES = ("CreateTime", "LogAppendTime")
 BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("broker.id", "int", 0, "Id of this broker in the cluster.", at_least(0)),
     ConfigKey("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"], "Addresses to listen on, NAME://host:port, comma separated.", _listener_list),
-    ConfigKey("advertised.listeners", "list", None, "Addresses given to clients in metadata; defaults to listeners.", _listener_list),
+    ConfigKey("advertised.listeners", "list", None, "Addresses given to clients in metadata and registered for other brokers, NAME://host:port per listener name; a listener left out is advertised as it listens.", _listener_list),
+    ConfigKey("listener.security.protocol.map", "string", _DEFAULT_PROTOCOL_MAP, "Security protocol of each listener name, NAME:PROTOCOL comma separated (only PLAINTEXT is served so far).", parses(parse_protocol_map)),
+    ConfigKey("inter.broker.listener.name", "string", None, "Listener other brokers connect to (controller requests, replica fetches); default: the first listener whose protocol is security.inter.broker.protocol."),
+    ConfigKey("security.inter.broker.protocol", "string", PLAINTEXT, "Security protocol between brokers when inter.broker.listener.name is not set.", one_of(*SECURITY_PROTOCOLS)),
     # Kafka 0.8's names, mapped onto listeners / advertised.listeners as Kafka 0.9-2.x does (see
     # _apply_twins); given together with their modern twin they must agree.
     ConfigKey("port", "int", 9092, "0.8 name: port to listen on when listeners is not set.", between(0, 65535)),
@@ -565,9 +613,100 @@ class BrokerConfig:
                               f"must not exceed group.max.session.timeout.ms ({hi})")
         if not self.listeners:
             raise ConfigError("listeners", self._raw.get("listeners", ""), "needs at least one listener")
+        self._check_listeners()
         if self["max.connections.per.ip"] == 0 and not self["max.connections.per.ip.overrides"]:
             raise ConfigError("max.connections.per.ip", 0,  # Kafka refuses it too
                               "0 admits nobody; set max.connections.per.ip.overrides as well")
+
+    def _check_listeners(self) -> None:
+        """Kafka's listener rules (KafkaConfig's validation), each naming the key and value."""
+        pmap = parse_protocol_map(self["listener.security.protocol.map"])
+        for key in ("listeners", "advertised.listeners"):
+            items = self._values[key] or []
+            names: set[str] = set()
+            ports: set[int] = set()
+            for item in items:
+                m = _LISTENER_RE.fullmatch(item)
+                assert m is not None  # validated at parse
+                name, port = m.group(1).upper(), int(m.group(3))
+                if name in names:
+                    raise ConfigError(key, self._given(key), f"listener name {name} appears twice")
+                names.add(name)
+                if name not in pmap:
+                    raise ConfigError(key, self._given(key), f"listener name {name} has no security "
+                                      f"protocol in listener.security.protocol.map "
+                                      f"({self['listener.security.protocol.map']!r})")
+                # two listeners cannot bind one port (port 0: each gets its own from the kernel);
+                # advertised addresses may share a port (a proxy in front may tell them apart)
+                if key == "listeners" and port and port in ports:
+                    raise ConfigError(key, self._given(key), f"port {port} is used by two listeners")
+                ports.add(port)
+        listening = {e.listener for e in self.listener_endpoints}
+        for e in self._parsed("advertised.listeners"):
+            if e.listener not in listening:
+                raise ConfigError("advertised.listeners", self._given("advertised.listeners"),
+                                  f"listener name {e.listener} is not among listeners "
+                                  f"({', '.join(sorted(listening))})")
+        name = self._values["inter.broker.listener.name"]
+        if name:
+            if self.is_set("security.inter.broker.protocol"):
+                raise ConfigError("inter.broker.listener.name", name,
+                                  "give only one of inter.broker.listener.name and "
+                                  "security.inter.broker.protocol")
+            if name.upper() not in listening:
+                raise ConfigError("inter.broker.listener.name", name,
+                                  f"not among listeners ({', '.join(sorted(listening))})")
+        elif not any(e.security_protocol == self["security.inter.broker.protocol"]
+                     for e in self.listener_endpoints):
+            raise ConfigError("security.inter.broker.protocol", self["security.inter.broker.protocol"],
+                              "no listener uses this protocol; set inter.broker.listener.name")
+
+    def _given(self, key: str) -> object:
+        return self._raw.get(key, ",".join(self._values[key] or []))
+
+    def _parsed(self, key: str) -> list[Endpoint]:
+        pmap = parse_protocol_map(self["listener.security.protocol.map"])
+        out = []
+        for item in self._values[key] or []:
+            m = _LISTENER_RE.fullmatch(item)
+            assert m is not None  # validated at parse
+            name = m.group(1).upper()
+            out.append(Endpoint(name, m.group(2).strip("[]"), int(m.group(3)), pmap.get(name, "")))
+        return out
+
+    def check_served(self) -> None:
+        """Start-up's refusal of a listener this build cannot serve: every listener must map to
+        PLAINTEXT until TLS and SASL exist (issue 44). Serving such a listener as plaintext
+        would hand clients that asked for TLS an unencrypted broker.
+        Raises ConfigError naming the listener and its protocol."""
+        for e in self.listener_endpoints:
+            if e.security_protocol not in SERVED_PROTOCOLS:
+                raise ConfigError("listeners", self._given("listeners"),
+                                  f"listener {e.listener} uses {e.security_protocol}, which this "
+                                  f"broker does not serve yet (only PLAINTEXT; TLS and SASL are "
+                                  f"issue 44)")
+
+    @property
+    def listener_endpoints(self) -> list[Endpoint]:
+        """Every listener with its name and security protocol, in the order given."""
+        return self._parsed("listeners")
+
+    @property
+    def advertised_endpoints(self) -> list[Endpoint]:
+        """What each listener tells clients and other brokers, in listeners' order: its entry in
+        advertised.listeners, else the listener itself (its host may be empty: every
+        interface; the caller names the machine)."""
+        given = {e.listener: e for e in self._parsed("advertised.listeners")}
+        return [given.get(e.listener, e) for e in self.listener_endpoints]
+
+    @property
+    def inter_broker_listener(self) -> str:
+        """The listener name other brokers connect to (validated to be one of the listeners)."""
+        name = self._values["inter.broker.listener.name"]
+        if name:
+            return name.upper()
+        proto = self["security.inter.broker.protocol"]
+        return next(e.listener for e in self.listener_endpoints if e.security_protocol == proto)
 
     def get(self, key: str) -> Any:
         """Typed value of a declared key, or the raw string of an unknown one. KeyError if absent."""
@@ -638,7 +777,7 @@ _OLD_TWINS = ("port", "host.name", "advertised.host.name", "advertised.port",
 
 
 def _legacy_listener(host: str, port: int) -> str:
-    return f"PLAINTEXT://[{host}]:{port}" if ":" in host else f"PLAINTEXT://{host}:{port}"
+    return str(Endpoint(PLAINTEXT, host, port, PLAINTEXT))
 
 
 def _first_host_port(items: list[str]) -> tuple[str, int]:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import posix_ipc
 import setproctitle
 
-from appliance.config import BrokerConfig
+from appliance.config import BrokerConfig, ConfigError
 from appliance.metrics.listener import parse_listener
 from appliance.process.cpu_affinity import apply_affinity
 from appliance.process.exit_codes import EXIT_BOOT_ERROR, EXIT_CRASHED
@@ -135,9 +135,15 @@ class Supervisor:
 
     # -- start ----------------------------------------------------------------------------
     def _check_port(self) -> None:
-        why = bind_error(self.host, self.port)
-        if why is not None:
-            raise HaltServer(f"cannot listen on {self.host}:{self.port}: {why}", EXIT_BOOT_ERROR)
+        """Every listener must be servable and its port free: the network workers bind them all."""
+        try:
+            self.config.check_served()
+        except ConfigError as e:
+            raise HaltServer(str(e), EXIT_BOOT_ERROR) from e
+        for ep in self.config.listener_endpoints:
+            why = bind_error(ep.host, ep.port, socket.AF_INET6 if ":" in ep.host else socket.AF_INET)
+            if why is not None:
+                raise HaltServer(f"cannot listen on {ep}: {why}", EXIT_BOOT_ERROR)
 
     def _apply_cpu_affinity(self) -> None:
         """appliance.cpu.affinity: set here, before any fork, so every worker inherits it."""
@@ -224,9 +230,10 @@ class Supervisor:
                         self._spawn(w)
                 self._wait_ready(kind)
             sd_notify("READY=1")
-            log.info("broker %s listening on %s:%d (%d disk workers, %d network workers, shm %s)",
-                     self.config["broker.id"], self.host, self.port, len(self.log_dirs),
-                     self.num_net, self.base)
+            log.info("broker %s listening on %s (%d disk workers, %d network workers, shm %s)",
+                     self.config["broker.id"],
+                     ", ".join(str(e) for e in self.config.listener_endpoints),
+                     len(self.log_dirs), self.num_net, self.base)
             while True:
                 self._sleep(1.0)
                 if not self.tick():

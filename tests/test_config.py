@@ -134,3 +134,79 @@ def test_server_properties_file_matches_table():
     c = BrokerConfig.load(overrides=parsed)
     for k in BROKER_KEYS:
         assert c[k.name] == k.default
+
+
+# --- listeners: names, security protocols, the inter-broker listener ----------------------------
+
+_TWO = {"listeners": "INTERNAL://127.0.0.1:9101,EXTERNAL://:9102",
+        "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT"}
+
+
+def test_listeners_are_named_endpoints_with_their_protocol():
+    c = BrokerConfig.load(overrides={**_TWO, "advertised.listeners": "external://kafka.example:19102",
+                                     "inter.broker.listener.name": "internal"})
+    assert [(e.listener, e.host, e.port, e.security_protocol) for e in c.listener_endpoints] == [
+        ("INTERNAL", "127.0.0.1", 9101, "PLAINTEXT"), ("EXTERNAL", "", 9102, "PLAINTEXT")]
+    # a listener left out of advertised.listeners is advertised as it listens
+    assert [str(e) for e in c.advertised_endpoints] == ["INTERNAL://127.0.0.1:9101",
+                                                        "EXTERNAL://kafka.example:19102"]
+    assert c.inter_broker_listener == "INTERNAL"
+    assert c.listeners == [("127.0.0.1", 9101), ("", 9102)]  # the (host, port) view stays
+
+
+def test_default_listener_and_inter_broker_listener_are_kafkas():
+    c = BrokerConfig.load()
+    assert [str(e) for e in c.listener_endpoints] == ["PLAINTEXT://127.0.0.1:9092"]
+    assert c.listener_endpoints[0].security_protocol == "PLAINTEXT"
+    assert c.inter_broker_listener == "PLAINTEXT"
+    c.check_served()
+    # without inter.broker.listener.name: the first listener of security.inter.broker.protocol
+    assert BrokerConfig.load(overrides=_TWO).inter_broker_listener == "INTERNAL"
+    c = BrokerConfig.load(overrides={"port": "9093", "advertised.host.name": "k1"})
+    assert [str(e) for e in c.advertised_endpoints] == ["PLAINTEXT://k1:9093"]  # 0.8 names
+
+
+def test_ipv6_endpoint_is_written_back_in_brackets():
+    c = BrokerConfig.load(overrides={"listeners": "PLAINTEXT://[::1]:9092"})
+    assert c.listener_endpoints[0].host == "::1" and str(c.listener_endpoints[0]) == "PLAINTEXT://[::1]:9092"
+
+
+@pytest.mark.parametrize("given, key, words", [
+    ({"listeners": "PLAINTEXT://:1,PLAINTEXT://:2"}, "listeners", ["PLAINTEXT appears twice"]),
+    ({"listeners": "PLAINTEXT://a:1,SSL://b:1"}, "listeners", ["port 1 is used by two listeners"]),
+    ({"listeners": "INTERNAL://:1"}, "listeners", ["INTERNAL", "listener.security.protocol.map"]),
+    ({"listeners": "PLAINTEXT//:1"}, "listeners", ["is not NAME://host:port"]),
+    ({"listeners": "PLAINTEXT://h:99999"}, "listeners", ["99999"]),
+    ({**_TWO, "advertised.listeners": "OTHER://h:1"}, "advertised.listeners", ["OTHER"]),
+    ({**_TWO, "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT,OTHER:PLAINTEXT",
+      "advertised.listeners": "OTHER://h:1"}, "advertised.listeners", ["OTHER", "not among listeners"]),
+    ({**_TWO, "inter.broker.listener.name": "REPLICATION"}, "inter.broker.listener.name",
+     ["REPLICATION", "not among listeners"]),
+    ({**_TWO, "inter.broker.listener.name": "INTERNAL", "security.inter.broker.protocol": "PLAINTEXT"},
+     "inter.broker.listener.name", ["give only one"]),
+    ({"listeners": "SSL://:1"}, "security.inter.broker.protocol", ["no listener uses"]),
+    ({"listener.security.protocol.map": "PLAINTEXT"}, "listener.security.protocol.map",
+     ["not LISTENER_NAME:SECURITY_PROTOCOL"]),
+    ({"listener.security.protocol.map": "PLAINTEXT:TLS"}, "listener.security.protocol.map",
+     ["unknown security protocol 'TLS'"]),
+    ({"listener.security.protocol.map": "A:SSL,a:SSL"}, "listener.security.protocol.map", ["mapped twice"]),
+    ({"security.inter.broker.protocol": "TLS"}, "security.inter.broker.protocol", []),
+])
+def test_listener_mistakes_name_the_key_and_value(given, key, words):
+    with pytest.raises(ConfigError) as ei:
+        BrokerConfig.load(overrides=given)
+    assert ei.value.key == key
+    msg = str(ei.value)
+    assert key in msg and str(given.get(key, "")) in msg
+    for w in words:
+        assert w in msg
+
+
+@pytest.mark.parametrize("proto", ["SSL", "SASL_PLAINTEXT", "SASL_SSL"])
+def test_a_listener_not_plaintext_loads_but_is_not_served(proto):
+    # valid Kafka configuration, so it loads; start-up refuses it rather than serve plaintext
+    c = BrokerConfig.load(overrides={"listeners": "PLAINTEXT://:9092,SECURE://:9093",
+                                     "listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,SECURE:{proto}"})
+    with pytest.raises(ConfigError) as ei:
+        c.check_served()
+    assert "SECURE" in str(ei.value) and proto in str(ei.value) and "not serve" in str(ei.value)

@@ -12,6 +12,7 @@ import socket
 from typing import TYPE_CHECKING, Any, Protocol
 
 from appliance.broker.cluster_view import ClusterView
+from appliance.broker.door import ANONYMOUS, ConnectionContext, Door
 from appliance.broker.readers import Readers
 from appliance.config import BrokerConfig
 from appliance.process.disk_client import DiskClient
@@ -39,6 +40,11 @@ class ProduceFastPath(Protocol):
     def start(self, conn: Any, frame: memoryview, answer: asyncio.Future) -> bool: ...
 
 
+def _named(host: str) -> str:
+    """A wildcard or empty host is no address to give a client: this machine's name instead."""
+    return socket.getfqdn() if host in ("", "0.0.0.0", "::") else host
+
+
 class BrokerContext(RingContext):
     def __init__(self, net_index: int, config: BrokerConfig, table: PartitionTable,
                  disks: DiskClient, log_dirs: list[str]) -> None:
@@ -48,18 +54,20 @@ class BrokerContext(RingContext):
         self.view = ClusterView(self.index)
         self.readers = Readers(log_dirs)
         self.connections: set[Any] = set()
-        host, port = config.advertised_listeners[0]
-        if host in ("", "0.0.0.0", "::"):
-            host = socket.getfqdn()
-        self.advertised = (host, port)
+        # one per listener, in the order given: what a connection accepted on it knows of
+        # itself (its client address is filled in on accept) and the address Metadata gives
+        self.listeners: list[ConnectionContext] = [
+            ConnectionContext(ad.listener, ad.security_protocol, ANONYMOUS, "", (_named(ad.host), ad.port))
+            for ad in config.advertised_endpoints]
+        self.door = Door()  # the network worker gives it the metrics recorder
         self.cluster_id = f"appliance-{self.broker_id}"
         self.metrics: Recorder | None = None  # when metrics are on (metrics.listener set)
         # the produce fast path (handlers/produce_fast.py), set by the network worker
         self.fast_produce: ProduceFastPath | None = None
-        # set by the network worker: max.connections(.per.ip), its acceptor, and
-        # queued.max.request.bytes (None when -1: no bound)
+        # set by the network worker: max.connections(.per.ip), its acceptors (one per
+        # listener), and queued.max.request.bytes (None when -1: no bound)
         self.limits: ConnectionLimits | None = None
-        self.acceptor: Acceptor | None = None
+        self.acceptors: list[Acceptor] = []
         self.request_memory: RequestMemory | None = None
         # cluster mode (set by the network worker): the leadership area, the line to the cluster
         # worker (its presence picks the cluster column of handlers.ROUTES) and the inter-broker

@@ -40,10 +40,10 @@ async def committed_offsets(ctx: BrokerContext, timeout: float = 5.0) -> dict[tu
 
 
 async def _committed(ctx: BrokerContext) -> dict[tuple[str, str, int], int]:
-    listed = await groups.list_groups(ctx, _request(_LIST_GROUPS, _LIST_VERSION, {}), "")
+    listed = await groups.list_groups(ctx, _request(_LIST_GROUPS, _LIST_VERSION, {}), None)
     ids = [g["group_id"] for g in listed["groups"]]
     answers = await asyncio.gather(*(
-        groups.route(ctx, _request(_OFFSET_FETCH, _FETCH_VERSION, {"group_id": gid, "topics": None}), "")
+        groups.route(ctx, _request(_OFFSET_FETCH, _FETCH_VERSION, {"group_id": gid, "topics": None}), None)
         for gid in ids))
     api = API_BY_KEY[_OFFSET_FETCH]
     out = {}

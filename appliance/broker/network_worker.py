@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
+import functools
 import logging
 import os
 import signal
@@ -28,10 +30,11 @@ from appliance.broker import handlers
 from appliance.broker.acceptor import Acceptor
 from appliance.broker.broker_context import BrokerContext
 from appliance.broker.connection_limits import ConnectionLimits
+from appliance.broker.door import ConnectionContext, Door, Refusal, RequestContext
 from appliance.broker.handlers.answer import CloseConnection
 from appliance.broker.handlers.produce_fast import FastProduce
 from appliance.broker.request_memory import RequestMemory
-from appliance.config import BrokerConfig
+from appliance.config import BrokerConfig, ConfigError
 from appliance.metrics.listener import parse_listener
 from appliance.metrics.recorder import AnswerTiming, attach_recorder
 from appliance.process.disk_client import DiskClient
@@ -106,8 +109,13 @@ def _all_bytes(chunks: object) -> bool:
 
 
 class KafkaConnection(asyncio.Protocol):
-    def __init__(self, ctx: BrokerContext) -> None:
+    """One client connection, accepted on ``listener`` (default: the broker's first)."""
+
+    def __init__(self, ctx: BrokerContext, listener: ConnectionContext | None = None) -> None:
         self.ctx = ctx
+        # what the door and the handlers know of this connection; the address comes on accept
+        self.context: ConnectionContext = listener or ctx.listeners[0]
+        self.door: Door = ctx.door
         self.conn = proto.ServerConnection(max_request_size=int(ctx.config["socket.request.max.bytes"]),
                                            extra_apis=ctx.extra_apis)
         self.transport: asyncio.Transport | None = None
@@ -116,7 +124,6 @@ class KafkaConnection(asyncio.Protocol):
         self._paused = False
         self._closing = False
         self._stop_reading = False  # the peer broke the protocol or half-closed: drain, then close
-        self._client_host = ""
         self._sock_fd = -1
         self._drained = asyncio.Event()
         # metrics only: the timed requests' answers (future -> AnswerTiming), and the timed
@@ -154,7 +161,8 @@ class KafkaConnection(asyncio.Protocol):
         self._drained.set()
         self.ctx.connections.add(self)
         peer = transport.get_extra_info("peername")
-        self._client_host = f"/{peer[0]}" if peer else ""  # Kafka's form, as DescribeGroups shows it
+        if peer:
+            self.context = dataclasses.replace(self.context, client_address=str(peer[0]))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
@@ -185,8 +193,8 @@ class KafkaConnection(asyncio.Protocol):
             limits.give_back()
             if self.limit_key is not None:
                 limits.release(self.limit_key)
-            if self.ctx.acceptor is not None:
-                self.ctx.acceptor.connection_closed()
+            for acceptor in self.ctx.acceptors:  # max.connections is shared by the listeners
+                acceptor.connection_closed()
 
     def mute(self) -> None:
         """queued.max.request.bytes exhausted: read nothing more until memory frees."""
@@ -332,15 +340,32 @@ class KafkaConnection(asyncio.Protocol):
             fut.set_result([event.response] if event.response is not None else None)
         self._queue(fut, size=0)
 
+    def request_context(self, api_key: int, api_version: int, correlation_id: int,
+                        client_id: str | None) -> RequestContext:
+        return RequestContext(self.context, api_key, api_version, correlation_id, client_id)
+
+    def refuse(self, refusal: Refusal, answer: asyncio.Future) -> None:
+        """The door said no: ``answer`` (queued, or about to be) closes the connection once
+        the answers before it are written."""
+        log.info("refused a request from %s on listener %s: %s (%s)", self._peer(),
+                 self.context.listener, refusal.reason, refusal.error.name)
+        answer.set_exception(CloseConnection(f"refused: {refusal.reason}"))
+
     def _dispatch(self, event: proto.Request) -> None:
-        if event.api_key not in handlers.TASK_FREE:
-            if self.ctx.metrics is None:
-                self._queue(asyncio.ensure_future(handlers.run(self.ctx, event, self._client_host)),
-                            size=event.size)
-                return
-            timing = AnswerTiming(event.api_key, time.monotonic())
-            fut = asyncio.ensure_future(handlers.run(self.ctx, event, self._client_host, timing))
-            self.timed[fut] = timing
+        task_free = event.api_key in handlers.TASK_FREE
+        rc = RequestContext(self.context, event.api_key, event.api_version,
+                            event.correlation_id, event.client_id)
+        entry = self.door.enter(rc, timed=not task_free)
+        if type(entry) is Refusal:
+            fut = self._loop.create_future()
+            self.refuse(entry, fut)
+            self._queue(fut, size=event.size)
+            return
+        if not task_free:
+            timing = entry.timing
+            fut = asyncio.ensure_future(handlers.run(self.ctx, event, rc, timing))
+            if timing is not None:
+                self.timed[fut] = timing
             self._queue(fut, size=event.size)
             return
         # no task: answered from a doorbell callback, which sets the future and then calls
@@ -512,33 +537,37 @@ class NetworkWorker:
         ctx.limits = ConnectionLimits(counts, self.index, self.plumbing.num_net, self.config)
         if self.plumbing.cluster:
             _join_cluster(ctx, self.plumbing)
-        host, port = self.config.listeners[0]
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        ctx.door = Door(ctx.metrics)
+        socks: list[socket.socket] = []
         try:
-            sock.bind((host, port))
-        except OSError as e:  # respawning cannot help: the supervisor halts start-up
-            log.error("network worker %d cannot listen on %s:%d: %s", self.index, host, port,
-                      e.strerror)
-            sock.close()
+            self.config.check_served()  # the supervisor refused it already; never plaintext
+            for ep in self.config.listener_endpoints:
+                socks.append(listen_socket(ep.host, ep.port))
+        except (OSError, ConfigError) as e:  # respawning cannot help: the supervisor halts start-up
+            log.error("network worker %d cannot listen: %s", self.index, e)
+            for sock in socks:
+                sock.close()
             ctx.close()
             return EXIT_BOOT_ERROR
-        sock.listen(1024)
-        sock.setblocking(False)
         try:
             metrics_server = await self._serve_metrics(table, ctx)
         except OSError as e:
             log.error("network worker %d cannot listen on metrics.listener %s: %s", self.index,
                       self.config["metrics.listener"], e.strerror)
-            sock.close()
+            for sock in socks:
+                sock.close()
             ctx.close()
             return EXIT_BOOT_ERROR
         if int(self.config["queued.max.request.bytes"]) > 0:
             ctx.request_memory = RequestMemory(int(self.config["queued.max.request.bytes"]),
                                                ctx.metrics)
-        ctx.acceptor = Acceptor(sock, ctx.limits, lambda: KafkaConnection(ctx), ctx.metrics)
-        ctx.acceptor.start()
+        # one accept loop per listener; each connection knows the listener it came in on
+        for sock, listener in zip(socks, ctx.listeners, strict=True):
+            ctx.acceptors.append(Acceptor(sock, ctx.limits,
+                                          functools.partial(KafkaConnection, ctx, listener),
+                                          ctx.metrics))
+        for acceptor in ctx.acceptors:
+            acceptor.start()
         bell = self.plumbing.net_bells[self.index]
         loop.add_reader(bell, ctx.wakeups.on_doorbell)
         freeze_startup_objects()
@@ -546,7 +575,8 @@ class NetworkWorker:
         beat = asyncio.ensure_future(self._heartbeat(table, ctx, ctx.metrics))
         await stop.wait()
         # graceful: no new connections, finish what is in flight, then go
-        ctx.acceptor.close()
+        for acceptor in ctx.acceptors:
+            acceptor.close()
         if metrics_server is not None:
             metrics_server.close()
         deadline = time.monotonic() + STOP_GRACE_S
@@ -594,6 +624,23 @@ class NetworkWorker:
                 # wake-up went missing waits at most this beat, not for the next request
                 ctx.wakeups.on_doorbell()
             await asyncio.sleep(0.25)
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A listening socket every network worker binds too (SO_REUSEPORT: the kernel spreads the
+    connections). Raises OSError naming the address."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+        sock.setblocking(False)
+    except OSError as e:
+        sock.close()
+        raise OSError(e.errno, f"{host or '*'}:{port}: {e.strerror}") from e
+    return sock
 
 
 def _join_cluster(ctx: BrokerContext, plumbing: Plumbing) -> None:

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import threading
 import time
 from typing import Any
 
 from appliance.cluster import events as ev
+from appliance.cluster.broker_connection import BrokerConnector
 from appliance.cluster.wire_channel import encode_request
+from appliance.cluster.zk_paths import BrokerInfo
 from appliance.cluster.zk_store import ZkStore
 from appliance.errors import ErrorCode
 from appliance.protocol.frames import RESPONSE_HEADER, SIZE
@@ -53,8 +54,9 @@ def _ask_own_controller(member: Any, broker_id: int, timeout: float) -> dict:
     return box
 
 
-def _ask_remote(host: str, port: int, broker_id: int, timeout: float) -> dict:
-    with socket.create_connection((host, port), timeout=timeout) as s:
+def _ask_remote(connector: BrokerConnector, controller: BrokerInfo, broker_id: int,
+                timeout: float) -> dict:
+    with connector.connect(controller, timeout) as s:
         s.sendall(encode_request(ControlledShutdown.API_KEY, VERSION, 1, f"shutdown-{broker_id}",
                                  {"broker_id": broker_id}))
         buf = b""
@@ -73,8 +75,11 @@ def _ask_remote(host: str, port: int, broker_id: int, timeout: float) -> dict:
     return ControlledShutdown.decode_response(VERSION, frame, RESPONSE_HEADER.size).to_dict()
 
 
-def request_shutdown(member: Any, store: ZkStore, broker_id: int) -> bool:
-    """Blocking (run it in an executor). True once the controller reports nothing left here."""
+def request_shutdown(member: Any, store: ZkStore, broker_id: int,
+                     connector: BrokerConnector | None = None) -> bool:
+    """Blocking (run it in an executor). True once the controller reports nothing left here.
+    ``connector``: how to reach the controller (its inter-broker listener)."""
+    connector = connector or BrokerConnector()
     end = time.monotonic() + DEADLINE_S
     for attempt in range(ATTEMPTS):
         left = end - time.monotonic()
@@ -88,7 +93,7 @@ def request_shutdown(member: Any, store: ZkStore, broker_id: int) -> bool:
                 b = store.brokers().get(controller)
                 if b is None:
                     raise ConnectionError(f"controller {controller} is not registered")
-                body = _ask_remote(b.host, b.port, broker_id, min(TIMEOUT_S, left))
+                body = _ask_remote(connector, b, broker_id, min(TIMEOUT_S, left))
             else:
                 raise ConnectionError("no controller")
             remaining = body.get("remaining_partitions") or []

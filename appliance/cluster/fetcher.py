@@ -14,6 +14,7 @@ import asyncio
 import logging
 from typing import Any
 
+from appliance.cluster.broker_connection import BrokerAddress, BrokerConnector
 from appliance.cluster.replication_throttle import ThrottleSettings
 from appliance.cluster.wire_channel import encode_request
 from appliance.cluster.zk_paths import TopicPartition
@@ -43,8 +44,10 @@ _THROTTLED_IDLE_S = 0.1  # every followed partition held back by the throttle: w
 
 class ReplicaFetcher:
     def __init__(self, ctx: Any, store: ZkStore, broker_id: int,
-                 throttle: ThrottleSettings | None = None) -> None:
+                 throttle: ThrottleSettings | None = None,
+                 connector: BrokerConnector | None = None) -> None:
         self.ctx = ctx
+        self.connector = connector or BrokerConnector()  # the leaders' inter-broker listener
         self.store = store
         self.broker_id = broker_id
         self.max_wait_ms = int(ctx.config["replica.fetch.wait.max.ms"])
@@ -78,10 +81,12 @@ class ReplicaFetcher:
         for t in self.tasks.values():
             t.cancel()
 
-    async def _endpoint(self, leader: int) -> tuple[str, int] | None:
+    async def _endpoint(self, leader: int) -> BrokerAddress | None:
+        """The leader's inter-broker endpoint (None while it is not registered). Raises
+        NoEndpoint."""
         brokers = await asyncio.get_running_loop().run_in_executor(None, self.store.brokers)
         b = brokers.get(leader)
-        return (b.host, b.port) if b is not None else None
+        return self.connector.address(b) if b is not None else None
 
     async def _run(self, leader: int) -> None:
         while self.followed.get(leader):
@@ -91,8 +96,8 @@ class ReplicaFetcher:
                 if ep is None:
                     await asyncio.sleep(_BACKOFF_S)
                     continue
-                reader, writer = await asyncio.open_connection(*ep)
-                log.info("fetching from broker %d at %s:%d", leader, *ep)
+                reader, writer = await self.connector.open(ep)
+                log.info("fetching from %s", ep)
                 conn = ClientConnection(client_id=f"replica-fetcher-{self.broker_id}")
                 while self.followed.get(leader):
                     if any(tp in self.truncating for tp in self.followed.get(leader, {})):
@@ -107,7 +112,7 @@ class ReplicaFetcher:
                 if writer is not None:
                     writer.close()
 
-    async def _truncate(self, leader: int, ep: tuple[str, int]) -> None:
+    async def _truncate(self, leader: int, ep: BrokerAddress) -> None:
         """KIP-101: ask the leader where our latest leader epoch ends in its log, and have the
         disk worker cut ours where that answer and its own epochs say (the high watermark when
         we know no epoch: ``Partition.truncation_offset``); a partition the leader does not
@@ -151,7 +156,7 @@ class ReplicaFetcher:
                  tp, leo, leader_start, leader_start)
         return True
 
-    async def _ask_epochs(self, ep: tuple[str, int],
+    async def _ask_epochs(self, ep: BrokerAddress,
                           ask: dict[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int, int]]:
         by_topic: dict[str, list[dict]] = {}
         for tp, e in ask.items():
@@ -159,7 +164,7 @@ class ReplicaFetcher:
                 {"partition": tp.partition, "current_leader_epoch": -1, "leader_epoch": e})
         body = {"replica_id": self.broker_id,
                 "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
-        reader, writer = await asyncio.open_connection(*ep)
+        reader, writer = await self.connector.open(ep)
         try:
             writer.write(encode_request(OffsetsForLeaderEpoch.API_KEY, EPOCH_VERSION, 1,
                                         f"replica-fetcher-{self.broker_id}", body))

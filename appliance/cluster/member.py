@@ -12,6 +12,7 @@ Thread-safety: :meth:`start` and :meth:`stop` from one thread; the controller ru
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import signal
@@ -61,11 +62,18 @@ class PrintChannel(BrokerChannel):
 
 
 def broker_info_from_config(config: Any) -> BrokerInfo:
-    """The registration of a broker from its BrokerConfig: broker.id and the first advertised
-    listener (an empty host means this machine's name, as Kafka does)."""
-    host, port = config.advertised_listeners[0]
-    host = host or socket.getfqdn()
-    return BrokerInfo(config["broker.id"], host, port, endpoints=(f"PLAINTEXT://{host}:{port}",))
+    """The registration of a broker from its BrokerConfig: broker.id, every listener's
+    advertised endpoint with its security protocol (Kafka's "endpoints" and
+    "listener_security_protocol_map"; an empty host means this machine's name, as
+    Kafka does), and as the legacy host and port the first of them."""
+    eps = [dataclasses.replace(e, host=_named(e.host)) for e in config.advertised_endpoints]
+    return BrokerInfo(config["broker.id"], eps[0].host, eps[0].port,
+                      endpoints=tuple(str(e) for e in eps),
+                      security_protocol_map={e.listener: e.security_protocol for e in eps})
+
+
+def _named(host: str) -> str:
+    return host or socket.getfqdn()
 
 
 class ClusterMember:

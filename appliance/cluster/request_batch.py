@@ -15,7 +15,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from appliance.cluster.broker_connection import registered_endpoints
 from appliance.cluster.zk_paths import BrokerInfo, LeaderIsr, TopicPartition
+from appliance.config import SECURITY_PROTOCOLS
 
 __all__ = [
     "BrokerChannel", "RequestBatch", "PartitionInfo", "LEADER_AND_ISR", "STOP_REPLICA",
@@ -30,7 +32,6 @@ LEADER_AND_ISR_VERSION, UPDATE_METADATA_VERSION, STOP_REPLICA_VERSION = 3, 5, 1
 NO_LEADER = -1
 # Kafka's LeaderAndIsr.LeaderDuringDelete: UpdateMetadata says "being deleted, do not serve".
 LEADER_DURING_DELETE = -2
-_PLAINTEXT = 0  # SecurityProtocol id
 
 ResponseCallback = Callable[[int, dict[str, Any] | None], None]
 
@@ -159,8 +160,11 @@ class RequestBatch:
                  "isr": list(parts[tp].state.isr), "zk_version": parts[tp].state.zk_version,
                  "replicas": list(parts[tp].replicas), "offline_replicas": list(parts[tp].offline)}
                 for tp in tps]} for t, tps in self._by_topic(parts).items()],
+            # every listener of each broker (Kafka's UpdateMetadata v3+), the registration's order
             "live_brokers": [{"id": b.broker_id, "endpoints": [
-                {"port": b.port, "host": b.host, "listener": "PLAINTEXT", "security_protocol": _PLAINTEXT}],
+                {"port": e.port, "host": e.host, "listener": e.listener,
+                 "security_protocol": SECURITY_PROTOCOLS.index(e.security_protocol)}
+                for e in registered_endpoints(b)],
                 "rack": b.rack} for _, b in sorted(live.items())],
         }
 

@@ -17,6 +17,7 @@ import socket
 import threading
 from typing import Any
 
+from appliance.cluster.broker_connection import BrokerConnector
 from appliance.cluster.request_batch import BrokerChannel, ResponseCallback
 from appliance.cluster.zk_paths import BrokerInfo
 from appliance.protocol.frames import REQUEST_HEADER, RESPONSE_HEADER, SIZE
@@ -99,9 +100,7 @@ class _Sender:
         # which then fails this round trip with OSError (handled) rather than on a None
         sock = self.sock
         if sock is None:
-            sock = socket.create_connection((self.broker.host, self.broker.port),
-                                            timeout=self.owner.request_timeout_s)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock = self.owner.connector.connect(self.broker, self.owner.request_timeout_s)
             self.sock = sock
         self.correlation_id = (self.correlation_id + 1) & 0x7FFFFFFF
         sock.sendall(encode_request(api_key, api_version, self.correlation_id, self.owner.client_id, body))
@@ -128,10 +127,13 @@ def _read(sock: socket.socket, n: int) -> bytes:
 
 
 class WireChannel(BrokerChannel):
-    """Sends controller requests to brokers over TCP (PLAINTEXT, the registered host and port)."""
+    """Sends controller requests to brokers, each on its inter-broker listener's endpoint
+    (``connector``: broker_connection.py opens every inter-broker connection)."""
 
-    def __init__(self, client_id: str, request_timeout_s: float = 30.0) -> None:
+    def __init__(self, client_id: str, request_timeout_s: float = 30.0,
+                 connector: BrokerConnector | None = None) -> None:
         self.client_id = client_id
+        self.connector = connector or BrokerConnector()
         self.request_timeout_s = request_timeout_s
         self._senders: dict[int, _Sender] = {}
         self._lock = threading.Lock()

@@ -39,6 +39,7 @@ from appliance.cluster.broker_answers import (
     describe_cluster_body,
     metadata_body,
 )
+from appliance.cluster.broker_connection import BrokerConnector
 from appliance.cluster.config_changes import ConfigChanges
 from appliance.cluster.controlled_shutdown import answer_shutdown, request_shutdown
 from appliance.cluster.elect_leaders import answer_elect_leaders
@@ -122,7 +123,10 @@ class ClusterWorker:
         disks = DiskClient(p.cluster_index, p, table)
         self.ctx = ctx = RingContext(p.cluster_index, self.config, table, disks, self.log_dirs)
         loop.add_reader(p.net_bells[p.cluster_index], ctx.wakeups.on_doorbell)
-        self.member = ClusterMember.from_config(self.config, WireChannel(client_id=f"controller-{self.broker_id}"))
+        # every connection to another broker goes through this: its inter-broker listener
+        self.connector = BrokerConnector.from_config(self.config)
+        self.member = ClusterMember.from_config(self.config, WireChannel(
+            client_id=f"controller-{self.broker_id}", connector=self.connector))
         self.replicas: LocalReplicas | None = None
         self.answers = self._answers()
         self.configs: ConfigChanges | None = None
@@ -153,7 +157,7 @@ class ClusterWorker:
         store = ZkStore(self.member.client)
         self.store = store
         self.throttle = ThrottleSettings(self.member.client, self.broker_id)
-        self.fetcher = ReplicaFetcher(ctx, store, self.broker_id, self.throttle)
+        self.fetcher = ReplicaFetcher(ctx, store, self.broker_id, self.throttle, self.connector)
         self.topic_ids = TopicIds(store)
         self.replicas = LocalReplicas(ctx, self.member.leadership, area, store, self.fetcher,
                                       self.topic_ids)
@@ -181,7 +185,8 @@ class ClusterWorker:
                 pass
         if code == EXIT_OK and bool(self.config["controlled.shutdown.enable"]):
             # leadership moves while this broker still serves: producers see retriable errors only
-            await loop.run_in_executor(None, request_shutdown, self.member, store, self.broker_id)
+            await loop.run_in_executor(None, request_shutdown, self.member, store, self.broker_id,
+                                       self.connector)
         self.fetcher.stop()
         isr_task.cancel()
         config_task.cancel()

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from appliance.config import PLAINTEXT
 from appliance.storage.partition_metadata import parse_topic_id, topic_id_text
 
 __all__ = [
@@ -95,7 +96,7 @@ class BrokerInfo:
     host: str
     port: int
     endpoints: tuple[str, ...] = ()
-    security_protocol_map: dict[str, str] = field(default_factory=lambda: {"PLAINTEXT": "PLAINTEXT"})
+    security_protocol_map: dict[str, str] = field(default_factory=lambda: {PLAINTEXT: PLAINTEXT})
     rack: str | None = None
     timestamp_ms: int = 0
     jmx_port: int = -1
@@ -199,7 +200,7 @@ def _int_list(v: Any, what: str, path: str) -> tuple[int, ...]:
 def encode_broker(b: BrokerInfo) -> bytes:
     obj: dict[str, Any] = {
         "listener_security_protocol_map": dict(b.security_protocol_map),
-        "endpoints": list(b.endpoints) or [f"PLAINTEXT://{b.host}:{b.port}"],
+        "endpoints": list(b.endpoints) or [f"{PLAINTEXT}://{b.host}:{b.port}"],
         "jmx_port": b.jmx_port,
         "host": b.host,
         "timestamp": str(b.timestamp_ms or now_ms()),
@@ -226,7 +227,7 @@ def decode_broker(broker_id: int, data: bytes) -> BrokerInfo:
         raise ZnodeFormatError(f"{path}: no host and port")
     return BrokerInfo(
         broker_id=broker_id, host=host, port=port, endpoints=tuple(endpoints),
-        security_protocol_map=dict(obj.get("listener_security_protocol_map") or {"PLAINTEXT": "PLAINTEXT"}),
+        security_protocol_map=dict(obj.get("listener_security_protocol_map") or {PLAINTEXT: PLAINTEXT}),
         rack=obj.get("rack"), timestamp_ms=int(obj.get("timestamp") or 0),
         jmx_port=int(obj.get("jmx_port", -1)))
 

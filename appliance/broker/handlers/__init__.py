@@ -9,8 +9,12 @@ starts. Two ways in:
   now and sets the ``answer`` future with the encoded response later, from a doorbell callback,
   then calls ``ctx.wakeups.answer_ready(conn)``. No asyncio task (see docs/architecture.md, "The
   produce path without tasks").
-- the others: ``async def handle(ctx, request) -> body``, run as a task by :func:`run` (group
-  APIs, ``with_client_host=True``, also get the client's address: DescribeGroups shows it).
+- the others: ``async def handle(ctx, request) -> body``, run as a task by :func:`run`. A route
+  with ``with_context=True`` also gets the request's :class:`~appliance.broker.door.RequestContext`
+  (listener, principal, client address, this broker's address on that listener): Metadata and
+  FindCoordinator answer with the listener's address, DescribeGroups shows the client's.
+
+Every request has passed the door (:mod:`appliance.broker.door`) before it gets here.
 
 A body is a dict the protocol module encodes for the request's version, a ``RawBody``, or
 ``NO_RESPONSE`` (see :mod:`.answer`). Handlers never touch sockets: they read the shared table,
@@ -26,6 +30,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from appliance.broker.broker_context import BrokerContext
+from appliance.broker.door import RequestContext
 from appliance.broker.handlers import (
     alter_replica_log_dirs,
     api_versions,
@@ -92,7 +97,7 @@ class Route(NamedTuple):
     standalone: Callable | None
     cluster: Callable | None
     task_free: bool = False  # started without a task (answered from a doorbell callback)
-    with_client_host: bool = False  # group APIs: the handler also gets the client's address
+    with_context: bool = False  # the handler also gets the request's RequestContext
 
 
 def _both(handler: Callable, **kw: bool) -> Route:
@@ -100,7 +105,7 @@ def _both(handler: Callable, **kw: bool) -> Route:
     return Route(handler, handler, **kw)
 
 
-_group = functools.partial(_both, with_client_host=True)
+_group = functools.partial(_both, with_context=True)
 
 # the controller's inter-broker requests and the leader's OffsetsForLeaderEpoch: cluster only
 LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, CONTROLLED_SHUTDOWN = 4, 5, 6, 7
@@ -110,7 +115,7 @@ ROUTES: dict[int, Route] = {
     Fetch.API_KEY: _both(fetch.handle),
     ListOffsets.API_KEY: _both(list_offsets.handle),
     ApiVersions.API_KEY: Route(api_versions.handle, inter_broker.api_versions_in_cluster),
-    Metadata.API_KEY: Route(metadata.handle, inter_broker.forward),
+    Metadata.API_KEY: Route(metadata.handle, inter_broker.forward, with_context=True),
     CreateTopics.API_KEY: Route(topics.handle_create, inter_broker.forward),
     DeleteTopics.API_KEY: Route(topics.handle_delete, inter_broker.forward),
     CreatePartitions.API_KEY: Route(topics.handle_create_partitions, inter_broker.forward),
@@ -119,10 +124,12 @@ ROUTES: dict[int, Route] = {
     IncrementalAlterConfigs.API_KEY: _both(incremental_alter_configs.handle),
     DescribeLogDirs.API_KEY: _both(describe_log_dirs.handle),
     InitProducerId.API_KEY: _both(producer_id.handle),
-    FindCoordinator.API_KEY: Route(groups.find_coordinator, inter_broker.find_coordinator),
+    FindCoordinator.API_KEY: Route(groups.find_coordinator, inter_broker.find_coordinator,
+                                   with_context=True),
     DeleteRecords.API_KEY: _both(delete_records.handle),
     AlterReplicaLogDirs.API_KEY: _both(alter_replica_log_dirs.handle),
-    DescribeCluster.API_KEY: Route(describe_cluster.handle, inter_broker.describe_cluster_in_cluster),
+    DescribeCluster.API_KEY: Route(describe_cluster.handle, inter_broker.describe_cluster_in_cluster,
+                                   with_context=True),
     DescribeProducers.API_KEY: _both(describe_producers.handle),
     ElectLeaders.API_KEY: Route(one_broker_controller.elect_leaders, inter_broker.forward),
     AlterPartitionReassignments.API_KEY: Route(one_broker_controller.alter_reassignments,
@@ -152,12 +159,12 @@ class Served(NamedTuple):
 
     handler: Callable
     task_free: bool
-    with_client_host: bool
+    with_context: bool
 
 
 def table_for(cluster: bool) -> dict[int, Served]:
     """The column of :data:`ROUTES` for one mode; the APIs the mode does not serve left out."""
-    return {key: Served(h, r.task_free, r.with_client_host) for key, r in ROUTES.items()
+    return {key: Served(h, r.task_free, r.with_context) for key, r in ROUTES.items()
             if (h := r.cluster if cluster else r.standalone) is not None}
 
 
@@ -175,16 +182,17 @@ def served(ctx: BrokerContext, api_key: int) -> Served | None:
 
 
 
-async def run(ctx: BrokerContext, request: Request, client_host: str = "",
+async def run(ctx: BrokerContext, request: Request, rc: RequestContext,
               timing: AnswerTiming | None = None) -> Any:
-    """The encoded response chunks for one request (None when it gets no response).
-    ``timing`` (metrics only): when it was decoded; its answer's ready time is set here."""
+    """The encoded response chunks for one request the door let in (None when it gets no
+    response). ``timing`` (metrics only, from the door): when it was decoded; its answer's
+    ready time is set here."""
     started = time.monotonic()
     how = served(ctx, request.api_key)
     if how is None:
         raise CloseConnection(f"no handler for API key {request.api_key}")
-    if how.with_client_host:
-        body = await how.handler(ctx, request, client_host)
+    if how.with_context:
+        body = await how.handler(ctx, request, rc)
     else:
         body = await how.handler(ctx, request)
     if timing is not None and ctx.metrics is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from appliance.broker.door import RequestContext
 from appliance.errors import ErrorCode
 from appliance.protocol.messages.describe_cluster import ENDPOINT_TYPE_BROKERS
 
@@ -27,11 +28,11 @@ def wrong_endpoint_type(request: Request) -> dict | None:
     return None
 
 
-async def handle(ctx: BrokerContext, request: Request) -> dict:
+async def handle(ctx: BrokerContext, request: Request, rc: RequestContext) -> dict:
     refused = wrong_endpoint_type(request)
     if refused is not None:
         return refused
-    host, port = ctx.advertised
+    host, port = rc.advertised  # this broker on the request's listener
     return {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
             "endpoint_type": ENDPOINT_TYPE_BROKERS, "cluster_id": ctx.cluster_id,
             "controller_id": ctx.broker_id,

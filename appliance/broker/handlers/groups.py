@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from appliance.broker.door import RequestContext
 from appliance.broker.handlers.answer import RawBody
 from appliance.broker.topic_admin import create_topic
 from appliance.coordinator.batched_lookup import batched_coordinators
@@ -58,13 +59,16 @@ def _coordinator_slot(ctx: BrokerContext, group_id: str) -> tuple[Any, int]:
     return info, 0
 
 
-async def find_coordinator(ctx: BrokerContext, request: Request) -> dict:
+async def find_coordinator(ctx: BrokerContext, request: Request, rc: RequestContext) -> dict:
+    """This broker, at its address on the listener the request came in on."""
     return await batched_coordinators(
-        lambda key: _find_one(ctx, key, request.body.key_type, request.api_version), request)
+        lambda key: _find_one(ctx, key, request.body.key_type, request.api_version, rc.advertised),
+        request)
 
 
-async def _find_one(ctx: BrokerContext, key: str, key_type: int, version: int) -> dict:
-    host, port = ctx.advertised
+async def _find_one(ctx: BrokerContext, key: str, key_type: int, version: int,
+                    advertised: tuple[str, int]) -> dict:
+    host, port = advertised
 
     def answer(code: int, msg: str | None = None) -> dict:
         ok = code == 0
@@ -122,9 +126,10 @@ def _error_body(api_key: int, code: int, request: Request) -> dict:
     raise ValueError(api_key)
 
 
-async def route(ctx: BrokerContext, request: Request, client_host: str) -> Any:
+async def route(ctx: BrokerContext, request: Request, rc: RequestContext | None) -> Any:
     """JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch: one coordinator
     (OffsetFetch v8+: one per group, asked concurrently)."""
+    client_host = rc.client_host if rc is not None else ""  # None: the broker itself asks
     if request.api_key == OffsetFetch.API_KEY and request.api_version >= FIRST_MULTI_GROUP_VERSION:
         return await _offset_fetch_groups(ctx, request, client_host)
     info, code = _coordinator_slot(ctx, request.body.group_id)
@@ -183,7 +188,8 @@ def _online_disks(ctx: BrokerContext) -> dict[int, Any]:
     return out
 
 
-async def list_groups(ctx: BrokerContext, request: Request, client_host: str) -> dict:
+async def list_groups(ctx: BrokerContext, request: Request, rc: RequestContext | None) -> dict:
+    client_host = rc.client_host if rc is not None else ""  # None: the broker itself asks
     disks = _online_disks(ctx)
     comps = await asyncio.gather(*(_submit(ctx, request, info, client_host) for info in disks.values()))
     groups, error = [], 0
@@ -200,7 +206,8 @@ async def list_groups(ctx: BrokerContext, request: Request, client_host: str) ->
     return {"throttle_time_ms": 0, "error_code": error, "groups": groups}
 
 
-async def describe_groups(ctx: BrokerContext, request: Request, client_host: str) -> dict:
+async def describe_groups(ctx: BrokerContext, request: Request, rc: RequestContext | None) -> dict:
+    client_host = rc.client_host if rc is not None else ""  # None: the broker itself asks
     split, missing = _by_disk(ctx, list(request.body.groups))
     api = API_BY_KEY[request.api_key]
     jobs = [_submit(ctx, request, _Info(disk, slot), client_host,
@@ -222,7 +229,8 @@ async def describe_groups(ctx: BrokerContext, request: Request, client_host: str
     return {"throttle_time_ms": 0, "groups": out}
 
 
-async def delete_groups(ctx: BrokerContext, request: Request, client_host: str) -> dict:
+async def delete_groups(ctx: BrokerContext, request: Request, rc: RequestContext | None) -> dict:
+    client_host = rc.client_host if rc is not None else ""  # None: the broker itself asks
     split, missing = _by_disk(ctx, list(request.body.groups_names))
     api = API_BY_KEY[request.api_key]
     jobs = [_submit(ctx, request, _Info(disk, slot), client_host, {"groups_names": gids})

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from appliance.broker.door import RequestContext
 from appliance.broker.handlers import api_versions, describe_cluster
 from appliance.broker.handlers.answer import CloseConnection, RawBody
 from appliance.coordinator.batched_lookup import FIRST_BATCHED_VERSION
@@ -40,7 +41,7 @@ _NOT_JOINED = {
 }
 
 
-async def forward(ctx: BrokerContext, request: Request) -> Any:
+async def forward(ctx: BrokerContext, request: Request, rc: RequestContext | None = None) -> Any:
     api = ctx.extra_apis.get(request.api_key) or request.api
     body = api.encode_request(request.api_version, request.body)
     try:
@@ -87,7 +88,7 @@ async def offsets_for_leader_epoch(ctx: BrokerContext, request: Request) -> RawB
     return RawBody(api.encode_response(request.api_version, {"throttle_time_ms": 0, "topics": topics}))
 
 
-async def find_coordinator(ctx: BrokerContext, request: Request) -> Any:
+async def find_coordinator(ctx: BrokerContext, request: Request, rc: RequestContext) -> Any:
     """Cluster mode: the cluster worker names the leader of the group's ``__consumer_offsets``
     partition (creating the topic on the first call), the same answer on every broker; that
     broker's disk worker holding the partition is the coordinator (``groups.route``)."""
@@ -105,12 +106,12 @@ async def find_coordinator(ctx: BrokerContext, request: Request) -> Any:
         return {"throttle_time_ms": 0, **one}
 
 
-async def describe_cluster_in_cluster(ctx: BrokerContext, request: Request) -> Any:
+async def describe_cluster_in_cluster(ctx: BrokerContext, request: Request, rc: RequestContext) -> Any:
     """DescribeCluster: every live broker and the controller, from the cluster worker."""
     refused = describe_cluster.wrong_endpoint_type(request)
     if refused is not None:
         return refused
-    return await forward(ctx, request)
+    return await forward(ctx, request, rc)
 
 
 async def api_versions_in_cluster(ctx: BrokerContext, request: Request) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from appliance.broker.door import RequestContext
 from appliance.broker.topic_admin import create_topic
 from appliance.config import validate_topic_name
 from appliance.coordinator.routing import OFFSETS_TOPIC
@@ -48,7 +49,7 @@ def topic_metadata(ctx: BrokerContext, name: str) -> dict:
             "is_internal": name == OFFSETS_TOPIC, "partitions": out}
 
 
-async def handle(ctx: BrokerContext, request: Request) -> dict:
+async def handle(ctx: BrokerContext, request: Request, rc: RequestContext) -> dict:
     body = request.body
     by_id: list = []
     every = body.topics is None or (request.api_version == 0 and not body.topics)  # v0: [] = all
@@ -84,7 +85,7 @@ async def handle(ctx: BrokerContext, request: Request) -> dict:
         topics += [{"error_code": ErrorCode.UNKNOWN_TOPIC_ID,
                     "name": None if request.api_version >= 12 else "",
                     "topic_id": t.topic_id, "partitions": []} for t in by_id]
-    host, port = ctx.advertised
+    host, port = rc.advertised  # Kafka: this broker's endpoint on the request's listener
     return {
         "throttle_time_ms": 0,
         "brokers": [{"node_id": ctx.broker_id, "host": host, "port": port, "rack": None}],

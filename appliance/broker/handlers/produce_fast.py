@@ -25,8 +25,10 @@ Runs in the network worker's event loop; not thread-safe.
 from __future__ import annotations
 
 import asyncio
+import struct
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from appliance.broker.door import Refusal
 from appliance.broker.handlers.produce import fail_answer
 from appliance.metrics.recorder import SAMPLE_MASK
 from appliance.protocol.produce_shape import ProduceAnswer, parse_produce
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["FastProduce"]
 
 _MAGIC_POS = MAGIC_OFFSET  # byte of the magic in a v2 batch (after base offset, length, leader epoch)
+_CLIENT_LEN = struct.Struct(">h")  # the header's client id length, after key, version, correlation id
 _CACHE_LIMIT = 4096  # topic names and answer templates kept; emptied when full (cheap to rebuild)
 
 
@@ -54,12 +57,13 @@ class _Header(NamedTuple):
 class FastProduce:
     """One network worker's fast path (its caches of topic names and answer templates)."""
 
-    __slots__ = ("ctx", "_names", "_answers", "_online", "_leader", "_max_payload")
+    __slots__ = ("ctx", "_names", "_answers", "_online", "_leader", "_max_payload", "_client_ids")
 
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
         self._max_payload = ctx.disks.max_payload()  # fixed by the rings' size
         self._names: dict[bytes, str] = {}
+        self._client_ids: dict[bytes, str] = {}
         self._answers: dict[tuple[int, bytes, int], ProduceAnswer] = {}
         self._online = SlotState.ONLINE
         self._leader = Role.LEADER
@@ -98,6 +102,14 @@ class FastProduce:
             count = m.produce_count + 1
             if not count & SAMPLE_MASK:
                 return False  # a timed request: the generic path times it
+        # the door, once: this path takes the request from here on (declined ones meet it on
+        # the generic path)
+        entry = conn.door.enter(conn.request_context(0, version, correlation_id,
+                                                     self._client_id(frame)), False)
+        if type(entry) is Refusal:
+            conn.refuse(entry, answer)
+            return True
+        if m is not None:
             m.produce_count = count
         key = (version, topic, index)
         template = self._answers.get(key)
@@ -109,6 +121,20 @@ class FastProduce:
                          on_done=_done, token=(ctx, conn, answer, template, correlation_id, version, name, index),
                          ring_now=True)
         return True
+
+    def _client_id(self, frame: memoryview) -> str | None:
+        """The request header's client id (parse_produce has checked it lies in the frame)."""
+        n = _CLIENT_LEN.unpack_from(frame, 8)[0]
+        if n < 0:
+            return None
+        raw = bytes(frame[10:10 + n])
+        name = self._client_ids.get(raw)
+        if name is None:
+            name = raw.decode(errors="replace")
+            if len(self._client_ids) >= _CACHE_LIMIT:
+                self._client_ids.clear()
+            self._client_ids[raw] = name
+        return name
 
 
 def _done(token: tuple, comp: Completion) -> None:

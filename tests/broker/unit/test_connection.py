@@ -8,6 +8,7 @@ import types
 
 import appliance.protocol as proto
 from appliance.broker.cluster_view import ClusterView
+from appliance.broker.door import ANONYMOUS, ConnectionContext, Door
 from appliance.broker.network_worker import MAX_IN_FLIGHT, KafkaConnection
 from appliance.errors import ErrorCode
 from appliance.process.disk_client import Completion
@@ -18,6 +19,7 @@ from appliance.shm.layout import SlotState
 from tests.broker.wire import produce_body
 
 TOPIC = "t"
+LISTENER = ConnectionContext("PLAINTEXT", "PLAINTEXT", ANONYMOUS, "", ("localhost", 9092))
 
 
 class FakeTransport:
@@ -83,9 +85,10 @@ def _ctx(lookup=None):
         wakeups=Wakeups(disks), index=index, view=ClusterView(index), leads=lambda slot: True,
         table=types.SimpleNamespace(state=lambda slot: SlotState.ONLINE), readers=None,
         metrics=None,  # metrics off (BrokerContext.metrics)
-        limits=None, acceptor=None, request_memory=None,  # no connection limits
+        limits=None, acceptors=[], request_memory=None,  # no connection limits
         leaders=None, extra_apis=None, cluster_link=None,  # standalone (BrokerContext's defaults)
-        fast_produce=None)  # the generic path (the fast path's tests: test_produce_fast.py)
+        fast_produce=None,  # the generic path (the fast path's tests: test_produce_fast.py)
+        door=Door(), listeners=[LISTENER])  # BrokerContext's: the door lets every request in
 
 
 class Client:
