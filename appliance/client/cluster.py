@@ -73,6 +73,13 @@ class Cluster:
         self._fetched_at = 0.0
         self._closed = False
 
+    @classmethod
+    def for_consumer(cls, c: dict[str, Any]) -> Cluster:
+        """A consumer's cluster, from its resolved config: a consumer never creates topics."""
+        return cls(c["bootstrap.servers"], client_id=c["client.id"], request_timeout_ms=c["request.timeout.ms"],
+                   connect_timeout_ms=c["socket.connection.setup.timeout.ms"], allow_auto_create=False,
+                   metadata_max_age_ms=c["metadata.max.age.ms"])
+
     # connections ----------------------------------------------------------------------------
     def connection(self, host: str, port: int, purpose: str = "default", timeout: float | None = None,
                    connect_timeout: float | None = None) -> PipelinedConnection:

@@ -70,10 +70,7 @@ class Consumer:
             raise InvalidConfigError(f"config heartbeat.interval.ms={c['heartbeat.interval.ms']}: must be "
                                      f"below session.timeout.ms={c['session.timeout.ms']}")
         self.assignors = [make_assignor(n) for n in c["partition.assignment.strategy"]]
-        self.cluster = Cluster(c["bootstrap.servers"], client_id=c["client.id"],
-                               request_timeout_ms=c["request.timeout.ms"],
-                               connect_timeout_ms=c["socket.connection.setup.timeout.ms"],
-                               allow_auto_create=False, metadata_max_age_ms=c["metadata.max.age.ms"])
+        self.cluster = Cluster.for_consumer(c)
         self.key_decoder = as_decoder(c["key.deserializer"])
         self.value_decoder = as_decoder(c["value.deserializer"])
         self.group: GroupMembership | None = None

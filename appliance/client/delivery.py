@@ -99,11 +99,20 @@ class ProducerFuture:
             self._value, self._error = value, error
             self._done = True
             ev, callbacks, self._callbacks = self._event, self._callbacks, None
+            more = self._take_more_callbacks()
         if ev is not None:
             ev.set()
-        if callbacks:
-            for fn in callbacks:
-                _safe(fn, value, error)
+        for fn in callbacks or ():
+            _safe(fn, value, error)
+        if more:
+            self._run_more_callbacks(more)
+
+    def _take_more_callbacks(self) -> list | None:
+        """Under the lock, at completion: callbacks a subclass keeps besides the future's own."""
+        return None
+
+    def _run_more_callbacks(self, more: list) -> None:
+        """After the waiters are woken and the future's own callbacks ran."""
 
 
 class RunFuture(ProducerFuture):
@@ -150,19 +159,12 @@ class RunFuture(ProducerFuture):
         else:
             _safe(fn, self.metadata(i), None)
 
-    def _complete(self, value: RecordMetadata | None, error: BaseException | None) -> None:
-        with _LOCK:
-            if self._done:
-                return
-            self._value, self._error = value, error
-            self._done = True
-            ev, callbacks, self._callbacks = self._event, self._callbacks, None
-            calls, self._record_callbacks = self._record_callbacks, None
-        if ev is not None:
-            ev.set()
-        for fn in callbacks or ():
-            _safe(fn, value, error)
-        for i, fn in calls or ():
+    def _take_more_callbacks(self) -> list | None:
+        calls, self._record_callbacks = self._record_callbacks, None
+        return calls
+
+    def _run_more_callbacks(self, more: list) -> None:
+        for i, fn in more:
             self._call_record(i, fn)
 
 

@@ -35,10 +35,7 @@ class SimpleConsumer:
         if bootstrap_servers is not None:
             merged["bootstrap.servers"] = bootstrap_servers
         c = self.config = cfg.resolve(cfg.CONSUMER_KEYS, merged, kwargs)
-        self.cluster = Cluster(c["bootstrap.servers"], client_id=c["client.id"],
-                               request_timeout_ms=c["request.timeout.ms"],
-                               connect_timeout_ms=c["socket.connection.setup.timeout.ms"],
-                               allow_auto_create=False, metadata_max_age_ms=c["metadata.max.age.ms"])
+        self.cluster = Cluster.for_consumer(c)
         self.key_decoder = as_decoder(c["key.deserializer"])
         self.value_decoder = as_decoder(c["value.deserializer"])
 

@@ -366,13 +366,20 @@ class GroupCoordinator:
         return None
 
     # -- Heartbeat / LeaveGroup -----------------------------------------------------------
+    def _group_error(self, group_id: str) -> int:
+        """The error of a membership request (Heartbeat, LeaveGroup) for a group this
+        coordinator cannot answer for, or 0."""
+        if not group_id:  # Kafka: only the offset APIs accept an empty group id
+            return E.INVALID_GROUP_ID
+        if not self.owns_group(group_id):
+            return self.not_owned_error(group_id)
+        return 0
+
     def _heartbeat(self, body: Any, version: int, token: Any, client_id: str, client_host: str) -> dict:
         def r(code: int) -> dict:
             return {"throttle_time_ms": 0, "error_code": code}
-        if not body.group_id:  # Kafka: only the offset APIs accept an empty group id
-            return r(E.INVALID_GROUP_ID)
-        if not self.owns_group(body.group_id):
-            return r(self.not_owned_error(body.group_id))
+        if code := self._group_error(body.group_id):
+            return r(code)
         group = self.groups.get(body.group_id)
         if group is None or group.is_(S.DEAD) or body.member_id not in group.members:
             return r(E.UNKNOWN_MEMBER_ID)
@@ -386,10 +393,8 @@ class GroupCoordinator:
     def _leave(self, body: Any, version: int, token: Any, client_id: str, client_host: str) -> dict:
         def r(code: int) -> dict:
             return {"throttle_time_ms": 0, "error_code": code}
-        if not body.group_id:  # Kafka: only the offset APIs accept an empty group id
-            return r(E.INVALID_GROUP_ID)
-        if not self.owns_group(body.group_id):
-            return r(self.not_owned_error(body.group_id))
+        if code := self._group_error(body.group_id):
+            return r(code)
         group = self.groups.get(body.group_id)
         if version >= 3:  # KIP-345: a batch of members, each answered with its own error
             members = []

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from appliance.records.batch_layout import (
     BASE_OFFSET_OFFSET,
@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from appliance.storage.log import AppendInfo, PartitionLog
 
 __all__ = ["ALONE", "HeldDelete", "HeldProduce", "Partition", "stamp_epoch", "batch_epochs"]
+
+_H = TypeVar("_H", "HeldProduce", "HeldDelete")
 
 # The in-sync followers of a partition on a broker with no cluster: none (the leader is its ISR)
 ALONE: tuple[int, ...] = ()
@@ -269,20 +271,15 @@ class Partition:
 
     def covered_produces(self) -> list[HeldProduce]:
         """The held produces the high watermark now covers, taken out in append order."""
-        held = self.held_produces
-        if not held or held[0].needed > self.log.high_watermark:
-            return []
         hw = self.log.high_watermark
-        done = [h for h in held if h.needed <= hw]
-        self.held_produces = [h for h in held if h.needed > hw]
+        if not self.held_produces or self.held_produces[0].needed > hw:
+            return []
+        done, self.held_produces = _take(self.held_produces, lambda h: h.needed <= hw)
         return done
 
     def expired_produces(self, now: float) -> list[HeldProduce]:
         """The held produces past their deadline, taken out in append order."""
-        held = self.held_produces
-        gone = [h for h in held if now > h.deadline]
-        if gone:
-            self.held_produces = [h for h in held if now <= h.deadline]
+        gone, self.held_produces = _take(self.held_produces, lambda h: now > h.deadline)
         return gone
 
     def take_produces(self) -> list[HeldProduce]:
@@ -297,19 +294,21 @@ class Partition:
     def reached_deletes(self, isr: Collection[int]) -> tuple[int, list[HeldDelete]]:
         """(the low watermark, the held DeleteRecords it has reached, taken out in order)."""
         low = self.low_watermark(isr)
-        held = self.held_deletes
-        done = [h for h in held if h.offset <= low]
-        if done:
-            self.held_deletes = [h for h in held if h.offset > low]
+        done, self.held_deletes = _take(self.held_deletes, lambda h: h.offset <= low)
         return low, done
 
     def expired_deletes(self, now: float) -> list[HeldDelete]:
-        held = self.held_deletes
-        gone = [h for h in held if now > h.deadline]
-        if gone:
-            self.held_deletes = [h for h in held if now <= h.deadline]
+        """The held DeleteRecords past their deadline, taken out in order."""
+        gone, self.held_deletes = _take(self.held_deletes, lambda h: now > h.deadline)
         return gone
 
     def take_deletes(self) -> list[HeldDelete]:
+        """Every held DeleteRecords, taken out (the leadership went)."""
         held, self.held_deletes = self.held_deletes, []
         return held
+
+
+def _take(held: list[_H], due: Callable[[_H], bool]) -> tuple[list[_H], list[_H]]:
+    """(the held items that are due, the rest), each in its order; ``held`` itself when none is."""
+    taken = [h for h in held if due(h)]
+    return taken, ([h for h in held if not due(h)] if taken else held)
