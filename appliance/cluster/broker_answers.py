@@ -18,9 +18,10 @@ from appliance.cluster.assignment import (
     InvalidReplicationFactor,
     assign_replicas,
 )
+from appliance.cluster.broker_connection import registered_endpoints
 from appliance.cluster.leadership import LeadershipTable
 from appliance.cluster.topic_ids import TopicIds
-from appliance.cluster.zk_paths import TopicAssignment
+from appliance.cluster.zk_paths import BrokerInfo, TopicAssignment
 from appliance.cluster.zk_store import TopicCollision, TopicExists, ZkStore
 from appliance.config import ConfigError, TopicConfig, validate_topic_name
 from appliance.coordinator.batched_lookup import FIRST_BATCHED_VERSION, batched_coordinators
@@ -58,7 +59,7 @@ def _by_topic(table: LeadershipTable) -> dict[str, dict[int, Any]]:
 
 
 async def metadata_body(table: LeadershipTable, store: ZkStore, config: Any, request: Any,
-                        version: int, topic_ids: TopicIds | None = None) -> dict:
+                        version: int, topic_ids: TopicIds | None = None, listener: str = "") -> dict:
     topics = _by_topic(table)
     by_id: list[bytes] = []
     if request.topics is None or (version == 0 and not request.topics):
@@ -100,7 +101,7 @@ async def metadata_body(table: LeadershipTable, store: ZkStore, config: Any, req
             e["topic_id"] = ids.get(e["name"], bytes(16))
     entries += [{"error_code": int(ErrorCode.UNKNOWN_TOPIC_ID), "name": None if version >= 12 else "",
                  "topic_id": i, "is_internal": False, "partitions": []} for i in by_id]
-    live, controller = await _brokers_and_controller(table, store)
+    live, controller = await _brokers_and_controller(table, store, listener)
     return {"throttle_time_ms": 0,
             "brokers": [{"node_id": b, "host": h, "port": p, "rack": r}
                         for b, (h, p, r) in sorted(live.items())],
@@ -109,31 +110,40 @@ async def metadata_body(table: LeadershipTable, store: ZkStore, config: Any, req
             "topics": entries}
 
 
-async def describe_cluster_body(table: LeadershipTable, store: ZkStore) -> dict:
+async def describe_cluster_body(table: LeadershipTable, store: ZkStore, listener: str = "") -> dict:
     """DescribeCluster (KIP-700): the live brokers and the controller, as Metadata has them."""
-    live, controller = await _brokers_and_controller(table, store)
+    live, controller = await _brokers_and_controller(table, store, listener)
     return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
             "cluster_id": CLUSTER_ID, "controller_id": controller,
             "brokers": [{"broker_id": b, "host": h, "port": p, "rack": r}
                         for b, (h, p, r) in sorted(live.items())]}
 
 
-async def _brokers_and_controller(table: LeadershipTable,
-                                  store: ZkStore) -> tuple[dict[int, tuple[str, int, str | None]], int]:
+async def _brokers_and_controller(table: LeadershipTable, store: ZkStore,
+                                  listener: str) -> tuple[dict[int, tuple[str, int, str | None]], int]:
     """The live brokers and the controller a client is told: the controller's view from
     UpdateMetadata; until the first one reaches this broker (it has just joined, or the
     controller's first try failed and waits to retry), ZooKeeper's registrations and
     /controller. A client must not learn "no controller" from a broker that merely has not heard
     yet: librdkafka's admin client then waits for a broker to change state before it asks again,
-    and a CreateTopics sits until its timeout."""
+    and a CreateTopics sits until its timeout. Each broker at its address on ``listener`` (the
+    client's), where it has one."""
     if table.live_brokers and table.fence.controller_id != -1:
-        return table.live_brokers, table.fence.controller_id
+        return table.brokers_on(listener), table.fence.controller_id
     try:
         brokers, controller = await asyncio.get_running_loop().run_in_executor(
             None, lambda: (store.brokers(), store.controller_id()))
     except KazooException:  # ZooKeeper unreachable right now: what we have, as before
-        return table.live_brokers, table.fence.controller_id
-    return {b: (i.host, i.port, i.rack) for b, i in brokers.items()}, controller
+        return table.brokers_on(listener), table.fence.controller_id
+    return {b: (*_address_on(i, listener), i.rack) for b, i in brokers.items()}, controller
+
+
+def _address_on(broker: BrokerInfo, listener: str) -> tuple[str, int]:
+    """A registration's host and port on ``listener``, or its legacy ones."""
+    for ep in registered_endpoints(broker):
+        if ep.listener == listener:
+            return ep.host, ep.port
+    return broker.host, broker.port
 
 
 async def create_topic(table: LeadershipTable, store: ZkStore, config: Any, name: str,
@@ -359,7 +369,7 @@ KEY_TYPE_GROUP = 0
 
 
 async def coordinator_body(table: LeadershipTable, store: ZkStore, config: Any, request: Any,
-                           version: int) -> dict:
+                           version: int, listener: str = "") -> dict:
     """FindCoordinator, Kafka's rule: the leader of the group's ``__consumer_offsets``
     partition (COORDINATOR_NOT_AVAILABLE while it has none). The first one creates the topic
     through ZooKeeper, with ``offsets.topic.num.partitions`` partitions and a replication factor
@@ -367,11 +377,11 @@ async def coordinator_body(table: LeadershipTable, store: ZkStore, config: Any, 
     if version >= FIRST_BATCHED_VERSION:
         return await batched_coordinators(
             lambda key: coordinator_body(table, store, config,
-                                         SimpleNamespace(key=key, key_type=request.key_type), 3),
+                                         SimpleNamespace(key=key, key_type=request.key_type), 3, listener),
             request, version)
 
     def answer(code: int, msg: str | None = None, node: int = -1) -> dict:
-        host, port = (table.live_brokers[node][:2]) if node >= 0 else ("", -1)
+        host, port = (table.brokers_on(listener)[node][:2]) if node >= 0 else ("", -1)
         return {"throttle_time_ms": 0, "error_code": int(code), "error_message": msg,
                 "node_id": node, "host": host, "port": port}
 

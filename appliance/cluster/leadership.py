@@ -67,6 +67,20 @@ class LeadershipTable:
         self.local: dict[TopicPartition, PartitionLeadership] = {}
         self.metadata: dict[TopicPartition, PartitionLeadership] = {}
         self.live_brokers: dict[int, tuple[str, int, str | None]] = {}  # id -> (host, port, rack)
+        # id -> listener name -> (host, port): every endpoint UpdateMetadata gave (v3+ names them)
+        self.endpoints: dict[int, dict[str, tuple[str, int]]] = {}
+
+    def brokers_on(self, listener: str) -> dict[int, tuple[str, int, str | None]]:
+        """The live brokers at their address on ``listener`` (Kafka answers a client with the
+        endpoints of the listener its request came in on); a broker with no endpoint by that
+        name, or an unnamed listener (""), at its first."""
+        if not listener:
+            return self.live_brokers
+        out = {}
+        for b, (host, port, rack) in self.live_brokers.items():
+            host, port = self.endpoints.get(b, {}).get(listener, (host, port))
+            out[b] = (host, port, rack)
+        return out
 
     def leads(self, tp: TopicPartition) -> bool:
         s = self.local.get(tp)
@@ -124,12 +138,13 @@ class LeadershipTable:
     def apply_update_metadata(self, request: Any) -> dict[str, Any]:
         if self.fence.admit(request.controller_id, request.controller_epoch) != ErrorCode.NONE:
             return {"error_code": int(ErrorCode.STALE_CONTROLLER_EPOCH)}
-        live = {}
+        live, endpoints = {}, {}
         for b in request.live_brokers:
             eps = getattr(b, "endpoints", None) or []
             host, port = (eps[0].host, eps[0].port) if eps else (b.v0_host, b.v0_port)
             live[b.id] = (host, port, getattr(b, "rack", None))
-        self.live_brokers = live
+            endpoints[b.id] = {ep.listener: (ep.host, ep.port) for ep in eps if getattr(ep, "listener", None)}
+        self.live_brokers, self.endpoints = live, endpoints
         for tp, ps in partition_states(request, "topic_states", "ungrouped_partition_states"):
             if ps.leader == LEADER_DURING_DELETE:
                 self.metadata.pop(tp, None)  # being deleted: no longer served or listed

@@ -58,7 +58,7 @@ from appliance.cluster.zk_paths import split_chroot
 from appliance.cluster.zk_session import ZooKeeperUnreachable, open_session
 from appliance.cluster.zk_store import ZkStore
 from appliance.config import BrokerConfig
-from appliance.process.cluster_link import CONFIG_REQUEST, FORWARD_HEAD, LENGTH
+from appliance.process.cluster_link import CONFIG_REQUEST, LENGTH, Forwarded, read_forwarded
 from appliance.process.disk_client import DiskClient
 from appliance.process.event_loop import run_event_loop
 from appliance.process.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
@@ -95,7 +95,7 @@ _PREVIOUS_SESSION_MAX_S = 40.0  # ZooKeeper's default maxSessionTimeout (20 tick
 _THROTTLE_PUBLISH_S = 0.5  # a throttle set or removed reaches the leaders' fetch answers this late
 
 # an answer: (the decoded request, its version) -> the response body
-Answer = Callable[[Any, int], Awaitable[dict]]
+Answer = Callable[[Any, Forwarded], Awaitable[dict]]  # (decoded request, its head)
 
 
 class ClusterWorker:
@@ -263,11 +263,11 @@ class ClusterWorker:
             while True:
                 (n,) = LENGTH.unpack(await reader.readexactly(LENGTH.size))
                 frame = await reader.readexactly(n)
-                api_key, version = FORWARD_HEAD.unpack_from(frame, 0)
-                if api_key == CONFIG_REQUEST:
-                    body = await self._config_request(frame[FORWARD_HEAD.size:])
+                head = read_forwarded(frame)
+                if head.api_key == CONFIG_REQUEST:
+                    body = await self._config_request(frame[head.body_at:])
                 else:
-                    body = await self._answer(api_key, version, frame)
+                    body = await self._answer(head, frame)
                 writer.write(LENGTH.pack(len(body)) + body)
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass  # the network worker went away, or we are stopping
@@ -293,34 +293,34 @@ class ClusterWorker:
             LeaderAndIsr.API_KEY: (LeaderAndIsr, self._leader_and_isr),
             StopReplica.API_KEY: (StopReplica, self._stop_replica),
             UpdateMetadata.API_KEY: (UpdateMetadata, self._update_metadata),
-            ControlledShutdown.API_KEY: (ControlledShutdown, lambda r, v: answer_shutdown(self.member, r)),
-            ElectLeaders.API_KEY: (ElectLeaders, lambda r, v: answer_elect_leaders(self.member, r)),
+            ControlledShutdown.API_KEY: (ControlledShutdown, lambda r, h: answer_shutdown(self.member, r)),
+            ElectLeaders.API_KEY: (ElectLeaders, lambda r, h: answer_elect_leaders(self.member, r)),
             AlterPartitionReassignments.API_KEY: (
-                AlterPartitionReassignments, lambda r, v: answer_alter_reassignments(self.member, r)),
+                AlterPartitionReassignments, lambda r, h: answer_alter_reassignments(self.member, r)),
             ListPartitionReassignments.API_KEY: (
-                ListPartitionReassignments, lambda r, v: answer_list_reassignments(self.member, r)),
+                ListPartitionReassignments, lambda r, h: answer_list_reassignments(self.member, r)),
             FindCoordinator.API_KEY: (
-                FindCoordinator, lambda r, v: coordinator_body(lt, self.store, self.config, r, v)),
+                FindCoordinator, lambda r, h: coordinator_body(lt, self.store, self.config, r, h.api_version, h.listener)),
             Metadata.API_KEY: (
-                Metadata, lambda r, v: metadata_body(lt, self.store, self.config, r, v, self.topic_ids)),
-            CreateTopics.API_KEY: (CreateTopics, lambda r, v: create_topics_body(lt, self.store, self.config, r)),
+                Metadata, lambda r, h: metadata_body(lt, self.store, self.config, r, h.api_version, self.topic_ids, h.listener)),
+            CreateTopics.API_KEY: (CreateTopics, lambda r, h: create_topics_body(lt, self.store, self.config, r)),
             CreatePartitions.API_KEY: (
-                CreatePartitions, lambda r, v: create_partitions_body(lt, self.store, self.config, r)),
-            DeleteTopics.API_KEY: (DeleteTopics, lambda r, v: delete_topics_body(self.store, self.config, r)),
-            DescribeCluster.API_KEY: (DescribeCluster, lambda r, v: describe_cluster_body(lt, self.store)),
+                CreatePartitions, lambda r, h: create_partitions_body(lt, self.store, self.config, r)),
+            DeleteTopics.API_KEY: (DeleteTopics, lambda r, h: delete_topics_body(self.store, self.config, r)),
+            DescribeCluster.API_KEY: (DescribeCluster, lambda r, h: describe_cluster_body(lt, self.store, h.listener)),
         }
 
-    async def _answer(self, api_key: int, version: int, frame: bytes) -> bytes:
+    async def _answer(self, head: Forwarded, frame: bytes) -> bytes:
         if self.replicas is None:  # not joined yet: the controller retries on a closed link
             raise ConnectionError("not joined yet")
-        found = self.answers.get(api_key)
+        found = self.answers.get(head.api_key)
         if found is None:
-            raise ConnectionError(f"API {api_key} is not served by the cluster worker")
+            raise ConnectionError(f"API {head.api_key} is not served by the cluster worker")
         api, answer = found
-        req = api.decode_request(version, frame, FORWARD_HEAD.size)
-        return api.encode_response(version, await answer(req, version))
+        req = api.decode_request(head.api_version, frame, head.body_at)
+        return api.encode_response(head.api_version, await answer(req, head))
 
-    async def _leader_and_isr(self, req: Any, version: int) -> dict:
+    async def _leader_and_isr(self, req: Any, head: Forwarded) -> dict:
         async with self.replicas.lock:
             resp, changes = self.member.leadership.apply_leader_and_isr(req)
             touched = [tp for tp, _ in partition_states(req, "topic_states", "ungrouped_partition_states")]
@@ -328,13 +328,13 @@ class ClusterWorker:
                 await self.replicas.apply(changes, touched)
         return resp
 
-    async def _stop_replica(self, req: Any, version: int) -> dict:
+    async def _stop_replica(self, req: Any, head: Forwarded) -> dict:
         async with self.replicas.lock:
             resp, changes = self.member.leadership.apply_stop_replica(req)
             await self.replicas.stop(changes)
         return resp
 
-    async def _update_metadata(self, req: Any, version: int) -> dict:
+    async def _update_metadata(self, req: Any, head: Forwarded) -> dict:
         lt = self.member.leadership
         resp = lt.apply_update_metadata(req)
         if not resp["error_code"]:

@@ -2,8 +2,10 @@
 
 Requests the cluster worker answers (the controller's LeaderAndIsr / StopReplica /
 UpdateMetadata, and Metadata and CreateTopics, which need the cluster's view) travel as
-``[u32 length][i16 api key][i16 api version][encoded request body]`` over one abstract Unix
-stream socket per network worker; the answer is ``[u32 length][encoded response body]``. One
+``[u32 length][i16 api key][i16 api version][u8 n][listener name, n bytes][encoded request
+body]`` over one abstract Unix stream socket per network worker (the listener the client's
+request came in on: Metadata, FindCoordinator and DescribeCluster give every broker's address
+on that listener); the answer is ``[u32 length][encoded response body]``. One
 request at a time per link: these APIs are rare next to produce and fetch.
 
 One request is ours, not an API: :data:`CONFIG_REQUEST` (key -2), JSON both ways, for the configs
@@ -19,11 +21,34 @@ import asyncio
 import json
 import socket
 import struct
+from typing import NamedTuple
 
-__all__ = ["ClusterLink", "ClusterUnavailable", "FORWARD_HEAD", "LENGTH", "CONFIG_REQUEST"]
+__all__ = ["ClusterLink", "ClusterUnavailable", "Forwarded", "FORWARD_HEAD", "LENGTH", "CONFIG_REQUEST",
+           "forward_frame", "read_forwarded"]
 
 LENGTH = struct.Struct(">I")
-FORWARD_HEAD = struct.Struct(">hh")
+FORWARD_HEAD = struct.Struct(">hhB")  # api key, api version, the listener name's length
+
+
+class Forwarded(NamedTuple):
+    api_key: int
+    api_version: int
+    listener: str  # "" when the request came from no client connection (the controller's)
+    body_at: int   # where the encoded request body starts in the frame
+
+
+def forward_frame(api_key: int, api_version: int, listener: str, body: bytes) -> bytes:
+    """One forwarded request, its length first."""
+    name = listener.encode()[:255]
+    return (LENGTH.pack(FORWARD_HEAD.size + len(name) + len(body))
+            + FORWARD_HEAD.pack(api_key, api_version, len(name)) + name + body)
+
+
+def read_forwarded(frame: bytes) -> Forwarded:
+    """The head of a forwarded request (the frame after its length)."""
+    api_key, api_version, n = FORWARD_HEAD.unpack_from(frame, 0)
+    start = FORWARD_HEAD.size
+    return Forwarded(api_key, api_version, frame[start:start + n].decode(errors="replace"), start + n)
 _TIMEOUT_S = 60.0  # CreateTopics waits for the controller's elections
 CONFIG_REQUEST = -2  # not a Kafka API key: configs in ZooKeeper (see the module doc)
 
@@ -52,14 +77,14 @@ class ClusterLink:
             raise
         return await asyncio.open_unix_connection(sock=sock)
 
-    async def call(self, api_key: int, api_version: int, body: bytes) -> bytes:
-        """The encoded response body. Raises ClusterUnavailable."""
+    async def call(self, api_key: int, api_version: int, body: bytes, listener: str = "") -> bytes:
+        """The encoded response body; ``listener``: the one the client's request came in on.
+        Raises ClusterUnavailable."""
         conn = None
         try:
             conn = self._idle.pop() if self._idle else await self._connect()
             reader, writer = conn
-            writer.write(LENGTH.pack(FORWARD_HEAD.size + len(body))
-                         + FORWARD_HEAD.pack(api_key, api_version) + body)
+            writer.write(forward_frame(api_key, api_version, listener, body))
             (n,) = LENGTH.unpack(await asyncio.wait_for(reader.readexactly(4), _TIMEOUT_S))
             answer = await asyncio.wait_for(reader.readexactly(n), _TIMEOUT_S)
         except (OSError, asyncio.IncompleteReadError, TimeoutError) as e:

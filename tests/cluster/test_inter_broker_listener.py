@@ -2,7 +2,9 @@
 inter.broker.listener.name=INTERNAL; EXTERNAL comes first, so it is also the registration's
 legacy host and port. Both endpoints are registered in ZooKeeper with their protocols, an RF 2
 topic written through EXTERNAL with acks=all reaches the follower, and the follower's cluster
-worker (replica fetcher, controller channel) talks to the leader on INTERNAL only."""
+worker (replica fetcher, controller channel) talks to the leader on INTERNAL only. A client
+asking any broker on either listener (Metadata, FindCoordinator, DescribeCluster) is given every
+broker at its address on that same listener, as Kafka answers."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
+from tests.broker.wire import RawConnection, metadata_body
 from tests.broker_process import free_port
 from tests.cluster.harness import (
     cluster_broker,
@@ -26,6 +29,7 @@ from tests.cluster.harness import (
 )
 
 TOPIC = "inter-broker-listener"
+METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER = 3, 10, 60
 
 
 @pytest.fixture(scope="module")
@@ -101,3 +105,29 @@ def _leader(boot: str) -> int | None:
         return None
     leader = t.partitions[0].leader
     return leader if leader in (1, 2) else None
+
+
+def test_each_listener_is_answered_with_every_brokers_address_on_it(pair):
+    _, _, ports = pair
+    for ext, internal in ports.values():  # through either broker
+        for which, port in ((0, ext), (1, internal)):
+            want = {b: ("127.0.0.1", p[which]) for b, p in ports.items()}
+
+            def metadata(port: int = port) -> dict | None:
+                with RawConnection(port) as c:
+                    md = c.request(METADATA, 9, metadata_body([]))
+                got = {b.node_id: (b.host, b.port) for b in md.brokers}
+                return got if len(got) == 2 else None
+
+            assert wait_for(metadata, 30, "both brokers in Metadata") == want
+
+            def coordinator(port: int = port) -> tuple | None:
+                with RawConnection(port) as c:
+                    r = c.request(FIND_COORDINATOR, 2, {"key": "g", "key_type": 0})
+                return None if r.error_code else (r.node_id, r.host, r.port)
+
+            node, host, cport = wait_for(coordinator, 60, "a coordinator")
+            assert (host, cport) == want[node]
+            with RawConnection(port) as c:
+                cluster = c.request(DESCRIBE_CLUSTER, 0, {"include_cluster_authorized_operations": False})
+            assert {b.broker_id: (b.host, b.port) for b in cluster.brokers} == want

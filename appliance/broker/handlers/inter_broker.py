@@ -45,7 +45,8 @@ async def forward(ctx: BrokerContext, request: Request, rc: RequestContext | Non
     api = ctx.extra_apis.get(request.api_key) or request.api
     body = api.encode_request(request.api_version, request.body)
     try:
-        return RawBody(await ctx.cluster_link.call(request.api_key, request.api_version, body))
+        return RawBody(await ctx.cluster_link.call(request.api_key, request.api_version, body,
+                                                   rc.listener if rc is not None else ""))
     except ClusterUnavailable as e:
         per_topic = _NOT_JOINED.get(request.api_key)
         if per_topic is not None:
@@ -95,7 +96,8 @@ async def find_coordinator(ctx: BrokerContext, request: Request, rc: RequestCont
     api = request.api
     body = api.encode_request(request.api_version, request.body)
     try:
-        return RawBody(await ctx.cluster_link.call(request.api_key, request.api_version, body))
+        return RawBody(await ctx.cluster_link.call(request.api_key, request.api_version, body,
+                                                   rc.listener if rc is not None else ""))
     except ClusterUnavailable as e:  # still joining: retriable, the client asks again
         one = {"error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                "error_message": f"this broker has not joined the cluster yet: {e}",
