@@ -19,7 +19,7 @@ from typing import Any
 
 __all__ = [
     "LAYOUT_VERSION", "NO_COMPLETION_AT_ACKS_0", "Layout", "TABLE_HEADER", "WORKER_SLOT", "PARTITION_SLOT", "RING_HEADER",
-    "RING_MESSAGE", "REQUEST", "COMPLETION", "GROUP_HEADER", "DELETE_RECORDS_BODY", "TRUNCATE_BODY", "TRUNCATE_FULLY_BODY", "EPOCH_BODY", "EPOCH_RESULT", "MAX_WORKERS", "TOPIC_NAME_MAX", "SlotState",
+    "RING_MESSAGE", "REQUEST", "COMPLETION", "GROUP_HEADER", "DELETE_RECORDS_BODY", "TRUNCATE_BODY", "TRUNCATE_FULLY_BODY", "EPOCH_BODY", "EPOCH_RESULT", "HANDOFF_RESULT", "MAX_WORKERS", "TOPIC_NAME_MAX", "SlotState",
     "WorkerState", "MsgType", "TABLE_MAGIC", "RING_MAGIC", "table_size", "shm_names",
     "IPC_CHANNELS", "IPC_DIR_HEADER", "IPC_SLOT", "IPC_MAGIC", "ipc_dir_name", "ipc_channel_name",
     "disk_wake_address", "LEADERSHIP_SLOT", "MAX_REPLICAS", "Role", "leaders_name", "cluster_address",
@@ -241,6 +241,11 @@ TRUNCATE_FULLY_BODY = Layout("truncate_fully_body", (
 # BECOME_LEADER (the new leadership's epoch) and EPOCH_END (the epoch asked about)
 EPOCH_BODY = Layout("epoch_body", (
     ("leader_epoch", "i"),
+))
+# Follows the completion of REPLICA_MOVE's handoff: the offsets the destination opens the log with
+HANDOFF_RESULT = Layout("handoff_result", (
+    ("log_end_offset", "q"),
+    ("log_start_offset", "q"),
 ))
 # Follows the completion of EPOCH_END (the largest epoch <= the one asked, where it ends here)
 # and LATEST_EPOCH (the latest epoch, the log end offset); -1, -1 when the log knows no epoch

@@ -61,7 +61,7 @@ from appliance.broker.disk.partitions import Partitions
 from appliance.broker.disk.requests import NOTHING, NotHere
 from appliance.config import TopicConfig
 from appliance.errors import InvalidRequestError, KafkaStorageError
-from appliance.shm.layout import SlotState
+from appliance.shm.layout import HANDOFF_RESULT, SlotState
 from appliance.storage.checkpoint import fsync_dir
 from appliance.storage.flush import ChunkedWriteback, have_sync_file_range
 from appliance.storage.log import partition_dir_name
@@ -71,6 +71,8 @@ __all__ = ["ReplicaMover", "sweep_moves", "FUTURE_DIR_SUFFIX", "HANDOFF_TIMEOUT_
            "COPYING"]
 
 log = logging.getLogger("appliance.disk")
+
+_HANDOFF = HANDOFF_RESULT.struct  # type: ignore[attr-defined]
 
 FUTURE_DIR_SUFFIX = "-future"
 # the partition is unavailable between handoff and switch: a few ms normally; past this the
@@ -391,7 +393,7 @@ class ReplicaMover:
         plog.close()
         self.outgoing[slot] = _Outgoing(plog.topic, plog.partition, plog.path, plog.config,
                                         plog.log_start_offset, plog.log_end_offset)
-        return plog.log_end_offset, -1, plog.log_start_offset, b""
+        return -1, -1, plog.log_start_offset, _HANDOFF.pack(plog.log_end_offset, plog.log_start_offset)
 
     def _retire(self, slot: int, req: dict) -> tuple:
         out = self.outgoing.get(slot)

@@ -153,7 +153,7 @@ class Replication:
         if lead.role != Role.LEADER or lead.leader_epoch != epoch:
             raise NotHere()  # superseded by a newer LeaderAndIsr meanwhile
         p.become_leader(epoch)
-        return p.log.log_end_offset, -1, p.log.log_start_offset, b""
+        return -1, -1, p.log.log_start_offset, b""
 
     def follower_fetch(self, n: int | None, request_id: int, slot: int, body: memoryview,
             acks: int, timeout_ms: int) -> tuple:
@@ -268,12 +268,12 @@ class Replication:
         if start > p.log.log_start_offset:
             self.parts.advance_log_start(p, start, "the leader's")
         self.parts.publish(slot, p.log, wake=0)
-        return p.log.log_end_offset, -1, p.log.log_start_offset, b""
+        return -1, -1, p.log.log_start_offset, b""
 
     def truncate(self, n: int | None, request_id: int, slot: int, body: memoryview,
             acks: int, timeout_ms: int) -> tuple:
         """A follower cuts its log where the leader's OffsetsForLeaderEpoch answer and its own
-        epochs say (the rule: ``Partition.truncation_offset``); answers the new log end."""
+        epochs say (the rule: ``Partition.truncation_offset``)."""
         p = self._partition(slot)
         asked, leader_epoch, leader_end = _TRUNCATE.unpack_from(body, 0)
         before = p.log.log_end_offset
@@ -281,7 +281,7 @@ class Replication:
         if leo < before:
             log.info("%s: truncated from %d to %d (leader epoch %d)", p.log.path, before, leo, asked)
         self.parts.publish(slot, p.log)
-        return leo, -1, p.log.log_start_offset, b""
+        return -1, -1, p.log.log_start_offset, b""
 
     def truncate_fully(self, n: int | None, request_id: int, slot: int, body: memoryview,
             acks: int, timeout_ms: int) -> tuple:
@@ -294,7 +294,7 @@ class Replication:
         p.truncate_fully_and_start_at(offset)
         self.parts.publish(slot, p.log)
         log.info("%s: truncated fully, starting at the leader's log start offset %d", p.log.path, offset)
-        return p.log.log_end_offset, -1, p.log.log_start_offset, b""
+        return -1, -1, p.log.log_start_offset, b""
 
     def epoch_end(self, n: int | None, request_id: int, slot: int, body: memoryview,
             acks: int, timeout_ms: int) -> tuple:

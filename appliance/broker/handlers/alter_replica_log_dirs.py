@@ -28,7 +28,7 @@ from appliance.broker.disk.replica_move import COPYING
 from appliance.broker.handlers.describe_log_dirs import dir_failed
 from appliance.coordinator.routing import OFFSETS_TOPIC
 from appliance.errors import ErrorCode
-from appliance.shm.layout import MsgType, SlotState, WorkerState
+from appliance.shm.layout import HANDOFF_RESULT, MsgType, SlotState, WorkerState
 
 if TYPE_CHECKING:
     from appliance.broker.broker_context import BrokerContext
@@ -110,8 +110,8 @@ async def _run_steps(ctx: BrokerContext, topic: str, partition: int, slot: int, 
         if c.error_code:
             await _undo(ctx, slot, src, dest, names)
             return c.error_code
-    c = await _step(ctx, dest, slot, "switch", log_start_offset=h.log_start_offset,
-                    log_end_offset=h.base_offset, **names)
+    log_end, log_start = HANDOFF_RESULT.struct.unpack_from(h.body, 0)  # type: ignore[attr-defined]
+    c = await _step(ctx, dest, slot, "switch", log_start_offset=log_start, log_end_offset=log_end, **names)
     if c.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
         # the destination worker died after the source retired its copy: its successor's
         # start promotes the complete future replica (sweep_moves), so the move finishes there

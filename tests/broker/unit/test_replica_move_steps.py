@@ -10,7 +10,7 @@ import time
 from appliance.broker.disk import replica_move
 from appliance.errors import ErrorCode
 from appliance.records.batch import build_batch
-from appliance.shm.layout import MsgType, SlotState
+from appliance.shm.layout import HANDOFF_RESULT, MsgType, SlotState
 from tests.broker.unit.test_disk_worker import _create, disk, senders  # noqa: F401 (fixtures)
 
 
@@ -30,7 +30,8 @@ def test_a_stalled_handoff_is_taken_back(disk, senders, monkeypatch):  # noqa: F
     s.completions()
 
     comp = _step(disk, s, slot, "handoff")
-    assert (comp[1], comp[5]) == (5, ErrorCode.NONE)  # the log end offset handed over
+    assert comp[5] == ErrorCode.NONE
+    assert HANDOFF_RESULT.struct.unpack_from(comp[6], 0) == (5, 0)  # the offsets handed over
     assert disk.table.state(slot) == SlotState.OFFLINE
     rid = s.send(MsgType.PRODUCE, slot, build_batch([(b"k", b"late")]))
     disk.round()

@@ -13,6 +13,7 @@ import pytest
 
 from appliance.broker.handlers import alter_replica_log_dirs as driver
 from appliance.errors import ErrorCode
+from appliance.shm.layout import HANDOFF_RESULT
 
 
 class _Disks:
@@ -26,7 +27,8 @@ class _Disks:
         op = json.loads(body)["op"]
         self.ops.append((disk, op))
         err = ErrorCode.KAFKA_STORAGE_ERROR if op == self.fail else ErrorCode.NONE
-        return SimpleNamespace(error_code=err, base_offset=10, log_start_offset=0)
+        return SimpleNamespace(error_code=err, base_offset=-1, log_start_offset=0,
+                               body=HANDOFF_RESULT.struct.pack(10, 0))
 
 
 def _run(fail: str) -> tuple[int, list[tuple[int, str]]]:
