@@ -88,8 +88,10 @@ class Replication:
         self.broker_id = broker_id
         self.log_admin = log_admin  # DeleteRecords moves the log start as standalone does
         # the slots whose Partition holds produces / DeleteRecords (poll looks at these only)
-        self.holding_produces: set[int] = set()
-        self.holding_deletes: set[int] = set()
+        # the Partitions holding produces / DeleteRecords (poll looks at these only; one gone
+        # from its slot meanwhile, deleted or moved away, still answers what it held)
+        self.holding_produces: set[Partition] = set()
+        self.holding_deletes: set[Partition] = set()
         self._next_poll = 0.0
 
     def _partition(self, slot: int) -> Partition:
@@ -121,7 +123,7 @@ class Replication:
             return answer
         p.hold_produce(HeldProduce(info.last_offset + 1, time.monotonic() + max(timeout_ms, 0) / 1000,
                                    n, request_id, info.first_offset, info.log_append_time))
-        self.holding_produces.add(slot)
+        self.holding_produces.add(p)
         return None
 
     def leader_append(self, slot: int, records: bytes) -> int:
@@ -186,10 +188,9 @@ class Replication:
                     self._answer_produce(p, h, error)
         return True
 
-    def _answer_produce(self, p: Partition | None, h: HeldProduce, error: int) -> None:
+    def _answer_produce(self, p: Partition, h: HeldProduce, error: int) -> None:
         base, lat = (-1, -1) if error else (h.base_offset, h.log_append_time)
-        self.complete(h.ring, _COMP.pack(h.request_id, base, lat, p.log.log_start_offset if p else -1,
-                                         p.slot if p else -1, int(error)))
+        self.complete(h.ring, _COMP.pack(h.request_id, base, lat, p.log.log_start_offset, p.slot, int(error)))
 
     # -- DeleteRecords ----------------------------------------------------------------------
     def delete_records(self, n: int | None, request_id: int, slot: int, body: memoryview,
@@ -203,7 +204,7 @@ class Replication:
             return -1, -1, low, b""
         p.hold_delete(HeldDelete(wanted, time.monotonic() + max(timeout_ms, 0) / 1000,
                                  n, request_id))
-        self.holding_deletes.add(slot)
+        self.holding_deletes.add(p)
         return None
 
     def _answer_deletes(self, p: Partition, isr: tuple[int, ...]) -> None:
@@ -214,13 +215,10 @@ class Replication:
     def _expire_deletes(self, now: float) -> None:
         """Held DeleteRecords whose ISR shrank to ones that have followed (answered), past
         their timeout (REQUEST_TIMED_OUT), or whose leadership went (NOT_LEADER_OR_FOLLOWER)."""
-        for slot in list(self.holding_deletes):
-            p = self.parts.partitions.get(slot)
-            if p is None:
-                self.holding_deletes.discard(slot)  # deleted with its held requests' partition
-                continue
+        for p in list(self.holding_deletes):
+            slot = p.slot
             lead = self.area.read(slot)
-            if lead.role == Role.LEADER:
+            if lead.role == Role.LEADER and self.parts.partitions.get(slot) is p:
                 self._answer_deletes(p, lead.isr)
                 gone, error = p.expired_deletes(now), ErrorCode.REQUEST_TIMED_OUT
             else:
@@ -228,7 +226,7 @@ class Replication:
             for h in gone:
                 self.complete(h.ring, _COMP.pack(h.request_id, -1, -1, -1, slot, int(error)))
             if not p.held_deletes:
-                self.holding_deletes.discard(slot)
+                self.holding_deletes.discard(p)
 
     def poll(self) -> None:
         """Held produces past their timeout, or whose ISR fell below the minimum; held
@@ -241,13 +239,10 @@ class Replication:
         self._next_poll = now + POLL_INTERVAL_S
         if self.holding_deletes:
             self._expire_deletes(now)
-        for slot in list(self.holding_produces):
-            p = self.parts.partitions.get(slot)
-            if p is None:
-                self.holding_produces.discard(slot)
-                continue
+        for p in list(self.holding_produces):
+            slot = p.slot
             lead = self.area.read(slot)
-            leading = lead.role == Role.LEADER
+            leading = lead.role == Role.LEADER and self.parts.partitions.get(slot) is p
             if leading:
                 self.maybe_increment_hw(p, lead.isr)  # the ISR may have shrunk
             if not leading or len(lead.isr) < int(p.log.config.min_insync_replicas):
@@ -257,7 +252,7 @@ class Replication:
             for h in gone:
                 self._answer_produce(p, h, error)
             if not p.held_produces:
-                self.holding_produces.discard(slot)
+                self.holding_produces.discard(p)
 
     # -- follower -------------------------------------------------------------------------
     def replica_append(self, n: int | None, request_id: int, slot: int, body: memoryview,
