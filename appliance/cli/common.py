@@ -21,11 +21,16 @@ def add_bootstrap(p: argparse.ArgumentParser) -> None:
                    help="connect and request timeout (default 10)")
 
 
-def connect(args: argparse.Namespace) -> BrokerConnection:
+def bootstrap_servers(args: argparse.Namespace) -> list[tuple[str, int]]:
+    """--bootstrap-server as (host, port) pairs; a malformed one is a usage error naming it."""
     try:
-        servers = parse_bootstrap(args.bootstrap_server)
+        return parse_bootstrap(args.bootstrap_server)
     except ValueError as e:
         raise CliError(f"--bootstrap-server: {e}", 2) from e
+
+
+def connect(args: argparse.Namespace) -> BrokerConnection:
+    servers = bootstrap_servers(args)
     errors = []
     for host, port in servers:
         try:

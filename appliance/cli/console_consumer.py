@@ -10,9 +10,8 @@ import argparse
 import sys
 import time
 
-from appliance.cli.common import add_bootstrap, parse_properties_args
+from appliance.cli.common import add_bootstrap, bootstrap_servers, parse_properties_args
 from appliance.cli.main import CliError
-from appliance.client.connection import parse_bootstrap
 from appliance.client.consumer import Consumer, TopicPartition
 from appliance.errors import KafkaError
 
@@ -61,10 +60,7 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(f"--offset {where!r}: expected earliest, latest or a non-negative number", 2)
     if args.group and (args.partition is not None or where not in ("earliest", "latest")):
         raise CliError("--group cannot be combined with --partition / --offset N", 2)
-    try:
-        parse_bootstrap(args.bootstrap_server)
-    except ValueError as e:
-        raise CliError(f"--bootstrap-server: {e}", 2) from e
+    bootstrap_servers(args)  # checked before anything is sent
     timeout_ms = int(args.timeout * 1000)
     consumer = Consumer(bootstrap_servers=args.bootstrap_server, group_id=args.group,
                         auto_offset_reset="earliest" if where == "earliest" else "latest",

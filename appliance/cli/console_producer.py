@@ -10,9 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from appliance.cli.common import add_bootstrap, parse_properties_args
+from appliance.cli.common import add_bootstrap, bootstrap_servers, parse_properties_args
 from appliance.cli.main import CliError
-from appliance.client.connection import parse_bootstrap
 from appliance.client.producer import CODECS, Producer
 from appliance.errors import KafkaError
 
@@ -36,10 +35,7 @@ def run(args: argparse.Namespace) -> int:
     sep = props.get("key.separator", "\t").encode()
     if args.batch_size <= 0:
         raise CliError(f"--batch-size {args.batch_size}: must be positive", 2)
-    try:
-        parse_bootstrap(args.bootstrap_server)
-    except ValueError as e:
-        raise CliError(f"--bootstrap-server: {e}", 2) from e
+    bootstrap_servers(args)  # checked before anything is sent
     timeout_ms = int(args.timeout * 1000)
     # Every --batch-size lines are flushed together: one batch per partition per flush, and
     # unkeyed lines move to another partition after each (the sticky partitioner).
