@@ -150,18 +150,38 @@ def decode_nullable_string(buf: memoryview, pos: int) -> tuple[str | None, int]:
     end = start + n
     if end > len(buf):
         raise truncated(f"string of {n} bytes", pos)
+    return _utf8_text(buf, start, end, pos), end
+
+
+def _utf8_text(buf: memoryview, start: int, end: int, pos: int) -> str:
     try:
-        return str(buf[start:end], "utf-8"), end
+        return str(buf[start:end], "utf-8")
     except UnicodeDecodeError as e:
         raise ProtocolDecodeError(f"invalid UTF-8 in string at offset {pos}: {e.reason}") from None
 
 
+def _utf8_bytes(value: str, limit: str) -> bytes:
+    """A string's UTF-8 bytes for the wire, at most 32767 of them (both string kinds' limit)."""
+    try:
+        raw = value.encode("utf-8")
+    except AttributeError:
+        raise ProtocolEncodeError(f"String: expected str, got {type(value).__name__}") from None
+    except UnicodeEncodeError as e:
+        raise ProtocolEncodeError(f"String: not encodable as UTF-8: {e.reason}") from None
+    if len(raw) > 0x7FFF:
+        raise ProtocolEncodeError(f"String: {len(raw)} bytes exceeds the {limit}")
+    return raw
+
+
+def _not_null(decoded: tuple[Any, int], what: str, pos: int) -> tuple[Any, int]:
+    if decoded[0] is None:
+        raise ProtocolDecodeError(f"null in non-nullable {what} at offset {pos}")
+    return decoded
+
+
 def decode_string(buf: memoryview, pos: int) -> tuple[str, int]:
     """Decode a non-nullable string: length -1 is an error here."""
-    s, end = decode_nullable_string(buf, pos)
-    if s is None:
-        raise ProtocolDecodeError(f"null in non-nullable string at offset {pos}")
-    return s, end
+    return _not_null(decode_nullable_string(buf, pos), "string", pos)
 
 
 def write_nullable_string(value: str | None, out: bytearray) -> None:
@@ -172,14 +192,7 @@ def write_nullable_string(value: str | None, out: bytearray) -> None:
 
 
 def write_string(value: str, out: bytearray) -> None:
-    try:
-        raw = value.encode("utf-8")
-    except AttributeError:
-        raise ProtocolEncodeError(f"String: expected str, got {type(value).__name__}") from None
-    except UnicodeEncodeError as e:
-        raise ProtocolEncodeError(f"String: not encodable as UTF-8: {e.reason}") from None
-    if len(raw) > 0x7FFF:
-        raise ProtocolEncodeError(f"String: {len(raw)} bytes exceeds the int16 length limit")
+    raw = _utf8_bytes(value, "int16 length limit")
     out += _pack_i16(len(raw))
     out += raw
 
@@ -490,17 +503,11 @@ def decode_compact_nullable_string(buf: memoryview, pos: int) -> tuple[str | Non
         return None, start
     if n > 0x7FFF:
         raise ProtocolDecodeError(f"compact string of {n} bytes at offset {pos} exceeds 32767")
-    try:
-        return str(buf[start:start + n], "utf-8"), start + n
-    except UnicodeDecodeError as e:
-        raise ProtocolDecodeError(f"invalid UTF-8 in string at offset {pos}: {e.reason}") from None
+    return _utf8_text(buf, start, start + n, pos), start + n
 
 
 def decode_compact_string(buf: memoryview, pos: int) -> tuple[str, int]:
-    s, end = decode_compact_nullable_string(buf, pos)
-    if s is None:
-        raise ProtocolDecodeError(f"null in non-nullable compact string at offset {pos}")
-    return s, end
+    return _not_null(decode_compact_nullable_string(buf, pos), "compact string", pos)
 
 
 def write_compact_nullable_string(value: str | None, out: bytearray) -> None:
@@ -511,14 +518,7 @@ def write_compact_nullable_string(value: str | None, out: bytearray) -> None:
 
 
 def write_compact_string(value: str, out: bytearray) -> None:
-    try:
-        raw = value.encode("utf-8")
-    except AttributeError:
-        raise ProtocolEncodeError(f"String: expected str, got {type(value).__name__}") from None
-    except UnicodeEncodeError as e:
-        raise ProtocolEncodeError(f"String: not encodable as UTF-8: {e.reason}") from None
-    if len(raw) > 0x7FFF:
-        raise ProtocolEncodeError(f"String: {len(raw)} bytes exceeds the 32767-byte limit")
+    raw = _utf8_bytes(value, "32767-byte limit")
     write_uvarint(len(raw) + 1, out)
     out += raw
 
@@ -531,10 +531,7 @@ def decode_compact_nullable_bytes(buf: memoryview, pos: int) -> tuple[bytes | No
 
 
 def decode_compact_bytes(buf: memoryview, pos: int) -> tuple[bytes, int]:
-    b, end = decode_compact_nullable_bytes(buf, pos)
-    if b is None:
-        raise ProtocolDecodeError(f"null in non-nullable compact bytes at offset {pos}")
-    return b, end
+    return _not_null(decode_compact_nullable_bytes(buf, pos), "compact bytes", pos)
 
 
 def decode_compact_records(buf: memoryview, pos: int) -> tuple[memoryview | None, int]:
