@@ -370,14 +370,22 @@ class Array(WireType):
     def as_nullable(self) -> Array:
         return self if self.nullable else Array(self.element, nullable=True)
 
+    _null = _NULL32  # a null array's encoding
+
+    def _count(self, buf: memoryview, pos: int) -> tuple[int, int]:
+        """(element count or -1 for null, where the elements start), checked against what remains."""
+        return decode_array_count(buf, pos, self.element.min_size, self.nullable)
+
+    def _write_count(self, n: int, out: bytearray) -> None:
+        out += _pack_i32(n)
+
     def decode(self, buf: memoryview, pos: int) -> tuple[list | None, int]:
-        n, start = decode_array_count(buf, pos, self.element.min_size, self.nullable)
+        n, start = self._count(buf, pos)
         if n < 0:
             return None, start
         el = self.element
         if el.fmt is not None:
-            end = start + n * el.size
-            return list(struct.unpack_from(f">{n}{el.fmt}", buf, start)), end
+            return list(struct.unpack_from(f">{n}{el.fmt}", buf, start)), start + n * el.size
         out = []
         dec = el.decode
         for _ in range(n):
@@ -389,16 +397,18 @@ class Array(WireType):
         if value is None:
             if not self.nullable:
                 raise ProtocolEncodeError(f"{self.name}: None in a non-nullable array")
-            out += _NULL32
+            out += self._null
             return
         el = self.element
         if el.fmt is not None:
             try:
-                out += struct.pack(f">i{len(value)}{el.fmt}", len(value), *value)
+                packed = struct.pack(f">{len(value)}{el.fmt}", *value)
             except (struct.error, TypeError) as e:
                 raise ProtocolEncodeError(f"{self.name}: cannot encode {value!r}: {e}") from None
+            self._write_count(len(value), out)
+            out += packed
             return
-        out += _pack_i32(len(value))
+        self._write_count(len(value), out)
         for v in value:
             el.write(v, out)
 
@@ -623,42 +633,22 @@ class CompactArray(Array):
     def as_nullable(self) -> Array:
         return self if self.nullable else CompactArray(self.element, nullable=True)
 
-    def decode(self, buf: memoryview, pos: int) -> tuple[list | None, int]:
+    _null = b"\x00"
+
+    def _count(self, buf: memoryview, pos: int) -> tuple[int, int]:
         n, start = decode_uvarint(buf, pos)
         n -= 1
-        el = self.element
         if n < 0:
             if not self.nullable:
                 raise ProtocolDecodeError(f"null in non-nullable compact array at offset {pos}")
-            return None, start
-        if n * max(el.min_size, 1) > len(buf) - start:
+            return -1, start
+        if n * max(self.element.min_size, 1) > len(buf) - start:
             raise ProtocolDecodeError(
                 f"array count {n} at offset {pos} needs more bytes than remain ({len(buf) - start})")
-        if el.fmt is not None:
-            return list(struct.unpack_from(f">{n}{el.fmt}", buf, start)), start + n * el.size
-        out = []
-        dec = el.decode
-        for _ in range(n):
-            v, start = dec(buf, start)
-            out.append(v)
-        return out, start
+        return n, start
 
-    def write(self, value: Any, out: bytearray) -> None:
-        if value is None:
-            if not self.nullable:
-                raise ProtocolEncodeError(f"{self.name}: None in a non-nullable array")
-            out += b"\x00"
-            return
-        write_uvarint(len(value) + 1, out)
-        el = self.element
-        if el.fmt is not None:
-            try:
-                out += struct.pack(f">{len(value)}{el.fmt}", *value)
-            except (struct.error, TypeError) as e:
-                raise ProtocolEncodeError(f"{self.name}: cannot encode {value!r}: {e}") from None
-            return
-        for v in value:
-            el.write(v, out)
+    def _write_count(self, n: int, out: bytearray) -> None:
+        write_uvarint(n + 1, out)
 
 
 _COMPACT = {
