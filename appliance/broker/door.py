@@ -107,11 +107,14 @@ class Door:
     """One network worker's door. ``metrics`` (a Recorder, or None when metrics are off)
     decides which requests are timed; ``checks`` run in order, the first refusal wins."""
 
-    __slots__ = ("metrics", "checks")
+    __slots__ = ("metrics", "checks", "open")
 
     def __init__(self, metrics: Any = None, checks: Sequence[Check] = ()) -> None:
         self.metrics = metrics
         self.checks: tuple[Check, ...] = tuple(checks)
+        # no checks: every request is let in, so an untimed one needs no RequestContext built to
+        # be told so (the produce fast path asks this first: ~1 us a request less)
+        self.open = not self.checks
 
     def enter(self, rc: RequestContext, timed: bool = True) -> Entry | Refusal:
         """Let ``rc`` in, or refuse it. With the metrics on, a request admitted with ``timed``

@@ -130,7 +130,7 @@ class DiskClient:
     def submit(self, disk: int, msg_type: int, slot: int, *payload: bytes | memoryview,
                acks: int = 1, timeout_ms: int = 30000,
                on_done: Callable[[Any, Completion], None] | None = None, token: Any = None,
-               stamp_us: int = 0, ring_now: bool = False) -> asyncio.Future | None:
+               stamp_us: int = 0, ring_now: bool = False, slot_online: bool = False) -> asyncio.Future | None:
         """Put one request on ``disk``'s request ring; ``payload``: its parts, in order.
 
         - ``on_done``: called as ``on_done(token, completion)`` from :meth:`on_doorbell` when it
@@ -142,6 +142,8 @@ class DiskClient:
         - ``ring_now``: ring the doorbell at once unless a batch is open (the produce fast
           path: a read of one request has nothing to coalesce); otherwise the doorbells of one
           pass of the loop go out together.
+        - ``slot_online``: the caller has just read the slot ONLINE, which a disk worker sets
+          only once it is READY: the worker's state is not read again (the fast path's guard).
 
         Never waits: when the ring is full the request waits in an overflow queue, behind which
         later requests to that disk wait too (produce order holds). A disk worker that does
@@ -152,7 +154,7 @@ class DiskClient:
         if on_done is None and answered:
             fut = asyncio.get_running_loop().create_future()
             on_done, token = _resolve, fut
-        if not self._ready(disk):
+        if not slot_online and not self._ready(disk):
             if answered:
                 asyncio.get_running_loop().call_soon(self._deliver, (on_done, token, disk), _REFUSED)
             return fut

@@ -103,12 +103,13 @@ class FastProduce:
             if not count & SAMPLE_MASK:
                 return False  # a timed request: the generic path times it
         # the door, once: this path takes the request from here on (declined ones meet it on
-        # the generic path)
-        entry = conn.door.enter(conn.request_context(0, version, correlation_id,
-                                                     self._client_id(frame)), False)
-        if type(entry) is Refusal:
-            conn.refuse(entry, answer)
-            return True
+        # the generic path); an open door lets an untimed request in without looking
+        door = conn.door
+        if not door.open:
+            entry = door.enter(conn.request_context(0, version, correlation_id, self._client_id(frame)), False)
+            if type(entry) is Refusal:
+                conn.refuse(entry, answer)
+                return True
         if m is not None:
             m.produce_count = count
         key = (version, topic, index)
@@ -119,7 +120,7 @@ class FastProduce:
             template = self._answers[key] = ProduceAnswer(version, topic, index)
         ctx.disks.submit(info.disk, MsgType.PRODUCE, info.slot, records, acks=acks, timeout_ms=timeout_ms,
                          on_done=_done, token=(ctx, conn, answer, template, correlation_id, version, name, index),
-                         ring_now=True)
+                         ring_now=True, slot_online=True)
         return True
 
     def _client_id(self, frame: memoryview) -> str | None:

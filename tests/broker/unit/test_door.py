@@ -145,3 +145,10 @@ def test_the_door_times_what_the_metrics_time():
     refusal = Refusal(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "no")
     first = Door(checks=[lambda rc: refusal, lambda rc: pytest.fail("after a refusal")])
     assert first.enter(rc) is refusal
+
+
+def test_only_a_door_without_checks_is_open():
+    """An open door lets every untimed request in: the fast path does not build a context for
+    it. A door with a check is not open, so the fast path shows it every request."""
+    assert Door().open and Door(metrics=object()).open
+    assert not Door(checks=[lambda rc: None]).open
