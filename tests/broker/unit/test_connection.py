@@ -65,7 +65,7 @@ class FakeDisks:
         return 1 << 20
 
     def submit(self, disk, msg_type, slot, *payload, acks=1, timeout_ms=30000, on_done=None,
-               token=None, stamp_us=0, ring_now=False) -> None:
+               token=None, stamp_us=0, ring_now=False, slot_online=False) -> None:
         if acks != 0:
             self.submitted.append((on_done, token))
 
