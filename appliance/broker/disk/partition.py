@@ -128,6 +128,15 @@ class Partition:
             return True
         return False
 
+    def advance_alone(self) -> int:
+        """The rule with no followers (one broker: the leader is the whole ISR): the high
+        watermark is the log end offset, returned. :meth:`maybe_increment_hw` with an empty ISR
+        says the same; this is its one-append form for the standalone produce path."""
+        log = self.log
+        leo = log.log_end_offset
+        log.high_watermark = leo
+        return leo
+
     def restore_high_watermark(self, checkpointed: int) -> None:
         """At start, in a cluster: what is above the checkpointed HW may never have been
         replicated; a follower truncates to it before fetching, so it must not claim more."""

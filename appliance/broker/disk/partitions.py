@@ -341,10 +341,9 @@ class Partitions:
         if info.duplicate:
             # a retry of a batch already in the log: acknowledge its original offsets
             log.debug("duplicate batch for slot %d at offset %d", slot, info.first_offset)
-        p.maybe_increment_hw(ALONE)
-        leo = plog.log_end_offset
+        leo = p.advance_alone()
         log_start = plog.log_start_offset
-        self.table.publish(slot, leo, plog.high_watermark, log_start)
+        self.table.publish(slot, leo, leo, log_start)
         self.grew |= WAKE_ALL
         return info.first_offset, info.log_append_time, log_start, b""
 

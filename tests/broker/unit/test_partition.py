@@ -228,3 +228,11 @@ def test_follower_behind_keeps_everything_and_no_epochs_fall_back_to_the_hw(tmp_
     assert follower.truncate_by_epoch(2, -1, -1) == 20
     fresh = Partition(0, PartitionLog.open(os.path.join(tmp_path, "e-0"), TopicConfig.defaults()), F1)
     assert fresh.latest_epoch() == (-1, -1)
+
+
+def test_advance_alone_is_the_rule_with_no_followers(part):
+    part.log.append(_batch(4))
+    assert part.advance_alone() == 4 == part.high_watermark
+    part.log.append(_batch(2))
+    other = Partition(0, part.log, broker_id=LEADER)
+    assert other.maybe_increment_hw(ALONE) and other.high_watermark == 6 == part.advance_alone()
