@@ -602,8 +602,13 @@ class NetworkWorker:
         msock = bind_endpoint(listener)
         slots = [self.plumbing.disk_slot(d) for d in range(self.plumbing.num_disks)]
         slots += [self.plumbing.net_slot(n) for n in range(self.plumbing.num_net)]
+        cluster_slot = self.plumbing.cluster_slot() if self.plumbing.cluster else None
+        if cluster_slot is not None:
+            slots.append(cluster_slot)  # its ISR counters and the active-controller gauge
         from appliance.broker.group_lag import committed_offsets
-        collector = BrokerCollector(table, ctx.metrics.counters, slots, self.log_dirs, ctx.limits)
+        collector = BrokerCollector(table, ctx.metrics.counters, slots, self.log_dirs, ctx.limits,
+                                    leaders=ctx.leaders, metadata=ctx.view.cache,
+                                    cluster_slot=cluster_slot)
 
         async def render() -> bytes:
             collector.committed = await committed_offsets(ctx)

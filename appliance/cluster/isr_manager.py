@@ -32,7 +32,7 @@ log = logging.getLogger("appliance.cluster.isr")
 
 class IsrManager:
     def __init__(self, ctx: Any, table: LeadershipTable, area: LeadershipArea, store: ZkStore,
-                 lock: asyncio.Lock) -> None:
+                 lock: asyncio.Lock, metrics: Any = None) -> None:
         self.ctx = ctx
         self.table = table
         self.area = area
@@ -40,6 +40,7 @@ class IsrManager:
         self.lock = lock  # LocalReplicas' lock: no LeaderAndIsr is applied while we write
         self.lag_ms = int(ctx.config["replica.lag.time.max.ms"])
         self.propagator = IsrChangePropagator(store)
+        self.metrics = metrics  # a Recorder when metrics are on: ISR shrinks and expansions
 
     async def run(self) -> None:
         interval = min(self.lag_ms / 2, 1000) / 1000
@@ -80,6 +81,8 @@ class IsrManager:
             if written is None:
                 continue  # the controller moved the partition: its LeaderAndIsr is on its way
             log.info("%s: ISR %s -> %s", tp, list(held.isr), list(new_isr))
+            if self.metrics is not None:
+                self.metrics.isr_changed(bool(out), bool(joining))
             self.table.local[tp] = written
             self.area.write(info.slot, Role.LEADER, written.leader, written.leader_epoch,
                             written.replicas, written.isr)

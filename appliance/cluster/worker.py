@@ -58,6 +58,7 @@ from appliance.cluster.zk_paths import split_chroot
 from appliance.cluster.zk_session import ZooKeeperUnreachable, open_session
 from appliance.cluster.zk_store import ZkStore
 from appliance.config import BrokerConfig
+from appliance.metrics.recorder import Recorder, attach_recorder
 from appliance.process.cluster_link import CONFIG_REQUEST, LENGTH, Forwarded, read_forwarded
 from appliance.process.disk_client import DiskClient
 from appliance.process.event_loop import run_event_loop
@@ -102,6 +103,7 @@ class ClusterWorker:
     def __init__(self, config: BrokerConfig, plumbing: Plumbing, log_dirs: list[str]) -> None:
         self.config = config
         self.plumbing = plumbing
+        self.metrics: Recorder | None = None  # when metrics are on, once joined
         self.log_dirs = log_dirs
         self.slot = plumbing.cluster_slot()
         self.broker_id = int(config["broker.id"])
@@ -161,7 +163,8 @@ class ClusterWorker:
         self.topic_ids = TopicIds(store)
         self.replicas = LocalReplicas(ctx, self.member.leadership, area, store, self.fetcher,
                                       self.topic_ids)
-        isr = IsrManager(ctx, self.member.leadership, area, store, self.replicas.lock)
+        self.metrics = attach_recorder(self.config, self.plumbing.base, self.slot)
+        isr = IsrManager(ctx, self.member.leadership, area, store, self.replicas.lock, self.metrics)
         isr_task = asyncio.ensure_future(isr.run())
         self.configs = ConfigChanges(ctx, store, self.broker_id)
         config_task = asyncio.ensure_future(self.configs.run())
@@ -256,6 +259,9 @@ class ClusterWorker:
         while True:
             table.heartbeat(self.slot)
             disks.check_disks()
+            if self.metrics is not None:  # ActiveControllerCount: 1 on the active controller only
+                controller = self.member.controller
+                self.metrics.active_controller(controller is not None and controller.active)
             await asyncio.sleep(0.25)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

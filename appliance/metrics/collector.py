@@ -27,6 +27,7 @@ from appliance.shm.layout import (
     COUNTER_ERROR_CODES,
     HIST_BUCKETS,
     HIST_WORDS,
+    Role,
     SlotState,
     WorkerState,
 )
@@ -36,7 +37,7 @@ __all__ = ["BrokerCollector"]
 
 # bucket k counts observations under 2**k microseconds; exported in milliseconds (Kafka's *TimeMs)
 _BOUNDS_MS = [f"{2 ** k / 1000:g}" for k in range(HIST_BUCKETS - 1)] + ["+Inf"]
-_KIND = {0: "disk", 1: "network"}
+_KIND = {0: "disk", 1: "network", 2: "cluster"}
 
 
 def _api_name(key: int) -> str:
@@ -74,8 +75,14 @@ def _log_files(path: str) -> tuple[int, int]:
 
 class BrokerCollector(Collector):
     def __init__(self, table: PartitionTable, counters: SharedCounters, worker_slots: list[int],
-                 log_dirs: list[str], limits: Any = None) -> None:
+                 log_dirs: list[str], limits: Any = None, leaders: Any = None,
+                 metadata: Any = None, cluster_slot: int | None = None) -> None:
         self.table = table
+        # cluster mode: the leadership area (this broker's roles and ISRs), the metadata cache
+        # (every partition's leader) and the cluster worker's counter slab; None standalone
+        self.leaders = leaders
+        self.metadata = metadata
+        self.cluster_slot = cluster_slot
         self.limits = limits  # the serving worker's ConnectionLimits: broker-wide connection counts
         self.counters = counters
         self.worker_slots = worker_slots
@@ -131,8 +138,8 @@ class BrokerCollector(Collector):
         for field, name, doc in (
                 ("failed_produce", "failedproducerequests", "Produce partitions refused."),
                 ("failed_fetch", "failedfetchrequests", "Fetch partitions refused."),
-                ("isr_shrinks", "isrshrinks", "ISR shrinks (0 on a standalone broker)."),
-                ("isr_expands", "isrexpands", "ISR expansions (0 on a standalone broker).")):
+                ("isr_shrinks", "isrshrinks", "ISR shrinks of partitions led here (0 standalone)."),
+                ("isr_expands", "isrexpands", "ISR expansions of partitions led here (0 standalone).")):
             group = "brokertopicmetrics" if "failed" in field else "replicamanager"
             yield CounterMetricFamily(f"kafka_server_{group}_{name}", doc,
                                       value=int(self._sum(field)[0]))
@@ -201,15 +208,35 @@ class BrokerCollector(Collector):
                                 value=int(self._sum("request_memory")[0]))
 
     # -- gauges read now -----------------------------------------------------------------
+    def _controller_and_replicas(self, parts: list) -> tuple[int, int, int]:
+        """(ActiveControllerCount, OfflinePartitionsCount, UnderReplicatedPartitions) as Kafka
+        reports them: the controller gauges on the active controller only (a standalone broker
+        is its own), the under-replicated count over the partitions this broker leads."""
+        if self.leaders is None:
+            return 1, sum(1 for p in parts if p.state == SlotState.OFFLINE), 0
+        active = int(self.counters.field("active_controller", [self.cluster_slot])[0])
+        offline = 0
+        if active and self.metadata is not None:
+            offline = sum(1 for t in self.metadata.topics().values()
+                          for leader, _epoch in t.values() if leader < 0)
+        under = 0
+        for p in parts:
+            lead = self.leaders.read(p.slot)
+            if lead.role == Role.LEADER and len(lead.isr) < len(lead.replicas):
+                under += 1
+        return active, offline, under
+
     def _partitions(self, parts: list) -> Iterator[Any]:
-        offline = sum(1 for p in parts if p.state == SlotState.OFFLINE)
+        active, offline, under = self._controller_and_replicas(parts)
         yield GaugeMetricFamily("kafka_controller_kafkacontroller_offlinepartitionscount",
-                                "Partitions without a serving leader.", value=offline)
+                                "Partitions without a leader (the controller's count; a standalone "
+                                "broker is its own controller).", value=offline)
         yield GaugeMetricFamily("kafka_controller_kafkacontroller_activecontrollercount",
-                                "1 on the controller (a standalone broker is its own).", value=1)
+                                "1 on the active controller, 0 elsewhere (a standalone broker is "
+                                "its own).", value=active)
         yield GaugeMetricFamily("kafka_server_replicamanager_underreplicatedpartitions",
-                                "Partitions whose ISR is smaller than their replicas "
-                                "(0 on a standalone broker).", value=0)
+                                "Partitions led here whose ISR is smaller than their replicas.",
+                                value=under)
         yield GaugeMetricFamily("kafka_server_replicamanager_partitioncount",
                                 "Partitions on this broker.", value=len(parts))
         labels = ["topic", "partition"]

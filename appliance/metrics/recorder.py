@@ -142,6 +142,17 @@ class Recorder:
         if 0 <= slot < COUNTER_PARTITIONS:
             self.w[self._bytes_out + slot] += n
 
+    # -- cluster worker ------------------------------------------------------------------
+    def isr_changed(self, shrunk: bool, expanded: bool) -> None:
+        """A leader here wrote a new ISR: Kafka's IsrShrinksPerSec / IsrExpandsPerSec."""
+        if shrunk:
+            self.w[_O["isr_shrinks"]] += 1
+        if expanded:
+            self.w[_O["isr_expands"]] += 1
+
+    def active_controller(self, active: bool) -> None:
+        self.w[_O["active_controller"]] = int(active)
+
     # -- disk worker ---------------------------------------------------------------------
     def opened(self, slot: int, log_end_offset: int) -> None:
         """A partition this disk worker opened or created: messages in count from its log-end
