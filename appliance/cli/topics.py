@@ -6,6 +6,7 @@ import argparse
 import time
 
 from appliance.cli.common import add_bootstrap, check, connect, metadata, parse_properties_args
+from appliance.cli.configs import DELETE, SET
 from appliance.cli.main import CliError
 
 __all__ = ["add_arguments", "run"]
@@ -20,7 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--partitions", type=int, help="number of partitions (--create, --alter)")
     p.add_argument("--replication-factor", type=int, default=-1, help="replicas (--create)")
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
-                   help="a topic config override (repeatable)")
+                   help="a topic config override (repeatable); with --alter only the keys given change")
+    p.add_argument("--delete-config", "--deleteConfig", action="append", default=[], metavar="KEY",
+                   dest="delete_config", help="--alter: remove this override (repeatable; 0.8's --deleteConfig)")
     p.add_argument("--if-not-exists", action="store_true")
     p.add_argument("--under-replicated-partitions", action="store_true",
                    help="--describe only partitions whose ISR is smaller than their replicas")
@@ -69,19 +72,26 @@ def run(args: argparse.Namespace) -> int:
             print(f"Deleted topic {name}.")
         elif args.alter:
             name = _need_topic(args)
-            if args.partitions is None and not configs:
-                raise CliError("--alter needs --partitions and/or --config", 2)
+            deleted = [k.strip() for k in args.delete_config if k.strip()]
+            if args.partitions is None and not configs and not deleted:
+                raise CliError("--alter needs --partitions, --config and/or --delete-config", 2)
+            both = sorted(set(configs) & set(deleted))
+            if both:
+                raise CliError(f"{', '.join(both)}: both in --config and --delete-config", 2)
             if args.partitions is not None:
                 r = conn.request(37, {"topics": [{"name": name, "count": args.partitions,
                                                   "assignments": None}],
                                       "timeout_ms": int(args.timeout * 1000),
                                       "validate_only": False}).results[0]
                 check(r.error_code, f"adding partitions to {name}", r.error_message)
-            if configs:
-                r = conn.request(33, {"resources": [{
-                    "resource_type": 2, "resource_name": name,
-                    "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
-                    "validate_only": False}).responses[0]
+            if configs or deleted:
+                # IncrementalAlterConfigs: only the keys given change (AlterConfigs replaced the
+                # whole set, and the topic's other overrides were lost)
+                ops = [{"name": k, "config_operation": SET, "value": v} for k, v in configs.items()]
+                ops += [{"name": k, "config_operation": DELETE, "value": None} for k in deleted]
+                r = conn.request(44, {"resources": [{"resource_type": 2, "resource_name": name,
+                                                     "configs": ops}],
+                                      "validate_only": False}).responses[0]
                 check(r.error_code, f"altering configs of {name}", r.error_message)
             print(f"Altered topic {name}.")
         elif args.describe:

@@ -51,6 +51,19 @@ def test_topics_create_list_describe_alter_delete(module_broker):
     admin = AdminClient({"bootstrap.servers": module_broker.bootstrap})
     cfg = admin.describe_configs([ConfigResource("topic", "cli-t")])
     assert next(iter(cfg.values())).result(timeout=10)["retention.ms"].value == "7200000"
+    # --alter --config changes only the keys given: the other overrides stay (issue 43: they
+    # were all replaced); --delete-config (0.8's --deleteConfig) removes one
+    ok("topics", "--alter", "--topic", "cli-t", "--config", "segment.bytes=1048576", *bs)
+    ok("topics", "--alter", "--topic", "cli-t", "--config", "max.message.bytes=128000", *bs)
+    first = ok("topics", "--describe", "--topic", "cli-t", *bs).splitlines()[0]
+    for kept in ("retention.ms=7200000", "segment.bytes=1048576", "max.message.bytes=128000"):
+        assert kept in first
+    ok("topics", "--alter", "--topic", "cli-t", "--deleteConfig", "segment.bytes", *bs)
+    first = ok("topics", "--describe", "--topic", "cli-t", *bs).splitlines()[0]
+    assert "segment.bytes" not in first and "retention.ms=7200000" in first
+    res = cli("topics", "--alter", "--topic", "cli-t", "--config", "retention.ms=1",
+              "--delete-config", "retention.ms", *bs)
+    assert res.returncode == 2 and b"retention.ms: both in --config and --delete-config" in res.stderr
 
     assert ok("topics", "--delete", "--topic", "cli-t", *bs).strip() == "Deleted topic cli-t."
     assert "cli-t" not in ok("topics", "--list", *bs).split()
