@@ -18,6 +18,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+from appliance.coordinator.routing import OFFSETS_TOPIC
+from appliance.errors import InvalidTopicError
 from appliance.records.batch_layout import (
     BASE_OFFSET_OFFSET,
     BATCH_LENGTH_OFFSET,
@@ -95,6 +97,8 @@ class Partition:
         self.slot = slot
         self.log = log
         self.broker_id = broker_id
+        # an internal topic is written by its coordinator only: a client's produce is refused
+        self.internal = log.topic == OFFSETS_TOPIC
         self.follower_ends: dict[int, int] = {}    # follower id -> its log end offset (leader)
         self.follower_starts: dict[int, int] = {}  # follower id -> its log start offset (leader)
         self.held_produces: list[HeldProduce] = []  # in append order
@@ -217,6 +221,11 @@ class Partition:
         return min(leader_end_offset, ours, leo)
 
     # -- appends --------------------------------------------------------------------------
+    def check_client_produce(self) -> None:
+        """Kafka refuses a client's writes to an internal topic (INVALID_TOPIC_EXCEPTION)."""
+        if self.internal:
+            raise InvalidTopicError(f"{self.log.topic} is an internal topic: only its coordinator writes it")
+
     def append_as_leader(self, records: memoryview, epoch: int) -> AppendInfo:
         """Append a produce's batches as the leader of ``epoch``: the epoch stamped first in
         the cache (at the log end it begins with), then into every batch."""

@@ -326,6 +326,8 @@ class Partitions:
         p = self.partitions.get(slot)
         if p is None:
             raise NotHere()
+        if p.internal:
+            p.check_client_produce()
         plog = p.log
         m = self.metrics
         if m is None:

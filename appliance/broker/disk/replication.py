@@ -112,6 +112,7 @@ class Replication:
     def produce(self, n: int | None, request_id: int, slot: int, body: memoryview,
             acks: int, timeout_ms: int) -> tuple | None:
         p, lead = self._leader(slot)
+        p.check_client_produce()
         min_isr = int(p.log.config.min_insync_replicas)
         if acks == -1 and len(lead.isr) < min_isr:
             raise _NotEnoughReplicas(f"ISR {lead.isr} is smaller than min.insync.replicas {min_isr}")

@@ -10,6 +10,7 @@ import pytest
 
 from appliance.broker.disk.partition import ALONE, HeldDelete, HeldProduce, Partition, batch_epochs
 from appliance.config import TopicConfig
+from appliance.errors import InvalidTopicError
 from appliance.records.batch import build_batch
 from appliance.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT, read_leader_epoch_checkpoint
 from appliance.storage.log import PartitionLog
@@ -236,3 +237,12 @@ def test_advance_alone_is_the_rule_with_no_followers(part):
     part.log.append(_batch(2))
     other = Partition(0, part.log, broker_id=LEADER)
     assert other.maybe_increment_hw(ALONE) and other.high_watermark == 6 == part.advance_alone()
+
+
+def test_a_clients_produce_to_an_internal_topic_is_refused(tmp_path, part):
+    part.check_client_produce()  # an ordinary topic
+    offsets = Partition(1, PartitionLog.open(os.path.join(tmp_path, "__consumer_offsets-0"),
+                                             TopicConfig.defaults()), LEADER)
+    with pytest.raises(InvalidTopicError):
+        offsets.check_client_produce()
+    offsets.log.close()
