@@ -1,9 +1,9 @@
 """Controlled shutdown (ControlledShutdown, API 7; ``controlled.shutdown.enable``).
 
 The stopping broker's side (:func:`request_shutdown`): before leaving the cluster, ask the
-controller to move every partition this broker leads to another ISR member, and retry (Kafka:
-``controlled.shutdown.max.retries`` 3, backoff 5 s; we wait less) until none remains, for at
-most DEADLINE_S in all. If this broker is the controller, the request is its own controller's
+controller to move every partition this broker leads to another ISR member, and retry
+(``controlled.shutdown.max.retries`` times, ``controlled.shutdown.retry.backoff.ms`` apart; our
+defaults 5 and 1 s, Kafka's 3 and 5 s) until none remains, for at most DEADLINE_S in all. If this broker is the controller, the request is its own controller's
 event.
 
 The controller's side (:func:`answer_shutdown`): the forwarded request becomes a
@@ -32,8 +32,8 @@ __all__ = ["request_shutdown", "answer_shutdown"]
 log = logging.getLogger("appliance.cluster")
 
 VERSION = 1
-ATTEMPTS = 5
-BACKOFF_S = 1.0
+ATTEMPTS = 5  # controlled.shutdown.max.retries' default here
+BACKOFF_S = 1.0  # controlled.shutdown.retry.backoff.ms' default here
 TIMEOUT_S = 20.0
 #: The whole attempt's bound: a hung controller must not hold a stop past systemd's
 #: TimeoutStopSec (60 s in systemd/), whose SIGKILL would make the next start an unclean one.
@@ -76,12 +76,13 @@ def _ask_remote(connector: BrokerConnector, controller: BrokerInfo, broker_id: i
 
 
 def request_shutdown(member: Any, store: ZkStore, broker_id: int,
-                     connector: BrokerConnector | None = None) -> bool:
+                     connector: BrokerConnector | None = None, attempts: int = ATTEMPTS,
+                     backoff_s: float = BACKOFF_S) -> bool:
     """Blocking (run it in an executor). True once the controller reports nothing left here.
     ``connector``: how to reach the controller (its inter-broker listener)."""
     connector = connector or BrokerConnector()
     end = time.monotonic() + DEADLINE_S
-    for attempt in range(ATTEMPTS):
+    for attempt in range(attempts):
         left = end - time.monotonic()
         if left <= 0:
             break
@@ -104,7 +105,8 @@ def request_shutdown(member: Any, store: ZkStore, broker_id: int,
                      attempt + 1, body.get("error_code"), len(remaining))
         except (OSError, ValueError) as e:
             log.info("controlled shutdown attempt %d failed: %s", attempt + 1, e)
-        threading.Event().wait(min(BACKOFF_S, max(0.0, end - time.monotonic())))
+        if attempt + 1 < attempts:
+            threading.Event().wait(min(backoff_s, max(0.0, end - time.monotonic())))
     log.warning("controlled shutdown did not complete; stopping anyway")
     return False
 

@@ -188,8 +188,10 @@ class ClusterWorker:
                 pass
         if code == EXIT_OK and bool(self.config["controlled.shutdown.enable"]):
             # leadership moves while this broker still serves: producers see retriable errors only
-            await loop.run_in_executor(None, request_shutdown, self.member, store, self.broker_id,
-                                       self.connector)
+            await loop.run_in_executor(None, lambda: request_shutdown(
+                self.member, store, self.broker_id, self.connector,
+                attempts=int(self.config["controlled.shutdown.max.retries"]),
+                backoff_s=int(self.config["controlled.shutdown.retry.backoff.ms"]) / 1000))
         self.fetcher.stop()
         isr_task.cancel()
         config_task.cancel()

@@ -42,3 +42,20 @@ def test_a_controller_that_never_answers_costs_at_most_the_deadline(admin, hung_
     took = time.monotonic() - t
     assert 1.9 <= took < 4.0, took  # each attempt bounded by what is left, not TIMEOUT_S (20 s)
     assert bool(asked) == (whose == "own")
+
+
+def test_controlled_shutdown_max_retries_and_backoff_are_honoured(admin, caplog):
+    """A controller that is not registered fails each attempt at once: the stop makes exactly
+    controlled.shutdown.max.retries attempts, controlled.shutdown.retry.backoff.ms apart."""
+    admin.client.ensure_path(zp.BROKER_IDS)
+    if admin.client.exists(zp.CONTROLLER):
+        admin.client.delete(zp.CONTROLLER)
+    admin.client.create(zp.CONTROLLER, zp.encode_controller(98))  # no /brokers/ids/98
+    member = SimpleNamespace(controller=None)
+    t = time.monotonic()
+    with caplog.at_level("INFO", logger="appliance.cluster"):
+        assert request_shutdown(member, admin, ME, attempts=3, backoff_s=0.4) is False
+    took = time.monotonic() - t
+    tries = [r for r in caplog.records if "controlled shutdown attempt" in r.getMessage()]
+    assert len(tries) == 3 and "controller 98 is not registered" in tries[0].getMessage()
+    assert 0.8 <= took < 3.0, took  # two waits of 0.4 s between three attempts
