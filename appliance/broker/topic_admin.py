@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from appliance.config import ConfigError, TopicConfig, validate_topic_name
 from appliance.errors import ErrorCode, KafkaError
+from appliance.protocol.replica_assignment import broker_ids, requested_assignment
 from appliance.shm.layout import MsgType, SlotState
 from appliance.storage.partition_metadata import new_topic_id
 
@@ -34,20 +35,14 @@ class TopicResult(tuple):
         return super().__new__(cls, (int(code), message))
 
 
-def _check_replication(ctx: BrokerContext, rf: int, assignments: Any) -> None:
+def _check_replication(ctx: BrokerContext, rf: int, plan: dict[int, tuple[int, ...]] | None) -> None:
     if rf not in (-1, 1):
         raise _Refused(ErrorCode.INVALID_REPLICATION_FACTOR,
                        f"Replication factor {rf} is larger than the 1 available broker")
-    for a in assignments or ():
-        # a decoded request carries objects, internal callers dicts; an empty list is a value
-        ids = a.get("broker_ids") if isinstance(a, dict) else getattr(a, "broker_ids", None)
-        ids = list(ids or ())
-        if not ids:
+    for ids in (plan or {}).values():
+        if ids != (ctx.broker_id,):
             raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                           "replica assignment lists no broker for a partition")
-        if ids != [ctx.broker_id]:
-            raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                           f"replica assignment {ids} names brokers other than {ctx.broker_id}")
+                           f"replica assignment {list(ids)} names brokers other than {ctx.broker_id}")
 
 
 class _Refused(Exception):
@@ -65,12 +60,18 @@ async def create_topic(ctx: BrokerContext, name: str, num_partitions: int = -1, 
             validate_topic_name(name)
         except KafkaError as e:
             raise _Refused(ErrorCode.INVALID_TOPIC_EXCEPTION, str(e)) from e
-        if num_partitions == -1:
+        try:
+            plan = requested_assignment(num_partitions, replication_factor, assignments)
+        except KafkaError as e:
+            raise _Refused(e.code, str(e)) from e
+        if plan is not None:
+            num_partitions = len(plan)  # one partition per entry of the assignment
+        elif num_partitions == -1:
             num_partitions = int(ctx.config["num.partitions"])
         if num_partitions <= 0:
             raise _Refused(ErrorCode.INVALID_PARTITIONS,
                            f"Number of partitions must be larger than 0 (got {num_partitions})")
-        _check_replication(ctx, replication_factor, assignments)
+        _check_replication(ctx, replication_factor, plan)
         overrides = {k: v for k, v in (configs or {}).items() if v is not None}
         try:
             TopicConfig.from_overrides(ctx.config, overrides)
@@ -168,7 +169,11 @@ async def add_partitions(ctx: BrokerContext, name: str, count: int, assignments:
             raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                            f"Increasing the number of partitions by {count - current} but "
                            f"{len(assignments)} assignments provided.")
-        _check_replication(ctx, -1, assignments)
+        plan = {current + i: broker_ids(a) for i, a in enumerate(assignments or ())}
+        if not all(plan.values()):
+            raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                           "replica assignment lists no broker for a partition")
+        _check_replication(ctx, -1, plan)
         if validate_only:
             return TopicResult()
         async with ctx.table.locked_async():

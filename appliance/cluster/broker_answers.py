@@ -27,6 +27,7 @@ from appliance.config import ConfigError, TopicConfig, validate_topic_name
 from appliance.coordinator.batched_lookup import FIRST_BATCHED_VERSION, batched_coordinators
 from appliance.coordinator.routing import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, offsets_partition_for
 from appliance.errors import ErrorCode, KafkaError, error_for_code
+from appliance.protocol.replica_assignment import requested_assignment
 
 FIRST_TOPIC_ID_METADATA = 10  # Metadata answers topic ids (KIP-516)
 
@@ -153,6 +154,10 @@ async def create_topic(table: LeadershipTable, store: ZkStore, config: Any, name
         validate_topic_name(name)
     except KafkaError as e:
         return int(ErrorCode.INVALID_TOPIC_EXCEPTION), str(e)
+    try:
+        requested = requested_assignment(num_partitions, replication_factor, assignments)
+    except KafkaError as e:
+        return int(e.code), str(e)
     if num_partitions == -1:
         num_partitions = int(config["num.partitions"])
     if replication_factor == -1:
@@ -166,12 +171,14 @@ async def create_topic(table: LeadershipTable, store: ZkStore, config: Any, name
     # bound the work before doing it: more replicas than every live broker's partition table
     # holds is refused at once, not planned one partition at a time
     room = int(config["appliance.max.partitions"]) * max(len(live), 1)
-    if not assignments and num_partitions * max(replication_factor, 1) > room:
+    replicas = (sum(len(ids) for ids in requested.values()) if requested is not None
+                else num_partitions * max(replication_factor, 1))
+    if replicas > room:
         return int(ErrorCode.INVALID_PARTITIONS), (
-            f"{num_partitions} partitions of {replication_factor} replicas exceed the partition "
-            f"tables of the {len(live)} live brokers ({room} slots, appliance.max.partitions)")
-    if assignments:
-        plan = {a.partition_index: tuple(a.broker_ids) for a in assignments}
+            f"{replicas} replicas exceed the partition tables of the {len(live)} live brokers "
+            f"({room} slots, appliance.max.partitions)")
+    if requested is not None:
+        plan = requested
         unknown = {b for ids in plan.values() for b in ids} - set(live)
         if unknown:
             return int(ErrorCode.INVALID_REPLICA_ASSIGNMENT), f"unknown brokers {sorted(unknown)}"

@@ -412,3 +412,33 @@ def test_create_partitions_with_a_wrong_assignment_changes_nothing(bad_broker, b
         md = c.request(3, 1, metadata_body())
     assert {t.name: len(t.partitions) for t in md.topics}[KEPT] == 2
     assert _kept_bytes(bystander)
+
+
+def test_create_topics_with_an_assignment_on_one_broker(bad_broker):
+    """A standalone broker makes one partition per assignment entry (confluent-kafka sends
+    num_partitions -1 with it: issue 43, it made num.partitions), and refuses, with Kafka's
+    codes and nothing created, an assignment beside a count, a gap, or another broker."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bad_broker.bootstrap})
+    admin.create_topics([NewTopic("assigned-22", num_partitions=22, replica_assignment=[[0]] * 22)])[
+        "assigned-22"].result(30)
+    md = admin.list_topics("assigned-22", timeout=10)
+    assert len(md.topics["assigned-22"].partitions) == 22
+
+    def create(name: str, num_partitions: int, entries: list) -> int:
+        with RawConnection(bad_broker.port) as c:
+            r = c.request(19, 4, {"topics": [{"name": name, "num_partitions": num_partitions,
+                                              "replication_factor": -1, "assignments": entries,
+                                              "configs": []}], "timeout_ms": 10000,
+                                  "validate_only": False})
+        return r.topics[0].error_code
+
+    one = [{"partition_index": 0, "broker_ids": [0]}]
+    assert create("a-both", 2, one) == ErrorCode.INVALID_REQUEST
+    assert create("a-gap", -1, one + [{"partition_index": 5, "broker_ids": [0]}]) == \
+        ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    assert create("a-other", -1, [{"partition_index": 0, "broker_ids": [3]}]) == \
+        ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    names = set(admin.list_topics(timeout=10).topics)
+    assert not names & {"a-both", "a-gap", "a-other"}

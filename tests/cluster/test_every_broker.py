@@ -449,3 +449,35 @@ def test_a_consumer_assigned_a_partition_before_it_exists_reads_it_once_added(cl
         assert got == [(3, i) for i in range(5)]
     finally:
         c.close()
+
+
+def _create(port: int, name: str, num_partitions: int, rf: int, assignments: list | None) -> tuple[int, str]:
+    with RawConnection(port) as c:
+        r = c.request(19, 4, {"topics": [{"name": name, "num_partitions": num_partitions,
+                                          "replication_factor": rf, "assignments": assignments or [],
+                                          "configs": []}], "timeout_ms": 30000, "validate_only": False})
+    return r.topics[0].error_code, r.topics[0].error_message
+
+
+def test_create_topics_with_an_assignment_makes_one_partition_per_entry(cluster):
+    """Current admin clients send num_partitions -1 with an assignment (issue 43: the broker
+    made num.partitions partitions instead); through each broker, with RF 1, 2 and 3."""
+    for bid, b in cluster["brokers"].items():
+        for rf in RFS:
+            name = f"assigned-rf{rf}-via{bid}"
+            entries = [{"partition_index": p, "broker_ids": [(p + k) % 3 for k in range(rf)]}
+                       for p in range(7)]
+            assert _create(b.port, name, -1, -1, entries) == (0, None)
+            want = {e["partition_index"]: e["broker_ids"] for e in entries}
+            wait_for(lambda name=name, want=want: _metadata_replicas(cluster, name) == want or None,
+                     30, f"{name}'s assignment in Metadata")
+    port = cluster["brokers"][0].port
+    one = [{"partition_index": 0, "broker_ids": [0]}]
+    assert _create(port, "both-set", 3, -1, one)[0] == ErrorCode.INVALID_REQUEST
+    assert _create(port, "gap", -1, -1, one + [{"partition_index": 2, "broker_ids": [1]}])[0] == \
+        ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    assert _create(port, "uneven", -1, -1, one + [{"partition_index": 1, "broker_ids": [1, 2]}])[0] == \
+        ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    assert _create(port, "twice", -1, -1, [{"partition_index": 0, "broker_ids": [1, 1]}])[0] == \
+        ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    assert _partition_count(port, "gap") == 0
