@@ -90,6 +90,7 @@ class Consumer:
         self._paused: set[TopicPartition] = set()
         self._last_commit = time.monotonic()
         self._last_pattern_check = 0.0
+        self._last_count_check = time.monotonic()
         self._closed = False
 
     # ------------------------------------------------------------------ subscription
@@ -261,6 +262,14 @@ class Consumer:
             topics = self._matching_topics()
             if topics != self._topics:
                 self._topics = topics
+                g.rejoin_needed = True
+        if (g.assigned_counts is not None and not g.rejoin_needed
+                and time.monotonic() - self._last_count_check >= self.cluster.metadata_max_age):
+            # the leader looks again as often as metadata ages: partitions added to a topic of
+            # the group are assigned by a rebalance (Kafka's leader compares metadata snapshots)
+            self._last_count_check = time.monotonic()
+            if self._partition_counts(sorted(g.assigned_counts)) != g.assigned_counts:
+                log.info("group %s: partition counts changed; rebalancing", g.group_id)
                 g.rejoin_needed = True
         if not g.rejoin_needed:
             return

@@ -51,6 +51,9 @@ class GroupMembership:
         self.protocol: str | None = None
         self.is_leader = False
         self.rejoin_needed = True
+        # the leader's partition counts of the group's topics at its last assignment (Kafka's
+        # metadata snapshot): partitions added later make it rebalance; None when not leader
+        self.assigned_counts: dict[str, int] | None = None
         self._coordinator: tuple[str, int] | None = None
         self._stable = threading.Event()
         self._stop = threading.Event()
@@ -122,6 +125,7 @@ class GroupMembership:
             self.member_id, self.generation = resp.member_id, resp.generation_id
             self.protocol = resp.protocol_name
             self.is_leader = resp.leader == resp.member_id
+            self.assigned_counts = None
             assignments = []
             if self.is_leader:
                 assignments = self._lead(resp, partitions_of)
@@ -159,6 +163,7 @@ class GroupMembership:
                 members[m.member_id] = Subscription(0, [], None, [])
         topics = sorted({t for s in members.values() for t in s.topics})
         counts = partitions_of(topics)
+        self.assigned_counts = dict(counts)  # the leader rebalances when these change
         result = assignor.assign(members, counts)
         return [{"member_id": m, "assignment": encode_assignment(sorted(result.get(m, {}).items()))}
                 for m in members]

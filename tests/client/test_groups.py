@@ -204,3 +204,30 @@ def test_pattern_subscription(module_broker, topic_name):
         got += c.poll(0.5)
     assert sorted({r.topic for r in got}) == [f"{topic_name}.a", f"{topic_name}.b"]
     c.close()
+
+
+def test_partitions_added_to_a_subscribed_topic_are_assigned(module_broker, topic_name):
+    """The leader compares the group's partition counts with its last assignment as often as
+    metadata ages, and rebalances when a topic grew (issue 43: the assignment stayed [t-0]);
+    two members end up owning the grown topic's partitions once each, and read the new ones."""
+    bs = module_broker.bootstrap
+    _setup(bs, topic_name, 1, records=2)
+    members = [_consumer(bs, f"g-{topic_name}", metadata_max_age_ms=1000) for _ in range(2)]
+    for c in members:
+        c.subscribe([topic_name])
+    _poll_all_until(members, lambda got: sum(len(v) for v in got.values()) == 2)
+    with AdminClient(bs) as a:
+        a.create_partitions({topic_name: 3})
+    with Producer(bootstrap_servers=bs) as p:
+        for part in (1, 2):
+            p.send(topic_name, b"new-%d" % part, partition=part)
+        p.flush()
+
+    def grown(got: dict) -> bool:
+        owned = sorted(tp.partition for c in members for tp in c.assignment())
+        new = {r.value for v in got.values() for r in v}
+        return owned == [0, 1, 2] and {b"new-1", b"new-2"} <= new
+
+    _poll_all_until(members, grown, timeout=20)
+    for c in members:
+        c.close()
