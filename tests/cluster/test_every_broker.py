@@ -476,8 +476,6 @@ def test_create_topics_with_an_assignment_makes_one_partition_per_entry(cluster)
     assert _create(port, "both-set", 3, -1, one)[0] == ErrorCode.INVALID_REQUEST
     assert _create(port, "gap", -1, -1, one + [{"partition_index": 2, "broker_ids": [1]}])[0] == \
         ErrorCode.INVALID_REPLICA_ASSIGNMENT
-    assert _create(port, "uneven", -1, -1, one + [{"partition_index": 1, "broker_ids": [1, 2]}])[0] == \
-        ErrorCode.INVALID_REPLICA_ASSIGNMENT
     assert _create(port, "twice", -1, -1, [{"partition_index": 0, "broker_ids": [1, 1]}])[0] == \
         ErrorCode.INVALID_REPLICA_ASSIGNMENT
     assert _partition_count(port, "gap") == 0
