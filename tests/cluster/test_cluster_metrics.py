@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker_process import free_port
@@ -51,8 +52,11 @@ def _gauge(b, name: str) -> float:
 
 def _short_isr(boot: str) -> int | None:
     """Partitions whose ISR is smaller than their replicas, as Metadata tells a client (None
-    while the answering broker does not list every topic: asked again)."""
-    md = AdminClient({"bootstrap.servers": boot}).list_topics(timeout=10)
+    while no broker answered, or the one that did does not list every topic: asked again)."""
+    try:
+        md = AdminClient({"bootstrap.servers": boot}).list_topics(timeout=10)
+    except KafkaException:  # it asked the stopped broker: asked again
+        return None
     if any(md.topics.get(name) is None or md.topics[name].error is not None for name in TOPICS):
         return None
     return sum(1 for name in TOPICS for p in md.topics[name].partitions.values()
