@@ -18,7 +18,7 @@ from appliance.cluster.assignment import (
     InvalidReplicationFactor,
     assign_replicas,
 )
-from appliance.cluster.broker_connection import registered_endpoints
+from appliance.cluster.broker_connection import NoEndpoint, endpoint_of
 from appliance.cluster.leadership import LeadershipTable
 from appliance.cluster.topic_ids import TopicIds
 from appliance.cluster.zk_paths import BrokerInfo, TopicAssignment
@@ -141,10 +141,11 @@ async def _brokers_and_controller(table: LeadershipTable, store: ZkStore,
 
 def _address_on(broker: BrokerInfo, listener: str) -> tuple[str, int]:
     """A registration's host and port on ``listener``, or its legacy ones."""
-    for ep in registered_endpoints(broker):
-        if ep.listener == listener:
-            return ep.host, ep.port
-    return broker.host, broker.port
+    try:
+        ep = endpoint_of(broker, listener)
+    except NoEndpoint:
+        return broker.host, broker.port
+    return ep.host, ep.port
 
 
 async def create_topic(table: LeadershipTable, store: ZkStore, config: Any, name: str,

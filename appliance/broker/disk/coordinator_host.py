@@ -29,7 +29,6 @@ import time
 from typing import Any
 
 from appliance.broker.cluster_view import ClusterView
-from appliance.broker.disk.partition import ALONE
 from appliance.broker.disk.partitions import Partitions
 from appliance.broker.disk.requests import NotHere
 from appliance.broker.disk.ring_intake import RingIntake
@@ -217,7 +216,7 @@ class CoordinatorHost:
             return
         p = parts.partitions[slot]
         p.log.append(batch)
-        p.maybe_increment_hw(ALONE)
+        p.advance_alone()
         parts.publish(slot, p.log)
 
     def _leader_append(self, slot: int, partition: int, batch: bytes) -> None:

@@ -135,7 +135,8 @@ class Partition:
     def advance_alone(self) -> int:
         """The rule with no followers (one broker: the leader is the whole ISR): the high
         watermark is the log end offset, returned. :meth:`maybe_increment_hw` with an empty ISR
-        says the same; this is its one-append form for the standalone produce path."""
+        says the same; this is the one form the standalone broker uses (start, produce, the
+        coordinator's own appends)."""
         log = self.log
         leo = log.log_end_offset
         log.high_watermark = leo

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from appliance.broker.disk.dir_health import FULL_DISK_ERRNOS, ThrottledLog, io_errno, is_dead_disk
-from appliance.broker.disk.partition import ALONE, Partition
+from appliance.broker.disk.partition import Partition
 from appliance.broker.disk.requests import NOTHING, NotHere
 from appliance.config import BrokerConfig, ConfigError, TopicConfig
 from appliance.coordinator.routing import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
@@ -261,7 +261,7 @@ class Partitions:
         else:
             # one broker: the leader is the whole ISR, so everything in its log is committed
             # the moment it leads (Kafka: the new leader's HW moves to min LEO of the ISR)
-            p.maybe_increment_hw(ALONE)
+            p.advance_alone()
         self.partitions[slot] = p
         self.slot_of[(topic, partition)] = slot
         if self.metrics is not None:
