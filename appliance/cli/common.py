@@ -12,17 +12,27 @@ from appliance.errors import ErrorCode
 __all__ = ["Brokers", "add_bootstrap", "connect", "parse_properties_args", "check", "metadata"]
 
 
-def add_bootstrap(p: argparse.ArgumentParser) -> None:
+def add_bootstrap(p: argparse.ArgumentParser, zookeeper: bool = False) -> None:
+    """--bootstrap-server (and its 0.8 name --broker-list); with ``zookeeper``, also 0.8's
+    --zookeeper, whose registered brokers are then connected to instead."""
     # --broker-list: the name the 0.8-2.x console producer used for the same thing
     p.add_argument("--bootstrap-server", "--broker-list", dest="bootstrap_server",
                    default="127.0.0.1:9092", metavar="HOST:PORT",
                    help="broker to connect to (default 127.0.0.1:9092)")
+    if zookeeper:
+        p.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]",
+                       help="0.8's form: the cluster's zookeeper.connect; its registered brokers "
+                            "are connected to (instead of --bootstrap-server)")
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
                    help="connect and request timeout (default 10)")
 
 
 def bootstrap_servers(args: argparse.Namespace) -> list[tuple[str, int]]:
-    """--bootstrap-server as (host, port) pairs; a malformed one is a usage error naming it."""
+    """--bootstrap-server as (host, port) pairs, or the brokers registered in --zookeeper when
+    given; a malformed one is a usage error naming it."""
+    if getattr(args, "zookeeper", None):
+        from appliance.cli.zookeeper_tool import brokers_in_zookeeper
+        return brokers_in_zookeeper(args.zookeeper, args.timeout, getattr(args, "verbose", False))
     try:
         return parse_bootstrap(args.bootstrap_server)
     except ValueError as e:

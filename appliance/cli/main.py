@@ -29,6 +29,8 @@ COMMANDS = {
     "mirror-maker": ("mirror_maker", "copy topics from one cluster to another (Kafka's MirrorMaker)"),
     "reassign-partitions": ("reassign_partitions", "move partitions' replicas between brokers, online (cluster mode)"),
     "leader-election": ("leader_election", "elect preferred or unclean leaders (ElectLeaders)"),
+    "preferred-replica-election": ("preferred_replica_election",
+                                   "0.8's tool: move leadership back to each partition's first replica"),
     "log-dirs": ("log_dirs", "each log dir's state and partition sizes (--describe, as kafka-log-dirs)"),
 }
 
