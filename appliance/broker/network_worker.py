@@ -608,7 +608,7 @@ class NetworkWorker:
         from appliance.broker.group_lag import committed_offsets
         collector = BrokerCollector(table, ctx.metrics.counters, slots, self.log_dirs, ctx.limits,
                                     leaders=ctx.leaders, metadata=ctx.view.cache,
-                                    cluster_slot=cluster_slot)
+                                    cluster_slot=cluster_slot, broker_config=lambda: ctx.config)
 
         async def render() -> bytes:
             collector.committed = await committed_offsets(ctx)
