@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import os
+import socket
 import subprocess
 import sys
 
@@ -166,14 +167,31 @@ def test_new_producer_keys_of_0_8_2_are_accepted(module_broker, caplog):
            "timeout.ms": "30000", "metadata.fetch.timeout.ms": "60000", "metadata.max.age.ms": "300000",
            "metric.reporters": "", "metrics.num.samples": "2", "metrics.sample.window.ms": "30000",
            "reconnect.backoff.ms": "10", "retry.backoff.ms": "100", "batch.num.messages": "200",
-           "topic.metadata.refresh.interval.ms": "-1", "queue.buffering.max.ms": "5000",
+           "topic.metadata.refresh.interval.ms": "-1", "queue.buffering.max.ms": "50",
            "queue.buffering.max.messages": "10000", "queue.enqueue.timeout.ms": "-1",
            "message.send.max.retries": "3", "request.timeout.ms": "10000", "client.id": "old-app"}
     p = Producer(cfg)
     try:
         assert p.enqueue_timeout == 0 and p.batch_records == 200 and p.ack_timeout_ms == 30000
-        assert p.config["max.block.ms"] == 60000 and p.retries == 3 and p.linger == 5.0
+        assert p.config["max.block.ms"] == 60000 and p.retries == 3 and p.linger == 0.05
         assert p.cluster.metadata_max_age == float("inf")
+        assert p.send("old-new-keys", b"x").result(10).offset == 0
+        sock = next(iter(p.cluster._conns.values()))._sock  # Linux reports twice the size asked for
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) == 2 * 131072
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) == 2 * 32768
     finally:
         p.close()
     assert "buffer.memory=33554432 is accepted but has no effect here" in caplog.text
+
+
+def test_batch_num_messages_cuts_async_batches_by_count(module_broker, topic_name, tmp_path):
+    props = load_properties(_properties(tmp_path, module_broker.bootstrap, producer_type="async",
+                                        batch_num_messages="3", queue_buffering_max_ms="60000"))
+    with Producer(props) as p:
+        futures = [p.send(topic_name, (f"k{i}", f"v{i}"), partition=0) for i in range(7)]
+        assert [f.result(20).offset for f in futures[:6]] == list(range(6))  # sent without lingering
+        p.flush()
+    files = sorted(glob.glob(os.path.join(module_broker.log_dirs[0], f"{topic_name}-0", "*.log")))
+    out = subprocess.run([sys.executable, "-m", "appliance.cli.main", "dump-log", "--files", ",".join(files)],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    assert [int(line.split(" count: ")[1].split()[0]) for line in out.splitlines() if " count: " in line] == [3, 3, 1]
