@@ -17,6 +17,7 @@ from confluent_kafka import TopicPartition as CKTopicPartition
 
 from appliance.client import AdminClient, NewTopic, Producer
 from appliance.client.config import load_properties
+from appliance.client.java_hash import HashCodePartitioner, java_hash_code
 from appliance.errors import InvalidConfigError
 
 PARTITIONS = 7
@@ -47,6 +48,24 @@ def test_the_keys_cover_the_cases():
     assert java_string_hash_code("hello") == 99162322  # Java's value
     assert -2**31 in hashes and any(-2**31 < h < 0 for h in hashes)
     assert any(ord(c) > 0xFFFF for k in KEYS for c in k) and any(0x7F < ord(c) <= 0xFFFF for k in KEYS for c in k)
+
+
+def test_hash_codes_of_other_key_types():
+    """bytes: Arrays.hashCode over signed bytes; int: Integer.hashCode, Long.hashCode past 32 bits."""
+    assert java_hash_code(b"") == 1 and java_hash_code(b"\x01\x02\x03") == 30817
+    assert java_hash_code(b"\xff") == 31 - 1  # the byte -1
+    assert java_hash_code(-5) == -5 and java_hash_code(1 << 32) == 1 and java_hash_code(2**63 - 1) == -2**31
+    p = HashCodePartitioner()
+    assert p.partition(-5, 3) == 2 and p.partition("polygenelubricants", 3) == 0
+    with pytest.raises(TypeError, match="float"):
+        p.partition(1.5, 3)
+
+
+def test_null_keys_keep_a_random_partition_until_the_refresh_interval():
+    kept = HashCodePartitioner(refresh_interval_ms=-1)  # never re-chosen
+    assert len({kept.partition(None, 50, "t") for _ in range(20)}) == 1
+    every_time = HashCodePartitioner(refresh_interval_ms=0)
+    assert len({every_time.partition(None, 50, "t") for _ in range(40)}) > 1
 
 
 def _properties(tmp_path, bootstrap: str, **extra: str) -> str:
