@@ -271,6 +271,9 @@ class _Batch:
 class Producer(Send):
     """See the module docstring. ``config`` uses Kafka's key names (see
     :data:`appliance.client.config.PRODUCER_KEYS`); keyword arguments with underscores work too.
+    A 0.8.2 producer.properties works as it is (``config.load_properties``): class names resolve
+    through :mod:`appliance.client.java_names`, ``kafka.producer.DefaultPartitioner`` hashes keys
+    as 0.8.2 did (:mod:`appliance.client.java_hash`).
 
     Raises InvalidConfigError (naming key and value) for bad settings, KafkaError when the
     IPC transport is required but unavailable."""
