@@ -5,9 +5,9 @@
 sends it, whatever ``serializer.class`` then makes of it, and an application moving from the
 Scala producer keeps its key-to-partition mapping.
 
-``abs`` is 0.8.2's ``Utils.abs``: ``0`` for ``Integer.MIN_VALUE``, else the absolute value.
-(0.8.0 and 0.8.1 computed ``n & 0x7fffffff``, which differs for every negative hash; KAFKA-1469,
-listed in the 0.8.2.0 release notes, replaced it.)
+``abs`` is 0.8.2's ``Utils.abs`` (kafka/utils/Utils.scala at the 0.8.2.0-0.8.2.2 tags): ``0``
+for ``Integer.MIN_VALUE``, else the absolute value. 0.8.1 computed ``n & 0x7fffffff``, which
+differs for every negative hash; KAFKA-1469, in 0.8.2.0, replaced it.
 
 Keys Java would not hash the same way in every process get a documented choice:
 
