@@ -57,14 +57,17 @@ class Cluster:
 
     def __init__(self, bootstrap_servers: str, *, client_id: str = "appliance", request_timeout_ms: int = 30000,
                  connect_timeout_ms: int | None = None, allow_auto_create: bool = True,
-                 metadata_max_age_ms: int = 300000) -> None:
-        """Raises ValueError for a malformed bootstrap list (nothing is contacted yet)."""
+                 metadata_max_age_ms: float = 300000,
+                 socket_buffers: tuple[int | None, int | None] = (None, None)) -> None:
+        """``socket_buffers``: (SO_SNDBUF, SO_RCVBUF) for every connection, None: the OS's.
+        Raises ValueError for a malformed bootstrap list (nothing is contacted yet)."""
         self.bootstrap = parse_bootstrap(bootstrap_servers)
         self.client_id = client_id
         self.request_timeout = request_timeout_ms / 1000
         self.connect_timeout = (connect_timeout_ms if connect_timeout_ms is not None else request_timeout_ms) / 1000
         self.allow_auto_create = allow_auto_create
         self.metadata_max_age = metadata_max_age_ms / 1000
+        self.socket_buffers = socket_buffers
         self._lock = threading.RLock()
         self._conns: dict[tuple[str, int, str], PipelinedConnection] = {}
         self._nodes: dict[int, tuple[str, int]] = {}
@@ -101,6 +104,8 @@ class Cluster:
                                    client_id=self.client_id)
         if timeout is None or connect_timeout is not None:
             conn.timeout = timeout or self.request_timeout
+        if self.socket_buffers != (None, None):  # once connected: the handshake never needs more
+            conn.set_buffer_sizes(*self.socket_buffers)
         with self._lock:
             old = self._conns.get(key)
             if old is not None and not old.closed:

@@ -97,6 +97,12 @@ class PipelinedConnection:
                                         daemon=True)
         self._reader.start()
 
+    def set_buffer_sizes(self, send: int | None, receive: int | None) -> None:
+        """SO_SNDBUF / SO_RCVBUF of the socket (None: leave the OS's)."""
+        for opt, size in ((socket.SO_SNDBUF, send), (socket.SO_RCVBUF, receive)):
+            if size is not None:
+                self._sock.setsockopt(socket.SOL_SOCKET, opt, size)
+
     @property
     def closed(self) -> bool:
         return self._closed is not None
