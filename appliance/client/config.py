@@ -14,7 +14,7 @@ from typing import Any
 from appliance.errors import InvalidConfigError
 
 __all__ = ["Key", "PRODUCER_KEYS", "PRODUCER_NO_EFFECT", "CONSUMER_KEYS", "ADMIN_KEYS", "resolve",
-           "load_properties"]
+           "load_properties", "tls_context"]
 
 _UNSET: Any = object()
 
@@ -44,6 +44,22 @@ _COMMON = (
     _i("socket.connection.setup.timeout.ms", 10000, "how long to keep trying to connect to a broker", 1),
     _i("metadata.max.age.ms", 300000, "refresh cached metadata at least this often", 0),
     _i("retry.backoff.ms", 100, "pause before retrying a failed request", 0),
+    # TLS to the brokers (client/tls_socket.py); PEM files only, as librdkafka takes them
+    Key("security.protocol", "choice", "plaintext", "plaintext or ssl (TLS to every broker)",
+        choices=("plaintext", "ssl", "sasl_plaintext", "sasl_ssl")),
+    Key("ssl.truststore.location", "str", None, "PEM file of the CAs the brokers' certificates are "
+        "checked against (else the system's)", aliases=("ssl.ca.location",)),
+    Key("ssl.keystore.location", "str", None, "mutual TLS: PEM file with this client's certificate "
+        "chain (and key, unless ssl.key.location)", aliases=("ssl.certificate.location",)),
+    Key("ssl.key.location", "str", None, "mutual TLS: PEM file of this client's private key"),
+    Key("ssl.key.password", "str", None, "password of an encrypted private key"),
+    Key("ssl.endpoint.identification.algorithm", "choice", "https",
+        "https: the broker's certificate must name the host connected to; none: not checked",
+        choices=("https", "none", "")),
+    Key("ssl.truststore.password", "str", None, "unused with PEM (accepted for Java clients' files)"),
+    Key("ssl.keystore.password", "str", None, "unused with PEM (accepted for Java clients' files)"),
+    Key("ssl.truststore.type", "choice", "pem", "PEM only", choices=("pem",)),
+    Key("ssl.keystore.type", "choice", "pem", "PEM only", choices=("pem",)),
 )
 
 # Producer keys of Kafka's 0.8.2 producer tables that this client accepts but does not act on,
@@ -243,3 +259,33 @@ def resolve(keys: tuple[Key, ...], config: Mapping[str, Any] | None, kwargs: Map
     if checks is not None:
         checks(out)
     return out
+
+
+def tls_context(c: Mapping[str, Any]) -> Any:
+    """The ssl.SSLContext a resolved client config asks for, or None for plaintext. Raises
+    InvalidConfigError naming the key whose file cannot be used, or a protocol not built."""
+    proto = c.get("security.protocol", "plaintext")
+    if proto in ("sasl_plaintext", "sasl_ssl"):
+        raise InvalidConfigError(f"config security.protocol={proto.upper()}: SASL is not built yet "
+                                 "(PLAINTEXT and SSL are)")
+    if proto != "ssl":
+        return None
+    import ssl
+
+    from appliance.client.tls_socket import client_tls_context
+    for key in ("ssl.truststore.location", "ssl.keystore.location", "ssl.key.location"):
+        path = c.get(key)
+        if path is not None:
+            try:
+                with open(path, "rb"):
+                    pass
+            except OSError as e:
+                raise InvalidConfigError(f"config {key}={path!r}: {e.strerror}") from None
+    try:
+        return client_tls_context(c.get("ssl.truststore.location"), c.get("ssl.keystore.location"),
+                                  c.get("ssl.key.location"), c.get("ssl.key.password"),
+                                  check_hostname=c.get("ssl.endpoint.identification.algorithm") == "https")
+    except ssl.SSLError as e:
+        raise InvalidConfigError(f"config ssl.keystore.location={c.get('ssl.keystore.location')!r}: "
+                                 f"{e.reason or e} (not PEM, a key that does not match, or a wrong "
+                                 "ssl.key.password)") from None

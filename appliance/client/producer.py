@@ -319,7 +319,8 @@ class Producer(Send):
                                connect_timeout_ms=c["socket.connection.setup.timeout.ms"],
                                allow_auto_create=c["allow.auto.create.topics"],
                                metadata_max_age_ms=_metadata_max_age(c),
-                               socket_buffers=(c["send.buffer.bytes"], c["receive.buffer.bytes"]))
+                               socket_buffers=(c["send.buffer.bytes"], c["receive.buffer.bytes"]),
+                               tls=cfg.tls_context(c))
         self.transport = open_transport(c["transport"], self.cluster, c["bootstrap.servers"], c)
         self._send_many_batches = getattr(self.transport, "send_batches", None)
         self._send_built = getattr(self.transport, "send_built", None)

@@ -272,3 +272,49 @@ def test_unsafe_or_wrong_key_material_stops_the_start(tmp_path, pki):
     assert "Not-The-Pass-1" not in out  # the secret is never printed
     out = _start_fails(tmp_path, {"listeners": listeners})
     assert "ssl.keystore.location" in out
+
+
+def test_appliance_tools_and_client_over_tls(broker, pki, tmp_path):
+    from appliance.client import Consumer as OurConsumer
+    from appliance.client import Producer as OurProducer
+    from tests.ops.procs import appliance
+
+    boot = f"127.0.0.1:{broker.tls_port}"
+    props = tmp_path / "client-ssl.properties"
+    props.write_text(f"security.protocol=SSL\nssl.truststore.location={pki['ca']}\n")
+    tool = ("--bootstrap-server", boot, "--command-config", str(props))
+    r = appliance("topics", "--create", "--topic", "tls-tools", "--partitions", "2", *tool)
+    assert r.returncode == 0, r.stderr
+    assert "tls-tools" in appliance("topics", "--list", *tool).stdout.split()
+    r = appliance("console-producer", "--topic", "tls-tools", *tool, input="one\ntwo\nthree\n")
+    assert r.returncode == 0, r.stderr
+    r = appliance("console-consumer", "--topic", "tls-tools", "--from-beginning", "--max-messages", "3",
+                  "--group", "tls-tool-group", *tool)
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == ["one", "three", "two"]
+    r = appliance("consumer-groups", "--describe", "--group", "tls-tool-group", *tool)
+    assert r.returncode == 0 and "tls-tools" in r.stdout, r.stderr
+    # our client library
+    conf = {"bootstrap.servers": boot, "security.protocol": "SSL", "ssl.truststore.location": str(pki["ca"])}
+    p = OurProducer(conf)
+    for k, v in RECORDS[:100]:
+        p.send("tls-tools", (k, v), partition=0)
+    p.flush()
+    p.close()
+    c = OurConsumer({**conf, "group.id": None, "auto.offset.reset": "earliest"})
+    c.assign([("tls-tools", 0)])
+    got = []
+    deadline = time.monotonic() + 30
+    while len([kv for kv in got if kv[0] is not None]) < 100 and time.monotonic() < deadline:
+        got += [(r.key, r.value) for r in c.poll(1.0)]
+    c.close()
+    assert [kv for kv in got if kv[0] is not None] == RECORDS[:100]  # the console's lines have no key
+    # a wrong trust store: the tool says so in one line
+    other = tmp_path / "other-ca.pem"
+    Authority("not the broker's").write(other)
+    props.write_text(f"security.protocol=SSL\nssl.truststore.location={other}\n")
+    r = appliance("topics", "--list", *tool, "--timeout", "5")
+    assert r.returncode == 1 and "TLS handshake" in r.stderr and "Traceback" not in r.stderr
+    props.write_text("security.protocol=SSL\nssl.truststore.location=/nonexistent.pem\n")
+    r = appliance("topics", "--list", *tool)
+    assert r.returncode == 2 and "ssl.truststore.location" in r.stderr
