@@ -5,10 +5,26 @@ offsets storages and the migration between them, filters, timeouts and bad input
 from __future__ import annotations
 
 import json
+import logging
+import threading
 import time
 
-from appliance.client.zk_consumer import ConsumerTimeout, create_java_consumer_connector
+import pytest
+
+from appliance.client.zk_consumer import (
+    Blacklist,
+    ConsumerRebalanceFailed,
+    ConsumerTimeout,
+    Whitelist,
+    ZooKeeperUnreachable,
+    create_java_consumer_connector,
+)
+from appliance.cluster.zk_session import ZkSettings, open_session
+from appliance.errors import InvalidConfigError
+from tests.broker_process import free_port
 from tests.cluster.harness import wait_for
+
+LOGGER = "appliance.client.zk_consumer"
 
 
 def _drain(stream, limit: int) -> list:
@@ -107,3 +123,117 @@ def test_three_processes_split_six_partitions_and_a_killed_ones_partitions_move(
     for p in survivors:
         assert p.stop() == 0
     assert env.owners(group, "six") == {}
+
+
+def _read_until(stream, want: int, timeout: float = 30.0) -> list:
+    """Messages from ``stream`` until ``want`` arrived (its consumer.timeout.ms keeps each wait short)."""
+    out: list = []
+    deadline = time.monotonic() + timeout
+    while len(out) < want and time.monotonic() < deadline:
+        out += _drain(stream, want - len(out))
+    return out
+
+
+def test_a_whitelist_stream_picks_up_a_topic_created_later(env):
+    env.create_topic("wl-a", 2)
+    env.produce("wl-a", [f"a{i}" for i in range(10)])
+    c = create_java_consumer_connector(env.config("g-wl", consumer_id="w1", consumer_timeout_ms="500"))
+    try:
+        [stream] = c.create_message_streams_by_filter(Whitelist("wl-.*"), 1)
+        reg = json.loads(env.zk.get("/consumers/g-wl/ids/w1")[0])
+        assert reg["subscription"] == {"wl-.*": 1} and reg["pattern"] == "white_list"
+        assert sorted(m.message for m in _read_until(stream, 10)) == sorted(f"a{i}".encode() for i in range(10))
+        env.create_topic("wl-b", 3)
+        env.produce("wl-b", [f"b{i}" for i in range(9)])
+        got = _read_until(stream, 9)
+        assert sorted((m.topic, m.message) for m in got) == sorted(("wl-b", f"b{i}".encode()) for i in range(9))
+        assert env.owners("g-wl", "wl-b") == {0: "w1-0", 1: "w1-0", 2: "w1-0"}
+    finally:
+        c.shutdown()
+
+
+def test_filters_match_whole_names_and_skip_internal_topics():
+    assert Whitelist("wl-.*").allows("wl-b") and not Whitelist("wl").allows("wl-b")
+    assert Whitelist("a, b").allows("b")  # Kafka's comma form
+    assert Blacklist("six").allows("seven") and not Blacklist("six").allows("six")
+    assert not Blacklist("six").allows("__consumer_offsets")
+    assert Blacklist("six").allows("__consumer_offsets", exclude_internal=False)
+    with pytest.raises(ValueError, match="not a regular expression"):
+        Whitelist("(")
+
+
+def test_a_stale_owner_node_makes_the_rebalance_wait_until_its_session_ends(env, caplog):
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    env.create_topic("stale", 2)
+    # a consumer that died: its owner node stays until its session expires (here: is closed)
+    dead = open_session(ZkSettings(env.connect, 30000, 30000))
+    dead.create("/consumers/g-stale/owners/stale/1", b"dead-consumer-0", ephemeral=True, makepath=True)
+    c = create_java_consumer_connector(env.config("g-stale", consumer_id="s1"))
+    done: dict = {}
+    t = threading.Thread(target=lambda: done.update(streams=c.create_message_streams({"stale": 1})))
+    try:
+        t.start()
+        wait_for(lambda: "waiting for that stale owner's ZooKeeper session to expire" in caplog.text, 30,
+                 "the rebalance to say it waits for the stale owner")
+        assert "stale-1 is owned by dead-consumer-0" in caplog.text
+        assert t.is_alive() and env.owners("g-stale", "stale") == {1: "dead-consumer-0"}  # nothing half-claimed
+        dead.stop()
+        dead.close()
+        t.join(30)
+        assert not t.is_alive() and "streams" in done
+        assert env.owners("g-stale", "stale") == {0: "s1-0", 1: "s1-0"}
+    finally:
+        dead.stop()
+        dead.close()
+        t.join(30)
+        c.shutdown()
+
+
+def test_a_stale_owner_that_outlasts_the_retries_fails_the_rebalance_clearly(env):
+    env.create_topic("stale2", 1)
+    dead = open_session(ZkSettings(env.connect, 30000, 30000))
+    dead.create("/consumers/g-stale2/owners/stale2/0", b"dead-consumer-0", ephemeral=True, makepath=True)
+    c = create_java_consumer_connector(env.config("g-stale2", rebalance_max_retries="3",
+                                                  rebalance_backoff_ms="100"))
+    try:
+        with pytest.raises(ConsumerRebalanceFailed, match=r"after 3 attempts \(rebalance.max.retries\).*stale owner"):
+            c.create_message_streams({"stale2": 1})
+    finally:
+        c.shutdown()
+        dead.stop()
+        dead.close()
+
+
+def test_bad_inputs_are_named(env, tmp_path, caplog):
+    with pytest.raises(InvalidConfigError, match=r"config fetch.size='1': unknown key"):
+        create_java_consumer_connector(env.config("g-bad", **{"fetch.size": "1"}))
+    with pytest.raises(InvalidConfigError, match=r"config rebalance.max.retries='many': expected an integer"):
+        create_java_consumer_connector(env.config("g-bad", rebalance_max_retries="many"))
+    with pytest.raises(InvalidConfigError, match=r"config offsets.storage='disk'"):
+        create_java_consumer_connector(env.config("g-bad", offsets_storage="disk"))
+    with pytest.raises(InvalidConfigError, match="config group.id is required"):
+        create_java_consumer_connector({"zookeeper.connect": env.connect})
+    with pytest.raises(InvalidConfigError, match="needs zookeeper.connect"):
+        create_java_consumer_connector({"bootstrap.servers": env.boot, "group.id": "g-bad"})
+    with pytest.raises(InvalidConfigError, match="No such file"):
+        create_java_consumer_connector(tmp_path / "missing.properties")
+
+    # both: zookeeper.connect wins, said once; a properties file is read like a dict
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    props = tmp_path / "consumer.properties"
+    props.write_text(f"zookeeper.connect={env.connect}\ngroup.id=g-both\nbootstrap.servers={env.boot}\n"
+                     "consumer.timeout.ms=200\n")
+    c = create_java_consumer_connector(props)
+    try:
+        assert c.config["consumer.timeout.ms"] == 200 and c.config["client.id"] == "g-both"
+    finally:
+        c.shutdown()
+    said = [r for r in caplog.records if "zookeeper.connect takes precedence" in r.getMessage()]
+    assert len(said) == 1
+
+    # nothing listens: a clear error once zookeeper.connection.timeout.ms has passed, no hang
+    started = time.monotonic()
+    with pytest.raises(ZooKeeperUnreachable, match=r"did not answer within 1500 ms \(zookeeper.connection.timeout.ms\)"):
+        create_java_consumer_connector({"zookeeper.connect": f"127.0.0.1:{free_port()}", "group.id": "g-bad",
+                                        "zookeeper.connection.timeout.ms": "1500"})
+    assert 1.4 < time.monotonic() - started < 5.0
