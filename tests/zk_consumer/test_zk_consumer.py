@@ -237,3 +237,81 @@ def test_bad_inputs_are_named(env, tmp_path, caplog):
         create_java_consumer_connector({"zookeeper.connect": f"127.0.0.1:{free_port()}", "group.id": "g-bad",
                                         "zookeeper.connection.timeout.ms": "1500"})
     assert 1.4 < time.monotonic() - started < 5.0
+
+
+def _kafka_committed(env, group: str, topic: str, partitions: int) -> dict[int, int | None]:
+    from appliance.client import Consumer
+
+    c = Consumer(bootstrap_servers=env.boot, group_id=group)
+    try:
+        return {p: c.committed((topic, p)) for p in range(partitions)}
+    finally:
+        c.close()
+
+
+def _phase(env, group: str, values: list[str], **settings: str) -> list:
+    """Produce ``values`` to "mig", read with a connector of ``settings`` until there is nothing
+    more, shut it down (committing)."""
+    env.produce("mig", values)
+    c = create_java_consumer_connector(env.config(group, consumer_timeout_ms="1000", **settings))
+    try:
+        [stream] = c.create_message_streams({"mig": 1})["mig"]
+        got = _read_until(stream, len(values))
+        got += _drain(stream, 100)  # nothing more: no re-read
+    finally:
+        c.shutdown()
+    return got
+
+
+def test_offsets_migrate_from_zookeeper_to_kafka_without_rereads_or_skips(env):
+    env.create_topic("mig", 2)
+    group = "g-mig"
+    first, second, third = ([f"{k}{i}" for i in range(20)] for k in "xyz")
+
+    got = _phase(env, group, first, offsets_storage="zookeeper")
+    assert sorted(m.message.decode() for m in got) == sorted(first)
+    assert env.zk_offsets(group, "mig") == {0: 10, 1: 10}
+    assert _kafka_committed(env, group, "mig", 2) == {0: None, 1: None}
+
+    # step 1 of the 0.8.2 migration: kafka + dual commit reads the larger (ZooKeeper's here)
+    got = _phase(env, group, second, offsets_storage="kafka", dual_commit_enabled="true")
+    assert sorted(m.message.decode() for m in got) == sorted(second)
+    assert sorted((m.partition, m.offset) for m in got) == [(p, o) for p in (0, 1) for o in range(10, 20)]
+    assert env.zk_offsets(group, "mig") == {0: 20, 1: 20}
+    assert _kafka_committed(env, group, "mig", 2) == {0: 20, 1: 20}
+
+    # step 2: dual commit off: Kafka alone, ZooKeeper's offsets stay where the migration left them
+    got = _phase(env, group, third, offsets_storage="kafka", dual_commit_enabled="false")
+    assert sorted(m.message.decode() for m in got) == sorted(third)
+    assert sorted((m.partition, m.offset) for m in got) == [(p, o) for p in (0, 1) for o in range(20, 30)]
+    assert _kafka_committed(env, group, "mig", 2) == {0: 30, 1: 30}
+    assert env.zk_offsets(group, "mig") == {0: 20, 1: 20}
+
+
+def test_a_new_style_group_of_the_same_id_coexists(env):
+    """The broker knows nothing of ZooKeeper groups: a poll() consumer of the same group id
+    forms its own group on the broker, and each reads every record."""
+    from appliance.client import Consumer
+
+    env.create_topic("co", 2)
+    env.produce("co", [f"c{i}" for i in range(10)])
+    zc = create_java_consumer_connector(env.config("g-co", consumer_id="z1", consumer_timeout_ms="500"))
+    new = Consumer(bootstrap_servers=env.boot, group_id="g-co", auto_offset_reset="earliest",
+                   enable_auto_commit=False)
+    try:
+        [stream] = zc.create_message_streams({"co": 1})["co"]
+        new.subscribe(["co"])
+        polled: list = []
+        wait_for(lambda: polled.extend(new.poll(0.5)) or len(polled) >= 10, 60, "the new consumer's records")
+        got = _read_until(stream, 10)
+        assert sorted(r.value for r in polled) == sorted(m.message for m in got) == sorted(
+            f"c{i}".encode() for i in range(10))
+        assert sorted(new.assignment()) == [("co", 0), ("co", 1)]
+        assert env.owners("g-co", "co") == {0: "z1-0", 1: "z1-0"}
+        new.commit_sync({("co", 0): 3, ("co", 1): 4})
+        zc.commit_offsets()
+        assert env.zk_offsets("g-co", "co") == {0: 5, 1: 5}  # each group's offsets where it keeps them
+        assert _kafka_committed(env, "g-co", "co", 2) == {0: 3, 1: 4}
+    finally:
+        new.close()
+        zc.shutdown()
