@@ -40,14 +40,13 @@ from appliance.client.zk_consumer.errors import ConsumerRebalanceFailed
 from appliance.client.zk_consumer.fetcher import Fetcher
 from appliance.client.zk_consumer.filters import TopicFilter
 from appliance.client.zk_consumer.offsets import OffsetStore
+from appliance.client.zk_consumer.registry import bootstrap_of
 from appliance.client.zk_consumer.settings import load_config, open_zookeeper
 from appliance.client.zk_consumer.stream import SHUTDOWN, KafkaStream, PartitionTopicInfo
 from appliance.client.zk_consumer.znodes import (
-    BROKER_IDS,
     BROKER_TOPICS,
     STATIC,
     Registration,
-    decode_broker_address,
     default_consumer_id,
     encode_registration,
     ids_path,
@@ -78,7 +77,7 @@ class ConsumerConnector:
         self.zk = open_zookeeper(c["zookeeper.connect"], c["zookeeper.session.timeout.ms"],
                                  c["zookeeper.connection.timeout.ms"])
         try:
-            boot = self._bootstrap()
+            boot = bootstrap_of(self.zk, c["zookeeper.connect"])
         except BaseException:
             self.zk.stop()
             self.zk.close()
@@ -104,25 +103,6 @@ class ConsumerConnector:
         self._session_lost = False
         self._closed = threading.Event()
         self._threads: list[threading.Thread] = []
-
-    def _bootstrap(self) -> str:
-        """host:port of every broker registered in ZooKeeper. Raises KafkaError if none is."""
-        addrs = []
-        try:
-            ids = self.zk.get_children(BROKER_IDS)
-        except NoNodeError:
-            ids = []
-        for bid in sorted(ids):
-            try:
-                data, _ = self.zk.get(f"{BROKER_IDS}/{bid}")
-                host, port = decode_broker_address(int(bid), data)
-                addrs.append(f"{host}:{port}")
-            except (NoNodeError, ValueError) as e:
-                log.warning("broker %s: %s", bid, e)
-        if not addrs:
-            raise KafkaError(f"no broker is registered under {BROKER_IDS} in ZooKeeper at "
-                             f"{self.config['zookeeper.connect']}")
-        return ",".join(addrs)
 
     # streams --------------------------------------------------------------------------------
     def create_message_streams(self, topic_count: Mapping[str, int], key_decoder: Any = None,

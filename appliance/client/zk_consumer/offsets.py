@@ -111,14 +111,20 @@ class OffsetStore:
         ZooKeeper's and Kafka's. Raises KafkaError when the coordinator cannot be asked."""
         if not tps:
             return {}
-        out: dict[TopicPartition, int | None] = {tp: None for tp in tps}
+        out: dict[TopicPartition, int | None] = dict.fromkeys(tps)
         if self.storage == "zookeeper" or self.dual:
-            for tp in tps:
-                out[tp] = read_zk_offset(self.zk, self.group, tp.topic, tp.partition)
+            out.update(self.fetch_zookeeper(tps))
         if self.to_kafka:
-            for tp, off in self._kafka.fetch_committed(tps).items():
+            for tp, off in self.fetch_kafka(tps).items():
                 if tp in out and off is not None and (out[tp] is None or off > out[tp]):
                     out[tp] = off
         with self._lock:
             self._written.update({tp: o for tp, o in out.items() if o is not None and not self.dual})
         return out
+
+    def fetch_zookeeper(self, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]:
+        return {tp: read_zk_offset(self.zk, self.group, tp.topic, tp.partition) for tp in tps}
+
+    def fetch_kafka(self, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """OffsetFetch from the group's coordinator. Raises KafkaError."""
+        return self._kafka.fetch_committed(tps) if tps else {}

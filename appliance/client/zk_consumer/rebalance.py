@@ -18,10 +18,10 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from appliance.client.zk_consumer.assignment import consumer_of, topic_threads
+from appliance.client.zk_consumer.registry import partition_count
 from appliance.client.zk_consumer.znodes import (
     BROKER_TOPICS,
     Registration,
-    decode_partition_count,
     decode_registration,
     ids_path,
     owner_path,
@@ -74,12 +74,12 @@ def read_group(zk: KazooClient, group: str, exclude_internal: bool) -> GroupStat
     counts: dict[str, int] = {}
     for t in sorted(wanted):
         try:
-            data, _ = zk.get(f"{BROKER_TOPICS}/{t}")
-            counts[t] = decode_partition_count(t, data)
-        except NoNodeError:
-            continue  # subscribed before it exists: its watch rebalances when it is created
+            n = partition_count(zk, t)
         except ValueError as e:
             log.warning("topic %s: %s; not assigned", t, e)
+            continue
+        if n is not None:  # else subscribed before it exists: its watch rebalances when it is created
+            counts[t] = n
     return GroupState(regs, topics, counts)
 
 
