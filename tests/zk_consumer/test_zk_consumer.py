@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -23,6 +26,7 @@ from appliance.cluster.zk_session import ZkSettings, open_session
 from appliance.errors import InvalidConfigError
 from tests.broker_process import free_port
 from tests.cluster.harness import wait_for
+from tests.zk_consumer.conftest import ROOT
 
 LOGGER = "appliance.client.zk_consumer"
 
@@ -315,3 +319,72 @@ def test_a_new_style_group_of_the_same_id_coexists(env):
     finally:
         new.close()
         zc.shutdown()
+
+
+def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "appliance.cli.main", *args], capture_output=True,
+                          timeout=timeout, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def test_console_consumer_reads_through_zookeeper(env):
+    env.create_topic("cc", 1)
+    env.produce("cc", [f"line{i}" for i in range(5)])
+    r = _cli("console-consumer", "--zookeeper", env.connect, "--whitelist", "cc.*", "--from-beginning",
+             "--group", "g-cc", "--timeout-ms", "1500", "--property", "print.offset=true")
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout.decode().splitlines() == [f"Offset:{i}\tline{i}" for i in range(5)]
+    assert "Processed a total of 5 messages" in r.stderr.decode()
+    assert env.zk_offsets("g-cc", "cc") == {0: 5}  # committed at shutdown
+    assert not env.zk.get_children("/consumers/g-cc/ids")
+
+    # without --group: a made-up console-consumer-<n> group, gone from ZooKeeper afterwards
+    r = _cli("console-consumer", "--zookeeper", env.connect, "--topic", "cc", "--from-beginning",
+             "--max-messages", "2")
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout.decode().splitlines() == ["line0", "line1"]
+    assert not [g for g in env.zk.get_children("/consumers") if g.startswith("console-consumer-")]
+
+
+def test_consumer_offset_checker_shows_offsets_lag_and_owners(env):
+    from appliance.client import Consumer
+
+    env.create_topic("chk", 2)
+    env.produce("chk", [f"v{i}" for i in range(10)])  # 5 per partition
+    c = create_java_consumer_connector(env.config("g-chk", consumer_id="k1", consumer_timeout_ms="500",
+                                                  auto_commit_enable="false"))
+    try:
+        [stream] = c.create_message_streams({"chk": 1})["chk"]
+        assert len(_read_until(stream, 10)) == 10
+        c.commit_offsets()  # ZooKeeper: 5 and 5
+        env.produce("chk", [f"w{i}" for i in range(4)])  # log sizes 7 and 7
+        # partition 1's offset in Kafka is ahead of ZooKeeper's: the checker shows the larger
+        new = Consumer(bootstrap_servers=env.boot, group_id="g-chk")
+        new.commit_sync({("chk", 1): 6})
+        new.close()
+        r = _cli("consumer-offset-checker", "--zkconnect", env.connect, "--group", "g-chk", "--broker-info")
+        assert r.returncode == 0, r.stderr.decode()
+        lines = [line.split() for line in r.stdout.decode().splitlines()]
+        assert lines[0] == ["Group", "Topic", "Pid", "Offset", "logSize", "Lag", "Owner", "Storage"]
+        assert lines[1:3] == [["g-chk", "chk", "0", "5", "7", "2", "k1-0", "zookeeper"],
+                              ["g-chk", "chk", "1", "6", "7", "1", "k1-0", "kafka"]]
+        assert lines[3] == ["BROKER", "INFO"]
+        assert sorted(" ".join(x) for x in lines[4:]) == sorted(
+            f"{i} -> {b.bootstrap}" for i, b in zip((1, 2), env.brokers, strict=True))
+    finally:
+        c.shutdown()
+    r = _cli("consumer-offset-checker", "--zookeeper", env.connect, "--group", "g-chk", "--topic", "chk")
+    rows = [line.split() for line in r.stdout.decode().splitlines()[1:]]
+    assert [row[6] for row in rows] == ["none", "none"]  # owners released at shutdown
+
+
+def test_the_tools_fail_in_one_line(env):
+    r = _cli("consumer-offset-checker", "--zookeeper", env.connect, "--group", "g-nobody")
+    assert r.returncode == 1
+    assert r.stderr.decode().strip() == (f"error: group g-nobody has no topics in ZooKeeper at {env.connect} "
+                                         "(/consumers/<group>); name them with --topic")
+    port = free_port()
+    r = _cli("console-consumer", "--zookeeper", f"127.0.0.1:{port}", "--topic", "cc", "--timeout", "1")
+    assert r.returncode == 1 and b"Traceback" not in r.stderr
+    assert r.stderr.decode().strip().startswith(f"error: ZooKeeper at 127.0.0.1:{port} did not answer within 1000 ms")
+    r = _cli("console-consumer", "--zookeeper", env.connect, "--topic", "cc", "--consumer.config", "/nonexistent")
+    assert r.returncode == 2 and r.stderr.decode().strip() == "error: --consumer.config /nonexistent: No such file or directory"
