@@ -388,3 +388,29 @@ def test_the_tools_fail_in_one_line(env):
     assert r.stderr.decode().strip().startswith(f"error: ZooKeeper at 127.0.0.1:{port} did not answer within 1000 ms")
     r = _cli("console-consumer", "--zookeeper", env.connect, "--topic", "cc", "--consumer.config", "/nonexistent")
     assert r.returncode == 2 and r.stderr.decode().strip() == "error: --consumer.config /nonexistent: No such file or directory"
+
+
+def test_an_expired_session_registers_again_and_takes_its_partitions_back(env):
+    from tests.cluster.zk import expire_session
+
+    env.create_topic("exp", 2)
+    env.produce("exp", [f"e{i}" for i in range(6)])
+    c = create_java_consumer_connector(env.config("g-exp", consumer_id="x1", consumer_timeout_ms="500"))
+    try:
+        [stream] = c.create_message_streams({"exp": 1})["exp"]
+        assert len(_read_until(stream, 6)) == 6
+        c.commit_offsets()
+        old = c.zk.client_id[0]
+        expire_session(c.zk, env.zk_server.connect)  # its ids and owner nodes go with it
+
+        def again() -> bool:  # the nodes are back, made by the new session
+            nodes = ["/consumers/g-exp/ids/x1", "/consumers/g-exp/owners/exp/0", "/consumers/g-exp/owners/exp/1"]
+            stats = [env.zk.exists(n) for n in nodes]
+            return all(st is not None and st.ephemeralOwner not in (0, old) for st in stats)
+
+        wait_for(again, 30, "x1 registered and owning again in its new session")
+        assert env.owners("g-exp", "exp") == {0: "x1-0", 1: "x1-0"}
+        env.produce("exp", [f"f{i}" for i in range(4)])
+        assert sorted(m.message.decode() for m in _read_until(stream, 4)) == [f"f{i}" for i in range(4)]
+    finally:
+        c.shutdown()
