@@ -37,9 +37,9 @@ class Env:
         return {"zookeeper.connect": self.connect, "group.id": group, **FAST,
                 **{k.replace("_", "."): v for k, v in extra.items()}}
 
-    def create_topic(self, name: str, partitions: int) -> None:
+    def create_topic(self, name: str, partitions: int, replicas: int = 1) -> None:
         admin = AdminClient({"bootstrap.servers": self.boot})  # kept alive until the answer
-        admin.create_topics([NewTopic(name, partitions, 1)])[name].result(60)
+        admin.create_topics([NewTopic(name, partitions, replicas)])[name].result(60)
         wait_for(lambda: self.zk.exists(f"/brokers/topics/{name}/partitions/{partitions - 1}/state"),
                  30, f"{name}'s partition states")
 

@@ -414,3 +414,30 @@ def test_an_expired_session_registers_again_and_takes_its_partitions_back(env):
         assert sorted(m.message.decode() for m in _read_until(stream, 4)) == [f"f{i}" for i in range(4)]
     finally:
         c.shutdown()
+
+
+def test_the_fetcher_follows_a_new_leader(env, caplog):
+    """Last in the module: it SIGKILLs a broker (the module's teardown kills the rest)."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    env.create_topic("lead", 1, replicas=2)
+    wait_for(lambda: len(json.loads(env.zk.get("/brokers/topics/lead/partitions/0/state")[0])["isr"]) == 2,
+             30, "both replicas in sync")
+    env.produce("lead", [f"l{i}" for i in range(10)])
+    c = create_java_consumer_connector(env.config("g-lead", consumer_timeout_ms="500"))
+    try:
+        [stream] = c.create_message_streams({"lead": 1})["lead"]
+        assert len(_read_until(stream, 10)) == 10
+        leader = json.loads(env.zk.get("/brokers/topics/lead/partitions/0/state")[0])["leader"]
+        env.brokers[leader - 1].kill()
+        wait_for(lambda: json.loads(env.zk.get("/brokers/topics/lead/partitions/0/state")[0])["leader"]
+                 not in (leader, -1), 60, "a new leader")
+        env.produce("lead", [f"n{i}" for i in range(10)])
+        started = time.monotonic()
+        got = _read_until(stream, 10, timeout=60)
+        # a refused connect to the dead leader is given up quickly, then Metadata names the new one
+        assert time.monotonic() - started < 10
+        assert [m.message.decode() for m in got] == [f"n{i}" for i in range(10)]
+        assert [m.offset for m in got] == list(range(10, 20))
+        assert "looking its leader up again" in caplog.text
+    finally:
+        c.shutdown()

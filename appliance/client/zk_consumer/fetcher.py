@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any
 
-from appliance.client.cluster import RETRIABLE, Cluster, check_error
+from appliance.client.cluster import QUICK_CONNECT_S, RETRIABLE, Cluster, check_error
 from appliance.client.errors import KafkaConnectionError
 from appliance.client.fetching import (
     EARLIEST,
@@ -130,7 +130,8 @@ class Fetcher:
                               min_bytes=self.min_bytes, max_bytes=self.max_bytes * len(items),
                               partition_max_bytes=self.max_bytes)
             try:
-                conn = self.cluster.node_connection(leader, "fetch")
+                # a quick connect: a dead leader refuses, and the others' fetches wait behind it
+                conn = self.cluster.node_connection(leader, "fetch", connect_timeout=QUICK_CONNECT_S)
                 conn.set_receive_buffer(self.rcvbuf)
                 sent.append((items, conn.send(FETCH, body, timeout=self.cluster.request_timeout + self.wait_ms / 1000)))
             except KafkaError as e:
