@@ -406,10 +406,10 @@ def test_an_expired_session_registers_again_and_takes_its_partitions_back(env):
         def again() -> bool:  # the nodes are back, made by the new session
             nodes = ["/consumers/g-exp/ids/x1", "/consumers/g-exp/owners/exp/0", "/consumers/g-exp/owners/exp/1"]
             stats = [env.zk.exists(n) for n in nodes]
-            return all(st is not None and st.ephemeralOwner not in (0, old) for st in stats)
+            return (all(st is not None and st.ephemeralOwner not in (0, old) for st in stats)
+                    and env.owners("g-exp", "exp") == {0: "x1-0", 1: "x1-0"})
 
         wait_for(again, 30, "x1 registered and owning again in its new session")
-        assert env.owners("g-exp", "exp") == {0: "x1-0", 1: "x1-0"}
         env.produce("exp", [f"f{i}" for i in range(4)])
         assert sorted(m.message.decode() for m in _read_until(stream, 4)) == [f"f{i}" for i in range(4)]
     finally:

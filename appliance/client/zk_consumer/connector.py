@@ -95,6 +95,7 @@ class ConsumerConnector:
         self._queues: dict[tuple[str | None, str], queue.Queue] = {}  # (topic or None for a filter, thread)
         self._streams: list[KafkaStream] = []
         self._owned: dict[tuple[str, int], PartitionTopicInfo] = {}
+        self._owned_threads: dict[tuple[str, int], str] = {}  # the claim that made _owned
         self._watched_topics: set[str] = set()
         self._known_topics: set[str] | None = None
         self._failure: BaseException | None = None
@@ -247,11 +248,11 @@ class ConsumerConnector:
             self._wake.clear()
             try:
                 if self._session_lost and self.zk.connected:
-                    self._session_lost = False
                     log.warning("ZooKeeper session of consumer %s expired; registering again", self.consumer_id)
                     with self._lock:
                         self._revoke_all(commit=False)  # the owner nodes went with the session
                         self._register()
+                    self._session_lost = False  # only now: a failed registration is tried again
                 elif self._session_lost:
                     self._wake.set()
                     time.sleep(0.5)
@@ -290,12 +291,18 @@ class ConsumerConnector:
 
     def _rebalance_once(self) -> rb.Conflict | None:
         c = self.config
-        self._revoke_all(commit=True)
         state = rb.read_group(self.zk, self.group, c["exclude.internal.topics"])
         if self.consumer_id not in state.registrations:
             raise KafkaError(f"consumer {self.consumer_id} is not registered in group {self.group}")
         wanted = assign(self.consumer_id, state.registrations, state.topics, state.partition_counts,
                         c["partition.assignment.strategy"], c["exclude.internal.topics"])
+        if self._owned and rb.still_owned(self.zk, self.group, wanted, self._owned_threads):
+            # a change that moves none of our partitions (a watch firing again after a reconnect,
+            # another topic's partitions): releasing and claiming the same ones would only pause
+            log.debug("rebalance of group %s leaves consumer %s's partitions as they are", self.group,
+                      self.consumer_id)
+            return None
+        self._revoke_all(commit=True)
         conflict = rb.claim(self.zk, self.group, self.consumer_id, wanted, set(state.registrations))
         if conflict is not None:
             return conflict
@@ -305,6 +312,7 @@ class ConsumerConnector:
         except KafkaError:
             rb.release(self.zk, self.group, self.consumer_id, list(wanted))
             raise
+        self._owned_threads = dict(wanted)
         for (t, p), tid in sorted(wanted.items()):
             off = offsets.get(TopicPartition(t, p))
             self._owned[(t, p)] = PartitionTopicInfo(t, p, self._queue_for(t, tid), -1 if off is None else off)
@@ -326,7 +334,7 @@ class ConsumerConnector:
             except KafkaError as e:
                 log.warning("commit before releasing partitions failed: %s", e)
         rb.release(self.zk, self.group, self.consumer_id, list(self._owned))
-        self._owned = {}
+        self._owned, self._owned_threads = {}, {}
 
     # commits --------------------------------------------------------------------------------
     def commit_offsets(self) -> None:

@@ -27,7 +27,7 @@ from appliance.client.zk_consumer.znodes import (
     owner_path,
 )
 
-__all__ = ["GroupState", "Conflict", "read_group", "claim", "release"]
+__all__ = ["GroupState", "Conflict", "read_group", "claim", "release", "still_owned"]
 
 log = logging.getLogger("appliance.client.zk_consumer")
 
@@ -119,3 +119,18 @@ def claim(zk: KazooClient, group: str, consumer_id: str, wanted: dict[tuple[str,
         release(zk, group, consumer_id, made)
         return Conflict(topic, p, owner, consumer_of(owner) in registered)
     return None
+
+
+def still_owned(zk: KazooClient, group: str, wanted: dict[tuple[str, int], str],
+                owned: dict[tuple[str, int], str]) -> bool:
+    """True when ``wanted`` is what we own now and every one of its owner nodes still holds our
+    thread id (nothing to release or claim)."""
+    if wanted != owned:
+        return False
+    for (topic, p), tid in wanted.items():
+        try:
+            if zk.get(owner_path(group, topic, p))[0].decode(errors="replace") != tid:
+                return False
+        except NoNodeError:
+            return False
+    return True
