@@ -13,6 +13,7 @@ import threading
 import time
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewPartitions
 
 from appliance.client.zk_consumer import (
     Blacklist,
@@ -58,6 +59,10 @@ def test_one_connector_reads_every_record_and_registers_as_documented(env):
         assert {(m.partition, m.offset) for m in got} == {(p, o) for p in range(3) for o in range(10)}
         c.commit_offsets()
         assert env.zk_offsets("g-basic", "basic") == {0: 10, 1: 10, 2: 10}
+        started = time.monotonic()
+        with pytest.raises(ConsumerTimeout, match="consumer.timeout.ms=1500"):
+            next(streams[0])
+        assert 1.4 < time.monotonic() - started < 4
     finally:
         c.shutdown()
     assert not env.zk.exists("/consumers/g-basic/ids/c1")
@@ -152,6 +157,23 @@ def test_a_whitelist_stream_picks_up_a_topic_created_later(env):
         got = _read_until(stream, 9)
         assert sorted((m.topic, m.message) for m in got) == sorted(("wl-b", f"b{i}".encode()) for i in range(9))
         assert env.owners("g-wl", "wl-b") == {0: "w1-0", 1: "w1-0", 2: "w1-0"}
+    finally:
+        c.shutdown()
+
+
+def test_partitions_added_to_a_subscribed_topic_are_claimed(env):
+    env.create_topic("grow", 1)
+    c = create_java_consumer_connector(env.config("g-grow", consumer_id="gr", consumer_timeout_ms="500"))
+    try:
+        [stream] = c.create_message_streams({"grow": 1})["grow"]
+        assert env.owners("g-grow", "grow") == {0: "gr-0"}
+        admin = AdminClient({"bootstrap.servers": env.boot})
+        admin.create_partitions([NewPartitions("grow", 3)])["grow"].result(60)
+        wait_for(lambda: env.owners("g-grow", "grow") == {0: "gr-0", 1: "gr-0", 2: "gr-0"}, 30,
+                 "the new partitions claimed")
+        wait_for(lambda: env.zk.exists("/brokers/topics/grow/partitions/2/state"), 30, "partition 2's state")
+        env.produce("grow", ["p2"], partition=2)
+        assert [(m.partition, m.message) for m in _read_until(stream, 1)] == [(2, b"p2")]
     finally:
         c.shutdown()
 
