@@ -63,7 +63,7 @@ def create_java_consumer_connector(config: Mapping[str, Any] | str | Path, **ove
     a dict of consumer.properties keys or a properties file's path. Connects to ZooKeeper.
 
     Raises InvalidConfigError (naming key and value), ZooKeeperUnreachable after
-    zookeeper.connection.timeout.ms."""
+    zookeeper.connection.timeout.ms, KafkaError when no broker is registered in ZooKeeper."""
     return ConsumerConnector(config, **overrides)
 
 
@@ -275,17 +275,20 @@ class ConsumerConnector:
             for attempt in range(1, tries + 1):
                 if self._closed.is_set():
                     return
-                conflict = self._rebalance_once()
-                if conflict is None:
-                    self._failure = None
-                    return
+                try:
+                    conflict = self._rebalance_once()
+                    if conflict is None:
+                        self._failure = None
+                        return
+                    why = conflict.describe()
+                except KafkaError as e:  # e.g. the offsets could not be read: another attempt
+                    why = str(e)
                 log.info("rebalance of group %s, attempt %d of %d (rebalance.max.retries): %s; trying again in "
-                         "%d ms (rebalance.backoff.ms)", self.group, attempt, tries, conflict.describe(),
-                         c["rebalance.backoff.ms"])
+                         "%d ms (rebalance.backoff.ms)", self.group, attempt, tries, why, c["rebalance.backoff.ms"])
                 self._closed.wait(c["rebalance.backoff.ms"] / 1000)
             err = ConsumerRebalanceFailed(
                 f"consumer {self.consumer_id} of group {self.group} could not rebalance after {tries} attempts "
-                f"(rebalance.max.retries): {conflict.describe()}")
+                f"(rebalance.max.retries): {why}")
             self._failure = err
             raise err
 
