@@ -1,10 +1,11 @@
 """`appliance consumer-offset-checker`: a ZooKeeper consumer group's position, log size, lag and
 owner per partition, in the columns of Kafka 0.8's ConsumerOffsetChecker
-(``Group Topic Pid Offset logSize Lag Owner``), plus where the offset came from.
+(``Group Topic Pid Offset logSize Lag Owner``).
 
 Offsets are read from both storages: ``/consumers/<group>/offsets`` in ZooKeeper and the group
-coordinator's OffsetFetch. Offset shows the larger; Storage says which one holds it
-(``zookeeper``, ``kafka``, ``both`` when they agree, ``none``: Offset and Lag are then
+coordinator's OffsetFetch. Offset shows the larger (a group migrating to Kafka commits to both);
+where the two differ a note on stderr gives both, and ``--storage`` adds a Storage column saying
+whose it is (``zookeeper``, ``kafka``, ``both`` when they agree, ``none``: Offset and Lag are then
 ``unknown``). Owners come from ``/consumers/<group>/owners``; log sizes from each partition's
 leader (ListOffsets). Topics: --topic, else every topic the group has offsets, owners or a
 static subscription for in ZooKeeper.
@@ -39,7 +40,8 @@ from appliance.errors import KafkaError
 
 __all__ = ["add_arguments", "run", "ROW"]
 
-ROW = "%-15s %-30s %-3s %-15s %-15s %-15s %-30s %s"  # Kafka's columns, then Storage
+ROW = "%-15s %-30s %-3s %-15s %-15s %-15s %s"  # Kafka's columns
+STORAGE_ROW = "%-15s %-30s %-3s %-15s %-15s %-15s %-30s %s"  # ... then Storage (--storage)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,6 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--group", required=True)
     p.add_argument("--topic", help="comma-separated topics (default: the group's topics in ZooKeeper)")
     p.add_argument("--broker-info", action="store_true", help="also list the brokers (id -> host:port)")
+    p.add_argument("--storage", action="store_true",
+                   help="add a Storage column: whose offset is shown (zookeeper, kafka, both, none)")
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
                    help="ZooKeeper connection and request timeout (default 10)")
 
@@ -113,9 +117,15 @@ def run(args: argparse.Namespace) -> int:
         except KafkaError as e:
             print(f"warning: offsets in Kafka could not be read ({e}); showing ZooKeeper's", file=sys.stderr)
             in_kafka = {}
-        print(ROW % ("Group", "Topic", "Pid", "Offset", "logSize", "Lag", "Owner", "Storage"))
+        header = ("Group", "Topic", "Pid", "Offset", "logSize", "Lag", "Owner")
+        print(STORAGE_ROW % (*header, "Storage") if args.storage else ROW % header)
         for tp in tps:
-            print(ROW % _row(args.group, tp, in_zk.get(tp), in_kafka.get(tp), cluster, zk))
+            zk_off, kafka_off = in_zk.get(tp), in_kafka.get(tp)
+            row = _row(args.group, tp, zk_off, kafka_off, cluster, zk)
+            print(STORAGE_ROW % row if args.storage else ROW % row[:-1])
+            if zk_off is not None and kafka_off is not None and zk_off != kafka_off:
+                print(f"note: {tp.topic}-{tp.partition}: Kafka has offset {kafka_off}, ZooKeeper {zk_off}; "
+                      "Offset shows the larger", file=sys.stderr)
         if args.broker_info:
             print("BROKER INFO")
             for bid, (h, p) in brokers.items():

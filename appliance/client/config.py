@@ -180,11 +180,11 @@ ZK_CONSUMER_KEYS: tuple[Key, ...] = (
     Key("client.id", "str", None, "client id sent in every request header (default: the group.id)"),
     _i("socket.timeout.ms", 30000, "how long a fetch or offset request waits for the broker's answer, "
        "on top of fetch.wait.max.ms", 1),
-    _i("socket.receive.buffer.bytes", 65536, "SO_RCVBUF of the fetch connections (-1: the OS default)", -1),
+    _i("socket.receive.buffer.bytes", 65536, "SO_RCVBUF of the connections to the brokers (-1: the OS default)", -1),
     _i("fetch.message.max.bytes", 1048576, "bytes fetched per partition per request; also the most one "
        "queued chunk holds", 1),
-    _i("num.consumer.fetchers", 1, "accepted for 0.8.2 configs; one fetcher thread serves all leaders here "
-       "(it sends to every leader at once and waits for the answers together)", 1),
+    _i("num.consumer.fetchers", 1, "accepted, no effect here: one fetcher thread serves all leaders (it sends "
+       "to every leader at once and waits for the answers together)", 1),
     Key("auto.commit.enable", "bool", True, "commit the consumed offsets every auto.commit.interval.ms "
         "(and at rebalance and shutdown)"),
     _i("auto.commit.interval.ms", 60000, "how often auto-commit runs", 1),
@@ -211,7 +211,7 @@ ZK_CONSUMER_KEYS: tuple[Key, ...] = (
        "loses its registration and owner nodes, and the group rebalances", 1),
     _i("zookeeper.connection.timeout.ms", 6000, "how long to wait for ZooKeeper at start before failing "
        "with ZooKeeperUnreachable", 1),
-    _i("zookeeper.sync.time.ms", 2000, "accepted, no effect: it tuned the ZooKeeper follower lag Kafka's "
+    _i("zookeeper.sync.time.ms", 2000, "accepted, no effect here: it tuned the ZooKeeper follower lag Kafka's "
        "ZkClient tolerated; kazoo reads from whichever server it is connected to", 0),
     Key("offsets.storage", "choice", "zookeeper", "where offsets are committed and read: zookeeper "
         "(/consumers/<group>/offsets/<topic>/<partition>) or kafka (OffsetCommit to the group coordinator)",

@@ -229,13 +229,6 @@ class PipelinedConnection:
                 self._slots.release()
             fut._complete(None, err)
 
-    def set_receive_buffer(self, size: int) -> None:
-        """SO_RCVBUF of the socket (the 0.8 consumer's socket.receive.buffer.bytes); -1 keeps
-        the OS default."""
-        if size > 0:
-            with contextlib.suppress(OSError):
-                self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
-
     def close(self) -> None:
         """Close the socket; requests still waiting fail with KafkaConnectionError."""
         self._fail_all(KafkaConnectionError(f"connection to {self.address} was closed by the client"))

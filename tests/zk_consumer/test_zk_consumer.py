@@ -383,7 +383,8 @@ def test_consumer_offset_checker_shows_offsets_lag_and_owners(env):
         new = Consumer(bootstrap_servers=env.boot, group_id="g-chk")
         new.commit_sync({("chk", 1): 6})
         new.close()
-        r = _cli("consumer-offset-checker", "--zkconnect", env.connect, "--group", "g-chk", "--broker-info")
+        r = _cli("consumer-offset-checker", "--zkconnect", env.connect, "--group", "g-chk", "--broker-info",
+                 "--storage")
         assert r.returncode == 0, r.stderr.decode()
         lines = [line.split() for line in r.stdout.decode().splitlines()]
         assert lines[0] == ["Group", "Topic", "Pid", "Offset", "logSize", "Lag", "Owner", "Storage"]
@@ -392,11 +393,15 @@ def test_consumer_offset_checker_shows_offsets_lag_and_owners(env):
         assert lines[3] == ["BROKER", "INFO"]
         assert sorted(" ".join(x) for x in lines[4:]) == sorted(
             f"{i} -> {b.bootstrap}" for i, b in zip((1, 2), env.brokers, strict=True))
+        assert "note: chk-1: Kafka has offset 6, ZooKeeper 5; Offset shows the larger" in r.stderr.decode()
     finally:
         c.shutdown()
+    # without --storage: exactly Kafka's columns
     r = _cli("consumer-offset-checker", "--zookeeper", env.connect, "--group", "g-chk", "--topic", "chk")
-    rows = [line.split() for line in r.stdout.decode().splitlines()[1:]]
-    assert [row[6] for row in rows] == ["none", "none"]  # owners released at shutdown
+    lines = [line.split() for line in r.stdout.decode().splitlines()]
+    assert lines == [["Group", "Topic", "Pid", "Offset", "logSize", "Lag", "Owner"],
+                     ["g-chk", "chk", "0", "5", "7", "2", "none"],  # owners released at shutdown
+                     ["g-chk", "chk", "1", "6", "7", "1", "none"]]
 
 
 def test_the_tools_fail_in_one_line(env):

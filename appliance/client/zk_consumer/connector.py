@@ -82,8 +82,9 @@ class ConsumerConnector:
             self.zk.stop()
             self.zk.close()
             raise
+        rcvbuf = c["socket.receive.buffer.bytes"]
         self.cluster = Cluster(boot, client_id=c["client.id"], request_timeout_ms=c["socket.timeout.ms"],
-                               allow_auto_create=False)
+                               allow_auto_create=False, socket_buffers=(None, rcvbuf if rcvbuf > 0 else None))
         # the offsets channel: its own connections and timeout (offsets.channel.socket.timeout.ms)
         self.offsets_cluster = Cluster(boot, client_id=c["client.id"],
                                        request_timeout_ms=c["offsets.channel.socket.timeout.ms"],

@@ -64,7 +64,6 @@ class Fetcher:
         self.max_chunks = c["queued.max.message.chunks"]
         self.leader_backoff = c["refresh.leader.backoff.ms"] / 1000
         self.reset = c["auto.offset.reset"]
-        self.rcvbuf = c["socket.receive.buffer.bytes"]
         self._infos: list[PartitionTopicInfo] = []
         self._not_before: dict[tuple[str, int], float] = {}  # leader lookups backing off
         self._lock = threading.Lock()
@@ -132,7 +131,6 @@ class Fetcher:
             try:
                 # a quick connect: a dead leader refuses, and the others' fetches wait behind it
                 conn = self.cluster.node_connection(leader, "fetch", connect_timeout=QUICK_CONNECT_S)
-                conn.set_receive_buffer(self.rcvbuf)
                 sent.append((items, conn.send(FETCH, body, timeout=self.cluster.request_timeout + self.wait_ms / 1000)))
             except KafkaError as e:
                 for info, _ in items:

@@ -18,7 +18,6 @@ from kazoo.retry import KazooRetry
 
 from appliance.client import config as cfg
 from appliance.client.zk_consumer.errors import ZooKeeperUnreachable
-from appliance.config import parse_properties
 from appliance.errors import InvalidConfigError
 
 __all__ = ["load_config", "open_zookeeper", "split_chroot"]
@@ -34,7 +33,7 @@ def load_config(config: Mapping[str, Any] | str | Path, **overrides: Any) -> dic
     a config with only bootstrap.servers is told it belongs to the new consumer)."""
     if isinstance(config, (str, Path)):
         try:
-            given: dict[str, Any] = parse_properties(Path(config).read_text())
+            given: dict[str, Any] = cfg.load_properties(str(config))
         except OSError as e:
             raise InvalidConfigError(f"consumer config {str(config)!r}: {e.strerror or e}") from None
     else:
