@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from appliance.client.zk_consumer.assignment import assign, topic_threads
 from appliance.client.zk_consumer.znodes import (
     Registration,
@@ -61,5 +63,8 @@ def test_registration_znode_round_trips_in_the_documented_shape():
 
 def test_broker_and_topic_znodes_are_read_as_the_brokers_write_them():
     assert decode_broker_address(1, b'{"host":"h","port":9092,"endpoints":["PLAINTEXT://h:9092"]}') == ("h", 9092)
-    assert decode_broker_address(2, b'{"host":null,"port":-1,"endpoints":["SSL://s:9093"]}') == ("s", 9093)
+    assert decode_broker_address(2, b'{"host":null,"port":-1,"endpoints":["SSL://s:9093","INT://i:9094"],'
+                                    b'"listener_security_protocol_map":{"SSL":"SSL","INT":"PLAINTEXT"}}') == ("i", 9094)
+    with pytest.raises(ValueError, match="no PLAINTEXT listener"):
+        decode_broker_address(3, b'{"host":null,"port":-1,"endpoints":["SSL://s:9093"]}')
     assert decode_partition_count("t", b'{"version":2,"partitions":{"0":[1],"1":[2]}}') == 2

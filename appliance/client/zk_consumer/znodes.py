@@ -99,18 +99,21 @@ def decode_registration(data: bytes, path: str) -> Registration:
 
 
 def decode_broker_address(broker_id: int, data: bytes) -> tuple[str, int]:
-    """host and port of a broker registration (its first endpoint when host/port are unset,
-    which Kafka writes when the first listener is not PLAINTEXT)."""
+    """host and port of a broker registration's PLAINTEXT listener (this client speaks no TLS):
+    ``host``/``port``, which Kafka fills from that listener, else the first endpoint whose
+    listener maps to PLAINTEXT. Raises ValueError when it has none."""
     path = f"{BROKER_IDS}/{broker_id}"
     obj = _load(data, path)
     host, port = obj.get("host"), obj.get("port")
-    endpoints = obj.get("endpoints") or []
-    if (not isinstance(host, str) or not isinstance(port, int) or port < 0) and endpoints:
-        host, _, p = str(endpoints[0]).split("://", 1)[-1].rpartition(":")
-        port = int(p) if p.isdigit() else None
-    if not isinstance(host, str) or not host or not isinstance(port, int):
-        raise ValueError(f"{path}: no host and port")
-    return host, port
+    if isinstance(host, str) and host and isinstance(port, int) and port > 0:
+        return host, port
+    protocols = obj.get("listener_security_protocol_map") or {}
+    for ep in obj.get("endpoints") or []:
+        name, _, address = str(ep).partition("://")
+        h, _, p = address.rpartition(":")
+        if protocols.get(name, name) == "PLAINTEXT" and p.isdigit():
+            return h, int(p)
+    raise ValueError(f"{path}: no PLAINTEXT listener")
 
 
 def decode_partition_count(topic: str, data: bytes) -> int:
