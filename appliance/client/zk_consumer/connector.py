@@ -345,6 +345,9 @@ class ConsumerConnector:
         """Commit the offsets after the last records the streams handed out (offsets.storage,
         dual.commit.enabled). Raises KafkaError when Kafka refuses the commit."""
         with self._lock:
+            if self._session_lost:  # our owner nodes are gone: another member may be ahead of us now
+                log.info("commit of group %s skipped: the ZooKeeper session was lost", self.group)
+                return
             offs = {TopicPartition(t, p): i.consumed_offset for (t, p), i in self._owned.items()
                     if not i.revoked and i.consumed_offset >= 0}
             self.offsets.commit(offs)
@@ -371,7 +374,9 @@ class ConsumerConnector:
         try:
             with self._lock:
                 if self._registration is not None and self.zk.connected:
-                    self._revoke_all(commit=True, retries=self.config["offsets.commit.max.retries"])
+                    # after a lost session our positions may be behind another member's: no commit
+                    self._revoke_all(commit=not self._session_lost,
+                                     retries=self.config["offsets.commit.max.retries"])
                     try:
                         self.zk.delete(f"{ids_path(self.group)}/{self.consumer_id}")
                     except NoNodeError:
