@@ -178,6 +178,24 @@ def test_partitions_added_to_a_subscribed_topic_are_claimed(env):
         c.shutdown()
 
 
+def test_roundrobin_deals_partitions_to_the_sorted_threads_in_turn(env):
+    env.create_topic("rr", 4)
+    made = []
+    try:
+        for cid in ("ra", "rb"):
+            c = create_java_consumer_connector(env.config("g-rr", consumer_id=cid,
+                                                          partition_assignment_strategy="roundrobin"))
+            made.append(c)
+            c.create_message_streams({"rr": 1})
+        wait_for(lambda: env.owners("g-rr", "rr") == {0: "ra-0", 1: "rb-0", 2: "ra-0", 3: "rb-0"}, 30,
+                 "partitions dealt in turn")
+        made.pop().shutdown()  # rb leaves: ra takes all four at once (its ids watch fires)
+        wait_for(lambda: env.owners("g-rr", "rr") == dict.fromkeys(range(4), "ra-0"), 30, "ra owning all")
+    finally:
+        for c in made:
+            c.shutdown()
+
+
 def test_filters_match_whole_names_and_skip_internal_topics():
     assert Whitelist("wl-.*").allows("wl-b") and not Whitelist("wl").allows("wl-b")
     assert Whitelist("a, b").allows("b")  # Kafka's comma form
