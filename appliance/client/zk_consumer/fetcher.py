@@ -42,7 +42,7 @@ _IDLE_S = 0.05  # nothing to fetch (no partitions, or every queue full): look ag
 def list_offset(cluster: Cluster, topic: str, partition: int, reset: str) -> int:
     """The partition's first (``smallest``) or next-to-be-written (``largest``) offset, from its
     leader. Raises KafkaError."""
-    conn = cluster.leader_connection(topic, partition)
+    conn = cluster.leader_connection(topic, partition, connect_timeout=QUICK_CONNECT_S)
     ts = EARLIEST if reset == "smallest" else LATEST
     resp = conn.request(LIST_OFFSETS, list_offsets_body([(topic, partition, ts)]))
     for t in resp.topics:
