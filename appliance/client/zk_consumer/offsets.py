@@ -46,16 +46,17 @@ def read_zk_offset(zk: KazooClient, group: str, topic: str, partition: int) -> i
     if not text.lstrip("-").isdigit():
         log.warning("%s holds %r, not an offset; ignored", path, text)
         return None
-    return int(text)
+    return int(text) if int(text) >= 0 else None  # -1: "none", as some 0.8 tools wrote it
 
 
 class OffsetStore:
+    """A group's committed offsets, where offsets.storage and dual.commit.enabled put them."""
+
     def __init__(self, zk: KazooClient, cluster: Cluster, group: str, c: dict[str, Any]) -> None:
         self.zk, self.group = zk, group
         self.storage = c["offsets.storage"]
         self.dual = self.storage == "kafka" and c["dual.commit.enabled"]
         self.backoff = c["offsets.channel.backoff.ms"] / 1000
-        self.max_retries = c["offsets.commit.max.retries"]
         self._kafka = GroupMembership(cluster, group, [], session_timeout_ms=c["zookeeper.session.timeout.ms"],
                                       rebalance_timeout_ms=c["zookeeper.session.timeout.ms"],
                                       heartbeat_interval_ms=1000, retry_backoff_ms=c["offsets.channel.backoff.ms"])
