@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
@@ -27,9 +28,9 @@ from appliance.cluster.zk_session import ZkSettings, open_session
 from appliance.errors import InvalidConfigError
 from tests.broker_process import free_port
 from tests.cluster.harness import wait_for
-from tests.zk_consumer.conftest import ROOT
 
 LOGGER = "appliance.client.zk_consumer"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _drain(stream, limit: int) -> list:
