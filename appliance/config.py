@@ -330,6 +330,10 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("sasl.mechanism.inter.broker.protocol", "string", "PLAIN", "Mechanism this broker logs in to the others with on a SASL inter-broker listener.", one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
     ConfigKey("sasl.jaas.config", "string", None, "PlainLoginModule line: username/password this broker logs in with, user_<name>=\"<password>\" per PLAIN user; listener.name.<listener>.<mechanism>.sasl.jaas.config per listener."),
     ConfigKey("connections.max.reauth.ms", "long", 0, "KIP-368: a SASL session lasts this long; the client must re-authenticate before (0: for ever).", at_least(0)),
+    # ACLs: security/acl.py (Kafka's AclAuthorizer semantics), broker/authorization.py
+    ConfigKey("authorizer.class.name", "string", "", "Kafka's authorizer class turns ACLs on: kafka.security.authorizer.AclAuthorizer (or the older kafka.security.auth.SimpleAclAuthorizer); empty: every request is allowed.", one_of("", "kafka.security.authorizer.AclAuthorizer", "kafka.security.auth.SimpleAclAuthorizer")),
+    ConfigKey("super.users", "string", "", "Principals every request is allowed for, User:a;User:b."),
+    ConfigKey("allow.everyone.if.no.acl.found", "bool", False, "Allow a request on a resource no ACL names."),
     # Kafka 0.8's names, mapped onto listeners / advertised.listeners as Kafka 0.9-2.x does (see
     # _apply_twins); given together with their modern twin they must agree.
     ConfigKey("port", "int", 9092, "0.8 name: port to listen on when listeners is not set.", between(0, 65535)),

@@ -29,9 +29,11 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from appliance.broker import authorization
 from appliance.broker.broker_context import BrokerContext
 from appliance.broker.door import RequestContext
 from appliance.broker.handlers import (
+    acls,
     alter_replica_log_dirs,
     api_versions,
     configs,
@@ -51,7 +53,7 @@ from appliance.broker.handlers import (
     sasl,
     topics,
 )
-from appliance.broker.handlers.answer import CloseConnection, encode
+from appliance.broker.handlers.answer import CloseConnection, RawBody, encode
 from appliance.metrics.recorder import AnswerTiming
 from appliance.metrics.responses import record_response
 from appliance.protocol.connection import Request
@@ -90,6 +92,9 @@ from appliance.protocol.messages import (
 )
 from appliance.protocol.messages.security import (
     AlterUserScramCredentials,
+    CreateAcls,
+    DeleteAcls,
+    DescribeAcls,
     DescribeUserScramCredentials,
     SaslAuthenticate,
     SaslHandshake,
@@ -157,6 +162,9 @@ ROUTES: dict[int, Route] = {
     SaslAuthenticate.API_KEY: _both(sasl.authenticate_refused),
     DescribeUserScramCredentials.API_KEY: Route(sasl.describe_scram, inter_broker.forward),
     AlterUserScramCredentials.API_KEY: Route(sasl.alter_scram, inter_broker.forward),
+    DescribeAcls.API_KEY: Route(acls.describe, inter_broker.forward),
+    CreateAcls.API_KEY: Route(acls.create, inter_broker.forward),
+    DeleteAcls.API_KEY: Route(acls.delete, inter_broker.forward),
     LEADER_AND_ISR: Route(None, inter_broker.forward),
     STOP_REPLICA: Route(None, inter_broker.forward),
     UPDATE_METADATA: Route(None, inter_broker.forward),
@@ -202,10 +210,17 @@ async def run(ctx: BrokerContext, request: Request, rc: RequestContext,
     how = served(ctx, request.api_key)
     if how is None:
         raise CloseConnection(f"no handler for API key {request.api_key}")
-    if how.with_context:
+    denied = authorization.check(ctx, request, rc) if ctx.authorizer is not None else None
+    if denied is not None:
+        body = denied
+    elif how.with_context:
         body = await how.handler(ctx, request, rc)
     else:
         body = await how.handler(ctx, request)
+    if ctx.authorizer is not None and request.api_key == Metadata.API_KEY and denied is None:
+        if isinstance(body, RawBody):  # the cluster worker's answer: filtered here, re-encoded
+            body = Metadata.decode_response(request.api_version, memoryview(body), 0)
+        body = authorization.filter_metadata(ctx, rc, request, body)
     if timing is not None and ctx.metrics is not None:
         timing.ready = time.monotonic()
         record_response(ctx, request, body, timing.received, started, timing.ready)

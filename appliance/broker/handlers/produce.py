@@ -14,6 +14,7 @@ from appliance.metrics.responses import field
 from appliance.protocol.messages import Produce
 from appliance.records.batch_layout import MAGIC_OFFSET
 from appliance.records.convert import legacy_to_v2
+from appliance.security.acl import TOPIC, WRITE
 from appliance.shm.layout import MsgType
 
 if TYPE_CHECKING:
@@ -176,9 +177,17 @@ def start(ctx: BrokerContext, request: Request, answer: asyncio.Future, conn: An
         return
     results = pending.results
     submits = []
+    auth = ctx.authorizer
     for t in topics:
+        # ACLs on: Write on the topic (Kafka's per-topic answer: the others are still appended)
+        denied = auth is not None and not auth.allowed(conn.context.principal, conn.context.client_address,
+                                                       WRITE, TOPIC, t.name)
         for p in t.partition_data:
-            out, info, records = _check(ctx, t.name, p.index, p.records)
+            if denied:
+                out, info, records = _Partition(index=p.index, base_offset=-1,
+                                                error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED), None, None
+            else:
+                out, info, records = _check(ctx, t.name, p.index, p.records)
             results.append(out)
             if info is not None:
                 submits.append((info, records, out))

@@ -33,6 +33,7 @@ from appliance.broker.handlers.produce import fail_answer
 from appliance.metrics.recorder import SAMPLE_MASK
 from appliance.protocol.produce_shape import ProduceAnswer, parse_produce
 from appliance.records.batch_layout import MAGIC_OFFSET
+from appliance.security.acl import TOPIC, WRITE
 from appliance.shm.layout import MsgType, Role, SlotState
 
 if TYPE_CHECKING:
@@ -97,6 +98,11 @@ class FastProduce:
         size = len(records)
         if size <= _MAGIC_POS or records[_MAGIC_POS] != 2 or size > self._max_payload:
             return False  # legacy message sets are converted, the rest refused, by the generic path
+        auth = ctx.authorizer
+        if auth is not None:  # ACLs on: a cached decision; a refusal is the generic path's answer
+            c = conn.context
+            if not auth.allowed(c.principal, c.client_address, WRITE, TOPIC, name):
+                return False
         m = ctx.metrics
         if m is not None:
             count = m.produce_count + 1

@@ -42,6 +42,9 @@ from appliance.protocol.messages.reassignments import (
 )
 from appliance.protocol.messages.security import (
     AlterUserScramCredentials,
+    CreateAcls,
+    DeleteAcls,
+    DescribeAcls,
     DescribeUserScramCredentials,
     SaslAuthenticate,
     SaslHandshake,
@@ -56,4 +59,5 @@ __all__ = [
     "DescribeLogDirs", "DescribeCluster", "DescribeProducers", "ElectLeaders",
     "AlterPartitionReassignments", "ListPartitionReassignments",
     "SaslHandshake", "SaslAuthenticate", "DescribeUserScramCredentials", "AlterUserScramCredentials",
+    "DescribeAcls", "CreateAcls", "DeleteAcls",
 ]

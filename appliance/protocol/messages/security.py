@@ -7,7 +7,8 @@ from __future__ import annotations
 from appliance.protocol.schema import ApiMessage, Field, Struct
 from appliance.protocol.types import Array, Bytes, Int8, Int16, Int32, Int64, NullableString, String
 
-__all__ = ["SaslHandshake", "SaslAuthenticate", "DescribeUserScramCredentials", "AlterUserScramCredentials"]
+__all__ = ["SaslHandshake", "SaslAuthenticate", "DescribeUserScramCredentials", "AlterUserScramCredentials",
+           "DescribeAcls", "CreateAcls", "DeleteAcls"]
 
 
 class SaslHandshake(ApiMessage):
@@ -86,5 +87,98 @@ class AlterUserScramCredentials(ApiMessage):
             Field("user", String),
             Field("error_code", Int16),
             Field("error_message", NullableString),
+        ))),
+    )
+
+
+class DescribeAcls(ApiMessage):
+    """DescribeAcls (key 29); Kafka: valid 0-3, flexible 2+; v1 adds pattern types (KIP-290)."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 29, 0, 3
+    FLEXIBLE = "2+"
+    REQUEST = (
+        Field("resource_type_filter", Int8),
+        Field("resource_name_filter", NullableString),
+        Field("pattern_type_filter", Int8, versions="1+", default=3),
+        Field("principal_filter", NullableString),
+        Field("host_filter", NullableString),
+        Field("operation", Int8),
+        Field("permission_type", Int8),
+    )
+    RESPONSE = (
+        Field("throttle_time_ms", Int32),
+        Field("error_code", Int16),
+        Field("error_message", NullableString),
+        Field("resources", Array(Struct(
+            Field("resource_type", Int8),
+            Field("resource_name", String),
+            Field("pattern_type", Int8, versions="1+", default=3),
+            Field("acls", Array(Struct(
+                Field("principal", String),
+                Field("host", String),
+                Field("operation", Int8),
+                Field("permission_type", Int8),
+            ))),
+        ))),
+    )
+
+
+class CreateAcls(ApiMessage):
+    """CreateAcls (key 30); Kafka: valid 0-3, flexible 2+."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 30, 0, 3
+    FLEXIBLE = "2+"
+    REQUEST = (
+        Field("creations", Array(Struct(
+            Field("resource_type", Int8),
+            Field("resource_name", String),
+            Field("resource_pattern_type", Int8, versions="1+", default=3),
+            Field("principal", String),
+            Field("host", String),
+            Field("operation", Int8),
+            Field("permission_type", Int8),
+        ))),
+    )
+    RESPONSE = (
+        Field("throttle_time_ms", Int32),
+        Field("results", Array(Struct(
+            Field("error_code", Int16),
+            Field("error_message", NullableString),
+        ))),
+    )
+
+
+class DeleteAcls(ApiMessage):
+    """DeleteAcls (key 31); Kafka: valid 0-3, flexible 2+."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 31, 0, 3
+    FLEXIBLE = "2+"
+    REQUEST = (
+        Field("filters", Array(Struct(
+            Field("resource_type_filter", Int8),
+            Field("resource_name_filter", NullableString),
+            Field("pattern_type_filter", Int8, versions="1+", default=3),
+            Field("principal_filter", NullableString),
+            Field("host_filter", NullableString),
+            Field("operation", Int8),
+            Field("permission_type", Int8),
+        ))),
+    )
+    RESPONSE = (
+        Field("throttle_time_ms", Int32),
+        Field("filter_results", Array(Struct(
+            Field("error_code", Int16),
+            Field("error_message", NullableString),
+            Field("matching_acls", Array(Struct(
+                Field("error_code", Int16),
+                Field("error_message", NullableString),
+                Field("resource_type", Int8),
+                Field("resource_name", String),
+                Field("pattern_type", Int8, versions="1+", default=3),
+                Field("principal", String),
+                Field("host", String),
+                Field("operation", Int8),
+                Field("permission_type", Int8),
+            ))),
         ))),
     )

@@ -88,6 +88,7 @@ def _ctx(lookup=None):
         limits=None, acceptors=[], request_memory=None,  # no connection limits
         leaders=None, extra_apis=None, cluster_link=None,  # standalone (BrokerContext's defaults)
         fast_produce=None,  # the generic path (the fast path's tests: test_produce_fast.py)
+        authorizer=None,  # no authorizer.class.name: no ACL checks (BrokerContext's default)
         door=Door(), listeners=[LISTENER])  # BrokerContext's: the door lets every request in
 
 
