@@ -36,6 +36,7 @@ COMMANDS = {
     "leader-election": ("leader_election", "elect preferred or unclean leaders (ElectLeaders)"),
     "preferred-replica-election": ("preferred_replica_election",
                                    "0.8's tool: move leadership back to each partition's first replica"),
+    "acls": ("acls", "add, list and remove ACLs (kafka-acls)"),
     "log-dirs": ("log_dirs", "each log dir's state and partition sizes (--describe, as kafka-log-dirs)"),
 }
 

@@ -31,6 +31,12 @@ from typing import Any
 
 import setproctitle
 
+from appliance.cluster.acl_store import (
+    AclMirror,
+    create_acls_body,
+    delete_acls_body,
+    describe_acls_body,
+)
 from appliance.cluster.broker_answers import (
     coordinator_body,
     create_partitions_body,
@@ -85,6 +91,9 @@ from appliance.protocol.messages.cluster import (
 )
 from appliance.protocol.messages.security import (
     AlterUserScramCredentials,
+    CreateAcls,
+    DeleteAcls,
+    DescribeAcls,
     DescribeUserScramCredentials,
 )
 from appliance.protocol.schema import ApiMessage
@@ -173,6 +182,7 @@ class ClusterWorker:
         isr_task = asyncio.ensure_future(isr.run())
         self.configs = ConfigChanges(ctx, store, self.broker_id)
         config_task = asyncio.ensure_future(self.configs.run())
+        acl_task = asyncio.ensure_future(AclMirror(self.member.client, self.log_dirs[0]).run())
         throttle_task = asyncio.ensure_future(self._publish_leader_throttles(area))
         table.set_worker_state(self.slot, WorkerState.READY)
         log.info("broker %d joined the cluster", self.broker_id)
@@ -200,6 +210,7 @@ class ClusterWorker:
         self.fetcher.stop()
         isr_task.cancel()
         config_task.cancel()
+        acl_task.cancel()
         throttle_task.cancel()
         server.close()
         await loop.run_in_executor(None, self.member.stop)
@@ -325,6 +336,9 @@ class ClusterWorker:
                 DescribeUserScramCredentials, lambda r, h: describe_scram_body(self.store, r)),
             AlterUserScramCredentials.API_KEY: (
                 AlterUserScramCredentials, lambda r, h: alter_scram_body(self.store, r)),
+            DescribeAcls.API_KEY: (DescribeAcls, lambda r, h: describe_acls_body(self.member.client, self.config, r)),
+            CreateAcls.API_KEY: (CreateAcls, lambda r, h: create_acls_body(self.member.client, self.config, r)),
+            DeleteAcls.API_KEY: (DeleteAcls, lambda r, h: delete_acls_body(self.member.client, self.config, r)),
         }
 
     async def _answer(self, head: Forwarded, frame: bytes) -> bytes:
