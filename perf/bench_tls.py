@@ -379,7 +379,7 @@ def main() -> None:
     stop_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=None,
-                    help="records per produce and per consume (default 8,000,000: ~1 min per run "
+                    help="records per produce and per consume (default 8,000,000: 35-60 s per run "
                          "on 2 cores; 2,000,000 with --quick)")
     ap.add_argument("--runs", type=int, default=None, help="runs, order alternating (default 3; 2 with --quick)")
     ap.add_argument("--quick", action="store_true", help="2,000,000 records, 2 runs")
