@@ -311,12 +311,15 @@ class Phase:
 
 
 def produce(broker: BrokerProcess, records: int, value_size: int, api: str = "batch",
-            on_start=None, topic: str = TOPIC, partitions: int = 6) -> Phase:
+            on_start=None, topic: str = TOPIC, partitions: int = 6,
+            client_conf: dict | None = None) -> Phase:
     """Send ``records`` values, timed until every one is acknowledged.
 
     api "batch": Producer.produce_batch with BATCH records per call, partitions round-robin per
     call (the fastest path out of Python: one C call per BATCH records). api "single": one
     produce() call per record, keyless (librdkafka's sticky partitioner fills whole batches).
+    ``client_conf`` (bootstrap.servers, security.protocol, ssl.*) replaces the plaintext
+    bootstrap.
     """
     errors = []
 
@@ -326,7 +329,7 @@ def produce(broker: BrokerProcess, records: int, value_size: int, api: str = "ba
 
     phase = Phase(broker)
     p = Producer({"bootstrap.servers": broker.bootstrap, "on_delivery": on_error,
-                  "error_cb": phase.on_client_error, **PRODUCER_CONFIG})
+                  "error_cb": phase.on_client_error, **PRODUCER_CONFIG, **(client_conf or {})})
     p.list_topics(topic, timeout=10)  # connect and learn leaders before the clock starts
     value = os.urandom(value_size)
     poll = p.poll
@@ -394,19 +397,26 @@ def consume(broker: BrokerProcess, records: int, partitions: int, on_start=None,
     return phase
 
 
-def consume_kcat(broker: BrokerProcess, records: int, on_start=None, topic: str = TOPIC) -> Phase:
+def consume_kcat(broker: BrokerProcess, records: int, on_start=None, topic: str = TOPIC,
+                 client_conf: dict | None = None) -> Phase:
     """Read every record with kcat (C, librdkafka, no per-record Python): the broker's fetch path
-    without the Python client's per-record cost. One output byte per record, to count them."""
+    without the Python client's per-record cost. One output byte per record, to count them.
+    ``client_conf`` (bootstrap.servers, security.protocol, ssl.*) replaces the plaintext
+    bootstrap."""
+    conf = dict(client_conf or {})
+    bootstrap = conf.pop("bootstrap.servers", broker.bootstrap)
     phase = Phase(broker)
     # offset 0 (the topic is new), not "beginning": librdkafka's ListOffsets for a logical
     # offset now and then waits ~500 ms for a retry (see peers/appliance.py, _consume_kcat)
-    cmd = ["kcat", "-C", "-b", broker.bootstrap, "-t", topic, "-o", "0", "-e", "-q",
+    cmd = ["kcat", "-C", "-b", bootstrap, "-t", topic, "-o", "0", "-e", "-q",
            "-f", ".", "-X", f"fetch.max.bytes={CONSUMER_CONFIG['fetch.max.bytes']}",
            "-X", f"max.partition.fetch.bytes={CONSUMER_CONFIG['max.partition.fetch.bytes']}",
            "-X", f"queued.max.messages.kbytes={CONSUMER_CONFIG['queued.max.messages.kbytes']}",
            "-X", f"fetch.wait.max.ms={CONSUMER_CONFIG['fetch.wait.max.ms']}",
            # as the Python consumer: below it librdkafka pauses fetching ~1 s (see peers/appliance.py)
            "-X", f"queued.min.messages={CONSUMER_CONFIG['queued.min.messages']}"]
+    for k, v in conf.items():
+        cmd += ["-X", f"{k}={v}"]
     with phase:
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         if on_start:
