@@ -59,11 +59,23 @@ def _topics_ok(ctx: Any, rc: RequestContext, operation: int, names: list[str]) -
 
 def _fetch_answer(body: Any, code: int) -> dict:
     return {"error_code": 0, "responses": [
-        {"topic": t.topic, "partitions": [{"partition_index": p.partition, "error_code": code,
-                                           "high_watermark": -1, "last_stable_offset": -1,
-                                           "log_start_offset": -1}
-                                          for p in t.partitions]}
+        {"topic": getattr(t, "topic", ""), "topic_id": getattr(t, "topic_id", None),
+         "partitions": [{"partition_index": p.partition, "error_code": code, "high_watermark": -1,
+                         "last_stable_offset": -1, "log_start_offset": -1, "records": b""}
+                        for p in t.partitions]}
         for t in body.topics]}
+
+
+def _fetch_allowed(ctx: Any, rc: RequestContext, b: Any) -> bool:
+    replica = b.replica_id
+    state = getattr(b, "replica_state", None)  # v15+: the replica id moved here (KIP-903)
+    if state is not None and state.replica_id >= 0:
+        replica = state.replica_id
+    if replica >= 0:
+        return _cluster(ctx, rc, CLUSTER_ACTION)
+    names = [t.topic if getattr(t, "topic", None) else ctx.index.topic_name(t.topic_id) or ""
+             for t in b.topics]  # v13+: topics by id
+    return _topics_ok(ctx, rc, READ, names)
 
 
 def _list_offsets_answer(body: Any, code: int) -> dict:
@@ -109,19 +121,26 @@ def _config_resources(ctx: Any, rc: RequestContext, body: Any, operation: int) -
     return True
 
 
+def _offset_fetch_groups(body: Any) -> list[str]:
+    """OffsetFetch's groups: one (v0-7) or a list (v8+)."""
+    groups = getattr(body, "groups", None)
+    return [g.group_id for g in groups] if groups else [body.group_id]
+
+
 def _delete_topics_names(body: Any) -> list[str]:
     return list(body.topic_names or []) or [t.name for t in (getattr(body, "topics", None) or [])]
 
 
 # api key -> (is it allowed?, its error answer)
 _RULES: dict[int, tuple[Callable[[Any, RequestContext, Any], bool], Callable[[Any, int], dict], int]] = {
-    1: (lambda ctx, rc, b: _cluster(ctx, rc, CLUSTER_ACTION) if b.replica_id >= 0
-        else _topics_ok(ctx, rc, READ, [t.topic for t in b.topics]), _fetch_answer, TOPIC_DENIED),
+    1: (_fetch_allowed, _fetch_answer, TOPIC_DENIED),
     2: (lambda ctx, rc, b: _topics_ok(ctx, rc, DESCRIBE, [t.name for t in b.topics]),
         _list_offsets_answer, TOPIC_DENIED),
     8: (lambda ctx, rc, b: allowed(ctx, rc, READ, GROUP, b.group_id)
         and _topics_ok(ctx, rc, READ, [t.name for t in b.topics]), _offset_commit_answer, GROUP_DENIED),
-    9: (lambda ctx, rc, b: allowed(ctx, rc, DESCRIBE, GROUP, b.group_id), _top(), GROUP_DENIED),
+    9: (lambda ctx, rc, b: all(allowed(ctx, rc, DESCRIBE, GROUP, g) for g in _offset_fetch_groups(b)),
+        lambda b, code: {"error_code": code, "groups": [{"group_id": g, "error_code": code, "topics": []}
+                                                          for g in _offset_fetch_groups(b)]}, GROUP_DENIED),
     10: (lambda ctx, rc, b: allowed(ctx, rc, DESCRIBE, TRANSACTIONAL_ID if b.key_type == 1 else GROUP, b.key),
          _top(), GROUP_DENIED),
     11: (lambda ctx, rc, b: allowed(ctx, rc, READ, GROUP, b.group_id), _top(), GROUP_DENIED),
