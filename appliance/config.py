@@ -381,7 +381,8 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("offsets.topic.segment.bytes", "int", 104857600, "Segment size of __consumer_offsets.", at_least(1)),
     ConfigKey("offsets.topic.retention.minutes", "int", None, "0.8.2 documentation's name of offsets.retention.minutes.", at_least(1)),
     ConfigKey("offsets.retention.minutes", "int", 10080, "How long committed offsets of an empty group are kept.", at_least(1)),
-    ConfigKey("offsets.retention.check.interval.ms", "long", 600000, "How often stale offsets are removed.", at_least(1)),
+    ConfigKey("offsets.retention.check.interval.ms", "long", 600000, "How often the group coordinator looks for expired offsets.", at_least(1)),
+    ConfigKey("offset.metadata.max.bytes", "int", 4096, "Largest metadata string an offset commit may carry (OFFSET_METADATA_TOO_LARGE past it).", at_least(0)),
     ConfigKey("offsets.commit.timeout.ms", "int", 5000, "Cluster mode: how long a group write waits to be replicated to the ISR before it fails (a standalone broker answers once appended).", at_least(1)),
     ConfigKey("group.initial.rebalance.delay.ms", "int", 3000, "Wait for more members before the first rebalance of a group."),
     ConfigKey("group.min.session.timeout.ms", "int", 6000, "Smallest session timeout a consumer may ask for."),
@@ -451,7 +452,6 @@ NO_EFFECT: dict[str, str] = {
     "fetch.max.bytes": "a fetch response is bounded by the request's own max_bytes and per-partition limits",
     "log.cleaner.io.buffer.size": "the cleaner copies in bounded steps of 32 MiB or 50 ms",
     "offsets.topic.segment.bytes": "__consumer_offsets is created with Kafka's 100 MiB segments",
-    "offsets.retention.check.interval.ms": "expired offsets are checked on the coordinator's own timer",
 }
 # Keys of the replicated cluster, which this build does not run yet: accepted so a cluster's
 # server.properties starts, no effect. (Remove a key from here when the cluster code reads it.)
@@ -477,7 +477,6 @@ KAFKA_ONLY_KEYS: dict[str, str] = {
     "fetch.purgatory.purge.interval.requests": "long polls wait on the disk workers' doorbells, there is no purgatory",
     "producer.purgatory.purge.interval.requests": "there is no purgatory",
     "zookeeper.sync.time.ms": "a ZooKeeper follower's lag is not a client setting in kazoo",
-    "offset.metadata.max.bytes": "commit metadata is limited by the request size",
     "offsets.load.buffer.size": "offsets are loaded segment by segment",
     "offsets.commit.required.acks": "a standalone broker acknowledges a commit once it is appended",
     "connections.max.idle.ms": "idle connections are kept until the client closes them",
