@@ -334,7 +334,10 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("max.connections.per.ip.overrides", "string", "", "Per-address limits, host:n,host:n (hosts are resolved at start).", _ip_overrides),
     # Kafka's is per broker (one memory pool); ours is per network worker, each its own process
     ConfigKey("queued.max.request.bytes", "long", -1, "Bytes of requests a network worker holds read but unanswered before it stops reading sockets (-1: no limit).", _minus_one_or_positive),
-    ConfigKey("queued.max.requests", "int", 500, "Requests queued per network worker before it stops reading sockets.", at_least(1)),
+    # Kafka's is per broker (its request queue); ours per network worker, and a connection
+    # with no request waiting is still read (appliance/broker/request_queue.py says why)
+    ConfigKey("queued.max.requests", "int", 500, "Requests a network worker holds read but unanswered before it stops reading the connections that have one waiting.", at_least(1)),
+    ConfigKey("connections.max.idle.ms", "long", 600000, "Close a client connection after this long with nothing read or written and no request waiting (-1: never).", _minus_one_or_positive),
     ConfigKey("fetch.max.bytes", "int", 57671680, "Largest fetch response the broker builds.", at_least(1024)),
     ConfigKey("log.segment.bytes", "int", 1073741824, "Segment file size before a roll.", at_least(14)),
     ConfigKey("log.roll.ms", "long", None, "Time before a segment is rolled; wins over log.roll.hours."),
@@ -448,7 +451,6 @@ TOPIC_KEYS: tuple[TopicKey, ...] = (
 # says so for each one given explicitly, and README.md lists them.
 NO_EFFECT: dict[str, str] = {
     "num.io.threads": "there is no request-handler thread pool: one disk worker per log dir does the I/O",
-    "queued.max.requests": "a network worker stops reading a connection only while its disk's request ring is full, not after a request count",
     "fetch.max.bytes": "a fetch response is bounded by the request's own max_bytes and per-partition limits",
     "log.cleaner.io.buffer.size": "the cleaner copies in bounded steps of 32 MiB or 50 ms",
     "offsets.topic.segment.bytes": "__consumer_offsets is created with Kafka's 100 MiB segments",
@@ -479,7 +481,6 @@ KAFKA_ONLY_KEYS: dict[str, str] = {
     "zookeeper.sync.time.ms": "a ZooKeeper follower's lag is not a client setting in kazoo",
     "offsets.load.buffer.size": "offsets are loaded segment by segment",
     "offsets.commit.required.acks": "a standalone broker acknowledges a commit once it is appended",
-    "connections.max.idle.ms": "idle connections are kept until the client closes them",
 }
 
 _BROKER_BY_NAME = {k.name: k for k in BROKER_KEYS}

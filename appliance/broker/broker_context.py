@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # the network worker builds these and sets them; the handlers
     from appliance.broker.connection_limits import ConnectionLimits
     from appliance.broker.leader_quota import LeaderQuota
     from appliance.broker.request_memory import RequestMemory
+    from appliance.broker.request_queue import RequestQueue
     from appliance.metrics.recorder import Recorder
     from appliance.process.cluster_link import ClusterLink
     from appliance.protocol.schema import ApiMessage
@@ -69,6 +70,7 @@ class BrokerContext(RingContext):
         self.limits: ConnectionLimits | None = None
         self.acceptors: list[Acceptor] = []
         self.request_memory: RequestMemory | None = None
+        self.request_queue: RequestQueue | None = None  # queued.max.requests
         # cluster mode (set by the network worker): the leadership area, the line to the cluster
         # worker (its presence picks the cluster column of handlers.ROUTES) and the inter-broker
         # APIs; None otherwise
