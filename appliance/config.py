@@ -354,7 +354,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("log.index.interval.bytes", "int", 4096, "Log bytes between two offset index entries.", at_least(0)),
     ConfigKey("log.flush.interval.messages", "long", LONG_MAX, "Messages appended before a forced fsync.", at_least(1)),
     ConfigKey("log.flush.interval.ms", "long", None, "Time a message may stay unflushed; defaults to log.flush.scheduler.interval.ms.", at_least(0)),
-    ConfigKey("log.flush.scheduler.interval.ms", "long", LONG_MAX, "How often the flush policy is checked.", at_least(0)),
+    ConfigKey("log.flush.scheduler.interval.ms", "long", LONG_MAX, "How often the log flusher applies the time rule (log.flush.interval.ms, a topic's flush.ms) to every partition; at the default, as in Kafka, never (log.flush.interval.messages is checked at each append).", at_least(0)),
     ConfigKey("log.flush.offset.checkpoint.interval.ms", "int", 60000, "How often the recovery point checkpoint is written.", at_least(0)),
     ConfigKey("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, "How often the log start offset checkpoint is written.", at_least(0)),
     ConfigKey("log.segment.delete.delay.ms", "long", 60000, "Delay before a .deleted segment is removed from disk.", at_least(0)),
@@ -368,9 +368,10 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     # Kafka's throttle of the copy into a future replica (AlterReplicaLogDirs); no limit by default
     ConfigKey("replica.alter.log.dirs.io.max.bytes.per.second", "long", LONG_MAX, "Bytes per second a disk worker copies into a partition moving onto its log dir.", at_least(1)),
     ConfigKey("log.cleaner.enable", "bool", True, "Run the log cleaner (needed for compacted topics)."),
-    ConfigKey("log.cleaner.threads", "int", 1, "Cleaner threads.", at_least(0)),
+    # Kafka's cleaner threads; here one disk worker per log dir steps its passes in turn
+    ConfigKey("log.cleaner.threads", "int", 1, "Partitions of a log dir in a cleaning pass at once, their steps taking turns in the disk worker (Kafka: cleaner threads); 0 turns the cleaner off.", at_least(0)),
     ConfigKey("log.cleaner.io.max.bytes.per.second", "double", DOUBLE_MAX, "Cleaner I/O throttle."),
-    ConfigKey("log.cleaner.dedupe.buffer.size", "long", 134217728, "Memory for the cleaner's offset map.", at_least(0)),
+    ConfigKey("log.cleaner.dedupe.buffer.size", "long", 134217728, "Memory for the cleaner's offset maps of a log dir, split between its log.cleaner.threads passes.", at_least(0)),
     ConfigKey("log.cleaner.io.buffer.size", "int", 524288, "Cleaner read/write buffer size.", at_least(0)),
     ConfigKey("log.cleaner.backoff.ms", "long", 15000, "Cleaner sleep when there is nothing to clean.", at_least(0)),
     ConfigKey("log.cleaner.min.cleanable.ratio", "double", 0.5, "Dirty ratio above which a log is cleaned.", between(0, 1)),
@@ -425,7 +426,7 @@ TOPIC_KEYS: tuple[TopicKey, ...] = (
     TopicKey("delete.retention.ms", "long", None, "Tombstone retention of compacted topics.", at_least(0), synonyms=(("log.cleaner.delete.retention.ms", 1),)),
     TopicKey("file.delete.delay.ms", "long", None, "Delay before a deleted segment leaves the disk.", at_least(0), synonyms=(("log.segment.delete.delay.ms", 1),)),
     TopicKey("flush.messages", "long", None, "Messages between forced fsyncs.", at_least(1), synonyms=(("log.flush.interval.messages", 1),)),
-    TopicKey("flush.ms", "long", None, "Time between forced fsyncs.", at_least(0), synonyms=(("log.flush.interval.ms", 1), ("log.flush.scheduler.interval.ms", 1))),
+    TopicKey("flush.ms", "long", None, "Time between forced fsyncs (looked at every log.flush.scheduler.interval.ms).", at_least(0), synonyms=(("log.flush.interval.ms", 1), ("log.flush.scheduler.interval.ms", 1))),
     TopicKey("index.interval.bytes", "int", None, "Log bytes between offset index entries.", at_least(0), synonyms=(("log.index.interval.bytes", 1),)),
     TopicKey("max.compaction.lag.ms", "long", None, "Maximum age before a message must be compacted.", at_least(1), synonyms=(("log.cleaner.max.compaction.lag.ms", 1),)),
     TopicKey("max.message.bytes", "int", None, "Largest record batch accepted.", at_least(0), synonyms=(("message.max.bytes", 1),)),
@@ -603,6 +604,7 @@ class BrokerConfig:
         _apply_twins(raw, values)
         if warn:
             _warn_unused(raw)
+            _warn_flush_unchecked(values)
         cfg = cls(values, raw)
         cfg._check_cross_key()
         return cfg
@@ -846,6 +848,16 @@ def _warn_unused(raw: Mapping[str, str]) -> None:
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
             hint = f"; did you mean {close[0]}?" if close else ""
             log.warning("unknown configuration key %s (value %r) ignored%s", name, value, hint)
+
+
+def _warn_flush_unchecked(values: Mapping[str, Any]) -> None:
+    """log.flush.interval.ms is applied only every log.flush.scheduler.interval.ms (Kafka's
+    rule, whose default is never): say so when the first is set below the second."""
+    every, scheduler = values["log.flush.interval.ms"], values["log.flush.scheduler.interval.ms"]
+    if every is not None and every < scheduler:
+        when = "never (its default)" if scheduler == LONG_MAX else f"every {scheduler} ms"
+        log.warning("log.flush.interval.ms=%d is applied only when the log flusher runs, "
+                    "log.flush.scheduler.interval.ms: %s; set that key too", every, when)
 
 
 def _topic_default(broker: BrokerConfig, key: TopicKey) -> Any:

@@ -497,21 +497,26 @@ class CleaningPass:
 class LogCleaner:
     """Runs cleaning passes over one log dir's compacted partitions, a bounded step per call.
 
-    Config (broker keys): log.cleaner.enable, log.cleaner.io.max.bytes.per.second,
-    log.cleaner.dedupe.buffer.size, log.cleaner.backoff.ms (wait after finding nothing to
-    clean or after an error).
+    Config (broker keys): log.cleaner.enable, log.cleaner.threads (0: no cleaning; N: up to N
+    partitions of the log dir in a pass at once, their steps taking turns -- Kafka's N cleaner
+    threads, each with 1/N of the dedupe buffer; here a huge partition's long pass no longer holds
+    up the others' cleaning, though one disk worker does all the work), log.cleaner.io.max.bytes
+    .per.second, log.cleaner.dedupe.buffer.size, log.cleaner.backoff.ms (wait after finding
+    nothing to clean or after an error).
     """
 
     def __init__(self, dir_path: str, broker_config: Any, *,
                  clock: Callable[[], float] = time.monotonic) -> None:
         bc = broker_config
-        self.enabled = bool(bc["log.cleaner.enable"]) and int(bc["log.cleaner.threads"]) > 0
-        self.map_bytes = int(bc["log.cleaner.dedupe.buffer.size"])
+        self.max_passes = int(bc["log.cleaner.threads"])
+        self.enabled = bool(bc["log.cleaner.enable"]) and self.max_passes > 0
+        # Kafka splits the dedupe buffer between its cleaner threads
+        self.map_bytes = int(bc["log.cleaner.dedupe.buffer.size"]) // max(self.max_passes, 1)
         self.backoff_ms = int(bc["log.cleaner.backoff.ms"])
         self.throttler = Throttler(float(bc["log.cleaner.io.max.bytes.per.second"]), clock)
         self.manager = LogCleanerManager(dir_path)
         self.stats = CleanerStats()
-        self.current: CleaningPass | None = None
+        self.passes: list[CleaningPass] = []  # under way, the next to step first
         self._next_check_ms = 0
         self.idle = False  # the last look found nothing to clean
         self.on_step: Callable[[str], None] = _no_step_observer
@@ -519,51 +524,41 @@ class LogCleaner:
     @property
     def busy(self) -> bool:
         """A pass is under way (the caller may call :meth:`run` sooner than its usual period)."""
-        return self.current is not None
+        return bool(self.passes)
+
+    @property
+    def current(self) -> CleaningPass | None:
+        """The pass the next step works on (None when none is under way)."""
+        return self.passes[0] if self.passes else None
 
     def run(self, partitions: dict[tuple[str, int], PartitionLog], now_ms: int, *,
             max_bytes: int = STEP_BYTES, max_seconds: float = STEP_SECONDS) -> int:
-        """One bounded step: start a pass on the dirtiest log if none is under way (at most
-        once per log.cleaner.backoff.ms when there was nothing to do), then work within the
-        throttle, ``max_bytes`` and ``max_seconds``. Returns the bytes processed. Errors of a
-        pass are logged and abort it (never raised): a cleaner problem must not stop appends.
+        """One bounded step: start a pass on the dirtiest log not being cleaned while fewer
+        than log.cleaner.threads are under way (looking at most once per log.cleaner.backoff.ms
+        after finding nothing to do), then work on the next pass in turn within the throttle,
+        ``max_bytes`` and ``max_seconds``. Returns the bytes processed. Errors of a pass are
+        logged and abort it (never raised): a cleaner problem must not stop appends.
         """
         if not self.enabled:
             return 0
-        if self.current is None:
-            if now_ms < self._next_check_ms:
-                return 0
-            c = None
-            try:
-                c = self.manager.grab_filthiest(partitions, now_ms)
-                if c is None:
-                    self._next_check_ms = now_ms + self.backoff_ms
-                    self.idle = True
-                    return 0
-                self.idle = False
-                log.info("%s: cleaning, dirty ratio %.2f (%d of %d bytes), from offset %d",
-                         c.log.path, c.dirty_ratio, c.dirty_bytes, c.dirty_bytes + c.clean_bytes,
-                         c.first_dirty)
-                self.current = CleaningPass(c, self.map_bytes, now_ms, self.stats, self.on_step)
-            except KafkaStorageError as e:
-                log.error("cleaner: cannot start a pass: %s", e)
-                if c is not None:
-                    self.manager.abort(c.key)
-                self._next_check_ms = now_ms + self.backoff_ms
-                return 0
+        if len(self.passes) < self.max_passes and now_ms >= self._next_check_ms:
+            self._start_pass(partitions, now_ms)
+        if not self.passes:
+            return 0
         budget = self.throttler.available(max_bytes)
         if budget <= 0:
             return 0
-        p = self.current
+        p = self.passes.pop(0)
+        self.passes.append(p)  # the others' turn next
         try:
             done = p.step(budget, time.monotonic() + max_seconds)
         except (KafkaStorageError, CorruptRecordError, InvalidRecordError, OSError, ValueError) as e:
             log.error("%s: cleaning aborted: %s", p.log.path, e)
-            self._abort(now_ms)
+            self._abort(p, now_ms)
             return 0
         self.throttler.consume(done)
         if p.finished:
-            self.current = None
+            self.passes.remove(p)
             self.stats.passes += 1
             self.on_step("checkpoint")
             try:
@@ -573,11 +568,29 @@ class LogCleaner:
             log.info("%s: cleaned up to offset %d", p.log.path, p.end_offset)
         return done
 
-    def _abort(self, now_ms: int) -> None:
-        p = self.current
-        if p is None:
+    def _start_pass(self, partitions: dict[tuple[str, int], PartitionLog], now_ms: int) -> None:
+        c = None
+        try:
+            c = self.manager.grab_filthiest(partitions, now_ms)
+            if c is None:
+                self._next_check_ms = now_ms + self.backoff_ms
+                self.idle = not self.passes
+                return
+            self.idle = False
+            log.info("%s: cleaning, dirty ratio %.2f (%d of %d bytes), from offset %d",
+                     c.log.path, c.dirty_ratio, c.dirty_bytes, c.dirty_bytes + c.clean_bytes,
+                     c.first_dirty)
+            self.passes.insert(0, CleaningPass(c, self.map_bytes, now_ms, self.stats, self.on_step))
+        except KafkaStorageError as e:
+            log.error("cleaner: cannot start a pass: %s", e)
+            if c is not None:
+                self.manager.abort(c.key)
+            self._next_check_ms = now_ms + self.backoff_ms
+
+    def _abort(self, p: CleaningPass, now_ms: int) -> None:
+        if p not in self.passes:
             return
-        self.current = None
+        self.passes.remove(p)
         try:
             p.abort()
         except OSError as e:
@@ -588,8 +601,8 @@ class LogCleaner:
 
     def forget(self, key: tuple[str, int]) -> None:
         """Partition ``key`` is going away: abort its pass, drop its checkpoint entry."""
-        if self.current is not None and self.current.key == key:
-            self._abort(0)
+        for p in [p for p in self.passes if p.key == key]:
+            self._abort(p, 0)
         self.manager.checkpoints.pop(key, None)
 
     def clean_all(self, partitions: dict[tuple[str, int], PartitionLog], now_ms: int,
@@ -599,14 +612,16 @@ class LogCleaner:
         total = 0
         self._next_check_ms = 0
         for _ in range(max_calls):
+            self._next_check_ms = 0
             n = self.run(partitions, now_ms, max_bytes=1 << 40, max_seconds=3600.0)
             total += n
-            if self.current is None and self.idle:
+            if not self.passes and self.idle:
                 break
-            if n == 0 and self.current is not None:
+            if n == 0 and self.passes:
                 time.sleep(0.001)  # throttled
         return total
 
     def close(self) -> None:
-        """Abort a pass under way (its ``.cleaned`` files are deleted)."""
-        self._abort(0)
+        """Abort the passes under way (their ``.cleaned`` files are deleted)."""
+        for p in list(self.passes):
+            self._abort(p, 0)

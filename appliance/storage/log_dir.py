@@ -374,8 +374,8 @@ class LogDir:
                          {k: p.log_start_offset for k, p in self.partitions.items()})
 
     def run_periodic(self, now_ms: int) -> None:
-        """Retention (every log.retention.check.interval.ms), flush policy, checkpoints (their
-        intervals), purge of expired ``.deleted`` files, closing idle inactive segments' files
+        """Retention (every log.retention.check.interval.ms), flush policy (every
+        log.flush.scheduler.interval.ms), checkpoints (their intervals), purge of expired ``.deleted`` files, closing idle inactive segments' files
         and giving back idle active segments' reserved blocks (every RELEASE_CHECK_INTERVAL_MS),
         one bounded step of the log cleaner (see :mod:`appliance.storage.cleaner`;
         ``self.cleaner.busy`` says a pass is under way). Call it often (e.g. every 100 ms)."""
@@ -385,8 +385,14 @@ class LogDir:
             last["retention"] = now_ms
             for plog in self.partitions.values():
                 plog.apply_retention(now_ms)
+        # Kafka's log flusher: the time rule (flush.ms) is checked every
+        # log.flush.scheduler.interval.ms -- never at its default, as in Kafka; flush.messages
+        # is checked at each append (PartitionLog)
+        if now_ms - last["flush"] >= int(bc["log.flush.scheduler.interval.ms"]):
+            last["flush"] = now_ms
+            for plog in self.partitions.values():
+                plog.maybe_flush(now_ms)
         for plog in self.partitions.values():
-            plog.maybe_flush(now_ms)
             plog.purge_deleted(now_ms)
         if now_ms - last["release"] >= RELEASE_CHECK_INTERVAL_MS:
             # descriptors scale with partitions, not segments: idle inactive segments close
