@@ -1,6 +1,6 @@
 """README's config table: every key of the 0.8.2 documentation's config tables is in it, and it is
-what appliance.config_table renders from the code now (regenerate with
-``python -m appliance.config_table``)."""
+what appliance.cli.config_table renders from the code now (regenerate with
+``python -m appliance.cli.config_table``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance import config_table as ct
+from appliance.cli import config_table as ct
 
 REPO = Path(__file__).resolve().parents[2]
 SEEDS = REPO.parent / "shared" / "seeds" / "kafka-0.8.2-documentation.zh.txt"
@@ -83,7 +83,7 @@ def test_every_broker_key_has_an_answer():
 def test_readme_table_is_current():
     readme = (REPO / "README.md").read_text()
     fresh = ct.replace_table(readme, ct.render_table(_vendored()))
-    assert readme == fresh, "README.md's config table is stale: run python -m appliance.config_table"
+    assert readme == fresh, "README.md's config table is stale: run python -m appliance.cli.config_table"
 
 
 def test_zk_consumer_tuple_is_preferred_when_declared():
