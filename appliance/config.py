@@ -29,7 +29,7 @@ from appliance.records.format_version import check_format_version
 __all__ = [
     "ConfigError", "ConfigKey", "TopicKey", "BROKER_KEYS", "TOPIC_KEYS", "BrokerConfig",
     "TopicConfig", "parse_properties", "render_server_properties", "validate_topic_name",
-    "LONG_MAX", "INT_MAX", "NO_EFFECT", "CLUSTER_KEYS", "KAFKA_ONLY_KEYS", "parse_ip_overrides",
+    "LONG_MAX", "INT_MAX", "NO_EFFECT", "KAFKA_ONLY_KEYS", "parse_ip_overrides",
     "parse_cpu_list", "Endpoint", "PLAINTEXT", "SECURITY_PROTOCOLS", "SERVED_PROTOCOLS",
     "parse_protocol_map",
 ]
@@ -397,7 +397,12 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("replica.lag.time.max.ms", "long", 30000, "A follower not caught up for this long leaves the ISR."),
     ConfigKey("replica.fetch.max.bytes", "int", 1048576, "Bytes a follower fetches per partition.", at_least(0)),
     ConfigKey("replica.fetch.wait.max.ms", "int", 500, "Long-poll time of follower fetches."),
-    ConfigKey("num.replica.fetchers", "int", 1, "Replica fetcher threads per source broker.", at_least(1)),
+    ConfigKey("num.replica.fetchers", "int", 1, "Replica fetchers (each its own connection) per leader broker; a partition goes to one by the hash of its topic and number, as in Kafka.", at_least(1)),
+    ConfigKey("replica.fetch.min.bytes", "int", 1, "Bytes a follower's fetch waits for at the leader (up to replica.fetch.wait.max.ms).", at_least(1)),
+    ConfigKey("replica.socket.timeout.ms", "int", 30000, "How long a replica fetcher waits for a connection or a whole answer before it reconnects; at least replica.fetch.wait.max.ms.", at_least(1)),
+    # Kafka's default is 64 KiB; a fixed SO_RCVBUF turns off Linux's receive autotuning, which
+    # lets a follower catching up grow its window well past that
+    ConfigKey("replica.socket.receive.buffer.bytes", "int", -1, "SO_RCVBUF of replica fetcher sockets (-1: OS default with autotuning; Kafka's default is 65536).", at_least(-1)),
     ConfigKey("min.insync.replicas", "int", 1, "Replicas that must acknowledge an acks=all produce.", at_least(1)),
     ConfigKey("unclean.leader.election.enable", "bool", False, "Allow an out-of-sync replica to become leader."),
     ConfigKey("controlled.shutdown.enable", "bool", True, "Move leadership away before shutting down."),
@@ -456,13 +461,6 @@ NO_EFFECT: dict[str, str] = {
     "log.cleaner.io.buffer.size": "the cleaner copies in bounded steps of 32 MiB or 50 ms",
     "offsets.topic.segment.bytes": "__consumer_offsets is created with Kafka's 100 MiB segments",
 }
-# Keys of the replicated cluster, which this build does not run yet: accepted so a cluster's
-# server.properties starts, no effect. (Remove a key from here when the cluster code reads it.)
-CLUSTER_KEYS: tuple[str, ...] = (
-    "num.replica.fetchers",
-)
-for _k in CLUSTER_KEYS:
-    NO_EFFECT[_k] = "one replica fetcher in the cluster worker follows every leader"
 
 # Kafka broker keys of the seeds' 0.8.2 documentation (and its production config) that have no
 # counterpart here: accepted without a value check, reported as having no effect.
@@ -473,9 +471,6 @@ KAFKA_ONLY_KEYS: dict[str, str] = {
     "controller.socket.timeout.ms": "the controller's channel retries each request until it is answered or the broker leaves",
     "controller.message.queue.size": "the controller's event queue is unbounded, drained by one thread",
     "replica.lag.max.messages": "Kafka 0.9 removed it: a follower leaves the ISR by replica.lag.time.max.ms alone",
-    "replica.socket.timeout.ms": "a replica fetcher waits replica.fetch.wait.max.ms plus 30 s for an answer",
-    "replica.socket.receive.buffer.bytes": "replica fetchers use the kernel's default receive buffer",
-    "replica.fetch.min.bytes": "a follower's fetch asks for at least 1 byte (a follower waits replica.fetch.wait.max.ms for more)",
     "replica.high.watermark.checkpoint.interval.ms": "the high watermark is published in shared memory",
     "fetch.purgatory.purge.interval.requests": "long polls wait on the disk workers' doorbells, there is no purgatory",
     "producer.purgatory.purge.interval.requests": "there is no purgatory",
@@ -617,6 +612,10 @@ class BrokerConfig:
         if not self.listeners:
             raise ConfigError("listeners", self._raw.get("listeners", ""), "needs at least one listener")
         self._check_listeners()
+        if self["replica.socket.timeout.ms"] < self["replica.fetch.wait.max.ms"]:
+            raise ConfigError("replica.socket.timeout.ms", self["replica.socket.timeout.ms"],  # Kafka's check
+                              f"must be at least replica.fetch.wait.max.ms "
+                              f"({self['replica.fetch.wait.max.ms']}): a long poll would time out")
         if self["max.connections.per.ip"] == 0 and not self["max.connections.per.ip.overrides"]:
             raise ConfigError("max.connections.per.ip", 0,  # Kafka refuses it too
                               "0 admits nobody; set max.connections.per.ip.overrides as well")

@@ -102,8 +102,27 @@ class BrokerConnector:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock
 
-    async def open(self, broker: BrokerInfo | BrokerAddress) -> tuple[asyncio.StreamReader,
-                                                                     asyncio.StreamWriter]:
-        """An asyncio stream pair to ``broker``. Raises OSError (NoEndpoint included)."""
+    async def open(self, broker: BrokerInfo | BrokerAddress, rcvbuf: int = -1
+                   ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """An asyncio stream pair to ``broker``; ``rcvbuf`` > 0 sets SO_RCVBUF (the replica
+        fetchers' replica.socket.receive.buffer.bytes; -1 keeps the OS default and its
+        autotuning). Raises OSError (NoEndpoint included)."""
         addr = broker if isinstance(broker, BrokerAddress) else self.address(broker)
-        return await asyncio.open_connection(addr.host, addr.port)
+        if rcvbuf <= 0:
+            return await asyncio.open_connection(addr.host, addr.port)
+        loop = asyncio.get_running_loop()
+        failure: OSError = OSError(f"{addr}: no address to connect to")
+        for family, kind, proto, _, sockaddr in await loop.getaddrinfo(
+                addr.host, addr.port, type=socket.SOCK_STREAM):
+            sock = socket.socket(family, kind, proto)
+            try:
+                # before connect: the TCP window scale is agreed in the handshake
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+                sock.setblocking(False)
+                await loop.sock_connect(sock, sockaddr)
+            except OSError as e:
+                sock.close()
+                failure = e
+                continue
+            return await asyncio.open_connection(sock=sock)
+        raise failure

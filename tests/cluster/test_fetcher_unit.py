@@ -1,0 +1,68 @@
+"""The replica fetcher without a cluster: Kafka's spread of partitions over fetchers, and a
+fetch round against a leader that never answers (the request's min_bytes and max_wait_ms, then
+replica.socket.timeout.ms)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import types
+
+import pytest
+
+import appliance.protocol as proto
+from appliance.cluster.fetcher import ReplicaFetcher, fetcher_id
+from appliance.cluster.zk_paths import TopicPartition
+from appliance.coordinator.routing import java_string_hash
+from appliance.protocol.messages.cluster import INTER_BROKER_APIS
+
+
+def _java_int(v: int) -> int:
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+@pytest.mark.parametrize("topic", ["topic", "events", "__consumer_offsets", "a" * 40])
+def test_fetcher_id_is_kafkas(topic):
+    for n in (1, 2, 3, 7):
+        for p in range(20):
+            h = _java_int(31 * java_string_hash(topic) + p)
+            assert fetcher_id(TopicPartition(topic, p), n) == (h & 0x7FFFFFFF) % n  # 0.8's Utils.abs
+    ids = {fetcher_id(TopicPartition(topic, p), 3) for p in range(30)}
+    assert ids == {0, 1, 2}  # 30 partitions use every fetcher
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.sent = b""
+
+    def write(self, data: bytes) -> None:
+        self.sent += data
+
+
+def test_fetch_round_asks_min_bytes_and_gives_up_after_the_socket_timeout():
+    config = {"replica.fetch.wait.max.ms": 100, "replica.fetch.max.bytes": 1 << 20,
+              "replica.fetch.min.bytes": 4096, "num.replica.fetchers": 2,
+              "replica.socket.timeout.ms": 300, "replica.socket.receive.buffer.bytes": -1}
+    ctx = types.SimpleNamespace(config=config, table=types.SimpleNamespace(offsets=lambda slot: (5, 5, 0)))
+    fetcher = ReplicaFetcher(ctx, store=None, broker_id=7)
+    tp = TopicPartition("t", 0)
+    source = (1, fetcher_id(tp, 2))
+    fetcher.followed[source] = {tp: (0, 0)}
+
+    async def round_trip() -> float:
+        reader = asyncio.StreamReader()  # the leader never answers
+        writer = _Writer()
+        conn = proto.ClientConnection("test")
+        start = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await fetcher._fetch_once(source, conn, reader, writer)
+        took = time.monotonic() - start
+        server = proto.ServerConnection(extra_apis=dict(INTER_BROKER_APIS))
+        server.receive_data(writer.sent)
+        req = server.next_event()
+        assert req.body.replica_id == 7 and req.body.min_bytes == 4096 and req.body.max_wait_ms == 100
+        return took
+
+    took = asyncio.run(round_trip())
+    assert 0.25 <= took < 2.0
