@@ -338,7 +338,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     # with no request waiting is still read (appliance/broker/request_queue.py says why)
     ConfigKey("queued.max.requests", "int", 500, "Requests a network worker holds read but unanswered before it stops reading the connections that have one waiting.", at_least(1)),
     ConfigKey("connections.max.idle.ms", "long", 600000, "Close a client connection after this long with nothing read or written and no request waiting (-1: never).", _minus_one_or_positive),
-    ConfigKey("fetch.max.bytes", "int", 57671680, "Largest fetch response the broker builds.", at_least(1024)),
+    ConfigKey("fetch.max.bytes", "int", 57671680, "Largest fetch response the broker builds, whatever a request asks for (a first batch larger than it still goes out whole).", at_least(1024)),
     ConfigKey("log.segment.bytes", "int", 1073741824, "Segment file size before a roll.", at_least(14)),
     ConfigKey("log.roll.ms", "long", None, "Time before a segment is rolled; wins over log.roll.hours."),
     ConfigKey("log.roll.hours", "int", 168, "Time before a segment is rolled, in hours.", at_least(1)),
@@ -356,6 +356,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("log.flush.interval.ms", "long", None, "Time a message may stay unflushed; defaults to log.flush.scheduler.interval.ms.", at_least(0)),
     ConfigKey("log.flush.scheduler.interval.ms", "long", LONG_MAX, "How often the log flusher applies the time rule (log.flush.interval.ms, a topic's flush.ms) to every partition; at the default, as in Kafka, never (log.flush.interval.messages is checked at each append).", at_least(0)),
     ConfigKey("log.flush.offset.checkpoint.interval.ms", "int", 60000, "How often the recovery point checkpoint is written.", at_least(0)),
+    ConfigKey("replica.high.watermark.checkpoint.interval.ms", "long", 5000, "How often each log dir's high watermark checkpoint (replication-offset-checkpoint) is written.", at_least(1)),
     ConfigKey("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, "How often the log start offset checkpoint is written.", at_least(0)),
     ConfigKey("log.segment.delete.delay.ms", "long", 60000, "Delay before a .deleted segment is removed from disk.", at_least(0)),
     ConfigKey("log.preallocate", "bool", False, "Reserve disk blocks ahead of the active segment's end on every append: ours reserves 8 MiB past the end and leaves the file's size unchanged (Kafka's reserves whole segments). When off, blocks are reserved only ahead of appends of 256 KiB or more, and given back when the segment idles."),
@@ -372,7 +373,8 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("log.cleaner.threads", "int", 1, "Partitions of a log dir in a cleaning pass at once, their steps taking turns in the disk worker (Kafka: cleaner threads); 0 turns the cleaner off.", at_least(0)),
     ConfigKey("log.cleaner.io.max.bytes.per.second", "double", DOUBLE_MAX, "Cleaner I/O throttle."),
     ConfigKey("log.cleaner.dedupe.buffer.size", "long", 134217728, "Memory for the cleaner's offset maps of a log dir, split between its log.cleaner.threads passes.", at_least(0)),
-    ConfigKey("log.cleaner.io.buffer.size", "int", 524288, "Cleaner read/write buffer size.", at_least(0)),
+    ConfigKey("log.cleaner.io.buffer.size", "int", 524288, "Bytes the cleaner reads from a segment at a time, split between its log.cleaner.threads passes (at least 4 KiB each).", at_least(0)),
+    ConfigKey("log.cleaner.io.buffer.load.factor", "double", 0.9, "How full the cleaner's offset map may get: it holds log.cleaner.dedupe.buffer.size / 24 bytes per entry times this many keys.", between(0, 1)),
     ConfigKey("log.cleaner.backoff.ms", "long", 15000, "Cleaner sleep when there is nothing to clean.", at_least(0)),
     ConfigKey("log.cleaner.min.cleanable.ratio", "double", 0.5, "Dirty ratio above which a log is cleaned.", between(0, 1)),
     ConfigKey("log.cleaner.delete.retention.ms", "long", 86400000, "How long tombstones are kept in compacted topics.", at_least(0)),
@@ -382,7 +384,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("num.recovery.threads.per.data.dir", "int", 8, "Threads per log dir (in its disk worker) opening and recovering partitions at start: the time is mostly disk waits.", at_least(1)),
     ConfigKey("offsets.topic.num.partitions", "int", 50, "Partitions of __consumer_offsets.", at_least(1)),
     ConfigKey("offsets.topic.replication.factor", "int", 3, "Replication factor of __consumer_offsets (capped at the live broker count).", at_least(1)),
-    ConfigKey("offsets.topic.segment.bytes", "int", 104857600, "Segment size of __consumer_offsets.", at_least(1)),
+    ConfigKey("offsets.topic.segment.bytes", "int", 104857600, "Segment size of __consumer_offsets (set when it is created).", at_least(1)),
     ConfigKey("offsets.topic.retention.minutes", "int", None, "0.8.2 documentation's name of offsets.retention.minutes.", at_least(1)),
     ConfigKey("offsets.retention.minutes", "int", 10080, "How long committed offsets of an empty group are kept.", at_least(1)),
     ConfigKey("offsets.retention.check.interval.ms", "long", 600000, "How often the group coordinator looks for expired offsets.", at_least(1)),
@@ -405,6 +407,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("replica.socket.receive.buffer.bytes", "int", -1, "SO_RCVBUF of replica fetcher sockets (-1: OS default with autotuning; Kafka's default is 65536).", at_least(-1)),
     ConfigKey("min.insync.replicas", "int", 1, "Replicas that must acknowledge an acks=all produce.", at_least(1)),
     ConfigKey("unclean.leader.election.enable", "bool", False, "Allow an out-of-sync replica to become leader."),
+    ConfigKey("controller.socket.timeout.ms", "int", 30000, "The controller's socket timeout towards brokers (connect, and each read of an answer); a request that times out is sent again on a new connection.", at_least(1)),
     ConfigKey("controlled.shutdown.enable", "bool", True, "Move leadership away before shutting down."),
     # Kafka's defaults are 3 and 5000: ours fit the whole attempt in 30 s, under systemd's stop timeout
     ConfigKey("controlled.shutdown.max.retries", "int", 5, "Times a stopping broker asks the controller to move its leadership away.", at_least(1)),
@@ -457,26 +460,20 @@ TOPIC_KEYS: tuple[TopicKey, ...] = (
 # says so for each one given explicitly, and README.md lists them.
 NO_EFFECT: dict[str, str] = {
     "num.io.threads": "there is no request-handler thread pool: one disk worker per log dir does the I/O",
-    "fetch.max.bytes": "a fetch response is bounded by the request's own max_bytes and per-partition limits",
-    "log.cleaner.io.buffer.size": "the cleaner copies in bounded steps of 32 MiB or 50 ms",
-    "offsets.topic.segment.bytes": "__consumer_offsets is created with Kafka's 100 MiB segments",
 }
 
 # Kafka broker keys of the seeds' 0.8.2 documentation (and its production config) that have no
 # counterpart here: accepted without a value check, reported as having no effect.
 KAFKA_ONLY_KEYS: dict[str, str] = {
     "background.threads": "background work runs in each disk worker's loop",
-    "log.cleaner.io.buffer.load.factor": "the cleaner's key map is a Python dict",
-    "log.delete.delay.ms": "see log.segment.delete.delay.ms",
-    "controller.socket.timeout.ms": "the controller's channel retries each request until it is answered or the broker leaves",
-    "controller.message.queue.size": "the controller's event queue is unbounded, drained by one thread",
+    "log.delete.delay.ms": "the 0.8.2 table lists it beside log.segment.delete.delay.ms, the key that sets that delay (here and in Kafka)",
+    "controller.message.queue.size": "the controller's queue of requests to each broker (one sender thread each) is unbounded: a full one would stall the controller's event thread",
     "replica.lag.max.messages": "Kafka 0.9 removed it: a follower leaves the ISR by replica.lag.time.max.ms alone",
-    "replica.high.watermark.checkpoint.interval.ms": "the high watermark is published in shared memory",
     "fetch.purgatory.purge.interval.requests": "long polls wait on the disk workers' doorbells, there is no purgatory",
     "producer.purgatory.purge.interval.requests": "there is no purgatory",
     "zookeeper.sync.time.ms": "a ZooKeeper follower's lag is not a client setting in kazoo",
     "offsets.load.buffer.size": "offsets are loaded segment by segment",
-    "offsets.commit.required.acks": "a standalone broker acknowledges a commit once it is appended",
+    "offsets.commit.required.acks": "a commit is acknowledged once the ISR has it (Kafka's -1; standalone: once appended), and no other choice is offered",
 }
 
 _BROKER_BY_NAME = {k.name: k for k in BROKER_KEYS}

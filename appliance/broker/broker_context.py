@@ -62,6 +62,7 @@ class BrokerContext(RingContext):
             for ad in config.advertised_endpoints]
         self.door = Door()  # the network worker gives it the metrics recorder
         self.cluster_id = f"appliance-{self.broker_id}"
+        self.fetch_max_bytes = int(config["fetch.max.bytes"])  # read once: every fetch asks
         self.metrics: Recorder | None = None  # when metrics are on (metrics.listener set)
         # the produce fast path (handlers/produce_fast.py), set by the network worker
         self.fast_produce: ProduceFastPath | None = None

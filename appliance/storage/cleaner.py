@@ -15,7 +15,7 @@ What a pass guarantees (Kafka's semantics):
   ``delete.retention.ms``, so consumers can see it, and removed afterwards;
 - the active segment (and anything younger than ``min.compaction.lag.ms``) is never touched;
 - the offset map is held to ``log.cleaner.dedupe.buffer.size`` at Kafka's 24 bytes per entry
-  (16-byte MD5 of the key + 8-byte offset) and load factor 0.9; when the dirty section has more
+  (16-byte MD5 of the key + 8-byte offset) and log.cleaner.io.buffer.load.factor (0.9); when the dirty section has more
   keys, only the prefix that fits is mapped and the pass ends there (the rest goes next round);
 - an idempotent producer's last batch is kept whole, so its sequence state survives a reload;
 - records without a key are dropped (Kafka's rule; appends to compacted topics refuse them).
@@ -76,7 +76,8 @@ LOAD_FACTOR = 0.9     # Kafka's log.cleaner.io.buffer.load.factor default
 # keeps the produce path's added latency below that of one fsync on a slow disk.
 STEP_BYTES = 32 << 20
 STEP_SECONDS = 0.05
-READ_CHUNK = 1 << 20  # bytes read per pread; large enough that syscalls do not matter
+READ_CHUNK = 1 << 20  # bytes read per pread by default; large enough that syscalls do not matter
+MIN_READ_CHUNK = 4096  # a smaller log.cleaner.io.buffer.size share still reads a page
 _LOG_OVERHEAD = L.LOG_OVERHEAD
 _MAGIC_POS = L.MAGIC_OFFSET  # the magic byte: v2 batches and legacy entries both have it here
 
@@ -89,13 +90,14 @@ def key_digest(key: bytes) -> bytes:
 class OffsetMap:
     """Key digest -> latest offset, holding at most ``capacity`` keys.
 
-    Capacity follows Kafka's accounting: ``buffer_bytes / 24 * 0.9``. The entries live in a
+    Capacity follows Kafka's accounting: ``buffer_bytes / 24 * load_factor``
+    (log.cleaner.io.buffer.load.factor, 0.9 by default). The entries live in a
     dict, whose real footprint is larger (about 100 bytes per entry in CPython); the limit is
     the configured one so that partial cleaning behaves as Kafka's does.
     """
 
-    def __init__(self, buffer_bytes: int) -> None:
-        self.capacity = int(buffer_bytes // BYTES_PER_ENTRY * LOAD_FACTOR)
+    def __init__(self, buffer_bytes: int, load_factor: float = LOAD_FACTOR) -> None:
+        self.capacity = int(buffer_bytes // BYTES_PER_ENTRY * load_factor)
         self._map: dict[bytes, int] = {}
 
     def __len__(self) -> int:
@@ -170,10 +172,12 @@ def _no_step_observer(step: str) -> None:
 class _Cursor:
     """Position over a list of segments, reading whole batches chunk by chunk with pread."""
 
-    def __init__(self, segments: list[LogSegment], start_position: int = 0) -> None:
+    def __init__(self, segments: list[LogSegment], start_position: int = 0,
+                 chunk: int = READ_CHUNK) -> None:
         self.segments = segments
         self.i = 0
         self.pos = start_position
+        self.chunk = chunk
 
     @property
     def done(self) -> bool:
@@ -187,7 +191,7 @@ class _Cursor:
                 self.i += 1
                 self.pos = 0
                 continue
-            want = min(READ_CHUNK, seg.size - self.pos)
+            want = min(self.chunk, seg.size - self.pos)
             data = os.pread(seg.fd, want, self.pos)
             r = scan_batches(data, 0, len(data), verify_crc=False, legacy=True)
             if r.count == 0:
@@ -219,7 +223,8 @@ class CleaningPass:
     """
 
     def __init__(self, c: CleanableLog, map_bytes: int, now_ms: int, stats: CleanerStats,
-                 hook: Callable[[str], None]) -> None:
+                 hook: Callable[[str], None], *, load_factor: float = LOAD_FACTOR,
+                 read_bytes: int = READ_CHUNK) -> None:
         self.key = c.key
         self.log: PartitionLog = c.log
         self.first_dirty = c.first_dirty
@@ -227,7 +232,8 @@ class CleaningPass:
         self.now_ms = now_ms
         self.stats = stats
         self.hook = hook
-        self.map = OffsetMap(map_bytes)
+        self.read_bytes = read_bytes
+        self.map = OffsetMap(map_bytes, load_factor)
         if self.map.capacity < 1:
             raise KafkaStorageError(
                 f"log.cleaner.dedupe.buffer.size {map_bytes} holds no offset map entry")
@@ -243,7 +249,7 @@ class CleaningPass:
         if dirty and dirty[0].base_offset < self.first_dirty:
             loc = dirty[0].translate_offset(self.first_dirty)
             start = loc.position if loc is not None else dirty[0].size
-        self._cursor = _Cursor(dirty, start)
+        self._cursor = _Cursor(dirty, start, self.read_bytes)
         self._groups: list[list[LogSegment]] = []
         self._out: LogSegment | None = None
         self._carried: list[LogSegment] = []  # groups whose survivors go into self._out
@@ -357,7 +363,7 @@ class CleaningPass:
         self._groups = groups
         self._last_batches = {(pid, e.batches[-1].last_offset)
                               for pid, e in self.log.producers.producers.items() if e.batches}
-        self._cursor = _Cursor(groups[0] if groups else [])
+        self._cursor = _Cursor(groups[0] if groups else [], 0, self.read_bytes)
         self.phase = CLEAN if groups else FINISHED
 
     def _new_output(self, base: int) -> LogSegment:
@@ -474,7 +480,7 @@ class CleaningPass:
             # Every record of the group was redundant. Rather than dropping its segments (the
             # log would then start later after a reload), the next group's survivors go into
             # the same output, which keeps this group's base offset.
-            self._cursor = _Cursor(nxt)
+            self._cursor = _Cursor(nxt, 0, self.read_bytes)
             return
         old, self._carried, self._out = self._carried, [], None
         if out.size:
@@ -489,7 +495,7 @@ class CleaningPass:
         done = {id(s) for s in old}
         self._sources = [s for s in self._sources if id(s) not in done]
         if self._groups:
-            self._cursor = _Cursor(self._groups[0])
+            self._cursor = _Cursor(self._groups[0], 0, self.read_bytes)
         else:
             self.phase = FINISHED
 
@@ -499,10 +505,11 @@ class LogCleaner:
 
     Config (broker keys): log.cleaner.enable, log.cleaner.threads (0: no cleaning; N: up to N
     partitions of the log dir in a pass at once, their steps taking turns -- Kafka's N cleaner
-    threads, each with 1/N of the dedupe buffer; here a huge partition's long pass no longer holds
+    threads, each with 1/N of the dedupe and I/O buffers; here a huge partition's long pass no longer holds
     up the others' cleaning, though one disk worker does all the work), log.cleaner.io.max.bytes
-    .per.second, log.cleaner.dedupe.buffer.size, log.cleaner.backoff.ms (wait after finding
-    nothing to clean or after an error).
+    .per.second, log.cleaner.dedupe.buffer.size, log.cleaner.io.buffer.load.factor (how full the
+    offset map may get), log.cleaner.io.buffer.size (bytes read per pread, split between the
+    passes), log.cleaner.backoff.ms (wait after finding nothing to clean or after an error).
     """
 
     def __init__(self, dir_path: str, broker_config: Any, *,
@@ -510,8 +517,10 @@ class LogCleaner:
         bc = broker_config
         self.max_passes = int(bc["log.cleaner.threads"])
         self.enabled = bool(bc["log.cleaner.enable"]) and self.max_passes > 0
-        # Kafka splits the dedupe buffer between its cleaner threads
+        # Kafka splits the dedupe buffer and the I/O buffer between its cleaner threads
         self.map_bytes = int(bc["log.cleaner.dedupe.buffer.size"]) // max(self.max_passes, 1)
+        self.read_bytes = max(MIN_READ_CHUNK, int(bc["log.cleaner.io.buffer.size"]) // max(self.max_passes, 1))
+        self.load_factor = float(bc["log.cleaner.io.buffer.load.factor"])
         self.backoff_ms = int(bc["log.cleaner.backoff.ms"])
         self.throttler = Throttler(float(bc["log.cleaner.io.max.bytes.per.second"]), clock)
         self.manager = LogCleanerManager(dir_path)
@@ -580,7 +589,8 @@ class LogCleaner:
             log.info("%s: cleaning, dirty ratio %.2f (%d of %d bytes), from offset %d",
                      c.log.path, c.dirty_ratio, c.dirty_bytes, c.dirty_bytes + c.clean_bytes,
                      c.first_dirty)
-            self.passes.insert(0, CleaningPass(c, self.map_bytes, now_ms, self.stats, self.on_step))
+            self.passes.insert(0, CleaningPass(c, self.map_bytes, now_ms, self.stats, self.on_step,
+                                               load_factor=self.load_factor, read_bytes=self.read_bytes))
         except KafkaStorageError as e:
             log.error("cleaner: cannot start a pass: %s", e)
             if c is not None:

@@ -46,14 +46,18 @@ def test_old_retention_name_takes_effect():
 
 def test_no_effect_keys_are_reported_once_set_away_from_default(caplog):
     with caplog.at_level(logging.WARNING):
-        BrokerConfig.load(overrides={"log.cleaner.io.buffer.size": "16", "num.io.threads": "8",
+        BrokerConfig.load(overrides={"num.io.threads": "16", "fetch.max.bytes": "57671680",
                                      "background.threads": "10", "num.replica.fetchers": "4"})
     text = caplog.text
-    assert "log.cleaner.io.buffer.size=16 is accepted but has no effect here" in text
+    assert "num.io.threads=16 is accepted but has no effect here" in text
     assert "background.threads=10 is accepted but has no effect here" in text
     assert "num.replica.fetchers" not in text  # honoured: nothing to say
-    assert "num.io.threads" not in text  # given at its default: it asks for nothing
+    assert "fetch.max.bytes" not in text  # honoured
     assert set(NO_EFFECT) and KAFKA_ONLY_KEYS
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        BrokerConfig.load(overrides={"num.io.threads": "8"})
+    assert "num.io.threads" not in caplog.text  # given at its default: it asks for nothing
 
 
 def test_unknown_key_suggestion(caplog):
@@ -66,5 +70,5 @@ def test_unknown_key_suggestion(caplog):
 
 def test_quiet_load_does_not_warn(caplog):
     with caplog.at_level(logging.WARNING):
-        BrokerConfig.load(overrides={"log.cleaner.io.buffer.size": "16", "x.y": "1"}, warn=False)
+        BrokerConfig.load(overrides={"num.io.threads": "16", "x.y": "1"}, warn=False)
     assert caplog.text == ""

@@ -483,3 +483,21 @@ def test_cleaner_threads_bound_the_passes_under_way(tmp_path, threads):
     if threads:
         assert d.cleaner.map_bytes == int(bc["log.cleaner.dedupe.buffer.size"]) // threads
     d.close()
+
+
+def test_io_buffer_size_and_load_factor(tmp_path):
+    """log.cleaner.io.buffer.size: bytes read at a time (split between the passes; here smaller
+    than a batch, which is then read whole); log.cleaner.io.buffer.load.factor: how many keys
+    the offset map holds."""
+    clock = Clock()
+    broker_kw = {"log.cleaner.io.buffer.size": 8192, "log.cleaner.threads": 2,
+                 "log.cleaner.io.buffer.load.factor": 0.5, "log.cleaner.dedupe.buffer.size": 48_000}
+    d, lg = _open(tmp_path, clock, broker_kw)
+    assert d.cleaner.read_bytes == 4096 and d.cleaner.load_factor == 0.5
+    latest = _produce(lg, clock, rounds=3, keys=200, value_size=100, per_batch=50)  # ~5 KB batches
+    lg.roll()
+    d.cleaner.run(d.partitions, clock.now, max_bytes=1)
+    assert d.cleaner.current.map.capacity == 48_000 // 2 // 24 * 0.5 == 500
+    d.cleaner.clean_all(d.partitions, clock.now)
+    assert _state(lg) == latest
+    d.close()

@@ -147,3 +147,27 @@ def test_flush_interval_below_the_scheduler_warns(tmp_path, caplog):
     with caplog.at_level("WARNING"):
         _broker(tmp_path, **{"log.flush.interval.ms": "100", "log.flush.scheduler.interval.ms": "50"})
     assert "log.flush" not in caplog.text
+
+
+def test_high_watermark_checkpoint_has_its_own_interval(tmp_path):
+    """replica.high.watermark.checkpoint.interval.ms writes replication-offset-checkpoint,
+    independently of the recovery point's log.flush.offset.checkpoint.interval.ms."""
+    bc = _broker(tmp_path, **{"replica.high.watermark.checkpoint.interval.ms": "1000",
+                              "log.flush.offset.checkpoint.interval.ms": "60000"})
+    clock = Clock()
+    start = clock.now
+    root = str(tmp_path / "d")
+    d = LogDir.open(root, bc, now_ms=clock)
+    lg = d.create_partition("t", 0, bc.topic_defaults())
+    lg.append(batch(n=3, ts=clock.now))
+    lg.high_watermark = 3
+    hw_file = os.path.join(root, "replication-offset-checkpoint")
+    rp_file = os.path.join(root, "recovery-point-offset-checkpoint")
+    clock.now = start + 999
+    d.run_periodic(clock.now)
+    assert read_checkpoint(hw_file).get(("t", 0)) is None
+    clock.now = start + 1000
+    d.run_periodic(clock.now)
+    assert read_checkpoint(hw_file) == {("t", 0): 3}
+    assert read_checkpoint(rp_file).get(("t", 0)) is None  # its own, longer interval
+    d.close()
