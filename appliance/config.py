@@ -389,6 +389,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("offsets.retention.minutes", "int", 10080, "How long committed offsets of an empty group are kept.", at_least(1)),
     ConfigKey("offsets.retention.check.interval.ms", "long", 600000, "How often the group coordinator looks for expired offsets.", at_least(1)),
     ConfigKey("offset.metadata.max.bytes", "int", 4096, "Largest metadata string an offset commit may carry (OFFSET_METADATA_TOO_LARGE past it).", at_least(0)),
+    ConfigKey("offsets.load.buffer.size", "int", 5242880, "Bytes of __consumer_offsets read per step while a coordinator loads its groups (between two rounds of its disk worker).", at_least(1)),
     ConfigKey("offsets.commit.timeout.ms", "int", 5000, "Cluster mode: how long a group write waits to be replicated to the ISR before it fails (a standalone broker answers once appended).", at_least(1)),
     ConfigKey("group.initial.rebalance.delay.ms", "int", 3000, "Wait for more members before the first rebalance of a group."),
     ConfigKey("group.min.session.timeout.ms", "int", 6000, "Smallest session timeout a consumer may ask for."),
@@ -472,7 +473,6 @@ KAFKA_ONLY_KEYS: dict[str, str] = {
     "fetch.purgatory.purge.interval.requests": "long polls wait on the disk workers' doorbells, there is no purgatory",
     "producer.purgatory.purge.interval.requests": "there is no purgatory",
     "zookeeper.sync.time.ms": "a ZooKeeper follower's lag is not a client setting in kazoo",
-    "offsets.load.buffer.size": "offsets are loaded segment by segment",
     "offsets.commit.required.acks": "a commit is acknowledged once the ISR has it (Kafka's -1; standalone: once appended), and no other choice is offered",
 }
 

@@ -78,3 +78,38 @@ def test_flush_and_high_watermark_checkpoints_follow_their_intervals(broker):
             break
         assert time.monotonic() < deadline, (rp, hw)
         time.sleep(0.1)
+
+
+def test_offsets_load_in_steps_of_offsets_load_buffer_size(tmp_path):
+    """offsets.load.buffer.size=1: a restarted broker loads __consumer_offsets one batch per
+    step of its disk worker, and every group's committed offsets are back."""
+    with BrokerProcess(tmp_path, overrides={"offsets.load.buffer.size": "1",
+                                            "offsets.topic.num.partitions": "1"}) as b:
+        create_topic(b.bootstrap, "t", partitions=2)
+        want = {f"g{i}": {0: 10 * i + 1, 1: 10 * i + 2} for i in range(5)}
+        with RawConnection(b.port) as c:
+            deadline = time.monotonic() + 30
+            while c.request(10, 2, {"key": "g0", "key_type": 0}).error_code:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+            for group, offsets in want.items():
+                for p, off in offsets.items():  # one commit (one batch) per partition
+                    r = c.request(8, 3, {"group_id": group, "generation_id_or_member_epoch": -1,
+                                         "member_id": "", "retention_time_ms": -1, "topics": [
+                                             {"name": "t", "partitions": [
+                                                 {"partition_index": p, "committed_offset": off,
+                                                  "committed_metadata": ""}]}]})
+                    assert r.topics[0].partitions[0].error_code == 0
+        b.stop()
+        b.start()
+        with RawConnection(b.port) as c:
+            for group, offsets in want.items():
+                deadline = time.monotonic() + 30
+                while True:
+                    r = c.request(9, 3, {"group_id": group, "topics": [
+                        {"name": "t", "partition_indexes": [0, 1]}]})
+                    if r.error_code == 0:
+                        break
+                    assert time.monotonic() < deadline  # COORDINATOR_LOAD_IN_PROGRESS meanwhile
+                    time.sleep(0.1)
+                assert {p.partition_index: p.committed_offset for p in r.topics[0].partitions} == offsets
