@@ -466,12 +466,12 @@ NO_EFFECT: dict[str, str] = {
 # Kafka broker keys of the seeds' 0.8.2 documentation (and its production config) that have no
 # counterpart here: accepted without a value check, reported as having no effect.
 KAFKA_ONLY_KEYS: dict[str, str] = {
-    "background.threads": "background work runs in each disk worker's loop",
+    "background.threads": "background work (retention, flushes, checkpoints, cleaning) runs in each disk worker's loop, file deletion on one thread per log dir",
     "log.delete.delay.ms": "the 0.8.2 table lists it beside log.segment.delete.delay.ms, the key that sets that delay (here and in Kafka)",
     "controller.message.queue.size": "the controller's queue of requests to each broker (one sender thread each) is unbounded: a full one would stall the controller's event thread",
     "replica.lag.max.messages": "Kafka 0.9 removed it: a follower leaves the ISR by replica.lag.time.max.ms alone",
-    "fetch.purgatory.purge.interval.requests": "long polls wait on the disk workers' doorbells, there is no purgatory",
-    "producer.purgatory.purge.interval.requests": "there is no purgatory",
+    "fetch.purgatory.purge.interval.requests": "a long poll waits for the disk workers' data doorbells and stops waiting once answered: nothing is left to purge",
+    "producer.purgatory.purge.interval.requests": "an acks=all produce waits in its partition's list of held answers and leaves it once answered: nothing is left to purge",
     "zookeeper.sync.time.ms": "a ZooKeeper follower's lag is not a client setting in kazoo",
     "offsets.commit.required.acks": "a commit is acknowledged once the ISR has it (Kafka's -1; standalone: once appended), and no other choice is offered",
 }
