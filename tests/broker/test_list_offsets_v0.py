@@ -53,8 +53,8 @@ def test_v0_lists_segment_offsets_newest_first(module_broker, tmp_path):
         assert _offsets(c, topic, 1_000, 100) == []  # before anything was written
         day = 86_400_000
         for i, base in enumerate(bases):  # segment i last written i days after an epoch
-            seconds = (now_ms - (len(bases) - i) * day) / 1000
-            os.utime(os.path.join(part_dir, f"{base:020d}.log"), (seconds, seconds))
+            ns = (now_ms - (len(bases) - i) * day) * 1_000_000  # exact: no float rounding
+            os.utime(os.path.join(part_dir, f"{base:020d}.log"), ns=(ns, ns))
         second_written = now_ms - (len(bases) - 1) * day
         assert _offsets(c, topic, second_written, 100) == [bases[1], bases[0]]
         assert _offsets(c, topic, second_written, 1) == [bases[1]]
