@@ -235,13 +235,19 @@ def render_table(seed_keys: Mapping[str, list[tuple[str, str]]]) -> str:
         rows = [broker_row(k, d) if sid == "broker" else client_row(sid, k, d, tuples) for k, d in pairs]
         lines += _table(rows, header) + [""]
     in_082 = {k for k, _ in seed_keys.get("broker", [])}
-    rest = [k for k in broker_config.BROKER_KEYS if k.name not in in_082]
+    rest = [(k.name, _ours(k.default), _extra_effect(k)) for k in broker_config.BROKER_KEYS
+            if k.name not in in_082]
+    rest += [(name, "-", f"accepted, no effect: {why}")
+             for name, why in broker_config.KAFKA_ONLY_KEYS.items() if name not in in_082]
     lines += ["**Broker keys beyond the 0.8.2 table** (later Kafka's, and ours)", ""]
-    lines += _table(((k.name, _ours(k.default),
-                      f"accepted, no effect: {broker_config.NO_EFFECT[k.name]}"
-                      if k.name in broker_config.NO_EFFECT else ("ours: " if k.ours else "") + k.doc.removeprefix("Ours: "))
-                     for k in rest), ("key", "default here", "here"))
+    lines += _table(rest, ("key", "default here", "here"))
     return "\n".join(lines)
+
+
+def _extra_effect(k: Any) -> str:
+    if k.name in broker_config.NO_EFFECT:
+        return f"accepted, no effect: {broker_config.NO_EFFECT[k.name]}"
+    return f"ours: {k.doc.removeprefix('Ours: ')}" if k.ours else k.doc
 
 
 def replace_table(readme: str, table: str) -> str:

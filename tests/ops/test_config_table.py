@@ -62,6 +62,9 @@ def test_every_documented_key_has_a_row():
     for sid, pairs in _vendored().items():
         for key, _ in pairs:
             assert f"| `{key}` |" in table, f"{sid} key {key} is not in README's table"
+    from appliance.config import BROKER_KEYS, KAFKA_ONLY_KEYS
+    for key in [k.name for k in BROKER_KEYS] + list(KAFKA_ONLY_KEYS):  # and every broker key
+        assert f"| `{key}` |" in table, f"broker key {key} is not in README's table"
 
 
 def test_undeclared_client_keys_are_the_expected_ones():
