@@ -218,11 +218,11 @@ def _listener_list(v: list[str]) -> str | None:
 
 _LISTENER_RE = re.compile(r"([A-Za-z0-9_]+)://(\[[0-9a-fA-F:.]*\]|[^:/\s]*):(\d{1,5})")
 
-# Kafka's SecurityProtocol names. Only PLAINTEXT is served so far: a listener mapped to another
-# is refused at start-up (BrokerConfig.check_served), never served as plaintext (issue 44).
+# Kafka's SecurityProtocol names. PLAINTEXT and SSL are served so far: a listener mapped to a SASL
+# protocol is refused at start-up (BrokerConfig.check_served), never served without it (issue 44).
 PLAINTEXT = "PLAINTEXT"
 SECURITY_PROTOCOLS = (PLAINTEXT, "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SERVED_PROTOCOLS = frozenset({PLAINTEXT})
+SERVED_PROTOCOLS = frozenset({PLAINTEXT, "SSL"})
 _DEFAULT_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
 
 
@@ -301,9 +301,27 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("broker.id", "int", 0, "Id of this broker in the cluster.", at_least(0)),
     ConfigKey("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"], "Addresses to listen on, NAME://host:port, comma separated.", _listener_list),
     ConfigKey("advertised.listeners", "list", None, "Addresses given to clients in metadata and registered for other brokers, NAME://host:port per listener name; a listener left out is advertised as it listens.", _listener_list),
-    ConfigKey("listener.security.protocol.map", "string", _DEFAULT_PROTOCOL_MAP, "Security protocol of each listener name, NAME:PROTOCOL comma separated (only PLAINTEXT is served so far).", parses(parse_protocol_map)),
+    ConfigKey("listener.security.protocol.map", "string", _DEFAULT_PROTOCOL_MAP, "Security protocol of each listener name, NAME:PROTOCOL comma separated (PLAINTEXT and SSL are served so far).", parses(parse_protocol_map)),
     ConfigKey("inter.broker.listener.name", "string", None, "Listener other brokers connect to (controller requests, replica fetches); default: the first listener whose protocol is security.inter.broker.protocol."),
     ConfigKey("security.inter.broker.protocol", "string", PLAINTEXT, "Security protocol between brokers when inter.broker.listener.name is not set.", one_of(*SECURITY_PROTOCOLS)),
+    # TLS (SSL and SASL_SSL listeners, and this broker's connections to the others on such a
+    # listener): Kafka's names; PEM files or PEM text only (security/tls.py)
+    ConfigKey("ssl.keystore.type", "string", "PEM", "Format of the key store: PEM (JKS and PKCS12 are Java's; convert them with openssl).", one_of("PEM", case_insensitive=True)),
+    ConfigKey("ssl.keystore.location", "string", None, "PEM file holding this broker's private key and certificate chain."),
+    ConfigKey("ssl.keystore.password", "string", None, "Unused with PEM (accepted for Kafka's configs)."),
+    ConfigKey("ssl.keystore.certificate.chain", "string", None, "This broker's certificate chain as PEM text (with ssl.keystore.key, instead of ssl.keystore.location)."),
+    ConfigKey("ssl.keystore.key", "string", None, "This broker's private key as PEM text."),
+    ConfigKey("ssl.key.password", "string", None, "Password of an encrypted private key."),
+    ConfigKey("ssl.truststore.type", "string", "PEM", "Format of the trust store: PEM.", one_of("PEM", case_insensitive=True)),
+    ConfigKey("ssl.truststore.location", "string", None, "PEM file of the certificates (CAs) this broker trusts for client and broker certificates."),
+    ConfigKey("ssl.truststore.password", "string", None, "Unused with PEM (accepted for Kafka's configs)."),
+    ConfigKey("ssl.truststore.certificates", "string", None, "Trusted certificates as PEM text (instead of ssl.truststore.location)."),
+    ConfigKey("ssl.client.auth", "string", "none", "Client certificates: none, requested (checked when given) or required.", one_of("none", "requested", "required", case_insensitive=True)),
+    ConfigKey("ssl.enabled.protocols", "list", ["TLSv1.2", "TLSv1.3"], "TLS versions accepted.", one_of("TLSv1.2", "TLSv1.3")),
+    ConfigKey("ssl.protocol", "string", "TLSv1.3", "Kafka's SSLContext protocol name; the versions are ssl.enabled.protocols."),
+    ConfigKey("ssl.cipher.suites", "list", None, "TLS 1.2 cipher suites (OpenSSL names); empty = OpenSSL's defaults."),
+    ConfigKey("ssl.endpoint.identification.algorithm", "string", "https", "https: a broker checks the other broker's certificate names the host it connects to; empty: no check."),
+    ConfigKey("ssl.principal.mapping.rules", "string", "DEFAULT", "Client certificate subject -> principal name: RULE:pattern/replacement/[LU], ..., DEFAULT (the whole RFC 2253 name)."),
     # Kafka 0.8's names, mapped onto listeners / advertised.listeners as Kafka 0.9-2.x does (see
     # _apply_twins); given together with their modern twin they must agree.
     ConfigKey("port", "int", 9092, "0.8 name: port to listen on when listeners is not set.", between(0, 65535)),
@@ -675,15 +693,14 @@ class BrokerConfig:
 
     def check_served(self) -> None:
         """Start-up's refusal of a listener this build cannot serve: every listener must map to
-        PLAINTEXT until TLS and SASL exist (issue 44). Serving such a listener as plaintext
-        would hand clients that asked for TLS an unencrypted broker.
+        PLAINTEXT or SSL until SASL exists. Serving such a listener without its authentication
+        would hand clients that asked for it an open broker.
         Raises ConfigError naming the listener and its protocol."""
         for e in self.listener_endpoints:
             if e.security_protocol not in SERVED_PROTOCOLS:
                 raise ConfigError("listeners", self._given("listeners"),
                                   f"listener {e.listener} uses {e.security_protocol}, which this "
-                                  f"broker does not serve yet (only PLAINTEXT; TLS and SASL are "
-                                  f"issue 44)")
+                                  f"broker does not serve yet (PLAINTEXT and SSL; SASL is not built)")
 
     @property
     def listener_endpoints(self) -> list[Endpoint]:

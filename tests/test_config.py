@@ -202,7 +202,7 @@ def test_listener_mistakes_name_the_key_and_value(given, key, words):
         assert w in msg
 
 
-@pytest.mark.parametrize("proto", ["SSL", "SASL_PLAINTEXT", "SASL_SSL"])
+@pytest.mark.parametrize("proto", ["SASL_PLAINTEXT", "SASL_SSL"])
 def test_a_listener_not_plaintext_loads_but_is_not_served(proto):
     # valid Kafka configuration, so it loads; start-up refuses it rather than serve plaintext
     c = BrokerConfig.load(overrides={"listeners": "PLAINTEXT://:9092,SECURE://:9093",

@@ -16,7 +16,7 @@ LAYERS = (
     ("native", "appliance.errors", "appliance"),
     ("appliance.protocol", "appliance.records", "appliance.shm"),
     ("appliance.config", "appliance.coordinator"),
-    ("appliance.storage",),
+    ("appliance.storage", "appliance.security"),
     ("appliance.dynamic_config",),
     ("appliance.process", "appliance.metrics", "appliance.client"),
     ("appliance.broker", "appliance.cluster"),

@@ -13,6 +13,7 @@ import asyncio
 import errno
 import logging
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,12 +26,15 @@ log = logging.getLogger("appliance.network")
 
 ACCEPT_BATCH = 64  # accepts per wake-up, so a connection storm cannot starve the requests
 LOG_INTERVAL_S = 10.0  # a refused client retrying in a loop must not flood the log
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class Acceptor:
     def __init__(self, sock: socket.socket, limits: ConnectionLimits,
-                 protocol_factory: Callable[[], Any], metrics: Any = None) -> None:
+                 protocol_factory: Callable[[], Any], metrics: Any = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.sock = sock
+        self.tls = tls  # a TLS listener's context: the handshake runs before the protocol sees bytes
         self.limits = limits
         self.factory = protocol_factory
         self.metrics = metrics
@@ -96,8 +100,13 @@ class Acceptor:
 
     async def _serve(self, conn: socket.socket, protocol: Any) -> None:
         try:
-            await self.loop.connect_accepted_socket(lambda: protocol, conn)
-        except Exception as e:  # the socket died before it could be served
+            if self.tls is None:
+                await self.loop.connect_accepted_socket(lambda: protocol, conn)
+            else:
+                # a client that stops half-way through the handshake holds its slot only this long
+                await self.loop.connect_accepted_socket(lambda: protocol, conn, ssl=self.tls,
+                                                        ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
+        except Exception as e:  # the socket died before it could be served, or its handshake failed
             log.debug("connection lost before it was served: %s", e)
             conn.close()
             protocol.release_limits()

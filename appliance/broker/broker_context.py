@@ -17,6 +17,7 @@ from appliance.broker.readers import Readers
 from appliance.config import BrokerConfig
 from appliance.process.disk_client import DiskClient
 from appliance.process.ring_context import RingContext
+from appliance.security.tls import PrincipalRules
 from appliance.shm.layout import Role
 from appliance.shm.partition_table import PartitionTable
 
@@ -61,6 +62,8 @@ class BrokerContext(RingContext):
             ConnectionContext(ad.listener, ad.security_protocol, ANONYMOUS, "", (_named(ad.host), ad.port))
             for ad in config.advertised_endpoints]
         self.door = Door()  # the network worker gives it the metrics recorder
+        # ssl.principal.mapping.rules: a client certificate's subject -> its principal
+        self.principal_rules = PrincipalRules("DEFAULT")
         self.cluster_id = f"appliance-{self.broker_id}"
         self.fetch_max_bytes = int(config["fetch.max.bytes"])  # read once: every fetch asks
         self.metrics: Recorder | None = None  # when metrics are on (metrics.listener set)

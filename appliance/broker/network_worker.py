@@ -45,6 +45,7 @@ from appliance.process.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.process.gc_policy import freeze_startup_objects
 from appliance.process.plumbing import Plumbing
 from appliance.protocol.types import FileSlice
+from appliance.security.tls import PrincipalRules, TlsError, principal_of, server_context, uses_tls
 from appliance.shm.connection_counts import ConnectionCounts
 from appliance.shm.layout import WorkerState, conns_name
 from appliance.shm.partition_table import PartitionTable
@@ -62,6 +63,10 @@ INLINE_SLICE_BYTES = 64 << 10
 # A slice sendfile could not finish (the socket buffer is full) goes on this many bytes at a
 # time through the transport, which then tells us when the socket has room again.
 SENDFILE_STEP = 64 << 10
+# A file slice sent over TLS (no sendfile: the bytes must be encrypted in this process) is read
+# and written this many bytes at a time: large enough that the per-write cost is spread over
+# many TLS records (16 KiB each), small enough to bound a connection's buffered memory.
+TLS_READ_STEP = 256 << 10
 STOP_GRACE_S = 5.0
 
 
@@ -127,6 +132,7 @@ class KafkaConnection(asyncio.Protocol):
         self._closing = False
         self._stop_reading = False  # the peer broke the protocol or half-closed: drain, then close
         self._sock_fd = -1
+        self._tls = False
         self._drained = asyncio.Event()
         # metrics only: the timed requests' answers (future -> AnswerTiming), and the timed
         # answers written but still partly in the transport's buffer (sent when it drains)
@@ -154,6 +160,11 @@ class KafkaConnection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         sock = transport.get_extra_info("socket")
         self._sock_fd = -1
+        tls = transport.get_extra_info("ssl_object")
+        if tls is not None:  # TLS: the principal from the client's certificate, if it gave one
+            name = principal_of(tls, self.ctx.principal_rules)
+            if name is not None:
+                self.context = dataclasses.replace(self.context, principal=f"User:{name}")
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -161,12 +172,21 @@ class KafkaConnection(asyncio.Protocol):
                                  (socket.SO_RCVBUF, "socket.receive.buffer.bytes")):
                     if self.ctx.config[key] > 0:  # -1: the OS default
                         sock.setsockopt(socket.SOL_SOCKET, opt, self.ctx.config[key])
-            self._sock_fd = sock.fileno()
-        # pause_writing as soon as anything is buffered, resume when the buffer is empty: that is
-        # exactly when the socket is ours for a direct sendfile
-        transport.set_write_buffer_limits(high=0, low=0)  # type: ignore[attr-defined]
+            # sendfile would put file bytes on a TLS connection unencrypted: TLS goes through
+            # the transport (_sendfile's read-and-write path)
+            self._sock_fd = sock.fileno() if tls is None else -1
         self._drained = asyncio.Event()
         self._drained.set()
+        self._tls = tls is not None
+        if self._tls:
+            # a TLS transport pauses on its own backlog of records; with no room at all it can
+            # pause after a write it has already flushed and never resume (seen with asyncio's
+            # and uvloop's SSL transports), so it gets a window of a read step
+            transport.set_write_buffer_limits(high=TLS_READ_STEP, low=TLS_READ_STEP // 2)  # type: ignore[attr-defined]
+        else:
+            # pause_writing as soon as anything is buffered, resume when the buffer is empty:
+            # that is exactly when the socket is ours for a direct sendfile
+            transport.set_write_buffer_limits(high=0, low=0)  # type: ignore[attr-defined]
         self.ctx.connections.add(self)
         peer = transport.get_extra_info("peername")
         if peer:
@@ -255,7 +275,8 @@ class KafkaConnection(asyncio.Protocol):
     def _written(self, timings: list[AnswerTiming]) -> None:
         """``timings``' answers were handed to the transport: sent now if it took every byte,
         else when it drains (resume_writing)."""
-        if self.transport is not None and self.transport.get_write_buffer_size() == 0:
+        if self._tls or (self.transport is not None and self.transport.get_write_buffer_size() == 0):
+            # (TLS: sent once the transport has them; it tells of its backlog only past a window)
             self._sent(timings)
         else:
             self._sending.extend(timings)
@@ -269,6 +290,16 @@ class KafkaConnection(asyncio.Protocol):
         Raises EOFError if the file ends inside the slice."""
         await self._drained.wait()
         fd = f.fileno()
+        if self._sock_fd < 0:  # TLS: read from the page cache, encrypt in the transport
+            while length > 0 and not self._closing:
+                step = os.pread(fd, min(length, TLS_READ_STEP), position)
+                if not step:
+                    raise EOFError(f"file ends {length} bytes short of the slice at {position}")
+                self.transport.write(step)  # type: ignore[union-attr]
+                position += len(step)
+                length -= len(step)
+                await self._drained.wait()
+            return
         while length > 0 and not self._closing:
             try:
                 n = os.sendfile(self._sock_fd, fd, position, length)
@@ -580,9 +611,13 @@ class NetworkWorker:
         socks: list[socket.socket] = []
         try:
             self.config.check_served()  # the supervisor refused it already; never plaintext
+            tls = None
+            if any(uses_tls(ep.security_protocol) for ep in self.config.listener_endpoints):
+                tls = server_context(self.config)
+            ctx.principal_rules = PrincipalRules(self.config["ssl.principal.mapping.rules"])
             for ep in self.config.listener_endpoints:
                 socks.append(listen_socket(ep.host, ep.port))
-        except (OSError, ConfigError) as e:  # respawning cannot help: the supervisor halts start-up
+        except (OSError, ConfigError, TlsError) as e:  # respawning cannot help: the supervisor halts start-up
             log.error("network worker %d cannot listen: %s", self.index, e)
             for sock in socks:
                 sock.close()
@@ -605,7 +640,7 @@ class NetworkWorker:
         for sock, listener in zip(socks, ctx.listeners, strict=True):
             ctx.acceptors.append(Acceptor(sock, ctx.limits,
                                           functools.partial(KafkaConnection, ctx, listener),
-                                          ctx.metrics))
+                                          ctx.metrics, tls=tls if uses_tls(listener.security_protocol) else None))
         for acceptor in ctx.acceptors:
             acceptor.start()
         bell = self.plumbing.net_bells[self.index]
@@ -653,7 +688,7 @@ class NetworkWorker:
         from appliance.broker.group_lag import committed_offsets
         collector = BrokerCollector(table, ctx.metrics.counters, slots, self.log_dirs, ctx.limits,
                                     leaders=ctx.leaders, metadata=ctx.view.cache,
-                                    cluster_slot=cluster_slot)
+                                    cluster_slot=cluster_slot, broker_config=lambda: ctx.config)
 
         async def render() -> bytes:
             collector.committed = await committed_offsets(ctx)

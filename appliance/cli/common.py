@@ -4,25 +4,68 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 from appliance.cli.main import CliError
 from appliance.client.connection import BrokerConnection, ConnectionFailed, parse_bootstrap
 from appliance.errors import ErrorCode
 
-__all__ = ["Brokers", "add_bootstrap", "connect", "parse_properties_args", "check", "metadata"]
+__all__ = ["Brokers", "add_bootstrap", "connect", "parse_properties_args", "check", "metadata",
+           "command_config", "tool_tls"]
 
 
-def add_bootstrap(p: argparse.ArgumentParser) -> None:
+def add_bootstrap(p: argparse.ArgumentParser, zookeeper: bool = False) -> None:
+    """--bootstrap-server (and its 0.8 name --broker-list); with ``zookeeper``, also 0.8's
+    --zookeeper, whose registered brokers are then connected to instead."""
     # --broker-list: the name the 0.8-2.x console producer used for the same thing
     p.add_argument("--bootstrap-server", "--broker-list", dest="bootstrap_server",
                    default="127.0.0.1:9092", metavar="HOST:PORT",
                    help="broker to connect to (default 127.0.0.1:9092)")
+    if zookeeper:
+        p.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]",
+                       help="0.8's form: the cluster's zookeeper.connect; its registered brokers "
+                            "are connected to (instead of --bootstrap-server)")
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
                    help="connect and request timeout (default 10)")
+    p.add_argument("--command-config", metavar="FILE",
+                   help="client properties for the connection (security.protocol=SSL, "
+                        "ssl.truststore.location, ssl.keystore.location, ...), as Kafka's tools take")
+
+
+def command_config(args: argparse.Namespace) -> dict[str, str]:
+    """--command-config's properties ({} without it). Raises CliError naming the file."""
+    path = getattr(args, "command_config", None)
+    if not path:
+        return {}
+    from appliance.config import parse_properties
+    try:
+        with open(path, encoding="latin-1") as f:
+            return parse_properties(f.read())
+    except OSError as e:
+        raise CliError(f"--command-config {path}: {e.strerror}", 2) from e
+
+
+def tool_tls(args: argparse.Namespace) -> Any:
+    """The ssl.SSLContext --command-config asks for (None: plaintext). Raises CliError naming
+    the file and the key."""
+    props = command_config(args)
+    if not props:
+        return None
+    from appliance.client import config as cfg
+    from appliance.errors import InvalidConfigError
+    try:
+        c = cfg.resolve(cfg.ADMIN_KEYS, {"bootstrap.servers": "unused:1", **props}, {})
+        return cfg.tls_context(c)
+    except InvalidConfigError as e:
+        raise CliError(f"--command-config {args.command_config}: {e}", 2) from e
 
 
 def bootstrap_servers(args: argparse.Namespace) -> list[tuple[str, int]]:
-    """--bootstrap-server as (host, port) pairs; a malformed one is a usage error naming it."""
+    """--bootstrap-server as (host, port) pairs, or the brokers registered in --zookeeper when
+    given; a malformed one is a usage error naming it."""
+    if getattr(args, "zookeeper", None):
+        from appliance.cli.zookeeper_tool import brokers_in_zookeeper
+        return brokers_in_zookeeper(args.zookeeper, args.timeout, getattr(args, "verbose", False))
     try:
         return parse_bootstrap(args.bootstrap_server)
     except ValueError as e:
@@ -31,10 +74,11 @@ def bootstrap_servers(args: argparse.Namespace) -> list[tuple[str, int]]:
 
 def connect(args: argparse.Namespace) -> BrokerConnection:
     servers = bootstrap_servers(args)
+    tls = tool_tls(args)
     errors = []
     for host, port in servers:
         try:
-            return BrokerConnection(host, port, timeout=args.timeout)
+            return BrokerConnection(host, port, timeout=args.timeout, tls=tls)
         except ConnectionFailed as e:
             errors.append(str(e))
     raise CliError("; ".join(errors))
@@ -67,8 +111,8 @@ class Brokers:
     (the leader of its ``__consumer_offsets`` partition); with one broker, everything to the
     bootstrap connection."""
 
-    def __init__(self, conn: BrokerConnection, timeout: float) -> None:
-        self.conn, self.timeout = conn, timeout
+    def __init__(self, conn: BrokerConnection, timeout: float, tls: Any = None) -> None:
+        self.conn, self.timeout, self.tls = conn, timeout, tls
         self.addresses = {b.node_id: (b.host, b.port) for b in metadata(conn, []).brokers}
         self.opened: dict[int, BrokerConnection] = {}
 
@@ -76,7 +120,7 @@ class Brokers:
         if len(self.addresses) <= 1 or node not in self.addresses:
             return self.conn
         if node not in self.opened:
-            self.opened[node] = BrokerConnection(*self.addresses[node], timeout=self.timeout)
+            self.opened[node] = BrokerConnection(*self.addresses[node], timeout=self.timeout, tls=self.tls)
         return self.opened[node]
 
     def leaders(self, topics: list[str]) -> dict[tuple[str, int], int]:

@@ -210,7 +210,7 @@ def client_row(section: str, key: str, kafka_default: str,
             no_effect = "no effect" in k.doc.lower() or k.doc.lower().startswith("not used")
             verdict = ("accepted, no effect" if no_effect else
                        "honoured, another default" if _differs(kafka_default, k.default) else "honoured")
-            doc = k.doc.removeprefix("accepted, no effect: ")
+            doc = re.sub(r"^accepted, no effect( here)?: ", "", k.doc)
             return key, kafka_default, default, f"{verdict}{alias} [{_label(name)}]: {doc}"
     return key, kafka_default, "-", "not accepted yet: the client refuses it as an unknown key"
 

@@ -10,7 +10,13 @@ import argparse
 import sys
 import time
 
-from appliance.cli.common import add_bootstrap, bootstrap_servers, parse_properties_args
+from appliance.cli.common import (
+    add_bootstrap,
+    bootstrap_servers,
+    command_config,
+    parse_properties_args,
+    tool_tls,
+)
 from appliance.cli.main import CliError
 from appliance.client.consumer import Consumer, TopicPartition
 from appliance.errors import KafkaError
@@ -47,6 +53,12 @@ def _format(r, flag: dict[str, bool], sep: bytes) -> bytes:
     return sep.join(fields) + b"\n"
 
 
+def _client_config(args: argparse.Namespace) -> dict:
+    """--command-config's security settings, as client keys (errors name the file and key)."""
+    tool_tls(args)  # checked now: a bad file is one line before anything is sent
+    return command_config(args)
+
+
 def run(args: argparse.Namespace) -> int:
     props = parse_properties_args(args.property)
     flag = {k: props.get(k, "false").lower() == "true"
@@ -62,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--group cannot be combined with --partition / --offset N", 2)
     bootstrap_servers(args)  # checked before anything is sent
     timeout_ms = int(args.timeout * 1000)
-    consumer = Consumer(bootstrap_servers=args.bootstrap_server, group_id=args.group,
+    consumer = Consumer(_client_config(args), bootstrap_servers=args.bootstrap_server, group_id=args.group,
                         auto_offset_reset="earliest" if where == "earliest" else "latest",
                         request_timeout_ms=timeout_ms, socket_connection_setup_timeout_ms=timeout_ms,
                         fetch_max_wait_ms=500, client_id="appliance-console-consumer")

@@ -10,7 +10,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from appliance.cli.common import add_bootstrap, bootstrap_servers, parse_properties_args
+from appliance.cli.common import (
+    add_bootstrap,
+    bootstrap_servers,
+    command_config,
+    parse_properties_args,
+    tool_tls,
+)
 from appliance.cli.main import CliError
 from appliance.client.producer import CODECS, Producer
 from appliance.errors import KafkaError
@@ -29,6 +35,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--partition", type=int, help="send every message to this partition")
 
 
+def _client_config(args: argparse.Namespace) -> dict:
+    """--command-config's security settings, as client keys (errors name the file and key)."""
+    tool_tls(args)  # checked now: a bad file is one line before anything is sent
+    return command_config(args)
+
+
 def run(args: argparse.Namespace) -> int:
     props = parse_properties_args(args.property)
     parse_key = props.get("parse.key", "false").lower() == "true"
@@ -39,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     timeout_ms = int(args.timeout * 1000)
     # Every --batch-size lines are flushed together: one batch per partition per flush, and
     # unkeyed lines move to another partition after each (the sticky partitioner).
-    producer = Producer(bootstrap_servers=args.bootstrap_server, acks=args.request_required_acks,
+    producer = Producer(_client_config(args), bootstrap_servers=args.bootstrap_server, acks=args.request_required_acks,
                         compression_type=args.compression_codec, linger_ms=3600000, batch_size=1 << 30,
                         max_request_size=1 << 30, queue_buffering_max_messages=args.batch_size + 1,
                         request_timeout_ms=timeout_ms, socket_connection_setup_timeout_ms=timeout_ms,

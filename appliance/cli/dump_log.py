@@ -1,4 +1,5 @@
-"""`appliance dump-log --files A.log[,B.log]`: decode segment files (kafka-dump-log.sh).
+"""`appliance dump-log --files A.log[,B.index,C.timeindex]`: decode segment and index files
+(kafka-dump-log.sh; index files: :mod:`appliance.cli.dump_index`).
 
 Segments of a topic stored in a pre-0.11 message format hold legacy magic 0/1 entries (mixed
 with v2 batches after a format change): each prints as Kafka prints a legacy entry, its offset
@@ -12,6 +13,7 @@ import argparse
 import mmap
 import os
 
+from appliance.cli.dump_index import INDEX_SUFFIXES, dump_index
 from appliance.cli.main import CliError
 from appliance.records.batch import decode_batch, read_header
 from appliance.records.legacy import HEADER_V0, HEADER_V1, iter_entries
@@ -21,9 +23,13 @@ __all__ = ["add_arguments", "run"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--files", required=True, help="comma-separated .log segment files")
+    p.add_argument("--files", required=True, help="comma-separated .log, .index and .timeindex files")
     p.add_argument("--verify-crc", action="store_true", help="check every batch's CRC32C")
     p.add_argument("--print-data-log", action="store_true", help="print each record too")
+    p.add_argument("--verify-index-only", action="store_true",
+                   help="index files: check each entry against the log, print only the mismatches")
+    p.add_argument("--index-sanity-check", action="store_true",
+                   help="index files: only the checks the broker runs when it opens an index")
 
 
 def _dump(path: str, verify: bool, print_data: bool) -> int:
@@ -95,5 +101,9 @@ def run(args: argparse.Namespace) -> int:
     for path in [p for p in args.files.split(",") if p]:
         if not os.path.isfile(path):
             raise CliError(f"--files: {path} is not a file", 2)
-        status |= _dump(path, args.verify_crc, args.print_data_log)
+        if path.endswith(INDEX_SUFFIXES):
+            print(f"Dumping {path}")
+            status |= dump_index(path, args.verify_index_only, args.index_sanity_check)
+        else:
+            status |= _dump(path, args.verify_crc, args.print_data_log)
     return status

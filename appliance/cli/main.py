@@ -19,7 +19,10 @@ COMMANDS = {
     "topics": ("topics", "create, list, describe, alter and delete topics"),
     "console-producer": ("console_producer", "send lines from stdin as messages"),
     "console-consumer": ("console_consumer", "print messages of a topic"),
-    "dump-log": ("dump_log", "decode segment files (.log), with --verify-crc"),
+    "dump-log": ("dump_log", "decode segment (.log) and index (.index, .timeindex) files, with --verify-crc "
+                 "and --verify-index-only"),
+    "simple-consumer-shell": ("simple_consumer_shell", "print one partition's messages from an offset "
+                              "(Kafka's SimpleConsumerShell)"),
     "consumer-groups": ("consumer_groups", "list, describe, reset offsets of and delete consumer groups"),
     "install-service": ("install_service", "install the broker as a hardened systemd service"),
     "status": ("status", "one screen of broker health from its shared memory (--watch, --json)"),
@@ -29,6 +32,8 @@ COMMANDS = {
     "mirror-maker": ("mirror_maker", "copy topics from one cluster to another (Kafka's MirrorMaker)"),
     "reassign-partitions": ("reassign_partitions", "move partitions' replicas between brokers, online (cluster mode)"),
     "leader-election": ("leader_election", "elect preferred or unclean leaders (ElectLeaders)"),
+    "preferred-replica-election": ("preferred_replica_election",
+                                   "0.8's tool: move leadership back to each partition's first replica"),
     "log-dirs": ("log_dirs", "each log dir's state and partition sizes (--describe, as kafka-log-dirs)"),
 }
 

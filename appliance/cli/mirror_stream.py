@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MirrorStream", "StreamFailed", "compile_whitelist"]
+__all__ = ["MirrorStream", "StreamFailed", "compile_whitelist", "compile_blacklist"]
 
 log = logging.getLogger("appliance.mirror")
 
@@ -36,17 +36,28 @@ class StreamFailed(Exception):
     """The target refused a record for good; nothing after the last commit was committed."""
 
 
-def compile_whitelist(raw: str) -> re.Pattern[str]:
-    """Kafka's whitelist: a Java regex over topic names; ',' also separates alternatives, quotes
-    and spaces are stripped, and a lone '*' means every topic. Raises ValueError naming it."""
+def _topic_regex(raw: str, flag: str) -> str:
     text = raw.strip().strip("'\"").replace(" ", "")
     if text == "*":
         text = ".*"
     text = text.replace(",", "|")
     try:
-        return re.compile(text)
+        re.compile(text)
     except re.error as e:
-        raise ValueError(f"--whitelist {raw!r} is not a regular expression: {e}") from None
+        raise ValueError(f"{flag} {raw!r} is not a regular expression: {e}") from None
+    return text
+
+
+def compile_whitelist(raw: str) -> re.Pattern[str]:
+    """Kafka's whitelist: a Java regex over topic names; ',' also separates alternatives, quotes
+    and spaces are stripped, and a lone '*' means every topic. Raises ValueError naming it."""
+    return re.compile(_topic_regex(raw, "--whitelist"))
+
+
+def compile_blacklist(raw: str) -> re.Pattern[str]:
+    """0.8's blacklist, written as the whitelist is: every topic its regex does not match, as one
+    pattern the streams use like a whitelist (fullmatch). Raises ValueError naming it."""
+    return re.compile(f"(?!(?:{_topic_regex(raw, '--blacklist')})$).*")
 
 
 class _Complainer:

@@ -9,17 +9,20 @@ from appliance.cli.common import add_bootstrap, check, connect, metadata, parse_
 from appliance.cli.configs import DELETE, SET
 from appliance.cli.main import CliError
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["add_arguments", "run", "parse_replica_assignment"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_bootstrap(p)
+    add_bootstrap(p, zookeeper=True)
     action = p.add_mutually_exclusive_group(required=True)
     for name in ("create", "list", "describe", "alter", "delete"):
         action.add_argument(f"--{name}", action="store_true", help=f"{name} topics")
     p.add_argument("--topic", help="topic name")
     p.add_argument("--partitions", type=int, help="number of partitions (--create, --alter)")
     p.add_argument("--replication-factor", type=int, default=-1, help="replicas (--create)")
+    p.add_argument("--replica-assignment", metavar="B:B,B:B",
+                   help="--create: each partition's replicas, partitions separated by commas and "
+                        "brokers by colons, the preferred leader first (as kafka-topics.sh)")
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                    help="a topic config override (repeatable); with --alter only the keys given change")
     p.add_argument("--delete-config", "--deleteConfig", action="append", default=[], metavar="KEY",
@@ -38,6 +41,21 @@ def _need_topic(args: argparse.Namespace) -> str:
     return args.topic
 
 
+def parse_replica_assignment(text: str) -> list[list[int]]:
+    """"0:1,1:2" -> [[0, 1], [1, 2]]. Raises CliError naming the entry at fault."""
+    out = []
+    for i, part in enumerate(text.split(",")):
+        try:
+            brokers = [int(b) for b in part.split(":")]
+        except ValueError:
+            raise CliError(f"--replica-assignment {text!r}: partition {i} ({part!r}) is not broker "
+                           "ids separated by colons", 2) from None
+        if len(set(brokers)) != len(brokers):
+            raise CliError(f"--replica-assignment {text!r}: partition {i} lists a broker twice", 2)
+        out.append(brokers)
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     configs = parse_properties_args(args.config, "--config")
     with connect(args) as conn:
@@ -46,9 +64,15 @@ def run(args: argparse.Namespace) -> int:
                 print(t.name)
         elif args.create:
             name = _need_topic(args)
+            assignments = []
+            if args.replica_assignment:
+                if args.partitions or args.replication_factor != -1:
+                    raise CliError("--replica-assignment replaces --partitions and --replication-factor", 2)
+                assignments = [{"partition_index": i, "broker_ids": b} for i, b in
+                               enumerate(parse_replica_assignment(args.replica_assignment))]
             body = {"topics": [{
                 "name": name, "num_partitions": args.partitions if args.partitions else -1,
-                "replication_factor": args.replication_factor, "assignments": [],
+                "replication_factor": args.replication_factor, "assignments": assignments,
                 "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
                 "timeout_ms": int(args.timeout * 1000), "validate_only": False}
             deadline = time.monotonic() + args.timeout

@@ -72,7 +72,8 @@ class AdminClient:
         c = self.config = cfg.resolve(cfg.ADMIN_KEYS, merged, kwargs)
         self.cluster = Cluster(c["bootstrap.servers"], client_id=c["client.id"],
                                request_timeout_ms=c["request.timeout.ms"],
-                               connect_timeout_ms=c["socket.connection.setup.timeout.ms"], allow_auto_create=False)
+                               connect_timeout_ms=c["socket.connection.setup.timeout.ms"], allow_auto_create=False,
+                               tls=cfg.tls_context(c))
         self.timeout_ms = c["request.timeout.ms"]
 
     def _request(self, api_key: int, body: dict) -> Any:

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from appliance.client.config import tls_context
 from appliance.client.connection import KafkaConnectionError, parse_bootstrap
 from appliance.client.errors import LeaderNotAvailableError
 from appliance.client.pipeline import PipelinedConnection
@@ -57,14 +58,19 @@ class Cluster:
 
     def __init__(self, bootstrap_servers: str, *, client_id: str = "appliance", request_timeout_ms: int = 30000,
                  connect_timeout_ms: int | None = None, allow_auto_create: bool = True,
-                 metadata_max_age_ms: int = 300000) -> None:
-        """Raises ValueError for a malformed bootstrap list (nothing is contacted yet)."""
+                 metadata_max_age_ms: float = 300000,
+                 socket_buffers: tuple[int | None, int | None] = (None, None), tls: Any = None) -> None:
+        """``socket_buffers``: (SO_SNDBUF, SO_RCVBUF) for every connection, None: the OS's;
+        ``tls``: the ssl.SSLContext every connection speaks TLS with (None: plaintext).
+        Raises ValueError for a malformed bootstrap list (nothing is contacted yet)."""
+        self.tls = tls
         self.bootstrap = parse_bootstrap(bootstrap_servers)
         self.client_id = client_id
         self.request_timeout = request_timeout_ms / 1000
         self.connect_timeout = (connect_timeout_ms if connect_timeout_ms is not None else request_timeout_ms) / 1000
         self.allow_auto_create = allow_auto_create
         self.metadata_max_age = metadata_max_age_ms / 1000
+        self.socket_buffers = socket_buffers
         self._lock = threading.RLock()
         self._conns: dict[tuple[str, int, str], PipelinedConnection] = {}
         self._nodes: dict[int, tuple[str, int]] = {}
@@ -78,7 +84,7 @@ class Cluster:
         """A consumer's cluster, from its resolved config: a consumer never creates topics."""
         return cls(c["bootstrap.servers"], client_id=c["client.id"], request_timeout_ms=c["request.timeout.ms"],
                    connect_timeout_ms=c["socket.connection.setup.timeout.ms"], allow_auto_create=False,
-                   metadata_max_age_ms=c["metadata.max.age.ms"])
+                   metadata_max_age_ms=c["metadata.max.age.ms"], tls=tls_context(c))
 
     # connections ----------------------------------------------------------------------------
     def connection(self, host: str, port: int, purpose: str = "default", timeout: float | None = None,
@@ -98,9 +104,11 @@ class Cluster:
                 return conn
         # Connect outside the lock: other threads may use other connections meanwhile.
         conn = PipelinedConnection(host, port, timeout=connect_timeout or timeout or self.request_timeout,
-                                   client_id=self.client_id)
+                                   client_id=self.client_id, tls=self.tls)
         if timeout is None or connect_timeout is not None:
             conn.timeout = timeout or self.request_timeout
+        if self.socket_buffers != (None, None):  # once connected: the handshake never needs more
+            conn.set_buffer_sizes(*self.socket_buffers)
         with self._lock:
             old = self._conns.get(key)
             if old is not None and not old.closed:

@@ -8,12 +8,13 @@ Anything unknown or out of range raises :class:`InvalidConfigError` naming the k
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from appliance.errors import InvalidConfigError
 
-__all__ = ["Key", "PRODUCER_KEYS", "CONSUMER_KEYS", "ADMIN_KEYS", "resolve"]
+__all__ = ["Key", "PRODUCER_KEYS", "PRODUCER_NO_EFFECT", "CONSUMER_KEYS", "ADMIN_KEYS", "resolve",
+           "load_properties", "tls_context"]
 
 _UNSET: Any = object()
 
@@ -35,43 +36,111 @@ def _i(name: str, default: int | None, doc: str, lo: int | None = None, hi: int 
     return Key(name, "int", default, doc, lo, hi, aliases=aliases)
 
 
+_BOOTSTRAP = Key("bootstrap.servers", "str", _UNSET, "host:port[,host:port] of brokers to start from")
 _COMMON = (
-    Key("bootstrap.servers", "str", _UNSET, "host:port[,host:port] of brokers to start from"),
+    _BOOTSTRAP,
     Key("client.id", "str", "appliance", "client id sent in every request header"),
     _i("request.timeout.ms", 30000, "how long to wait for any one answer", 1),
     _i("socket.connection.setup.timeout.ms", 10000, "how long to keep trying to connect to a broker", 1),
     _i("metadata.max.age.ms", 300000, "refresh cached metadata at least this often", 0),
     _i("retry.backoff.ms", 100, "pause before retrying a failed request", 0),
+    # TLS to the brokers (client/tls_socket.py); PEM files only, as librdkafka takes them
+    Key("security.protocol", "choice", "plaintext", "plaintext or ssl (TLS to every broker)",
+        choices=("plaintext", "ssl", "sasl_plaintext", "sasl_ssl")),
+    Key("ssl.truststore.location", "str", None, "PEM file of the CAs the brokers' certificates are "
+        "checked against (else the system's)", aliases=("ssl.ca.location",)),
+    Key("ssl.keystore.location", "str", None, "mutual TLS: PEM file with this client's certificate "
+        "chain (and key, unless ssl.key.location)", aliases=("ssl.certificate.location",)),
+    Key("ssl.key.location", "str", None, "mutual TLS: PEM file of this client's private key"),
+    Key("ssl.key.password", "str", None, "password of an encrypted private key"),
+    Key("ssl.endpoint.identification.algorithm", "choice", "https",
+        "https: the broker's certificate must name the host connected to; none: not checked",
+        choices=("https", "none", "")),
+    Key("ssl.truststore.password", "str", None, "unused with PEM (accepted for Java clients' files)"),
+    Key("ssl.keystore.password", "str", None, "unused with PEM (accepted for Java clients' files)"),
+    Key("ssl.truststore.type", "choice", "pem", "PEM only", choices=("pem",)),
+    Key("ssl.keystore.type", "choice", "pem", "PEM only", choices=("pem",)),
 )
 
-PRODUCER_KEYS: tuple[Key, ...] = _COMMON + (
+# Producer keys of Kafka's 0.8.2 producer tables that this client accepts but does not act on,
+# each with the reason (the producer logs it once when one is set)
+PRODUCER_NO_EFFECT: dict[str, str] = {
+    "buffer.memory": "the queue is bounded in records (queue.buffering.max.messages), not bytes",
+    "reconnect.backoff.ms": "a refused connection is retried every 100 ms until "
+                            "socket.connection.setup.timeout.ms",
+    "metric.reporters": "the client keeps no metrics registry (callback.handler sees every batch)",
+    "metrics.num.samples": "the client keeps no metrics registry",
+    "metrics.sample.window.ms": "the client keeps no metrics registry",
+}
+
+
+def _no_effect(name: str, kind: str) -> Key:
+    return Key(name, kind, None, "accepted, no effect here: " + PRODUCER_NO_EFFECT[name])
+
+
+PRODUCER_KEYS: tuple[Key, ...] = (
+    replace(_BOOTSTRAP, aliases=("metadata.broker.list",),
+            doc=_BOOTSTRAP.doc + " (0.8.2: metadata.broker.list)"),
+    Key("client.id", "str", "appliance", "client id sent in every request header"),
+    _i("request.timeout.ms", 30000, "the produce request's timeout (how long the broker waits for "
+       "the acks, 0.8.2's meaning) and how long to wait for any one answer", 1),
+) + _COMMON[3:] + (
     Key("producer.type", "choice", "async", "sync: send() waits for the acknowledgement; async: queue and "
         "send in the background", choices=("sync", "async")),
     Key("acks", "choice", -1, "0: no answer, 1: leader wrote it, -1/all: all in-sync replicas",
         choices=(0, 1, -1), aliases=("request.required.acks",)),
+    _i("timeout.ms", None, "the produce request's timeout: how long the broker waits for the acks "
+       "(0.8.2's new producer; unset: request.timeout.ms)", 0),
     _i("retries", 5, "resend a batch this many times after a retriable error", 0,
        aliases=("message.send.max.retries",)),
     _i("batch.size", 16384, "send a partition's queue once it holds this many bytes", 1),
+    _i("batch.num.messages", None, "send a partition's queue once it holds this many records (0.8.2; "
+       "unset: bytes and time alone; set, send() takes its per-record path)", 1),
     _i("linger.ms", 5, "send a partition's queue once its oldest record waited this long", 0,
        aliases=("queue.buffering.max.ms", "queue.time")),
     _i("queue.buffering.max.messages", 100000, "records the async queue holds at most", 1),
     _i("queue.enqueue.timeout.ms", -1, "when the queue is full: 0 raise QueueFull at once, -1 block, "
        ">0 block that long then raise QueueFull", -1),
-    Key("compression.type", "choice", "none", "codec of produced batches",
-        choices=("none", "gzip", "snappy", "lz4", "zstd"), aliases=("compression.codec",)),
+    Key("block.on.buffer.full", "bool", None, "false: a full queue raises QueueFull at once (as "
+        "queue.enqueue.timeout.ms=0, unless that is set); true: block (the default)"),
+    Key("compression.type", "choice", "none", "codec of produced batches (0.8.2 also 0-3 for none, "
+        "gzip, snappy, lz4)", choices=("none", "gzip", "snappy", "lz4", "zstd"), aliases=("compression.codec",)),
+    Key("compressed.topics", "list", None, "compress only batches of these topics (0.8.2); unset: "
+        "every topic"),
+    _i("topic.metadata.refresh.interval.ms", None, "0.8.2's periodic metadata refresh: replaces "
+       "metadata.max.age.ms; negative: never periodically, 0: before every send; also how long a "
+       "null key keeps its random partition under kafka.producer.DefaultPartitioner"),
+    _i("send.buffer.bytes", None, "SO_SNDBUF of the producer's broker sockets (unset: the OS's)", 1),
+    _i("receive.buffer.bytes", None, "SO_RCVBUF of the producer's broker sockets (unset: the OS's)", 1),
+    _no_effect("buffer.memory", "int"),
+    _no_effect("reconnect.backoff.ms", "int"),
+    _no_effect("metric.reporters", "list"),
+    _no_effect("metrics.num.samples", "int"),
+    _no_effect("metrics.sample.window.ms", "int"),
     Key("enable.idempotence", "bool", False, "InitProducerId + sequence numbers: retries never duplicate"),
     _i("max.in.flight.requests.per.connection", 5, "batches in flight per partition (1 when idempotent)", 1),
     _i("max.request.size", 1048576, "largest record batch the producer builds", 1024),
-    _i("max.block.ms", 60000, "how long send() waits for metadata of a new topic", 0),
+    _i("max.block.ms", 60000, "how long send() waits for metadata of a new topic", 0,
+       aliases=("metadata.fetch.timeout.ms",)),
     Key("allow.auto.create.topics", "bool", True, "ask the broker to create unknown topics"),
     Key("transport", "choice", "tcp", "tcp | ipc (local broker through shared memory) | auto",
         choices=("tcp", "ipc", "auto")),
     Key("shm.name", "str", None, "IPC: the broker's shared-memory name (else found from the port)"),
     Key("log.dir", "str", None, "IPC: a log dir of the local broker (it names its shared memory there)"),
-    Key("key.serializer", "object", None, "Encoder for keys (to_bytes(obj) -> bytes)", aliases=("key.serializer.class",)),
-    Key("value.serializer", "object", None, "Encoder for values", aliases=("serializer.class",)),
-    Key("partitioner", "object", None, "Partitioner (partition(key, num_partitions)) or callable",
-        aliases=("partitioner.class",)),
+    Key("key.serializer", "object", None, "Encoder for keys (to_bytes(obj) -> bytes), or a Kafka "
+        "serializer class name; unset: DefaultEncoder, or serializer.class's when that is set"),
+    Key("value.serializer", "object", None, "Encoder for values, or a Kafka serializer class name"),
+    Key("key.serializer.class", "object", None, "0.8.2: encoder class for keys (kafka.serializer."
+        "StringEncoder, DefaultEncoder, NullEncoder) or an Encoder; unset: serializer.class's"),
+    Key("serializer.class", "object", None, "0.8.2: encoder class for values (kafka.serializer."
+        "StringEncoder, DefaultEncoder, NullEncoder) or an Encoder; keys too unless "
+        "key.serializer(.class) is set"),
+    Key("serializer.encoding", "str", "UTF8", "0.8.2: the charset kafka.serializer.StringEncoder uses"),
+    Key("partitioner", "object", None, "Partitioner (partition(key, num_partitions)) or callable, "
+        "given the encoded key; or a Kafka partitioner class name"),
+    Key("partitioner.class", "object", None, "0.8.2: kafka.producer.DefaultPartitioner (abs(Java "
+        "hashCode of the key as given) % partitions), kafka.producer.ByteArrayPartitioner, or a "
+        "partitioner object as for partitioner"),
     Key("callback.handler", "object", None, "CallbackHandler notified at each pipeline stage"),
 )
 
@@ -96,6 +165,18 @@ CONSUMER_KEYS: tuple[Key, ...] = _COMMON + (
 )
 
 ADMIN_KEYS: tuple[Key, ...] = _COMMON
+
+
+_CODEC_NUMBERS = {"0": "none", "1": "gzip", "2": "snappy", "3": "lz4"}
+
+
+def load_properties(path: str) -> dict[str, str]:
+    """A client ``.properties`` file (e.g. 0.8.2's producer.properties) as a config dict.
+    Raises OSError."""
+    from appliance.config import parse_properties
+
+    with open(path, encoding="utf-8") as f:
+        return parse_properties(f.read())
 
 
 def _coerce(k: Key, value: Any) -> Any:
@@ -129,6 +210,8 @@ def _coerce(k: Key, value: Any) -> Any:
     if k.kind == "list":
         items = value.split(",") if isinstance(value, str) else list(value)
         items = tuple(str(i).strip() for i in items if str(i).strip())
+        if not items and k.default is None:  # compressed.topics= (empty) in a properties file
+            return None
         if not items:
             raise bad("expected at least one name")
         return items
@@ -142,6 +225,8 @@ def _coerce(k: Key, value: Any) -> Any:
             raise bad("expected 0, 1, -1 or all") from None
     elif isinstance(v, str):
         v = v.lower()
+        if k.name == "compression.type" and v in _CODEC_NUMBERS:  # 0.8.2's compression.codec=1
+            v = _CODEC_NUMBERS[v]
     if v not in k.choices:
         raise bad("expected one of " + ", ".join(map(str, k.choices)))
     return v
@@ -174,3 +259,33 @@ def resolve(keys: tuple[Key, ...], config: Mapping[str, Any] | None, kwargs: Map
     if checks is not None:
         checks(out)
     return out
+
+
+def tls_context(c: Mapping[str, Any]) -> Any:
+    """The ssl.SSLContext a resolved client config asks for, or None for plaintext. Raises
+    InvalidConfigError naming the key whose file cannot be used, or a protocol not built."""
+    proto = c.get("security.protocol", "plaintext")
+    if proto in ("sasl_plaintext", "sasl_ssl"):
+        raise InvalidConfigError(f"config security.protocol={proto.upper()}: SASL is not built yet "
+                                 "(PLAINTEXT and SSL are)")
+    if proto != "ssl":
+        return None
+    import ssl
+
+    from appliance.client.tls_socket import client_tls_context
+    for key in ("ssl.truststore.location", "ssl.keystore.location", "ssl.key.location"):
+        path = c.get(key)
+        if path is not None:
+            try:
+                with open(path, "rb"):
+                    pass
+            except OSError as e:
+                raise InvalidConfigError(f"config {key}={path!r}: {e.strerror}") from None
+    try:
+        return client_tls_context(c.get("ssl.truststore.location"), c.get("ssl.keystore.location"),
+                                  c.get("ssl.key.location"), c.get("ssl.key.password"),
+                                  check_hostname=c.get("ssl.endpoint.identification.algorithm") == "https")
+    except ssl.SSLError as e:
+        raise InvalidConfigError(f"config ssl.keystore.location={c.get('ssl.keystore.location')!r}: "
+                                 f"{e.reason or e} (not PEM, a key that does not match, or a wrong "
+                                 "ssl.key.password)") from None

@@ -8,10 +8,12 @@ Not thread-safe: one connection per thread.
 from __future__ import annotations
 
 import socket
+import ssl
 import time
 from typing import Any
 
 import appliance.protocol as proto
+from appliance.client.tls_socket import TlsSocket
 from appliance.errors import ErrorCode, KafkaError, UnsupportedVersionError
 
 __all__ = ["BrokerConnection", "ConnectionFailed", "KafkaConnectionError", "parse_bootstrap"]
@@ -51,7 +53,10 @@ CLIENT_MAX_VERSIONS = {
 
 
 class BrokerConnection:
-    def __init__(self, host: str, port: int, timeout: float = 10.0, client_id: str = "appliance-cli") -> None:
+    def __init__(self, host: str, port: int, timeout: float = 10.0, client_id: str = "appliance-cli",
+                 tls: ssl.SSLContext | None = None) -> None:
+        """``tls``: speak TLS (SSL listeners) with this context. Raises ConnectionFailed naming
+        the address (a refused or failed TLS handshake included)."""
         self.address = f"{host}:{port}"
         self.timeout = timeout
         deadline = time.monotonic() + timeout
@@ -68,6 +73,14 @@ class BrokerConnection:
                 time.sleep(0.1)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.settimeout(timeout)
+        if tls is not None:
+            try:
+                self.sock = TlsSocket(self.sock, tls, host, max(deadline - time.monotonic(), 0.1))
+            except OSError as e:  # ssl.SSLError included
+                self.sock.close()
+                raise ConnectionFailed(f"TLS handshake with {self.address} failed: "
+                                       f"{getattr(e, 'reason', None) or e}") from e
+            self.sock.settimeout(timeout)
         self.conn = proto.ClientConnection(client_id)
         self.versions: dict[int, tuple[int, int]] = {}
         resp = self.request(18, {}, version=2)  # ApiVersions

@@ -79,9 +79,10 @@ class PipelinedConnection:
     """One socket to one broker with a reader thread; see the module docstring."""
 
     def __init__(self, host: str, port: int, *, timeout: float = 30.0, client_id: str = "appliance",
-                 max_in_flight: int = 64) -> None:
-        """Connect and negotiate versions. Raises KafkaConnectionError naming the address."""
-        self._bc = BrokerConnection(host, port, timeout=timeout, client_id=client_id)
+                 max_in_flight: int = 64, tls: Any = None) -> None:
+        """Connect (with TLS when ``tls``, an ssl.SSLContext, is given) and negotiate versions.
+        Raises KafkaConnectionError naming the address."""
+        self._bc = BrokerConnection(host, port, timeout=timeout, client_id=client_id, tls=tls)
         self.address = self._bc.address
         self.host, self.port = host, port
         self.timeout = timeout
@@ -96,6 +97,12 @@ class PipelinedConnection:
         self._reader = threading.Thread(target=self._read_loop, name=f"appliance-reader-{self.address}",
                                         daemon=True)
         self._reader.start()
+
+    def set_buffer_sizes(self, send: int | None, receive: int | None) -> None:
+        """SO_SNDBUF / SO_RCVBUF of the socket (None: leave the OS's)."""
+        for opt, size in ((socket.SO_SNDBUF, send), (socket.SO_RCVBUF, receive)):
+            if size is not None:
+                self._sock.setsockopt(socket.SOL_SOCKET, opt, size)
 
     @property
     def closed(self) -> bool:

@@ -42,6 +42,7 @@ from appliance.client.delivery import (
     complete_many,
 )
 from appliance.client.errors import ClientClosedError, KafkaConnectionError, QueueFull
+from appliance.client.java_names import encoder_named, partitioner_named
 from appliance.client.partitioner import StickyPartitioner, partition_for
 from appliance.client.serialization import DefaultEncoder, as_encoder
 from appliance.client.transport import open_transport
@@ -113,6 +114,48 @@ class DefaultPartitioner:
     def on_new_batch(self, topic: str, partition: int, num_partitions: int) -> None:
         if self.sticky._current.get(topic) == partition and num_partitions > 1:
             self.sticky.next(topic, num_partitions)
+
+
+def _encoders(c: dict[str, Any]) -> tuple[Any, Any]:
+    """(key encoder, value encoder) from the resolved config. A str names a Kafka class
+    (java_names). 0.8.2: keys use serializer.class's encoder unless a key serializer is set.
+    Raises InvalidConfigError for an unknown name or a modern and a 0.8.2 key both set."""
+    def one(modern: str, old: str) -> tuple[Any, str]:
+        if c[modern] is not None and c[old] is not None:
+            raise cfg.InvalidConfigError(f"config {modern} and {old} are both set: give one")
+        return (c[modern], modern) if c[modern] is not None else (c[old], old)
+
+    def encoder(x: Any, name: str) -> Any:
+        if isinstance(x, str):
+            return encoder_named(x, c["serializer.encoding"], key=name)
+        return as_encoder(x)
+
+    value, value_name = one("value.serializer", "serializer.class")
+    key, key_name = one("key.serializer", "key.serializer.class")
+    if key is None and c["serializer.class"] is not None:
+        key, key_name = c["serializer.class"], "serializer.class"
+    return encoder(key, key_name), encoder(value, value_name)
+
+
+def _partitioner(c: dict[str, Any], refresh_ms: int) -> Any:
+    """The partitioner object from ``partitioner`` / ``partitioner.class`` (an object, or a
+    Kafka class name). Raises InvalidConfigError for an unknown name or both keys set."""
+    p, old = c["partitioner"], c["partitioner.class"]
+    if p is not None and old is not None:
+        raise cfg.InvalidConfigError("config partitioner and partitioner.class are both set: give one")
+    p = p if p is not None else old
+    if isinstance(p, str):
+        p = partitioner_named(p, refresh_ms)
+    return p if p is not None else DefaultPartitioner()
+
+
+def _metadata_max_age(c: dict[str, Any]) -> float:
+    """metadata.max.age.ms, or 0.8.2's topic.metadata.refresh.interval.ms when set (negative:
+    no periodic refresh; lookups of a known topic then use the cache until an error)."""
+    refresh = c["topic.metadata.refresh.interval.ms"]
+    if refresh is None:
+        return c["metadata.max.age.ms"]
+    return float("inf") if refresh < 0 else refresh
 
 
 class _Columns:
@@ -228,6 +271,9 @@ class _Batch:
 class Producer(Send):
     """See the module docstring. ``config`` uses Kafka's key names (see
     :data:`appliance.client.config.PRODUCER_KEYS`); keyword arguments with underscores work too.
+    A 0.8.2 producer.properties works as it is (``config.load_properties``): class names resolve
+    through :mod:`appliance.client.java_names`, ``kafka.producer.DefaultPartitioner`` hashes keys
+    as 0.8.2 did (:mod:`appliance.client.java_hash`).
 
     Raises InvalidConfigError (naming key and value) for bad settings, KafkaError when the
     IPC transport is required but unavailable."""
@@ -240,27 +286,41 @@ class Producer(Send):
         if self.idempotent and self.acks != -1:
             raise cfg.InvalidConfigError(f"config acks={self.acks}: enable.idempotence needs acks=all")
         self.codec = CODECS[c["compression.type"]]
+        # 0.8.2's compressed.topics: the codec applies to these topics only
+        self._compressed = frozenset(c["compressed.topics"]) if c["compressed.topics"] else None
         self.batch_size = c["batch.size"]
         self.linger = c["linger.ms"] / 1000
         self.max_queued = c["queue.buffering.max.messages"]
         self._room_low = self.max_queued - max(1, self.max_queued // 4)  # see self._room
         self.enqueue_timeout = c["queue.enqueue.timeout.ms"]
+        if c["block.on.buffer.full"] is False and self.enqueue_timeout == -1:
+            self.enqueue_timeout = 0  # the new producer's "raise at once" (BufferExhaustedException)
+        self.batch_records = c["batch.num.messages"]  # None: batches are cut by bytes and time
         self.retries = c["retries"]
         self.backoff = c["retry.backoff.ms"] / 1000
         self.request_timeout_ms = c["request.timeout.ms"]
+        # what the produce request asks the broker to wait for the acks (timeout.ms when given)
+        self.ack_timeout_ms = c["timeout.ms"] if c["timeout.ms"] is not None else self.request_timeout_ms
         self.max_in_flight = 1 if self.idempotent else c["max.in.flight.requests.per.connection"]
         self.max_request_size = c["max.request.size"]
-        self.key_encoder = as_encoder(c["key.serializer"])
-        self.value_encoder = as_encoder(c["value.serializer"])
+        self.key_encoder, self.value_encoder = _encoders(c)
         self._plain_values = type(self.value_encoder) is DefaultEncoder
         self._max_block_s = c["max.block.ms"] / 1000
-        self.partitioner = c["partitioner"] if c["partitioner"] is not None else DefaultPartitioner()
+        refresh_ms = c["topic.metadata.refresh.interval.ms"]
+        self.partitioner = _partitioner(c, 600_000 if refresh_ms is None else refresh_ms)
+        # 0.8.2's partitioners hash the key as given to send(), not its encoded bytes
+        self._key_objects = bool(getattr(self.partitioner, "takes_key_object", False))
+        for name, why in cfg.PRODUCER_NO_EFFECT.items():
+            if c[name] is not None:
+                log.warning("producer config %s=%s is accepted but has no effect here: %s", name, c[name], why)
         self.handler: Any = c["callback.handler"]
         self.cluster = Cluster(c["bootstrap.servers"], client_id=c["client.id"],
                                request_timeout_ms=c["request.timeout.ms"],
                                connect_timeout_ms=c["socket.connection.setup.timeout.ms"],
                                allow_auto_create=c["allow.auto.create.topics"],
-                               metadata_max_age_ms=c["metadata.max.age.ms"])
+                               metadata_max_age_ms=_metadata_max_age(c),
+                               socket_buffers=(c["send.buffer.bytes"], c["receive.buffer.bytes"]),
+                               tls=cfg.tls_context(c))
         self.transport = open_transport(c["transport"], self.cluster, c["bootstrap.servers"], c)
         self._send_many_batches = getattr(self.transport, "send_batches", None)
         self._send_built = getattr(self.transport, "send_built", None)
@@ -285,7 +345,8 @@ class Producer(Send):
         self._fast: dict[tuple[str, int | None], _Run] = {}
         # estimated bytes a run may hold: it closes when the next record does not fit
         self._run_room = min(self.batch_size, self.max_request_size) - BATCH_OVERHEAD
-        self._runs_on = not self.sync and self.handler is None and self._plain_values
+        self._runs_on = (not self.sync and self.handler is None and self._plain_values
+                         and self.batch_records is None)
         self._sticky = (self.partitioner.sticky._current if isinstance(self.partitioner, DefaultPartitioner)
                         else None)
         self._queued = 0  # records queued, not yet cut into a batch
@@ -464,11 +525,16 @@ class Producer(Send):
                     ts, getattr(record, "partition", None))
         return None, record, (), None, None  # an object for the value encoder
 
-    def _choose_partition(self, topic: str, key: bytes | None, n: int) -> int:
+    def _choose_partition(self, topic: str, key: Any, n: int) -> int:
+        """``key``: the encoded key, or for a partitioner that ``takes_key_object`` the key as
+        given to send()."""
         p = self.partitioner
         if isinstance(p, DefaultPartitioner):
             return p.partition(key, n, topic)
-        part = p.partition(key, n) if hasattr(p, "partition") else p(key, n)
+        if self._key_objects:
+            part = p.partition(key, n, topic)
+        else:
+            part = p.partition(key, n) if hasattr(p, "partition") else p(key, n)
         if not isinstance(part, int) or not 0 <= part < n:
             raise ValueError(f"partitioner returned {part!r} for a topic with {n} partitions")
         return part
@@ -477,7 +543,7 @@ class Producer(Send):
         self._check_open()
         if type(record) is bytes and self._plain_values:
             # the common record, a bytes value: what _normalize and the default encoder give
-            kb, vb, headers, ts, rec_partition = None, record, (), None, None
+            key, kb, vb, headers, ts, rec_partition = None, None, record, (), None, None
         else:
             key, value, headers, ts, rec_partition = self._normalize(record)
             kb = self.key_encoder.to_bytes(key) if key is not None else None
@@ -489,7 +555,7 @@ class Producer(Send):
         n = len(info.leaders)
         part = partition if partition is not None else rec_partition
         if part is None:
-            part = self._choose_partition(topic, kb, n)
+            part = self._choose_partition(topic, key if self._key_objects else kb, n)
         elif part not in info.leaders:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {part} (it has {n})")
         size = RECORD_OVERHEAD + (len(kb) if kb else 0) + (len(vb) if vb else 0)
@@ -637,6 +703,7 @@ class Producer(Send):
             due = q.first_at + self.linger
             bulk = q.items[0].bulk
             if (q.urgent or self._flushing or self._closing or q.nbytes >= self.batch_size
+                    or (self.batch_records is not None and len(q.items) >= self.batch_records)
                     or (bulk is not None and (type(bulk) is not _Run or not bulk.open)) or due <= now):
                 ready.append(tp)
             else:
@@ -654,7 +721,8 @@ class Producer(Send):
                 with self._run_lock:
                     self._close_run(tp, first.bulk)
                     count = len(first.bulk.values)
-        elif not q.bulks and BATCH_OVERHEAD + q.nbytes <= min(self.batch_size, self.max_request_size):
+        elif (not q.bulks and BATCH_OVERHEAD + q.nbytes <= min(self.batch_size, self.max_request_size)
+              and (self.batch_records is None or len(q.items) <= self.batch_records)):
             # everything queued fits one batch: what the loop below would take, without a
             # Python step per record
             taken = list(q.items)
@@ -662,7 +730,8 @@ class Producer(Send):
         else:
             taken, size = [], BATCH_OVERHEAD
             while q.items and q.items[0].bulk is None and (not taken or size + q.items[0].size <= self.max_request_size):
-                if taken and size + q.items[0].size > self.batch_size:
+                if taken and (size + q.items[0].size > self.batch_size
+                              or self.batch_records is not None and len(taken) >= self.batch_records):
                     break
                 it = q.items.popleft()
                 taken.append(it)
@@ -714,24 +783,25 @@ class Producer(Send):
             del batches
 
     def _build(self, topic: str, part: int, items: list[_Item]) -> _Batch:
+        codec = self._codec_for(topic)
         if type(items[0].bulk) is _Run:
             return self._build_run(topic, part, items, items[0].bulk)
         if items[0].bulk is not None:
             ts = items[0].timestamp
             values = items[0].bulk
             if isinstance(values, _Columns):
-                if self.codec == Compression.NONE:
+                if codec == Compression.NONE:
                     return self._build_columns(topic, part, items, values, ts)
                 values = values.to_list()
             elif isinstance(values, np.ndarray):
-                if self.codec == Compression.NONE:
+                if codec == Compression.NONE:
                     return self._build_columns(topic, part, items, values, ts)
                 values = [bytes(r) for r in values]
-            if self.codec == Compression.NONE and None not in values:
+            if codec == Compression.NONE and None not in values:
                 return self._build_columns(topic, part, items, values, ts)
             recs = [Record(i, ts, None, v) for i, v in enumerate(values)]
         else:
-            if self.codec == Compression.NONE:
+            if codec == Compression.NONE:
                 data = self._records_columns(items)
                 if data is not None:
                     seq = self._batch_ready(topic, part, len(items))
@@ -743,20 +813,27 @@ class Producer(Send):
                                   sequence=seq)
             recs = [Record(i, it.timestamp, it.key, it.value, it.headers) for i, it in enumerate(items)]
         seq = self._batch_ready(topic, part, len(recs))
-        data = build_batch(recs, compression=self.codec, producer_id=self._producer_id,
+        data = build_batch(recs, compression=codec, producer_id=self._producer_id,
                            producer_epoch=self._epoch, base_sequence=seq)
         return _Batch(topic, part, items, data, len(recs), producer_id=self._producer_id, sequence=seq)
+
+    def _codec_for(self, topic: str) -> Compression:
+        """compression.type, or NONE for a topic compressed.topics does not list (0.8.2)."""
+        if self._compressed is None or topic in self._compressed:
+            return self.codec
+        return Compression.NONE
 
     def _build_run(self, topic: str, part: int, items: list[_Item], run: _Run) -> _Batch:
         """A run's values, in one batch; the records' timestamps go to its RunFuture."""
         # the futures keep the run: not its values. Stamps: int(time.time() * 1000) per record,
         # as _enqueue stamps an item; ends: the values' cumulative lengths (a leading 0)
         values, ends, stamps = run.take()
+        codec = self._codec_for(topic)
         n = len(values)
         ts = np.frombuffer(stamps, np.int64)
         run.future.stamps = ts
         seq = self._batch_ready(topic, part, n)
-        if self.codec == Compression.NONE:
+        if codec == Compression.NONE:
             buf = np.frombuffer(b"".join(values), np.uint8)
             base = int(ts[0])
             data = self._columns_batch(n, 0, len(buf), True, buf, np.frombuffer(ends, np.int64), timestamp=base,
@@ -765,7 +842,7 @@ class Producer(Send):
         else:
             stamps = ts.tolist()
             data = build_batch([Record(i, stamps[i], None, v) for i, v in enumerate(values)],
-                               compression=self.codec, producer_id=self._producer_id,
+                               compression=codec, producer_id=self._producer_id,
                                producer_epoch=self._epoch, base_sequence=seq)
         return _Batch(topic, part, items, data, n, producer_id=self._producer_id, sequence=seq)
 
@@ -860,7 +937,7 @@ class Producer(Send):
     def _transmit(self, batches: list[_Batch]) -> None:
         if self._send_many_batches is not None:
             futs = self._send_many_batches([(b.topic, b.partition, b.data) for b in batches], acks=self.acks,
-                                           timeout_ms=self.request_timeout_ms)
+                                           timeout_ms=self.ack_timeout_ms)
         else:
             futs = []
             for b in batches:
@@ -880,9 +957,9 @@ class Producer(Send):
         try:
             if type(b.data) is _InPlace:
                 return self._send_built(b.topic, b.partition, b.data.bound, b.data, acks=self.acks,
-                                        timeout_ms=self.request_timeout_ms)
+                                        timeout_ms=self.ack_timeout_ms)
             return self.transport.send_batch(b.topic, b.partition, b.data, acks=self.acks,
-                                             timeout_ms=self.request_timeout_ms)
+                                             timeout_ms=self.ack_timeout_ms)
         except KafkaError as e:
             return FailedFuture(e)
         except ValueError as e:  # the builder refused the batch, built in place at send time: it fails alone
@@ -913,7 +990,7 @@ class Producer(Send):
     def _await(self, b: _Batch) -> None:
         while True:
             try:
-                res = b.future.result(self.request_timeout_ms / 1000 + 5)
+                res = b.future.result(max(self.request_timeout_ms, self.ack_timeout_ms) / 1000 + 5)
                 self._finish(b, res, None)
                 return
             except DuplicateSequenceError:  # the broker already has it: delivered before

@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from dataclasses import dataclass
 
 from appliance.cluster.zk_paths import BrokerInfo
 from appliance.config import PLAINTEXT, SERVED_PROTOCOLS, BrokerConfig
+from appliance.security.tls import client_context, uses_tls
+
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 __all__ = ["BrokerConnector", "BrokerAddress", "NoEndpoint", "endpoint_of", "registered_endpoints"]
 
@@ -78,12 +82,27 @@ def endpoint_of(broker: BrokerInfo, listener: str) -> BrokerAddress:
 class BrokerConnector:
     """Opens connections to other brokers on the inter-broker listener ``listener``."""
 
-    def __init__(self, listener: str = PLAINTEXT) -> None:
+    def __init__(self, listener: str = PLAINTEXT, tls: ssl.SSLContext | None = None) -> None:
         self.listener = listener.upper()
+        self.tls = tls  # the client side of TLS, for a listener whose protocol uses it
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> BrokerConnector:
-        return cls(config.inter_broker_listener)
+        """Raises TlsError when the inter-broker listener uses TLS and its settings cannot be
+        loaded (the supervisor checked them at start-up)."""
+        inter = config.inter_broker_listener
+        tls = None
+        if any(ep.listener == inter and uses_tls(ep.security_protocol) for ep in config.listener_endpoints):
+            tls = client_context(config)
+        return cls(inter, tls)
+
+    def _tls_for(self, addr: BrokerAddress) -> ssl.SSLContext | None:
+        if not uses_tls(addr.security_protocol):
+            return None
+        if self.tls is None:
+            raise NoEndpoint(f"{addr} uses {addr.security_protocol}, but this broker's "
+                             f"{self.listener} listener does not: no TLS settings to connect with")
+        return self.tls
 
     def address(self, broker: BrokerInfo) -> BrokerAddress:
         """Where ``broker`` listens for other brokers. Raises NoEndpoint, also when its listener
@@ -91,25 +110,36 @@ class BrokerConnector:
         addr = endpoint_of(broker, self.listener)
         if addr.security_protocol not in SERVED_PROTOCOLS:
             raise NoEndpoint(f"{addr} uses {addr.security_protocol}, which this broker cannot "
-                             f"speak yet (only PLAINTEXT)")
+                             f"speak yet (PLAINTEXT and SSL)")
         return addr
 
     def connect(self, broker: BrokerInfo | BrokerAddress, timeout: float) -> socket.socket:
         """A blocking socket connected to ``broker`` (TCP_NODELAY: requests are small and each
         waits for its answer). Raises OSError (NoEndpoint included)."""
         addr = broker if isinstance(broker, BrokerAddress) else self.address(broker)
+        tls = self._tls_for(addr)
         sock = socket.create_connection((addr.host, addr.port), timeout=timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            try:
+                sock = tls.wrap_socket(sock, server_hostname=addr.host)
+            except BaseException:
+                sock.close()
+                raise
         return sock
 
     async def open(self, broker: BrokerInfo | BrokerAddress, rcvbuf: int = -1
                    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """An asyncio stream pair to ``broker``; ``rcvbuf`` > 0 sets SO_RCVBUF (the replica
+        """An asyncio stream pair to ``broker`` (TLS on a listener whose protocol uses it);
+        ``rcvbuf`` > 0 sets SO_RCVBUF (the replica
         fetchers' replica.socket.receive.buffer.bytes; -1 keeps the OS default and its
         autotuning). Raises OSError (NoEndpoint included)."""
         addr = broker if isinstance(broker, BrokerAddress) else self.address(broker)
+        tls = self._tls_for(addr)
+        secure = {} if tls is None else {"ssl": tls, "server_hostname": addr.host,
+                                         "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
         if rcvbuf <= 0:
-            return await asyncio.open_connection(addr.host, addr.port)
+            return await asyncio.open_connection(addr.host, addr.port, **secure)
         loop = asyncio.get_running_loop()
         failure: OSError = OSError(f"{addr}: no address to connect to")
         for family, kind, proto, _, sockaddr in await loop.getaddrinfo(
@@ -124,5 +154,5 @@ class BrokerConnector:
                 sock.close()
                 failure = e
                 continue
-            return await asyncio.open_connection(sock=sock)
+            return await asyncio.open_connection(sock=sock, **secure)
         raise failure

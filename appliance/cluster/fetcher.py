@@ -21,12 +21,12 @@ import asyncio
 import logging
 from typing import Any
 
+from appliance.client.java_hash import java_abs, java_string_hash
 from appliance.cluster.broker_connection import BrokerAddress, BrokerConnector
 from appliance.cluster.replication_throttle import ThrottleSettings
 from appliance.cluster.wire_channel import encode_request
 from appliance.cluster.zk_paths import TopicPartition
 from appliance.cluster.zk_store import ZkStore
-from appliance.coordinator.routing import java_string_hash
 from appliance.errors import ErrorCode
 from appliance.process.disk_client import epoch_result
 from appliance.process.rate_limiter import RateLimiter
@@ -53,10 +53,10 @@ Source = tuple[int, int]  # (leader broker id, fetcher id): one task and connect
 
 def fetcher_id(tp: TopicPartition, num_fetchers: int) -> int:
     """Which of a leader's ``num_fetchers`` fetchers follows ``tp``: Kafka's spread,
-    abs(31 * topic.hashCode() + partition) % num_fetchers in Java's int arithmetic, with 0.8's
-    Utils.abs (n & 0x7fffffff, as coordinator/routing.py)."""
+    abs(31 * topic.hashCode() + partition) % num_fetchers in Java's int arithmetic, with 0.8.2's
+    Utils.abs (client/java_hash.py)."""
     h = (31 * java_string_hash(tp.topic) + tp.partition) & 0xFFFFFFFF
-    return (h & 0x7FFFFFFF) % num_fetchers
+    return java_abs(h - (1 << 32) if h & 0x80000000 else h) % num_fetchers
 
 
 class ReplicaFetcher:

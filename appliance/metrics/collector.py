@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from appliance.config import ConfigError, TopicConfig
 from appliance.errors import ErrorCode
 from appliance.protocol.registry import API_BY_KEY
 from appliance.shm.counters import SharedCounters
@@ -32,6 +33,8 @@ from appliance.shm.layout import (
     WorkerState,
 )
 from appliance.shm.partition_table import PartitionTable
+from appliance.storage.log import partition_dir_name
+from appliance.storage.log_dir import read_topic_properties
 
 __all__ = ["BrokerCollector"]
 
@@ -76,8 +79,11 @@ def _log_files(path: str) -> tuple[int, int]:
 class BrokerCollector(Collector):
     def __init__(self, table: PartitionTable, counters: SharedCounters, worker_slots: list[int],
                  log_dirs: list[str], limits: Any = None, leaders: Any = None,
-                 metadata: Any = None, cluster_slot: int | None = None) -> None:
+                 metadata: Any = None, cluster_slot: int | None = None,
+                 broker_config: Callable[[], Any] | None = None) -> None:
         self.table = table
+        # the broker's current config (its min.insync.replicas under a topic's own override)
+        self.broker_config = broker_config
         # cluster mode: the leadership area (this broker's roles and ISRs), the metadata cache
         # (every partition's leader) and the cluster worker's counter slab; None standalone
         self.leaders = leaders
@@ -208,26 +214,42 @@ class BrokerCollector(Collector):
                                 value=int(self._sum("request_memory")[0]))
 
     # -- gauges read now -----------------------------------------------------------------
-    def _controller_and_replicas(self, parts: list) -> tuple[int, int, int]:
-        """(ActiveControllerCount, OfflinePartitionsCount, UnderReplicatedPartitions) as Kafka
-        reports them: the controller gauges on the active controller only (a standalone broker
-        is its own), the under-replicated count over the partitions this broker leads."""
+    def _controller_and_replicas(self, parts: list) -> tuple[int, int, int, int]:
+        """(ActiveControllerCount, OfflinePartitionsCount, UnderReplicatedPartitions,
+        UnderMinIsrPartitionCount) as Kafka reports them: the controller gauges on the active
+        controller only (a standalone broker is its own), the replica counts over the partitions
+        this broker leads."""
         if self.leaders is None:
-            return 1, sum(1 for p in parts if p.state == SlotState.OFFLINE), 0
+            return 1, sum(1 for p in parts if p.state == SlotState.OFFLINE), 0, 0
         active = int(self.counters.field("active_controller", [self.cluster_slot])[0])
         offline = 0
         if active and self.metadata is not None:
             offline = sum(1 for t in self.metadata.topics().values()
                           for leader, _epoch in t.values() if leader < 0)
-        under = 0
+        under = under_min = 0
         for p in parts:
             lead = self.leaders.read(p.slot)
             if lead.role == Role.LEADER and len(lead.isr) < len(lead.replicas):
                 under += 1
-        return active, offline, under
+                # only a short ISR can be under the minimum: the topic's config is read for those
+                if len(lead.isr) < self._min_isr(p):
+                    under_min += 1
+        return active, offline, under, under_min
+
+    def _min_isr(self, p: Any) -> int:
+        """The partition's min.insync.replicas: its topic's override (topic.properties in its
+        directory, as its disk worker applies it) over the broker's current default."""
+        if self.broker_config is None or not 0 <= p.disk < len(self.log_dirs):
+            return 1
+        try:
+            overrides = read_topic_properties(os.path.join(self.log_dirs[p.disk],
+                                                           partition_dir_name(p.topic, p.partition)))
+            return int(TopicConfig.from_overrides(self.broker_config(), overrides).min_insync_replicas)
+        except (OSError, ConfigError):  # deleted meanwhile, or unreadable: its disk worker says so
+            return 1
 
     def _partitions(self, parts: list) -> Iterator[Any]:
-        active, offline, under = self._controller_and_replicas(parts)
+        active, offline, under, under_min = self._controller_and_replicas(parts)
         yield GaugeMetricFamily("kafka_controller_kafkacontroller_offlinepartitionscount",
                                 "Partitions without a leader (the controller's count; a standalone "
                                 "broker is its own controller).", value=offline)
@@ -237,6 +259,10 @@ class BrokerCollector(Collector):
         yield GaugeMetricFamily("kafka_server_replicamanager_underreplicatedpartitions",
                                 "Partitions led here whose ISR is smaller than their replicas.",
                                 value=under)
+        yield GaugeMetricFamily("kafka_server_replicamanager_underminisrpartitioncount",
+                                "Partitions led here whose ISR is smaller than their topic's "
+                                "min.insync.replicas (acks=all produces to them are refused).",
+                                value=under_min)
         yield GaugeMetricFamily("kafka_server_replicamanager_partitioncount",
                                 "Partitions on this broker.", value=len(parts))
         labels = ["topic", "partition"]

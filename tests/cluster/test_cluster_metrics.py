@@ -1,8 +1,9 @@
 """The cluster health metrics operators page on tell the truth (issue 43), on three real brokers
 and a real ZooKeeper: ActiveControllerCount is 1 on the controller only; with one broker
 SIGKILLed, the leaders' UnderReplicatedPartitions add up to what Metadata shows with a short
-ISR; the leaders' ISR shrink counters move when it goes and the expand counters when it
-returns."""
+ISR, and their UnderMinIsrPartitionCount counts the partitions of the topic whose
+min.insync.replicas (3) that ISR no longer meets; the leaders' ISR shrink counters move when it
+goes and the expand counters when it returns."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from tests.broker_process import free_port
 from tests.cluster.harness import cluster_broker, kill_brokers, start_brokers, wait_for, wait_joined
 from tests.metrics.scrape import scrape, value, wait_for_endpoint
 
-TOPICS = {"cm-rf3": 3, "cm-rf2": 2, "cm-rf1": 1}  # name -> replication factor
+TOPICS = {"cm-rf3": 3, "cm-rf2": 2, "cm-rf1": 1, "cm-min3": 3}  # name -> replication factor
+MIN_ISR = {"cm-min3": "3"}  # name -> min.insync.replicas (others: the default, 1)
 PARTITIONS = 4
 
 
@@ -40,7 +42,8 @@ def cluster(zk_server, tmp_path_factory):
         boot = ",".join(b.bootstrap for b in brokers.values())
         admin = AdminClient({"bootstrap.servers": boot})
         for name, rf in TOPICS.items():
-            admin.create_topics([NewTopic(name, PARTITIONS, rf)])[name].result(60)
+            config = {"min.insync.replicas": MIN_ISR[name]} if name in MIN_ISR else {}
+            admin.create_topics([NewTopic(name, PARTITIONS, rf, config=config)])[name].result(60)
         yield brokers, boot
     finally:
         kill_brokers(brokers.values())
@@ -79,6 +82,7 @@ def test_under_replicated_and_isr_changes_follow_a_stopped_broker(cluster):
     name = "kafka_server_replicamanager_underreplicatedpartitions"
     assert wait_for(lambda: _short_isr(boot) == 0 and all(_gauge(b, name) == 0 for b in brokers.values()),
                     60, "every ISR full") is True
+    assert all(_gauge(b, "kafka_server_replicamanager_underminisrpartitioncount") == 0 for b in brokers.values())
 
     victim = next(i for i, b in brokers.items() if _controller(b) == 0)
     live = {i: b for i, b in brokers.items() if i != victim}
@@ -103,9 +107,15 @@ def test_under_replicated_and_isr_changes_follow_a_stopped_broker(cluster):
     assert short > 0
     assert wait_for(lambda: counter("isrshrinks") > shrinks or None, 15, "the leaders' ISR shrinks counted")
     assert sum(_controller(b) for b in live.values()) == 1  # the controller was not stopped
+    # every cm-min3 partition had a replica on the stopped broker: its ISR of 2 is below its
+    # min.insync.replicas of 3 wherever it is led now; the other topics' minimum is 1
+    under_min = "kafka_server_replicamanager_underminisrpartitioncount"
+    assert wait_for(lambda: sum(_gauge(b, under_min) for b in live.values()) == PARTITIONS or None, 15,
+                    "the leaders' under-min-ISR count")
 
     brokers[victim].start()
     assert wait_for(lambda: _short_isr(boot) == 0 or None, 90, "every ISR full again")
     assert wait_for(lambda: all(_gauge(b, name) == 0 for b in brokers.values()) or None, 15,
                     "no under-replicated partition reported")
+    assert all(_gauge(b, under_min) == 0 for b in brokers.values())
     assert counter("isrexpands") > expands

@@ -42,7 +42,8 @@ def fmt(v: Any) -> str | None:
 
 
 def _is_sensitive(name: str) -> bool:
-    return "password" in name  # Kafka's PASSWORD-typed keys; their values are never shown
+    # Kafka's PASSWORD-typed keys; their values are never shown
+    return "password" in name or name in ("ssl.keystore.key", "sasl.jaas.config") or name.endswith(".sasl.jaas.config")
 
 
 def _broker_synonyms(config: Any, chain: list[str], dyn: DynamicConfigs) -> list[dict]:

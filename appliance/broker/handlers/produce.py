@@ -7,7 +7,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from appliance.broker.handlers.answer import NO_RESPONSE, encode, led_here
+from appliance.broker.handlers.answer import NO_RESPONSE, CloseConnection, encode, led_here
 from appliance.errors import ErrorCode, KafkaError
 from appliance.metrics.recorder import SAMPLE_MASK, AnswerTiming
 from appliance.metrics.responses import field
@@ -50,6 +50,14 @@ def _check(ctx: BrokerContext, topic: str, index: int, records: Any) -> tuple[An
         out.error_code = ErrorCode.RECORD_LIST_TOO_LARGE
         return out, None, None
     return out, info, records
+
+
+def _refused(topics: Any, results: list) -> str:
+    """'topic-partition: ERROR, ...' of the partitions refused (for the log)."""
+    it = iter(results)
+    names = ErrorCode._value2member_map_
+    return ", ".join(f"{t.name}-{out.index}: {names[c].name if (c := out.error_code) in names else c}"
+                     for t in topics for out in (next(it) for _ in t.partition_data) if out.error_code)
 
 
 def _fill(out: Any, comp: Completion) -> None:
@@ -176,6 +184,13 @@ def start(ctx: BrokerContext, request: Request, answer: asyncio.Future, conn: An
         submit(info.disk, MsgType.PRODUCE, info.slot, records, acks=acks, timeout_ms=timeout_ms,
                on_done=done, token=out, stamp_us=stamp)
     if acks == 0:
-        pending.finish(NO_RESPONSE)
+        if len(submits) < len(results):
+            # 0.8.2's KafkaApis: an acks=0 producer hears of a failure only as its connection
+            # closing (after the answers before this request; the good partitions are appended).
+            # Only refusals found here close it: the disk worker sends no completion at acks=0.
+            pending.answer.set_exception(CloseConnection("acks=0 produce failed: " + _refused(topics, results)))
+            ctx.wakeups.answer_ready(conn)
+        else:
+            pending.finish(NO_RESPONSE)
     elif not submits:
         pending.finish(_body(topics, results))
