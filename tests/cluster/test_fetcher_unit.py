@@ -67,3 +67,43 @@ def test_fetch_round_asks_min_bytes_and_gives_up_after_the_socket_timeout():
 
     took = asyncio.run(round_trip())
     assert 0.25 <= took < 2.0
+
+
+@pytest.mark.parametrize("tls", [False, True])
+def test_connector_sets_the_receive_buffer_before_connecting(tmp_path, tls):
+    """replica.socket.receive.buffer.bytes through BrokerConnector.open, plain and over TLS (the
+    kernel reports twice the size asked for)."""
+    import socket
+    import ssl
+
+    from appliance.cluster.broker_connection import BrokerAddress, BrokerConnector
+    from tests.security.certs import Authority, name
+
+    server_ctx = client_ctx = None
+    if tls:
+        ca = Authority()
+        _, cert, key = ca.issue(name(CN="broker"), hosts=("127.0.0.1",)).write(tmp_path, "broker")
+        server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        server_ctx.load_cert_chain(cert, key)
+        client_ctx = ssl.create_default_context(cafile=str(ca.write(tmp_path / "ca.pem")))
+
+    async def main() -> int:
+        async def echo(reader, writer):
+            writer.write(await reader.readexactly(4))
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(echo, "127.0.0.1", 0, ssl=server_ctx)
+        port = server.sockets[0].getsockname()[1]
+        connector = BrokerConnector("INTERNAL", tls=client_ctx)
+        addr = BrokerAddress(1, "INTERNAL", "127.0.0.1", port, "SSL" if tls else "PLAINTEXT")
+        reader, writer = await connector.open(addr, rcvbuf=70_000)
+        rcvbuf = writer.get_extra_info("socket").getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+        writer.write(b"ping")
+        assert await reader.readexactly(4) == b"ping"
+        assert (writer.get_extra_info("ssl_object") is not None) == tls
+        writer.close()
+        server.close()
+        return rcvbuf
+
+    assert asyncio.run(main()) == 140_000
