@@ -8,9 +8,8 @@ clients' from every ``*_KEYS`` tuple of :mod:`appliance.client.config` (whicheve
 ZooKeeper consumer's or an old producer's tuple is picked up when declared). Broker keys beyond
 0.8.2's table follow in a second table.
 
-The 0.8.2 key lists are vendored in ``docs/kafka-0.8.2-config-keys.txt`` (the seeds may not be
-beside a checkout); :func:`extract_seed_keys` reads them from the documentation text, and a test
-compares the two when the seeds are present.
+The 0.8.2 key lists come from :mod:`appliance.cli.seed_keys` (vendored in
+``docs/kafka-0.8.2-config-keys.txt``).
 
 ``python -m appliance.cli.config_table`` rewrites the table between the markers in README.md;
 ``--check`` exits 1 when README.md is stale.
@@ -26,90 +25,14 @@ from typing import Any
 
 import appliance.client.config as client_config
 from appliance import config as broker_config
+from appliance.cli.seed_keys import SECTIONS, VENDORED, parse_vendored
 
-__all__ = ["SECTIONS", "START", "END", "extract_seed_keys", "parse_vendored", "render_vendored",
-           "render_table", "replace_table", "client_key_tuples", "main"]
+__all__ = ["START", "END", "broker_row", "client_row", "client_key_tuples", "render_table",
+           "replace_table", "main"]
 
 START = "<!-- config-table:start -->"
 END = "<!-- config-table:end -->"
-REPO = Path(__file__).resolve().parents[2]
-VENDORED = REPO / "docs" / "kafka-0.8.2-config-keys.txt"
-README = REPO / "README.md"
-
-# (section id, the documentation's heading, README's heading)
-SECTIONS: tuple[tuple[str, str, str], ...] = (
-    ("broker", "3.1 Broker Configs", "Broker (0.8.2 section 3.1)"),
-    ("consumer", "3.2 Consumer Configs", "Consumer (0.8.2 section 3.2: the ZooKeeper consumer)"),
-    ("producer", "3.3 Producer Configs", "Producer (0.8.2 section 3.3: the old producer)"),
-    ("new producer", "3.4 New Producer Configs", "New producer (0.8.2 section 3.4)"),
-)
-# what ends the last table of a section: the topic-level table follows the broker's
-_SECTION_END = ("Topic级别的配置", "4. Design")
-_ROW = re.compile(r"([a-z][\w.]*(?:\.\{[\w,]+\})?) \| (.*)")
-
-
-# -- the 0.8.2 key lists --------------------------------------------------------------------
-
-def _expand(name: str) -> list[str]:
-    """``log.roll.{ms,hours}`` -> log.roll.ms, log.roll.hours (the documentation's shorthand)."""
-    m = re.fullmatch(r"(.*)\{([\w,]+)\}", name)
-    return [m.group(1) + part for part in m.group(2).split(",")] if m else [name]
-
-
-def extract_seed_keys(text: str) -> dict[str, list[tuple[str, str]]]:
-    """Each section's (key, 0.8.2 default) pairs, in the documentation's order, from the text
-    of kafka-0.8.2-documentation.zh.txt. A key listed twice in a section is kept once."""
-    headings = {h: sid for sid, h, _ in SECTIONS}
-    out: dict[str, list[tuple[str, str]]] = {sid: [] for sid, _, _ in SECTIONS}
-    section = None
-    for line in text.splitlines():
-        if line.strip() in headings:
-            section = headings[line.strip()]
-            continue
-        if line.startswith(_SECTION_END):
-            section = None
-            continue
-        m = _ROW.fullmatch(line.strip())
-        if section is None or m is None:
-            continue
-        cells = [c.strip() for c in m.group(2).split(" | ")]
-        # the new producer's table has a type column before the default
-        default = cells[1] if section == "new producer" else cells[0]
-        for key in _expand(m.group(1)):
-            if key not in (k for k, _ in out[section]):
-                out[section].append((key, default))
-    return out
-
-
-def render_vendored(keys: Mapping[str, list[tuple[str, str]]]) -> str:
-    """The vendored file's text for ``keys`` (see :func:`extract_seed_keys`)."""
-    lines = ["# The keys and defaults of the config tables of the Kafka 0.8.2 documentation, as",
-             "# extracted from the seeds (../shared/seeds/kafka-0.8.2-documentation.zh.txt, sections",
-             "# 3.1-3.4) by appliance.cli.config_table.extract_seed_keys; tests/ops/test_config_table.py",
-             "# extracts them again and compares when the seeds file is present. key | 0.8.2 default"]
-    for sid, _, _ in SECTIONS:
-        lines.append(f"[{sid}]")
-        lines.extend(f"{k} | {d}" for k, d in keys[sid])
-    return "\n".join(lines) + "\n"
-
-
-def parse_vendored(text: str) -> dict[str, list[tuple[str, str]]]:
-    """The inverse of :func:`render_vendored`. Raises ValueError on a line it cannot read."""
-    out: dict[str, list[tuple[str, str]]] = {}
-    section = None
-    for line in text.splitlines():
-        if not line.strip() or line.startswith("#"):
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1]
-            out[section] = []
-        elif section is not None and " | " in line:
-            key, default = line.split(" | ", 1)
-            out[section].append((key.strip(), default.strip()))
-        else:
-            raise ValueError(f"cannot read {line!r}")
-    return out
-
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 # -- what each key does here ------------------------------------------------------------------
 
@@ -207,7 +130,7 @@ def client_row(section: str, key: str, kafka_default: str,
                 continue
             alias = f" (as `{k.name}`)" if key != k.name else ""
             default = "required" if k.default is getattr(client_config, "_UNSET", object()) else _ours(k.default)
-            no_effect = "no effect" in k.doc.lower() or k.doc.lower().startswith("not used")
+            no_effect = k.doc.lower().startswith(("accepted, no effect", "not used"))
             verdict = ("accepted, no effect" if no_effect else
                        "honoured, another default" if _differs(kafka_default, k.default) else "honoured")
             doc = re.sub(r"^accepted, no effect( here)?: ", "", k.doc)

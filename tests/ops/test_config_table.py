@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from appliance.cli import config_table as ct
+from appliance.cli import seed_keys as sk
 
 REPO = Path(__file__).resolve().parents[2]
 SEEDS = REPO.parent / "shared" / "seeds" / "kafka-0.8.2-documentation.zh.txt"
@@ -32,18 +33,18 @@ UNDECLARED = {
 
 
 def _vendored() -> dict[str, list[tuple[str, str]]]:
-    return ct.parse_vendored(ct.VENDORED.read_text())
+    return sk.parse_vendored(sk.VENDORED.read_text())
 
 
 @pytest.mark.skipif(not SEEDS.exists(), reason="the seeds are not beside this checkout")
 def test_vendored_keys_are_the_seeds():
-    extracted = ct.extract_seed_keys(SEEDS.read_text())
-    assert ct.render_vendored(extracted) == ct.VENDORED.read_text()
+    extracted = sk.extract_seed_keys(SEEDS.read_text())
+    assert sk.render_vendored(extracted) == sk.VENDORED.read_text()
 
 
 def test_sections_hold_the_documented_tables():
     keys = {sid: [k for k, _ in pairs] for sid, pairs in _vendored().items()}
-    assert [sid for sid, _, _ in ct.SECTIONS] == list(keys)
+    assert [sid for sid, _, _ in sk.SECTIONS] == list(keys)
     # spot checks of each table, including a brace-expanded key and the last row
     assert {"broker.id", "log.roll.ms", "log.roll.hours", "log.retention.minutes",
             "offsets.commit.timeout.ms", "connections.max.idle.ms"} <= set(keys["broker"])
