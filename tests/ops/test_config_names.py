@@ -72,3 +72,10 @@ def test_quiet_load_does_not_warn(caplog):
     with caplog.at_level(logging.WARNING):
         BrokerConfig.load(overrides={"num.io.threads": "16", "x.y": "1"}, warn=False)
     assert caplog.text == ""
+
+
+def test_replica_socket_timeout_must_cover_the_long_poll():
+    with pytest.raises(ConfigError) as ei:
+        BrokerConfig.load(overrides={"replica.socket.timeout.ms": "400", "replica.fetch.wait.max.ms": "500"})
+    assert "replica.socket.timeout.ms" in str(ei.value) and "replica.fetch.wait.max.ms" in str(ei.value)
+    assert BrokerConfig.load(overrides={"connections.max.idle.ms": "-1"})["connections.max.idle.ms"] == -1
