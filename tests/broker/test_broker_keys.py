@@ -113,3 +113,34 @@ def test_offsets_load_in_steps_of_offsets_load_buffer_size(tmp_path):
                     assert time.monotonic() < deadline  # COORDINATOR_LOAD_IN_PROGRESS meanwhile
                     time.sleep(0.1)
                 assert {p.partition_index: p.committed_offset for p in r.topics[0].partitions} == offsets
+
+
+@pytest.mark.timeout(150)
+def test_expired_offsets_go_at_the_retention_check_interval(tmp_path):
+    """offsets.retention.minutes=1 with offsets.retention.check.interval.ms=500: an empty
+    group's committed offset is gone a minute after the commit, not at the default check ten
+    minutes on (a minute-long test: retention counts in whole minutes)."""
+    with BrokerProcess(tmp_path, overrides={"offsets.retention.minutes": "1",
+                                            "offsets.retention.check.interval.ms": "500",
+                                            "offsets.topic.num.partitions": "1"}) as b:
+        create_topic(b.bootstrap, "t")
+        with RawConnection(b.port) as c:
+            deadline = time.monotonic() + 30
+            while c.request(10, 2, {"key": "g", "key_type": 0}).error_code:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+            r = c.request(8, 3, {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
+                                 "retention_time_ms": -1, "topics": [{"name": "t", "partitions": [
+                                     {"partition_index": 0, "committed_offset": 7,
+                                      "committed_metadata": ""}]}]})
+            assert r.topics[0].partitions[0].error_code == 0
+            committed = time.monotonic()
+
+            def offset() -> int:
+                f = c.request(9, 3, {"group_id": "g", "topics": [{"name": "t", "partition_indexes": [0]}]})
+                return f.topics[0].partitions[0].committed_offset
+
+            while offset() == 7:
+                assert time.monotonic() - committed < 75, "not expired a minute after the commit"
+                time.sleep(0.5)
+            assert time.monotonic() - committed >= 59  # not before offsets.retention.minutes

@@ -13,7 +13,8 @@ from tests.broker.clients import create_topic
 from tests.broker.wire import RawConnection, fetch_body, produce_body
 from tests.broker_process import BrokerProcess
 
-pytestmark = pytest.mark.timeout(120)
+# alone: the steps rely on the broker reading each send before the next (sleeps of 0.5 s)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.alone]
 
 QUEUED = 3
 IDLE_MS = 3000
