@@ -216,13 +216,16 @@ def _listener_list(v: list[str]) -> str | None:
     return None
 
 
+# listener.name.<listener>.<key>, and listener.name.<listener>.<mechanism>.sasl.jaas.config
+_LISTENER_PREFIXED = re.compile(r"listener\.name\.[a-z0-9_]+\.(?:(?:plain|scram-sha-256|scram-sha-512)\.)?"
+                                r"(?:sasl\.jaas\.config|ssl\.[a-z.]+|sasl\.enabled\.mechanisms)")
 _LISTENER_RE = re.compile(r"([A-Za-z0-9_]+)://(\[[0-9a-fA-F:.]*\]|[^:/\s]*):(\d{1,5})")
 
 # Kafka's SecurityProtocol names. PLAINTEXT and SSL are served so far: a listener mapped to a SASL
 # protocol is refused at start-up (BrokerConfig.check_served), never served without it (issue 44).
 PLAINTEXT = "PLAINTEXT"
 SECURITY_PROTOCOLS = (PLAINTEXT, "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SERVED_PROTOCOLS = frozenset({PLAINTEXT, "SSL"})
+SERVED_PROTOCOLS = frozenset(SECURITY_PROTOCOLS)
 _DEFAULT_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
 
 
@@ -322,6 +325,11 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("ssl.cipher.suites", "list", None, "TLS 1.2 cipher suites (OpenSSL names); empty = OpenSSL's defaults."),
     ConfigKey("ssl.endpoint.identification.algorithm", "string", "https", "https: a broker checks the other broker's certificate names the host it connects to; empty: no check."),
     ConfigKey("ssl.principal.mapping.rules", "string", "DEFAULT", "Client certificate subject -> principal name: RULE:pattern/replacement/[LU], ..., DEFAULT (the whole RFC 2253 name)."),
+    # SASL (SASL_PLAINTEXT and SASL_SSL listeners): security/sasl.py, security/credentials.py
+    ConfigKey("sasl.enabled.mechanisms", "list", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"], "SASL mechanisms the SASL listeners accept (Kafka's default GSSAPI is not built).", one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
+    ConfigKey("sasl.mechanism.inter.broker.protocol", "string", "PLAIN", "Mechanism this broker logs in to the others with on a SASL inter-broker listener.", one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
+    ConfigKey("sasl.jaas.config", "string", None, "PlainLoginModule line: username/password this broker logs in with, user_<name>=\"<password>\" per PLAIN user; listener.name.<listener>.<mechanism>.sasl.jaas.config per listener."),
+    ConfigKey("connections.max.reauth.ms", "long", 0, "KIP-368: a SASL session lasts this long; the client must re-authenticate before (0: for ever).", at_least(0)),
     # Kafka 0.8's names, mapped onto listeners / advertised.listeners as Kafka 0.9-2.x does (see
     # _apply_twins); given together with their modern twin they must agree.
     ConfigKey("port", "int", 9092, "0.8 name: port to listen on when listeners is not set.", between(0, 65535)),
@@ -691,6 +699,16 @@ class BrokerConfig:
             out.append(Endpoint(name, m.group(2).strip("[]"), int(m.group(3)), pmap.get(name, "")))
         return out
 
+    def listener_value(self, listener: str, key: str) -> Any:
+        """Kafka's per-listener override ``listener.name.<listener>.<key>`` (the listener's name
+        in lower case), else the broker-wide key (``key`` less a leading mechanism name, as in
+        ``plain.sasl.jaas.config``)."""
+        raw = self._raw.get(f"listener.name.{listener.lower()}.{key}")
+        if raw is not None:
+            return raw
+        base = key.split(".", 1)[1] if key.split(".", 1)[0] in ("plain", "scram-sha-256", "scram-sha-512") else key
+        return self._values.get(base)
+
     def check_served(self) -> None:
         """Start-up's refusal of a listener this build cannot serve: every listener must map to
         PLAINTEXT or SSL until SASL exists. Serving such a listener without its authentication
@@ -857,7 +875,7 @@ def _warn_unused(raw: Mapping[str, str]) -> None:
         if reason:
             log.warning("configuration %s=%s is accepted but has no effect here: %s",
                         name, value, reason)
-        elif name not in _BROKER_BY_NAME:
+        elif name not in _BROKER_BY_NAME and not _LISTENER_PREFIXED.fullmatch(name):
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
             hint = f"; did you mean {close[0]}?" if close else ""
             log.warning("unknown configuration key %s (value %r) ignored%s", name, value, hint)

@@ -108,6 +108,8 @@ class Acceptor:
                                                         ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
         except Exception as e:  # the socket died before it could be served, or its handshake failed
             log.debug("connection lost before it was served: %s", e)
+            if self.tls is not None and self.metrics is not None:
+                self.metrics.failed_handshake()
             conn.close()
             protocol.release_limits()
 

@@ -17,6 +17,8 @@ from appliance.broker.readers import Readers
 from appliance.config import BrokerConfig
 from appliance.process.disk_client import DiskClient
 from appliance.process.ring_context import RingContext
+from appliance.security.credentials import CredentialFile, plain_users
+from appliance.security.sasl import SaslAuthenticator
 from appliance.security.tls import PrincipalRules
 from appliance.shm.layout import Role
 from appliance.shm.partition_table import PartitionTable
@@ -64,6 +66,7 @@ class BrokerContext(RingContext):
         self.door = Door()  # the network worker gives it the metrics recorder
         # ssl.principal.mapping.rules: a client certificate's subject -> its principal
         self.principal_rules = PrincipalRules("DEFAULT")
+        self._credentials: CredentialFile | None = None  # SCRAM users, read when a SASL client logs in
         self.cluster_id = f"appliance-{self.broker_id}"
         self.fetch_max_bytes = int(config["fetch.max.bytes"])  # read once: every fetch asks
         self.metrics: Recorder | None = None  # when metrics are on (metrics.listener set)
@@ -86,6 +89,19 @@ class BrokerContext(RingContext):
     def leads(self, slot: int) -> bool:
         """Whether this broker leads the partition in ``slot`` (standalone: every partition)."""
         return self.leaders is None or self.leaders.role(slot) == Role.LEADER
+
+    def authenticator(self, listener: str) -> SaslAuthenticator:
+        """A new SASL exchange for a connection accepted on ``listener``: its mechanisms, its
+        PLAIN users (the listener's JAAS line) and the SCRAM credentials file."""
+        cfg = self.config
+        enabled = cfg.listener_value(listener, "sasl.enabled.mechanisms")
+        if isinstance(enabled, str):
+            enabled = [m.strip() for m in enabled.split(",") if m.strip()]
+        if self._credentials is None:
+            self._credentials = CredentialFile(self.log_dirs[0])
+        users = plain_users(cfg.listener_value(listener, "plain.sasl.jaas.config"))
+        return SaslAuthenticator(tuple(enabled), lambda: users, self._credentials.lookup,
+                                 int(cfg["connections.max.reauth.ms"]))
 
     def close(self) -> None:
         self.readers.close()

@@ -32,11 +32,13 @@ from appliance.broker.broker_context import BrokerContext
 from appliance.broker.connection_limits import ConnectionLimits
 from appliance.broker.door import ConnectionContext, Door, Refusal, RequestContext
 from appliance.broker.handlers.answer import CloseConnection
+from appliance.broker.handlers.answer import encode as encode_answer
 from appliance.broker.handlers.produce_fast import FastProduce
 from appliance.broker.idle_connections import reap_idle_connections
 from appliance.broker.request_memory import RequestMemory
 from appliance.broker.request_queue import RequestQueue
 from appliance.config import BrokerConfig, ConfigError
+from appliance.errors import ErrorCode
 from appliance.metrics.listener import parse_listener
 from appliance.metrics.recorder import AnswerTiming, attach_recorder
 from appliance.process.disk_client import DiskClient
@@ -44,7 +46,12 @@ from appliance.process.event_loop import run_event_loop
 from appliance.process.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.process.gc_policy import freeze_startup_objects
 from appliance.process.plumbing import Plumbing
+from appliance.protocol.frames import SIZE
 from appliance.protocol.types import FileSlice
+from appliance.security.sasl import AUTHENTICATE as SASL_AUTHENTICATE
+from appliance.security.sasl import COMPLETE as SASL_COMPLETE
+from appliance.security.sasl import FAILED as SASL_FAILED
+from appliance.security.sasl import SaslAuthenticator, uses_sasl
 from appliance.security.tls import PrincipalRules, TlsError, principal_of, server_context, uses_tls
 from appliance.shm.connection_counts import ConnectionCounts
 from appliance.shm.layout import WorkerState, conns_name
@@ -68,6 +75,8 @@ SENDFILE_STEP = 64 << 10
 # many TLS records (16 KiB each), small enough to bound a connection's buffered memory.
 TLS_READ_STEP = 256 << 10
 STOP_GRACE_S = 5.0
+API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE_API = 18, 17, 36
+_SASL_APIS = frozenset({SASL_HANDSHAKE, SASL_AUTHENTICATE_API})
 
 
 def _read_slice(readers: Any, sl: FileSlice) -> bytes | None:
@@ -133,6 +142,8 @@ class KafkaConnection(asyncio.Protocol):
         self._stop_reading = False  # the peer broke the protocol or half-closed: drain, then close
         self._sock_fd = -1
         self._tls = False
+        self.sasl: SaslAuthenticator | None = None  # a SASL listener's exchange, from the accept
+        self._session_ends = 0.0  # monotonic end of the SASL session (0: none)
         self._drained = asyncio.Event()
         # metrics only: the timed requests' answers (future -> AnswerTiming), and the timed
         # answers written but still partly in the transport's buffer (sent when it drains)
@@ -165,6 +176,8 @@ class KafkaConnection(asyncio.Protocol):
             name = principal_of(tls, self.ctx.principal_rules)
             if name is not None:
                 self.context = dataclasses.replace(self.context, principal=f"User:{name}")
+        if uses_sasl(self.context.security_protocol):
+            self.sasl = self.ctx.authenticator(self.context.listener)
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -320,6 +333,9 @@ class KafkaConnection(asyncio.Protocol):
         if self._stop_reading:
             return
         self.last_active = time.monotonic()
+        if self.sasl is not None and self._needs_sasl():
+            self._authenticating(data)
+            return
         fast = self.ctx.fast_produce if not self._closing else None
         if fast is not None:
             frame = self.conn.frame_at(data, 0)
@@ -349,12 +365,142 @@ class KafkaConnection(asyncio.Protocol):
                 if isinstance(event, proto.RejectedRequest):
                     self._reject(event)
                     continue
+                if self.sasl is not None and event.api_key in _SASL_APIS:  # re-authentication
+                    self._sasl_request(event)
+                    continue
                 self._dispatch(event)
         except (proto.RemoteProtocolError, proto.LocalProtocolError) as e:
             log.info("closing connection from %s: %s", self._peer(), e)
             self._close_after_responses()
         finally:
             disks.end_batch()
+
+    # -- SASL (SASL_PLAINTEXT / SASL_SSL listeners) ------------------------------------------
+    def _needs_sasl(self) -> bool:
+        """True until the client has authenticated, and again once its session (KIP-368,
+        connections.max.reauth.ms) has run out without a re-authentication (then it closes)."""
+        sasl = self.sasl
+        if sasl.state != SASL_COMPLETE:
+            return True
+        if self._session_ends and time.monotonic() > self._session_ends:
+            log.info("closing connection from %s (%s): its SASL session expired without a "
+                     "re-authentication", self._peer(), self.context.principal)
+            self._close_after_responses()
+            return True
+        return False
+
+    def _authenticating(self, data: bytes) -> None:
+        """Bytes before the exchange ends: ApiVersions, SaslHandshake and SaslAuthenticate
+        requests (or v0's bare token frames); anything else closes the connection, as Kafka
+        does. Once authenticated, what remains of ``data`` is served as usual."""
+        sasl = self.sasl
+        try:
+            self.conn.receive_data(data)
+            while not self._closing and not self._stop_reading:
+                if sasl.state == SASL_COMPLETE:
+                    self._serve_buffered()
+                    return
+                if sasl.v0 and sasl.state == SASL_AUTHENTICATE:
+                    frame = self.conn.next_raw_frame()
+                    if frame is proto.NEED_DATA:
+                        return
+                    if frame is proto.PEER_CLOSED:
+                        self._close_after_responses()
+                        return
+                    code, _, out = sasl.authenticate(frame)
+                    if code:  # v0 has no error answer: the connection closes
+                        self._sasl_failed()
+                        return
+                    self._answer_now([SIZE.pack(len(out)), out])
+                    self._after_sasl_step()
+                    continue
+                event = self.conn.next_event()
+                if event is proto.NEED_DATA:
+                    return
+                if event is proto.PEER_CLOSED:
+                    self._close_after_responses()
+                    return
+                if isinstance(event, proto.RejectedRequest):
+                    self._reject(event)
+                    continue
+                if event.api_key in _SASL_APIS:
+                    self._sasl_request(event)
+                elif event.api_key == API_VERSIONS:
+                    self._dispatch(event)
+                else:
+                    log.info("closing connection from %s on listener %s: request (api key %d) "
+                             "before SASL authentication", self._peer(), self.context.listener,
+                             event.api_key)
+                    self._close_after_responses()
+                    return
+        except (proto.RemoteProtocolError, proto.LocalProtocolError) as e:
+            log.info("closing connection from %s: %s", self._peer(), e)
+            self._close_after_responses()
+
+    def _serve_buffered(self) -> None:
+        """Serve the requests already fed to the protocol state machine (after the exchange)."""
+        disks = self.ctx.disks
+        disks.begin_batch()
+        try:
+            while not self._closing:
+                event = self.conn.next_event()
+                if event is proto.NEED_DATA:
+                    break
+                if event is proto.PEER_CLOSED:
+                    self._close_after_responses()
+                    break
+                if isinstance(event, proto.RejectedRequest):
+                    self._reject(event)
+                    continue
+                if event.api_key in _SASL_APIS:
+                    self._sasl_request(event)
+                    continue
+                self._dispatch(event)
+        except (proto.RemoteProtocolError, proto.LocalProtocolError) as e:
+            log.info("closing connection from %s: %s", self._peer(), e)
+            self._close_after_responses()
+        finally:
+            disks.end_batch()
+
+    def _sasl_request(self, event: proto.Request) -> None:
+        sasl = self.sasl
+        if event.api_key == SASL_HANDSHAKE:
+            body = sasl.handshake(event.api_version, event.body.mechanism)
+        else:
+            if sasl.v0:  # after a v0 handshake tokens come bare, not in requests
+                sasl.state, sasl.error = SASL_FAILED, "SaslAuthenticate after a v0 SaslHandshake"
+                body = {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "error_message": sasl.error,
+                        "auth_bytes": b"", "session_lifetime_ms": 0}
+            else:
+                code, message, out = sasl.authenticate(bytes(event.body.auth_bytes))
+                lifetime = int(self.ctx.config["connections.max.reauth.ms"])
+                body = {"error_code": code, "error_message": message, "auth_bytes": out,
+                        "session_lifetime_ms": lifetime if sasl.state == SASL_COMPLETE else 0}
+        self._answer_now(encode_answer(event, body))
+        if sasl.state == SASL_FAILED:
+            self._sasl_failed()
+        else:
+            self._after_sasl_step()
+
+    def _after_sasl_step(self) -> None:
+        sasl = self.sasl
+        if sasl.state == SASL_COMPLETE:
+            self.context = dataclasses.replace(self.context, principal=sasl.principal)
+            lifetime = int(self.ctx.config["connections.max.reauth.ms"])
+            self._session_ends = time.monotonic() + lifetime / 1000 if lifetime > 0 else 0.0
+
+    def _sasl_failed(self) -> None:
+        """Logged once, without the secret; the answer already queued goes out, then the close."""
+        log.info("SASL authentication from %s on listener %s failed: %s", self._peer(),
+                 self.context.listener, self.sasl.error)
+        if self.ctx.metrics is not None:
+            self.ctx.metrics.failed_authentication()
+        self._close_after_responses()
+
+    def _answer_now(self, chunks: list) -> None:
+        fut = self._loop.create_future()
+        fut.set_result(chunks)
+        self._queue(fut, size=0)
 
     def _try_fast(self, fast: Any, frame: memoryview) -> bool:
         """Give one whole request to the produce fast path; False when it is not for it (then

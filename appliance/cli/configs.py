@@ -22,7 +22,7 @@ from appliance.errors import ErrorCode
 
 __all__ = ["add_arguments", "run", "parse_add_config"]
 
-_TYPES = {"topics": 2, "brokers": 4}
+_TYPES = {"topics": 2, "brokers": 4, "users": -1}  # users: the SCRAM credential APIs
 _SOURCES = {1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
             4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG"}
 # what "Dynamic configs for ..." lists, as kafka-configs: a topic's own overrides; a broker's
@@ -36,7 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--describe", action="store_true", help="show an entity's configs")
     action.add_argument("--alter", action="store_true", help="change an entity's configs")
-    p.add_argument("--entity-type", choices=sorted(_TYPES), required=True, help="topics or brokers")
+    p.add_argument("--entity-type", choices=sorted(_TYPES), required=True,
+                   help="topics, brokers, or users (SCRAM credentials)")
     who = p.add_mutually_exclusive_group()
     who.add_argument("--entity-name", metavar="NAME", help="topic name or broker id")
     who.add_argument("--entity-default", action="store_true",
@@ -153,7 +154,14 @@ def run(args: argparse.Namespace) -> int:
     if args.describe and (args.add_config or args.delete_config):
         raise CliError("--add-config and --delete-config go with --alter", 2)
     with connect(args) as conn:
-        if args.describe:
+        if args.entity_type == "users":
+            from appliance.cli.user_credentials import alter_user, describe_users
+            if args.describe:
+                describe_users(conn, name)
+            else:
+                delete = [k.strip() for k in (args.delete_config or "").split(",") if k.strip()]
+                alter_user(conn, name, parse_add_config(args.add_config) if args.add_config else {}, delete)
+        elif args.describe:
             _describe(conn, args, name)
         else:
             _alter(conn, args, name)

@@ -2,6 +2,11 @@
 
 Without --group it reads the chosen partitions itself (assign); with --group it joins that
 consumer group (subscribe), starts from the group's committed offsets, and commits as it goes.
+
+With --zookeeper it is the 0.8 console consumer: it reads through the ZooKeeper consumer
+(:mod:`appliance.client.zk_consumer`, see zk_console.py), with --topic, --whitelist or
+--blacklist, --consumer.config and --group (default: a console-consumer-<n> group, deleted
+from ZooKeeper at exit as Kafka does).
 """
 
 from __future__ import annotations
@@ -26,7 +31,13 @@ __all__ = ["add_arguments", "run"]
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_bootstrap(p)
-    p.add_argument("--topic", required=True)
+    p.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]",
+                   help="read through the 0.8 ZooKeeper consumer (its zookeeper.connect)")
+    p.add_argument("--topic")
+    p.add_argument("--whitelist", metavar="REGEX", help="with --zookeeper: every topic matching REGEX")
+    p.add_argument("--blacklist", metavar="REGEX", help="with --zookeeper: every topic not matching REGEX")
+    p.add_argument("--consumer.config", dest="consumer_config", metavar="FILE",
+                   help="with --zookeeper: a 0.8 consumer.properties")
     p.add_argument("--from-beginning", action="store_true")
     p.add_argument("--partition", type=int)
     p.add_argument("--offset", default="latest",
@@ -39,8 +50,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _format(r, flag: dict[str, bool], sep: bytes) -> bytes:
+    """``r``: a ConsumerRecord, or the ZooKeeper consumer's MessageAndMetadata (0.8 messages have
+    no timestamp: print.timestamp shows none)."""
     fields = []
-    if flag["print.timestamp"]:
+    if flag["print.timestamp"] and hasattr(r, "timestamp"):
         kind = "LogAppendTime" if r.timestamp_type == 1 else "CreateTime"
         fields.append(f"{kind}:{r.timestamp}".encode())
     if flag["print.partition"]:
@@ -49,7 +62,8 @@ def _format(r, flag: dict[str, bool], sep: bytes) -> bytes:
         fields.append(f"Offset:{r.offset}".encode())
     if flag["print.key"]:
         fields.append(b"null" if r.key is None else r.key)
-    fields.append(b"null" if r.value is None else r.value)
+    value = r.value if hasattr(r, "value") else r.message
+    fields.append(b"null" if value is None else value)
     return sep.join(fields) + b"\n"
 
 
@@ -64,6 +78,17 @@ def run(args: argparse.Namespace) -> int:
     flag = {k: props.get(k, "false").lower() == "true"
             for k in ("print.key", "print.timestamp", "print.offset", "print.partition")}
     sep = props.get("key.separator", "\t").encode()
+    chosen = [n for n in ("topic", "whitelist", "blacklist") if getattr(args, n)]
+    if len(chosen) != 1:
+        raise CliError("exactly one of --topic, --whitelist, --blacklist is needed", 2)
+    if args.zookeeper:
+        from appliance.cli.zk_console import run_zookeeper  # the ZooKeeper consumer only when asked
+
+        return run_zookeeper(args, lambda m: _format(m, flag, sep))
+    if not args.topic:
+        raise CliError("--whitelist / --blacklist need --zookeeper (or use --topic)", 2)
+    if args.consumer_config:
+        raise CliError("--consumer.config is the ZooKeeper consumer's (with --zookeeper)", 2)
     where = "earliest" if args.from_beginning else args.offset
     if where not in ("earliest", "latest"):
         if args.partition is None:

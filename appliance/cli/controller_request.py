@@ -22,15 +22,17 @@ Locator = Callable[[], tuple[int, dict[int, tuple[str, int]]]]
 
 
 def call(host: str, port: int, api_key: int, version: int, body: Any, timeout: float,
-         client_id: str = "appliance-cli") -> Any:
-    """Send one request and return its decoded response body.
-    Raises OSError / ConnectionError when the broker cannot be reached or hangs up."""
+         client_id: str = "appliance-cli", tls: Any = None) -> Any:
+    """Send one request and return its decoded response body (over TLS with ``tls``, an
+    ssl.SSLContext). Raises OSError / ConnectionError when the broker cannot be reached or
+    hangs up."""
+    from appliance.client.tls_socket import TlsSocket
     from appliance.protocol.frames import SIZE, encode_request_frame, response_body_offset
     from appliance.protocol.registry import API_BY_KEY
 
     api = API_BY_KEY[api_key]
 
-    def read(s: socket.socket, n: int) -> bytes:
+    def read(s: Any, n: int) -> bytes:
         buf = b""
         while len(buf) < n:
             chunk = s.recv(n - len(buf))
@@ -39,7 +41,8 @@ def call(host: str, port: int, api_key: int, version: int, body: Any, timeout: f
             buf += chunk
         return buf
 
-    with socket.create_connection((host, port), timeout=timeout) as s:
+    with socket.create_connection((host, port), timeout=timeout) as raw:
+        s = raw if tls is None else TlsSocket(raw, tls, host, timeout)
         s.sendall(encode_request_frame(api_key, version, 1, client_id, body))
         (size,) = SIZE.unpack(read(s, SIZE.size))
         frame = memoryview(read(s, size))
@@ -47,7 +50,7 @@ def call(host: str, port: int, api_key: int, version: int, body: Any, timeout: f
 
 
 def ask_controller(locate: Locator, api_key: int, version: int, body: Any, timeout: float,
-                   what: str, client_id: str = "appliance-cli") -> Any:
+                   what: str, client_id: str = "appliance-cli", tls: Any = None) -> Any:
     """The controller's answer to one request (its top-level ``error_code`` is not
     NOT_CONTROLLER). Raises CliError("<what> failed: ...") when no controller answers in time."""
     deadline = time.monotonic() + timeout
@@ -56,7 +59,7 @@ def ask_controller(locate: Locator, api_key: int, version: int, body: Any, timeo
         controller, brokers = locate()
         if controller in brokers:
             try:
-                answer = call(*brokers[controller], api_key, version, body, timeout, client_id)
+                answer = call(*brokers[controller], api_key, version, body, timeout, client_id, tls)
                 if answer.error_code != ErrorCode.NOT_CONTROLLER:
                     return answer
                 last = f"broker {controller} is no longer the controller"

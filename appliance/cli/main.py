@@ -23,6 +23,8 @@ COMMANDS = {
                  "and --verify-index-only"),
     "simple-consumer-shell": ("simple_consumer_shell", "print one partition's messages from an offset "
                               "(Kafka's SimpleConsumerShell)"),
+    "consumer-offset-checker": ("consumer_offset_checker", "a ZooKeeper (0.8) consumer group's offsets, log "
+                                "sizes, lag and owners (ConsumerOffsetChecker)"),
     "consumer-groups": ("consumer_groups", "list, describe, reset offsets of and delete consumer groups"),
     "install-service": ("install_service", "install the broker as a hardened systemd service"),
     "status": ("status", "one screen of broker health from its shared memory (--watch, --json)"),

@@ -1,5 +1,6 @@
 """appliance's own Kafka clients: Producer, Consumer (poll API, groups), SimpleConsumer (the
-0.8 low-level API) and AdminClient, over the Kafka protocol (or, for producers, shared memory
+0.8 low-level API), the 0.8 high-level ZooKeeper consumer (create_java_consumer_connector,
+package ``zk_consumer``) and AdminClient, over the Kafka protocol (or, for producers, shared memory
 to a broker on the same host: ``transport="ipc"|"auto"``).
 
 Names are imported on first use (PEP 562): the record and batch code pulls in numba, which a
@@ -22,6 +23,8 @@ _EXPORTS = {
     "Decoder": "serialization", "Encoder": "serialization", "JsonDecoder": "serialization",
     "JsonEncoder": "serialization", "StringDecoder": "serialization", "StringEncoder": "serialization",
     "SimpleConsumer": "simple_consumer",
+    "ConsumerConnector": "zk_consumer", "create_java_consumer_connector": "zk_consumer",
+    "Whitelist": "zk_consumer", "Blacklist": "zk_consumer", "ConsumerTimeout": "zk_consumer",
     "SendFuture": "transport", "SendResult": "transport", "TcpTransport": "transport", "Transport": "transport",
 }
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from appliance.errors import InvalidConfigError
 
-__all__ = ["Key", "PRODUCER_KEYS", "PRODUCER_NO_EFFECT", "CONSUMER_KEYS", "ADMIN_KEYS", "resolve",
-           "load_properties", "tls_context"]
+__all__ = ["Key", "PRODUCER_KEYS", "PRODUCER_NO_EFFECT", "CONSUMER_KEYS", "ADMIN_KEYS", "ZK_CONSUMER_KEYS",
+           "resolve", "load_properties", "tls_context"]
 
 _UNSET: Any = object()
 
@@ -165,6 +165,66 @@ CONSUMER_KEYS: tuple[Key, ...] = _COMMON + (
 )
 
 ADMIN_KEYS: tuple[Key, ...] = _COMMON
+
+# The 0.8.2 high-level (ZooKeeper) consumer's consumer.properties, as the 0.8.2 documentation's
+# consumer config table lists them, with what each does in appliance.client.zk_consumer.
+ZK_CONSUMER_KEYS: tuple[Key, ...] = (
+    Key("group.id", "str", _UNSET, "the consumer group: its registrations, owners and offsets live under "
+        "/consumers/<group.id> in ZooKeeper"),
+    Key("zookeeper.connect", "str", _UNSET, "host:port[,host:port][/chroot] of the ZooKeeper the brokers "
+        "register in; the consumer finds brokers, topics and the other group members there"),
+    Key("bootstrap.servers", "str", None, "not used by the ZooKeeper consumer: with zookeeper.connect set, "
+        "brokers are found in ZooKeeper (zookeeper.connect takes precedence, said once in the log)"),
+    Key("consumer.id", "str", None, "this consumer's id in the group (default <group>_<hostname>-<ms>-<random>, "
+        "as Kafka makes it); its threads are <consumer.id>-<n>"),
+    Key("client.id", "str", None, "client id sent in every request header (default: the group.id)"),
+    _i("socket.timeout.ms", 30000, "how long a fetch or offset request waits for the broker's answer, "
+       "on top of fetch.wait.max.ms", 1),
+    _i("socket.receive.buffer.bytes", 65536, "SO_RCVBUF of the connections to the brokers (-1: the OS default)", -1),
+    _i("fetch.message.max.bytes", 1048576, "bytes fetched per partition per request; also the most one "
+       "queued chunk holds", 1),
+    _i("num.consumer.fetchers", 1, "accepted, no effect here: one fetcher thread serves all leaders (it sends "
+       "to every leader at once and waits for the answers together)", 1),
+    Key("auto.commit.enable", "bool", True, "commit the consumed offsets every auto.commit.interval.ms "
+        "(and at rebalance and shutdown)"),
+    _i("auto.commit.interval.ms", 60000, "how often auto-commit runs", 1),
+    _i("queued.max.message.chunks", 10, "fetched chunks each stream may hold unread; a partition is not "
+       "fetched while its stream's queue is full", 1),
+    _i("rebalance.max.retries", 4, "rebalance attempts (a claim that meets another owner's node is "
+       "retried) before ConsumerRebalanceFailed", 1),
+    _i("fetch.min.bytes", 1, "the broker answers a fetch once it has this many bytes", 0),
+    _i("fetch.wait.max.ms", 100, "... or after this long", 0),
+    _i("rebalance.backoff.ms", 2000, "pause between rebalance attempts", 0),
+    _i("refresh.leader.backoff.ms", 200, "pause before looking up a partition's leader again after "
+       "NOT_LEADER or a broken connection", 0),
+    Key("auto.offset.reset", "choice", "largest", "where to start without a committed offset or after "
+        "OFFSET_OUT_OF_RANGE: smallest (= earliest) or largest (= latest)",
+        choices=("smallest", "largest", "earliest", "latest")),
+    _i("consumer.timeout.ms", -1, "a stream's iterator raises ConsumerTimeout after this long without a "
+       "message (-1: wait forever)", -1),
+    Key("exclude.internal.topics", "bool", True, "a whitelist/blacklist never matches internal topics "
+        "(__consumer_offsets)"),
+    Key("partition.assignment.strategy", "choice", "range", "range: per topic, consecutive partitions to the "
+        "sorted thread ids; roundrobin: all partitions dealt to the sorted thread ids in turn",
+        choices=("range", "roundrobin")),
+    _i("zookeeper.session.timeout.ms", 6000, "the ZooKeeper session timeout: a consumer silent this long "
+       "loses its registration and owner nodes, and the group rebalances", 1),
+    _i("zookeeper.connection.timeout.ms", 6000, "how long to wait for ZooKeeper at start before failing "
+       "with ZooKeeperUnreachable", 1),
+    _i("zookeeper.sync.time.ms", 2000, "accepted, no effect here: it tuned the ZooKeeper follower lag Kafka's "
+       "ZkClient tolerated; kazoo reads from whichever server it is connected to", 0),
+    Key("offsets.storage", "choice", "zookeeper", "where offsets are committed and read: zookeeper "
+        "(/consumers/<group>/offsets/<topic>/<partition>) or kafka (OffsetCommit to the group coordinator)",
+        choices=("zookeeper", "kafka")),
+    _i("offsets.channel.backoff.ms", 1000, "pause before retrying an offset commit/fetch or finding the "
+       "coordinator again", 0),
+    _i("offsets.channel.socket.timeout.ms", 10000, "how long an OffsetCommit, OffsetFetch or FindCoordinator "
+       "waits for its answer", 1),
+    _i("offsets.commit.max.retries", 5, "retries of a failed commit at shutdown (auto-commit just tries "
+       "again next interval)", 0),
+    Key("dual.commit.enabled", "bool", True, "with offsets.storage=kafka, commit to ZooKeeper too, and read "
+        "the larger of the two offsets (the migration from ZooKeeper to Kafka)"),
+)
 
 
 _CODEC_NUMBERS = {"0": "none", "1": "gzip", "2": "snappy", "3": "lz4"}

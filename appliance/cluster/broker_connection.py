@@ -22,6 +22,9 @@ from dataclasses import dataclass
 
 from appliance.cluster.zk_paths import BrokerInfo
 from appliance.config import PLAINTEXT, SERVED_PROTOCOLS, BrokerConfig
+from appliance.protocol.connection import ClientConnection, Response
+from appliance.security.sasl import uses_sasl
+from appliance.security.sasl_client import SaslLoginFailed, exchange, login_of
 from appliance.security.tls import client_context, uses_tls
 
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
@@ -82,19 +85,26 @@ def endpoint_of(broker: BrokerInfo, listener: str) -> BrokerAddress:
 class BrokerConnector:
     """Opens connections to other brokers on the inter-broker listener ``listener``."""
 
-    def __init__(self, listener: str = PLAINTEXT, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(self, listener: str = PLAINTEXT, tls: ssl.SSLContext | None = None,
+                 sasl: tuple[str, str, str] | None = None) -> None:
         self.listener = listener.upper()
         self.tls = tls  # the client side of TLS, for a listener whose protocol uses it
+        self.sasl = sasl  # (mechanism, username, password) this broker logs in with
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> BrokerConnector:
         """Raises TlsError when the inter-broker listener uses TLS and its settings cannot be
         loaded (the supervisor checked them at start-up)."""
         inter = config.inter_broker_listener
-        tls = None
-        if any(ep.listener == inter and uses_tls(ep.security_protocol) for ep in config.listener_endpoints):
+        tls = sasl = None
+        ep = next((e for e in config.listener_endpoints if e.listener == inter), None)
+        if ep is not None and uses_tls(ep.security_protocol):
             tls = client_context(config)
-        return cls(inter, tls)
+        if ep is not None and uses_sasl(ep.security_protocol):
+            mechanism = config["sasl.mechanism.inter.broker.protocol"]
+            user, password = login_of(config.listener_value(inter, f"{mechanism.lower()}.sasl.jaas.config"))
+            sasl = (mechanism, user, password)
+        return cls(inter, tls, sasl)
 
     def _tls_for(self, addr: BrokerAddress) -> ssl.SSLContext | None:
         if not uses_tls(addr.security_protocol):
@@ -120,21 +130,78 @@ class BrokerConnector:
         tls = self._tls_for(addr)
         sock = socket.create_connection((addr.host, addr.port), timeout=timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if tls is not None:
-            try:
+        try:
+            if tls is not None:
                 sock = tls.wrap_socket(sock, server_hostname=addr.host)
-            except BaseException:
-                sock.close()
-                raise
+            if uses_sasl(addr.security_protocol):
+                self._login_blocking(sock, addr)
+        except BaseException:
+            sock.close()
+            raise
         return sock
+
+    def _sasl_for(self, addr: BrokerAddress) -> tuple[str, str, str]:
+        if self.sasl is None:
+            raise NoEndpoint(f"{addr} uses {addr.security_protocol}, but this broker has no "
+                             f"SASL login for its {self.listener} listener")
+        return self.sasl
+
+    def _login_blocking(self, sock: socket.socket, addr: BrokerAddress) -> None:
+        steps = exchange(*self._sasl_for(addr))
+        conn = ClientConnection("broker-login")
+        answer = None
+        try:
+            while True:
+                api_key, version, body = steps.send(answer)
+                _, frame = conn.send_request(api_key, version, body)
+                sock.sendall(frame)
+                while not isinstance(event := conn.next_event(), Response):
+                    data = sock.recv(65536)
+                    if not data:
+                        raise SaslLoginFailed(f"{addr} closed the connection during the SASL login")
+                    conn.receive_data(data)
+                answer = event.body
+        except StopIteration:
+            return
+
+    async def _login(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     addr: BrokerAddress) -> None:
+        steps = exchange(*self._sasl_for(addr))
+        conn = ClientConnection("broker-login")
+        answer = None
+        try:
+            while True:
+                api_key, version, body = steps.send(answer)
+                _, frame = conn.send_request(api_key, version, body)
+                writer.write(frame)
+                await writer.drain()
+                while not isinstance(event := conn.next_event(), Response):
+                    data = await asyncio.wait_for(reader.read(65536), TLS_HANDSHAKE_TIMEOUT_S)
+                    if not data:
+                        raise SaslLoginFailed(f"{addr} closed the connection during the SASL login")
+                    conn.receive_data(data)
+                answer = event.body
+        except StopIteration:
+            return
 
     async def open(self, broker: BrokerInfo | BrokerAddress, rcvbuf: int = -1
                    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """An asyncio stream pair to ``broker`` (TLS on a listener whose protocol uses it);
-        ``rcvbuf`` > 0 sets SO_RCVBUF (the replica
+        """An asyncio stream pair to ``broker``, with TLS and the SASL login its listener's
+        protocol asks for; ``rcvbuf`` > 0 sets SO_RCVBUF before connecting (the replica
         fetchers' replica.socket.receive.buffer.bytes; -1 keeps the OS default and its
         autotuning). Raises OSError (NoEndpoint included)."""
         addr = broker if isinstance(broker, BrokerAddress) else self.address(broker)
+        reader, writer = await self._connect(addr, rcvbuf)
+        if uses_sasl(addr.security_protocol):
+            try:
+                await self._login(reader, writer, addr)
+            except BaseException:
+                writer.close()
+                raise
+        return reader, writer
+
+    async def _connect(self, addr: BrokerAddress, rcvbuf: int
+                       ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         tls = self._tls_for(addr)
         secure = {} if tls is None else {"ssl": tls, "server_hostname": addr.host,
                                          "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}

@@ -42,6 +42,7 @@ from appliance.cluster.zk_paths import BROKER_DEFAULT, CONFIG_CHANGES
 from appliance.cluster.zk_store import ZkStore
 from appliance.config import ConfigError, TopicConfig
 from appliance.errors import ErrorCode
+from appliance.security.credentials import SCRAM_MECHANISMS, CredentialFile
 from appliance.shm.layout import MsgType
 from appliance.storage.log import partition_dir_name
 from appliance.storage.log_dir import read_topic_properties
@@ -52,7 +53,7 @@ log = logging.getLogger("appliance.cluster.config")
 
 CHANGE_EXPIRATION_MS = 15 * 60 * 1000  # Kafka's: a notification this old has been seen by all
 _PURGE_INTERVAL_MS = 60_000  # the expired notifications are looked for at most this often
-TOPICS, BROKERS = "topics", "brokers"
+TOPICS, BROKERS, USERS = "topics", "brokers", "users"
 
 
 def _seq(name: str) -> int:
@@ -68,6 +69,7 @@ class ConfigChanges:
         self.last_seq = -1
         self._wake = asyncio.Event()
         self._purged_ms = 0
+        self.credentials = CredentialFile(ctx.log_dirs[0])  # what the network workers read
 
     async def _zk(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
@@ -117,13 +119,37 @@ class ConfigChanges:
             await self.apply_topic(name)
         elif kind == BROKERS and name in (str(self.broker_id), BROKER_DEFAULT):
             await self.apply_broker_configs()
+        elif kind == USERS:
+            await self.apply_user(name)
 
     async def apply_all(self) -> None:
         await self.apply_broker_configs()
+        await self.apply_users()
         for topic in list(self.ctx.index.topics()):
             await self.apply_topic(topic)
 
     # -- applying -----------------------------------------------------------------------------
+    async def apply_user(self, user: str) -> None:
+        """A user's SCRAM credentials from ZooKeeper into the credentials file the network
+        workers authenticate against."""
+        config = await self._zk(self.store.user_config, user)
+        creds = {m: c for m, c in config.items() if m in SCRAM_MECHANISMS}
+        with self.credentials.locked() as users:
+            users[user] = creds
+        log.info("user %s: SCRAM credentials for %s", user, ", ".join(sorted(creds)) or "none")
+
+    async def apply_users(self) -> None:
+        """Every user of ZooKeeper into the credentials file, replacing what it held (a user
+        deleted while this broker was away is gone here too)."""
+        names = await self._zk(self.store.user_names)
+        found = {}
+        for name in names:
+            config = await self._zk(self.store.user_config, name)
+            creds = {m: c for m, c in config.items() if m in SCRAM_MECHANISMS}
+            if creds:
+                found[name] = creds
+        self.credentials.replace(found)
+
     async def apply_topic(self, topic: str) -> None:
         """ZooKeeper's overrides of ``topic`` to every disk worker holding it here whose saved
         overrides differ. A value ZooKeeper holds that we cannot parse is logged and skipped."""

@@ -52,6 +52,7 @@ from appliance.cluster.previous_session import close_previous_session, save_sess
 from appliance.cluster.reassignment_api import answer_alter_reassignments, answer_list_reassignments
 from appliance.cluster.registry import BrokerIdInUse
 from appliance.cluster.replication_throttle import ThrottleSettings, publish_leader_throttles
+from appliance.cluster.scram_users import alter_scram_body, describe_scram_body
 from appliance.cluster.topic_ids import TopicIds
 from appliance.cluster.wire_channel import WireChannel
 from appliance.cluster.zk_paths import split_chroot
@@ -81,6 +82,10 @@ from appliance.protocol.messages.cluster import (
     LeaderAndIsr,
     StopReplica,
     UpdateMetadata,
+)
+from appliance.protocol.messages.security import (
+    AlterUserScramCredentials,
+    DescribeUserScramCredentials,
 )
 from appliance.protocol.schema import ApiMessage
 from appliance.shm.layout import WorkerState, cluster_address, leaders_name, metadata_name
@@ -317,6 +322,10 @@ class ClusterWorker:
                 CreatePartitions, lambda r, h: create_partitions_body(lt, self.store, self.config, r)),
             DeleteTopics.API_KEY: (DeleteTopics, lambda r, h: delete_topics_body(self.store, self.config, r)),
             DescribeCluster.API_KEY: (DescribeCluster, lambda r, h: describe_cluster_body(lt, self.store, h.listener)),
+            DescribeUserScramCredentials.API_KEY: (
+                DescribeUserScramCredentials, lambda r, h: describe_scram_body(self.store, r)),
+            AlterUserScramCredentials.API_KEY: (
+                AlterUserScramCredentials, lambda r, h: alter_scram_body(self.store, r)),
         }
 
     async def _answer(self, head: Forwarded, frame: bytes) -> bytes:

@@ -161,6 +161,22 @@ class ZkStore:
         self._set_config(zp.broker_config_path(broker_id), config)
         self.announce_config_change(f"brokers/{broker_id}")
 
+    def user_names(self) -> list[str]:
+        return self._children("/config/users")
+
+    def user_config(self, user: str) -> dict[str, str]:
+        """A user's entity configs, ``/config/users/<user>`` (SCRAM credentials; {} when none)."""
+        path = f"/config/users/{user}"
+        try:
+            data, _ = self.client.get(path)
+        except NoNodeError:
+            return {}
+        return zp.decode_config(path, data)
+
+    def set_user_config(self, user: str, config: dict[str, str]) -> None:
+        self._set_config(f"/config/users/{user}", config)
+        self.announce_config_change(f"users/{user}")
+
     # -- config change notifications (/config/changes) ------------------------------------------
 
     def announce_config_change(self, entity_path: str) -> None:

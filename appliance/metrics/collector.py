@@ -207,7 +207,11 @@ class BrokerCollector(Collector):
                  "connections wait in the backlog)."),
                 ("muted_reads", "kafka_network_socketserver_mutedchannels",
                  "Connections muted (not read) because queued.max.request.bytes of requests "
-                 "were held unanswered.")):
+                 "were held unanswered."),
+                ("failed_authentications", "kafka_server_socketservermetrics_failedauthentication",
+                 "SASL authentications that failed (wrong credentials, unknown mechanism, bad state)."),
+                ("failed_handshakes", "kafka_server_socketservermetrics_failedtlshandshake",
+                 "TLS handshakes that failed or timed out (untrusted certificate, not TLS).")):
             yield CounterMetricFamily(name, doc, value=int(self._sum(field)[0]))
         yield GaugeMetricFamily("kafka_network_socketserver_memorypoolused", "Bytes of requests "
                                 "read and not yet answered, every network worker.",

@@ -115,6 +115,14 @@ class Recorder:
         """A connection closed at once: its address was at max.connections.per.ip."""
         self.w[_O["rejected_connections"]] += 1
 
+    def failed_authentication(self) -> None:
+        """A SASL exchange failed (a wrong password, an unknown mechanism, a bad state)."""
+        self.w[_O["failed_authentications"]] += 1
+
+    def failed_handshake(self) -> None:
+        """A TLS handshake failed or timed out."""
+        self.w[_O["failed_handshakes"]] += 1
+
     def delayed_accept(self) -> None:
         """Accepting paused: the broker held max.connections."""
         self.w[_O["delayed_accepts"]] += 1

@@ -193,6 +193,14 @@ class ServerConnection(_Connection):
             return None
         return memoryview(data)[pos + 4:end]
 
+    def next_raw_frame(self) -> Any:
+        """The next frame's payload as bytes, undecoded (SASL tokens after a v0 SaslHandshake
+        travel as bare size-prefixed frames), NEED_DATA, or PEER_CLOSED."""
+        frame = self._next_frame()
+        if frame is None:
+            return PEER_CLOSED if self.state is ConnectionState.CLOSED else NEED_DATA
+        return bytes(frame)
+
     def next_event(self) -> Any:
         """The next Request / RejectedRequest event, NEED_DATA, or PEER_CLOSED.
 

@@ -230,3 +230,10 @@ def check_tls(config: Any) -> None:
     inter = config.inter_broker_listener
     if any(ep.listener == inter and uses_tls(ep.security_protocol) for ep in config.listener_endpoints):
         client_context(config)
+    if any(ep.listener == inter and ep.security_protocol.startswith("SASL_") for ep in config.listener_endpoints):
+        from appliance.security.sasl_client import login_of
+        mechanism = config["sasl.mechanism.inter.broker.protocol"]
+        try:
+            login_of(config.listener_value(inter, f"{mechanism.lower()}.sasl.jaas.config"))
+        except ValueError as e:
+            raise TlsError(f"listener.name.{inter.lower()}.{mechanism.lower()}.sasl.jaas.config: {e}") from None

@@ -1,8 +1,10 @@
 """Three real brokers whose inter-broker listener is TLS with mutual authentication (INTERNAL,
-SSL, ssl.client.auth=required, host names checked), clients on a PLAINTEXT listener: topics of
-RF 1, 2 and 3 replicate (acks=all through every broker), a SIGKILLed leader fails over with no
-acknowledged record lost, and a reassignment moves a replica, every byte between brokers over
-TLS."""
+SSL, ssl.client.auth=required, host names checked), or SASL_SSL with the brokers logging in to
+each other with PLAIN; clients on a PLAINTEXT listener: topics of RF 1, 2 and 3 replicate
+(acks=all through every broker), a SIGKILLed leader fails over with no acknowledged record lost,
+and a reassignment moves a replica, every byte between brokers over TLS. On SASL_SSL, SCRAM
+credentials made through one broker let a client log in on every broker (ZooKeeper's
+/config/users, mirrored by each)."""
 
 from __future__ import annotations
 
@@ -37,8 +39,13 @@ def zk_server(tmp_path_factory):
         yield server
 
 
-@pytest.fixture(scope="module")
-def cluster(zk_server, tmp_path_factory):
+INTER_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" '
+              'password="broker-secret" user_broker="broker-secret";')
+
+
+@pytest.fixture(scope="module", params=["SSL", "SASL_SSL"])
+def cluster(zk_server, tmp_path_factory, request):
+    inter = request.param
     root = tmp_path_factory.mktemp("inter-broker-tls")
     ca = Authority()
     ca_file = ca.write(root / "ca.pem")
@@ -49,10 +56,14 @@ def cluster(zk_server, tmp_path_factory):
         keystore, _, _ = ca.issue(name(O="appliance", CN=f"broker{i}"), hosts=("127.0.0.1",)).write(root, f"b{i}")
         brokers[i] = cluster_broker(root / f"b{i}", connect, i, port=ext, overrides={
             "listeners": f"EXTERNAL://127.0.0.1:{ext},INTERNAL://127.0.0.1:{internal}",
-            "listener.security.protocol.map": "EXTERNAL:PLAINTEXT,INTERNAL:SSL",
+            "listener.security.protocol.map": f"EXTERNAL:PLAINTEXT,INTERNAL:{inter}",
             "inter.broker.listener.name": "INTERNAL",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "listener.name.internal.plain.sasl.jaas.config": INTER_JAAS,
             "ssl.keystore.location": str(keystore), "ssl.truststore.location": str(ca_file),
-            "ssl.client.auth": "required", "ssl.endpoint.identification.algorithm": "https",
+            # SSL: the brokers know each other by certificate; SASL_SSL: by their PLAIN login
+            "ssl.client.auth": "required" if inter == "SSL" else "none",
+            "ssl.endpoint.identification.algorithm": "https",
             "replica.lag.time.max.ms": "3000", "offsets.topic.num.partitions": "3",
             "offsets.topic.replication.factor": "3", "auto.leader.rebalance.enable": "false"})
     try:
@@ -62,7 +73,7 @@ def cluster(zk_server, tmp_path_factory):
         admin = AdminClient({"bootstrap.servers": boot})
         for t, rf in TOPICS.items():
             admin.create_topics([NewTopic(t, 3, rf)])[t].result(60)
-        yield brokers, ports, boot
+        yield brokers, ports, boot, inter, ca_file
     finally:
         kill_brokers(b for b in brokers.values() if b.proc is not None)
 
@@ -102,7 +113,7 @@ def _leaders(boot: str, topic: str) -> dict[int, tuple[int, list[int], list[int]
 
 
 def test_replication_of_rf_1_2_3_through_every_broker_over_tls(cluster):
-    brokers, ports, _ = cluster
+    brokers, ports, _, _, _ = cluster
     for i, (ext, _) in ports.items():  # requests through every broker
         for t in TOPICS:
             _produce(f"127.0.0.1:{ext}", t, [f"{t}-via-{i}-{n}".encode() for n in range(50)])
@@ -125,7 +136,7 @@ def test_replication_of_rf_1_2_3_through_every_broker_over_tls(cluster):
 
 
 def test_failover_and_reassignment_over_tls(cluster, tmp_path):
-    brokers, ports, boot = cluster
+    brokers, ports, boot, _, _ = cluster
     topic = "tls-rf3"
     before = _consume_all(boot, topic)
     leader = _leaders(boot, topic)[0][0]
@@ -155,3 +166,27 @@ def test_failover_and_reassignment_over_tls(cluster, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     wait_for(lambda: _leaders(boot, "tls-rf1")[0][1] == [new], 90, "the replica moved")
     assert log_bytes(brokers[new], "tls-rf1", 0) == before_move
+
+
+def test_scram_users_made_on_one_broker_log_in_on_every_broker(cluster):
+    brokers, ports, boot, inter, ca_file = cluster
+    if inter != "SASL_SSL":
+        pytest.skip("the SSL cluster has no SASL listener")
+    r = appliance("configs", "--bootstrap-server", f"127.0.0.1:{ports[1][0]}", "--alter", "--entity-type",
+                  "users", "--entity-name", "zoe", "--add-config", "SCRAM-SHA-512=[password=zoe-secret]")
+    assert r.returncode == 0, r.stderr
+
+    def logs_in(port: int) -> bool:
+        conf = {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_SSL",
+                "ssl.ca.location": str(ca_file), "sasl.mechanism": "SCRAM-SHA-512",
+                "sasl.username": "zoe", "sasl.password": "zoe-secret"}
+        try:
+            AdminClient(conf).list_topics(timeout=3)
+            return True
+        except Exception:
+            return False
+    for i in brokers:
+        wait_for(lambda i=i: logs_in(ports[i][1]), 10, f"zoe logging in on broker {i}", step=0.2)
+    r = appliance("configs", "--bootstrap-server", f"127.0.0.1:{ports[3][0]}", "--describe",
+                  "--entity-type", "users", "--entity-name", "zoe")
+    assert "SCRAM-SHA-512=iterations=4096" in r.stdout, r.stderr

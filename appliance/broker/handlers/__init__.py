@@ -48,6 +48,7 @@ from appliance.broker.handlers import (
     one_broker_controller,
     produce,
     producer_id,
+    sasl,
     topics,
 )
 from appliance.broker.handlers.answer import CloseConnection, encode
@@ -86,6 +87,12 @@ from appliance.protocol.messages import (
     OffsetFetch,
     Produce,
     SyncGroup,
+)
+from appliance.protocol.messages.security import (
+    AlterUserScramCredentials,
+    DescribeUserScramCredentials,
+    SaslAuthenticate,
+    SaslHandshake,
 )
 
 __all__ = ["ROUTES", "Route", "Served", "table_for", "served", "TASK_FREE", "run", "start"]
@@ -146,6 +153,10 @@ ROUTES: dict[int, Route] = {
     ListGroups.API_KEY: _group(groups.list_groups),
     DescribeGroups.API_KEY: _group(groups.describe_groups),
     DeleteGroups.API_KEY: _group(groups.delete_groups),
+    SaslHandshake.API_KEY: _both(sasl.handshake_refused),
+    SaslAuthenticate.API_KEY: _both(sasl.authenticate_refused),
+    DescribeUserScramCredentials.API_KEY: Route(sasl.describe_scram, inter_broker.forward),
+    AlterUserScramCredentials.API_KEY: Route(sasl.alter_scram, inter_broker.forward),
     LEADER_AND_ISR: Route(None, inter_broker.forward),
     STOP_REPLICA: Route(None, inter_broker.forward),
     UPDATE_METADATA: Route(None, inter_broker.forward),

@@ -40,6 +40,12 @@ from appliance.protocol.messages.reassignments import (
     AlterPartitionReassignments,
     ListPartitionReassignments,
 )
+from appliance.protocol.messages.security import (
+    AlterUserScramCredentials,
+    DescribeUserScramCredentials,
+    SaslAuthenticate,
+    SaslHandshake,
+)
 
 __all__ = [
     "ApiVersions", "Metadata", "Produce", "Fetch", "ListOffsets", "InitProducerId",
@@ -49,4 +55,5 @@ __all__ = [
     "IncrementalAlterConfigs", "OffsetDelete", "DeleteRecords", "AlterReplicaLogDirs",
     "DescribeLogDirs", "DescribeCluster", "DescribeProducers", "ElectLeaders",
     "AlterPartitionReassignments", "ListPartitionReassignments",
+    "SaslHandshake", "SaslAuthenticate", "DescribeUserScramCredentials", "AlterUserScramCredentials",
 ]
