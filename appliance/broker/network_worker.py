@@ -713,6 +713,11 @@ class KafkaConnection(asyncio.Protocol):
             self._written([timing])
         self._flush_ready()
 
+    def abort(self, reason: str) -> None:
+        """Close once the answers already owed are written (an acks=0 produce that failed)."""
+        log.info("closing connection from %s: %s", self._peer(), reason)
+        self._close_after_responses()
+
     def _close_after_responses(self) -> None:
         """Stop reading; answer the requests already accepted, then close (a bad frame or a
         half-close after valid pipelined requests must not swallow their answers)."""

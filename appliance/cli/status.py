@@ -58,6 +58,8 @@ def render(s: dict[str, Any]) -> Any:
     head = Text(f"broker {b['id']}  port {b['port']}  shm {b['shm']}  supervisor pid {sup['pid']}"
                 f" ({'alive' if sup['alive'] else 'GONE'})  partitions {b['partitions']}  "
                 f"{s['messages_per_s']:.1f} msg/s", style="bold")
+    listeners = Text("listeners " + "  ".join(f"{ep['name']} {ep['address']} ({ep['security_protocol']})"
+                                               for ep in b.get("listeners", [])))
     w = Table(title="workers", title_justify="left", expand=False)
     for col in ("kind", "#", "pid", "state", "heartbeat", "cpu %", "rss", "fds"):
         w.add_column(col, justify="right" if col not in ("kind", "state") else "left")
@@ -79,7 +81,7 @@ def render(s: dict[str, Any]) -> Any:
     for x in s["top_partitions"]:
         p.add_row(x["topic"], str(x["partition"]), str(x["disk"]), x["state"], f"{x['messages_per_s']:.1f}",
                   str(x["log_end_offset"]), str(x["high_watermark"]), str(x["log_start_offset"]))
-    parts = [head, w, d, p]
+    parts = [head, listeners, w, d, p]
     if "groups" in s:
         if s["groups"] is None:
             parts.append(Text(f"groups: not available ({s['groups_error']})", style="yellow"))

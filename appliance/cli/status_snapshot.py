@@ -150,6 +150,10 @@ class StatusReader:
         out: dict[str, Any] = {
             "broker": {"id": t.broker_id, "shm": self.name, "layout_version": LAYOUT_VERSION,
                        "port": t.port, "supervisor": sup, "partitions": len(rows),
+                       # each listener with its security protocol, as the broker was configured
+                       "listeners": [{"name": e.listener, "address": f"{e.host}:{e.port}",
+                                      "security_protocol": e.security_protocol}
+                                     for e in self.config.listener_endpoints],
                        "interval_s": round(elapsed, 3)},
             "workers": workers, "disks": disks,
             "top_partitions": rows[:top],

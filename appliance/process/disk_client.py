@@ -36,6 +36,7 @@ from appliance.shm.layout import (
     EPOCH_RESULT,
     NO_COMPLETION_AT_ACKS_0,
     REQUEST,
+    MsgType,
     WorkerState,
 )
 from appliance.shm.partition_table import PartitionTable
@@ -46,6 +47,10 @@ log = logging.getLogger(__name__)
 __all__ = ["DiskClient", "Completion", "EpochResult", "epoch_result"]
 
 _REQ = REQUEST.struct  # type: ignore[attr-defined]
+# acks=0 produces remembered for a failure answer (the disk worker answers only those): enough for
+# every acks=0 request a disk takes in far longer than it takes to fail one; an older one that
+# fails goes unheard (its connection stays open), as it always did
+ACKS0_REMEMBERED = 65536
 _COMP = COMPLETION.struct  # type: ignore[attr-defined]
 
 
@@ -104,6 +109,7 @@ class DiskClient:
         self._ids = itertools.count(time.monotonic_ns())
         # request id -> (on_done, its token, disk): on_done(token, completion) answers it
         self._pending: dict[int, tuple[Callable[[Any, Completion], None], Any, int]] = {}
+        self._acks0: dict[int, tuple[Callable[[Any, Completion], None], Any, int]] = {}  # insertion order
         self._incarnations = [self._incarnation(d) for d in range(plumbing.num_disks)]
         self._to_ring: set[int] = set()
         self._batching = False
@@ -150,6 +156,8 @@ class DiskClient:
         not take requests now (starting, dead) answers NOT_LEADER_OR_FOLLOWER, retriable, on
         the loop's next pass, never inside this call."""
         answered = not (acks == 0 and msg_type in NO_COMPLETION_AT_ACKS_0)
+        # an acks=0 produce is answered only if it fails: its on_done is kept among the recent ones
+        failures_only = not answered and on_done is not None and msg_type == MsgType.PRODUCE
         fut = None
         if on_done is None and answered:
             fut = asyncio.get_running_loop().create_future()
@@ -162,6 +170,11 @@ class DiskClient:
         header = _REQ.pack(request_id, slot, acks, 0, timeout_ms, stamp_us)
         if answered:
             self._pending[request_id] = (on_done, token, disk)
+        elif failures_only:
+            recent = self._acks0
+            recent[request_id] = (on_done, token, disk)
+            if len(recent) > ACKS0_REMEMBERED:
+                del recent[next(iter(recent))]  # the oldest: long appended, or failed unheard
         if not self._overflow[disk] and self.channels[disk].requests.put(msg_type, header, *payload):
             if ring_now and not self._batching:
                 ring_doorbell(self.plumbing.disk_bells[disk])
@@ -244,6 +257,8 @@ class DiskClient:
                 del payload
                 ring.release()
                 entry = self._pending.pop(request_id, None)
+                if entry is None and self._acks0:
+                    entry = self._acks0.pop(request_id, None)
                 if entry is not None:
                     self._deliver(entry, _tuple_new(Completion, (err, base, lat, log_start, body)))
         for d, overflow in enumerate(self._overflow):

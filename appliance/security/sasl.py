@@ -9,19 +9,22 @@ answer). A SaslHandshake on a COMPLETE connection starts a re-authentication (KI
 must end with the same principal.
 
 Mechanisms: PLAIN (users of the listener's JAAS line; passwords compared in constant time) and
-SCRAM-SHA-256/512 through ``scramp`` (RFC 5802/7677; the server holds only StoredKey and
-ServerKey). Every step costs a bounded amount of CPU: no password is hashed on the server, and a
+SCRAM-SHA-256/512 (RFC 5802/7677 with Kafka's acceptance rules, see ``_Scram``; the server holds
+only StoredKey and ServerKey; ``scramp`` is the client side, ``security/sasl_client.py``). Every step costs a bounded amount of CPU: no password is hashed on the server, and a
 token larger than MAX_TOKEN fails the exchange.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import hmac
+import secrets
 from collections.abc import Callable
 from typing import Any
 
 from appliance.errors import ErrorCode
-from appliance.security.credentials import ScramCredential
+from appliance.security.credentials import SCRAM_MECHANISMS, ScramCredential
 
 __all__ = ["SaslAuthenticator", "HANDSHAKE", "AUTHENTICATE", "COMPLETE", "FAILED", "MAX_TOKEN", "uses_sasl"]
 
@@ -69,35 +72,81 @@ def _saslname(name: str) -> str:
 
 
 class _Scram:
-    def __init__(self, mechanism: str, lookup: Callable[[str, str], ScramCredential | None]) -> None:
-        import scramp
+    """RFC 5802's server side, with Kafka's acceptance rules: the client-final nonce must END
+    with the server-first nonce (Kafka's ScramSaslServer), which librdkafka 2.0.x relies on (it
+    sends its own nonce again in front). scramp's server insists on equality, so the exchange is
+    written here over hashlib/hmac; the arithmetic is the RFC's (StoredKey = H(ClientKey),
+    ClientKey = ClientProof XOR HMAC(StoredKey, AuthMessage))."""
 
+    def __init__(self, mechanism: str, lookup: Callable[[str, str], ScramCredential | None]) -> None:
+        self.mechanism = mechanism
+        self.hash = SCRAM_MECHANISMS[mechanism][1]
+        self.lookup = lookup
         self.user: str | None = None
         self._stage = 0
 
-        def auth_info(username: str) -> tuple[bytes, bytes, bytes, int]:
-            name = _saslname(username)
-            cred = lookup(name, mechanism)
-            if cred is None:
-                raise _AuthFailed(_FAILED, f"no {mechanism} credential for user {name[:64]!r}")
-            self.user = name
-            return cred.salt, cred.stored_key, cred.server_key, cred.iterations
-
-        self._server = scramp.ScramMechanism(mechanism).make_server(auth_info)
-
     def step(self, token: bytes) -> tuple[bool, bytes]:
-        from scramp import ScramException
-
         try:
             text = token.decode("utf-8")
-            if self._stage == 0:
-                self._stage = 1
-                self._server.set_client_first(text)
-                return False, self._server.get_server_first().encode()
-            self._server.set_client_final(text)
-            return True, self._server.get_server_final().encode()
-        except (ScramException, UnicodeDecodeError, ValueError) as e:
-            raise _AuthFailed(_FAILED, f"SCRAM: {e}") from None
+        except UnicodeDecodeError:
+            raise _AuthFailed(_FAILED, "SCRAM: a message that is not UTF-8") from None
+        if self._stage == 0:
+            self._stage = 1
+            return False, self._first(text)
+        if self._stage != 1:
+            raise _AuthFailed(_FAILED, "SCRAM: a message after the exchange ended")
+        self._stage = 2
+        return True, self._final(text)
+
+    def _first(self, text: str) -> bytes:
+        gs2_flag, _, rest = text.partition(",")
+        authzid, _, bare = rest.partition(",")
+        if gs2_flag not in ("n", "y") or authzid and not authzid.startswith("a="):
+            raise _AuthFailed(_FAILED, "SCRAM: channel binding or a malformed GS2 header")
+        attrs = _attributes(bare)
+        if "n" not in attrs or "r" not in attrs or not attrs["r"]:
+            raise _AuthFailed(_FAILED, "SCRAM: client-first-message without a user or a nonce")
+        name = _saslname(attrs["n"])
+        cred = self.lookup(name, self.mechanism)
+        if cred is None:
+            raise _AuthFailed(_FAILED, f"no {self.mechanism} credential for user {name[:64]!r}")
+        self.user, self._cred = name, cred
+        self._gs2 = f"{gs2_flag},{authzid},"
+        self._nonce = attrs["r"] + secrets.token_urlsafe(24)
+        self._client_first_bare = bare
+        self._server_first = (f"r={self._nonce},s={base64.b64encode(cred.salt).decode()},"
+                              f"i={cred.iterations}")
+        return self._server_first.encode()
+
+    def _final(self, text: str) -> bytes:
+        without_proof, sep, proof_b64 = text.rpartition(",p=")
+        attrs = _attributes(without_proof)
+        if not sep or attrs.get("c") != base64.b64encode(self._gs2.encode()).decode():
+            raise _AuthFailed(_FAILED, "SCRAM: client-final-message without a proof or with another channel binding")
+        if not attrs.get("r", "").endswith(self._nonce):
+            raise _AuthFailed(_FAILED, "SCRAM: the client-final nonce does not end with the server's")
+        try:
+            proof = base64.b64decode(proof_b64, validate=True)
+        except ValueError:
+            raise _AuthFailed(_FAILED, "SCRAM: the proof is not Base64") from None
+        auth = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
+        signature = hmac.new(self._cred.stored_key, auth, self.hash).digest()
+        if len(proof) != len(signature):
+            raise _AuthFailed(_FAILED, "SCRAM: a proof of the wrong length")
+        client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
+        if not hmac.compare_digest(hashlib.new(self.hash, client_key).digest(), self._cred.stored_key):
+            raise _AuthFailed(_FAILED, "SCRAM: the client proof is wrong")
+        server_signature = hmac.new(self._cred.server_key, auth, self.hash).digest()
+        return b"v=" + base64.b64encode(server_signature)
+
+
+def _attributes(text: str) -> dict[str, str]:
+    out = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        if sep and len(key) == 1:
+            out.setdefault(key, value)
+    return out
 
 
 class SaslAuthenticator:

@@ -57,3 +57,19 @@ def test_good_partitions_of_a_refused_request_are_still_written(module_broker, t
     with RawConnection(module_broker.port) as c:
         resp = c.request(Produce.API_KEY, 7, produce_body(topic, 0, _records(7), acks=1))
         assert resp.responses[0].partition_responses[0].base_offset == 1  # offset 0: the acks=0 record
+
+
+@pytest.mark.parametrize("version", [0, 7])
+def test_acks_0_produce_the_disk_worker_refuses_closes_the_connection(module_broker, topic, version):
+    """A failure only the disk worker finds (a corrupt CRC) closes the connection too: the disk
+    worker answers an acks=0 produce only when it fails."""
+    records = bytearray(_records(version))
+    records[-1] ^= 0xFF  # the value's last byte: the CRC no longer matches
+    with RawConnection(module_broker.port) as c:
+        assert c.request(Metadata.API_KEY, 1, {"topics": [{"name": topic}]}).topics[0].name == topic
+        assert c.request(Produce.API_KEY, version, produce_body(topic, 0, bytes(records), acks=0)) is None
+        assert c.closed_by_peer(10)
+    # and a good acks=0 produce after it still leaves its connection open
+    with RawConnection(module_broker.port) as c:
+        assert c.request(Produce.API_KEY, version, produce_body(topic, 0, _records(version), acks=0)) is None
+        assert not c.closed_by_peer(1)

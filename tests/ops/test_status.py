@@ -99,6 +99,8 @@ def test_status_json_during_load(broker2):
     assert s["broker"]["layout_version"] == LAYOUT_VERSION
     assert s["broker"]["supervisor"]["pid"] == b.proc.pid and s["broker"]["supervisor"]["alive"]
     assert s["broker"]["partitions"] >= 4
+    assert s["broker"]["listeners"] == [{"name": "PLAINTEXT", "address": f"127.0.0.1:{b.port}",
+                                         "security_protocol": "PLAINTEXT"}]
     # workers: two disk workers, two network workers, each the real process
     ws = s["workers"]
     assert [(w["kind"], w["index"]) for w in ws] == [("disk", 0), ("disk", 1), ("network", 0), ("network", 1)]

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from appliance.errors import ErrorCode, KafkaError
-from appliance.shm.layout import COMPLETION, NO_COMPLETION_AT_ACKS_0, REQUEST
+from appliance.shm.layout import COMPLETION, NO_COMPLETION_AT_ACKS_0, REQUEST, MsgType
 
 __all__ = ["Requests", "NotHere", "Handler", "NOTHING", "with_error"]
 
@@ -87,7 +87,9 @@ class Requests:
         except Exception:
             log.exception("request type %d for slot %d failed", msg_type, slot)
             error = ErrorCode.UNKNOWN_SERVER_ERROR
-        if acks == 0 and msg_type in NO_COMPLETION_AT_ACKS_0:
+        if acks == 0 and msg_type in NO_COMPLETION_AT_ACKS_0 and not (error and msg_type == MsgType.PRODUCE):
+            # an acks=0 produce is answered only when it failed: its connection then closes
+            # (0.8.2's rule; the network worker keeps the recent acks=0 request ids for it)
             return None
         if error:
             answer = NOTHING

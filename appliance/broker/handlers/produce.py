@@ -142,6 +142,13 @@ def _failed(m: Any, outs: Any) -> None:
             m.failed_produce()
 
 
+def _acks0_failed(conn: Any, comp: Completion) -> None:
+    """The disk worker refused an acks=0 produce: as 0.8.2's broker, close the connection once
+    the answers already owed are written."""
+    if comp.error_code:
+        conn.abort(f"acks=0 produce failed: {ErrorCode(comp.error_code).name}")
+
+
 def start(ctx: BrokerContext, request: Request, answer: asyncio.Future, conn: Any) -> None:
     """Produce without a task: every partition goes on its disk ring now; the answer is set
     from the doorbell that brings the last completion (acks=0: at once, with no response).
@@ -180,14 +187,17 @@ def start(ctx: BrokerContext, request: Request, answer: asyncio.Future, conn: An
     pending.waiting = len(submits) if acks != 0 else 0
     submit = ctx.disks.submit
     done, timeout_ms = pending.partition_done, body.timeout_ms
+    if acks == 0:  # answered only on a failure the disk worker found: the connection closes
+        done, out_token = _acks0_failed, conn
     for info, records, out in submits:
         submit(info.disk, MsgType.PRODUCE, info.slot, records, acks=acks, timeout_ms=timeout_ms,
-               on_done=done, token=out, stamp_us=stamp)
+               on_done=done, token=out if acks else out_token, stamp_us=stamp)
     if acks == 0:
         if len(submits) < len(results):
             # 0.8.2's KafkaApis: an acks=0 producer hears of a failure only as its connection
             # closing (after the answers before this request; the good partitions are appended).
-            # Only refusals found here close it: the disk worker sends no completion at acks=0.
+            # A failure the disk worker finds (a bad CRC, a record too large) closes it later,
+            # from its completion (_acks0_failed).
             pending.answer.set_exception(CloseConnection("acks=0 produce failed: " + _refused(topics, results)))
             ctx.wakeups.answer_ready(conn)
         else:
