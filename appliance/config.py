@@ -29,7 +29,7 @@ from appliance.records.format_version import check_format_version
 __all__ = [
     "ConfigError", "ConfigKey", "TopicKey", "BROKER_KEYS", "TOPIC_KEYS", "BrokerConfig",
     "TopicConfig", "parse_properties", "render_server_properties", "validate_topic_name",
-    "LONG_MAX", "INT_MAX", "NO_EFFECT", "CLUSTER_KEYS", "KAFKA_ONLY_KEYS", "parse_ip_overrides",
+    "LONG_MAX", "INT_MAX", "NO_EFFECT", "KAFKA_ONLY_KEYS", "parse_ip_overrides",
     "parse_cpu_list", "Endpoint", "PLAINTEXT", "SECURITY_PROTOCOLS", "SERVED_PROTOCOLS",
     "parse_protocol_map",
 ]
@@ -364,8 +364,11 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("max.connections.per.ip.overrides", "string", "", "Per-address limits, host:n,host:n (hosts are resolved at start).", _ip_overrides),
     # Kafka's is per broker (one memory pool); ours is per network worker, each its own process
     ConfigKey("queued.max.request.bytes", "long", -1, "Bytes of requests a network worker holds read but unanswered before it stops reading sockets (-1: no limit).", _minus_one_or_positive),
-    ConfigKey("queued.max.requests", "int", 500, "Requests queued per network worker before it stops reading sockets.", at_least(1)),
-    ConfigKey("fetch.max.bytes", "int", 57671680, "Largest fetch response the broker builds.", at_least(1024)),
+    # Kafka's is per broker (its request queue); ours per network worker, and a connection
+    # with no request waiting is still read (appliance/broker/request_queue.py says why)
+    ConfigKey("queued.max.requests", "int", 500, "Requests a network worker holds read but unanswered before it stops reading the connections that have one waiting.", at_least(1)),
+    ConfigKey("connections.max.idle.ms", "long", 600000, "Close a client connection after this long with nothing read or written and no request waiting (-1: never).", _minus_one_or_positive),
+    ConfigKey("fetch.max.bytes", "int", 57671680, "Largest fetch response the broker builds, whatever a request asks for (a first batch larger than it still goes out whole).", at_least(1024)),
     ConfigKey("log.segment.bytes", "int", 1073741824, "Segment file size before a roll.", at_least(14)),
     ConfigKey("log.roll.ms", "long", None, "Time before a segment is rolled; wins over log.roll.hours."),
     ConfigKey("log.roll.hours", "int", 168, "Time before a segment is rolled, in hours.", at_least(1)),
@@ -381,8 +384,9 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("log.index.interval.bytes", "int", 4096, "Log bytes between two offset index entries.", at_least(0)),
     ConfigKey("log.flush.interval.messages", "long", LONG_MAX, "Messages appended before a forced fsync.", at_least(1)),
     ConfigKey("log.flush.interval.ms", "long", None, "Time a message may stay unflushed; defaults to log.flush.scheduler.interval.ms.", at_least(0)),
-    ConfigKey("log.flush.scheduler.interval.ms", "long", LONG_MAX, "How often the flush policy is checked.", at_least(0)),
+    ConfigKey("log.flush.scheduler.interval.ms", "long", LONG_MAX, "How often the log flusher applies the time rule (log.flush.interval.ms, a topic's flush.ms) to every partition; at the default, as in Kafka, never (log.flush.interval.messages is checked at each append).", at_least(0)),
     ConfigKey("log.flush.offset.checkpoint.interval.ms", "int", 60000, "How often the recovery point checkpoint is written.", at_least(0)),
+    ConfigKey("replica.high.watermark.checkpoint.interval.ms", "long", 5000, "How often each log dir's high watermark checkpoint (replication-offset-checkpoint) is written.", at_least(1)),
     ConfigKey("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, "How often the log start offset checkpoint is written.", at_least(0)),
     ConfigKey("log.segment.delete.delay.ms", "long", 60000, "Delay before a .deleted segment is removed from disk.", at_least(0)),
     ConfigKey("log.preallocate", "bool", False, "Reserve disk blocks ahead of the active segment's end on every append: ours reserves 8 MiB past the end and leaves the file's size unchanged (Kafka's reserves whole segments). When off, blocks are reserved only ahead of appends of 256 KiB or more, and given back when the segment idles."),
@@ -395,10 +399,12 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     # Kafka's throttle of the copy into a future replica (AlterReplicaLogDirs); no limit by default
     ConfigKey("replica.alter.log.dirs.io.max.bytes.per.second", "long", LONG_MAX, "Bytes per second a disk worker copies into a partition moving onto its log dir.", at_least(1)),
     ConfigKey("log.cleaner.enable", "bool", True, "Run the log cleaner (needed for compacted topics)."),
-    ConfigKey("log.cleaner.threads", "int", 1, "Cleaner threads.", at_least(0)),
+    # Kafka's cleaner threads; here one disk worker per log dir steps its passes in turn
+    ConfigKey("log.cleaner.threads", "int", 1, "Partitions of a log dir in a cleaning pass at once, their steps taking turns in the disk worker (Kafka: cleaner threads); 0 turns the cleaner off.", at_least(0)),
     ConfigKey("log.cleaner.io.max.bytes.per.second", "double", DOUBLE_MAX, "Cleaner I/O throttle."),
-    ConfigKey("log.cleaner.dedupe.buffer.size", "long", 134217728, "Memory for the cleaner's offset map.", at_least(0)),
-    ConfigKey("log.cleaner.io.buffer.size", "int", 524288, "Cleaner read/write buffer size.", at_least(0)),
+    ConfigKey("log.cleaner.dedupe.buffer.size", "long", 134217728, "Memory for the cleaner's offset maps of a log dir, split between its log.cleaner.threads passes.", at_least(0)),
+    ConfigKey("log.cleaner.io.buffer.size", "int", 524288, "Bytes the cleaner reads from a segment at a time, split between its log.cleaner.threads passes (at least 4 KiB each).", at_least(0)),
+    ConfigKey("log.cleaner.io.buffer.load.factor", "double", 0.9, "How full the cleaner's offset map may get: it holds log.cleaner.dedupe.buffer.size / 24 bytes per entry times this many keys.", between(0, 1)),
     ConfigKey("log.cleaner.backoff.ms", "long", 15000, "Cleaner sleep when there is nothing to clean.", at_least(0)),
     ConfigKey("log.cleaner.min.cleanable.ratio", "double", 0.5, "Dirty ratio above which a log is cleaned.", between(0, 1)),
     ConfigKey("log.cleaner.delete.retention.ms", "long", 86400000, "How long tombstones are kept in compacted topics.", at_least(0)),
@@ -408,10 +414,12 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("num.recovery.threads.per.data.dir", "int", 8, "Threads per log dir (in its disk worker) opening and recovering partitions at start: the time is mostly disk waits.", at_least(1)),
     ConfigKey("offsets.topic.num.partitions", "int", 50, "Partitions of __consumer_offsets.", at_least(1)),
     ConfigKey("offsets.topic.replication.factor", "int", 3, "Replication factor of __consumer_offsets (capped at the live broker count).", at_least(1)),
-    ConfigKey("offsets.topic.segment.bytes", "int", 104857600, "Segment size of __consumer_offsets.", at_least(1)),
+    ConfigKey("offsets.topic.segment.bytes", "int", 104857600, "Segment size of __consumer_offsets (set when it is created).", at_least(1)),
     ConfigKey("offsets.topic.retention.minutes", "int", None, "0.8.2 documentation's name of offsets.retention.minutes.", at_least(1)),
     ConfigKey("offsets.retention.minutes", "int", 10080, "How long committed offsets of an empty group are kept.", at_least(1)),
-    ConfigKey("offsets.retention.check.interval.ms", "long", 600000, "How often stale offsets are removed.", at_least(1)),
+    ConfigKey("offsets.retention.check.interval.ms", "long", 600000, "How often the group coordinator looks for expired offsets.", at_least(1)),
+    ConfigKey("offset.metadata.max.bytes", "int", 4096, "Largest metadata string an offset commit may carry (OFFSET_METADATA_TOO_LARGE past it).", at_least(0)),
+    ConfigKey("offsets.load.buffer.size", "int", 5242880, "Bytes of __consumer_offsets read per step while a coordinator loads its groups (between two rounds of its disk worker).", at_least(1)),
     ConfigKey("offsets.commit.timeout.ms", "int", 5000, "Cluster mode: how long a group write waits to be replicated to the ISR before it fails (a standalone broker answers once appended).", at_least(1)),
     ConfigKey("group.initial.rebalance.delay.ms", "int", 3000, "Wait for more members before the first rebalance of a group."),
     ConfigKey("group.min.session.timeout.ms", "int", 6000, "Smallest session timeout a consumer may ask for."),
@@ -422,9 +430,15 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("replica.lag.time.max.ms", "long", 30000, "A follower not caught up for this long leaves the ISR."),
     ConfigKey("replica.fetch.max.bytes", "int", 1048576, "Bytes a follower fetches per partition.", at_least(0)),
     ConfigKey("replica.fetch.wait.max.ms", "int", 500, "Long-poll time of follower fetches."),
-    ConfigKey("num.replica.fetchers", "int", 1, "Replica fetcher threads per source broker.", at_least(1)),
+    ConfigKey("num.replica.fetchers", "int", 1, "Replica fetchers (each its own connection) per leader broker; a partition goes to one by the hash of its topic and number, as in Kafka.", at_least(1)),
+    ConfigKey("replica.fetch.min.bytes", "int", 1, "Bytes a follower's fetch waits for at the leader (up to replica.fetch.wait.max.ms).", at_least(1)),
+    ConfigKey("replica.socket.timeout.ms", "int", 30000, "How long a replica fetcher waits for a connection or a whole answer before it reconnects; at least replica.fetch.wait.max.ms.", at_least(1)),
+    # Kafka's default is 64 KiB; a fixed SO_RCVBUF turns off Linux's receive autotuning, which
+    # lets a follower catching up grow its window well past that
+    ConfigKey("replica.socket.receive.buffer.bytes", "int", -1, "SO_RCVBUF of replica fetcher sockets (-1: OS default with autotuning; Kafka's default is 65536).", at_least(-1)),
     ConfigKey("min.insync.replicas", "int", 1, "Replicas that must acknowledge an acks=all produce.", at_least(1)),
     ConfigKey("unclean.leader.election.enable", "bool", False, "Allow an out-of-sync replica to become leader."),
+    ConfigKey("controller.socket.timeout.ms", "int", 30000, "The controller's socket timeout towards brokers (connect, and each read of an answer); a request that times out is sent again on a new connection.", at_least(1)),
     ConfigKey("controlled.shutdown.enable", "bool", True, "Move leadership away before shutting down."),
     # Kafka's defaults are 3 and 5000: ours fit the whole attempt in 30 s, under systemd's stop timeout
     ConfigKey("controlled.shutdown.max.retries", "int", 5, "Times a stopping broker asks the controller to move its leadership away.", at_least(1)),
@@ -451,7 +465,7 @@ TOPIC_KEYS: tuple[TopicKey, ...] = (
     TopicKey("delete.retention.ms", "long", None, "Tombstone retention of compacted topics.", at_least(0), synonyms=(("log.cleaner.delete.retention.ms", 1),)),
     TopicKey("file.delete.delay.ms", "long", None, "Delay before a deleted segment leaves the disk.", at_least(0), synonyms=(("log.segment.delete.delay.ms", 1),)),
     TopicKey("flush.messages", "long", None, "Messages between forced fsyncs.", at_least(1), synonyms=(("log.flush.interval.messages", 1),)),
-    TopicKey("flush.ms", "long", None, "Time between forced fsyncs.", at_least(0), synonyms=(("log.flush.interval.ms", 1), ("log.flush.scheduler.interval.ms", 1))),
+    TopicKey("flush.ms", "long", None, "Time between forced fsyncs (looked at every log.flush.scheduler.interval.ms).", at_least(0), synonyms=(("log.flush.interval.ms", 1), ("log.flush.scheduler.interval.ms", 1))),
     TopicKey("index.interval.bytes", "int", None, "Log bytes between offset index entries.", at_least(0), synonyms=(("log.index.interval.bytes", 1),)),
     TopicKey("max.compaction.lag.ms", "long", None, "Maximum age before a message must be compacted.", at_least(1), synonyms=(("log.cleaner.max.compaction.lag.ms", 1),)),
     TopicKey("max.message.bytes", "int", None, "Largest record batch accepted.", at_least(0), synonyms=(("message.max.bytes", 1),)),
@@ -477,40 +491,19 @@ TOPIC_KEYS: tuple[TopicKey, ...] = (
 # says so for each one given explicitly, and README.md lists them.
 NO_EFFECT: dict[str, str] = {
     "num.io.threads": "there is no request-handler thread pool: one disk worker per log dir does the I/O",
-    "queued.max.requests": "a network worker stops reading a connection only while its disk's request ring is full, not after a request count",
-    "fetch.max.bytes": "a fetch response is bounded by the request's own max_bytes and per-partition limits",
-    "log.cleaner.io.buffer.size": "the cleaner copies in bounded steps of 32 MiB or 50 ms",
-    "offsets.topic.segment.bytes": "__consumer_offsets is created with Kafka's 100 MiB segments",
-    "offsets.retention.check.interval.ms": "expired offsets are checked on the coordinator's own timer",
 }
-# Keys of the replicated cluster, which this build does not run yet: accepted so a cluster's
-# server.properties starts, no effect. (Remove a key from here when the cluster code reads it.)
-CLUSTER_KEYS: tuple[str, ...] = (
-    "num.replica.fetchers",
-)
-for _k in CLUSTER_KEYS:
-    NO_EFFECT[_k] = "one replica fetcher in the cluster worker follows every leader"
 
 # Kafka broker keys of the seeds' 0.8.2 documentation (and its production config) that have no
 # counterpart here: accepted without a value check, reported as having no effect.
 KAFKA_ONLY_KEYS: dict[str, str] = {
-    "background.threads": "background work runs in each disk worker's loop",
-    "log.cleaner.io.buffer.load.factor": "the cleaner's key map is a Python dict",
-    "log.delete.delay.ms": "see log.segment.delete.delay.ms",
-    "controller.socket.timeout.ms": "the controller's channel retries each request until it is answered or the broker leaves",
-    "controller.message.queue.size": "the controller's event queue is unbounded, drained by one thread",
+    "background.threads": "background work (retention, flushes, checkpoints, cleaning) runs in each disk worker's loop, file deletion on one thread per log dir",
+    "log.delete.delay.ms": "the 0.8.2 table lists it beside log.segment.delete.delay.ms, the key that sets that delay (here and in Kafka)",
+    "controller.message.queue.size": "the controller's queue of requests to each broker (one sender thread each) is unbounded: a full one would stall the controller's event thread",
     "replica.lag.max.messages": "Kafka 0.9 removed it: a follower leaves the ISR by replica.lag.time.max.ms alone",
-    "replica.socket.timeout.ms": "a replica fetcher waits replica.fetch.wait.max.ms plus 30 s for an answer",
-    "replica.socket.receive.buffer.bytes": "replica fetchers use the kernel's default receive buffer",
-    "replica.fetch.min.bytes": "a follower's fetch asks for at least 1 byte (a follower waits replica.fetch.wait.max.ms for more)",
-    "replica.high.watermark.checkpoint.interval.ms": "the high watermark is published in shared memory",
-    "fetch.purgatory.purge.interval.requests": "long polls wait on the disk workers' doorbells, there is no purgatory",
-    "producer.purgatory.purge.interval.requests": "there is no purgatory",
+    "fetch.purgatory.purge.interval.requests": "a long poll waits for the disk workers' data doorbells and stops waiting once answered: nothing is left to purge",
+    "producer.purgatory.purge.interval.requests": "an acks=all produce waits in its partition's list of held answers and leaves it once answered: nothing is left to purge",
     "zookeeper.sync.time.ms": "a ZooKeeper follower's lag is not a client setting in kazoo",
-    "offset.metadata.max.bytes": "commit metadata is limited by the request size",
-    "offsets.load.buffer.size": "offsets are loaded segment by segment",
-    "offsets.commit.required.acks": "a standalone broker acknowledges a commit once it is appended",
-    "connections.max.idle.ms": "idle connections are kept until the client closes them",
+    "offsets.commit.required.acks": "a commit is acknowledged once the ISR has it (Kafka's -1; standalone: once appended), and no other choice is offered",
 }
 
 _BROKER_BY_NAME = {k.name: k for k in BROKER_KEYS}
@@ -633,6 +626,7 @@ class BrokerConfig:
         _apply_twins(raw, values)
         if warn:
             _warn_unused(raw)
+            _warn_flush_unchecked(values)
         cfg = cls(values, raw)
         cfg._check_cross_key()
         return cfg
@@ -645,6 +639,10 @@ class BrokerConfig:
         if not self.listeners:
             raise ConfigError("listeners", self._raw.get("listeners", ""), "needs at least one listener")
         self._check_listeners()
+        if self["replica.socket.timeout.ms"] < self["replica.fetch.wait.max.ms"]:
+            raise ConfigError("replica.socket.timeout.ms", self["replica.socket.timeout.ms"],  # Kafka's check
+                              f"must be at least replica.fetch.wait.max.ms "
+                              f"({self['replica.fetch.wait.max.ms']}): a long poll would time out")
         if self["max.connections.per.ip"] == 0 and not self["max.connections.per.ip.overrides"]:
             raise ConfigError("max.connections.per.ip", 0,  # Kafka refuses it too
                               "0 admits nobody; set max.connections.per.ip.overrides as well")
@@ -885,6 +883,16 @@ def _warn_unused(raw: Mapping[str, str]) -> None:
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
             hint = f"; did you mean {close[0]}?" if close else ""
             log.warning("unknown configuration key %s (value %r) ignored%s", name, value, hint)
+
+
+def _warn_flush_unchecked(values: Mapping[str, Any]) -> None:
+    """log.flush.interval.ms is applied only every log.flush.scheduler.interval.ms (Kafka's
+    rule, whose default is never): say so when the first is set below the second."""
+    every, scheduler = values["log.flush.interval.ms"], values["log.flush.scheduler.interval.ms"]
+    if every is not None and every < scheduler:
+        when = "never (its default)" if scheduler == LONG_MAX else f"every {scheduler} ms"
+        log.warning("log.flush.interval.ms=%d is applied only when the log flusher runs, "
+                    "log.flush.scheduler.interval.ms: %s; set that key too", every, when)
 
 
 def _topic_default(broker: BrokerConfig, key: TopicKey) -> Any:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # the network worker builds these and sets them; the handlers
     from appliance.broker.connection_limits import ConnectionLimits
     from appliance.broker.leader_quota import LeaderQuota
     from appliance.broker.request_memory import RequestMemory
+    from appliance.broker.request_queue import RequestQueue
     from appliance.metrics.recorder import Recorder
     from appliance.process.cluster_link import ClusterLink
     from appliance.protocol.schema import ApiMessage
@@ -74,6 +75,7 @@ class BrokerContext(RingContext):
                                          [u.strip() for u in config["super.users"].split(";") if u.strip()],
                                          bool(config["allow.everyone.if.no.acl.found"]))
         self.cluster_id = f"appliance-{self.broker_id}"
+        self.fetch_max_bytes = int(config["fetch.max.bytes"])  # read once: every fetch asks
         self.metrics: Recorder | None = None  # when metrics are on (metrics.listener set)
         # the produce fast path (handlers/produce_fast.py), set by the network worker
         self.fast_produce: ProduceFastPath | None = None
@@ -82,6 +84,7 @@ class BrokerContext(RingContext):
         self.limits: ConnectionLimits | None = None
         self.acceptors: list[Acceptor] = []
         self.request_memory: RequestMemory | None = None
+        self.request_queue: RequestQueue | None = None  # queued.max.requests
         # cluster mode (set by the network worker): the leadership area, the line to the cluster
         # worker (its presence picks the cluster column of handlers.ROUTES) and the inter-broker
         # APIs; None otherwise

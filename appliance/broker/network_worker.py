@@ -34,7 +34,9 @@ from appliance.broker.door import ConnectionContext, Door, Refusal, RequestConte
 from appliance.broker.handlers.answer import CloseConnection
 from appliance.broker.handlers.answer import encode as encode_answer
 from appliance.broker.handlers.produce_fast import FastProduce
+from appliance.broker.idle_connections import reap_idle_connections
 from appliance.broker.request_memory import RequestMemory
+from appliance.broker.request_queue import RequestQueue
 from appliance.config import BrokerConfig, ConfigError
 from appliance.errors import ErrorCode
 from appliance.metrics.listener import parse_listener
@@ -154,7 +156,13 @@ class KafkaConnection(asyncio.Protocol):
         # queued.max.request.bytes: the size of each queued request, beside self._responses
         self._mem = ctx.request_memory
         self._held: collections.deque[int] = collections.deque()
-        self._muted = False
+        # queued.max.requests: the worker's count of unanswered requests
+        self._bound = ctx.request_queue
+        # why reading is muted (queued.max.request.bytes, queued.max.requests): read again
+        # only once every reason has gone
+        self._mutes: set[str] = set()
+        # connections.max.idle.ms: when this connection last read or wrote (idle_connections.py)
+        self.last_active = time.monotonic()
 
     # asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -200,6 +208,9 @@ class KafkaConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
         self.ctx.connections.discard(self)
+        if self._bound is not None:
+            self._bound.forget(self)
+            self._bound.free(self, len(self._responses))
         if self._mem is not None:
             self._mem.forget(self)
             self._mem.free(sum(self._held))
@@ -229,16 +240,35 @@ class KafkaConnection(asyncio.Protocol):
             for acceptor in self.ctx.acceptors:  # max.connections is shared by the listeners
                 acceptor.connection_closed()
 
-    def mute(self) -> None:
-        """queued.max.request.bytes exhausted: read nothing more until memory frees."""
-        self._muted = True
+    def mute(self, reason: str = "queued.max.request.bytes") -> None:
+        """A bound of the worker is reached (``reason`` names its key): read nothing more
+        until it frees."""
+        self._mutes.add(reason)
         if self.transport is not None and not self._closing:
             self.transport.pause_reading()
 
-    def unmute(self) -> None:
-        self._muted = False
-        if not (self._paused or self._stop_reading or self._closing) and self.transport is not None:
+    def unmute(self, reason: str = "queued.max.request.bytes") -> None:
+        self._mutes.discard(reason)
+        if not (self._mutes or self._paused or self._stop_reading or self._closing) \
+                and self.transport is not None:
             self.transport.resume_reading()
+
+    def waiting(self) -> int:
+        """Requests read and not yet answered (queued.max.requests counts them)."""
+        return len(self._responses)
+
+    def idle_since(self) -> float:
+        """When this connection went idle (monotonic s): its last read or write, if nothing is
+        waiting for an answer; else infinity (a long poll in progress is not idleness)."""
+        if self._responses or self._writer is not None and not self._writer.done():
+            return float("inf")
+        return self.last_active
+
+    def close_idle(self) -> None:
+        """connections.max.idle.ms passed with nothing read or written: close."""
+        self._closing = True
+        if self.transport is not None:
+            self.transport.close()
 
     def pause_writing(self) -> None:
         self._drained.clear()
@@ -302,6 +332,7 @@ class KafkaConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._stop_reading:
             return
+        self.last_active = time.monotonic()
         if self.sasl is not None and self._needs_sasl():
             self._authenticating(data)
             return
@@ -556,6 +587,8 @@ class KafkaConnection(asyncio.Protocol):
         if self._mem is not None:  # queued.max.request.bytes: held until its answer is written
             self._held.append(size)
             self._mem.hold(self, size)
+        if self._bound is not None:
+            self._bound.hold(self)
         if notify:
             fut.add_done_callback(self._on_response_ready)
         if len(self._responses) >= MAX_IN_FLIGHT and not self._paused:
@@ -601,8 +634,7 @@ class KafkaConnection(asyncio.Protocol):
                 self._writer = asyncio.ensure_future(self._write_slow(fut))
                 return
             responses.popleft()
-            if self._mem is not None:
-                self._mem.free(self._held.popleft())
+            self._answered()
             if timed:  # metrics on and a timed answer on this connection (one in 32 produces)
                 t = timed.pop(fut, None)
                 if t is not None:
@@ -624,10 +656,18 @@ class KafkaConnection(asyncio.Protocol):
             self._written(timings)
         self._after_writes()
 
+    def _answered(self) -> None:
+        """The head request's answer left the queue: the bounds that count it let go."""
+        if self._mem is not None:
+            self._mem.free(self._held.popleft())
+        if self._bound is not None:
+            self._bound.free(self)
+
     def _after_writes(self) -> None:
+        self.last_active = time.monotonic()
         if self._paused and not self._stop_reading and len(self._responses) < MAX_IN_FLIGHT // 2:
             self._paused = False
-            if not self._muted:
+            if not self._mutes:
                 self.transport.resume_reading()
         if self._stop_reading and not self._responses and not self._closing:
             self._closing = True
@@ -649,8 +689,7 @@ class KafkaConnection(asyncio.Protocol):
             return
         if self._responses and self._responses[0] is fut:
             self._responses.popleft()
-            if self._mem is not None:
-                self._mem.free(self._held.popleft())
+            self._answered()
         timing = self.timed.pop(fut, None)
         if timing is not None:
             timing.writing = time.monotonic()
@@ -747,6 +786,7 @@ class NetworkWorker:
         if int(self.config["queued.max.request.bytes"]) > 0:
             ctx.request_memory = RequestMemory(int(self.config["queued.max.request.bytes"]),
                                                ctx.metrics)
+        ctx.request_queue = RequestQueue(int(self.config["queued.max.requests"]), ctx.connections)
         # one accept loop per listener; each connection knows the listener it came in on
         for sock, listener in zip(socks, ctx.listeners, strict=True):
             ctx.acceptors.append(Acceptor(sock, ctx.limits,
@@ -759,7 +799,12 @@ class NetworkWorker:
         freeze_startup_objects()
         table.set_worker_state(self.slot, WorkerState.READY)
         beat = asyncio.ensure_future(self._heartbeat(table, ctx, ctx.metrics))
+        idle_ms = int(self.config["connections.max.idle.ms"])
+        reaper = asyncio.ensure_future(reap_idle_connections(ctx.connections, idle_ms)) \
+            if idle_ms > 0 else None
         await stop.wait()
+        if reaper is not None:
+            reaper.cancel()
         # graceful: no new connections, finish what is in flight, then go
         for acceptor in ctx.acceptors:
             acceptor.close()

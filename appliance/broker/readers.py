@@ -74,6 +74,11 @@ class Readers:
         """ListOffsets' MAX_TIMESTAMP: see :meth:`LogReader.max_timestamp`."""
         return self.reader(disk, topic, partition).max_timestamp(log_start, bound)
 
+    def offsets_before(self, disk: int, topic: str, partition: int, ts: int, max_num: int,
+                       log_start: int, bound: int, now_ms: int) -> list[int]:
+        """ListOffsets v0: see :meth:`LogReader.offsets_before`."""
+        return self.reader(disk, topic, partition).offsets_before(ts, max_num, log_start, bound, now_ms)
+
     def topic_overrides(self, disk: int, topic: str) -> dict[str, str]:
         """The topic's config overrides as saved beside its partition 0 (or the first found)."""
         return read_topic_properties(os.path.join(self.log_dirs[disk], f"{topic}-0"))

@@ -25,7 +25,7 @@ from appliance.cluster.zk_paths import BrokerInfo, TopicAssignment
 from appliance.cluster.zk_store import TopicCollision, TopicExists, ZkStore
 from appliance.config import ConfigError, TopicConfig, validate_topic_name
 from appliance.coordinator.batched_lookup import FIRST_BATCHED_VERSION, batched_coordinators
-from appliance.coordinator.routing import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, offsets_partition_for
+from appliance.coordinator.routing import OFFSETS_TOPIC, offsets_partition_for, offsets_topic_config
 from appliance.errors import ErrorCode, KafkaError, error_for_code
 from appliance.protocol.replica_assignment import requested_assignment
 
@@ -403,7 +403,7 @@ async def coordinator_body(table: LeadershipTable, store: ZkStore, config: Any, 
         rf = min(int(config["offsets.topic.replication.factor"]), live)
         code, msg = await create_topic(table, store, config, OFFSETS_TOPIC,
                                        int(config["offsets.topic.num.partitions"]), rf,
-                                       dict(OFFSETS_TOPIC_CONFIG))
+                                       offsets_topic_config(config))
         if code not in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
             return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, msg)
         deadline = time.monotonic() + OFFSETS_TOPIC_ELECTION_WAIT_S

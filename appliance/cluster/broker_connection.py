@@ -184,17 +184,14 @@ class BrokerConnector:
         except StopIteration:
             return
 
-    async def open(self, broker: BrokerInfo | BrokerAddress) -> tuple[asyncio.StreamReader,
-                                                                     asyncio.StreamWriter]:
-        """An asyncio stream pair to ``broker``. Raises OSError (NoEndpoint included)."""
+    async def open(self, broker: BrokerInfo | BrokerAddress, rcvbuf: int = -1
+                   ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """An asyncio stream pair to ``broker``, with TLS and the SASL login its listener's
+        protocol asks for; ``rcvbuf`` > 0 sets SO_RCVBUF before connecting (the replica
+        fetchers' replica.socket.receive.buffer.bytes; -1 keeps the OS default and its
+        autotuning). Raises OSError (NoEndpoint included)."""
         addr = broker if isinstance(broker, BrokerAddress) else self.address(broker)
-        tls = self._tls_for(addr)
-        if tls is None:
-            reader, writer = await asyncio.open_connection(addr.host, addr.port)
-        else:
-            reader, writer = await asyncio.open_connection(
-                addr.host, addr.port, ssl=tls, server_hostname=addr.host,
-                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
+        reader, writer = await self._connect(addr, rcvbuf)
         if uses_sasl(addr.security_protocol):
             try:
                 await self._login(reader, writer, addr)
@@ -202,3 +199,27 @@ class BrokerConnector:
                 writer.close()
                 raise
         return reader, writer
+
+    async def _connect(self, addr: BrokerAddress, rcvbuf: int
+                       ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        tls = self._tls_for(addr)
+        secure = {} if tls is None else {"ssl": tls, "server_hostname": addr.host,
+                                         "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
+        if rcvbuf <= 0:
+            return await asyncio.open_connection(addr.host, addr.port, **secure)
+        loop = asyncio.get_running_loop()
+        failure: OSError = OSError(f"{addr}: no address to connect to")
+        for family, kind, proto, _, sockaddr in await loop.getaddrinfo(
+                addr.host, addr.port, type=socket.SOCK_STREAM):
+            sock = socket.socket(family, kind, proto)
+            try:
+                # before connect: the TCP window scale is agreed in the handshake
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+                sock.setblocking(False)
+                await loop.sock_connect(sock, sockaddr)
+            except OSError as e:
+                sock.close()
+                failure = e
+                continue
+            return await asyncio.open_connection(sock=sock, **secure)
+        raise failure

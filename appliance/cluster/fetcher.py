@@ -1,7 +1,14 @@
-"""The replica fetcher: one asyncio task per leader broker in the cluster worker, fetching every
-partition this broker follows from that leader (Fetch v4 with replica_id = broker.id, from the
-follower's log end offset) and handing the batches to the owning disk worker as REPLICA_APPEND
-ring messages (offsets kept; the leader's high watermark rides along).
+"""The replica fetcher: ``num.replica.fetchers`` asyncio tasks per leader broker in the cluster
+worker, each with its own connection, fetching its share of the partitions this broker follows
+from that leader (Fetch with replica_id = broker.id, from the follower's log end offset) and
+handing the batches to the owning disk worker as REPLICA_APPEND ring messages (offsets kept; the
+leader's high watermark rides along). A partition's share is Kafka's: the hash of its topic and
+number modulo the fetcher count (:func:`fetcher_id`), so it keeps its fetcher across restarts.
+
+Each fetch asks the leader for at least ``replica.fetch.min.bytes`` (waiting at most
+``replica.fetch.wait.max.ms``); an answer not complete within ``replica.socket.timeout.ms``
+drops the connection (reopened after a backoff); ``replica.socket.receive.buffer.bytes`` sets
+SO_RCVBUF of the fetchers' sockets (BrokerConnector.open).
 
 It lives in the cluster worker rather than its own process: it needs the leadership the
 cluster worker holds, and its work is waiting on sockets; the bytes cost the disk worker, not
@@ -14,6 +21,7 @@ import asyncio
 import logging
 from typing import Any
 
+from appliance.client.java_hash import java_abs, java_string_hash
 from appliance.cluster.broker_connection import BrokerAddress, BrokerConnector
 from appliance.cluster.replication_throttle import ThrottleSettings
 from appliance.cluster.wire_channel import encode_request
@@ -29,7 +37,7 @@ from appliance.protocol.messages.cluster import OffsetsForLeaderEpoch
 from appliance.shm.layout import REPLICA_APPEND_HEADER, TRUNCATE_BODY, TRUNCATE_FULLY_BODY, MsgType
 from appliance.storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 
-__all__ = ["ReplicaFetcher"]
+__all__ = ["ReplicaFetcher", "fetcher_id"]
 
 log = logging.getLogger("appliance.cluster.fetcher")
 
@@ -40,6 +48,15 @@ _TRUNCATE = TRUNCATE_BODY.struct  # type: ignore[attr-defined]
 _TRUNCATE_FULLY = TRUNCATE_FULLY_BODY.struct  # type: ignore[attr-defined]
 EPOCH_VERSION = 3
 _THROTTLED_IDLE_S = 0.1  # every followed partition held back by the throttle: wait this long
+Source = tuple[int, int]  # (leader broker id, fetcher id): one task and connection each
+
+
+def fetcher_id(tp: TopicPartition, num_fetchers: int) -> int:
+    """Which of a leader's ``num_fetchers`` fetchers follows ``tp``: Kafka's spread,
+    abs(31 * topic.hashCode() + partition) % num_fetchers in Java's int arithmetic, with 0.8.2's
+    Utils.abs (client/java_hash.py)."""
+    h = (31 * java_string_hash(tp.topic) + tp.partition) & 0xFFFFFFFF
+    return java_abs(h - (1 << 32) if h & 0x80000000 else h) % num_fetchers
 
 
 class ReplicaFetcher:
@@ -52,8 +69,12 @@ class ReplicaFetcher:
         self.broker_id = broker_id
         self.max_wait_ms = int(ctx.config["replica.fetch.wait.max.ms"])
         self.max_bytes = int(ctx.config["replica.fetch.max.bytes"])
-        self.followed: dict[int, dict[TopicPartition, tuple[int, int]]] = {}  # leader -> tp -> (slot, disk)
-        self.tasks: dict[int, asyncio.Task] = {}
+        self.min_bytes = int(ctx.config["replica.fetch.min.bytes"])
+        self.num_fetchers = int(ctx.config["num.replica.fetchers"])
+        self.timeout_s = int(ctx.config["replica.socket.timeout.ms"]) / 1000
+        self.rcvbuf = int(ctx.config["replica.socket.receive.buffer.bytes"])
+        self.followed: dict[Source, dict[TopicPartition, tuple[int, int]]] = {}  # -> tp -> (slot, disk)
+        self.tasks: dict[Source, asyncio.Task] = {}
         self.truncating: set[TopicPartition] = set()  # new followers: truncate before fetching
         # reassignment throttle (replication_throttle.py): one rate for all leaders, as Kafka's
         self.throttle = throttle
@@ -62,14 +83,15 @@ class ReplicaFetcher:
 
     def add(self, tp: TopicPartition, slot: int, disk: int, leader: int) -> None:
         self.remove(tp)
-        self.followed.setdefault(leader, {})[tp] = (slot, disk)
+        source = (leader, fetcher_id(tp, self.num_fetchers))
+        self.followed.setdefault(source, {})[tp] = (slot, disk)
         self.truncating.add(tp)
         self.lagging.add(tp)
         if self.throttle is not None:
             self.throttle.watch_topic(tp.topic)
-        task = self.tasks.get(leader)
+        task = self.tasks.get(source)
         if task is None or task.done():
-            self.tasks[leader] = asyncio.ensure_future(self._run(leader))
+            self.tasks[source] = asyncio.ensure_future(self._run(source))
 
     def remove(self, tp: TopicPartition) -> None:
         for parts in self.followed.values():
@@ -88,21 +110,28 @@ class ReplicaFetcher:
         b = brokers.get(leader)
         return self.connector.address(b) if b is not None else None
 
-    async def _run(self, leader: int) -> None:
-        while self.followed.get(leader):
+    async def _open(self, ep: BrokerAddress) -> tuple[Any, Any]:
+        """A fetcher's connection to ``ep`` (within replica.socket.timeout.ms, with its
+        receive buffer). Raises OSError, TimeoutError."""
+        async with asyncio.timeout(self.timeout_s):
+            return await self.connector.open(ep, rcvbuf=self.rcvbuf)
+
+    async def _run(self, source: Source) -> None:
+        leader = source[0]
+        while self.followed.get(source):
             writer = None
             try:
                 ep = await self._endpoint(leader)
                 if ep is None:
                     await asyncio.sleep(_BACKOFF_S)
                     continue
-                reader, writer = await self.connector.open(ep)
-                log.info("fetching from %s", ep)
-                conn = ClientConnection(client_id=f"replica-fetcher-{self.broker_id}")
-                while self.followed.get(leader):
-                    if any(tp in self.truncating for tp in self.followed.get(leader, {})):
-                        await self._truncate(leader, ep)
-                    await self._fetch_once(leader, conn, reader, writer)
+                reader, writer = await self._open(ep)
+                log.info("fetcher %d fetching from %s", source[1], ep)
+                conn = ClientConnection(client_id=f"replica-fetcher-{self.broker_id}-{source[1]}")
+                while self.followed.get(source):
+                    if any(tp in self.truncating for tp in self.followed.get(source, {})):
+                        await self._truncate(source, ep)
+                    await self._fetch_once(source, conn, reader, writer)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # the leader went away or answered nonsense: reconnect
@@ -112,13 +141,13 @@ class ReplicaFetcher:
                 if writer is not None:
                     writer.close()
 
-    async def _truncate(self, leader: int, ep: BrokerAddress) -> None:
+    async def _truncate(self, source: Source, ep: BrokerAddress) -> None:
         """KIP-101: ask the leader where our latest leader epoch ends in its log, and have the
         disk worker cut ours where that answer and its own epochs say (the high watermark when
         we know no epoch: ``Partition.truncation_offset``); a partition the leader does not
         answer for yet stays truncating and is not fetched. The epochs are the disk worker's:
         asked of it (LATEST_EPOCH), never read from its files here."""
-        parts = {tp: w for tp, w in self.followed.get(leader, {}).items() if tp in self.truncating}
+        parts = {tp: w for tp, w in self.followed.get(source, {}).items() if tp in self.truncating}
         ask: dict[TopicPartition, int] = {}
         for tp, (slot, disk) in parts.items():
             comp = await self.ctx.disks.submit(disk, MsgType.LATEST_EPOCH, slot, b"")
@@ -164,20 +193,22 @@ class ReplicaFetcher:
                 {"partition": tp.partition, "current_leader_epoch": -1, "leader_epoch": e})
         body = {"replica_id": self.broker_id,
                 "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
-        reader, writer = await self.connector.open(ep)
+        reader, writer = await self._open(ep)
         try:
             writer.write(encode_request(OffsetsForLeaderEpoch.API_KEY, EPOCH_VERSION, 1,
                                         f"replica-fetcher-{self.broker_id}", body))
-            (size,) = SIZE.unpack(await asyncio.wait_for(reader.readexactly(SIZE.size), 30))
-            frame = await asyncio.wait_for(reader.readexactly(size), 30)
+            async with asyncio.timeout(self.timeout_s):  # replica.socket.timeout.ms
+                (size,) = SIZE.unpack(await reader.readexactly(SIZE.size))
+                frame = await reader.readexactly(size)
         finally:
             writer.close()
         resp = OffsetsForLeaderEpoch.decode_response(EPOCH_VERSION, frame, RESPONSE_HEADER.size)
         return {TopicPartition(t.topic, p.partition): (p.error_code, p.leader_epoch, p.end_offset)
                 for t in resp.topics for p in t.partitions}
 
-    async def _fetch_once(self, leader: int, conn: ClientConnection, reader: Any, writer: Any) -> None:
-        parts = dict(self.followed.get(leader, {}))
+    async def _fetch_once(self, source: Source, conn: ClientConnection, reader: Any, writer: Any) -> None:
+        leader = source[0]
+        parts = dict(self.followed.get(source, {}))
         table = self.ctx.table
         # one read of the rate per round: the watch may change it meanwhile
         rate = self.throttle.follower_rate if self.throttle is not None else None
@@ -199,31 +230,32 @@ class ReplicaFetcher:
         if not by_topic and held:
             await asyncio.sleep(_THROTTLED_IDLE_S)  # all held back: nothing to ask for yet
             return
-        body = {"replica_id": self.broker_id, "max_wait_ms": self.max_wait_ms, "min_bytes": 1,
+        body = {"replica_id": self.broker_id, "max_wait_ms": self.max_wait_ms, "min_bytes": self.min_bytes,
                 "max_bytes": 64 << 20, "isolation_level": 0,
                 "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
         _, frame = conn.send_request(Fetch.API_KEY, FETCH_VERSION, body)
         writer.write(frame)
         resp = None
-        while resp is None:
-            ev = conn.next_event()
-            if ev is NEED_DATA:
-                # asyncio.timeout, not wait_for: no task per read (a read per fetch round)
-                async with asyncio.timeout(self.max_wait_ms / 1000 + 30):
+        # the whole answer within replica.socket.timeout.ms (at least the long poll's wait, a
+        # config check makes sure); asyncio.timeout, not wait_for: no task per fetch round
+        async with asyncio.timeout(self.timeout_s):
+            while resp is None:
+                ev = conn.next_event()
+                if ev is NEED_DATA:
                     data = await reader.read(1 << 20)
-                if not data:
+                    if not data:
+                        raise ConnectionError("leader closed the connection")
+                    conn.receive_data(data)
+                    continue
+                if ev is PEER_CLOSED:
                     raise ConnectionError("leader closed the connection")
-                conn.receive_data(data)
-                continue
-            if ev is PEER_CLOSED:
-                raise ConnectionError("leader closed the connection")
-            resp = ev.body
+                resp = ev.body
         backoff = False
         appends = []  # (tp, completion future): one round of the disk worker takes them all
         for t in resp.responses:
             for p in t.partitions:
                 tp = TopicPartition(t.topic, p.partition_index)
-                where = self.followed.get(leader, {}).get(tp)
+                where = self.followed.get(source, {}).get(tp)
                 if where is None:
                     continue  # stopped following it meanwhile
                 slot, disk = where

@@ -128,7 +128,9 @@ def _read(sock: socket.socket, n: int) -> bytes:
 
 class WireChannel(BrokerChannel):
     """Sends controller requests to brokers, each on its inter-broker listener's endpoint
-    (``connector``: broker_connection.py opens every inter-broker connection)."""
+    (``connector``: broker_connection.py opens every inter-broker connection).
+    ``request_timeout_s`` (controller.socket.timeout.ms) bounds the connect and each read of an
+    answer; a request that times out is sent again on a new connection."""
 
     def __init__(self, client_id: str, request_timeout_s: float = 30.0,
                  connector: BrokerConnector | None = None) -> None:

@@ -142,7 +142,8 @@ class ClusterWorker:
         # every connection to another broker goes through this: its inter-broker listener
         self.connector = BrokerConnector.from_config(self.config)
         self.member = ClusterMember.from_config(self.config, WireChannel(
-            client_id=f"controller-{self.broker_id}", connector=self.connector))
+            client_id=f"controller-{self.broker_id}", connector=self.connector,
+            request_timeout_s=int(self.config["controller.socket.timeout.ms"]) / 1000))
         self.replicas: LocalReplicas | None = None
         self.answers = self._answers()
         self.configs: ConfigChanges | None = None

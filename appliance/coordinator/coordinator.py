@@ -41,7 +41,6 @@ S = GroupState
 API_OFFSET_COMMIT, API_OFFSET_FETCH, API_JOIN, API_HEARTBEAT = 8, 9, 11, 12
 API_LEAVE, API_SYNC, API_DESCRIBE, API_LIST, API_DELETE_GROUPS = 13, 14, 15, 16, 42
 API_OFFSET_DELETE = 47
-OFFSET_EXPIRY_CHECK_MS = 60_000  # Kafka's offsets.retention.check.interval.ms default
 
 
 class GroupCoordinator:
@@ -67,7 +66,10 @@ class GroupCoordinator:
         self.min_session_ms = int(config["group.min.session.timeout.ms"])
         self.max_session_ms = int(config["group.max.session.timeout.ms"])
         self.offsets_retention_ms = int(config["offsets.retention.minutes"]) * 60_000
-        self.max_metadata = int(config["offset.metadata.max.bytes"]) if _has(config, "offset.metadata.max.bytes") else 4096
+        self.max_metadata = int(config["offset.metadata.max.bytes"])
+        # offsets.retention.check.interval.ms: how often expired offsets are looked for (a pass
+        # walks every group, so not on every poll)
+        self.expiry_check_ms = int(config["offsets.retention.check.interval.ms"])
         self._next_expiry_check = 0
 
     # -- ownership and loading ------------------------------------------------------------
@@ -648,9 +650,9 @@ class GroupCoordinator:
                 else:
                     nxt = min(nxt, due)
         if now >= self._next_expiry_check:
-            self._next_expiry_check = now + OFFSET_EXPIRY_CHECK_MS
+            self._next_expiry_check = now + self.expiry_check_ms
             self._expire_offsets(now)
-        return nxt
+        return min(nxt, self._next_expiry_check)
 
     def _expire_offsets(self, now: int) -> None:
         """offsets.retention.minutes: offsets of a group with no members expire (KIP-211)."""
@@ -669,11 +671,3 @@ class GroupCoordinator:
             if not group.offsets:
                 group.transition(S.DEAD, now)
                 del self.groups[group.group_id]
-
-
-def _has(config: Any, key: str) -> bool:
-    try:
-        config[key]
-        return True
-    except KeyError:
-        return False

@@ -7,11 +7,19 @@ the same group on the same partition as a Kafka cluster would put it.
 
 from __future__ import annotations
 
-__all__ = ["java_string_hash", "offsets_partition_for", "OFFSETS_TOPIC", "OFFSETS_TOPIC_CONFIG"]
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["java_string_hash", "offsets_partition_for", "OFFSETS_TOPIC", "offsets_topic_config"]
 
 OFFSETS_TOPIC = "__consumer_offsets"
-# Kafka's settings for the offsets topic (offsets.topic.segment.bytes, compacted)
-OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
+
+
+def offsets_topic_config(broker_config: Mapping[str, Any] | Any) -> dict[str, str]:
+    """The offsets topic's own configuration, as Kafka creates it: compacted, with
+    offsets.topic.segment.bytes segments."""
+    return {"cleanup.policy": "compact",
+            "segment.bytes": str(int(broker_config["offsets.topic.segment.bytes"]))}
 
 
 def java_string_hash(s: str) -> int:

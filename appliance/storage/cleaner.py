@@ -15,7 +15,7 @@ What a pass guarantees (Kafka's semantics):
   ``delete.retention.ms``, so consumers can see it, and removed afterwards;
 - the active segment (and anything younger than ``min.compaction.lag.ms``) is never touched;
 - the offset map is held to ``log.cleaner.dedupe.buffer.size`` at Kafka's 24 bytes per entry
-  (16-byte MD5 of the key + 8-byte offset) and load factor 0.9; when the dirty section has more
+  (16-byte MD5 of the key + 8-byte offset) and log.cleaner.io.buffer.load.factor (0.9); when the dirty section has more
   keys, only the prefix that fits is mapped and the pass ends there (the rest goes next round);
 - an idempotent producer's last batch is kept whole, so its sequence state survives a reload;
 - records without a key are dropped (Kafka's rule; appends to compacted topics refuse them).
@@ -76,7 +76,8 @@ LOAD_FACTOR = 0.9     # Kafka's log.cleaner.io.buffer.load.factor default
 # keeps the produce path's added latency below that of one fsync on a slow disk.
 STEP_BYTES = 32 << 20
 STEP_SECONDS = 0.05
-READ_CHUNK = 1 << 20  # bytes read per pread; large enough that syscalls do not matter
+READ_CHUNK = 1 << 20  # bytes read per pread by default; large enough that syscalls do not matter
+MIN_READ_CHUNK = 4096  # a smaller log.cleaner.io.buffer.size share still reads a page
 _LOG_OVERHEAD = L.LOG_OVERHEAD
 _MAGIC_POS = L.MAGIC_OFFSET  # the magic byte: v2 batches and legacy entries both have it here
 
@@ -89,13 +90,14 @@ def key_digest(key: bytes) -> bytes:
 class OffsetMap:
     """Key digest -> latest offset, holding at most ``capacity`` keys.
 
-    Capacity follows Kafka's accounting: ``buffer_bytes / 24 * 0.9``. The entries live in a
+    Capacity follows Kafka's accounting: ``buffer_bytes / 24 * load_factor``
+    (log.cleaner.io.buffer.load.factor, 0.9 by default). The entries live in a
     dict, whose real footprint is larger (about 100 bytes per entry in CPython); the limit is
     the configured one so that partial cleaning behaves as Kafka's does.
     """
 
-    def __init__(self, buffer_bytes: int) -> None:
-        self.capacity = int(buffer_bytes // BYTES_PER_ENTRY * LOAD_FACTOR)
+    def __init__(self, buffer_bytes: int, load_factor: float = LOAD_FACTOR) -> None:
+        self.capacity = int(buffer_bytes // BYTES_PER_ENTRY * load_factor)
         self._map: dict[bytes, int] = {}
 
     def __len__(self) -> int:
@@ -170,10 +172,12 @@ def _no_step_observer(step: str) -> None:
 class _Cursor:
     """Position over a list of segments, reading whole batches chunk by chunk with pread."""
 
-    def __init__(self, segments: list[LogSegment], start_position: int = 0) -> None:
+    def __init__(self, segments: list[LogSegment], start_position: int = 0,
+                 chunk: int = READ_CHUNK) -> None:
         self.segments = segments
         self.i = 0
         self.pos = start_position
+        self.chunk = chunk
 
     @property
     def done(self) -> bool:
@@ -187,7 +191,7 @@ class _Cursor:
                 self.i += 1
                 self.pos = 0
                 continue
-            want = min(READ_CHUNK, seg.size - self.pos)
+            want = min(self.chunk, seg.size - self.pos)
             data = os.pread(seg.fd, want, self.pos)
             r = scan_batches(data, 0, len(data), verify_crc=False, legacy=True)
             if r.count == 0:
@@ -219,7 +223,8 @@ class CleaningPass:
     """
 
     def __init__(self, c: CleanableLog, map_bytes: int, now_ms: int, stats: CleanerStats,
-                 hook: Callable[[str], None]) -> None:
+                 hook: Callable[[str], None], *, load_factor: float = LOAD_FACTOR,
+                 read_bytes: int = READ_CHUNK) -> None:
         self.key = c.key
         self.log: PartitionLog = c.log
         self.first_dirty = c.first_dirty
@@ -227,7 +232,8 @@ class CleaningPass:
         self.now_ms = now_ms
         self.stats = stats
         self.hook = hook
-        self.map = OffsetMap(map_bytes)
+        self.read_bytes = read_bytes
+        self.map = OffsetMap(map_bytes, load_factor)
         if self.map.capacity < 1:
             raise KafkaStorageError(
                 f"log.cleaner.dedupe.buffer.size {map_bytes} holds no offset map entry")
@@ -243,7 +249,7 @@ class CleaningPass:
         if dirty and dirty[0].base_offset < self.first_dirty:
             loc = dirty[0].translate_offset(self.first_dirty)
             start = loc.position if loc is not None else dirty[0].size
-        self._cursor = _Cursor(dirty, start)
+        self._cursor = _Cursor(dirty, start, self.read_bytes)
         self._groups: list[list[LogSegment]] = []
         self._out: LogSegment | None = None
         self._carried: list[LogSegment] = []  # groups whose survivors go into self._out
@@ -357,7 +363,7 @@ class CleaningPass:
         self._groups = groups
         self._last_batches = {(pid, e.batches[-1].last_offset)
                               for pid, e in self.log.producers.producers.items() if e.batches}
-        self._cursor = _Cursor(groups[0] if groups else [])
+        self._cursor = _Cursor(groups[0] if groups else [], 0, self.read_bytes)
         self.phase = CLEAN if groups else FINISHED
 
     def _new_output(self, base: int) -> LogSegment:
@@ -474,7 +480,7 @@ class CleaningPass:
             # Every record of the group was redundant. Rather than dropping its segments (the
             # log would then start later after a reload), the next group's survivors go into
             # the same output, which keeps this group's base offset.
-            self._cursor = _Cursor(nxt)
+            self._cursor = _Cursor(nxt, 0, self.read_bytes)
             return
         old, self._carried, self._out = self._carried, [], None
         if out.size:
@@ -489,7 +495,7 @@ class CleaningPass:
         done = {id(s) for s in old}
         self._sources = [s for s in self._sources if id(s) not in done]
         if self._groups:
-            self._cursor = _Cursor(self._groups[0])
+            self._cursor = _Cursor(self._groups[0], 0, self.read_bytes)
         else:
             self.phase = FINISHED
 
@@ -497,21 +503,29 @@ class CleaningPass:
 class LogCleaner:
     """Runs cleaning passes over one log dir's compacted partitions, a bounded step per call.
 
-    Config (broker keys): log.cleaner.enable, log.cleaner.io.max.bytes.per.second,
-    log.cleaner.dedupe.buffer.size, log.cleaner.backoff.ms (wait after finding nothing to
-    clean or after an error).
+    Config (broker keys): log.cleaner.enable, log.cleaner.threads (0: no cleaning; N: up to N
+    partitions of the log dir in a pass at once, their steps taking turns -- Kafka's N cleaner
+    threads, each with 1/N of the dedupe and I/O buffers; here a huge partition's long pass no longer holds
+    up the others' cleaning, though one disk worker does all the work), log.cleaner.io.max.bytes
+    .per.second, log.cleaner.dedupe.buffer.size, log.cleaner.io.buffer.load.factor (how full the
+    offset map may get), log.cleaner.io.buffer.size (bytes read per pread, split between the
+    passes), log.cleaner.backoff.ms (wait after finding nothing to clean or after an error).
     """
 
     def __init__(self, dir_path: str, broker_config: Any, *,
                  clock: Callable[[], float] = time.monotonic) -> None:
         bc = broker_config
-        self.enabled = bool(bc["log.cleaner.enable"]) and int(bc["log.cleaner.threads"]) > 0
-        self.map_bytes = int(bc["log.cleaner.dedupe.buffer.size"])
+        self.max_passes = int(bc["log.cleaner.threads"])
+        self.enabled = bool(bc["log.cleaner.enable"]) and self.max_passes > 0
+        # Kafka splits the dedupe buffer and the I/O buffer between its cleaner threads
+        self.map_bytes = int(bc["log.cleaner.dedupe.buffer.size"]) // max(self.max_passes, 1)
+        self.read_bytes = max(MIN_READ_CHUNK, int(bc["log.cleaner.io.buffer.size"]) // max(self.max_passes, 1))
+        self.load_factor = float(bc["log.cleaner.io.buffer.load.factor"])
         self.backoff_ms = int(bc["log.cleaner.backoff.ms"])
         self.throttler = Throttler(float(bc["log.cleaner.io.max.bytes.per.second"]), clock)
         self.manager = LogCleanerManager(dir_path)
         self.stats = CleanerStats()
-        self.current: CleaningPass | None = None
+        self.passes: list[CleaningPass] = []  # under way, the next to step first
         self._next_check_ms = 0
         self.idle = False  # the last look found nothing to clean
         self.on_step: Callable[[str], None] = _no_step_observer
@@ -519,51 +533,41 @@ class LogCleaner:
     @property
     def busy(self) -> bool:
         """A pass is under way (the caller may call :meth:`run` sooner than its usual period)."""
-        return self.current is not None
+        return bool(self.passes)
+
+    @property
+    def current(self) -> CleaningPass | None:
+        """The pass the next step works on (None when none is under way)."""
+        return self.passes[0] if self.passes else None
 
     def run(self, partitions: dict[tuple[str, int], PartitionLog], now_ms: int, *,
             max_bytes: int = STEP_BYTES, max_seconds: float = STEP_SECONDS) -> int:
-        """One bounded step: start a pass on the dirtiest log if none is under way (at most
-        once per log.cleaner.backoff.ms when there was nothing to do), then work within the
-        throttle, ``max_bytes`` and ``max_seconds``. Returns the bytes processed. Errors of a
-        pass are logged and abort it (never raised): a cleaner problem must not stop appends.
+        """One bounded step: start a pass on the dirtiest log not being cleaned while fewer
+        than log.cleaner.threads are under way (looking at most once per log.cleaner.backoff.ms
+        after finding nothing to do), then work on the next pass in turn within the throttle,
+        ``max_bytes`` and ``max_seconds``. Returns the bytes processed. Errors of a pass are
+        logged and abort it (never raised): a cleaner problem must not stop appends.
         """
         if not self.enabled:
             return 0
-        if self.current is None:
-            if now_ms < self._next_check_ms:
-                return 0
-            c = None
-            try:
-                c = self.manager.grab_filthiest(partitions, now_ms)
-                if c is None:
-                    self._next_check_ms = now_ms + self.backoff_ms
-                    self.idle = True
-                    return 0
-                self.idle = False
-                log.info("%s: cleaning, dirty ratio %.2f (%d of %d bytes), from offset %d",
-                         c.log.path, c.dirty_ratio, c.dirty_bytes, c.dirty_bytes + c.clean_bytes,
-                         c.first_dirty)
-                self.current = CleaningPass(c, self.map_bytes, now_ms, self.stats, self.on_step)
-            except KafkaStorageError as e:
-                log.error("cleaner: cannot start a pass: %s", e)
-                if c is not None:
-                    self.manager.abort(c.key)
-                self._next_check_ms = now_ms + self.backoff_ms
-                return 0
+        if len(self.passes) < self.max_passes and now_ms >= self._next_check_ms:
+            self._start_pass(partitions, now_ms)
+        if not self.passes:
+            return 0
         budget = self.throttler.available(max_bytes)
         if budget <= 0:
             return 0
-        p = self.current
+        p = self.passes.pop(0)
+        self.passes.append(p)  # the others' turn next
         try:
             done = p.step(budget, time.monotonic() + max_seconds)
         except (KafkaStorageError, CorruptRecordError, InvalidRecordError, OSError, ValueError) as e:
             log.error("%s: cleaning aborted: %s", p.log.path, e)
-            self._abort(now_ms)
+            self._abort(p, now_ms)
             return 0
         self.throttler.consume(done)
         if p.finished:
-            self.current = None
+            self.passes.remove(p)
             self.stats.passes += 1
             self.on_step("checkpoint")
             try:
@@ -573,11 +577,30 @@ class LogCleaner:
             log.info("%s: cleaned up to offset %d", p.log.path, p.end_offset)
         return done
 
-    def _abort(self, now_ms: int) -> None:
-        p = self.current
-        if p is None:
+    def _start_pass(self, partitions: dict[tuple[str, int], PartitionLog], now_ms: int) -> None:
+        c = None
+        try:
+            c = self.manager.grab_filthiest(partitions, now_ms)
+            if c is None:
+                self._next_check_ms = now_ms + self.backoff_ms
+                self.idle = not self.passes
+                return
+            self.idle = False
+            log.info("%s: cleaning, dirty ratio %.2f (%d of %d bytes), from offset %d",
+                     c.log.path, c.dirty_ratio, c.dirty_bytes, c.dirty_bytes + c.clean_bytes,
+                     c.first_dirty)
+            self.passes.insert(0, CleaningPass(c, self.map_bytes, now_ms, self.stats, self.on_step,
+                                               load_factor=self.load_factor, read_bytes=self.read_bytes))
+        except KafkaStorageError as e:
+            log.error("cleaner: cannot start a pass: %s", e)
+            if c is not None:
+                self.manager.abort(c.key)
+            self._next_check_ms = now_ms + self.backoff_ms
+
+    def _abort(self, p: CleaningPass, now_ms: int) -> None:
+        if p not in self.passes:
             return
-        self.current = None
+        self.passes.remove(p)
         try:
             p.abort()
         except OSError as e:
@@ -588,8 +611,8 @@ class LogCleaner:
 
     def forget(self, key: tuple[str, int]) -> None:
         """Partition ``key`` is going away: abort its pass, drop its checkpoint entry."""
-        if self.current is not None and self.current.key == key:
-            self._abort(0)
+        for p in [p for p in self.passes if p.key == key]:
+            self._abort(p, 0)
         self.manager.checkpoints.pop(key, None)
 
     def clean_all(self, partitions: dict[tuple[str, int], PartitionLog], now_ms: int,
@@ -599,14 +622,16 @@ class LogCleaner:
         total = 0
         self._next_check_ms = 0
         for _ in range(max_calls):
+            self._next_check_ms = 0
             n = self.run(partitions, now_ms, max_bytes=1 << 40, max_seconds=3600.0)
             total += n
-            if self.current is None and self.idle:
+            if not self.passes and self.idle:
                 break
-            if n == 0 and self.current is not None:
+            if n == 0 and self.passes:
                 time.sleep(0.001)  # throttled
         return total
 
     def close(self) -> None:
-        """Abort a pass under way (its ``.cleaned`` files are deleted)."""
-        self._abort(0)
+        """Abort the passes under way (their ``.cleaned`` files are deleted)."""
+        for p in list(self.passes):
+            self._abort(p, 0)

@@ -142,8 +142,8 @@ class LogDir:
         # deleted partitions and expired segments are removed off the loop (file_remover.py)
         self.remover = FileRemover(path)
         now = now_ms()
-        self._last = {"retention": now, "recovery_cp": now, "start_cp": now, "flush": now,
-                      "release": now}
+        self._last = {"retention": now, "recovery_cp": now, "start_cp": now, "hw_cp": now,
+                      "flush": now, "release": now}
 
     @classmethod
     def open(cls, path: str, broker_config: BrokerConfig,
@@ -362,20 +362,24 @@ class LogDir:
         """Write the recovery point, high watermark and log start offset checkpoints."""
         self._write_recovery_points()
         self._write_start_offsets()
-        write_checkpoint(os.path.join(self.path, REPLICATION_OFFSET_CHECKPOINT),
-                         {k: p.high_watermark for k, p in self.partitions.items()})
+        self._write_high_watermarks()
 
     def _write_recovery_points(self) -> None:
         write_checkpoint(os.path.join(self.path, RECOVERY_POINT_CHECKPOINT),
                          {k: p.recovery_point for k, p in self.partitions.items()})
+
+    def _write_high_watermarks(self) -> None:
+        write_checkpoint(os.path.join(self.path, REPLICATION_OFFSET_CHECKPOINT),
+                         {k: p.high_watermark for k, p in self.partitions.items()})
 
     def _write_start_offsets(self) -> None:
         write_checkpoint(os.path.join(self.path, LOG_START_OFFSET_CHECKPOINT),
                          {k: p.log_start_offset for k, p in self.partitions.items()})
 
     def run_periodic(self, now_ms: int) -> None:
-        """Retention (every log.retention.check.interval.ms), flush policy, checkpoints (their
-        intervals), purge of expired ``.deleted`` files, closing idle inactive segments' files
+        """Retention (every log.retention.check.interval.ms), flush policy (every
+        log.flush.scheduler.interval.ms), checkpoints (recovery points, high watermarks and log
+        start offsets, each at its key's interval), purge of expired ``.deleted`` files, closing idle inactive segments' files
         and giving back idle active segments' reserved blocks (every RELEASE_CHECK_INTERVAL_MS),
         one bounded step of the log cleaner (see :mod:`appliance.storage.cleaner`;
         ``self.cleaner.busy`` says a pass is under way). Call it often (e.g. every 100 ms)."""
@@ -385,8 +389,14 @@ class LogDir:
             last["retention"] = now_ms
             for plog in self.partitions.values():
                 plog.apply_retention(now_ms)
+        # Kafka's log flusher: the time rule (flush.ms) is checked every
+        # log.flush.scheduler.interval.ms -- never at its default, as in Kafka; flush.messages
+        # is checked at each append (PartitionLog)
+        if now_ms - last["flush"] >= int(bc["log.flush.scheduler.interval.ms"]):
+            last["flush"] = now_ms
+            for plog in self.partitions.values():
+                plog.maybe_flush(now_ms)
         for plog in self.partitions.values():
-            plog.maybe_flush(now_ms)
             plog.purge_deleted(now_ms)
         if now_ms - last["release"] >= RELEASE_CHECK_INTERVAL_MS:
             # descriptors scale with partitions, not segments: idle inactive segments close
@@ -397,8 +407,9 @@ class LogDir:
         if now_ms - last["recovery_cp"] >= int(bc["log.flush.offset.checkpoint.interval.ms"]):
             last["recovery_cp"] = now_ms
             self._write_recovery_points()
-            write_checkpoint(os.path.join(self.path, REPLICATION_OFFSET_CHECKPOINT),
-                             {k: p.high_watermark for k, p in self.partitions.items()})
+        if now_ms - last["hw_cp"] >= int(bc["replica.high.watermark.checkpoint.interval.ms"]):
+            last["hw_cp"] = now_ms
+            self._write_high_watermarks()
         if now_ms - last["start_cp"] >= int(bc["log.flush.start.offset.checkpoint.interval.ms"]):
             last["start_cp"] = now_ms
             self._write_start_offsets()

@@ -235,6 +235,43 @@ class LogReader:
                     found = (rec.offset, rec.timestamp)
         return found
 
+    def offsets_before(self, ts: int, max_num: int, log_start: int, bound: int,
+                       now_ms: int) -> list[int]:
+        """ListOffsets v0's answer (0.8's getOffsetsBefore): up to ``max_num`` offsets, newest
+        first, out of the segments' base offsets paired with their files' modification times,
+        plus ``bound`` (the high watermark) paired with ``now_ms`` (with the last segment's time
+        when that segment is empty, just rolled). ``ts`` -1 starts from the newest entry, -2 answers the log start alone, another
+        time starts from the newest entry whose time is at or before it (none: empty). A base
+        offset below ``log_start`` (records deleted inside the first segment) reads as it."""
+        if ts == -2:
+            return [log_start][:max_num]
+        self.refresh()
+        entries: list[tuple[int, int]] = []
+        end_time = now_ms
+        for seg in self._list.segments:
+            try:
+                st = os.stat(seg.log_path)
+            except FileNotFoundError:
+                continue  # deleted by retention meanwhile
+            mtime = st.st_mtime_ns // 1_000_000
+            if seg.base_offset < bound:
+                entries.append((max(seg.base_offset, log_start), mtime))
+            # an empty last segment (just rolled) dates the log end by its own time, as in 0.8
+            end_time = now_ms if st.st_size > 0 else mtime
+        if not entries or entries[-1][0] < bound:
+            entries.append((bound, end_time))
+        if ts == -1:
+            start = len(entries) - 1
+        else:
+            start = max((i for i, (_, t) in enumerate(entries) if t <= ts), default=-1)
+        picked: list[int] = []
+        for offset, _ in reversed(entries[:start + 1]):
+            if len(picked) == max_num:
+                break
+            if not picked or picked[-1] != offset:  # two entries clamped to the log start
+                picked.append(offset)
+        return picked
+
     def read_bytes(self, offset: int, max_bytes: int, **kw) -> bytes:
         s = self.read(offset, max_bytes, **kw)
         return b"" if s is None else os.pread(s.fd, s.length, s.position)

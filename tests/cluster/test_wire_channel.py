@@ -4,6 +4,7 @@ a LeadershipTable and answers; the controller is the real one, on a real ZooKeep
 
 import socket
 import threading
+import time
 
 import pytest
 
@@ -171,3 +172,29 @@ def test_old_controller_refused_over_the_wire(cluster):
     assert resp.error_code == ErrorCode.STALE_CONTROLLER_EPOCH
     assert TopicPartition("z", 0) not in m.table.local
     assert any(k == UPDATE_METADATA for k, _, _ in m.requests)
+
+
+def test_controller_socket_timeout_resends_on_a_new_connection():
+    """controller.socket.timeout.ms: a broker that takes the request and never answers is given
+    it again on a new connection once the timeout has passed (not after Kafka's default 30 s)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    accepted: list[tuple[float, socket.socket]] = []
+
+    def accept():
+        while len(accepted) < 2:
+            conn, _ = server.accept()
+            accepted.append((time.monotonic(), conn))
+
+    threading.Thread(target=accept, daemon=True).start()
+    channel = WireChannel(client_id="controller-9", request_timeout_s=0.3)
+    try:
+        channel.add_broker(BrokerInfo(1, "127.0.0.1", server.getsockname()[1]))
+        channel.send(1, STOP_REPLICA, 1, {"controller_id": 9, "controller_epoch": 1,
+                                          "delete_partitions": False, "topics": []})
+        wait_for(lambda: len(accepted) == 2, 10, "the request sent again")
+        assert 0.3 <= accepted[1][0] - accepted[0][0] < 5
+    finally:
+        channel.close()
+        for _, conn in accepted:
+            conn.close()
+        server.close()

@@ -170,13 +170,14 @@ def test_raw_subscription_matches_kafka_python():
 class Harness:
     """A GroupCoordinator with in-memory persistence and a hand-moved clock."""
 
-    def __init__(self, delay_ms: int = 0, partitions: int = 4) -> None:
+    def __init__(self, delay_ms: int = 0, partitions: int = 4, **config: int) -> None:
         self.now = 1_000_000
         self.log: dict[int, list[bytes]] = {}
         self.answers: dict[object, dict] = {}
         cfg = {"group.initial.rebalance.delay.ms": delay_ms, "group.min.session.timeout.ms": 100,
                "group.max.session.timeout.ms": 100_000, "offsets.retention.minutes": 10080,
-               "offset.metadata.max.bytes": 4096}
+               "offset.metadata.max.bytes": 4096, "offsets.retention.check.interval.ms": 600_000,
+               **{k.replace("_", "."): v for k, v in config.items()}}
         self.coord = GroupCoordinator(cfg, partitions, append=self._append, respond=self._respond,
                                       partition_exists=lambda t, p: t == "t" and 0 <= p < 6,
                                       now_ms=lambda: self.now)
@@ -291,6 +292,31 @@ def test_offsets_commit_fetch_and_reload():
     again = Harness()
     again.coord.load(part, h.records(part))
     assert "g" not in again.coord.groups
+
+
+@pytest.mark.parametrize("check_ms, expired_at_ms", [(600_000, 600_000), (90_000, 90_000)])
+def test_offsets_expire_on_the_retention_check_interval(check_ms, expired_at_ms):
+    """offsets.retention.check.interval.ms: an empty group's offsets older than
+    offsets.retention.minutes go at the first check after that, not before."""
+    h = Harness(offsets_retention_minutes=1, offsets_retention_check_interval_ms=check_ms)
+    start = h.now
+    h.coord.poll()  # the first check, with nothing to expire
+    h.call(8, 3, {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
+                  "retention_time_ms": -1, "topics": [{"name": "t", "partitions": [
+                      {"partition_index": 0, "committed_offset": 10, "committed_metadata": ""}]}]})
+    for t in range(0, 700_000, 30_000):
+        h.now = start + t
+        assert h.coord.poll() <= h.now + check_ms
+        assert ("g" in h.coord.groups) == (t < expired_at_ms), t
+
+
+def test_offset_metadata_max_bytes():
+    h = Harness(offset_metadata_max_bytes=3)
+    r = h.call(8, 3, {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
+                      "retention_time_ms": -1, "topics": [{"name": "t", "partitions": [
+                          {"partition_index": 0, "committed_offset": 1, "committed_metadata": "abc"},
+                          {"partition_index": 1, "committed_offset": 1, "committed_metadata": "abcd"}]}]})
+    assert [p["error_code"] for p in r["topics"][0]["partitions"]] == [0, ErrorCode.OFFSET_METADATA_TOO_LARGE]
 
 
 def test_leadership_load_in_steps_and_unload():

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from appliance.config import CLUSTER_KEYS, KAFKA_ONLY_KEYS, NO_EFFECT, BrokerConfig, ConfigError
+from appliance.config import KAFKA_ONLY_KEYS, NO_EFFECT, BrokerConfig, ConfigError
 
 
 @pytest.mark.parametrize("given, listeners, advertised", [
@@ -46,14 +46,18 @@ def test_old_retention_name_takes_effect():
 
 def test_no_effect_keys_are_reported_once_set_away_from_default(caplog):
     with caplog.at_level(logging.WARNING):
-        BrokerConfig.load(overrides={"queued.max.requests": "16", "num.io.threads": "8",
+        BrokerConfig.load(overrides={"num.io.threads": "16", "fetch.max.bytes": "57671680",
                                      "background.threads": "10", "num.replica.fetchers": "4"})
     text = caplog.text
-    assert "queued.max.requests=16 is accepted but has no effect here" in text
+    assert "num.io.threads=16 is accepted but has no effect here" in text
     assert "background.threads=10 is accepted but has no effect here" in text
-    assert "num.replica.fetchers=4 is accepted but has no effect here" in text
-    assert "num.io.threads" not in text  # given at its default: it asks for nothing
-    assert set(CLUSTER_KEYS) <= set(NO_EFFECT) and KAFKA_ONLY_KEYS
+    assert "num.replica.fetchers" not in text  # honoured: nothing to say
+    assert "fetch.max.bytes" not in text  # honoured
+    assert set(NO_EFFECT) and KAFKA_ONLY_KEYS
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        BrokerConfig.load(overrides={"num.io.threads": "8"})
+    assert "num.io.threads" not in caplog.text  # given at its default: it asks for nothing
 
 
 def test_unknown_key_suggestion(caplog):
@@ -66,5 +70,12 @@ def test_unknown_key_suggestion(caplog):
 
 def test_quiet_load_does_not_warn(caplog):
     with caplog.at_level(logging.WARNING):
-        BrokerConfig.load(overrides={"queued.max.requests": "16", "x.y": "1"}, warn=False)
+        BrokerConfig.load(overrides={"num.io.threads": "16", "x.y": "1"}, warn=False)
     assert caplog.text == ""
+
+
+def test_replica_socket_timeout_must_cover_the_long_poll():
+    with pytest.raises(ConfigError) as ei:
+        BrokerConfig.load(overrides={"replica.socket.timeout.ms": "400", "replica.fetch.wait.max.ms": "500"})
+    assert "replica.socket.timeout.ms" in str(ei.value) and "replica.fetch.wait.max.ms" in str(ei.value)
+    assert BrokerConfig.load(overrides={"connections.max.idle.ms": "-1"})["connections.max.idle.ms"] == -1

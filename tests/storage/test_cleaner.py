@@ -456,3 +456,48 @@ def test_legacy_format_topic_is_compacted_in_its_own_magic(tmp_path, version):
     assert {m.key: (m.offset, m.value) for e in iter_entries(lg.read_bytes(0, 1 << 20))
             for m in e.messages} == latest
     d.close()
+
+
+@pytest.mark.parametrize("threads", [0, 1, 2])
+def test_cleaner_threads_bound_the_passes_under_way(tmp_path, threads):
+    """log.cleaner.threads: 0 cleans nothing; N lets up to N partitions of the log dir be in a
+    pass at once, their steps taking turns, each with 1/N of the dedupe buffer."""
+    clock = Clock()
+    d, lg = _open(tmp_path, clock, {"log.cleaner.threads": threads})
+    bc = _broker(tmp_path, **{"log.cleaner.threads": threads})
+    other = d.create_partition(TOPIC, 1, _topic(bc))
+    for plog in (lg, other):
+        _produce(plog, clock, rounds=30, keys=50, value_size=200)
+        plog.roll()
+    sizes = (lg.size_bytes, other.size_bytes)
+    most = 0
+    for _ in range(10_000):
+        d.cleaner.run(d.partitions, clock.now, max_bytes=16 << 10)
+        most = max(most, len(d.cleaner.passes))
+        if d.cleaner.idle and not d.cleaner.busy or threads == 0:
+            break
+    assert most == min(threads, 2)
+    assert d.cleaner.stats.passes == (2 if threads else 0)
+    cleaned = (lg.size_bytes < sizes[0], other.size_bytes < sizes[1])
+    assert cleaned == ((True, True) if threads else (False, False))
+    if threads:
+        assert d.cleaner.map_bytes == int(bc["log.cleaner.dedupe.buffer.size"]) // threads
+    d.close()
+
+
+def test_io_buffer_size_and_load_factor(tmp_path):
+    """log.cleaner.io.buffer.size: bytes read at a time (split between the passes; here smaller
+    than a batch, which is then read whole); log.cleaner.io.buffer.load.factor: how many keys
+    the offset map holds."""
+    clock = Clock()
+    broker_kw = {"log.cleaner.io.buffer.size": 8192, "log.cleaner.threads": 2,
+                 "log.cleaner.io.buffer.load.factor": 0.5, "log.cleaner.dedupe.buffer.size": 48_000}
+    d, lg = _open(tmp_path, clock, broker_kw)
+    assert d.cleaner.read_bytes == 4096 and d.cleaner.load_factor == 0.5
+    latest = _produce(lg, clock, rounds=3, keys=200, value_size=100, per_batch=50)  # ~5 KB batches
+    lg.roll()
+    d.cleaner.run(d.partitions, clock.now, max_bytes=1)
+    assert d.cleaner.current.map.capacity == 48_000 // 2 // 24 * 0.5 == 500
+    d.cleaner.clean_all(d.partitions, clock.now)
+    assert _state(lg) == latest
+    d.close()

@@ -117,3 +117,57 @@ def test_unclean_open_recovers_from_checkpointed_recovery_point(tmp_path):
     assert d.partitions[("t", 0)].log_end_offset == 15
     assert os.path.getsize(log_file) == 15 // 3 * len(batch())
     d.close()
+
+
+@pytest.mark.parametrize("scheduler_ms, flushed_at", [(1000, 1000), (None, None)])
+def test_flush_ms_is_applied_every_flush_scheduler_interval(tmp_path, scheduler_ms, flushed_at):
+    """log.flush.scheduler.interval.ms: how often the time rule (log.flush.interval.ms) is
+    looked at; at its default (Long.MAX, Kafka's) never."""
+    given = {"log.flush.interval.ms": "100"}
+    if scheduler_ms is not None:
+        given["log.flush.scheduler.interval.ms"] = str(scheduler_ms)
+    bc = _broker(tmp_path, **given)
+    clock = Clock()
+    start = clock.now
+    d = LogDir.open(str(tmp_path / "d"), bc, now_ms=clock)
+    lg = d.create_partition("t", 0, bc.topic_defaults())
+    lg.append(batch(n=2, ts=clock.now))
+    for after in (100, 500, 999, 1000, 10_000_000):
+        clock.now = start + after
+        d.run_periodic(clock.now)
+        assert lg.recovery_point == (2 if flushed_at is not None and after >= flushed_at else 0), after
+    d.close()
+
+
+def test_flush_interval_below_the_scheduler_warns(tmp_path, caplog):
+    with caplog.at_level("WARNING"):
+        _broker(tmp_path, **{"log.flush.interval.ms": "100"})
+    assert "log.flush.scheduler.interval.ms: never" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        _broker(tmp_path, **{"log.flush.interval.ms": "100", "log.flush.scheduler.interval.ms": "50"})
+    assert "log.flush" not in caplog.text
+
+
+def test_high_watermark_checkpoint_has_its_own_interval(tmp_path):
+    """replica.high.watermark.checkpoint.interval.ms writes replication-offset-checkpoint,
+    independently of the recovery point's log.flush.offset.checkpoint.interval.ms."""
+    bc = _broker(tmp_path, **{"replica.high.watermark.checkpoint.interval.ms": "1000",
+                              "log.flush.offset.checkpoint.interval.ms": "60000"})
+    clock = Clock()
+    start = clock.now
+    root = str(tmp_path / "d")
+    d = LogDir.open(root, bc, now_ms=clock)
+    lg = d.create_partition("t", 0, bc.topic_defaults())
+    lg.append(batch(n=3, ts=clock.now))
+    lg.high_watermark = 3
+    hw_file = os.path.join(root, "replication-offset-checkpoint")
+    rp_file = os.path.join(root, "recovery-point-offset-checkpoint")
+    clock.now = start + 999
+    d.run_periodic(clock.now)
+    assert read_checkpoint(hw_file).get(("t", 0)) is None
+    clock.now = start + 1000
+    d.run_periodic(clock.now)
+    assert read_checkpoint(hw_file) == {("t", 0): 3}
+    assert read_checkpoint(rp_file).get(("t", 0)) is None  # its own, longer interval
+    d.close()

@@ -7,7 +7,7 @@ Cluster mode (Kafka's rule: the coordinator of a group is the leader of its offs
 - leadership is read from the leadership area, which the cluster worker writes when it applies
   LeaderAndIsr: on every group request for a slot, and every ``LEADERSHIP_CHECK_S`` for all the
   offsets partitions of this disk. A partition this broker now leads (or leads in a new epoch)
-  is loaded from its log in steps of ``LOAD_STEP_BYTES`` between rounds, so the other partitions
+  is loaded from its log in steps of ``offsets.load.buffer.size`` bytes between rounds, so the other partitions
   of the disk keep being served; its groups answer COORDINATOR_LOAD_IN_PROGRESS meanwhile. A
   partition it stopped leading is unloaded; its groups answer NOT_COORDINATOR.
 - every write is a leader append (``Replication.leader_append``: acks=all's checks, the leader
@@ -47,7 +47,7 @@ from appliance.records.batch_layout import (
 from appliance.shm.layout import COMPLETION, GROUP_HEADER, Role
 from appliance.shm.partition_index import PartitionIndex
 
-__all__ = ["CoordinatorHost", "LEADERSHIP_CHECK_S", "LOAD_STEP_BYTES"]
+__all__ = ["CoordinatorHost", "LEADERSHIP_CHECK_S"]
 
 log = logging.getLogger("appliance.coordinator")
 
@@ -59,7 +59,6 @@ _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 
 LEADERSHIP_CHECK_S = 0.1  # how late a leadership change may be noticed with no group request
-LOAD_STEP_BYTES = 4 << 20  # read per loop pass while loading: bounds the other partitions' wait
 
 
 class _Held:
@@ -90,6 +89,9 @@ class CoordinatorHost:
             partition_exists=lambda t, p: self.view.has_partition(t, p),
             on_durable=self._on_durable)
         partitions.created_hooks.append(self._partition_created)
+        # offsets.load.buffer.size: read per loop pass while loading, which bounds how long the
+        # other partitions wait for the disk worker meanwhile
+        self.load_step_bytes = int(config["offsets.load.buffer.size"])
         # cluster mode (attach_cluster)
         self.area: Any = None
         self.replication: Any = None
@@ -173,7 +175,7 @@ class CoordinatorHost:
                      lead.leader_epoch)
 
     def _load_step(self) -> None:
-        budget = LOAD_STEP_BYTES
+        budget = self.load_step_bytes
         for partition in list(self.loads):
             slot = self.partitions.slot_of.get((OFFSETS_TOPIC, partition))
             p = self.partitions.partitions.get(slot) if slot is not None else None
@@ -186,7 +188,7 @@ class CoordinatorHost:
             plog = p.log
             while budget > 0 and offset < plog.log_end_offset:
                 # the leader's whole log: what is above the HW is the leader's and stays
-                data = plog.read_bytes(offset, min(budget, LOAD_STEP_BYTES), max_offset=plog.log_end_offset)
+                data = plog.read_bytes(offset, budget, max_offset=plog.log_end_offset)
                 if not data:
                     offset = plog.log_end_offset
                     break

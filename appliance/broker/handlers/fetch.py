@@ -60,7 +60,8 @@ def _read_all(ctx: BrokerContext, body: Any, names: list[str | None], replica_id
     """The response's topics, the bytes they hold, and whether a partition has an error.
     ``watch`` gets (slot, offset read up to) of each partition read: what a long poll waits on."""
     total = 0
-    max_bytes = body.max_bytes if body.max_bytes > 0 else 2**31 - 1
+    # the broker's fetch.max.bytes bounds what any request may ask for (Kafka's KIP-541)
+    max_bytes = min(body.max_bytes if body.max_bytes > 0 else 2**31 - 1, ctx.fetch_max_bytes)
     any_error = False
     responses = []
     leaders = ctx.leaders  # cluster mode: only the leader serves, followers read up to the LEO

@@ -18,7 +18,7 @@ from appliance.broker.door import RequestContext
 from appliance.broker.handlers.answer import RawBody
 from appliance.broker.topic_admin import create_topic
 from appliance.coordinator.batched_lookup import batched_coordinators
-from appliance.coordinator.routing import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, offsets_partition_for
+from appliance.coordinator.routing import OFFSETS_TOPIC, offsets_partition_for, offsets_topic_config
 from appliance.errors import ErrorCode
 from appliance.protocol.messages import OffsetFetch
 from appliance.protocol.registry import API_BY_KEY
@@ -83,7 +83,7 @@ async def _find_one(ctx: BrokerContext, key: str, key_type: int, version: int,
         # Kafka creates the offsets topic on the first FindCoordinator
         code, msg = await create_topic(ctx, OFFSETS_TOPIC,
                                        int(ctx.config["offsets.topic.num.partitions"]), -1,
-                                       OFFSETS_TOPIC_CONFIG)
+                                       offsets_topic_config(ctx.config))
         if code not in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
             return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, msg)
     _, code = _coordinator_slot(ctx, key)

@@ -1,9 +1,10 @@
 """ListOffsets: earliest (-2), latest (-1, the high watermark), the record with the largest
 timestamp (-3, v7+), the local log start (-4, v8+: no tiered storage, so the log start), or the
-first offset at a time."""
+first offset at a time; v0 answers 0.8's list of segment offsets (see _old_style)."""
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from appliance.broker.handlers.answer import led_here
@@ -45,9 +46,20 @@ def _one(ctx: BrokerContext, topic: str, partition: int, ts: int, version: int) 
     return r
 
 
-def _old_style(r: dict, max_num_offsets: int) -> dict:
-    # v0 answers a list of offsets; we hold one answer per query, as Kafka's own list starts
-    r["old_style_offsets"] = [r["offset"]] if r["offset"] >= 0 and max_num_offsets > 0 else []
+def _old_style(ctx: BrokerContext, topic: str, partition: int, ts: int, max_num: int) -> dict:
+    """v0 (0.8's OffsetRequest): up to ``max_num`` offsets, newest first: the base offsets of
+    the segments last written at or before ``ts`` and, for -1 (or a time from now on), the
+    high watermark (LogReader.offsets_before)."""
+    r = {"partition_index": partition, "error_code": 0, "old_style_offsets": []}
+    info, r["error_code"] = led_here(ctx, topic, partition)
+    if info is None:
+        return r
+    if ts < 0 and ts not in (LATEST, EARLIEST):
+        r["error_code"] = ErrorCode.INVALID_REQUEST
+        return r
+    _, hw, log_start = ctx.table.offsets(info.slot)
+    r["old_style_offsets"] = ctx.readers.offsets_before(
+        info.disk, topic, partition, ts, max(max_num, 0), log_start, hw, int(time.time() * 1000))
     return r
 
 
@@ -55,7 +67,7 @@ async def handle(ctx: BrokerContext, request: Request) -> dict:
     if request.api_version == 0:
         return {"topics": [
             {"name": t.name, "partitions": [
-                _old_style(_one(ctx, t.name, p.partition_index, p.timestamp, 0), p.max_num_offsets)
+                _old_style(ctx, t.name, p.partition_index, p.timestamp, p.max_num_offsets)
                 for p in t.partitions]}
             for t in request.body.topics]}
     return {"throttle_time_ms": 0, "topics": [

@@ -85,7 +85,7 @@ def _ctx(lookup=None):
         wakeups=Wakeups(disks), index=index, view=ClusterView(index), leads=lambda slot: True,
         table=types.SimpleNamespace(state=lambda slot: SlotState.ONLINE), readers=None,
         metrics=None,  # metrics off (BrokerContext.metrics)
-        limits=None, acceptors=[], request_memory=None,  # no connection limits
+        limits=None, acceptors=[], request_memory=None, request_queue=None,  # no connection limits
         leaders=None, extra_apis=None, cluster_link=None,  # standalone (BrokerContext's defaults)
         fast_produce=None,  # the generic path (the fast path's tests: test_produce_fast.py)
         authorizer=None,  # no authorizer.class.name: no ACL checks (BrokerContext's default)
