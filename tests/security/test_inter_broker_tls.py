@@ -40,7 +40,10 @@ def zk_server(tmp_path_factory):
 
 
 INTER_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" '
-              'password="broker-secret" user_broker="broker-secret";')
+              'password="broker-secret" user_broker="broker-secret" user_carl="carl-pw";')
+# ACLs on: the brokers (by login, or by certificate) and the clients' PLAINTEXT listener are super
+# users, so every request between brokers passes the authorizer (ClusterAction) as in Kafka
+SUPER = ";".join(["User:ANONYMOUS", "User:broker", *(f"User:CN=broker{i},O=appliance" for i in (1, 2, 3))])
 
 
 @pytest.fixture(scope="module", params=["SSL", "SASL_SSL"])
@@ -65,7 +68,8 @@ def cluster(zk_server, tmp_path_factory, request):
             "ssl.client.auth": "required" if inter == "SSL" else "none",
             "ssl.endpoint.identification.algorithm": "https",
             "replica.lag.time.max.ms": "3000", "offsets.topic.num.partitions": "3",
-            "offsets.topic.replication.factor": "3", "auto.leader.rebalance.enable": "false"})
+            "offsets.topic.replication.factor": "3", "auto.leader.rebalance.enable": "false",
+            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer", "super.users": SUPER})
     try:
         start_brokers(brokers.values())
         wait_joined(brokers.values(), 3)
@@ -190,3 +194,52 @@ def test_scram_users_made_on_one_broker_log_in_on_every_broker(cluster):
     r = appliance("configs", "--bootstrap-server", f"127.0.0.1:{ports[3][0]}", "--describe",
                   "--entity-type", "users", "--entity-name", "zoe")
     assert "SCRAM-SHA-512=iterations=4096" in r.stdout, r.stderr
+
+
+def test_an_acl_added_on_one_broker_is_enforced_by_all_three_within_a_second(cluster, tmp_path):
+    brokers, ports, boot, inter, ca_file = cluster
+    if inter != "SASL_SSL":
+        pytest.skip("users log in on the SASL_SSL cluster")
+
+    def carl_produces(port: int) -> int | None:
+        """The error code of carl's produce through ``port`` (None: acknowledged)."""
+        p = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_SSL",
+                      "ssl.ca.location": str(ca_file), "sasl.mechanism": "PLAIN", "sasl.username": "carl",
+                      "sasl.password": "carl-pw", "message.timeout.ms": 5000, "retries": 0})
+        errors: list = []
+        p.produce("tls-rf3", b"carl", on_delivery=lambda err, msg: errors.append(err))
+        p.flush(10)
+        return errors[0].code() if errors and errors[0] is not None else None
+
+    from confluent_kafka import KafkaError
+    assert all(carl_produces(ports[i][1]) == KafkaError.TOPIC_AUTHORIZATION_FAILED for i in brokers)
+    r = appliance("acls", "--bootstrap-server", f"127.0.0.1:{ports[2][0]}", "--add",
+                  "--allow-principal", "User:carl", "--producer", "--topic", "tls-rf3")
+    assert r.returncode == 0, r.stderr
+    added = time.monotonic()  # the tool has returned: the ACL is in ZooKeeper
+    def first_allowed(i: int) -> float | None:
+        """Seconds from the add to the start of carl's first acknowledged produce via broker i
+        (each broker polled by its own thread, one attempt after another)."""
+        while time.monotonic() < added + 30:
+            tried = time.monotonic()
+            if carl_produces(ports[i][1]) is None:
+                return tried - added
+        return None
+
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(len(brokers)) as pool:
+        lag = dict(zip(brokers, pool.map(first_allowed, list(brokers)), strict=True))
+    assert None not in lag.values(), lag
+    assert max(lag.values()) <= 1.0, f"seconds from the add to each broker's enforcement: {lag}"
+    # the ACL is in ZooKeeper as Kafka keeps it
+    from kazoo.client import KazooClient
+    zk_root = brokers[1].overrides["zookeeper.connect"]
+    zk = KazooClient(hosts=zk_root)
+    zk.start(timeout=10)
+    try:
+        data, _ = zk.get("/kafka-acl/Topic/tls-rf3")
+        acls = json.loads(data)["acls"]
+        assert {a["operation"] for a in acls if a["principal"] == "User:carl"} == {"Write", "Describe", "Create"}
+    finally:
+        zk.stop()
+        zk.close()
