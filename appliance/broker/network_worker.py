@@ -355,25 +355,30 @@ class KafkaConnection(asyncio.Protocol):
                 if taken:
                     data = memoryview(data)[taken:]
             self.conn.receive_data(data)
-            while not self._closing:
-                event = self.conn.next_event()
-                if event is proto.NEED_DATA:
-                    break
-                if event is proto.PEER_CLOSED:
-                    self._close_after_responses()
-                    break
-                if isinstance(event, proto.RejectedRequest):
-                    self._reject(event)
-                    continue
-                if self.sasl is not None and event.api_key in _SASL_APIS:  # re-authentication
-                    self._sasl_request(event)
-                    continue
-                self._dispatch(event)
+            self._serve_events()
         except (proto.RemoteProtocolError, proto.LocalProtocolError) as e:
             log.info("closing connection from %s: %s", self._peer(), e)
             self._close_after_responses()
         finally:
             disks.end_batch()
+
+    def _serve_events(self) -> None:
+        """Dispatch every whole request fed to the protocol state machine, in order. Raises
+        the protocol's errors (the caller closes the connection)."""
+        while not self._closing:
+            event = self.conn.next_event()
+            if event is proto.NEED_DATA:
+                break
+            if event is proto.PEER_CLOSED:
+                self._close_after_responses()
+                break
+            if isinstance(event, proto.RejectedRequest):
+                self._reject(event)
+                continue
+            if self.sasl is not None and event.api_key in _SASL_APIS:  # re-authentication
+                self._sasl_request(event)
+                continue
+            self._dispatch(event)
 
     # -- SASL (SASL_PLAINTEXT / SASL_SSL listeners) ------------------------------------------
     def _needs_sasl(self) -> bool:
@@ -442,20 +447,7 @@ class KafkaConnection(asyncio.Protocol):
         disks = self.ctx.disks
         disks.begin_batch()
         try:
-            while not self._closing:
-                event = self.conn.next_event()
-                if event is proto.NEED_DATA:
-                    break
-                if event is proto.PEER_CLOSED:
-                    self._close_after_responses()
-                    break
-                if isinstance(event, proto.RejectedRequest):
-                    self._reject(event)
-                    continue
-                if event.api_key in _SASL_APIS:
-                    self._sasl_request(event)
-                    continue
-                self._dispatch(event)
+            self._serve_events()
         except (proto.RemoteProtocolError, proto.LocalProtocolError) as e:
             log.info("closing connection from %s: %s", self._peer(), e)
             self._close_after_responses()

@@ -11,7 +11,7 @@ from appliance.client.connection import BrokerConnection, ConnectionFailed, pars
 from appliance.errors import ErrorCode
 
 __all__ = ["Brokers", "add_bootstrap", "connect", "parse_properties_args", "check", "metadata",
-           "command_config", "tool_tls"]
+           "command_config", "tool_security"]
 
 
 def add_bootstrap(p: argparse.ArgumentParser, zookeeper: bool = False) -> None:
@@ -45,9 +45,9 @@ def command_config(args: argparse.Namespace) -> dict[str, str]:
         raise CliError(f"--command-config {path}: {e.strerror}", 2) from e
 
 
-def tool_tls(args: argparse.Namespace) -> Any:
-    """The ssl.SSLContext --command-config asks for (None: plaintext). Raises CliError naming
-    the file and the key."""
+def tool_security(args: argparse.Namespace) -> Any:
+    """How --command-config secures the connections (client.security.Security; None:
+    plaintext). Raises CliError naming the file and the key."""
     props = command_config(args)
     if not props:
         return None
@@ -55,7 +55,7 @@ def tool_tls(args: argparse.Namespace) -> Any:
     from appliance.errors import InvalidConfigError
     try:
         c = cfg.resolve(cfg.ADMIN_KEYS, {"bootstrap.servers": "unused:1", **props}, {})
-        return cfg.tls_context(c)
+        return cfg.security_of(c)
     except InvalidConfigError as e:
         raise CliError(f"--command-config {args.command_config}: {e}", 2) from e
 
@@ -74,11 +74,11 @@ def bootstrap_servers(args: argparse.Namespace) -> list[tuple[str, int]]:
 
 def connect(args: argparse.Namespace) -> BrokerConnection:
     servers = bootstrap_servers(args)
-    tls = tool_tls(args)
+    security = tool_security(args)
     errors = []
     for host, port in servers:
         try:
-            return BrokerConnection(host, port, timeout=args.timeout, tls=tls)
+            return BrokerConnection(host, port, timeout=args.timeout, security=security)
         except ConnectionFailed as e:
             errors.append(str(e))
     raise CliError("; ".join(errors))
@@ -111,8 +111,8 @@ class Brokers:
     (the leader of its ``__consumer_offsets`` partition); with one broker, everything to the
     bootstrap connection."""
 
-    def __init__(self, conn: BrokerConnection, timeout: float, tls: Any = None) -> None:
-        self.conn, self.timeout, self.tls = conn, timeout, tls
+    def __init__(self, conn: BrokerConnection, timeout: float, security: Any = None) -> None:
+        self.conn, self.timeout, self.security = conn, timeout, security
         self.addresses = {b.node_id: (b.host, b.port) for b in metadata(conn, []).brokers}
         self.opened: dict[int, BrokerConnection] = {}
 
@@ -120,7 +120,7 @@ class Brokers:
         if len(self.addresses) <= 1 or node not in self.addresses:
             return self.conn
         if node not in self.opened:
-            self.opened[node] = BrokerConnection(*self.addresses[node], timeout=self.timeout, tls=self.tls)
+            self.opened[node] = BrokerConnection(*self.addresses[node], timeout=self.timeout, security=self.security)
         return self.opened[node]
 
     def leaders(self, topics: list[str]) -> dict[tuple[str, int], int]:

@@ -20,7 +20,7 @@ from appliance.cli.common import (
     bootstrap_servers,
     command_config,
     parse_properties_args,
-    tool_tls,
+    tool_security,
 )
 from appliance.cli.main import CliError
 from appliance.client.consumer import Consumer, TopicPartition
@@ -69,7 +69,7 @@ def _format(r, flag: dict[str, bool], sep: bytes) -> bytes:
 
 def _client_config(args: argparse.Namespace) -> dict:
     """--command-config's security settings, as client keys (errors name the file and key)."""
-    tool_tls(args)  # checked now: a bad file is one line before anything is sent
+    tool_security(args)  # checked now: a bad file is one line before anything is sent
     return command_config(args)
 
 

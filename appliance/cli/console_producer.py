@@ -15,7 +15,7 @@ from appliance.cli.common import (
     bootstrap_servers,
     command_config,
     parse_properties_args,
-    tool_tls,
+    tool_security,
 )
 from appliance.cli.main import CliError
 from appliance.client.producer import CODECS, Producer
@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _client_config(args: argparse.Namespace) -> dict:
     """--command-config's security settings, as client keys (errors name the file and key)."""
-    tool_tls(args)  # checked now: a bad file is one line before anything is sent
+    tool_security(args)  # checked now: a bad file is one line before anything is sent
     return command_config(args)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 
-from appliance.cli.common import Brokers, add_bootstrap, check, connect, metadata, tool_tls
+from appliance.cli.common import Brokers, add_bootstrap, check, connect, metadata, tool_security
 from appliance.cli.main import CliError
 from appliance.client.connection import BrokerConnection
 from appliance.errors import ErrorCode
@@ -101,7 +101,7 @@ def _parse_datetime(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     with connect(args) as boot:
         if args.list:  # in a cluster each broker lists the groups it coordinates
-            brokers = Brokers(boot, args.timeout, tool_tls(args))
+            brokers = Brokers(boot, args.timeout, tool_security(args))
             try:
                 names = set()
                 for node in sorted(brokers.addresses) or [-1]:
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
                 print(name)
             return 0
         group = _need_group(args)
-        brokers = Brokers(boot, args.timeout, tool_tls(args))
+        brokers = Brokers(boot, args.timeout, tool_security(args))
         try:
             return _run_group(args, brokers, brokers.coordinator(group), group)
         finally:

@@ -22,11 +22,11 @@ Locator = Callable[[], tuple[int, dict[int, tuple[str, int]]]]
 
 
 def call(host: str, port: int, api_key: int, version: int, body: Any, timeout: float,
-         client_id: str = "appliance-cli", tls: Any = None) -> Any:
-    """Send one request and return its decoded response body (over TLS with ``tls``, an
-    ssl.SSLContext). Raises OSError / ConnectionError when the broker cannot be reached or
-    hangs up."""
-    from appliance.client.tls_socket import TlsSocket
+         client_id: str = "appliance-cli", security: Any = None) -> Any:
+    """Send one request and return its decoded response body (secured as ``security``, a
+    client.security.Security, says). Raises OSError / ConnectionError when the broker cannot
+    be reached or hangs up."""
+    from appliance.client.security import secure
     from appliance.protocol.frames import SIZE, encode_request_frame, response_body_offset
     from appliance.protocol.registry import API_BY_KEY
 
@@ -42,7 +42,7 @@ def call(host: str, port: int, api_key: int, version: int, body: Any, timeout: f
         return buf
 
     with socket.create_connection((host, port), timeout=timeout) as raw:
-        s = raw if tls is None else TlsSocket(raw, tls, host, timeout)
+        s = secure(raw, security, host, port, timeout)
         s.sendall(encode_request_frame(api_key, version, 1, client_id, body))
         (size,) = SIZE.unpack(read(s, SIZE.size))
         frame = memoryview(read(s, size))
@@ -50,7 +50,7 @@ def call(host: str, port: int, api_key: int, version: int, body: Any, timeout: f
 
 
 def ask_controller(locate: Locator, api_key: int, version: int, body: Any, timeout: float,
-                   what: str, client_id: str = "appliance-cli", tls: Any = None) -> Any:
+                   what: str, client_id: str = "appliance-cli", security: Any = None) -> Any:
     """The controller's answer to one request (its top-level ``error_code`` is not
     NOT_CONTROLLER). Raises CliError("<what> failed: ...") when no controller answers in time."""
     deadline = time.monotonic() + timeout
@@ -59,7 +59,7 @@ def ask_controller(locate: Locator, api_key: int, version: int, body: Any, timeo
         controller, brokers = locate()
         if controller in brokers:
             try:
-                answer = call(*brokers[controller], api_key, version, body, timeout, client_id, tls)
+                answer = call(*brokers[controller], api_key, version, body, timeout, client_id, security)
                 if answer.error_code != ErrorCode.NOT_CONTROLLER:
                     return answer
                 last = f"broker {controller} is no longer the controller"

@@ -13,7 +13,7 @@ import argparse
 import json
 from typing import Any
 
-from appliance.cli.common import Brokers, add_bootstrap, connect, tool_tls
+from appliance.cli.common import Brokers, add_bootstrap, connect, tool_security
 from appliance.cli.main import CliError
 from appliance.errors import ErrorCode
 
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--offset-json-file {args.offset_json_file}: {e.strerror or e}", 2) from e
     wanted = parse_offset_json(text)
     conn = connect(args)
-    brokers = Brokers(conn, args.timeout, tool_tls(args))
+    brokers = Brokers(conn, args.timeout, tool_security(args))
     try:
         # each partition's request goes to its leader, as kafka-delete-records.sh's admin client
         # does (another broker answers NOT_LEADER_OR_FOLLOWER); one request per leader

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from appliance.cli.common import add_bootstrap, connect, metadata, tool_tls
+from appliance.cli.common import add_bootstrap, connect, metadata, tool_security
 from appliance.cli.controller_request import ask_controller
 from appliance.cli.main import CliError
 from appliance.errors import ErrorCode
@@ -82,7 +82,7 @@ def elect(args: argparse.Namespace, election_type: int,
             return md.controller_id, {b.node_id: (b.host, b.port) for b in md.brokers}
 
         return ask_controller(locate, _ELECT_LEADERS, _VERSION, body, args.timeout, "leader election",
-                              client_id="appliance-leader-election", tls=tool_tls(args))
+                              client_id="appliance-leader-election", security=tool_security(args))
 
 
 def run(args: argparse.Namespace) -> int:

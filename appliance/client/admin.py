@@ -73,7 +73,7 @@ class AdminClient:
         self.cluster = Cluster(c["bootstrap.servers"], client_id=c["client.id"],
                                request_timeout_ms=c["request.timeout.ms"],
                                connect_timeout_ms=c["socket.connection.setup.timeout.ms"], allow_auto_create=False,
-                               tls=cfg.tls_context(c))
+                               security=cfg.security_of(c))
         self.timeout_ms = c["request.timeout.ms"]
 
     def _request(self, api_key: int, body: dict) -> Any:

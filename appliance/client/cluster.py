@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from appliance.client.config import tls_context
+from appliance.client.config import security_of
 from appliance.client.connection import KafkaConnectionError, parse_bootstrap
 from appliance.client.errors import LeaderNotAvailableError
 from appliance.client.pipeline import PipelinedConnection
@@ -59,11 +59,11 @@ class Cluster:
     def __init__(self, bootstrap_servers: str, *, client_id: str = "appliance", request_timeout_ms: int = 30000,
                  connect_timeout_ms: int | None = None, allow_auto_create: bool = True,
                  metadata_max_age_ms: float = 300000,
-                 socket_buffers: tuple[int | None, int | None] = (None, None), tls: Any = None) -> None:
+                 socket_buffers: tuple[int | None, int | None] = (None, None), security: Any = None) -> None:
         """``socket_buffers``: (SO_SNDBUF, SO_RCVBUF) for every connection, None: the OS's;
-        ``tls``: the ssl.SSLContext every connection speaks TLS with (None: plaintext).
+        ``security``: how every connection is secured (client.security.Security; None: plaintext).
         Raises ValueError for a malformed bootstrap list (nothing is contacted yet)."""
-        self.tls = tls
+        self.security = security
         self.bootstrap = parse_bootstrap(bootstrap_servers)
         self.client_id = client_id
         self.request_timeout = request_timeout_ms / 1000
@@ -84,7 +84,7 @@ class Cluster:
         """A consumer's cluster, from its resolved config: a consumer never creates topics."""
         return cls(c["bootstrap.servers"], client_id=c["client.id"], request_timeout_ms=c["request.timeout.ms"],
                    connect_timeout_ms=c["socket.connection.setup.timeout.ms"], allow_auto_create=False,
-                   metadata_max_age_ms=c["metadata.max.age.ms"], tls=tls_context(c))
+                   metadata_max_age_ms=c["metadata.max.age.ms"], security=security_of(c))
 
     # connections ----------------------------------------------------------------------------
     def connection(self, host: str, port: int, purpose: str = "default", timeout: float | None = None,
@@ -104,7 +104,7 @@ class Cluster:
                 return conn
         # Connect outside the lock: other threads may use other connections meanwhile.
         conn = PipelinedConnection(host, port, timeout=connect_timeout or timeout or self.request_timeout,
-                                   client_id=self.client_id, tls=self.tls)
+                                   client_id=self.client_id, security=self.security)
         if timeout is None or connect_timeout is not None:
             conn.timeout = timeout or self.request_timeout
         if self.socket_buffers != (None, None):  # once connected: the handshake never needs more

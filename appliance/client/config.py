@@ -14,7 +14,7 @@ from typing import Any
 from appliance.errors import InvalidConfigError
 
 __all__ = ["Key", "PRODUCER_KEYS", "PRODUCER_NO_EFFECT", "CONSUMER_KEYS", "ADMIN_KEYS", "ZK_CONSUMER_KEYS",
-           "resolve", "load_properties", "tls_context"]
+           "resolve", "load_properties", "security_of"]
 
 _UNSET: Any = object()
 
@@ -56,6 +56,10 @@ _COMMON = (
     Key("ssl.endpoint.identification.algorithm", "choice", "https",
         "https: the broker's certificate must name the host connected to; none: not checked",
         choices=("https", "none", "")),
+    Key("sasl.mechanism", "str", "PLAIN", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
+    Key("sasl.username", "str", None, "SASL user name (librdkafka's key)"),
+    Key("sasl.password", "str", None, "SASL password (librdkafka's key)"),
+    Key("sasl.jaas.config", "str", None, "the Java clients' login line: username=\"...\" password=\"...\""),
     Key("ssl.truststore.password", "str", None, "unused with PEM (accepted for Java clients' files)"),
     Key("ssl.keystore.password", "str", None, "unused with PEM (accepted for Java clients' files)"),
     Key("ssl.truststore.type", "choice", "pem", "PEM only", choices=("pem",)),
@@ -321,15 +325,35 @@ def resolve(keys: tuple[Key, ...], config: Mapping[str, Any] | None, kwargs: Map
     return out
 
 
-def tls_context(c: Mapping[str, Any]) -> Any:
-    """The ssl.SSLContext a resolved client config asks for, or None for plaintext. Raises
-    InvalidConfigError naming the key whose file cannot be used, or a protocol not built."""
+def security_of(c: Mapping[str, Any]) -> Any:
+    """The client.security.Security a resolved client config asks for, or None for plaintext.
+    Raises InvalidConfigError naming the key whose file or value cannot be used."""
     proto = c.get("security.protocol", "plaintext")
-    if proto in ("sasl_plaintext", "sasl_ssl"):
-        raise InvalidConfigError(f"config security.protocol={proto.upper()}: SASL is not built yet "
-                                 "(PLAINTEXT and SSL are)")
-    if proto != "ssl":
+    if proto == "plaintext":
         return None
+    from appliance.client.security import Security
+    tls = _tls_context(c) if proto in ("ssl", "sasl_ssl") else None
+    sasl = None
+    if proto in ("sasl_plaintext", "sasl_ssl"):
+        mechanism = str(c.get("sasl.mechanism") or "PLAIN").upper()
+        if mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+            raise InvalidConfigError(f"config sasl.mechanism={mechanism!r}: expected PLAIN, "
+                                     "SCRAM-SHA-256 or SCRAM-SHA-512")
+        user, password = c.get("sasl.username"), c.get("sasl.password")
+        if (user is None or password is None) and c.get("sasl.jaas.config"):
+            from appliance.security.sasl_client import login_of
+            try:
+                user, password = login_of(c["sasl.jaas.config"])
+            except ValueError as e:
+                raise InvalidConfigError(f"config sasl.jaas.config: {e}") from None
+        if user is None or password is None:
+            raise InvalidConfigError(f"config security.protocol={proto.upper()}: sasl.username and "
+                                     "sasl.password (or sasl.jaas.config) are required")
+        sasl = (mechanism, user, password)
+    return Security(tls, sasl)
+
+
+def _tls_context(c: Mapping[str, Any]) -> Any:
     import ssl
 
     from appliance.client.tls_socket import client_tls_context

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 import appliance.protocol as proto
-from appliance.client.tls_socket import TlsSocket
+from appliance.client.security import Security, secure
 from appliance.errors import ErrorCode, KafkaError, UnsupportedVersionError
 
 __all__ = ["BrokerConnection", "ConnectionFailed", "KafkaConnectionError", "parse_bootstrap"]
@@ -54,9 +54,9 @@ CLIENT_MAX_VERSIONS = {
 
 class BrokerConnection:
     def __init__(self, host: str, port: int, timeout: float = 10.0, client_id: str = "appliance-cli",
-                 tls: ssl.SSLContext | None = None) -> None:
-        """``tls``: speak TLS (SSL listeners) with this context. Raises ConnectionFailed naming
-        the address (a refused or failed TLS handshake included)."""
+                 security: Security | None = None) -> None:
+        """``security``: TLS and/or a SASL login (client/security.py). Raises ConnectionFailed
+        naming the address (a refused or failed TLS handshake or login included)."""
         self.address = f"{host}:{port}"
         self.timeout = timeout
         deadline = time.monotonic() + timeout
@@ -73,12 +73,13 @@ class BrokerConnection:
                 time.sleep(0.1)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.settimeout(timeout)
-        if tls is not None:
+        if security is not None:
             try:
-                self.sock = TlsSocket(self.sock, tls, host, max(deadline - time.monotonic(), 0.1))
-            except OSError as e:  # ssl.SSLError included
+                self.sock = secure(self.sock, security, host, port, max(deadline - time.monotonic(), 0.1))
+            except OSError as e:  # ssl.SSLError and SaslLoginFailed included
                 self.sock.close()
-                raise ConnectionFailed(f"TLS handshake with {self.address} failed: "
+                what = "TLS handshake" if isinstance(e, ssl.SSLError) else "connection"
+                raise ConnectionFailed(f"{what} with {self.address} failed: "
                                        f"{getattr(e, 'reason', None) or e}") from e
             self.sock.settimeout(timeout)
         self.conn = proto.ClientConnection(client_id)

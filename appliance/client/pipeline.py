@@ -79,10 +79,10 @@ class PipelinedConnection:
     """One socket to one broker with a reader thread; see the module docstring."""
 
     def __init__(self, host: str, port: int, *, timeout: float = 30.0, client_id: str = "appliance",
-                 max_in_flight: int = 64, tls: Any = None) -> None:
-        """Connect (with TLS when ``tls``, an ssl.SSLContext, is given) and negotiate versions.
-        Raises KafkaConnectionError naming the address."""
-        self._bc = BrokerConnection(host, port, timeout=timeout, client_id=client_id, tls=tls)
+                 max_in_flight: int = 64, security: Any = None) -> None:
+        """Connect (secured as ``security``, a client.security.Security, says) and negotiate
+        versions. Raises KafkaConnectionError naming the address."""
+        self._bc = BrokerConnection(host, port, timeout=timeout, client_id=client_id, security=security)
         self.address = self._bc.address
         self.host, self.port = host, port
         self.timeout = timeout

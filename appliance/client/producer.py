@@ -320,7 +320,7 @@ class Producer(Send):
                                allow_auto_create=c["allow.auto.create.topics"],
                                metadata_max_age_ms=_metadata_max_age(c),
                                socket_buffers=(c["send.buffer.bytes"], c["receive.buffer.bytes"]),
-                               tls=cfg.tls_context(c))
+                               security=cfg.security_of(c))
         self.transport = open_transport(c["transport"], self.cluster, c["bootstrap.servers"], c)
         self._send_many_batches = getattr(self.transport, "send_batches", None)
         self._send_built = getattr(self.transport, "send_built", None)

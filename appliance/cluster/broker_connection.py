@@ -20,6 +20,7 @@ import socket
 import ssl
 from dataclasses import dataclass
 
+from appliance.client.security import login
 from appliance.cluster.zk_paths import BrokerInfo
 from appliance.config import PLAINTEXT, SERVED_PROTOCOLS, BrokerConfig
 from appliance.protocol.connection import ClientConnection, Response
@@ -134,7 +135,7 @@ class BrokerConnector:
             if tls is not None:
                 sock = tls.wrap_socket(sock, server_hostname=addr.host)
             if uses_sasl(addr.security_protocol):
-                self._login_blocking(sock, addr)
+                login(sock, *self._sasl_for(addr), address=str(addr))
         except BaseException:
             sock.close()
             raise
@@ -145,24 +146,6 @@ class BrokerConnector:
             raise NoEndpoint(f"{addr} uses {addr.security_protocol}, but this broker has no "
                              f"SASL login for its {self.listener} listener")
         return self.sasl
-
-    def _login_blocking(self, sock: socket.socket, addr: BrokerAddress) -> None:
-        steps = exchange(*self._sasl_for(addr))
-        conn = ClientConnection("broker-login")
-        answer = None
-        try:
-            while True:
-                api_key, version, body = steps.send(answer)
-                _, frame = conn.send_request(api_key, version, body)
-                sock.sendall(frame)
-                while not isinstance(event := conn.next_event(), Response):
-                    data = sock.recv(65536)
-                    if not data:
-                        raise SaslLoginFailed(f"{addr} closed the connection during the SASL login")
-                    conn.receive_data(data)
-                answer = event.body
-        except StopIteration:
-            return
 
     async def _login(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                      addr: BrokerAddress) -> None:

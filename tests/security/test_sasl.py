@@ -263,3 +263,41 @@ def test_scram_credentials_described_and_deleted(broker):
     r = appliance("configs", "--bootstrap-server", broker.bootstrap, "--describe", "--entity-type", "users",
                   "--entity-name", "erin")
     assert r.returncode == 1 and "does not exist" in r.stderr
+
+
+def test_appliance_tools_and_client_over_sasl(broker, tmp_path):
+    from appliance.client import Consumer as OurConsumer
+    from appliance.client import Producer as OurProducer
+
+    props = tmp_path / "client-sasl.properties"
+    props.write_text("security.protocol=SASL_SSL\n"
+                     f"ssl.truststore.location={broker.ca}\n"
+                     "sasl.mechanism=SCRAM-SHA-512\n"
+                     'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required '
+                     'username="dave" password="dave,secret=x";\n')
+    tool = ("--bootstrap-server", f"127.0.0.1:{broker.sasl_ssl_port}", "--command-config", str(props))
+    r = appliance("topics", "--create", "--topic", "sasl-tools", "--partitions", "1", *tool)
+    assert r.returncode == 0, r.stderr
+    r = appliance("console-producer", "--topic", "sasl-tools", *tool, input="x\ny\n")
+    assert r.returncode == 0, r.stderr
+    r = appliance("console-consumer", "--topic", "sasl-tools", "--from-beginning", "--max-messages", "2", *tool)
+    assert r.returncode == 0 and r.stdout.splitlines() == ["x", "y"], r.stderr
+    conf = {"bootstrap.servers": f"127.0.0.1:{broker.sasl_port}", "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "carol", "sasl.password": "carol-secret"}
+    p = OurProducer(conf)
+    for k, v in RECORDS[:50]:
+        p.send("sasl-tools", (k, v))
+    p.flush()
+    p.close()
+    c = OurConsumer({**conf, "group.id": None, "auto.offset.reset": "earliest"})
+    c.assign([("sasl-tools", 0)])
+    got: list = []
+    deadline = time.monotonic() + 30
+    while len(got) < 52 and time.monotonic() < deadline:
+        got += [(r.key, r.value) for r in c.poll(1.0)]
+    c.close()
+    assert got[2:] == RECORDS[:50]
+    # a wrong password: one line naming the failure, no traceback
+    props.write_text(props.read_text().replace('password="dave,secret=x"', 'password="nope"'))
+    r = appliance("topics", "--list", *tool, "--timeout", "5")
+    assert r.returncode == 1 and "SASL_AUTHENTICATION_FAILED" in r.stderr and "Traceback" not in r.stderr

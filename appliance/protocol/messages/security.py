@@ -91,20 +91,30 @@ class AlterUserScramCredentials(ApiMessage):
     )
 
 
+# the fields an ACL's principal, host, operation and permission travel in, and an ACL filter
+_ACL_ENTRY = (
+    Field("principal", String),
+    Field("host", String),
+    Field("operation", Int8),
+    Field("permission_type", Int8),
+)
+_ACL_FILTER = (
+    Field("resource_type_filter", Int8),
+    Field("resource_name_filter", NullableString),
+    Field("pattern_type_filter", Int8, versions="1+", default=3),
+    Field("principal_filter", NullableString),
+    Field("host_filter", NullableString),
+    Field("operation", Int8),
+    Field("permission_type", Int8),
+)
+
+
 class DescribeAcls(ApiMessage):
     """DescribeAcls (key 29); Kafka: valid 0-3, flexible 2+; v1 adds pattern types (KIP-290)."""
 
     API_KEY, MIN_VERSION, MAX_VERSION = 29, 0, 3
     FLEXIBLE = "2+"
-    REQUEST = (
-        Field("resource_type_filter", Int8),
-        Field("resource_name_filter", NullableString),
-        Field("pattern_type_filter", Int8, versions="1+", default=3),
-        Field("principal_filter", NullableString),
-        Field("host_filter", NullableString),
-        Field("operation", Int8),
-        Field("permission_type", Int8),
-    )
+    REQUEST = _ACL_FILTER
     RESPONSE = (
         Field("throttle_time_ms", Int32),
         Field("error_code", Int16),
@@ -113,12 +123,7 @@ class DescribeAcls(ApiMessage):
             Field("resource_type", Int8),
             Field("resource_name", String),
             Field("pattern_type", Int8, versions="1+", default=3),
-            Field("acls", Array(Struct(
-                Field("principal", String),
-                Field("host", String),
-                Field("operation", Int8),
-                Field("permission_type", Int8),
-            ))),
+            Field("acls", Array(Struct(*_ACL_ENTRY))),
         ))),
     )
 
@@ -133,10 +138,7 @@ class CreateAcls(ApiMessage):
             Field("resource_type", Int8),
             Field("resource_name", String),
             Field("resource_pattern_type", Int8, versions="1+", default=3),
-            Field("principal", String),
-            Field("host", String),
-            Field("operation", Int8),
-            Field("permission_type", Int8),
+            *_ACL_ENTRY,
         ))),
     )
     RESPONSE = (
@@ -154,15 +156,7 @@ class DeleteAcls(ApiMessage):
     API_KEY, MIN_VERSION, MAX_VERSION = 31, 0, 3
     FLEXIBLE = "2+"
     REQUEST = (
-        Field("filters", Array(Struct(
-            Field("resource_type_filter", Int8),
-            Field("resource_name_filter", NullableString),
-            Field("pattern_type_filter", Int8, versions="1+", default=3),
-            Field("principal_filter", NullableString),
-            Field("host_filter", NullableString),
-            Field("operation", Int8),
-            Field("permission_type", Int8),
-        ))),
+        Field("filters", Array(Struct(*_ACL_FILTER))),
     )
     RESPONSE = (
         Field("throttle_time_ms", Int32),
@@ -175,10 +169,7 @@ class DeleteAcls(ApiMessage):
                 Field("resource_type", Int8),
                 Field("resource_name", String),
                 Field("pattern_type", Int8, versions="1+", default=3),
-                Field("principal", String),
-                Field("host", String),
-                Field("operation", Int8),
-                Field("permission_type", Int8),
+                *_ACL_ENTRY,
             ))),
         ))),
     )
