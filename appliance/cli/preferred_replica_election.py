@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kazoo.exceptions import NodeExistsError
-
 from appliance.cli.leader_election import parse_partitions_file
 from appliance.cli.main import CliError
 
@@ -50,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
         ns = argparse.Namespace(**vars(args), election_type="preferred", topic=None, partition=None,
                                 all_topic_partitions=partitions is None)
         return leader_election.run(ns)
+    from kazoo.exceptions import NodeExistsError
+
     from appliance.cli.zookeeper_tool import zookeeper_store
     from appliance.cluster.zk_paths import TopicPartition
     with zookeeper_store(args.zookeeper, args.timeout, getattr(args, "verbose", False)) as store:

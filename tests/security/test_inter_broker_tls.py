@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from pathlib import Path
 
 import psutil
 import pytest
@@ -77,7 +78,14 @@ def cluster(zk_server, tmp_path_factory, request):
         admin = AdminClient({"bootstrap.servers": boot})
         for t, rf in TOPICS.items():
             admin.create_topics([NewTopic(t, 3, rf)])[t].result(60)
-        yield brokers, ports, boot, inter, ca_file
+        # carl, a client: by certificate on the SSL cluster (client certificates required), by
+        # PLAIN login on the SASL_SSL one
+        _, carl_cert, carl_key = ca.issue(name(O="appliance", CN="carl")).write(root, "carl")
+        carl = ({"ssl.certificate.location": str(carl_cert), "ssl.key.location": str(carl_key)}
+                if inter == "SSL" else {"sasl.mechanism": "PLAIN", "sasl.username": "carl", "sasl.password": "carl-pw"})
+        carl = {"security.protocol": inter, "ssl.ca.location": str(ca_file), **carl}
+        carl_principal = "User:CN=carl,O=appliance" if inter == "SSL" else "User:carl"
+        yield brokers, ports, boot, inter, ca_file, (carl, carl_principal)
     finally:
         kill_brokers(b for b in brokers.values() if b.proc is not None)
 
@@ -117,7 +125,7 @@ def _leaders(boot: str, topic: str) -> dict[int, tuple[int, list[int], list[int]
 
 
 def test_replication_of_rf_1_2_3_through_every_broker_over_tls(cluster):
-    brokers, ports, _, _, _ = cluster
+    brokers, ports, _, _, _, _ = cluster
     for i, (ext, _) in ports.items():  # requests through every broker
         for t in TOPICS:
             _produce(f"127.0.0.1:{ext}", t, [f"{t}-via-{i}-{n}".encode() for n in range(50)])
@@ -140,7 +148,7 @@ def test_replication_of_rf_1_2_3_through_every_broker_over_tls(cluster):
 
 
 def test_failover_and_reassignment_over_tls(cluster, tmp_path):
-    brokers, ports, boot, _, _ = cluster
+    brokers, ports, boot, _, _, _ = cluster
     topic = "tls-rf3"
     before = _consume_all(boot, topic)
     leader = _leaders(boot, topic)[0][0]
@@ -172,51 +180,59 @@ def test_failover_and_reassignment_over_tls(cluster, tmp_path):
     assert log_bytes(brokers[new], "tls-rf1", 0) == before_move
 
 
-def test_scram_users_made_on_one_broker_log_in_on_every_broker(cluster):
-    brokers, ports, boot, inter, ca_file = cluster
-    if inter != "SASL_SSL":
-        pytest.skip("the SSL cluster has no SASL listener")
+def test_scram_users_made_on_one_broker_reach_every_broker(cluster):
+    """Stored in ZooKeeper through broker 1, described through broker 3, mirrored into every
+    broker's credentials file; on SASL_SSL, the user logs in on all three."""
+    brokers, ports, boot, inter, ca_file, _ = cluster
+    user = f"zoe-{inter.lower()}"
     r = appliance("configs", "--bootstrap-server", f"127.0.0.1:{ports[1][0]}", "--alter", "--entity-type",
-                  "users", "--entity-name", "zoe", "--add-config", "SCRAM-SHA-512=[password=zoe-secret]")
+                  "users", "--entity-name", user, "--add-config", "SCRAM-SHA-512=[password=zoe-secret]")
     assert r.returncode == 0, r.stderr
+    r = appliance("configs", "--bootstrap-server", f"127.0.0.1:{ports[3][0]}", "--describe",
+                  "--entity-type", "users", "--entity-name", user)
+    assert "SCRAM-SHA-512=iterations=4096" in r.stdout, r.stderr
+    for b in brokers.values():
+        creds = Path(b.log_dirs[0]) / "scram-credentials.json"
+        wait_for(lambda creds=creds: creds.exists() and user in json.loads(creds.read_text()), 10,
+                 f"{user} mirrored into {creds}", step=0.1)
+        assert "zoe-secret" not in creds.read_text()
 
     def logs_in(port: int) -> bool:
         conf = {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_SSL",
                 "ssl.ca.location": str(ca_file), "sasl.mechanism": "SCRAM-SHA-512",
-                "sasl.username": "zoe", "sasl.password": "zoe-secret"}
+                "sasl.username": user, "sasl.password": "zoe-secret"}
         try:
             AdminClient(conf).list_topics(timeout=3)
             return True
         except Exception:
             return False
-    for i in brokers:
-        wait_for(lambda i=i: logs_in(ports[i][1]), 10, f"zoe logging in on broker {i}", step=0.2)
-    r = appliance("configs", "--bootstrap-server", f"127.0.0.1:{ports[3][0]}", "--describe",
-                  "--entity-type", "users", "--entity-name", "zoe")
-    assert "SCRAM-SHA-512=iterations=4096" in r.stdout, r.stderr
+    if inter == "SASL_SSL":  # the SSL cluster's listeners take certificates, not logins
+        for i in brokers:
+            wait_for(lambda i=i: logs_in(ports[i][1]), 10, f"{user} logging in on broker {i}", step=0.2)
 
 
 def test_an_acl_added_on_one_broker_is_enforced_by_all_three_within_a_second(cluster, tmp_path):
-    brokers, ports, boot, inter, ca_file = cluster
-    if inter != "SASL_SSL":
-        pytest.skip("users log in on the SASL_SSL cluster")
+    brokers, ports, boot, inter, ca_file, (carl, principal) = cluster
+    topic = f"acl-{inter.lower()}"
+    admin = AdminClient({"bootstrap.servers": boot})  # kept alive while its future is awaited
+    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(60)
 
     def carl_produces(port: int) -> int | None:
         """The error code of carl's produce through ``port`` (None: acknowledged)."""
-        p = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_SSL",
-                      "ssl.ca.location": str(ca_file), "sasl.mechanism": "PLAIN", "sasl.username": "carl",
-                      "sasl.password": "carl-pw", "message.timeout.ms": 5000, "retries": 0})
+        p = Producer({"bootstrap.servers": f"127.0.0.1:{port}", **carl, "message.timeout.ms": 5000,
+                      "retries": 0})
         errors: list = []
-        p.produce("tls-rf3", b"carl", on_delivery=lambda err, msg: errors.append(err))
+        p.produce(topic, b"carl", on_delivery=lambda err, msg: errors.append(err))
         p.flush(10)
         return errors[0].code() if errors and errors[0] is not None else None
 
     from confluent_kafka import KafkaError
     assert all(carl_produces(ports[i][1]) == KafkaError.TOPIC_AUTHORIZATION_FAILED for i in brokers)
     r = appliance("acls", "--bootstrap-server", f"127.0.0.1:{ports[2][0]}", "--add",
-                  "--allow-principal", "User:carl", "--producer", "--topic", "tls-rf3")
+                  "--allow-principal", principal, "--producer", "--topic", topic)
     assert r.returncode == 0, r.stderr
     added = time.monotonic()  # the tool has returned: the ACL is in ZooKeeper
+
     def first_allowed(i: int) -> float | None:
         """Seconds from the add to the start of carl's first acknowledged produce via broker i
         (each broker polled by its own thread, one attempt after another)."""
@@ -237,9 +253,9 @@ def test_an_acl_added_on_one_broker_is_enforced_by_all_three_within_a_second(clu
     zk = KazooClient(hosts=zk_root)
     zk.start(timeout=10)
     try:
-        data, _ = zk.get("/kafka-acl/Topic/tls-rf3")
+        data, _ = zk.get(f"/kafka-acl/Topic/{topic}")
         acls = json.loads(data)["acls"]
-        assert {a["operation"] for a in acls if a["principal"] == "User:carl"} == {"Write", "Describe", "Create"}
+        assert {a["operation"] for a in acls if a["principal"] == principal} == {"Write", "Describe", "Create"}
     finally:
         zk.stop()
         zk.close()
