@@ -301,3 +301,33 @@ def test_appliance_tools_and_client_over_sasl(broker, tmp_path):
     props.write_text(props.read_text().replace('password="dave,secret=x"', 'password="nope"'))
     r = appliance("topics", "--list", *tool, "--timeout", "5")
     assert r.returncode == 1 and "SASL_AUTHENTICATION_FAILED" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_sessions_end_after_connections_max_reauth_ms(tmp_path):
+    """KIP-368: the session lifetime is told in SaslAuthenticate; a client that has not
+    re-authenticated by then is disconnected at its next request; one that re-authenticates
+    (the same principal) carries on."""
+    plain, port = free_port(), free_port()
+    with BrokerProcess(tmp_path, port=plain, overrides={
+            "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{port}",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+            "connections.max.reauth.ms": "1500"}):
+        with RawConnection(port) as c:
+            assert c.request(17, 1, {"mechanism": "PLAIN"}).error_code == 0
+            r = c.request(36, 1, {"auth_bytes": b"\0alice\0alice-secret"})
+            assert r.error_code == 0 and r.session_lifetime_ms == 1500
+            assert c.request(18, 0, {}).error_code == 0  # within the session
+            time.sleep(2.0)
+            with pytest.raises((ConnectionError, OSError)):
+                c.request(18, 0, {})  # the session has ended: closed, not answered
+        with RawConnection(port) as c:  # re-authenticating in time keeps the connection
+            assert c.request(17, 1, {"mechanism": "PLAIN"}).error_code == 0
+            assert c.request(36, 1, {"auth_bytes": b"\0alice\0alice-secret"}).error_code == 0
+            time.sleep(1.0)
+            assert c.request(17, 1, {"mechanism": "PLAIN"}).error_code == 0
+            assert c.request(36, 1, {"auth_bytes": b"\0alice\0alice-secret"}).error_code == 0
+            time.sleep(1.0)
+            assert c.request(18, 0, {}).error_code == 0  # 2 s after the first login, 1 s after the second
+            # re-authenticating as someone else is refused
+            assert c.request(17, 1, {"mechanism": "PLAIN"}).error_code == 0
+            assert c.request(36, 1, {"auth_bytes": b'\0bob\0b"ob-pw'}).error_code == 58
