@@ -221,8 +221,8 @@ _LISTENER_PREFIXED = re.compile(r"listener\.name\.[a-z0-9_]+\.(?:(?:plain|scram-
                                 r"(?:sasl\.jaas\.config|ssl\.[a-z.]+|sasl\.enabled\.mechanisms)")
 _LISTENER_RE = re.compile(r"([A-Za-z0-9_]+)://(\[[0-9a-fA-F:.]*\]|[^:/\s]*):(\d{1,5})")
 
-# Kafka's SecurityProtocol names. PLAINTEXT and SSL are served so far: a listener mapped to a SASL
-# protocol is refused at start-up (BrokerConfig.check_served), never served without it (issue 44).
+# Kafka's SecurityProtocol names, every one served (security/tls.py, security/sasl.py);
+# check_served stays as the one place a protocol not built would be refused at start-up.
 PLAINTEXT = "PLAINTEXT"
 SECURITY_PROTOCOLS = (PLAINTEXT, "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SERVED_PROTOCOLS = frozenset(SECURITY_PROTOCOLS)

@@ -5,9 +5,11 @@ to the controller (``controlled_shutdown.py``) are opened here and nowhere else.
 A broker registers one endpoint per listener ("NAME://host:port", with its listener's security
 protocol in ``listener_security_protocol_map``); brokers speak to each other on the listener
 named by ``inter.broker.listener.name`` (Kafka's rule). :class:`BrokerConnector` picks that
-endpoint of a registration and opens the connection to it. Today only PLAINTEXT exists, so a
-connection is plain TCP; this is the one place that will wrap it in TLS or run SASL (issue 44),
-so no caller knows which protocol it speaks.
+endpoint of a registration and opens the connection to it: plain TCP, TLS with the client
+context of ``security/tls.py`` (the other broker's certificate checked against the trust store,
+its host name too with ``ssl.endpoint.identification.algorithm=https``), and on a SASL_* listener
+the login with ``sasl.mechanism.inter.broker.protocol`` (``client/security.py`` blocking,
+:meth:`BrokerConnector._login` on an event loop). No caller knows which protocol it speaks.
 
 Thread-safety: immutable; :meth:`connect` may be called from any thread, :meth:`open` from an
 event loop.
