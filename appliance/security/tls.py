@@ -5,7 +5,7 @@ Key material is PEM only (``ssl.keystore.type=PEM``, as Kafka 2.7+ accepts): a f
 the private key and certificate chain (``ssl.keystore.location``), or the PEM text itself in
 ``ssl.keystore.certificate.chain`` + ``ssl.keystore.key``. PEM text is handed to OpenSSL
 through a memfd, so a key given in the config is never written to a file. A private key file
-readable by group or others is refused at start-up with its path and mode, as ssh refuses one.
+that every user may read is refused at start-up with its path and mode.
 
 Principals: a client certificate's subject, as an RFC 2253 name, through
 ``ssl.principal.mapping.rules`` (Kafka's KIP-371 rules) gives ``User:<name>``; a connection
@@ -45,9 +45,9 @@ def check_key_file(path: str, key: str) -> None:
         mode = os.stat(path).st_mode
     except OSError as e:
         raise TlsError(f"{key}={path}: {e.strerror}") from None
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise TlsError(f"{key}={path}: mode {stat.S_IMODE(mode):04o} lets other users read it; "
-                       f"chmod 600 it (the broker's user must be its owner)")
+    if mode & stat.S_IRWXO:  # the group may read it (root:appliance 0640, as systemd/README.md says)
+        raise TlsError(f"{key}={path}: mode {stat.S_IMODE(mode):04o} lets every user read it; "
+                       f"chmod o-rwx it (0600 owned by the broker's user, or 0640 with its group)")
 
 
 @contextlib.contextmanager
