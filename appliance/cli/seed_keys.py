@@ -4,8 +4,9 @@ The seeds' ``kafka-0.8.2-documentation.zh.txt`` lists every broker (3.1), consum
 producer (3.3) and new-producer (3.4) key with its default in Markdown-like tables.
 :func:`extract_seed_keys` reads them (expanding ``log.roll.{ms,hours}``); since the seeds may not
 be beside a checkout, the result is vendored in ``docs/kafka-0.8.2-config-keys.txt``
-(:func:`render_vendored` / :func:`parse_vendored`), and a test compares the two when the seeds
-are there. :mod:`appliance.cli.config_table` renders README's table from it.
+(:func:`render_vendored` / :func:`parse_vendored`); ``python -m appliance.cli.seed_keys``
+compares the two where the seeds are (the tests check the extractor on an excerpt of their
+format, so they run anywhere). :mod:`appliance.cli.config_table` renders README's table from it.
 """
 
 from __future__ import annotations
@@ -65,8 +66,8 @@ def render_vendored(keys: Mapping[str, list[tuple[str, str]]]) -> str:
     """The vendored file's text for ``keys`` (see :func:`extract_seed_keys`)."""
     lines = ["# The keys and defaults of the config tables of the Kafka 0.8.2 documentation, as",
              "# extracted from the seeds (../shared/seeds/kafka-0.8.2-documentation.zh.txt, sections",
-             "# 3.1-3.4) by appliance.cli.seed_keys.extract_seed_keys; tests/ops/test_config_table.py",
-             "# extracts them again and compares when the seeds file is present. key | 0.8.2 default"]
+             "# 3.1-3.4) by appliance.cli.seed_keys.extract_seed_keys; `python -m appliance.cli.seed_keys`",
+             "# extracts them again and compares. key | 0.8.2 default"]
     for sid, _, _ in SECTIONS:
         lines.append(f"[{sid}]")
         lines.extend(f"{k} | {d}" for k, d in keys[sid])
@@ -89,3 +90,27 @@ def parse_vendored(text: str) -> dict[str, list[tuple[str, str]]]:
         else:
             raise ValueError(f"cannot read {line!r}")
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m appliance.cli.seed_keys [SEEDS_FILE]``: compare the vendored list with the
+    seeds (default: ../shared/seeds/kafka-0.8.2-documentation.zh.txt beside this checkout);
+    ``--write`` rewrites the vendored list from them. Exit 1 when they differ."""
+    import sys
+    args = list(sys.argv[1:] if argv is None else argv)
+    write = "--write" in args
+    paths = [a for a in args if a != "--write"]
+    seeds = Path(paths[0]) if paths else VENDORED.parents[2] / "shared" / "seeds" / "kafka-0.8.2-documentation.zh.txt"
+    rendered = render_vendored(extract_seed_keys(seeds.read_text()))
+    if write:
+        VENDORED.write_text(rendered)
+        return 0
+    if rendered != VENDORED.read_text():
+        print(f"{VENDORED} differs from what {seeds} holds; run with --write", file=sys.stderr)
+        return 1
+    print(f"{VENDORED} matches {seeds}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
