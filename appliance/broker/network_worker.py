@@ -333,10 +333,11 @@ class KafkaConnection(asyncio.Protocol):
         if self._stop_reading:
             return
         self.last_active = time.monotonic()
-        if self.sasl is not None and self._needs_sasl():
-            self._authenticating(data)
-            return
         fast = self.ctx.fast_produce if not self._closing else None
+        if self.sasl is not None and self._needs_sasl():
+            if self._stop_reading:  # its session ran out: closing
+                return
+            fast = None  # the exchange first: the request loop admits only its requests
         if fast is not None:
             frame = self.conn.frame_at(data, 0)
             if frame is None:
@@ -365,7 +366,12 @@ class KafkaConnection(asyncio.Protocol):
     def _serve_events(self) -> None:
         """Dispatch every whole request fed to the protocol state machine, in order. Raises
         the protocol's errors (the caller closes the connection)."""
-        while not self._closing:
+        sasl = self.sasl
+        while not self._closing and not self._stop_reading:
+            if sasl is not None and sasl.v0 and sasl.state == SASL_AUTHENTICATE:
+                if not self._sasl_token():  # after a v0 handshake: a bare token frame
+                    break
+                continue
             event = self.conn.next_event()
             if event is proto.NEED_DATA:
                 break
@@ -375,9 +381,16 @@ class KafkaConnection(asyncio.Protocol):
             if isinstance(event, proto.RejectedRequest):
                 self._reject(event)
                 continue
-            if self.sasl is not None and event.api_key in _SASL_APIS:  # re-authentication
-                self._sasl_request(event)
-                continue
+            if sasl is not None:  # a SASL listener: the exchange, or a re-authentication
+                if event.api_key in _SASL_APIS:
+                    self._sasl_request(event)
+                    continue
+                if sasl.state != SASL_COMPLETE and event.api_key != API_VERSIONS:
+                    log.info("closing connection from %s on listener %s: request (api key %d) "
+                             "before SASL authentication", self._peer(), self.context.listener,
+                             event.api_key)
+                    self._close_after_responses()
+                    break
             self._dispatch(event)
 
     # -- SASL (SASL_PLAINTEXT / SASL_SSL listeners) ------------------------------------------
@@ -394,65 +407,23 @@ class KafkaConnection(asyncio.Protocol):
             return True
         return False
 
-    def _authenticating(self, data: bytes) -> None:
-        """Bytes before the exchange ends: ApiVersions, SaslHandshake and SaslAuthenticate
-        requests (or v0's bare token frames); anything else closes the connection, as Kafka
-        does. Once authenticated, what remains of ``data`` is served as usual."""
-        sasl = self.sasl
-        try:
-            self.conn.receive_data(data)
-            while not self._closing and not self._stop_reading:
-                if sasl.state == SASL_COMPLETE:
-                    self._serve_buffered()
-                    return
-                if sasl.v0 and sasl.state == SASL_AUTHENTICATE:
-                    frame = self.conn.next_raw_frame()
-                    if frame is proto.NEED_DATA:
-                        return
-                    if frame is proto.PEER_CLOSED:
-                        self._close_after_responses()
-                        return
-                    code, _, out = sasl.authenticate(frame)
-                    if code:  # v0 has no error answer: the connection closes
-                        self._sasl_failed()
-                        return
-                    self._answer_now([SIZE.pack(len(out)), out])
-                    self._after_sasl_step()
-                    continue
-                event = self.conn.next_event()
-                if event is proto.NEED_DATA:
-                    return
-                if event is proto.PEER_CLOSED:
-                    self._close_after_responses()
-                    return
-                if isinstance(event, proto.RejectedRequest):
-                    self._reject(event)
-                    continue
-                if event.api_key in _SASL_APIS:
-                    self._sasl_request(event)
-                elif event.api_key == API_VERSIONS:
-                    self._dispatch(event)
-                else:
-                    log.info("closing connection from %s on listener %s: request (api key %d) "
-                             "before SASL authentication", self._peer(), self.context.listener,
-                             event.api_key)
-                    self._close_after_responses()
-                    return
-        except (proto.RemoteProtocolError, proto.LocalProtocolError) as e:
-            log.info("closing connection from %s: %s", self._peer(), e)
+    def _sasl_token(self) -> bool:
+        """One bare token frame after a v0 SaslHandshake, answered as bare as it came. False when
+        the loop must stop: no whole frame yet, the peer closed, or the exchange failed (v0 has
+        no error answer: the connection closes)."""
+        frame = self.conn.next_raw_frame()
+        if frame is proto.NEED_DATA:
+            return False
+        if frame is proto.PEER_CLOSED:
             self._close_after_responses()
-
-    def _serve_buffered(self) -> None:
-        """Serve the requests already fed to the protocol state machine (after the exchange)."""
-        disks = self.ctx.disks
-        disks.begin_batch()
-        try:
-            self._serve_events()
-        except (proto.RemoteProtocolError, proto.LocalProtocolError) as e:
-            log.info("closing connection from %s: %s", self._peer(), e)
-            self._close_after_responses()
-        finally:
-            disks.end_batch()
+            return False
+        code, _, out = self.sasl.authenticate(frame)
+        if code:
+            self._sasl_failed()
+            return False
+        self._answer_now([SIZE.pack(len(out)), out])
+        self._after_sasl_step()
+        return True
 
     def _sasl_request(self, event: proto.Request) -> None:
         sasl = self.sasl
