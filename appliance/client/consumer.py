@@ -189,17 +189,31 @@ class Consumer:
         return self._list_offsets([TopicPartition(*tp) for tp in tps], EARLIEST)
 
     def _list_offsets(self, tps: list[TopicPartition], ts: int) -> dict[TopicPartition, int]:
-        by_leader: dict[int, list[TopicPartition]] = {}
-        for tp in tps:
-            by_leader.setdefault(self.cluster.leader_of(tp.topic, tp.partition), []).append(tp)
-        out = {}
-        for node, group in by_leader.items():
-            resp = self.cluster.node_connection(node).request(
-                LIST_OFFSETS, list_offsets_body([(tp.topic, tp.partition, ts) for tp in group]))
-            for t in resp.topics:
-                for p in t.partitions:
-                    check_error(p.error_code, f"offsets of {t.name}-{p.partition_index}")
-                    out[TopicPartition(t.name, p.partition_index)] = p.offset
+        """Asked of each leader; a retriable answer (a leader moving, a new leader whose high
+        watermark is still catching up: OFFSET_NOT_AVAILABLE) is asked again, with fresh
+        metadata, until the request timeout."""
+        deadline = time.monotonic() + self.cluster.request_timeout
+        out: dict[TopicPartition, int] = {}
+        todo = list(tps)
+        while todo:
+            by_leader: dict[int, list[TopicPartition]] = {}
+            for tp in todo:
+                by_leader.setdefault(self.cluster.leader_of(tp.topic, tp.partition), []).append(tp)
+            todo = []
+            for node, group in by_leader.items():
+                resp = self.cluster.node_connection(node).request(
+                    LIST_OFFSETS, list_offsets_body([(tp.topic, tp.partition, ts) for tp in group]))
+                for t in resp.topics:
+                    for p in t.partitions:
+                        tp = TopicPartition(t.name, p.partition_index)
+                        if p.error_code in RETRIABLE and time.monotonic() < deadline:
+                            todo.append(tp)
+                            continue
+                        check_error(p.error_code, f"offsets of {t.name}-{p.partition_index}")
+                        out[tp] = p.offset
+            if todo:
+                self.cluster.invalidate()
+                time.sleep(self.config["retry.backoff.ms"] / 1000)
         return out
 
     def _resolve_positions(self) -> None:

@@ -30,8 +30,9 @@ __all__ = [
 
 # 3: partition slots carry the topic id; 4: RING_HEADER.waiting; 5: REPLICA_APPEND_HEADER carries
 # the leader's log start offset; 6: FOLLOWER_FETCH_BODY carries the follower's log start offset;
-# 7: TRUNCATE carries the leader's epoch answer (TRUNCATE_BODY), LATEST_EPOCH, EPOCH_RESULT
-LAYOUT_VERSION = 7
+# 7: TRUNCATE carries the leader's epoch answer (TRUNCATE_BODY), LATEST_EPOCH, EPOCH_RESULT;
+# 8: LEADERSHIP_SLOT carries where the leader's epoch starts (epoch_start_offset, KIP-207)
+LAYOUT_VERSION = 8
 TABLE_MAGIC = 0x41504C54  # "APLT"
 RING_MAGIC = 0x41504C52  # "APLR"
 MAX_WORKERS = 64  # disk + network workers per broker; far above what a box has disks/cores for
@@ -443,6 +444,13 @@ LEADERSHIP_SLOT = Layout("leadership_slot", (
     # plain aligned 8-byte stores; reset by the cluster worker when it starts leading
     ("positions", f"{MAX_REPLICAS}q"),       # follower log end offsets, -1 = not seen
     ("caught_up_ms", f"{MAX_REPLICAS}q"),    # monotonic ms a follower last reached the leader's LEO
+    # KIP-207, written by the leader's disk worker once it has stamped its epoch: the log end
+    # offset its leadership began at, for epoch_start_epoch (a plain store each, the offset
+    # first; a reader trusts it only for the epoch the leadership now has). Until the high
+    # watermark reaches it, a new leader's HW may be below what the last leader exposed
+    ("epoch_start_offset", "q"),
+    ("epoch_start_epoch", "i"),
+    ("epoch_start_pad", "4x"),
 ))
 
 

@@ -117,6 +117,20 @@ class LeadershipArea:
         return (_POS.unpack_from(self._buf, pos + _L["positions"]),
                 _POS.unpack_from(self._buf, pos + _L["caught_up_ms"]))
 
+    # -- where the leader's epoch starts (its disk worker writes, network workers read) ------
+    def set_epoch_start(self, slot: int, epoch: int, offset: int) -> None:
+        pos = slot * _SIZE
+        _q.pack_into(self._buf, pos + _L["epoch_start_offset"], offset)
+        _i.pack_into(self._buf, pos + _L["epoch_start_epoch"], epoch)
+
+    def epoch_start(self, slot: int, epoch: int) -> int:
+        """The offset leader epoch ``epoch`` began at here, or -1 while its disk worker has not
+        stamped it (the value there is an older leadership's)."""
+        pos = slot * _SIZE
+        if _i.unpack_from(self._buf, pos + _L["epoch_start_epoch"])[0] != epoch:
+            return -1
+        return _q.unpack_from(self._buf, pos + _L["epoch_start_offset"])[0]
+
     def reset_positions(self, slot: int, now_ms: int) -> None:
         """A new leadership: no follower seen yet, every one counted caught up now (Kafka
         starts lastCaughtUpTime at the leader change, so the ISR does not shrink at once)."""

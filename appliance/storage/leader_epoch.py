@@ -107,6 +107,13 @@ class LeaderEpochCache:
         self._flush()
         return True
 
+    def start_offset_of(self, epoch: int) -> int:
+        """The offset ``epoch`` began at, or UNDEFINED_EPOCH_OFFSET when the cache holds none."""
+        for e, start in reversed(self._entries):
+            if e == epoch:
+                return start
+        return UNDEFINED_EPOCH_OFFSET
+
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
         """OffsetsForLeaderEpoch's answer: (the largest epoch <= requested that this log knows,
         the offset where that epoch ends here). The latest epoch ends at the log end offset; an

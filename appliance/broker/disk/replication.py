@@ -156,6 +156,8 @@ class Replication:
         if lead.role != Role.LEADER or lead.leader_epoch != epoch:
             raise NotHere()  # superseded by a newer LeaderAndIsr meanwhile
         p.become_leader(epoch)
+        # KIP-207: clients' ListOffsets wait (OFFSET_NOT_AVAILABLE) until the HW reaches this
+        self.area.set_epoch_start(slot, epoch, p.epochs.start_offset_of(epoch))
         return -1, -1, p.log.log_start_offset, b""
 
     def follower_fetch(self, n: int | None, request_id: int, slot: int, body: memoryview,

@@ -1,6 +1,11 @@
 """ListOffsets: earliest (-2), latest (-1, the high watermark), the record with the largest
 timestamp (-3, v7+), the local log start (-4, v8+: no tiered storage, so the log start), or the
-first offset at a time; v0 answers 0.8's list of segment offsets (see _old_style)."""
+first offset at a time; v0 answers 0.8's list of segment offsets (see _old_style).
+
+A new leader whose high watermark has not yet reached the offset its leadership began at
+answers a client (v1+) OFFSET_NOT_AVAILABLE, which clients retry (KIP-207): its HW, learnt as a
+follower, can lag the one the last leader exposed, and a consumer must not see the end of the
+log move back."""
 
 from __future__ import annotations
 
@@ -17,17 +22,30 @@ if TYPE_CHECKING:
 __all__ = ["handle"]
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
+CONSUMER_REPLICA_ID = -1
 # the first version that may ask each special timestamp (an older one asking it is refused)
 _FIRST_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8}
 
 
-def _one(ctx: BrokerContext, topic: str, partition: int, ts: int, version: int) -> dict:
+def _hw_behind_epoch_start(ctx: BrokerContext, slot: int, hw: int) -> bool:
+    """KIP-207: leading, but the high watermark is still below where this leadership began
+    (or the leader's disk worker has not stamped it yet)."""
+    if ctx.leaders is None:  # standalone: the leader is its whole ISR, HW = log end
+        return False
+    lead = ctx.leaders.read(slot)
+    start = ctx.leaders.epoch_start(slot, lead.leader_epoch)
+    return start < 0 or hw < start
+
+
+def _one(ctx: BrokerContext, topic: str, partition: int, ts: int, version: int, client: bool) -> dict:
     r = {"partition_index": partition, "error_code": 0, "timestamp": -1, "offset": -1}
     info, r["error_code"] = led_here(ctx, topic, partition)
     if info is None:
         return r
     leo, hw, log_start = ctx.table.offsets(info.slot)
-    if ts < 0 and version < _FIRST_VERSION.get(ts, 0):
+    if client and _hw_behind_epoch_start(ctx, info.slot, hw):
+        r["error_code"] = ErrorCode.OFFSET_NOT_AVAILABLE
+    elif ts < 0 and version < _FIRST_VERSION.get(ts, 0):
         r["error_code"] = ErrorCode.INVALID_REQUEST  # a version that cannot ask for it
     elif ts == LATEST:
         r["offset"] = hw
@@ -70,7 +88,8 @@ async def handle(ctx: BrokerContext, request: Request) -> dict:
                 _old_style(ctx, t.name, p.partition_index, p.timestamp, p.max_num_offsets)
                 for p in t.partitions]}
             for t in request.body.topics]}
+    client = request.body.replica_id == CONSUMER_REPLICA_ID  # not a follower or a debugging tool
     return {"throttle_time_ms": 0, "topics": [
         {"name": t.name, "partitions": [_one(ctx, t.name, p.partition_index, p.timestamp,
-                                             request.api_version) for p in t.partitions]}
+                                             request.api_version, client) for p in t.partitions]}
         for t in request.body.topics]}
