@@ -427,6 +427,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("zookeeper.connect", "string", "", "ZooKeeper connection string; empty = standalone single broker."),
     ConfigKey("zookeeper.session.timeout.ms", "int", 18000, "ZooKeeper session timeout."),
     ConfigKey("zookeeper.connection.timeout.ms", "int", None, "Wait for a ZooKeeper connection; defaults to the session timeout."),
+    ConfigKey("zookeeper.set.acl", "bool", False, "Put Kafka's ACLs on the znodes this broker creates (its ZooKeeper login: all rights; everyone else: read, none on /config/users and /config/brokers). Needs a ZooKeeper login: the Client section of the JAAS file named by -Djava.security.auth.login.config in KAFKA_OPTS."),
     ConfigKey("replica.lag.time.max.ms", "long", 30000, "A follower not caught up for this long leaves the ISR."),
     ConfigKey("replica.fetch.max.bytes", "int", 1048576, "Bytes a follower fetches per partition.", at_least(0)),
     ConfigKey("replica.fetch.wait.max.ms", "int", 500, "Long-poll time of follower fetches."),

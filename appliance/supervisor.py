@@ -42,6 +42,7 @@ from appliance.process.limits import raise_open_files_limit
 from appliance.process.plumbing import Plumbing, ring_doorbell, shm_base_name, unlink_stale
 from appliance.process.port_check import bind_error
 from appliance.process.reload_confirmations import ReloadConfirmations
+from appliance.security.jaas_file import broker_zookeeper_login
 from appliance.security.tls import TlsError, check_tls
 from appliance.shm.counters import SharedCounters
 from appliance.shm.layout import SlotState, WorkerState, counters_name
@@ -140,7 +141,10 @@ class Supervisor:
         try:
             self.config.check_served()
             check_tls(self.config)
+            if not self.config.standalone:  # the ZooKeeper login's file, zookeeper.set.acl's need of it
+                broker_zookeeper_login(self.config["zookeeper.set.acl"])
         except (ConfigError, TlsError) as e:
+            raise HaltServer(str(e), EXIT_BOOT_ERROR) from e
             raise HaltServer(str(e), EXIT_BOOT_ERROR) from e
         for ep in self.config.listener_endpoints:
             why = bind_error(ep.host, ep.port, socket.AF_INET6 if ":" in ep.host else socket.AF_INET)

@@ -78,8 +78,9 @@ class BrokerProcess:
     """One `appliance serve` subprocess; every worker it forks dies with it (stop/kill)."""
 
     def __init__(self, workdir: Path, num_log_dirs: int = 1, overrides: dict[str, str] | None = None,
-                 port: int | None = None) -> None:
+                 port: int | None = None, env: dict[str, str] | None = None) -> None:
         self.workdir = Path(workdir)
+        self.env = env  # added to this process's environment (KAFKA_OPTS ...)
         self.port = port or free_port()
         self.log_dirs = [str(self.workdir / f"disk{i}") for i in range(num_log_dirs)]
         self.overrides = {
@@ -105,7 +106,7 @@ class BrokerProcess:
 
     def environment(self) -> dict[str, str] | None:
         """The broker's environment (None: this process's)."""
-        return None
+        return None if self.env is None else {**os.environ, **self.env}
 
     def start(self, timeout: float = 60.0) -> BrokerProcess:
         self._log = open(self.log_path, "ab")

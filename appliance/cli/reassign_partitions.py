@@ -141,6 +141,9 @@ def _errors(title: str, refused: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     # kazoo and the cluster modules are imported only by the tools that need them
+    from kazoo.exceptions import NoAuthError
+
+    from appliance.cli.zookeeper_tool import NOT_AUTHORIZED
     from appliance.cluster import reassignment as lib
     from appliance.cluster.zk_session import ZkSettings, ZooKeeperUnreachable, open_session
     from appliance.cluster.zk_store import ZkStore
@@ -159,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("kazoo").setLevel(logging.CRITICAL)
         logging.getLogger("appliance.cluster").setLevel(logging.ERROR)
     try:
-        settings = ZkSettings(connect, int(args.timeout * 1000), int(args.timeout * 1000))
+        settings = ZkSettings.for_tool(connect, int(args.timeout * 1000), int(args.timeout * 1000))
     except ValueError as e:
         raise CliError(str(e), 2) from e
     try:
@@ -231,6 +234,8 @@ def run(args: argparse.Namespace) -> int:
                 return 1
     except lib.ReassignmentError as e:
         raise CliError(str(e)) from e
+    except NoAuthError as e:
+        raise CliError(NOT_AUTHORIZED) from e
     finally:
         client.stop()
         client.close()

@@ -14,13 +14,22 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from kazoo.exceptions import NoAuthError
+
 from appliance.cli.main import CliError
 from appliance.cluster.broker_connection import registered_endpoints
 from appliance.cluster.zk_session import ZkSettings, ZooKeeperUnreachable, open_session
 from appliance.cluster.zk_store import ZkStore
 from appliance.config import PLAINTEXT
+from appliance.security.jaas_file import JaasError
 
 __all__ = ["zookeeper_store", "brokers_in_zookeeper"]
+
+
+# ZooKeeper's answer to a write on a znode whose ACL does not name this session's login
+NOT_AUTHORIZED = ("ZooKeeper refused: not authorized (the znodes carry ACLs, zookeeper.set.acl=true); "
+                  "log in as the brokers do: KAFKA_OPTS=-Djava.security.auth.login.config=<JAAS file "
+                  "with a Client section>")
 
 
 @contextmanager
@@ -31,7 +40,9 @@ def zookeeper_store(connect: str, timeout: float, verbose: bool = False) -> Iter
         logging.getLogger("kazoo").setLevel(logging.CRITICAL)
         logging.getLogger("appliance.cluster").setLevel(logging.ERROR)
     try:
-        settings = ZkSettings(connect, int(timeout * 1000), int(timeout * 1000))
+        settings = ZkSettings.for_tool(connect, int(timeout * 1000), int(timeout * 1000))
+    except JaasError as e:
+        raise CliError(str(e), 2) from e
     except ValueError as e:
         raise CliError(f"--zookeeper: {e}", 2) from e
     try:
@@ -40,6 +51,8 @@ def zookeeper_store(connect: str, timeout: float, verbose: bool = False) -> Iter
         raise CliError(str(e)) from e
     try:
         yield ZkStore(client)
+    except NoAuthError as e:
+        raise CliError(NOT_AUTHORIZED) from e
     finally:
         client.stop()
         client.close()

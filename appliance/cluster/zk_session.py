@@ -1,5 +1,7 @@
 """Open a kazoo session from Kafka's settings: zookeeper.connect (with its chroot),
-zookeeper.session.timeout.ms and zookeeper.connection.timeout.ms.
+zookeeper.session.timeout.ms, zookeeper.connection.timeout.ms and zookeeper.set.acl, logged in
+with the ZooKeeper login of KAFKA_OPTS' JAAS file when there is one (``security/jaas_file.py``,
+ACLs: ``cluster/zk_acls.py``).
 
 Raises :class:`ZooKeeperUnreachable` when no server answers within the connection timeout, after
 logging each retry; the cluster worker turns it into exit code 3 (cannot boot, no restart loop).
@@ -14,7 +16,9 @@ import time
 from kazoo.client import KazooClient
 from kazoo.retry import KazooRetry
 
+from appliance.cluster.zk_acls import AclKazooClient, auth_data
 from appliance.cluster.zk_paths import split_chroot
+from appliance.security.jaas_file import ZkLogin, broker_zookeeper_login, zookeeper_login
 
 __all__ = ["ZooKeeperUnreachable", "ZkSettings", "open_session"]
 
@@ -29,12 +33,16 @@ class ZooKeeperUnreachable(Exception):
 
 
 class ZkSettings:
-    """The three ZooKeeper settings of server.properties, checked."""
+    """The ZooKeeper settings of server.properties, checked, and the login to present.
 
-    __slots__ = ("connect", "session_timeout_ms", "connection_timeout_ms")
+    ``set_acl``: create znodes with Kafka's ACLs (a broker: zookeeper.set.acl; a tool: whenever
+    it has a login, as Kafka's tools do). It needs a ``login``."""
+
+    __slots__ = ("connect", "session_timeout_ms", "connection_timeout_ms", "login", "set_acl")
 
     def __init__(self, connect: str, session_timeout_ms: int = 18000,
-                 connection_timeout_ms: int | None = None) -> None:
+                 connection_timeout_ms: int | None = None, login: ZkLogin | None = None,
+                 set_acl: bool = False) -> None:
         if not connect or not split_chroot(connect)[0]:
             raise ValueError(f"zookeeper.connect: no host in {connect!r}")
         if session_timeout_ms <= 0:
@@ -43,12 +51,27 @@ class ZkSettings:
         self.session_timeout_ms = session_timeout_ms
         self.connection_timeout_ms = (connection_timeout_ms if connection_timeout_ms is not None
                                       else session_timeout_ms)
+        if set_acl and login is None:
+            raise ValueError("ZooKeeper ACLs need a ZooKeeper login")
+        self.login = login
+        self.set_acl = set_acl
 
     @classmethod
     def from_config(cls, config: object) -> ZkSettings:
-        """From an :class:`appliance.config.Config` (``config["zookeeper.connect"]`` ...)."""
+        """From an :class:`appliance.config.Config` (``config["zookeeper.connect"]`` ...) and
+        the environment's JAAS file. Raises ValueError (JaasError) naming what is wrong."""
         return cls(config["zookeeper.connect"], config["zookeeper.session.timeout.ms"],  # type: ignore[index]
-                   config.zookeeper_connection_timeout_ms)  # type: ignore[attr-defined]
+                   config.zookeeper_connection_timeout_ms,  # type: ignore[attr-defined]
+                   broker_zookeeper_login(bool(config["zookeeper.set.acl"])),  # type: ignore[index]
+                   bool(config["zookeeper.set.acl"]))  # type: ignore[index]
+
+    @classmethod
+    def for_tool(cls, connect: str, session_timeout_ms: int = 18000,
+                 connection_timeout_ms: int | None = None) -> ZkSettings:
+        """A tool's session: logged in when KAFKA_OPTS names a JAAS file, and then creating
+        znodes with ACLs (Kafka's tools: JaasUtils.isZkSaslEnabled)."""
+        login = zookeeper_login()
+        return cls(connect, session_timeout_ms, connection_timeout_ms, login, login is not None)
 
 
 def open_session(settings: ZkSettings) -> KazooClient:
@@ -61,8 +84,8 @@ def open_session(settings: ZkSettings) -> KazooClient:
         ZooKeeperUnreachable: nothing answered within ``settings.connection_timeout_ms``.
     """
     hosts, chroot = split_chroot(settings.connect)
-    client = KazooClient(
-        hosts=hosts, timeout=settings.session_timeout_ms / 1000.0,
+    client = (AclKazooClient if settings.set_acl else KazooClient)(
+        hosts=hosts, timeout=settings.session_timeout_ms / 1000.0, auth_data=auth_data(settings.login),
         # reconnect forever, at most one second apart: the session timeout decides when it is over
         connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
         command_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0,

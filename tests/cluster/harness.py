@@ -81,13 +81,13 @@ def brokers_known(boot: str, timeout: float = 10.0) -> int:
 
 
 def cluster_broker(workdir: Path, connect: str, broker_id: int, port: int | None = None,
-                   overrides: dict[str, str] | None = None) -> BrokerProcess:
+                   overrides: dict[str, str] | None = None, env: dict[str, str] | None = None) -> BrokerProcess:
     """A real broker of a test cluster (not started): one network worker and a 6 s ZooKeeper
     session, then ``overrides``."""
     workdir.mkdir(exist_ok=True)
     return BrokerProcess(workdir, port=port, overrides={
         "zookeeper.connect": connect, "broker.id": str(broker_id), "num.network.threads": "1",
-        "zookeeper.session.timeout.ms": "6000", **(overrides or {})})
+        "zookeeper.session.timeout.ms": "6000", **(overrides or {})}, env=env)
 
 
 def log_bytes(broker: BrokerProcess, topic: str, partition: int) -> bytes:

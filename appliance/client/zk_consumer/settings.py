@@ -19,6 +19,7 @@ from kazoo.retry import KazooRetry
 from appliance.client import config as cfg
 from appliance.client.zk_consumer.errors import ZooKeeperUnreachable
 from appliance.errors import InvalidConfigError
+from appliance.security.jaas_file import zookeeper_login
 
 __all__ = ["load_config", "open_zookeeper", "split_chroot"]
 
@@ -70,7 +71,9 @@ def open_zookeeper(connect: str, session_timeout_ms: int, connection_timeout_ms:
     hosts, chroot = split_chroot(connect)
     if not hosts:
         raise InvalidConfigError(f"config zookeeper.connect={connect!r}: no host")
+    login = zookeeper_login()  # KAFKA_OPTS' JAAS file, as the brokers and tools log in
     client = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000,
+                         auth_data=None if login is None else [("digest", f"{login.username}:{login.password}")],
                          connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
                          command_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0,
                                                   deadline=session_timeout_ms / 1000))
