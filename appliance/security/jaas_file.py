@@ -72,7 +72,10 @@ def zookeeper_login(env: Mapping[str, str] | None = None) -> ZkLogin | None:
     path = props.get(LOGIN_CONFIG)
     if not path or props.get(ENABLED_PROPERTY, "true").lower() == "false":
         return None
-    check_key_file(path, f"KAFKA_OPTS -D{LOGIN_CONFIG}")
+    try:
+        check_key_file(path, f"KAFKA_OPTS -D{LOGIN_CONFIG}")
+    except TlsError as e:
+        raise JaasError(str(e)) from None
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
