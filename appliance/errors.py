@@ -14,6 +14,7 @@ __all__ = ["ErrorCode", "KafkaError", "error_for_code"] + [
     "NotLeaderOrFollowerError", "RequestTimedOutError", "OutOfOrderSequenceError",
     "DuplicateSequenceError", "InvalidProducerEpochError", "UnsupportedCompressionTypeError",
     "KafkaStorageError", "InvalidTimestampError", "PolicyViolationError",
+    "TopicAuthorizationFailedError", "GroupAuthorizationFailedError", "ClusterAuthorizationFailedError",
 ]
 
 from enum import IntEnum
@@ -161,6 +162,9 @@ UnsupportedCompressionTypeError = _error("UnsupportedCompressionTypeError", Erro
 KafkaStorageError = _error("KafkaStorageError", ErrorCode.KAFKA_STORAGE_ERROR)
 InvalidTimestampError = _error("InvalidTimestampError", ErrorCode.INVALID_TIMESTAMP)
 PolicyViolationError = _error("PolicyViolationError", ErrorCode.POLICY_VIOLATION)
+TopicAuthorizationFailedError = _error("TopicAuthorizationFailedError", ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+GroupAuthorizationFailedError = _error("GroupAuthorizationFailedError", ErrorCode.GROUP_AUTHORIZATION_FAILED)
+ClusterAuthorizationFailedError = _error("ClusterAuthorizationFailedError", ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 UnsupportedForMessageFormatError = _error("UnsupportedForMessageFormatError",
                                           ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT)
 

@@ -100,7 +100,7 @@ def _table_offsets(shm_name: str) -> dict[tuple[str, int], tuple[int, int]] | No
     except ImportError:  # pragma: no cover - posix_ipc is a runtime dependency
         return None
     try:
-        table = PartitionTable.attach(f"/{shm_name}-table")
+        table = PartitionTable.attach(f"/{shm_name}-table", read_only=True)
     except (posix_ipc.ExistentialError, TableVersionError, OSError) as e:
         log.info("no partition table %s (%s): using the checkpoint files", shm_name, e)
         return None

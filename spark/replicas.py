@@ -54,7 +54,7 @@ def table_broker_id(shm_name: str) -> int | None:
     except ImportError:  # pragma: no cover - posix_ipc is a runtime dependency
         return None
     try:
-        table = PartitionTable.attach(f"/{shm_name}-table")
+        table = PartitionTable.attach(f"/{shm_name}-table", read_only=True)
     except (posix_ipc.ExistentialError, TableVersionError, OSError):
         return None
     try:

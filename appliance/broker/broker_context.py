@@ -17,7 +17,7 @@ from appliance.broker.readers import Readers
 from appliance.config import BrokerConfig
 from appliance.process.disk_client import DiskClient
 from appliance.process.ring_context import RingContext
-from appliance.security.acl import AclFile, Authorizer
+from appliance.security.acl import Authorizer, authorizer_from_config
 from appliance.security.credentials import CredentialFile, plain_users
 from appliance.security.sasl import SaslAuthenticator
 from appliance.security.tls import PrincipalRules
@@ -69,11 +69,7 @@ class BrokerContext(RingContext):
         self.principal_rules = PrincipalRules("DEFAULT")
         self._credentials: CredentialFile | None = None  # SCRAM users, read when a SASL client logs in
         # authorizer.class.name set: every request's principal is checked (broker/authorization.py)
-        self.authorizer: Authorizer | None = None
-        if config["authorizer.class.name"]:
-            self.authorizer = Authorizer(AclFile(log_dirs[0]),
-                                         [u.strip() for u in config["super.users"].split(";") if u.strip()],
-                                         bool(config["allow.everyone.if.no.acl.found"]))
+        self.authorizer: Authorizer | None = authorizer_from_config(config, log_dirs[0])
         self.cluster_id = f"appliance-{self.broker_id}"
         self.fetch_max_bytes = int(config["fetch.max.bytes"])  # read once: every fetch asks
         self.metrics: Recorder | None = None  # when metrics are on (metrics.listener set)

@@ -87,7 +87,7 @@ def find_broker_base(bootstrap_servers: str | None = None, shm_name: str | None 
                 if not name.endswith("-table"):
                     continue
                 try:
-                    table = PartitionTable.attach("/" + name)
+                    table = PartitionTable.attach("/" + name, read_only=True)
                 except (posix_ipc.ExistentialError, PermissionError, RuntimeError, ValueError, OSError):
                     continue  # not ours to read, or not a table of this layout
                 try:
@@ -288,7 +288,7 @@ class IpcTransport:
     def __init__(self, base: str) -> None:
         self.base = base
         try:
-            self.table = PartitionTable.attach(f"/{base}-table")
+            self.table = PartitionTable.attach(f"/{base}-table", read_only=True)
         except (posix_ipc.ExistentialError, PermissionError, RuntimeError) as e:
             raise IpcUnavailable(f"no local broker with shared memory '{base}': {e}") from e
         self.index = PartitionIndex(self.table)

@@ -32,7 +32,7 @@ from typing import Any
 
 __all__ = ["Acl", "AclFilter", "Authorizer", "AclFile", "RESOURCE_TYPES", "OPERATIONS", "PERMISSIONS",
            "PATTERNS", "TOPIC", "GROUP", "CLUSTER", "TRANSACTIONAL_ID", "CLUSTER_NAME", "ACLS_FILE",
-           "AUTHORIZER_CLASSES", "name_of", "code_of", "AclError"]
+           "AUTHORIZER_CLASSES", "name_of", "code_of", "AclError", "authorizer_from_config"]
 
 # Kafka's codes (org.apache.kafka.common.resource / acl)
 ANY, MATCH = 1, 2
@@ -244,3 +244,13 @@ class Authorizer:
         elif operation == DESCRIBE_CONFIGS:
             wanted.add(ALTER_CONFIGS)
         return any(a.permission == ALLOW and a.operation in wanted for a in mine)
+
+
+def authorizer_from_config(config: Any, first_log_dir: str) -> Authorizer | None:
+    """The process's Authorizer when ``authorizer.class.name`` is set (over ``acls.json`` in
+    ``first_log_dir``, ``super.users``, ``allow.everyone.if.no.acl.found``), else None."""
+    if not config["authorizer.class.name"]:
+        return None
+    return Authorizer(AclFile(first_log_dir),
+                      [u.strip() for u in config["super.users"].split(";") if u.strip()],
+                      bool(config["allow.everyone.if.no.acl.found"]))

@@ -48,6 +48,8 @@ ZERO_TOPIC_ID = bytes(16)  # no topic id yet (Kafka's Uuid.ZERO_UUID)
 
 _SLOTS_BASE = TABLE_HEADER.size + MAX_WORKERS * WORKER_SLOT.size
 _Q = struct.Struct("=Q")
+# the broker's user writes it; its group (local producers, Spark tasks on the host) reads it
+TABLE_MODE = 0o640
 _q = struct.Struct("=q")
 _i = struct.Struct("=i")
 _OFFSETS = struct.Struct("=qqq")  # log_end_offset, high_watermark, log_start_offset: contiguous
@@ -112,7 +114,8 @@ class PartitionTable:
     def create(cls, name: str, capacity: int, broker_id: int, num_disks: int, port: int = 0) -> PartitionTable:
         """Create (exclusively) and initialise the table. Raises posix_ipc.ExistentialError if it exists."""
         size = table_size(capacity)
-        shm = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600, size=size)
+        shm = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=TABLE_MODE, size=size)
+        os.fchmod(shm.fd, TABLE_MODE)  # shm_open applies the umask; the mode is the access policy
         buf = mmap.mmap(shm.fd, size)
         TABLE_HEADER.struct.pack_into(  # type: ignore[attr-defined]
             buf, 0, TABLE_MAGIC, LAYOUT_VERSION, capacity, broker_id, os.getpid(), 0,
@@ -120,14 +123,16 @@ class PartitionTable:
         return cls(shm, buf, owner=True)
 
     @classmethod
-    def attach(cls, name: str) -> PartitionTable:
-        """Map an existing table. Raises posix_ipc.ExistentialError, TableVersionError."""
-        shm = posix_ipc.SharedMemory(name)
+    def attach(cls, name: str, read_only: bool = False) -> PartitionTable:
+        """Map an existing table (``read_only``: for a process of the broker's group, a local
+        producer or a Spark task, which may read the table but never write it). Raises
+        posix_ipc.ExistentialError, posix_ipc.PermissionsError, TableVersionError."""
+        shm = posix_ipc.SharedMemory(name, read_only=read_only)
         buf = None
         try:
             if shm.size < TABLE_HEADER.size:
                 raise TableVersionError(f"{name} is too small to be a partition table")
-            buf = mmap.mmap(shm.fd, shm.size)
+            buf = mmap.mmap(shm.fd, shm.size, access=mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE)
             magic, version = struct.unpack_from("=II", buf, 0)
             if magic != TABLE_MAGIC or version != LAYOUT_VERSION:
                 raise TableVersionError(

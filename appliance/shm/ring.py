@@ -270,6 +270,11 @@ class Channel:
         buf = mmap.mmap(shm.fd, shm.size)
         return cls(shm, buf, None)
 
+    @property
+    def fd(self) -> int:
+        """The shared-memory object's descriptor (kept open while mapped)."""
+        return self._shm.fd
+
     def close(self) -> None:
         for ring in (getattr(self, "requests", None), getattr(self, "completions", None)):
             if ring is not None:

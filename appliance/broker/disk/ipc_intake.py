@@ -3,18 +3,26 @@ answered on its channel's completion ring, the producer woken by a datagram when
 
 A producer sends a wake-up datagram after every put, so the channels are looked at only after
 one arrived (or when the last look left work), and at least every SWEEP_INTERVAL_S: not on
-every round of the worker, which under network traffic is once per request."""
+every round of the worker, which under network traffic is once per request.
+
+With ``authorizer.class.name`` set, each produce is authorized as a TCP one is (Write on the
+topic) for the principal the kernel says holds the channel (``ipc_principal.py``), from host
+127.0.0.1; a refusal is TOPIC_AUTHORIZATION_FAILED, logged once per claim and topic."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import socket
+import struct
 import time
+from collections.abc import Callable
 
+from appliance.broker.disk.ipc_principal import ChannelPrincipals
 from appliance.broker.disk.requests import Requests
 from appliance.broker.disk.ring_intake import ROUND_LIMIT
 from appliance.errors import ErrorCode
+from appliance.security.acl import TOPIC, WRITE, Authorizer
 from appliance.shm.ipc_directory import IpcDirectory
 from appliance.shm.layout import (
     COMPLETION,
@@ -33,11 +41,17 @@ log = logging.getLogger("appliance.disk")
 _REQ = REQUEST.struct  # type: ignore[attr-defined]
 SWEEP_INTERVAL_S = 0.1  # a lost wake-up delays a request at most this long (the loop's idle wait)
 _COMP = COMPLETION.struct  # type: ignore[attr-defined]
+LOCAL_HOST = "127.0.0.1"  # the host an IPC producer's ACLs are matched against
 
 
 class IpcIntake:
-    def __init__(self, base: str, index: int, incarnation: int, requests: Requests) -> None:
+    def __init__(self, base: str, index: int, incarnation: int, requests: Requests,
+                 authorizer: Authorizer | None = None, topic_of: Callable[[int], str] | None = None) -> None:
         self.requests = requests
+        self.authorizer = authorizer
+        self.topic_of = topic_of  # a slot's topic name (the partition table's)
+        self.principals = ChannelPrincipals()
+        self._denials_logged: set[tuple[int, int, str]] = set()
         self.ipc_dir = IpcDirectory.attach(base, index)
         self.channels = [Channel.attach(ipc_channel_name(base, index, k)) for k in range(IPC_CHANNELS)]
         for ch in self.channels:
@@ -88,8 +102,12 @@ class IpcIntake:
                     break
                 msg_type, payload = msg
                 try:
-                    comp = self.requests.handle(None, msg_type, payload) if msg_type == MsgType.PRODUCE \
-                        else _refuse(payload)
+                    if msg_type != MsgType.PRODUCE:
+                        comp = _refuse(payload)
+                    elif self.authorizer is not None and not self._allowed(k, payload):
+                        comp = _refuse(payload, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                    else:
+                        comp = self.requests.handle(None, msg_type, payload)
                 finally:
                     del payload
                     ring.release()
@@ -105,6 +123,27 @@ class IpcIntake:
             else:
                 more = self.due = True
         return handled, more
+
+    def _allowed(self, k: int, payload: memoryview) -> bool:
+        """Write on the produce's topic for the channel holder's principal."""
+        if len(payload) < REQUEST.size:
+            return True  # malformed: the request handler refuses it
+        slot = _REQ.unpack_from(payload, 0)[1]
+        try:
+            topic = self.topic_of(slot) if self.topic_of is not None else ""
+        except (IndexError, ValueError, struct.error):
+            return True  # no such slot: the request handler answers it
+        _, claim, _ = self.ipc_dir.slot(k)
+        principal = self.principals.of(k, claim, self.channels[k].fd)
+        if principal is not None and self.authorizer.allowed(principal, LOCAL_HOST, WRITE, TOPIC, topic):
+            return True
+        if (k, claim, topic) not in self._denials_logged:
+            if len(self._denials_logged) > 10_000:
+                self._denials_logged.clear()
+            self._denials_logged.add((k, claim, topic))
+            log.warning("IPC channel %d: %s may not Write topic %s: TOPIC_AUTHORIZATION_FAILED", k,
+                        principal or "a producer the kernel does not name", topic)
+        return False
 
     def _wake_producer(self, k: int) -> None:
         # only a producer asleep on its completions needs the datagram (measured: waking one after
@@ -123,7 +162,7 @@ class IpcIntake:
             ch.close()
 
 
-def _refuse(payload: memoryview) -> bytes:
-    """Local producers may only produce."""
+def _refuse(payload: memoryview, error: int = ErrorCode.INVALID_REQUEST) -> bytes:
+    """Local producers may only produce (and only where allowed)."""
     request_id, slot = _REQ.unpack_from(payload, 0)[:2] if len(payload) >= REQUEST.size else (0, -1)
-    return _COMP.pack(request_id, -1, -1, -1, slot, int(ErrorCode.INVALID_REQUEST))
+    return _COMP.pack(request_id, -1, -1, -1, slot, int(error))

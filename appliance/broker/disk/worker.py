@@ -37,6 +37,7 @@ from appliance.process import reload_confirmations
 from appliance.process.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.process.gc_policy import freeze_startup_objects
 from appliance.process.plumbing import Plumbing
+from appliance.security.acl import authorizer_from_config
 from appliance.shm.layout import MsgType, WorkerState
 from appliance.shm.partition_table import PartitionTable
 from appliance.storage.flush import flush_observers
@@ -95,7 +96,8 @@ class DiskWorker:
         self.requests.on_io_error = self.partitions.io_error
         self.rings = RingIntake(self.index, self.plumbing, self.requests, self.partitions)
         self.ipc = IpcIntake(self.plumbing.base, self.index, self.table.worker(self.slot)[4],
-                             self.requests)
+                             self.requests, authorizer_from_config(self.config, self.config.log_dirs[0]),
+                             lambda slot: self.table.read(slot).topic)
         self.partitions.set_metrics(attach_recorder(self.config, self.plumbing.base, self.slot))
         self.requests.metrics = self.partitions.metrics
         if self.partitions.metrics is not None:
