@@ -424,6 +424,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("group.initial.rebalance.delay.ms", "int", 3000, "Wait for more members before the first rebalance of a group."),
     ConfigKey("group.min.session.timeout.ms", "int", 6000, "Smallest session timeout a consumer may ask for."),
     ConfigKey("group.max.session.timeout.ms", "int", 1800000, "Largest session timeout a consumer may ask for."),
+    ConfigKey("broker.rack", "string", "", "The rack of this broker (KIP-36): replica assignment spreads each partition's replicas across racks. Empty: none."),
     ConfigKey("zookeeper.connect", "string", "", "ZooKeeper connection string; empty = standalone single broker."),
     ConfigKey("zookeeper.session.timeout.ms", "int", 18000, "ZooKeeper session timeout."),
     ConfigKey("zookeeper.connection.timeout.ms", "int", None, "Wait for a ZooKeeper connection; defaults to the session timeout."),

@@ -52,6 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reassignment-json-file", metavar="FILE",
                    help='{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2]}]}')
     p.add_argument("--broker-list", metavar="0,1,2", help="brokers to spread over (--generate)")
+    p.add_argument("--disable-rack-aware", action="store_true",
+                   help="--generate: ignore the brokers' broker.rack (by default each partition's "
+                        "replicas span the racks, and brokers with and without a rack are refused)")
     p.add_argument("--additional", action="store_true",
                    help="--execute even while other reassignments are in progress")
     p.add_argument("--throttle", type=int, default=-1, metavar="BYTES/S",
@@ -176,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
             return store.controller_id(), {b: (i.host, i.port) for b, i in store.brokers().items()}
 
         if args.generate:
-            current, proposed = lib.generate(store, topics, brokers)
+            current, proposed = lib.generate(store, topics, brokers, rack_aware=not args.disable_rack_aware)
             print("Current partition replica assignment")
             print(lib.format_reassignment(current))
             print()

@@ -27,6 +27,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a topic config override (repeatable); with --alter only the keys given change")
     p.add_argument("--delete-config", "--deleteConfig", action="append", default=[], metavar="KEY",
                    dest="delete_config", help="--alter: remove this override (repeatable; 0.8's --deleteConfig)")
+    p.add_argument("--disable-rack-aware", action="store_true",
+                   help="--create: place replicas ignoring the brokers' broker.rack (the tool picks "
+                        "the assignment, as Kafka's round-robin placement; needs --partitions and "
+                        "--replication-factor)")
     p.add_argument("--if-not-exists", action="store_true")
     p.add_argument("--under-replicated-partitions", action="store_true",
                    help="--describe only partitions whose ISR is smaller than their replicas")
@@ -56,6 +60,26 @@ def parse_replica_assignment(text: str) -> list[list[int]]:
     return out
 
 
+def _rack_unaware(conn, args: argparse.Namespace) -> list[dict]:
+    """--disable-rack-aware: an assignment over the live brokers that ignores their racks
+    (sent as the request's replica assignment, so the broker's rack rule does not apply)."""
+    from appliance.cluster.assignment import (
+        DISABLED,
+        InvalidPartitions,
+        InvalidReplicationFactor,
+        assign_replicas,
+    )
+
+    if not args.partitions or args.replication_factor == -1:
+        raise CliError("--disable-rack-aware needs --partitions and --replication-factor", 2)
+    brokers = [b.node_id for b in metadata(conn, []).brokers]
+    try:
+        plan = assign_replicas(brokers, args.partitions, args.replication_factor, mode=DISABLED)
+    except (InvalidPartitions, InvalidReplicationFactor) as e:
+        raise CliError(str(e)) from None
+    return [{"partition_index": p, "broker_ids": list(r)} for p, r in sorted(plan.items())]
+
+
 def run(args: argparse.Namespace) -> int:
     configs = parse_properties_args(args.config, "--config")
     with connect(args) as conn:
@@ -70,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
                     raise CliError("--replica-assignment replaces --partitions and --replication-factor", 2)
                 assignments = [{"partition_index": i, "broker_ids": b} for i, b in
                                enumerate(parse_replica_assignment(args.replica_assignment))]
+            elif args.disable_rack_aware:
+                assignments = _rack_unaware(conn, args)
             body = {"topics": [{
                 "name": name, "num_partitions": args.partitions if args.partitions else -1,
                 "replication_factor": args.replication_factor, "assignments": assignments,

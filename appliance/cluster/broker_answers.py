@@ -14,8 +14,11 @@ from typing import Any
 from kazoo.exceptions import KazooException
 
 from appliance.cluster.assignment import (
+    ENFORCED,
+    SAFE,
     InvalidPartitions,
     InvalidReplicationFactor,
+    RackInformationMissing,
     assign_replicas,
 )
 from appliance.cluster.broker_connection import NoEndpoint, endpoint_of
@@ -78,7 +81,7 @@ async def metadata_body(table: LeadershipTable, store: ZkStore, config: Any, req
         if auto and missing:
             rf = min(int(config["default.replication.factor"]), max(len(table.live_brokers), 1))
             for n in missing:
-                await create_topic(table, store, config, n, -1, rf, {})
+                await create_topic(table, store, config, n, -1, rf, {}, rack_mode=SAFE)
     entries = []
     for n in names:
         if n in topics:
@@ -150,7 +153,10 @@ def _address_on(broker: BrokerInfo, listener: str) -> tuple[str, int]:
 
 async def create_topic(table: LeadershipTable, store: ZkStore, config: Any, name: str,
                        num_partitions: int, replication_factor: int, configs: dict[str, str],
-                       assignments: Any = None, validate_only: bool = False) -> tuple[int, str | None]:
+                       assignments: Any = None, validate_only: bool = False,
+                       rack_mode: str = ENFORCED) -> tuple[int, str | None]:
+    """One topic of CreateTopics (``rack_mode`` SAFE for the ones the broker creates itself:
+    auto-created topics and __consumer_offsets, as Kafka's RackAwareMode.Safe)."""
     try:
         validate_topic_name(name)
     except KafkaError as e:
@@ -168,7 +174,8 @@ async def create_topic(table: LeadershipTable, store: ZkStore, config: Any, name
     except ConfigError as e:
         return int(ErrorCode.INVALID_CONFIG), str(e)
     loop = asyncio.get_running_loop()
-    live = await loop.run_in_executor(None, store.broker_ids)
+    registered = await loop.run_in_executor(None, store.brokers)
+    live = sorted(registered)
     # bound the work before doing it: more replicas than every live broker's partition table
     # holds is refused at once, not planned one partition at a time
     room = int(config["appliance.max.partitions"]) * max(len(live), 1)
@@ -185,9 +192,12 @@ async def create_topic(table: LeadershipTable, store: ZkStore, config: Any, name
             return int(ErrorCode.INVALID_REPLICA_ASSIGNMENT), f"unknown brokers {sorted(unknown)}"
     else:
         try:
-            plan = assign_replicas(live, num_partitions, replication_factor)
+            plan = assign_replicas(live, num_partitions, replication_factor,
+                                   racks={b: i.rack for b, i in registered.items()}, mode=rack_mode)
         except InvalidReplicationFactor as e:
             return int(ErrorCode.INVALID_REPLICATION_FACTOR), str(e)
+        except RackInformationMissing as e:  # Kafka: an AdminOperationException, answered so
+            return int(ErrorCode.UNKNOWN_SERVER_ERROR), str(e)
         except InvalidPartitions as e:
             return int(ErrorCode.INVALID_PARTITIONS), str(e)
     if validate_only:
@@ -219,7 +229,7 @@ async def _wait_for_leaders(table: LeadershipTable, wanted: set[tuple[str, int]]
 
 
 def _new_partitions(live: list[int], current: TopicAssignment, count: int,
-                    assignments: Any) -> dict[int, tuple[int, ...]]:
+                    assignments: Any, racks: dict[int, str | None] | None = None) -> dict[int, tuple[int, ...]]:
     """The replicas of partitions len(current)..count-1 (Kafka's AdminZkClient.addPartitions):
     the request's assignment, checked, or AdminUtils' placement continued from partition 0's
     preferred replica, with the topic's replication factor.
@@ -240,9 +250,11 @@ def _new_partitions(live: list[int], current: TopicAssignment, count: int,
         first = current.partitions.get(0, (None,))[0]
         start = ids.index(first) if first in ids else None
         try:
-            return assign_replicas(ids, adding, rf, start_index=start, start_partition=have)
+            return assign_replicas(ids, adding, rf, start_index=start, start_partition=have, racks=racks)
         except (InvalidReplicationFactor, InvalidPartitions) as e:
             raise _refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT, str(e)) from e
+        except RackInformationMissing as e:
+            raise _refused(ErrorCode.UNKNOWN_SERVER_ERROR, str(e)) from e
     if len(assignments) != adding:
         raise _refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                        f"Increasing the number of partitions by {adding} but {len(assignments)} "
@@ -276,7 +288,9 @@ async def create_partitions_body(table: LeadershipTable, store: ZkStore, config:
     loop = asyncio.get_running_loop()
     names = [t.name for t in request.topics]
     deleting = set(await loop.run_in_executor(None, store.topics_to_delete))
-    live = await loop.run_in_executor(None, store.broker_ids)
+    registered = await loop.run_in_executor(None, store.brokers)
+    live = sorted(registered)
+    racks = {b: i.rack for b, i in registered.items()}
     results: list[dict] = []
     grown: set[tuple[str, int]] = set()
     for t in request.topics:
@@ -300,7 +314,7 @@ async def create_partitions_body(table: LeadershipTable, store: ZkStore, config:
                 if current.adding or current.removing:
                     raise _refused(ErrorCode.REASSIGNMENT_IN_PROGRESS,
                                    f"A partition reassignment of topic '{t.name}' is in progress.")
-                added = _new_partitions(live, current, t.count, t.assignments)
+                added = _new_partitions(live, current, t.count, t.assignments, racks)
                 if request.validate_only:
                     break
                 if await loop.run_in_executor(None, store.add_partitions, t.name, current, version, added):
@@ -403,7 +417,7 @@ async def coordinator_body(table: LeadershipTable, store: ZkStore, config: Any, 
         rf = min(int(config["offsets.topic.replication.factor"]), live)
         code, msg = await create_topic(table, store, config, OFFSETS_TOPIC,
                                        int(config["offsets.topic.num.partitions"]), rf,
-                                       offsets_topic_config(config))
+                                       offsets_topic_config(config), rack_mode=SAFE)
         if code not in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
             return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, msg)
         deadline = time.monotonic() + OFFSETS_TOPIC_ELECTION_WAIT_S

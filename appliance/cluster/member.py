@@ -65,11 +65,12 @@ def broker_info_from_config(config: Any) -> BrokerInfo:
     """The registration of a broker from its BrokerConfig: broker.id, every listener's
     advertised endpoint with its security protocol (Kafka's "endpoints" and
     "listener_security_protocol_map"; an empty host means this machine's name, as
-    Kafka does), and as the legacy host and port the first of them."""
+    Kafka does), broker.rack, and as the legacy host and port the first of them."""
     eps = [dataclasses.replace(e, host=_named(e.host)) for e in config.advertised_endpoints]
     return BrokerInfo(config["broker.id"], eps[0].host, eps[0].port,
                       endpoints=tuple(str(e) for e in eps),
-                      security_protocol_map={e.listener: e.security_protocol for e in eps})
+                      security_protocol_map={e.listener: e.security_protocol for e in eps},
+                      rack=config["broker.rack"] or None)
 
 
 def _named(host: str) -> str:

@@ -20,7 +20,13 @@ import random
 from typing import Any
 
 from appliance.cluster import replication_throttle as rt
-from appliance.cluster.assignment import InvalidReplicationFactor, assign_replicas
+from appliance.cluster.assignment import (
+    DISABLED,
+    ENFORCED,
+    InvalidReplicationFactor,
+    RackInformationMissing,
+    assign_replicas,
+)
 from appliance.cluster.zk_paths import TopicPartition
 from appliance.cluster.zk_store import ZkStore
 
@@ -136,12 +142,16 @@ def current_assignment(store: ZkStore, topics: list[str]) -> dict[TopicPartition
 
 
 def generate(store: ZkStore, topics: list[str], brokers: list[int], rng: random.Random | None = None,
+             rack_aware: bool = True,
              ) -> tuple[dict[TopicPartition, tuple[int, ...]], dict[TopicPartition, tuple[int, ...]]]:
-    """(current, proposed): each topic spread over ``brokers`` as topic creation would, keeping
-    its partition count and replication factor."""
+    """(current, proposed): each topic spread over ``brokers`` as topic creation would (across
+    their racks unless ``rack_aware`` is off: --disable-rack-aware), keeping its partition count
+    and replication factor."""
     if not brokers or len(set(brokers)) != len(brokers):
         raise ReassignmentError("--broker-list must name distinct brokers")
-    unknown = sorted(set(brokers) - set(store.broker_ids()))
+    registered = store.brokers()
+    racks = {b: i.rack for b, i in registered.items()}
+    unknown = sorted(set(brokers) - set(registered))
     if unknown:
         raise ReassignmentError(f"--broker-list names brokers that are not registered: {unknown}")
     current = current_assignment(store, topics)
@@ -150,8 +160,9 @@ def generate(store: ZkStore, topics: list[str], brokers: list[int], rng: random.
         parts = sorted(tp.partition for tp in current if tp.topic == t)
         rf = len(current[TopicPartition(t, parts[0])])
         try:
-            new = assign_replicas(brokers, len(parts), rf, rng=rng)
-        except InvalidReplicationFactor as e:
+            new = assign_replicas(brokers, len(parts), rf, rng=rng, racks=racks,
+                                  mode=ENFORCED if rack_aware else DISABLED)
+        except (InvalidReplicationFactor, RackInformationMissing) as e:
             raise ReassignmentError(f"topic {t}: {e}") from None
         proposed.update({TopicPartition(t, p): new[i] for i, p in enumerate(parts)})
     return current, proposed
