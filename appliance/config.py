@@ -430,6 +430,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("zookeeper.connection.timeout.ms", "int", None, "Wait for a ZooKeeper connection; defaults to the session timeout."),
     ConfigKey("zookeeper.set.acl", "bool", False, "Put Kafka's ACLs on the znodes this broker creates (its ZooKeeper login: all rights; everyone else: read, none on /config/users and /config/brokers). Needs a ZooKeeper login: the Client section of the JAAS file named by -Djava.security.auth.login.config in KAFKA_OPTS."),
     ConfigKey("replica.lag.time.max.ms", "long", 30000, "A follower not caught up for this long leaves the ISR."),
+    ConfigKey("replica.selector.class", "string", "", "KIP-392: org.apache.kafka.common.replica.RackAwareReplicaSelector sends a consumer that names its rack (client.rack) to an in-sync replica in that rack; empty (or LeaderSelector): consumers read from the leader. Followers serve consumers' fetches (v11+) up to their high watermark either way.", one_of("", "org.apache.kafka.common.replica.LeaderSelector", "org.apache.kafka.common.replica.RackAwareReplicaSelector")),
     ConfigKey("replica.fetch.max.bytes", "int", 1048576, "Bytes a follower fetches per partition.", at_least(0)),
     ConfigKey("replica.fetch.wait.max.ms", "int", 500, "Long-poll time of follower fetches."),
     ConfigKey("num.replica.fetchers", "int", 1, "Replica fetchers (each its own connection) per leader broker; a partition goes to one by the hash of its topic and number, as in Kafka.", at_least(1)),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from appliance.broker.cluster_view import ClusterView
 from appliance.broker.door import ANONYMOUS, ConnectionContext, Door
 from appliance.broker.readers import Readers
+from appliance.broker.replica_selector import ReplicaSelector
 from appliance.config import BrokerConfig
 from appliance.process.disk_client import DiskClient
 from appliance.process.ring_context import RingContext
@@ -70,6 +71,9 @@ class BrokerContext(RingContext):
         self._credentials: CredentialFile | None = None  # SCRAM users, read when a SASL client logs in
         # authorizer.class.name set: every request's principal is checked (broker/authorization.py)
         self.authorizer: Authorizer | None = authorizer_from_config(config, log_dirs[0])
+        # KIP-392 (cluster mode): replica.selector.class may send a consumer to a follower in its rack
+        self.replica_selector: ReplicaSelector | None = ReplicaSelector.from_config(
+            config, self.broker_id, log_dirs[0])
         self.cluster_id = f"appliance-{self.broker_id}"
         self.fetch_max_bytes = int(config["fetch.max.bytes"])  # read once: every fetch asks
         self.metrics: Recorder | None = None  # when metrics are on (metrics.listener set)

@@ -96,9 +96,9 @@ def run(args: argparse.Namespace) -> int:
                                enumerate(parse_replica_assignment(args.replica_assignment))]
             elif args.disable_rack_aware:
                 assignments = _rack_unaware(conn, args)
-            body = {"topics": [{
-                "name": name, "num_partitions": args.partitions if args.partitions else -1,
-                "replication_factor": args.replication_factor, "assignments": assignments,
+            body = {"topics": [{  # an assignment replaces both counts (-1), as Kafka requires
+                "name": name, "num_partitions": args.partitions if args.partitions and not assignments else -1,
+                "replication_factor": -1 if assignments else args.replication_factor, "assignments": assignments,
                 "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
                 "timeout_ms": int(args.timeout * 1000), "validate_only": False}
             deadline = time.monotonic() + args.timeout

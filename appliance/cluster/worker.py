@@ -101,6 +101,7 @@ from appliance.shm.layout import WorkerState, cluster_address, leaders_name, met
 from appliance.shm.leadership_area import LeadershipArea
 from appliance.shm.metadata_cache import MetadataCache, from_states
 from appliance.shm.partition_table import PartitionTable
+from appliance.storage.broker_racks import write_broker_racks
 
 __all__ = ["ClusterWorker"]
 
@@ -374,4 +375,6 @@ class ClusterWorker:
             # knowing what it just said
             self.metadata.publish(from_states(
                 (tp.topic, tp.partition, s.leader, s.leader_epoch) for tp, s in lt.metadata.items()))
+            # the network workers' follower fetching (KIP-392) needs the other brokers' racks
+            write_broker_racks(self.log_dirs[0], {b: rack for b, (_, _, rack) in lt.live_brokers.items()})
         return resp

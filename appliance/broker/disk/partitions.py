@@ -286,8 +286,8 @@ class Partitions:
     def publish(self, slot: int, plog: PartitionLog, wake: int = WAKE_ALL) -> None:
         """Publish the slot's offsets; ``wake``: the DataWanted bits of the long-poll fetches
         that may be waiting on what moved (every kind by default; DataWanted.ANY when only the
-        high watermark moved, which answers no follower's fetch; 0 for a follower's replica,
-        which serves no fetch)."""
+        high watermark moved, which answers no follower's fetch, and a follower's replica,
+        whose high watermark answers consumers fetching from it: KIP-392)."""
         self.table.publish(slot, plog.log_end_offset, plog.high_watermark, plog.log_start_offset)
         if wake:
             self.grew |= wake

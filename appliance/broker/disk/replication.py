@@ -265,7 +265,8 @@ class Replication:
         start = p.append_as_follower(body[_RA.size:], leader_hw, leader_start)
         if start > p.log.log_start_offset:
             self.parts.advance_log_start(p, start, "the leader's")
-        self.parts.publish(slot, p.log, wake=0)
+        # consumers may fetch from this follower (KIP-392): its HW moving answers their long polls
+        self.parts.publish(slot, p.log, wake=DataWanted.ANY)
         return -1, -1, p.log.log_start_offset, b""
 
     def truncate(self, n: int | None, request_id: int, slot: int, body: memoryview,

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from appliance.broker.handlers.answer import unavailable_error
 from appliance.broker.handlers.fetch_down_convert import FIRST_V2_FETCH_VERSION, down_convert
+from appliance.broker.replica_selector import NO_REPLICA
 from appliance.errors import ErrorCode, OffsetOutOfRangeError
 from appliance.metrics.responses import remote_wait
 from appliance.protocol.messages import Fetch
 from appliance.protocol.types import FileSlice
-from appliance.shm.layout import FOLLOWER_FETCH_BODY, DataWanted, MsgType, SlotState
+from appliance.shm.layout import FOLLOWER_FETCH_BODY, DataWanted, MsgType, Role, SlotState
 
 if TYPE_CHECKING:
     from appliance.broker.broker_context import BrokerContext
@@ -31,6 +32,7 @@ __all__ = ["handle", "replica_id_of", "topic_names", "FIRST_TOPIC_ID_VERSION",
 
 FIRST_TOPIC_ID_VERSION = 13  # topics named by id (KIP-516)
 FIRST_REPLICA_STATE_VERSION = 15  # the replica id moves into ReplicaState (KIP-903)
+FIRST_RACK_VERSION = 11  # the consumer's rack, and the preferred read replica (KIP-392)
 
 # generated data classes, not dicts: the encoder's fast path, and a misspelled field fails here
 _Response = Fetch.Response
@@ -56,9 +58,10 @@ def topic_names(ctx: BrokerContext, request: Request) -> list[str | None]:
 
 
 def _read_all(ctx: BrokerContext, body: Any, names: list[str | None], replica_id: int,
-              watch: list) -> tuple[list, int, bool]:
-    """The response's topics, the bytes they hold, and whether a partition has an error.
-    ``watch`` gets (slot, offset read up to) of each partition read: what a long poll waits on."""
+              watch: list, version: int = 0) -> tuple[list, int, bool]:
+    """The response's topics, the bytes they hold, and whether to answer at once (a partition
+    has an error, or a preferred read replica). ``watch`` gets (slot, offset read up to, whether
+    this broker leads it) of each partition read: what a long poll waits on."""
     total = 0
     # the broker's fetch.max.bytes bounds what any request may ask for (Kafka's KIP-541)
     max_bytes = min(body.max_bytes if body.max_bytes > 0 else 2**31 - 1, ctx.fetch_max_bytes)
@@ -66,6 +69,10 @@ def _read_all(ctx: BrokerContext, body: Any, names: list[str | None], replica_id
     responses = []
     leaders = ctx.leaders  # cluster mode: only the leader serves, followers read up to the LEO
     replica = leaders is not None and replica_id >= 0
+    # KIP-392: a consumer's v11+ fetch names its rack and may be served by a follower
+    follower_ok = leaders is not None and not replica and version >= FIRST_RACK_VERSION
+    client_rack = body.rack_id if follower_ok else ""
+    selector = ctx.replica_selector if client_rack else None
     for t, name in zip(body.topics, names, strict=True):
         parts = []
         for p in t.partitions:
@@ -88,7 +95,8 @@ def _read_all(ctx: BrokerContext, body: Any, names: list[str | None], replica_id
                     ctx.readers.forget_partition(info.disk, name, p.partition)
                 any_error = True
                 continue
-            if not ctx.leads(info.slot):
+            leading = ctx.leads(info.slot)
+            if not leading and not (follower_ok and leaders.role(info.slot) == Role.FOLLOWER):
                 r.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
                 any_error = True
                 continue
@@ -108,8 +116,15 @@ def _read_all(ctx: BrokerContext, body: Any, names: list[str | None], replica_id
                 r.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
                 any_error = True
                 continue
+            if leading and selector is not None:
+                preferred = selector.preferred(client_rack, leaders.read(info.slot),
+                                               leaders.positions(info.slot), offset)
+                if preferred != NO_REPLICA:  # no records: the consumer goes there at once
+                    r.preferred_read_replica = preferred
+                    any_error = True
+                    continue
             end = leo if replica else hw
-            watch.append((info.slot, end))
+            watch.append((info.slot, end, leading))
             if offset >= end:
                 continue
             if throttle and ctx.leader_quota.exceeded(throttle):
@@ -156,10 +171,10 @@ def _moved(ctx: BrokerContext, watch: list, replica: bool) -> bool:
     consumer) moved since it was read, or it left the ONLINE state or this broker's leadership."""
     table = ctx.table
     which = 0 if replica else 1
-    for slot, end in watch:
+    for slot, end, leading in watch:
         if table.offsets(slot)[which] != end or table.state(slot) != SlotState.ONLINE:
             return True
-        if not ctx.leads(slot):
+        if ctx.leads(slot) != leading:  # became or stopped being the leader
             return True
     return False
 
@@ -177,7 +192,7 @@ async def handle(ctx: BrokerContext, request: Request) -> Any:
     waited = 0.0
     while True:
         watch: list = []
-        responses, total, any_error = _read_all(ctx, body, names, replica_id, watch)
+        responses, total, any_error = _read_all(ctx, body, names, replica_id, watch, request.api_version)
         remaining = deadline - loop.time()
         if total >= max(body.min_bytes, 1) or any_error or remaining <= 0:
             if waited and ctx.metrics is not None:
