@@ -1,6 +1,7 @@
 import pytest
 
 from tests.broker_process import BrokerProcess, release_all_shm
+from tests.cluster.zk import ZooKeeperServer
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -8,6 +9,14 @@ def _release_brokers_shared_memory():
     """At the end of the session, the shared memory of the brokers tests SIGKILLed."""
     yield
     release_all_shm()
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory):
+    """One real ZooKeeper for the whole session (per xdist worker); tests isolate themselves by
+    chroot."""
+    with ZooKeeperServer(tmp_path_factory.mktemp("zk")) as server:
+        yield server
 
 
 @pytest.fixture

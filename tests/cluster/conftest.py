@@ -7,13 +7,6 @@ from appliance.cluster.zk_store import ZkStore
 from tests.cluster.zk import ZooKeeperServer
 
 
-@pytest.fixture(scope="session")
-def zk_server(tmp_path_factory):
-    """One real ZooKeeper for the whole session; tests isolate themselves by chroot."""
-    with ZooKeeperServer(tmp_path_factory.mktemp("zk")) as server:
-        yield server
-
-
 @pytest.fixture
 def zk_connect(zk_server):
     """A zookeeper.connect string with a fresh chroot, so tests never see each other's znodes."""

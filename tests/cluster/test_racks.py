@@ -21,18 +21,11 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from tests.broker_process import free_port
 from tests.cluster.harness import cluster_broker, kill_brokers, start_brokers, wait_for, wait_joined
-from tests.cluster.zk import ZooKeeperServer
 from tests.metrics.scrape import scrape, value, wait_for_endpoint
 from tests.ops.procs import appliance
 
 RACK = {i: f"rack-{(i - 1) // 2}" for i in range(1, 7)}  # 1,2: rack-0; 3,4: rack-1; 5,6: rack-2
 SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
-
-
-@pytest.fixture(scope="module")
-def zk_server(tmp_path_factory):
-    with ZooKeeperServer(tmp_path_factory.mktemp("zk")) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

@@ -27,17 +27,10 @@ from tests.cluster.harness import (
     wait_for,
     wait_joined,
 )
-from tests.cluster.zk import ZooKeeperServer
 from tests.ops.procs import appliance
 from tests.security.certs import Authority, name
 
 TOPICS = {"tls-rf1": 1, "tls-rf2": 2, "tls-rf3": 3}
-
-
-@pytest.fixture(scope="module")
-def zk_server(tmp_path_factory):
-    with ZooKeeperServer(tmp_path_factory.mktemp("zk")) as server:
-        yield server
 
 
 INTER_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" '

@@ -23,7 +23,6 @@ from kazoo.exceptions import NoAuthError
 
 from tests.broker_process import free_port
 from tests.cluster.harness import cluster_broker, kill_brokers, start_brokers, wait_for, wait_joined
-from tests.cluster.zk import ZooKeeperServer
 from tests.ops.procs import appliance
 
 JAAS = """// the brokers' and tools' ZooKeeper login (Kafka's Client section)
@@ -33,12 +32,6 @@ Client {
    password="zk-secret";
 };
 """
-
-
-@pytest.fixture(scope="module")
-def zk_server(tmp_path_factory):
-    with ZooKeeperServer(tmp_path_factory.mktemp("zk")) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")
