@@ -12,6 +12,7 @@ topics the principal may not Describe, as Kafka does. Produce is checked where i
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -36,7 +37,12 @@ from appliance.security.acl import (
     WRITE,
 )
 
-__all__ = ["check", "filter_metadata", "allowed"]
+__all__ = ["check", "filter_metadata", "allowed", "note_denial"]
+
+log = logging.getLogger("appliance.authorizer")
+# clients (principal, address) whose first denial was logged; later ones are only counted
+_LOGGED: set[tuple[str, str]] = set()
+_LOGGED_MAX = 10_000
 
 TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 GROUP_DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED
@@ -222,5 +228,22 @@ def filter_metadata(ctx: Any, rc: RequestContext, request: Request, body: Any) -
             kept.append(t)
         elif asked is not None and name in asked:
             kept.append({**t, "error_code": int(TOPIC_DENIED), "partitions": [], "is_internal": False})
+            note_denial(ctx, rc.principal, rc.connection.client_address, f"Describe on topic {name}")
     d["topics"] = kept
     return d
+
+
+def note_denial(ctx: Any, principal: str, address: str, what: str) -> None:
+    """Count a refusal in the metrics; log the first one of each client (principal and
+    address) in this network worker, so a client retrying what it may not do cannot flood the
+    log."""
+    if ctx.metrics is not None:
+        ctx.metrics.authorization_denied()
+    key = (principal, address)
+    if key in _LOGGED:
+        return
+    if len(_LOGGED) >= _LOGGED_MAX:
+        _LOGGED.clear()
+    _LOGGED.add(key)
+    log.warning("%s from %s: %s refused by the ACLs (later refusals of this client are counted, "
+                "not logged)", principal, address or "?", what)

@@ -211,7 +211,9 @@ class BrokerCollector(Collector):
                 ("failed_authentications", "kafka_server_socketservermetrics_failedauthentication",
                  "SASL authentications that failed (wrong credentials, unknown mechanism, bad state)."),
                 ("failed_handshakes", "kafka_server_socketservermetrics_failedtlshandshake",
-                 "TLS handshakes that failed or timed out (untrusted certificate, not TLS).")):
+                 "TLS handshakes that failed or timed out (untrusted certificate, not TLS)."),
+                ("authorization_denials", "kafka_security_authorizermetrics_authorizationdenied",
+                 "Requests (and produces' topics, local IPC producers' batches) the ACLs refused.")):
             yield CounterMetricFamily(name, doc, value=int(self._sum(field)[0]))
         yield GaugeMetricFamily("kafka_network_socketserver_memorypoolused", "Bytes of requests "
                                 "read and not yet answered, every network worker.",

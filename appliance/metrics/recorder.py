@@ -119,6 +119,10 @@ class Recorder:
         """A SASL exchange failed (a wrong password, an unknown mechanism, a bad state)."""
         self.w[_O["failed_authentications"]] += 1
 
+    def authorization_denied(self) -> None:
+        """A request (or a produce's topic) refused by the ACLs."""
+        self.w[_O["authorization_denials"]] += 1
+
     def failed_handshake(self) -> None:
         """A TLS handshake failed or timed out."""
         self.w[_O["failed_handshakes"]] += 1

@@ -337,7 +337,7 @@ __all__ += [
     "COUNTER_ERROR_CODES", "COUNTER_PARTITIONS", "HIST_BUCKETS", "HIST_WORDS", "counters_name",
 ]
 
-COUNTERS_VERSION = 5  # 5: failed SASL authentications and TLS handshakes
+COUNTERS_VERSION = 6  # 5: failed SASL authentications and TLS handshakes; 6: authorization denials
 COUNTERS_MAGIC = 0x41504C4D  # "APLM"
 COUNTER_API_KEYS = 80        # Kafka API keys 0..79 (the highest in use is below 75)
 COUNTER_ERROR_CODES = 128    # error code + 1 (UNKNOWN_SERVER_ERROR is -1); Kafka's are below 120
@@ -376,7 +376,8 @@ COUNTER_SLAB = Layout("counter_slab", (
     ("active_controller", "Q"),                                   # cluster worker: gauge, 1 or 0
     ("failed_authentications", "Q"),                              # network: SASL exchanges that failed
     ("failed_handshakes", "Q"),                                   # network: TLS handshakes that failed
-    ("reserved", "29Q"),
+    ("authorization_denials", "Q"),                               # network, disk (IPC): ACL refusals
+    ("reserved", "28Q"),
     # disk: per partition slot, its log-end offset + 1 when this broker first opened or created
     # it (0: not yet); messages in = log-end offset now - (leo_base - 1), with no add per append
     ("leo_base", f"{COUNTER_PARTITIONS}Q"),

@@ -22,6 +22,7 @@ from confluent_kafka.admin import (
 
 from tests.broker.wire import RawConnection
 from tests.broker_process import BrokerProcess, free_port
+from tests.metrics.scrape import scrape, value
 from tests.ops.procs import appliance
 
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
@@ -31,8 +32,9 @@ JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     d = tmp_path_factory.mktemp("acls")
-    plain, sasl = free_port(), free_port()
+    plain, sasl, mport = free_port(), free_port(), free_port()
     b = BrokerProcess(d, port=plain, overrides={
+        "metrics.listener": f"http://127.0.0.1:{mport}/metrics",
         "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
         "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
@@ -41,6 +43,7 @@ def broker(tmp_path_factory):
     })
     with b:
         b.sasl_port = sasl
+        b.metrics_port = mport
         admin = AdminClient({"bootstrap.servers": b.bootstrap})
         for t in ("orders", "other", "logs-a", "logs-b", "metrics", "secret"):
             admin.create_topics([NewTopic(t, 1, 1)])[t].result(30)
@@ -115,6 +118,14 @@ def test_alice_writes_one_topic_and_reads_one_group_and_nothing_else(broker):
     with pytest.raises(KafkaException) as ei:
         fs["alice-new"].result(15)
     assert ei.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # each refusal counted (Describe of "other" for the producer's Metadata, the group's
+    # FindCoordinator, CreateTopics); alice's first one logged by each network worker (two),
+    # without her password, and no more of hers
+    denied = value(scrape(broker.metrics_port), "kafka_security_authorizermetrics_authorizationdenied_total")
+    assert denied >= 3
+    lines = [ln for ln in broker.log().splitlines() if "User:alice from 127.0.0.1" in ln]
+    assert 1 <= len(lines) <= 2 and all("refused by the ACLs" in ln for ln in lines), lines
+    assert "alice-pw" not in broker.log()
 
 
 def test_prefixed_acls_and_deny_beats_allow(broker):

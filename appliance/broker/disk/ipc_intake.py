@@ -137,6 +137,8 @@ class IpcIntake:
         principal = self.principals.of(k, claim, self.channels[k].fd)
         if principal is not None and self.authorizer.allowed(principal, LOCAL_HOST, WRITE, TOPIC, topic):
             return True
+        if self.requests.metrics is not None:
+            self.requests.metrics.authorization_denied()
         if (k, claim, topic) not in self._denials_logged:
             if len(self._denials_logged) > 10_000:
                 self._denials_logged.clear()

@@ -53,7 +53,7 @@ from appliance.broker.handlers import (
     sasl,
     topics,
 )
-from appliance.broker.handlers.answer import CloseConnection, RawBody, encode
+from appliance.broker.handlers.answer import CloseConnection, RawBody, api_name, encode
 from appliance.metrics.recorder import AnswerTiming
 from appliance.metrics.responses import record_response
 from appliance.protocol.connection import Request
@@ -213,6 +213,8 @@ async def run(ctx: BrokerContext, request: Request, rc: RequestContext,
     denied = authorization.check(ctx, request, rc) if ctx.authorizer is not None else None
     if denied is not None:
         body = denied
+        authorization.note_denial(ctx, rc.principal, rc.connection.client_address,
+                                  f"{api_name(request.api_key)} v{request.api_version}")
     elif how.with_context:
         body = await how.handler(ctx, request, rc)
     else:

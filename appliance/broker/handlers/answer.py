@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from appliance.broker.broker_context import BrokerContext
     from appliance.protocol.connection import Request
 
-__all__ = ["NO_RESPONSE", "CloseConnection", "RawBody", "encode", "led_here", "unavailable_error"]
+__all__ = ["NO_RESPONSE", "CloseConnection", "RawBody", "api_name", "encode", "led_here", "unavailable_error"]
 
 NO_RESPONSE = object()  # a handler's answer to a request that gets none (acks=0 produce)
 
@@ -55,6 +55,12 @@ def led_here(ctx: BrokerContext, topic: str, partition: int) -> tuple[Any, int]:
     if not ctx.leads(info.slot):
         return None, ErrorCode.NOT_LEADER_OR_FOLLOWER
     return info, 0
+
+
+def api_name(api_key: int) -> str:
+    """The API's Kafka name (Produce, CreateTopics, LeaderAndIsr ...), for messages."""
+    api = API_BY_KEY.get(api_key) or inter_broker_api_for_key(api_key)
+    return api.__name__ if api is not None else f"API {api_key}"
 
 
 def encode(request: Request, body: Any) -> Any:

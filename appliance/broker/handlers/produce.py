@@ -7,6 +7,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
+from appliance.broker.authorization import note_denial
 from appliance.broker.handlers.answer import NO_RESPONSE, CloseConnection, encode, led_here
 from appliance.errors import ErrorCode, KafkaError
 from appliance.metrics.recorder import SAMPLE_MASK, AnswerTiming
@@ -182,6 +183,8 @@ def start(ctx: BrokerContext, request: Request, answer: asyncio.Future, conn: An
         # ACLs on: Write on the topic (Kafka's per-topic answer: the others are still appended)
         denied = auth is not None and not auth.allowed(conn.context.principal, conn.context.client_address,
                                                        WRITE, TOPIC, t.name)
+        if denied:
+            note_denial(ctx, conn.context.principal, conn.context.client_address, f"Write on topic {t.name}")
         for p in t.partition_data:
             if denied:
                 out, info, records = _Partition(index=p.index, base_offset=-1,
