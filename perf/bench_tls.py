@@ -1,24 +1,29 @@
-"""TLS benchmark: the same broker's PLAINTEXT and SSL listeners, produce and fetch side by side.
+"""TLS benchmark: the same broker's PLAINTEXT, SSL and SASL_SSL listeners, produce and fetch side by side.
 
 Usage: .venv/bin/python perf/bench_tls.py [--records 8000000] [--runs 3] [--quick]
            [--value-size 100] [--partitions 6] [--profile DIR] [--profile-seconds 8] [--keep]
 
-Each run makes a fresh broker (tests/broker_process.py) with two listeners,
-PLAINTEXT://127.0.0.1:p1 and SSL://127.0.0.1:p2 (ssl.keystore.location: a broker certificate
-for 127.0.0.1 signed by a throw-away CA made with `cryptography`, tests/security/certs.py,
-EC P-256; clients trust the CA with ssl.ca.location). Then, with bench_broker.py's warm-up,
-clients and CPU accounting:
+Each run makes a fresh broker (tests/broker_process.py) with three listeners,
+PLAINTEXT://127.0.0.1:p1, SSL://127.0.0.1:p2 and SASL_SSL://127.0.0.1:p3 (ssl.keystore.location:
+a broker certificate for 127.0.0.1 signed by a throw-away CA made with `cryptography`,
+tests/security/certs.py, EC P-256; clients trust the CA with ssl.ca.location). Over SASL_SSL
+the clients log in with SCRAM-SHA-512 (sasl.mechanism, sasl.username, sasl.password) as a user
+made, before any timed phase, with `appliance configs --alter --entity-type users
+--add-config 'SCRAM-SHA-512=[iterations=4096,password=...]'` over the PLAINTEXT listener
+(the broker keeps it in scram-credentials.json). Then, with bench_broker.py's warm-up, clients
+and CPU accounting:
 
-- warm-up, untimed: a topic produced to over both listeners and read by kcat several times over
+- warm-up, untimed: a topic produced to over every listener and read by kcat several times over
   each (every network worker loads its kernels and serves a TLS fetch before the clock runs);
 - produce: confluent-kafka produce_batch (bench_broker.py's producer: acks=1, no compression,
   linger.ms=20, 1 MB batches) of --records values of --value-size bytes, once over each
   listener, each to its own 6-partition topic;
 - consume: kcat (C, librdkafka) reads the topic written over PLAINTEXT from offset 0, once
-  over each listener: the same segment bytes both times. Over PLAINTEXT the broker sends
-  them with sendfile; over SSL it reads them with pread (TLS_READ_STEP bytes at a time,
-  appliance/broker/network_worker.py) and writes them through the SSL transport, which
-  encrypts them in the network worker;
+  over each listener: the same segment bytes every time. Over PLAINTEXT the broker sends
+  them with sendfile; over SSL and SASL_SSL it reads them with pread (TLS_READ_STEP bytes at a
+  time, appliance/broker/network_worker.py) and writes them through the SSL transport, which
+  encrypts them in the network worker. kcat's SASL login (SCRAM-SHA-512, a few round trips)
+  falls inside the timed consume, as its TLS handshake does;
 - the sendfile floor: the topic's segments sent with plain os.sendfile over loopback (what the
   kernel alone charges for these bytes here);
 - the TLS path's parts without a broker, in this process, over the same segment files in
@@ -26,17 +31,23 @@ clients and CPU accounting:
   BIOs (OpenSSL, no socket; the suite a default client negotiates with such a server context);
   pread and a blocking write to a loopback socket (the copy that replaces sendfile).
 
-The order of the two listeners alternates between runs (run 1 PLAINTEXT first, run 2 SSL first,
-...), so a machine that speeds up or slows down inside a run does not favour one side.
+The order of the listeners rotates between runs (run 1 PLAINTEXT, SSL, SASL_SSL; run 2 SSL,
+SASL_SSL, PLAINTEXT; run 3 SASL_SSL, PLAINTEXT, SSL; ...), for the produces and for the consumes,
+so a machine that speeds up or slows down inside a run does not favour one listener.
 
 Printed per run and as medians (min-max) over the runs: records/s, broker CPU seconds per GB of
 log (psutil, the supervisor and all its workers; 1 GB = 1e9 bytes), the client's CPU (kcat's
 decryption competes for the same two cores) and the CPU others used meanwhile. Ratios
-SSL/PLAINTEXT are taken within each run and their median is what the targets are judged on:
+SSL/PLAINTEXT and SASL_SSL/PLAINTEXT are taken within each run and their median is what the
+targets are judged on, for each of the two TLS listeners:
 
-- produce over SSL >= 0.8 x produce over PLAINTEXT (records/s);
-- consume (kcat) over SSL >= 0.5 x over PLAINTEXT (records/s);
-- broker CPU per GB fetched over SSL against PLAINTEXT (the sendfile path): printed, no target.
+- produce over SSL, and over SASL_SSL, >= 0.8 x produce over PLAINTEXT (records/s);
+- consume (kcat) over SSL, and over SASL_SSL, >= 0.5 x over PLAINTEXT (records/s);
+- broker CPU per GB fetched over SSL and SASL_SSL against PLAINTEXT (the sendfile path):
+  printed, no target.
+
+SASL_SSL/SSL is printed too (no target): after the login a SASL_SSL connection's bytes take the
+SSL path, so it should be near 1.
 
 --profile DIR adds, after the measured phases of run 1, two more SSL reads of the same topic and
 two SSL produces of 3,000,000 records to another topic (not counted in any figure) with py-spy
@@ -44,11 +55,10 @@ on every network worker: one Python-only (--nonblocking) and one with native fra
 py-spy stops the process for each sample, so that phase is slower). Raw (collapsed) stacks go
 to DIR as <phase>-SSL-<python|native>-network<i>.txt and a summary is printed: the hottest
 leaf frames and functions and, for native stacks, how the busy samples split between OpenSSL,
-the write and pread system calls, libc's memory functions (memcpy, malloc; py-spy shows most
-of them by address only) and Python/uvloop. A connection lands on one network worker; the
-other one shows up nearly idle.
-
-SASL (SASL_SSL, SASL_PLAINTEXT) is not built yet, so it is not measured.
+the write and pread system calls, locks (pthread_mutex_lock: mostly the GIL taken back), libc's
+memory functions (memcpy, malloc; py-spy shows most of them by address only) and Python/uvloop.
+A connection lands on one network worker; the other one shows up nearly idle. The profiled
+phases are over SSL only (SASL_SSL's data path is the same once logged in).
 """
 
 from __future__ import annotations
@@ -85,14 +95,19 @@ from bench_broker import (  # noqa: E402
 
 from appliance.broker import network_worker  # noqa: E402
 from tests.broker_process import BrokerProcess, free_port, stop_on_sigterm  # noqa: E402
+from tests.ops.procs import appliance  # noqa: E402
 from tests.security.certs import Authority, name  # noqa: E402
 
 TARGET_PRODUCE_RATIO = 0.8
 TARGET_CONSUME_RATIO = 0.5
-PROTOCOLS = ("PLAINTEXT", "SSL")
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_SSL")
+TLS_PROTOCOLS = ("SSL", "SASL_SSL")  # each judged against PLAINTEXT
+SASL_MECHANISM = "SCRAM-SHA-512"
+SASL_USER, SASL_PASSWORD = "bench", "bench-secret"
+SCRAM_ITERATIONS = 4096  # Kafka's default (the client's PBKDF2 per login)
 PROFILE_PRODUCE_RECORDS = 3_000_000  # per profiled SSL produce (--profile)
 TLS_READ_STEP = network_worker.TLS_READ_STEP  # the broker's read-and-encrypt step
-READ_TOPIC = "bench-PLAINTEXT"  # the topic both consumes read (same bytes)
+READ_TOPIC = "bench-PLAINTEXT"  # the topic every consume reads (same bytes)
 
 
 def make_pki(directory: Path) -> tuple[Path, Path]:
@@ -208,6 +223,8 @@ _BUCKETS = (
     ("system calls: write (the socket)", re.compile(r"^(__libc_)?(write|writev|send|sendmsg) ", re.I)),
     ("system calls: pread (the page cache)", re.compile(r"^(__libc_)?pread(64)? ", re.I)),
     ("system calls: read (the socket)", re.compile(r"^(__libc_)?(read|recv|recvmsg) ", re.I)),
+    # before "memory": libc's lock functions are named, and would fall under its "(libc.so" catch-all
+    ("locks (pthread_mutex_*, futex: mostly the GIL taken back)", re.compile(r"^(pthread_mutex|pthread_cond|__lll_lock|futex)", re.I)),
     ("memory (malloc, free, memcpy: libc)", re.compile(r"malloc|free|memcpy|memmove|realloc|\(libc\.so", re.I)),
 )
 _IDLE = re.compile(r"^epoll_(p)?wait ")  # a wait py-spy's native mode counts as busy
@@ -265,26 +282,39 @@ def summarize_raw(path: Path, top: int = 14) -> str:
 
 # --- one run --------------------------------------------------------------------------------------
 
-def run_once(args: argparse.Namespace, run: int, ssl_first: bool, pki: tuple[Path, Path],
+def create_scram_user(broker: BrokerProcess) -> None:
+    """The SASL_SSL clients' SCRAM-SHA-512 user, made over the PLAINTEXT listener (untimed)."""
+    r = appliance("configs", "--bootstrap-server", broker.bootstrap, "--alter", "--entity-type", "users",
+                  "--entity-name", SASL_USER, "--add-config",
+                  f"{SASL_MECHANISM}=[iterations={SCRAM_ITERATIONS},password={SASL_PASSWORD}]")
+    if r.returncode != 0:
+        raise RuntimeError(f"appliance configs (SCRAM user) exited {r.returncode}: {r.stderr[-2000:]}")
+
+
+def run_once(args: argparse.Namespace, run: int, order: tuple[str, ...], pki: tuple[Path, Path],
              profile_dir: Path | None) -> dict:
     ca_file, keystore = pki
     work = Path(tempfile.mkdtemp(prefix="bench-tls-", dir=args.dir))
-    plain, tls = free_port(), free_port()
+    plain, tls, sasl_tls = free_port(), free_port(), free_port()
     broker = BrokerProcess(work, port=plain, overrides={
-        "listeners": f"PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{tls}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{tls},SASL_SSL://127.0.0.1:{sasl_tls}",
         "ssl.keystore.location": str(keystore),
+        "sasl.enabled.mechanisms": SASL_MECHANISM,
         "num.partitions": str(args.partitions),
     })
     conf = {
         "PLAINTEXT": {"bootstrap.servers": broker.bootstrap},
         "SSL": {"bootstrap.servers": f"127.0.0.1:{tls}", "security.protocol": "SSL",
                 "ssl.ca.location": str(ca_file)},
+        "SASL_SSL": {"bootstrap.servers": f"127.0.0.1:{sasl_tls}", "security.protocol": "SASL_SSL",
+                     "ssl.ca.location": str(ca_file), "sasl.mechanism": SASL_MECHANISM,
+                     "sasl.username": SASL_USER, "sasl.password": SASL_PASSWORD},
     }
-    order = ("SSL", "PLAINTEXT") if ssl_first else ("PLAINTEXT", "SSL")
     result: dict = {"order": order, "load_before": uptime()}
     spies: list[subprocess.Popen] = []
     try:
         broker.start()
+        create_scram_user(broker)
         t0 = time.perf_counter()
         create_topic(broker.bootstrap, args.partitions, "bench-warmup")
         for proto in PROTOCOLS:
@@ -292,7 +322,7 @@ def run_once(args: argparse.Namespace, run: int, ssl_first: bool, pki: tuple[Pat
                     partitions=args.partitions, client_conf=conf[proto])
         for _ in range(WARMUP_READERS):
             for proto in PROTOCOLS:
-                consume_kcat(broker, WARMUP_RECORDS // 2 * 2, topic="bench-warmup",
+                consume_kcat(broker, WARMUP_RECORDS // 2 * len(PROTOCOLS), topic="bench-warmup",
                              client_conf=conf[proto])
         result["warmup_s"] = time.perf_counter() - t0
         for proto in PROTOCOLS:
@@ -379,9 +409,9 @@ def main() -> None:
     stop_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=None,
-                    help="records per produce and per consume (default 8,000,000: 35-60 s per run "
-                         "on 2 cores; 2,000,000 with --quick)")
-    ap.add_argument("--runs", type=int, default=None, help="runs, order alternating (default 3; 2 with --quick)")
+                    help="records per produce and per consume (default 8,000,000: 1.5-3 min per run "
+                         "with three listeners on a shared 2-core machine; 2,000,000 with --quick)")
+    ap.add_argument("--runs", type=int, default=None, help="runs, listener order rotating (default 3; 2 with --quick)")
     ap.add_argument("--quick", action="store_true", help="2,000,000 records, 2 runs")
     ap.add_argument("--value-size", type=int, default=100)
     ap.add_argument("--partitions", type=int, default=6)
@@ -411,10 +441,11 @@ def main() -> None:
     try:
         pki = make_pki(pki_dir)
         for run in range(args.runs):
-            ssl_first = run % 2 == 1
-            res = run_once(args, run, ssl_first, pki, profile_dir if run == 0 else None)
+            k = run % len(PROTOCOLS)
+            order = PROTOCOLS[k:] + PROTOCOLS[:k]  # rotated: each listener first in turn
+            res = run_once(args, run, order, pki, profile_dir if run == 0 else None)
             loads.append(f"{res['load_before']} -> {res['load_after']}")
-            print(f"run {run + 1} ({' first, '.join(res['order'])} second; load average "
+            print(f"run {run + 1} (order {', '.join(res['order'])}; load average "
                   f"{loads[-1]}; warm-up {res['warmup_s']:.1f} s)", flush=True)
             d = {}
             for phase in ("produce", "consume"):
@@ -432,18 +463,22 @@ def main() -> None:
                     if ph.client_errors:
                         print(f"      client errors: {dict(ph.client_errors)}", flush=True)
             floors.append(res["floor"][0])
-            r = {
-                "produce rec/s": d["produce SSL"]["rps"] / d["produce PLAINTEXT"]["rps"],
-                "consume rec/s": d["consume SSL"]["rps"] / d["consume PLAINTEXT"]["rps"],
-                "fetch CPU/GB": d["consume SSL"]["broker_s_per_gb"] / d["consume PLAINTEXT"]["broker_s_per_gb"],
-                "produce CPU/GB": d["produce SSL"]["broker_s_per_gb"] / d["produce PLAINTEXT"]["broker_s_per_gb"],
-            }
-            for k, v in r.items():
-                ratios[k].append(v)
-            print(f"  SSL/PLAINTEXT: produce {r['produce rec/s']:.2f}x, consume {r['consume rec/s']:.2f}x, "
-                  f"broker CPU per GB fetched {r['fetch CPU/GB']:.1f}x, per GB produced "
-                  f"{r['produce CPU/GB']:.1f}x; sendfile floor "
-                  f"{res['floor'][0]:.3f} s/GB (sys {res['floor'][1]:.3f})", flush=True)
+            for proto, base in (*((p, "PLAINTEXT") for p in TLS_PROTOCOLS), ("SASL_SSL", "SSL")):
+                pair = f"{proto}/{base}"
+                r = {
+                    "produce rec/s": d[f"produce {proto}"]["rps"] / d[f"produce {base}"]["rps"],
+                    "consume rec/s": d[f"consume {proto}"]["rps"] / d[f"consume {base}"]["rps"],
+                    "fetch CPU/GB": (d[f"consume {proto}"]["broker_s_per_gb"]
+                                     / d[f"consume {base}"]["broker_s_per_gb"]),
+                    "produce CPU/GB": (d[f"produce {proto}"]["broker_s_per_gb"]
+                                       / d[f"produce {base}"]["broker_s_per_gb"]),
+                }
+                for k, v in r.items():
+                    ratios[f"{pair} {k}"].append(v)
+                print(f"  {pair:18s}: produce {r['produce rec/s']:.2f}x, consume {r['consume rec/s']:.2f}x, "
+                      f"broker CPU per GB fetched {r['fetch CPU/GB']:.1f}x, per GB produced "
+                      f"{r['produce CPU/GB']:.1f}x", flush=True)
+            print(f"  sendfile floor {res['floor'][0]:.3f} s/GB (sys {res['floor'][1]:.3f})", flush=True)
             tf = res["tls_floors"]
             tfs.append(tf)
             print(f"  without a broker, {TLS_READ_STEP >> 10} KiB steps ({tf['cipher']}): pread {tf['pread']:.3f},"
@@ -477,21 +512,33 @@ def main() -> None:
           f"{tmed['pread+encrypt'] + tmed['pread+write'] - tmed['pread']:.3f} s/GB against the broker's "
           f"{med('consume SSL', 'broker_s_per_gb')[0]:.3f}")
     for k, v in ratios.items():
-        print(f"SSL/PLAINTEXT {k}: median {statistics.median(v):.2f}x (runs: "
+        print(f"{k}: median {statistics.median(v):.2f}x (runs: "
               f"{', '.join(f'{x:.2f}' for x in v)})")
-    print("\ntargets (median of the per-run ratios):")
-    print(f"  produce SSL/PLAINTEXT >= {TARGET_PRODUCE_RATIO}: "
-          f"{verdict(round(statistics.median(ratios['produce rec/s']), 2), TARGET_PRODUCE_RATIO)}")
-    print(f"  consume SSL/PLAINTEXT >= {TARGET_CONSUME_RATIO}: "
-          f"{verdict(round(statistics.median(ratios['consume rec/s']), 2), TARGET_CONSUME_RATIO)}")
-    print(f"  broker CPU per GB fetched: SSL {med('consume SSL', 'broker_s_per_gb')[0]:.3f} s/GB against "
-          f"PLAINTEXT (sendfile) {med('consume PLAINTEXT', 'broker_s_per_gb')[0]:.3f} s/GB, "
-          f"{statistics.median(ratios['fetch CPU/GB']):.1f}x (no target)")
-    print(f"  (broker CPU per GB produced: SSL {med('produce SSL', 'broker_s_per_gb')[0]:.3f} s/GB against "
-          f"PLAINTEXT {med('produce PLAINTEXT', 'broker_s_per_gb')[0]:.3f} s/GB, "
-          f"{statistics.median(ratios['produce CPU/GB']):.1f}x: the producer's rate is bound by the client "
-          f"and the machine's other load, this is the broker's own share)")
-    print("  SASL_SSL: not measured (SASL is not built yet)")
+
+    def ratio(pair: str, k: str) -> float:
+        return statistics.median(ratios[f"{pair} {k}"])
+
+    print(f"\ntargets (median of the per-run ratios; SASL_SSL logs in with {SASL_MECHANISM}):")
+    for proto in TLS_PROTOCOLS:
+        pair = f"{proto}/PLAINTEXT"
+        print(f"  produce {pair} >= {TARGET_PRODUCE_RATIO}: "
+              f"{verdict(round(ratio(pair, 'produce rec/s'), 2), TARGET_PRODUCE_RATIO)}")
+        print(f"  consume {pair} >= {TARGET_CONSUME_RATIO}: "
+              f"{verdict(round(ratio(pair, 'consume rec/s'), 2), TARGET_CONSUME_RATIO)}")
+    for proto in TLS_PROTOCOLS:
+        pair = f"{proto}/PLAINTEXT"
+        print(f"  broker CPU per GB fetched: {proto} {med(f'consume {proto}', 'broker_s_per_gb')[0]:.3f} s/GB "
+              f"against PLAINTEXT (sendfile) {med('consume PLAINTEXT', 'broker_s_per_gb')[0]:.3f} s/GB, "
+              f"{ratio(pair, 'fetch CPU/GB'):.1f}x (no target)")
+    for proto in TLS_PROTOCOLS:
+        pair = f"{proto}/PLAINTEXT"
+        print(f"  (broker CPU per GB produced: {proto} {med(f'produce {proto}', 'broker_s_per_gb')[0]:.3f} s/GB "
+              f"against PLAINTEXT {med('produce PLAINTEXT', 'broker_s_per_gb')[0]:.3f} s/GB, "
+              f"{ratio(pair, 'produce CPU/GB'):.1f}x: the producer's rate is bound by the client "
+              f"and the machine's other load, this is the broker's own share)")
+    print(f"  SASL_SSL/SSL (no target): produce {ratio('SASL_SSL/SSL', 'produce rec/s'):.2f}x, consume "
+          f"{ratio('SASL_SSL/SSL', 'consume rec/s'):.2f}x, broker CPU per GB fetched "
+          f"{ratio('SASL_SSL/SSL', 'fetch CPU/GB'):.2f}x")
 
     if profile_dir is not None:
         print()
