@@ -7,6 +7,10 @@ exits with :data:`EXIT_BOOT_ERROR` could not start (bad log dir, port taken): re
 loop, so the supervisor halts with that status. A worker that stops heartbeating (or stays
 STARTING past its deadline) gets SIGABRT, so it can leave a traceback, then SIGKILL.
 
+SIGTERM stops the kinds in order within :mod:`appliance.process.stop_deadlines`' marks (each kind
+SIGKILLed at its own, the whole stop under systemd's TimeoutStopSec), at any point of start-up
+too; the shared memory is unlinked at the end whatever the workers did.
+
 SIGHUP reloads (systemd's ``ExecReload``): the supervisor forwards it to the disk workers, which
 re-read the dynamic broker configs and every partition's ``topic.properties`` between rounds and
 confirm (:mod:`appliance.process.reload_confirmations`); network workers ignore it, so a hang-up
@@ -42,6 +46,13 @@ from appliance.process.limits import raise_open_files_limit
 from appliance.process.plumbing import Plumbing, ring_doorbell, shm_base_name, unlink_stale
 from appliance.process.port_check import bind_error
 from appliance.process.reload_confirmations import ReloadConfirmations
+from appliance.process.stop_deadlines import (
+    CLUSTER_STOP_BY_S,
+    DISK_STOP_BY_S,
+    KILL_REAP_S,
+    NETWORK_STOP_BY_S,
+    QUIT_GRACE_S,
+)
 from appliance.security.jaas_file import broker_zookeeper_login
 from appliance.security.tls import TlsError, check_tls
 from appliance.shm.counters import SharedCounters
@@ -53,7 +64,6 @@ __all__ = ["Supervisor", "HaltServer", "serve", "sd_notify"]
 log = logging.getLogger("appliance.supervisor")
 
 HEARTBEAT_TIMEOUT_S = 30.0  # a worker loop never blocks this long; past it the worker is wedged
-GRACEFUL_TIMEOUT_S = 30.0
 READY_TIMEOUT_S = 600.0  # recovery of a large unclean log dir can take minutes: progress is logged
 NETWORK_READY_TIMEOUT_S = 60.0  # a network worker only attaches and binds
 ABORT_GRACE_S = 5.0  # after SIGABRT, the time a wedged worker gets to write its traceback
@@ -61,6 +71,8 @@ DISK, NETWORK, CLUSTER = 0, 1, 2
 # the cluster worker's start is bounded by zookeeper.connection.timeout.ms, after which it exits 3
 STARTING_DEADLINE_S = {DISK: READY_TIMEOUT_S, NETWORK: NETWORK_READY_TIMEOUT_S, CLUSTER: READY_TIMEOUT_S}
 KIND_NAMES = {DISK: "disk worker", NETWORK: "network worker", CLUSTER: "cluster worker"}
+# a graceful stop: each kind is SIGKILLed this long after the SIGTERM (process/stop_deadlines.py)
+STOP_BY_S = {CLUSTER: CLUSTER_STOP_BY_S, NETWORK: NETWORK_STOP_BY_S, DISK: DISK_STOP_BY_S}
 
 
 class HaltServer(Exception):
@@ -213,13 +225,15 @@ class Supervisor:
             # its first request (measured: 0.2-0.4 s of CPU per worker otherwise)
             from native.warmup import warmup
             warmup()
+            # From here a SIGTERM is queued, not fatal: until now it killed the supervisor with
+            # nothing to clean up; from now on it would leave the shared memory behind
+            self._install_signals()
             if self._check_metrics_port():
                 self._create_counters()  # after the reclaim
             self.plumbing, self.table = Plumbing.create(
                 self.base, len(self.log_dirs), self.num_net, int(self.config["broker.id"]), self.port,
                 int(self.config["appliance.request.ring.bytes"]), cluster=self.cluster,
                 max_partitions=int(self.config["appliance.max.partitions"]))
-            self._install_signals()
             for d in self.log_dirs:  # so local IPC producers and tools can find our shared memory
                 try:
                     with open(os.path.join(d, ".appliance-shm-name"), "w") as f:
@@ -231,6 +245,9 @@ class Supervisor:
             if self.cluster:  # it joins once the network workers can take the controller's requests
                 self.workers.append(_Worker(CLUSTER, 0, self.plumbing.cluster_slot()))
             for kind in (DISK, NETWORK, CLUSTER):  # network workers start once every disk is READY
+                self._handle_signals()  # a stop asked for meanwhile: fork nothing more
+                if self._stopping:
+                    raise HaltServer("stopped during start-up", 0)
                 for w in self.workers:
                     if w.kind == kind:
                         self._spawn(w)
@@ -292,8 +309,18 @@ class Supervisor:
         self.table.set_worker(w.slot, pid=0, kind=w.kind, state=WorkerState.STARTING,
                               incarnation=w.incarnation)
         freeze_before_fork()
-        pid = self.fork()
+        # Blocked across the fork: a signal reaching the child before it has reset our handlers
+        # would run them there, on the child's copy of the queue, and be lost (a SIGTERM sent
+        # right after a spawn left that worker running until its SIGKILL). Blocked, it waits
+        # for the child's own dispositions (SIG_DFL: a SIGTERM ends a worker not yet started).
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, self.SIGNALS)
+        try:
+            pid = self.fork()
+        except BaseException:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            raise
         if pid:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             w.pid, w.started = pid, time.monotonic()
             self.table.set_worker(w.slot, pid=pid, kind=w.kind, state=WorkerState.STARTING,
                                   incarnation=w.incarnation)
@@ -306,6 +333,7 @@ class Supervisor:
             for sig in self.SIGNALS:
                 signal.signal(sig, signal.SIG_DFL)
             signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a disk worker installs its reload handler
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             os.close(self._wake_r)
             os.close(self._wake_w)
             self.reloads.close_in_child(disk_worker=w.kind == DISK)
@@ -486,24 +514,35 @@ class Supervisor:
     # -- stop -----------------------------------------------------------------------------
     def _stop(self, graceful: bool) -> None:
         """The cluster worker first (it leaves the cluster), then network workers (no new
-        requests), then disk workers (flush + checkpoints)."""
+        requests), then disk workers (flush + checkpoints). Graceful: each kind is SIGKILLed at
+        its mark after the stop began (:data:`STOP_BY_S`), so the whole stop ends within
+        ``stop_deadlines.STOP_DEADLINE_S`` whatever a worker waits on; fast (SIGQUIT): each kind
+        gets QUIT_GRACE_S."""
         if not self._stopping:
             sd_notify("STOPPING=1")
         self._stopping = True
         sig = signal.SIGTERM if graceful else signal.SIGQUIT
+        began = time.monotonic()
         for kind in (CLUSTER, NETWORK, DISK):
             group = [w for w in self.workers if w.kind == kind and w.pid]
             for w in group:
                 self._send(w, sig)
-            deadline = time.monotonic() + (GRACEFUL_TIMEOUT_S if graceful else 2.0)
+            deadline = began + STOP_BY_S[kind] if graceful else time.monotonic() + QUIT_GRACE_S
             while any(w.pid for w in group) and time.monotonic() < deadline:
                 self._reap_blocking(0.05)
             for w in group:
                 if w.pid:
-                    log.error("pid %d did not stop in time: SIGKILL", w.pid)
+                    log.error("%s %d (pid %d) did not stop within %.0f s: SIGKILL", KIND_NAMES[kind],
+                              w.index, w.pid, time.monotonic() - began)
                     self._send(w, signal.SIGKILL)
-            while any(w.pid for w in group):
+            deadline = time.monotonic() + KILL_REAP_S
+            while any(w.pid for w in group) and time.monotonic() < deadline:
                 self._reap_blocking(0.05)
+            for w in group:
+                if w.pid:  # in uninterruptible I/O (a dead disk): it dies when the I/O returns
+                    log.error("%s %d (pid %d) still there %.0f s after SIGKILL; not waiting for it",
+                              KIND_NAMES[kind], w.index, w.pid, KILL_REAP_S)
+                    w.pid = 0
 
     def _reap_blocking(self, timeout: float) -> None:
         end = time.monotonic() + timeout

@@ -108,11 +108,17 @@ class BrokerProcess:
         """The broker's environment (None: this process's)."""
         return None if self.env is None else {**os.environ, **self.env}
 
-    def start(self, timeout: float = 60.0) -> BrokerProcess:
+    def launch(self) -> BrokerProcess:
+        """Start the broker process without waiting for its listener (a test that acts during
+        its start-up); the caller stops or kills it."""
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
                                      cwd=self.workdir, start_new_session=True,
                                      env=self.environment())
+        return self
+
+    def start(self, timeout: float = 60.0) -> BrokerProcess:
+        self.launch()
         try:
             self.wait_ready(timeout)
         except BaseException:

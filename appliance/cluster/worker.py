@@ -156,7 +156,7 @@ class ClusterWorker:
         join = asyncio.ensure_future(self._join(loop))
         stopping = asyncio.ensure_future(self.stop.wait())
         # a stop while ZooKeeper is out of reach must not wait out zookeeper.connection.timeout.ms
-        # (the supervisor gives the cluster worker 30 s): the join's blocking calls run in an
+        # (the supervisor SIGKILLs it 35 s after its SIGTERM): the join's blocking calls run in an
         # executor thread, which the event loop's end would join, so leave at once
         await asyncio.wait([join, stopping], return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
@@ -215,7 +215,10 @@ class ClusterWorker:
         acl_task.cancel()
         throttle_task.cancel()
         server.close()
-        await loop.run_in_executor(None, self.member.stop)
+        try:
+            await loop.run_in_executor(None, self.member.stop)
+        except Exception as e:  # ZooKeeper gone meanwhile: the session expires by itself
+            log.warning("leaving ZooKeeper failed: %s", str(e) or type(e).__name__)
         self.member.channel.close()
         beat.cancel()
         table.set_worker_state(self.slot, WorkerState.DEAD)

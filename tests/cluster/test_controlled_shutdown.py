@@ -12,6 +12,8 @@ import pytest
 from appliance.cluster import controlled_shutdown
 from appliance.cluster import zk_paths as zp
 from appliance.cluster.controlled_shutdown import request_shutdown
+from appliance.cluster.zk_session import ZkSettings, open_session
+from appliance.cluster.zk_store import ZkStore
 
 ME = 1
 
@@ -59,3 +61,17 @@ def test_controlled_shutdown_max_retries_and_backoff_are_honoured(admin, caplog)
     tries = [r for r in caplog.records if "controlled shutdown attempt" in r.getMessage()]
     assert len(tries) == 3 and "controller 98 is not registered" in tries[0].getMessage()
     assert 0.8 <= took < 3.0, took  # two waits of 0.4 s between three attempts
+
+
+def test_zookeeper_failing_a_lookup_fails_the_attempt_not_the_stop(zk_connect, caplog):
+    """ZooKeeper gone mid-stop (here: the session closed) fails each attempt like a controller
+    that does not answer; kazoo's exception used to escape, crash the cluster worker and skip
+    leaving the cluster."""
+    client = open_session(ZkSettings(zk_connect, 30000, 30000))
+    client.stop()
+    client.close()
+    with caplog.at_level("INFO", logger="appliance.cluster"):
+        assert request_shutdown(SimpleNamespace(controller=None), ZkStore(client), ME,
+                                attempts=2, backoff_s=0.1) is False
+    tries = [r.getMessage() for r in caplog.records if "controlled shutdown attempt" in r.getMessage()]
+    assert len(tries) == 2 and all("failed" in t for t in tries), tries

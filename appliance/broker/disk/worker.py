@@ -7,7 +7,8 @@ post the completions and ring the network workers. Between rounds it runs the co
 timers and the storage maintenance, and stamps its heartbeat.
 
 SIGTERM: finish the current round, close the log dir cleanly (flush, checkpoints, clean-shutdown
-marker) and exit. SIGQUIT: exit at once (the next start recovers).
+marker) and exit; while the log dir is still being recovered or loaded, exit at once, as SIGQUIT
+always does (the next start recovers).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class DiskWorker:
         self.slot = plumbing.disk_slot(index)
         self.requests_left = False  # the last round left requests in a ring (ROUND_LIMIT)
         self._next_beat = 0.0  # time.monotonic() of the next heartbeat stamp
+        self.opened = False  # the log dir is recovered and loaded: a SIGTERM closes it cleanly
 
     # -- start ----------------------------------------------------------------------------
     def run(self) -> int:
@@ -79,6 +81,7 @@ class DiskWorker:
         except (OSError, KafkaStorageError, ConfigError) as e:
             log.error("log dir %s unusable: %s", self.path, e)
             return EXIT_BOOT_ERROR
+        self.opened = True
         self.table.set_worker_state(self.slot, WorkerState.READY)
         self.table.heartbeat(self.slot)
         freeze_startup_objects()
@@ -160,6 +163,15 @@ class DiskWorker:
 
     # -- loop -----------------------------------------------------------------------------
     def _on_term(self, signum, frame) -> None:
+        if not self.opened:
+            # Recovering or loading the log dir (minutes for a big unclean one, on recovery
+            # threads this handler cannot stop): waiting would outlast the stop deadline, and a
+            # clean close needs every partition loaded. Leave as a SIGKILL would: the marker went
+            # when the open began, so the next start recovers, and nothing was acknowledged yet.
+            try:
+                log.info("log dir %s: stopped while still loading; the next start recovers it", self.path)
+            finally:  # (a log record cut by this handler in the same stream may raise)
+                os._exit(EXIT_OK)
         self.alive = False
 
     def _on_hup(self, signum, frame) -> None:

@@ -12,7 +12,7 @@ import pytest
 from appliance import supervisor as sup_mod
 from appliance.process.exit_codes import EXIT_BOOT_ERROR
 from appliance.shm.layout import WorkerState
-from appliance.supervisor import DISK, NETWORK, HaltServer, Supervisor, _Worker
+from appliance.supervisor import CLUSTER, DISK, NETWORK, HaltServer, Supervisor, _Worker
 
 
 def _exited(code: int) -> int:
@@ -21,12 +21,14 @@ def _exited(code: int) -> int:
 
 class FakeProcesses:
     """Pids handed out by ``fork``; ``kill`` records every signal, and a process "exits" on
-    TERM/QUIT/KILL (unless stubborn: then only on KILL); ``waitpid`` reports the exits."""
+    TERM/QUIT/KILL (unless stubborn: then only on KILL; unkillable: never, as in uninterruptible
+    I/O); ``waitpid`` reports the exits."""
 
     def __init__(self) -> None:
         self.next_pid = 1000
         self.alive: set[int] = set()
         self.stubborn: set[int] = set()
+        self.unkillable: set[int] = set()
         self.signals: list[tuple[int, int]] = []
         self.exits: list[tuple[int, int]] = []
 
@@ -39,6 +41,8 @@ class FakeProcesses:
         if pid not in self.alive:
             raise ProcessLookupError(pid)
         self.signals.append((pid, sig))
+        if pid in self.unkillable:
+            return
         if sig == signal.SIGKILL or (sig in (signal.SIGTERM, signal.SIGQUIT) and pid not in self.stubborn):
             self.exit(pid, sig)  # a wait status for death by signal ``sig``
 
@@ -289,13 +293,76 @@ def test_stop_stops_network_workers_before_disk_workers(sup, procs):
 
 
 def test_a_worker_that_ignores_sigterm_gets_sigkill(sup, procs, monkeypatch):
-    monkeypatch.setattr(sup_mod, "GRACEFUL_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(sup_mod, "STOP_BY_S", {CLUSTER: 0.1, NETWORK: 0.1, DISK: 0.1})
     disk = _worker(sup, DISK)
     procs.stubborn.add(disk.pid)
     pid = disk.pid
     sup.handle_term()
     assert (pid, signal.SIGTERM) in procs.signals and procs.signals[-1] == (pid, signal.SIGKILL)
     assert not procs.alive
+
+
+def test_each_kind_is_killed_at_its_mark_of_one_stop_deadline(sup, procs, monkeypatch):
+    """The marks count from the SIGTERM, not from each kind's turn: network workers stuck on a
+    dead peer do not push the disk workers' SIGKILL later, and a worker SIGKILL cannot end
+    (uninterruptible I/O) does not hold the stop: the shared memory is still unlinked."""
+    monkeypatch.setattr(sup_mod, "STOP_BY_S", {CLUSTER: 0.2, NETWORK: 0.4, DISK: 0.6})
+    monkeypatch.setattr(sup_mod, "KILL_REAP_S", 0.2)
+    net, disk = _worker(sup, NETWORK, 0), _worker(sup, DISK, 1)
+    net_pid, disk_pid = net.pid, disk.pid
+    procs.stubborn.update((net_pid, disk_pid))
+    procs.unkillable.add(net_pid)
+    t0 = time.monotonic()
+    sup.handle_term()
+    took = time.monotonic() - t0
+    # network: SIGKILL at 0.4 s, given up on at 0.6 s; disk: SIGKILL at 0.6 s (its mark), gone
+    assert 0.6 <= took < 1.5, took
+    assert procs.signals.count((net_pid, signal.SIGKILL)) == 1
+    assert procs.signals[-1] == (disk_pid, signal.SIGKILL)
+    assert all(w.pid == 0 for w in sup.workers)
+    assert procs.alive == {net_pid}  # the unkillable one, left behind
+
+
+_child_delay = [0.0]  # seconds a forked child of this process sleeps before anything else
+
+
+def _delay_children(seconds: float) -> None:
+    if not hasattr(_delay_children, "registered"):
+        os.register_at_fork(after_in_child=lambda: _child_delay[0] and time.sleep(_child_delay[0]))
+        _delay_children.registered = True
+    _child_delay[0] = seconds
+
+
+def test_a_sigterm_right_after_a_spawn_ends_the_worker(config, plumbing, monkeypatch):
+    """A real fork. The child runs late (a loaded machine: here a sleep in an at-fork hook) and a
+    SIGTERM reaches it before it has reset the supervisor's handlers. It used to run them: the
+    signal went on the child's copy of the queue and was lost, and the worker ran on until the
+    stop's SIGKILL (test_before_join's broker took over 30 s to stop). Blocked across the fork,
+    it ends the worker as soon as its default disposition is back."""
+    monkeypatch.setattr(sup_mod, "freeze_before_fork", lambda: None)
+    monkeypatch.setattr(Supervisor, "_worker_main", lambda self, w: (time.sleep(5), 0)[1])
+    s = Supervisor(config)
+    s.plumbing, s.table = plumbing
+    saved = {sig: signal.getsignal(sig) for sig in Supervisor.SIGNALS}
+    s._install_signals()
+    w = _Worker(NETWORK, 0, plumbing[0].net_slot(0))
+    try:
+        _delay_children(0.5)
+        s._spawn(w)
+        _delay_children(0.0)
+        os.kill(w.pid, signal.SIGTERM)  # the child still sleeps in its at-fork hook
+        t0 = time.monotonic()
+        _, status = os.waitpid(w.pid, 0)
+        took = time.monotonic() - t0
+    finally:
+        _delay_children(0.0)
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        os.close(s._wake_r)
+        os.close(s._wake_w)
+        s.reloads.close()
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status
+    assert took < 3.0
 
 
 def test_sigquit_stops_at_once_with_sigquit(sup, procs):
