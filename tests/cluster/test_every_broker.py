@@ -91,8 +91,10 @@ def _partition_codes(port: int, topic: str, partition: int) -> dict[str, int]:
     with RawConnection(port) as c:
         r = c.request(0, 7, produce_body(topic, partition, build_batch([(None, b"probe")])))
         produce = r.responses[0].partition_responses[0].error_code
-        r = c.request(1, 11, fetch_body(topic, partition, 0))
+        r = c.request(1, 10, fetch_body(topic, partition, 0))
         fetch = r.responses[0].partitions[0].error_code
+        r = c.request(1, 11, fetch_body(topic, partition, 0))
+        fetch_v11 = r.responses[0].partitions[0].error_code
         r = c.request(2, 2, {"replica_id": -1, "isolation_level": 0, "topics": [
             {"name": topic, "partitions": [{"partition_index": partition, "timestamp": -1}]}]})
         list_offsets = r.topics[0].partitions[0].error_code
@@ -101,7 +103,7 @@ def _partition_codes(port: int, topic: str, partition: int) -> dict[str, int]:
         delete_records = r.topics[0].partitions[0].error_code
         r = c.request(61, 0, {"topics": [{"name": topic, "partition_indexes": [partition]}]})
         describe_producers = r.topics[0].partitions[0].error_code
-    return {"Produce": produce, "Fetch": fetch, "ListOffsets": list_offsets,
+    return {"Produce": produce, "Fetch": fetch, "Fetch v11": fetch_v11, "ListOffsets": list_offsets,
             "DeleteRecords": delete_records, "DescribeProducers": describe_producers}
 
 
@@ -117,7 +119,10 @@ def test_partition_requests_answer_by_role_on_every_broker(cluster, rf):
             want = OK if role == "leader" else NOT_LEADER
             codes = _partition_codes(b.port, topic, p)
             where = f"{topic}-{p} at broker {bid} ({role}, controller {controller})"
-            assert codes == dict.fromkeys(codes, want), where
+            expected = dict.fromkeys(codes, want)
+            if role == "follower":  # KIP-392: a follower serves a consumer's Fetch v11+
+                expected["Fetch v11"] = OK
+            assert codes == expected, where
         # a partition and a topic the cluster does not have: unknown on every broker
         codes = _partition_codes(b.port, topic, MISSING_PARTITION)
         assert codes == dict.fromkeys(codes, UNKNOWN), f"{topic}-{MISSING_PARTITION} at broker {bid}"
