@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -31,7 +33,7 @@ from tests.network.hosts import Host, Network
 from tests.network.producer import parse_value
 from tests.network.zk_ensemble import Ensemble
 
-__all__ = ["NetBroker", "NetCluster", "Report", "NEMESES", "TOPIC", "ISR_BACK_S"]
+__all__ = ["NetBroker", "NetCluster", "Report", "NEMESES", "NETWORK_NEMESES", "TOPIC", "ISR_BACK_S"]
 
 TOPIC = "nemesis"
 PARTITIONS = 6
@@ -204,28 +206,81 @@ def nemesis_loss(c: NetCluster, percent: int = 10) -> str:
     return f"loss: {percent} % between brokers"
 
 
+def nemesis_leader_split(c: NetCluster) -> str:
+    """A leader cut off from the other brokers and ZooKeeper while the client still reaches it:
+    it cannot shrink its ISR (a ZooKeeper write), so nothing it appends is acknowledged, and the
+    controller elects another leader; after the heal it truncates what it appended alone."""
+    victim = c.leader(c.rng.randrange(PARTITIONS))
+    rest = [n for n in c.net.hosts if n not in (f"b{victim}", "client")]
+    c.net.partition([f"b{victim}"], rest)
+    return f"leader split: b{victim} cut from brokers and ZooKeeper, not from the client"
+
+
 def nemesis_zk_host(c: NetCluster) -> str:
     """The ZooKeeper leader cut off: the two others keep a quorum, no broker loses its session."""
     leader = c.ensemble.leader() or 1
+    before = c.sessions()
     c.net.isolate(f"z{leader}")
+    c.after_heal(lambda: c.expect(c.sessions() == before,
+                                  f"a broker lost its session with one ZooKeeper host down: {before} -> {c.sessions()}"))
     return f"zk: server {leader} isolated"
 
 
 def nemesis_zk_minority(c: NetCluster) -> str:
     """A broker and one ZooKeeper server on the minority side: that server stops serving (no
-    quorum), and the broker's session expires on the majority's side."""
+    quorum), and the broker's session expires on the majority's side (it registers again with
+    a new one after the heal); the other brokers keep theirs."""
     victim, zk = c.rng.choice(sorted(c.brokers)), c.rng.randrange(1, 4)
+    before = c.sessions()
     minority = [f"b{victim}", f"z{zk}"]
-    majority = [n for n in c.net.hosts if n not in minority and n != "client"]
-    c.net.partition(minority, majority + ["client"])
+    majority = [n for n in c.net.hosts if n not in minority]
+    c.net.partition(minority, majority)
+
+    def check() -> None:
+        now = c.sessions()
+        c.expect(now.get(victim) not in (None, before.get(victim)),
+                 f"broker {victim} kept session {before.get(victim)} on the minority side")
+        c.expect(all(now.get(b) == before.get(b) for b in before if b != victim),
+                 f"a majority broker lost its session: {before} -> {now}")
+    c.after_heal(check)
     return f"minority: b{victim} + z{zk} cut from the rest"
+
+
+def nemesis_sigkill(c: NetCluster) -> str:
+    """A broker's whole process group SIGKILLed; started again at the heal."""
+    victim = c.rng.choice(sorted(c.brokers))
+    c.brokers[victim].kill()
+    c.on_heal(lambda: c.restart_broker(victim))
+    return f"sigkill: broker {victim}"
+
+
+def nemesis_sigstop(c: NetCluster) -> str:
+    """A broker's whole process group stopped (a long GC pause, a frozen VM); continued at the
+    heal, by then its session has expired and its partitions have other leaders."""
+    victim = c.rng.choice(sorted(c.brokers))
+    pgid = c.brokers[victim].proc.pid
+    os.killpg(pgid, signal.SIGSTOP)
+    c.on_heal(lambda: os.killpg(pgid, signal.SIGCONT))
+    return f"sigstop: broker {victim}"
+
+
+def nemesis_zk_kill(c: NetCluster) -> str:
+    """One ZooKeeper server killed (the leader half of the time); started again at the heal."""
+    myid = c.ensemble.leader() if c.rng.random() < 0.5 else c.rng.randrange(1, 4)
+    myid = myid or 1
+    c.ensemble.servers[myid].kill()
+    c.on_heal(lambda: c.ensemble.restart(myid))
+    return f"zk kill: server {myid}"
 
 
 NEMESES: dict[str, Callable[[NetCluster], str]] = {
     "leader": nemesis_leader, "follower": nemesis_follower, "controller": nemesis_controller,
     "one-way": nemesis_one_way, "loss": nemesis_loss, "zk-host": nemesis_zk_host,
-    "zk-minority": nemesis_zk_minority,
+    "zk-minority": nemesis_zk_minority, "leader-split": nemesis_leader_split,
+    "sigkill": nemesis_sigkill, "sigstop": nemesis_sigstop, "zk-kill": nemesis_zk_kill,
 }
+NETWORK_NEMESES = ("leader", "follower", "controller", "one-way", "loss", "zk-host", "zk-minority",
+                   "leader-split")
 
 
 class NetCluster:
@@ -243,6 +298,9 @@ class NetCluster:
         self.brokers: dict[int, NetBroker] = {}
         self.ensemble: Ensemble | None = None
         self.zk = None
+        self._on_heal: list[Callable[[], None]] = []  # undo the process faults
+        self._after_heal: list[Callable[[], None]] = []  # a nemesis's own checks
+        self._round = ""
         self.net = Network([f"b{i}" for i in range(BROKERS)] + ["z1", "z2", "z3", "client"])
 
     # -- set-up and tear-down -------------------------------------------------------------
@@ -277,6 +335,7 @@ class NetCluster:
 
     def close(self) -> None:
         try:
+            self._on_heal.clear()  # SIGKILL below ends stopped processes too
             if self.stream is not None:
                 self.stream.close()
             if self.zk is not None:
@@ -348,8 +407,29 @@ class NetCluster:
         self.heal_and_check(name)
         return what
 
+    def on_heal(self, fn: Callable[[], None]) -> None:
+        self._on_heal.append(fn)
+
+    def after_heal(self, fn: Callable[[], None]) -> None:
+        self._after_heal.append(fn)
+
+    def expect(self, ok: bool, problem: str) -> None:
+        if not ok:
+            self.report.problems.append(f"{self._round}: {problem}")
+
+    def restart_broker(self, i: int) -> None:
+        old = self.brokers[i]
+        old.kill()
+        old._log.close()
+        self.brokers[i] = self._broker(i)
+        self.brokers[i].start(120)
+
     def heal_and_check(self, name: str) -> None:
+        self._round = name
         self.net.heal()
+        undo, self._on_heal = self._on_heal, []
+        for fn in undo:
+            fn()
         healed_at = time.monotonic()
         self.report.faults[name] += 1
         try:
@@ -359,6 +439,9 @@ class NetCluster:
             self.report.problems.append(f"{name}: {e}")
             self.wait_isr_full(120)  # checked as a problem; the checks below need a whole cluster
             self.report.recover_s.append(time.monotonic() - healed_at)
+        checks, self._after_heal = self._after_heal, []
+        for fn in checks:
+            fn()
         self.check(name)
 
     def check(self, name: str = "") -> None:

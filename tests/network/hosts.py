@@ -33,6 +33,7 @@ __all__ = ["Host", "Network", "NetnsUnavailable", "netns_unavailable_reason"]
 
 PREFIX = "apn"  # bridge apn<run>, namespaces apn<run>-<name>, host-side veths apn<run>v<n>
 TABLE = "nemesis"
+OWNER = "appliance-test-hosts pid="  # the bridge's alias: which process made the run
 
 
 class NetnsUnavailable(RuntimeError):
@@ -63,6 +64,44 @@ def netns_unavailable_reason() -> str | None:
     finally:
         _run("ip", "netns", "del", name, check=False)
     return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reclaim_stale(run: int) -> bool:
+    """Remove what run ``run`` left when the process that made it is gone (SIGKILLed, or a
+    SIGTERM that skipped its clean-up): SIGKILL the processes in its namespaces, delete them
+    and the bridge. True when the run number is free now; a live run, or a bridge this harness
+    did not make, is left alone."""
+    bridge = f"{PREFIX}{run}"
+    try:
+        with open(f"/sys/class/net/{bridge}/ifalias") as f:
+            alias = f.read().strip()
+    except FileNotFoundError:
+        return True
+    if not alias.startswith(OWNER) or _pid_alive(int(alias[len(OWNER):])):
+        return False
+    mine = [n.split()[0] for n in _run("ip", "netns", "list").stdout.splitlines()
+            if n.startswith(f"{bridge}-")]
+    for ns in mine:
+        for pid in _run("ip", "netns", "pids", ns, check=False).stdout.split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    time.sleep(0.5)
+    for ns in mine:
+        _run("ip", "netns", "del", ns, check=False)
+    _run("ip", "link", "del", bridge, check=False)
+    return True
 
 
 @dataclass(frozen=True)
@@ -106,10 +145,18 @@ class Network:
 
     @staticmethod
     def _claim_bridge() -> int:
+        """The first free run number, claimed by creating its bridge; the bridge's alias names
+        this process, so a later run can remove what a killed run left (`reclaim_stale`)."""
         for run in range(1, 250):
-            if _run("ip", "link", "add", f"{PREFIX}{run}", "type", "bridge", check=False).returncode == 0:
-                return run
-        raise RuntimeError("no free run number: 249 bridges apn<n> exist (left by killed runs?)")
+            bridge = f"{PREFIX}{run}"
+            if _run("ip", "link", "add", bridge, "type", "bridge", check=False).returncode != 0:
+                if not reclaim_stale(run):
+                    continue
+                if _run("ip", "link", "add", bridge, "type", "bridge", check=False).returncode != 0:
+                    continue
+            _run("ip", "link", "set", bridge, "alias", f"{OWNER}{os.getpid()}")
+            return run
+        raise RuntimeError("no free run number: 249 bridges apn<n> exist")
 
     def add_host(self, name: str) -> Host:
         n = len(self.hosts) + 1
@@ -161,9 +208,13 @@ class Network:
         """Each of ``names`` drops ``percent`` % of the packets it receives from ``peers``
         (default: from every other of ``names``), chosen at random per packet."""
         names = list(names)
+        if percent <= 0:
+            return
+        # numgen's values are 0..99, and `< 100` is out of its range
+        chance = "" if percent >= 100 else f"numgen random mod 100 < {percent} "
         for name in names:
             others = [p for p in (peers if peers is not None else names) if p != name]
-            self._rules(self[name], [f"input ip saddr {self._addrs(others)} numgen random mod 100 < {percent} drop"])
+            self._rules(self[name], [f"input ip saddr {self._addrs(others)} {chance}drop"])
 
     def heal(self) -> None:
         """Every fault removed."""
