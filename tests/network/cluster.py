@@ -94,7 +94,7 @@ class Report:
     lost: int = 0  # acknowledged and missing (or another record at its offset)
     duplicates: int = 0  # a record in the log twice
     offsets_twice: int = 0  # one offset acknowledged for two records
-    recover_s: list[float] = field(default_factory=list)  # heal -> every broker in every ISR
+    recover_s: list[float] = field(default_factory=list)  # heal (restarts included) -> every broker in every ISR
     problems: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
@@ -426,11 +426,11 @@ class NetCluster:
 
     def heal_and_check(self, name: str) -> None:
         self._round = name
+        healed_at = time.monotonic()  # recovery counts a killed process's restart too
         self.net.heal()
         undo, self._on_heal = self._on_heal, []
         for fn in undo:
             fn()
-        healed_at = time.monotonic()
         self.report.faults[name] += 1
         try:
             self.wait_isr_full(ISR_BACK_S)
