@@ -15,6 +15,7 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -39,6 +40,8 @@ TOPIC = "nemesis"
 PARTITIONS = 6
 BROKERS = 3
 PORT = 9092
+REPLICATION_PORT = 9093  # the inter-broker listener
+RELAY_PORT = 9094  # relay.py in the same host, forwarding to REPLICATION_PORT
 ISR_BACK_S = 30.0  # after a heal, every broker in every ISR again within this
 CHROOT = "/nemesis"
 
@@ -52,8 +55,13 @@ class NetBroker(BrokerProcess):
         self.host = host
         self.broker_id = broker_id
         workdir.mkdir(parents=True, exist_ok=True)
+        a = host.address
         super().__init__(workdir, port=PORT, overrides={
-            "listeners": f"PLAINTEXT://{host.address}:{PORT}",
+            # the inter-broker listener is advertised at the host's delaying relay (relay.py)
+            "listeners": f"PLAINTEXT://{a}:{PORT},REPLICATION://{a}:{REPLICATION_PORT}",
+            "advertised.listeners": f"PLAINTEXT://{a}:{PORT},REPLICATION://{a}:{RELAY_PORT}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,REPLICATION:PLAINTEXT",
+            "inter.broker.listener.name": "REPLICATION",
             "appliance.shm.name": f"appliance-apn{run_id}-b{broker_id}",
             "zookeeper.connect": connect, "broker.id": str(broker_id),
             "num.network.threads": "1",
@@ -72,8 +80,6 @@ class NetBroker(BrokerProcess):
         return self.host.command(super().command())
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        import socket
-
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -117,8 +123,6 @@ class _Stream:
         self._paused = threading.Event()
         self._paused_left = 0
         self.stderr = open(workdir / "producer.err", "ab")
-        import os
-
         self.proc = subprocess.Popen(
             host.command([sys.executable, "-m", "tests.network.producer", "--bootstrap", bootstrap,
                           "--topic", TOPIC, "--partitions", str(PARTITIONS)]),
@@ -171,6 +175,28 @@ class _Stream:
         self.stderr.close()
 
 
+class _Relay:
+    """The delaying relay (relay.py) of one broker's host, in front of its inter-broker
+    listener; it outlives the broker's restarts."""
+
+    def __init__(self, host: Host) -> None:
+        self.proc = subprocess.Popen(
+            host.command([sys.executable, "-m", "tests.network.relay", "--listen", f"{host.address}:{RELAY_PORT}",
+                          "--to", f"{host.address}:{REPLICATION_PORT}"]),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+        if self.proc.stdout.readline().strip() != "listening":
+            raise RuntimeError(f"the relay in {host.name} did not start (exit {self.proc.poll()})")
+
+    def delay(self, ms: float, jitter_ms: float) -> None:
+        self.proc.stdin.write(f"delay {ms} {jitter_ms}\n")
+        self.proc.stdin.flush()
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+
 def _isolate(c: NetCluster, victim: int) -> str:
     c.net.isolate(f"b{victim}")
     return f"broker {victim} isolated"
@@ -214,6 +240,15 @@ def nemesis_leader_split(c: NetCluster) -> str:
     rest = [n for n in c.net.hosts if n not in (f"b{victim}", "client")]
     c.net.partition([f"b{victim}"], rest)
     return f"leader split: b{victim} cut from brokers and ZooKeeper, not from the client"
+
+
+def nemesis_delay(c: NetCluster, ms: float = 100, jitter_ms: float = 50) -> str:
+    """Every inter-broker connection slowed: each chunk held ``ms`` +- ``jitter_ms`` in the
+    relay of the broker it goes to or comes from (replica fetches, controller requests)."""
+    for r in c.relays.values():
+        r.delay(ms, jitter_ms)
+    c.on_heal(lambda: [r.delay(0, 0) for r in c.relays.values()])
+    return f"delay: {ms} +- {jitter_ms} ms on inter-broker connections"
 
 
 def nemesis_zk_host(c: NetCluster) -> str:
@@ -275,12 +310,12 @@ def nemesis_zk_kill(c: NetCluster) -> str:
 
 NEMESES: dict[str, Callable[[NetCluster], str]] = {
     "leader": nemesis_leader, "follower": nemesis_follower, "controller": nemesis_controller,
-    "one-way": nemesis_one_way, "loss": nemesis_loss, "zk-host": nemesis_zk_host,
+    "one-way": nemesis_one_way, "loss": nemesis_loss, "delay": nemesis_delay, "zk-host": nemesis_zk_host,
     "zk-minority": nemesis_zk_minority, "leader-split": nemesis_leader_split,
     "sigkill": nemesis_sigkill, "sigstop": nemesis_sigstop, "zk-kill": nemesis_zk_kill,
 }
-NETWORK_NEMESES = ("leader", "follower", "controller", "one-way", "loss", "zk-host", "zk-minority",
-                   "leader-split")
+NETWORK_NEMESES = ("leader", "follower", "controller", "one-way", "loss", "delay", "zk-host",
+                   "zk-minority", "leader-split")
 
 
 class NetCluster:
@@ -296,6 +331,7 @@ class NetCluster:
         self.seen: set[tuple[int, int]] = set()
         self.stream: _Stream | None = None
         self.brokers: dict[int, NetBroker] = {}
+        self.relays: dict[int, _Relay] = {}
         self.ensemble: Ensemble | None = None
         self.zk = None
         self._on_heal: list[Callable[[], None]] = []  # undo the process faults
@@ -308,6 +344,7 @@ class NetCluster:
         try:
             self.ensemble = Ensemble(self.workdir, [self.net["z1"], self.net["z2"], self.net["z3"]]).start()
             self.connect = self.ensemble.connect + CHROOT
+            self.relays = {i: _Relay(self.net[f"b{i}"]) for i in range(BROKERS)}
             self.brokers = {i: self._broker(i) for i in range(BROKERS)}
             start_brokers(self.brokers.values(), timeout=120)
             from kazoo.client import KazooClient
@@ -345,6 +382,8 @@ class NetCluster:
                 kill_brokers(self.brokers.values())
             if self.ensemble is not None:
                 self.ensemble.kill()
+            for r in self.relays.values():
+                r.close()
         finally:
             # a librdkafka handle still alive once the bridge is gone would reconnect through
             # the default route, off the machine: every client of this process goes first

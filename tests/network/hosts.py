@@ -17,7 +17,8 @@ bridge, and it runs even when a test failed.
 Faults (`partition`, `isolate`, `loss`, `heal`) are rules of a table ``inet nemesis`` in each
 affected host's namespace, dropping by source address in the input hook and by destination in
 the output hook; random loss is ``numgen random mod 100 < N drop``. This kernel has no netem
-qdisc, so there is no added delay. `heal()` deletes the tables."""
+qdisc, so delay is added above the kernel, by a TCP relay in front of each broker's inter-broker
+listener (relay.py, started by cluster.py). `heal()` deletes the tables."""
 
 from __future__ import annotations
 

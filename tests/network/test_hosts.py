@@ -1,10 +1,12 @@
 """The test hosts themselves (tests/network/hosts.py): addresses reachable on the bridge, each
 fault cutting what it says and no more, heal, and nothing left behind after close."""
 
+import os
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -98,3 +100,44 @@ def test_close_removes_everything(netns_ok):
     assert p.wait(10) == -9  # what still ran in a host is killed
     assert ns not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert subprocess.run(["ip", "link", "show", bridge], capture_output=True).returncode != 0
+
+
+def test_relay_delays_both_ways_in_order(net):
+    """The delaying relay (relay.py) in host a, in front of a's echo server: a round trip
+    through it takes twice the delay, and its bytes keep their order under jitter."""
+    echo = ("import socket, sys\n"
+            "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+            "s.bind((sys.argv[1], 7001)); s.listen(4)\n"
+            "c, _ = s.accept()\n"
+            "while d := c.recv(65536):\n"
+            "    c.sendall(d)\n")
+    a = net["a"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    server = subprocess.Popen(a.command([sys.executable, "-c", echo, a.address]))
+    relay = subprocess.Popen(a.command([sys.executable, "-m", "tests.network.relay", "--listen",
+                                        f"{a.address}:7002", "--to", f"{a.address}:7001"]),
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert relay.stdout.readline().strip() == "listening"
+        time.sleep(0.3)  # the echo server listens
+        relay.stdin.write("delay 200 50\n")
+        relay.stdin.flush()
+        time.sleep(0.1)
+        with socket.create_connection((a.address, 7002), timeout=10) as s:
+            t0 = time.monotonic()
+            s.sendall(b"x")
+            assert s.recv(10) == b"x"
+            assert 0.29 <= time.monotonic() - t0 < 2.0
+            sent = b"".join(b"%06d" % i for i in range(2000))
+            for i in range(0, len(sent), 600):
+                s.sendall(sent[i:i + 600])
+                time.sleep(0.001)
+            got = b""
+            while len(got) < len(sent):
+                got += s.recv(65536)
+            assert got == sent
+    finally:
+        relay.kill()
+        server.kill()
+        relay.wait(10)
+        server.wait(10)

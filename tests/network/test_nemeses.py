@@ -11,7 +11,8 @@ import signal
 
 import pytest
 
-from tests.network.cluster import NETWORK_NEMESES, NetCluster
+from tests.cluster.harness import wait_for
+from tests.network.cluster import NETWORK_NEMESES, RELAY_PORT, NetCluster
 
 HOLD_S = 9.0
 
@@ -33,6 +34,16 @@ def cluster(netns_ok, tmp_path_factory):
 
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
+
+
+def test_inter_broker_connections_go_through_the_relays(cluster):
+    """Replica fetchers and the controller connect to the advertised REPLICATION endpoint, the
+    delaying relay in front of each broker (so the delay nemesis reaches them)."""
+    def through_relays() -> bool:
+        out = "".join(h.run("ss", "-tnH", "state", "established", f"( dport = :{RELAY_PORT} )").stdout
+                      for h in (cluster.net[f"b{i}"] for i in cluster.brokers))
+        return len(out.splitlines()) >= len(cluster.brokers)
+    wait_for(through_relays, 30, "inter-broker connections through the relays")
 
 
 @pytest.mark.parametrize("nemesis", NETWORK_NEMESES)
