@@ -12,7 +12,7 @@ import signal
 import pytest
 
 from tests.cluster.harness import wait_for
-from tests.network.cluster import NETWORK_NEMESES, RELAY_PORT, NetCluster
+from tests.network.cluster import RELAY_PORT, SUITE_NEMESES, NetCluster
 
 HOLD_S = 9.0
 
@@ -46,7 +46,7 @@ def test_inter_broker_connections_go_through_the_relays(cluster):
     wait_for(through_relays, 30, "inter-broker connections through the relays")
 
 
-@pytest.mark.parametrize("nemesis", NETWORK_NEMESES)
+@pytest.mark.parametrize("nemesis", SUITE_NEMESES)
 def test_nemesis(cluster, nemesis):
     before = len(cluster.report.problems)
     what = cluster.round(nemesis, hold=HOLD_S)
