@@ -18,12 +18,17 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = str(Path(__file__).resolve().parent.parent)
+sys.path.insert(0, ROOT)
+# the brokers, the producer and the relays run this checkout too (a relative PYTHONPATH such as
+# `.` would mean each broker's own directory, and the installed package would run instead)
+os.environ["PYTHONPATH"] = os.pathsep.join([ROOT, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
 
 from tests.broker_process import stop_on_sigterm  # noqa: E402
 from tests.network.cluster import NEMESES, NetCluster  # noqa: E402

@@ -381,26 +381,28 @@ class NetCluster:
         return ",".join(b.bootstrap for b in self.brokers.values())
 
     def close(self) -> None:
-        try:
-            self._on_heal.clear()  # SIGKILL below ends stopped processes too
-            if self.stream is not None:
-                self.stream.close()
-            if self.zk is not None:
-                self.zk.stop()
-                self.zk.close()
-            if self.brokers:
-                kill_brokers(self.brokers.values())
-            if self.ensemble is not None:
-                self.ensemble.kill()
-            for r in self.relays.values():
-                r.close()
-        finally:
-            # a librdkafka handle still alive once the bridge is gone would reconnect through
-            # the default route, off the machine: every client of this process goes first
-            gc.collect()
-            self.net.close()
-            for b in self.brokers.values():
-                b.release_shm()
+        """Stop everything, each step whatever the others did; a second call does nothing."""
+        self._on_heal.clear()  # SIGKILL below ends stopped processes too
+        stream, zk, self.stream, self.zk = self.stream, self.zk, None, None
+        steps = [stream.close if stream else None,
+                 (lambda: (zk.stop(), zk.close())) if zk else None,
+                 (lambda: kill_brokers(self.brokers.values())) if self.brokers else None,
+                 self.ensemble.kill if self.ensemble else None,
+                 *(r.close for r in self.relays.values())]
+        self.relays = {}
+        for step in steps:
+            if step is None:
+                continue
+            try:
+                step()
+            except Exception as e:  # noqa: BLE001 - the namespaces' clean-up below kills the rest
+                self.log(f"close: {e!r}")
+        # a librdkafka handle still alive once the bridge is gone would reconnect through the
+        # default route, off the machine: every client of this process goes first
+        gc.collect()
+        self.net.close()
+        for b in self.brokers.values():
+            b.release_shm()
 
     # -- what the cluster looks like ------------------------------------------------------
     def _state(self, p: int) -> dict:
