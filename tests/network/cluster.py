@@ -280,14 +280,28 @@ def nemesis_zk_kill(c: NetCluster) -> str:
 
 
 def nemesis_zk_minority(c: NetCluster) -> str:
-    """A broker and one ZooKeeper server on the minority side: that server stops serving (no
-    quorum), and the broker's session expires on the majority's side (it registers again with
-    a new one after the heal); the other brokers keep theirs."""
-    victim, zk = c.rng.choice(sorted(c.brokers)), c.rng.randrange(1, 4)
+    """A broker and one ZooKeeper follower on the minority side: that server stops serving (no
+    quorum), and the broker's session expires on the majority's side — its registration goes
+    while the fault lasts, and it registers again with a new session after the heal; the other
+    brokers keep theirs. The server is a follower: with the leader cut off, the majority elects
+    a new one, which starts every session's timeout afresh (ZooKeeper's rule), and the session
+    would outlast a short fault."""
+    victim = c.rng.choice(sorted(c.brokers))
+    leader = c.ensemble.leader()
+    zk = c.rng.choice([i for i in c.ensemble.servers if i != leader])
     before = c.sessions()
     minority = [f"b{victim}", f"z{zk}"]
     majority = [n for n in c.net.hosts if n not in minority]
     c.net.partition(minority, majority)
+    def gone() -> bool:
+        try:
+            return str(victim) not in c.zk.get_children("/brokers/ids")
+        except Exception:  # noqa: BLE001 - the harness's own session moving to the majority
+            return False
+    try:
+        wait_for(gone, 30, f"broker {victim}'s registration to go with its session")
+    except AssertionError as e:
+        c.expect(False, str(e))
 
     def check() -> None:
         now = c.sessions()
@@ -296,7 +310,7 @@ def nemesis_zk_minority(c: NetCluster) -> str:
         c.expect(all(now.get(b) == before.get(b) for b in before if b != victim),
                  f"a majority broker lost its session: {before} -> {now}")
     c.after_heal(check)
-    return f"minority: b{victim} + z{zk} cut from the rest"
+    return f"minority: b{victim} + z{zk} (a follower) cut from the rest"
 
 
 def nemesis_sigkill(c: NetCluster) -> str:
@@ -452,6 +466,7 @@ class NetCluster:
         """Stream, apply nemesis ``name`` for ``hold`` seconds, heal, check. Returns what was done."""
         self.stream.resume()
         time.sleep(self.rng.uniform(1.0, 2.0))
+        self._round = name
         what = NEMESES[name](self)
         self.log(f"  {what}")
         time.sleep(hold)
