@@ -19,6 +19,8 @@ command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
 command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 command -v ss >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
+# tests/network: faults between test hosts (network namespaces) are nftables rules
+command -v nft >/dev/null 2>&1 || need_apt+=(nftables)
 # perf/count_metrics_instructions.py counts instructions with callgrind
 command -v valgrind >/dev/null 2>&1 || need_apt+=(valgrind)
 # cluster tests and the quick start start a real ZooKeeper server from Debian's package

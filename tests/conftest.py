@@ -51,8 +51,10 @@ def broker_factory(tmp_path):
 # Each module is one unit of work, so its module fixtures (a 3-broker cluster, a stream) are
 # made once and its tests run in their order; the Spark modules are one unit, so one Spark
 # session and standalone cluster serve them all. They go first: they are the longest unit, and
-# started last they would run alone at the end.
+# started last they would run alone at the end; the network nemeses (one ~3.5 minute module)
+# follow them for the same reason.
 _FIRST = "tests/spark/"
+_EARLY = "tests/network/test_nemeses.py"
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
@@ -67,4 +69,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: not item.nodeid.startswith(_FIRST))  # stable: each keeps its order
+    def rank(item: pytest.Item) -> int:
+        return 0 if item.nodeid.startswith(_FIRST) else 1 if item.nodeid.startswith(_EARLY) else 2
+    items.sort(key=rank)  # stable: each keeps its order
