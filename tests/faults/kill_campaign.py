@@ -29,6 +29,7 @@ from tests.broker.clients import create_topic
 from tests.broker.procs import wait_gone
 from tests.broker_process import BrokerProcess
 from tests.faults.procs import wait_workers, worker_pid_map
+from tests.partition_reader import read_partition
 
 __all__ = ["Campaign", "CampaignReport"]
 
@@ -359,27 +360,15 @@ class Campaign:
             rep.problems.append(f"{len(lost)} acknowledged with no offset are missing, e.g. {lost[:5]}")
 
     def _read(self, c: Consumer, p: int, start: int, end: int) -> list[tuple[int, bytes]]:
-        """(offset, value) from ``start`` to the partition's end (at least ``end``)."""
-        c.assign([TopicPartition(TOPIC, p, start)])
-        out: list[tuple[int, bytes]] = []
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            eof = False
-            for m in c.consume(5000, 0.5):
-                err = m.error()
-                if err is None:
-                    out.append((m.offset(), m.value()))
-                elif err.code() == KafkaError._PARTITION_EOF:
-                    eof = True
-                elif err.code() == KafkaError._BAD_MSG:
-                    self.report.crc_errors += 1
-                    self.report.problems.append(f"p{p}: corrupt record served: {err}")
-                else:
-                    raise AssertionError(f"reading p{p}: {err}")
-            if eof and (not out and start >= end or out and out[-1][0] + 1 >= end):
-                break
-        c.unassign()
-        return out
+        """(offset, value) from ``start`` to the partition's end (at least ``end``); a corrupt
+        record served is counted and noted."""
+        def corrupt(err: KafkaError) -> bool:
+            if err.code() != KafkaError._BAD_MSG:
+                return False
+            self.report.crc_errors += 1
+            self.report.problems.append(f"p{p}: corrupt record served: {err}")
+            return True
+        return read_partition(c, TOPIC, p, start, end, corrupt)
 
     def check_group_caught_up(self, timeout: float = 90) -> None:
         """Once the kills are over: the group must read every partition up to the end the last

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker_process import BrokerProcess
@@ -33,6 +33,7 @@ from tests.cluster.harness import kill_brokers, log_bytes, start_brokers, wait_f
 from tests.network.hosts import Host, Network
 from tests.network.producer import parse_value
 from tests.network.zk_ensemble import Ensemble
+from tests.partition_reader import read_partition
 
 __all__ = ["NetBroker", "NetCluster", "Report", "NEMESES", "SUITE_NEMESES", "TOPIC", "ISR_BACK_S"]
 
@@ -564,23 +565,7 @@ class NetCluster:
             rep.problems.append(f"{name}: {len(gone)} acknowledged with no offset missing, e.g. {gone[:5]}")
 
     def _read(self, c: Consumer, p: int, start: int, end: int) -> list[tuple[int, bytes]]:
-        c.assign([TopicPartition(TOPIC, p, start)])
-        out: list[tuple[int, bytes]] = []
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            eof = False
-            for m in c.consume(5000, 0.5):
-                err = m.error()
-                if err is None:
-                    out.append((m.offset(), m.value()))
-                elif err.code() == KafkaError._PARTITION_EOF:
-                    eof = True
-                else:
-                    raise AssertionError(f"reading p{p}: {err}")
-            if eof and (out[-1][0] + 1 if out else start) >= end:
-                break
-        c.unassign()
-        return out
+        return read_partition(c, TOPIC, p, start, end)
 
     def check_replicas(self, name: str = "", timeout: float = 30.0) -> None:
         """The stream paused: every partition's three replicas byte-identical (within

@@ -30,6 +30,8 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from tests.broker_process import running
+
 __all__ = ["Host", "Network", "NetnsUnavailable", "netns_unavailable_reason"]
 
 PREFIX = "apn"  # bridge apn<run>, namespaces apn<run>-<name>, host-side veths apn<run>v<n>
@@ -67,16 +69,6 @@ def netns_unavailable_reason() -> str | None:
     return None
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def reclaim_stale(run: int) -> bool:
     """Remove what run ``run`` left when the process that made it is gone (SIGKILLed, or a
     SIGTERM that skipped its clean-up): SIGKILL the processes in its namespaces, delete them
@@ -88,7 +80,7 @@ def reclaim_stale(run: int) -> bool:
             alias = f.read().strip()
     except FileNotFoundError:
         return True
-    if not alias.startswith(OWNER) or _pid_alive(int(alias[len(OWNER):])):
+    if not alias.startswith(OWNER) or running(int(alias[len(OWNER):])):
         return False
     mine = [n.split()[0] for n in _run("ip", "netns", "list").stdout.splitlines()
             if n.startswith(f"{bridge}-")]
