@@ -51,9 +51,13 @@ def _poll_all_until(consumers: list, cond, timeout: float = 30.0) -> dict:
         raise AssertionError(f"condition not met in {timeout} s: {[len(v) for v in got.values()]}, "
                              f"assignments {[c.assignment() for c in consumers]}")
     finally:
+        # every poll thread ends before the next call starts its own: a poll may sit in a
+        # rebalance (up to max.poll.interval.ms, 10 s here), and a thread left running would go
+        # on polling the same consumer beside the next call's, its records lost to that call
         stop.set()
         for t in threads:
-            t.join(5)
+            t.join(30)
+        assert not any(t.is_alive() for t in threads), "a poll thread did not end"
 
 
 @pytest.mark.parametrize("strategy", ["range", "roundrobin", "sticky"])
@@ -219,9 +223,9 @@ def test_partitions_added_to_a_subscribed_topic_are_assigned(module_broker, topi
     with AdminClient(bs) as a:
         a.create_partitions({topic_name: 3})
     with Producer(bootstrap_servers=bs) as p:
-        for part in (1, 2):
-            p.send(topic_name, b"new-%d" % part, partition=part)
+        sent = [p.send(topic_name, b"new-%d" % part, partition=part) for part in (1, 2)]
         p.flush()
+        assert [(f.result(10).partition, f.result(10).offset) for f in sent] == [(1, 0), (2, 0)]
 
     def grown(got: dict) -> bool:
         owned = sorted(tp.partition for c in members for tp in c.assignment())
