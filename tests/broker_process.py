@@ -131,13 +131,18 @@ class BrokerProcess:
             raise
         return self
 
+    @property
+    def listen_host(self) -> str:
+        """The address its first listener answers on (a test host's own, in tests/network)."""
+        return "127.0.0.1"
+
     def wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                with socket.create_connection((self.listen_host, self.port), timeout=0.5):
                     return
             except OSError:
                 time.sleep(0.05)

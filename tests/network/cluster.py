@@ -15,7 +15,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -80,17 +79,9 @@ class NetBroker(BrokerProcess):
     def command(self) -> list[str]:
         return self.host.command(super().command())
 
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                with socket.create_connection((self.host.address, self.port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise TimeoutError(f"broker not ready in {timeout} s:\n{self.log()}")
+    @property
+    def listen_host(self) -> str:
+        return self.host.address
 
 
 @dataclass
