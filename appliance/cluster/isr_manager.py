@@ -21,6 +21,7 @@ from appliance.cluster.isr import (
     propose_isr,
 )
 from appliance.cluster.leadership import LeadershipTable
+from appliance.cluster.local_replicas import isr_changed
 from appliance.cluster.zk_store import ZkStore
 from appliance.shm.layout import Role
 from appliance.shm.leadership_area import LeadershipArea
@@ -86,6 +87,7 @@ class IsrManager:
             self.table.local[tp] = written
             self.area.write(info.slot, Role.LEADER, written.leader, written.leader_epoch,
                             written.replicas, written.isr)
+            isr_changed(self.ctx, info.slot, tp)
             self.propagator.record(tp)
         await loop.run_in_executor(None, self.propagator.maybe_propagate, _now_ms())
 

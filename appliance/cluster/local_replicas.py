@@ -22,7 +22,7 @@ from appliance.errors import ErrorCode
 from appliance.shm.layout import EPOCH_BODY, MsgType, Role, SlotState
 from appliance.shm.leadership_area import LeadershipArea
 
-__all__ = ["LocalReplicas"]
+__all__ = ["LocalReplicas", "isr_changed"]
 
 log = logging.getLogger("appliance.cluster")
 
@@ -63,10 +63,13 @@ class LocalReplicas:
             if tp in moved:
                 self.fetcher.remove(tp)
                 self.area.reset_positions(slot, int(time.monotonic() * 1000))
+            shrunk_or_grown = tp not in moved and role == Role.LEADER and self.area.read(slot).isr != st.isr
             self.area.write(slot, role, st.leader, st.leader_epoch, st.replicas, st.isr)
             if tp in moved:  # KIP-101: the new epoch starts at the LEO, before any append
                 self.ctx.disks.submit(self.ctx.table.read(slot).disk, MsgType.BECOME_LEADER,
                                       slot, _EPOCH.pack(st.leader_epoch), on_done=_stamped, token=tp)
+            elif shrunk_or_grown:  # the controller's ISR change: the HW may move without a fetch
+                isr_changed(self.ctx, slot, tp)
 
     async def stop(self, changes: Changes) -> None:
         for tp in changes.stopped:
@@ -120,6 +123,18 @@ class LocalReplicas:
             return -1
         ctx.index.refresh()
         return slot
+
+
+def isr_changed(ctx: Any, slot: int, tp: TopicPartition) -> None:
+    """Tell the disk worker of a led partition whose ISR was just written to the leadership
+    area: it applies the high watermark rule to the new ISR (fire and forget)."""
+    ctx.disks.submit(ctx.table.read(slot).disk, MsgType.ISR_CHANGED, slot, on_done=_hw_checked, token=tp)
+
+
+def _hw_checked(tp: TopicPartition, comp: Any) -> None:
+    # NOT_LEADER_OR_FOLLOWER: leadership moved on meanwhile; nothing to apply
+    if comp.error_code and comp.error_code != ErrorCode.NOT_LEADER_OR_FOLLOWER:
+        log.error("%s: the high watermark after an ISR change: %s", tp, ErrorCode(comp.error_code).name)
 
 
 def _stamped(tp: TopicPartition, comp: Any) -> None:

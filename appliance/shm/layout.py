@@ -195,6 +195,7 @@ class MsgType:
     COMPLETION = 16
     TOPIC_ID = 17        # cluster mode: the partition's topic id from ZooKeeper (16 bytes): slot and partition.metadata
     LATEST_EPOCH = 18    # cluster mode: a follower's latest leader epoch (no body; answer: EPOCH_RESULT)
+    ISR_CHANGED = 19     # cluster mode: a led partition's ISR changed in the leadership area (no body): HW rule
 
 
 # Message types that get no completion when sent with acks=0: an acks=0 produce, and a

@@ -158,6 +158,20 @@ class Replication:
         p.become_leader(epoch)
         # KIP-207: clients' ListOffsets wait (OFFSET_NOT_AVAILABLE) until the HW reaches this
         self.area.set_epoch_start(slot, epoch, p.epochs.start_offset_of(epoch))
+        # Kafka's makeLeader: an ISR of the leader alone has its HW at the LEO now, not at the
+        # next append (a ListOffsets would otherwise wait on it, above)
+        self.maybe_increment_hw(p, lead.isr)
+        return -1, -1, p.log.log_start_offset, b""
+
+    def isr_changed(self, n: int | None, request_id: int, slot: int, body: memoryview,
+            acks: int, timeout_ms: int) -> tuple:
+        """The ISR of a partition this broker leads changed (its own shrink, or the
+        controller's): Kafka's maybeIncrementLeaderHW after an ISR update. A shrink to the
+        followers that have caught up moves the HW with no fetch or append to prompt it."""
+        p, lead = self._leader(slot)
+        self.maybe_increment_hw(p, lead.isr)
+        if p.held_deletes:
+            self._answer_deletes(p, lead.isr)
         return -1, -1, p.log.log_start_offset, b""
 
     def follower_fetch(self, n: int | None, request_id: int, slot: int, body: memoryview,

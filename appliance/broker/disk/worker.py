@@ -157,6 +157,7 @@ class DiskWorker:
             (MsgType.EPOCH_END,           None,                       r and r.epoch_end),
             (MsgType.LATEST_EPOCH,        None,                       r and r.latest_epoch),
             (MsgType.BECOME_LEADER,       None,                       r and r.become_leader),
+            (MsgType.ISR_CHANGED,         None,                       r and r.isr_changed),
         )
         column = 2 if r is not None else 1
         return {row[0]: row[column] for row in table if row[column] is not None}
