@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """A seeded, bounded run of random nemeses on a cluster across test hosts (network namespaces;
 tests/network/cluster.py): three brokers, a ZooKeeper ensemble of three, RF 3 with
-min.insync.replicas 2, an idempotent acks=all producer streaming from a client host. Each
+min.insync.replicas 2, an idempotent acks=all producer streaming and a group committing
+offsets from a client host. Each
 round applies one fault for a random while — a network fault (an isolated leader, follower or
 controller, a one-way cut, loss between brokers, a ZooKeeper host cut off, a broker with a
 ZooKeeper minority, a leader cut from the cluster but not the client), a SIGKILL or a SIGSTOP
 of a broker, or a ZooKeeper server killed — heals it, and checks every promise (every broker
 back in every ISR within 30 s, every acknowledged record once at its offset, no offset
-acknowledged twice, replicas byte-identical). Not part of the test suite.
+acknowledged twice, replicas byte-identical, no acknowledged group offset commit lost or
+rewound). Not part of the test suite.
 
     PYTHONPATH=. .venv/bin/python scripts/nemesis_run.py --minutes 30 [--seed 1]
 
@@ -75,7 +77,7 @@ def main() -> int:
             rep = cluster.report
             print(f"round {rnd}: {name} for {hold:.1f} s, back in {rep.recover_s[-1]:.1f} s "
                   f"(round {time.monotonic() - started:.0f} s); acknowledged {rep.acked}, "
-                  f"lost {rep.lost}, duplicates {rep.duplicates}", flush=True)
+                  f"lost {rep.lost}, duplicates {rep.duplicates}; commits {rep.commits}", flush=True)
             for p in rep.problems[shown:]:
                 print(f"  PROBLEM: {p}", flush=True)
             shown = len(rep.problems)

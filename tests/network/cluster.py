@@ -1,12 +1,13 @@
 """Three brokers and a three-server ZooKeeper ensemble, each on its own test host, a client host
-running the idempotent acks=all producer (tests/network/producer.py), the nemeses, and the
-checks made after each heal. Shared by tests/network/test_nemeses.py and scripts/nemesis_run.py.
+running the idempotent acks=all producer (tests/network/producer.py) and a group's offset
+commits (tests/network/committer.py), the nemeses, and the checks made after each heal. Shared by tests/network/test_nemeses.py and scripts/nemesis_run.py.
 
 After every heal (:meth:`NetCluster.check`): the stream is paused and flushed; every broker must
 be back in every partition's ISR (ZooKeeper's partition state) within ``ISR_BACK_S``; every
 acknowledged record must be in the log once, at the offset it was acknowledged with, in its
 partition's order; no offset may have been acknowledged twice; and the three replicas of every
-partition must hold the same bytes (the stream paused, the high watermark is each log's end)."""
+partition must hold the same bytes (the stream paused, the high watermark is each log's end);
+and every partition's committed group offset must be at least its last acknowledged commit."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker_process import BrokerProcess
@@ -44,6 +45,7 @@ REPLICATION_PORT = 9093  # the inter-broker listener
 RELAY_PORT = 9094  # relay.py in the same host, forwarding to REPLICATION_PORT
 ISR_BACK_S = 30.0  # after a heal, every broker in every ISR again within this
 CHROOT = "/nemesis"
+GROUP = "nemesis-offsets"  # the group committer.py commits for
 
 
 class NetBroker(BrokerProcess):
@@ -92,6 +94,8 @@ class Report:
     lost: int = 0  # acknowledged and missing (or another record at its offset)
     duplicates: int = 0  # a record in the log twice
     offsets_twice: int = 0  # one offset acknowledged for two records
+    commits: int = 0  # group offset commits acknowledged (committer.py)
+    offsets_rewound: int = 0  # a committed group offset found below its acknowledged commit
     recover_s: list[float] = field(default_factory=list)  # heal (restarts included) -> every broker in every ISR
     problems: list[str] = field(default_factory=list)
 
@@ -100,7 +104,8 @@ class Report:
         r = (f"recovery median {rec[len(rec) // 2]:.1f} s, max {rec[-1]:.1f} s" if rec else "no recovery")
         return (f"faults {dict(self.faults)}; acknowledged {self.acked}, failed {self.failed}, "
                 f"lost {self.lost}, duplicates {self.duplicates}, offsets acknowledged twice "
-                f"{self.offsets_twice}; {r}; problems {len(self.problems)}")
+                f"{self.offsets_twice}; group offset commits acknowledged {self.commits}, lost or "
+                f"rewound {self.offsets_rewound}; {r}; problems {len(self.problems)}")
 
 
 class _Stream:
@@ -153,6 +158,62 @@ class _Stream:
         if not self._paused.wait(timeout):
             raise AssertionError(f"the producer did not flush within {timeout} s")
         return self._paused_left
+
+    def resume(self) -> None:
+        self._send("resume")
+
+    def close(self) -> None:
+        try:
+            self._send("stop")
+            self.proc.wait(40)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait(10)
+        self.stderr.close()
+
+
+class _Committer:
+    """The group offsets client (committer.py) in the client host and what it reported."""
+
+    def __init__(self, host: Host, bootstrap: str, workdir: Path) -> None:
+        self.acked = [0] * PARTITIONS  # the last acknowledged commit of each partition
+        self.tried = [0] * PARTITIONS  # the last commit tried
+        self.failed = 0
+        self.lock = threading.Lock()
+        self._paused = threading.Event()
+        self.stderr = open(workdir / "committer.err", "ab")
+        self.proc = subprocess.Popen(
+            host.command([sys.executable, "-m", "tests.network.committer", "--bootstrap", bootstrap,
+                          "--group", GROUP, "--topic", TOPIC, "--partitions", str(PARTITIONS)]),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True,
+            start_new_session=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            f = line.split(maxsplit=3)
+            if not f:
+                continue
+            with self.lock:
+                if f[0] == "t":
+                    self.tried[int(f[1])] = int(f[2])
+                elif f[0] == "c":
+                    self.acked[int(f[1])] = int(f[2])
+                elif f[0] == "f":
+                    self.failed += 1
+                elif f[0] == "paused":
+                    self._paused.set()
+
+    def _send(self, cmd: str) -> None:
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+
+    def pause(self, timeout: float = 60.0) -> bool:
+        """Let the commit in flight finish and start no other; False if it did not in time."""
+        self._paused.clear()
+        self._send("pause")
+        return self._paused.wait(timeout)
 
     def resume(self) -> None:
         self._send("resume")
@@ -344,14 +405,17 @@ class NetCluster:
     """The hosts, the ensemble, the brokers, the topic and the stream (see the module
     docstring). :meth:`close` removes everything, whatever failed."""
 
-    def __init__(self, workdir: Path, seed: int = 1, log: Callable[[str], None] = print) -> None:
+    def __init__(self, workdir: Path, seed: int = 1, log: Callable[[str], None] = print,
+                 stream: bool = True) -> None:
         self.workdir = Path(workdir)
+        self.streaming = stream  # False: no producer runs (perf/bench_net_delay.py brings its own)
         self.rng = random.Random(seed)
         self.log = log
         self.report = Report()
         self.verified = [0] * PARTITIONS
         self.seen: set[tuple[int, int]] = set()
         self.stream: _Stream | None = None
+        self.committer: _Committer | None = None
         self.brokers: dict[int, NetBroker] = {}
         self.relays: dict[int, _Relay] = {}
         self.ensemble: Ensemble | None = None
@@ -379,7 +443,9 @@ class NetCluster:
                 TOPIC].result(60)
             del admin  # no client of this process may outlive the network (see close)
             self.wait_isr_full(60)
-            self.stream = _Stream(self.net["client"], self.bootstrap, self.workdir)
+            if self.streaming:
+                self.stream = _Stream(self.net["client"], self.bootstrap, self.workdir)
+                self.committer = _Committer(self.net["client"], self.bootstrap, self.workdir)
         except BaseException:
             self.close()
             raise
@@ -396,7 +462,8 @@ class NetCluster:
         """Stop everything, each step whatever the others did; a second call does nothing."""
         self._on_heal.clear()  # SIGKILL below ends stopped processes too
         stream, zk, self.stream, self.zk = self.stream, self.zk, None, None
-        steps = [stream.close if stream else None,
+        committer, self.committer = self.committer, None
+        steps = [stream.close if stream else None, committer.close if committer else None,
                  (lambda: (zk.stop(), zk.close())) if zk else None,
                  (lambda: kill_brokers(self.brokers.values())) if self.brokers else None,
                  self.ensemble.kill if self.ensemble else None,
@@ -463,6 +530,7 @@ class NetCluster:
     def round(self, name: str, hold: float = 10.0) -> str:
         """Stream, apply nemesis ``name`` for ``hold`` seconds, heal, check. Returns what was done."""
         self.stream.resume()
+        self.committer.resume()
         time.sleep(self.rng.uniform(1.0, 2.0))
         self._round = name
         what = NEMESES[name](self)
@@ -514,6 +582,32 @@ class NetCluster:
             self.report.problems.append(f"{name}: {left} deliveries unreported after the flush")
         self.verify(name)
         self.check_replicas(name)
+        self.check_offsets(name)
+
+    def check_offsets(self, name: str = "") -> None:
+        """The committer paused: each partition's committed offset (OffsetFetch through any
+        broker) is at least its last acknowledged commit (never lost or rewound) and at most its
+        last try (nothing invented)."""
+        if not self.committer.pause():
+            self.report.problems.append(f"{name}: a group offset commit did not end within 60 s")
+            return
+        with self.committer.lock:
+            acked, tried = list(self.committer.acked), list(self.committer.tried)
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": GROUP, "enable.auto.commit": False})
+        try:
+            got = {tp.partition: tp.offset for tp in
+                   c.committed([TopicPartition(TOPIC, p) for p in range(PARTITIONS)], timeout=60)}
+        finally:
+            c.close()
+        rep = self.report
+        rep.commits = sum(acked)
+        for p in range(PARTITIONS):
+            have = max(got.get(p, -1), 0)  # -1001: nothing committed yet
+            if have < acked[p]:
+                rep.offsets_rewound += 1
+                rep.problems.append(f"{name}: group offset of p{p} is {have}, below its acknowledged commit {acked[p]}")
+            elif have > tried[p]:
+                rep.problems.append(f"{name}: group offset of p{p} is {have}, above any commit tried ({tried[p]})")
 
     def verify(self, name: str = "") -> None:
         with self.stream.lock:

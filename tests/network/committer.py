@@ -1,0 +1,93 @@
+"""The network tests' group offsets client: commits offsets for a consumer group, as its own
+process inside a client host (``ip netns exec <ns> python -m tests.network.committer``).
+
+It commits, one partition at a time round-robin, an offset one higher than the last it tried
+for that partition (a standalone commit: generation -1, no member, as a consumer that assigns
+its partitions itself commits), synchronously, and reports each on stdout: ``t <partition>
+<offset>`` before the try, ``c <partition> <offset>`` once acknowledged, ``f <partition>
+<offset> <error>`` when it failed (a failed commit may still have been applied). So the
+committed offset of a partition must never be below its last acknowledged commit (lost or
+rewound), nor above its last try. Commands on stdin, one a line: ``pause`` (finish the commit
+in flight, then print ``paused``), ``resume``, ``stop``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+__all__ = ["COMMITTER_CONFIG"]
+
+# Short timeouts, so a commit into a dead link fails or moves on within seconds
+COMMITTER_CONFIG = {
+    "enable.auto.commit": False, "socket.timeout.ms": 5000, "retry.backoff.ms": 100,
+    "reconnect.backoff.max.ms": 500, "socket.connection.setup.timeout.ms": 3000,
+    "topic.metadata.refresh.interval.ms": 1000,
+}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--group", required=True)
+    ap.add_argument("--topic", required=True)
+    ap.add_argument("--partitions", type=int, required=True)
+    ap.add_argument("--rate", type=float, default=10.0, help="commits per second")
+    args = ap.parse_args()
+
+    def emit(line: str) -> None:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    consumer = Consumer({"bootstrap.servers": args.bootstrap, "group.id": args.group, **COMMITTER_CONFIG})
+    running = threading.Event()
+    running.set()
+    stopping = threading.Event()
+    idle = threading.Event()  # set while no commit is in flight and none will start
+
+    def read_commands() -> None:
+        for line in sys.stdin:
+            cmd = line.strip()
+            if cmd == "pause":
+                running.clear()
+                idle.wait()
+                emit("paused")
+            elif cmd == "resume":
+                running.set()
+            elif cmd == "stop":
+                break
+        stopping.set()
+        running.set()
+
+    threading.Thread(target=read_commands, daemon=True).start()
+    tried = [0] * args.partitions
+    i = 0
+    while not stopping.is_set():
+        if not running.is_set():
+            idle.set()
+            running.wait()
+            continue
+        idle.clear()
+        if not running.is_set():  # paused between the check and the clear
+            continue
+        p = i % args.partitions
+        i += 1
+        tried[p] += 1
+        emit(f"t {p} {tried[p]}")
+        try:
+            consumer.commit(offsets=[TopicPartition(args.topic, p, tried[p])], asynchronous=False)
+            emit(f"c {p} {tried[p]}")
+        except KafkaException as e:
+            emit(f"f {p} {tried[p]} {str(e).replace(chr(10), ' ')}")
+        time.sleep(1.0 / args.rate)
+    idle.set()
+    consumer.close()
+    emit("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
