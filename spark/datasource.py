@@ -160,7 +160,7 @@ def _read_range(opts: ReadOptions, r: TopicRange) -> Iterator[pa.RecordBatch]:
                                    include_headers=opts.include_headers,
                                    fail_on_data_loss=opts.fail_on_data_loss,
                                    chunk_bytes=min(opts.chunk_bytes, _MAX_FETCH_BYTES),
-                                   schema=schema, stats=stats)
+                                   schema=schema, stats=stats, rack=opts.client_rack)
         finally:
             view.close()
     stats.done()

@@ -35,7 +35,7 @@ READ_OPTIONS = frozenset({
     "endingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy", "maxoffsetspertrigger",
     "minpartitions", "failondataloss", "includeheaders", "log.dirs", "shm.name", "broker.id",
     "broker.port", "read.chunk.bytes", "path", "kafka.bootstrap.servers",
-    "kafka.request.timeout.ms", "progress.interval.ms",
+    "kafka.request.timeout.ms", "progress.interval.ms", "kafka.client.rack",
 })
 WRITE_OPTIONS = frozenset({
     "topic", "kafka.bootstrap.servers", "includeheaders", "kafka.acks", "kafka.compression.type",
@@ -84,6 +84,7 @@ class ReadOptions:
     bootstrap_servers: str | None = None  # set: plan from the broker, read remotely if not local
     request_timeout_ms: int = 30000
     progress_interval_ms: int = 10000  # a long task logs its progress this often
+    client_rack: str = ""  # a remote read asks for a replica in this rack (KIP-392)
 
     @property
     def remote(self) -> bool:
@@ -291,7 +292,15 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         bootstrap_servers=bootstrap,
         request_timeout_ms=_int_option(opts, "kafka.request.timeout.ms", 1) or 30000,
         progress_interval_ms=_int_option(opts, "progress.interval.ms", 1) or 10000,
+        client_rack=_rack(opts.get("kafka.client.rack", "")),
     )
+
+
+def _rack(raw: str) -> str:
+    rack = raw.strip()
+    if len(rack) > 255 or any(ord(ch) < 32 for ch in rack):
+        raise _bad("kafka.client.rack", raw, "expected a rack name of at most 255 printable characters")
+    return rack
 
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:

@@ -1,7 +1,9 @@
 """Read one partition's offset range [start, end) over the Kafka protocol into Arrow batches.
 
 For tasks whose partition has no local log: Fetch requests (sessionless, isolation
-READ_UNCOMMITTED, as Spark's Kafka source reads) to the partition's leader from ``start`` on,
+READ_UNCOMMITTED, as Spark's Kafka source reads) to the partition's leader from ``start`` on
+(or, with the ``kafka.client.rack`` option, to the replica in that rack the leader names: a
+follower serves up to its own high watermark, KIP-392),
 never keeping a record at or above ``min(end, high watermark)``; the fetched bytes go through
 the same native scans (CRC32C for v2 batches, CRC32 for legacy magic 0/1 messages, which a
 pre-0.11 topic's answer holds as stored) and decode kernels as the in-place path, so both give
@@ -50,32 +52,72 @@ FETCH = 1
 # timeout), and a connect retried for the whole request timeout (30 s) spent the read's retry
 # budget on the dead broker (measured: 31 s to follow a SIGKILLed leader, ~8 s with this)
 LEADER_CONNECT_S = 3.0
+# After the replica the leader named for the reader's rack failed (unreachable, lagging), the
+# leader serves the read for this long before the rack is named again
+FOLLOWER_BACKOFF_S = 30.0
+
+
+class ReadReplica:
+    """Where a remote read fetches from: the leader (``broker`` -1), or the replica the leader
+    named for the reader's rack (KIP-392's preferred read replica), until that replica fails."""
+
+    def __init__(self, rack: str = "") -> None:
+        self.rack = rack
+        self.broker = -1
+        self._leader_until = 0.0
+
+    def asked_rack(self) -> str:
+        """The rack a fetch names: none for a while after a preferred replica failed, so the
+        leader serves the records itself instead of naming the failed replica again."""
+        return self.rack if time.monotonic() >= self._leader_until else ""
+
+    def failed(self) -> None:
+        self.broker = -1
+        self._leader_until = time.monotonic() + FOLLOWER_BACKOFF_S
+
+    def connection(self, view: BrokerView, topic: str, partition: int):
+        if self.broker >= 0:
+            return view.cluster.node_connection(self.broker, "fetch", connect_timeout=LEADER_CONNECT_S)
+        return view.cluster.leader_connection(topic, partition, "fetch", connect_timeout=LEADER_CONNECT_S)
 
 
 def _fetch(view: BrokerView, topic: str, partition: int, offset: int, max_bytes: int,
-           retry_s: float):
-    """(records bytes, high watermark) of one Fetch to the partition's current leader.
+           retry_s: float, replica: ReadReplica | None = None):
+    """(records bytes, high watermark) of one Fetch to the partition's current leader, or to
+    the replica the leader named for ``replica.rack``.
 
     Retriable errors (NOT_LEADER_OR_FOLLOWER while leadership moves, a leader that died, no
     leader yet) drop the cached metadata and try again with backoff for up to ``retry_s``
-    seconds, so a read follows the new leader; then the error names the address.
+    seconds, so a read follows the new leader; then the error names the address. A preferred
+    replica that fails in any way (its offset out of range too: it lags) sends the read back to
+    the leader, at once.
     """
+    replica = replica or ReadReplica()
     delay = 0.1
     deadline = time.monotonic() + retry_s
     attempts = 0
     while True:
         attempts += 1
         last = time.monotonic() >= deadline
+        follower = replica.broker >= 0
         try:
-            conn = view.cluster.leader_connection(topic, partition, "fetch",
-                                                  connect_timeout=LEADER_CONNECT_S)
+            conn = replica.connection(view, topic, partition)
             resp = conn.request(FETCH, fetch_body([(topic, partition, offset)], max_wait_ms=0,
                                                   min_bytes=0, max_bytes=max_bytes,
-                                                  partition_max_bytes=max_bytes))
+                                                  partition_max_bytes=max_bytes, rack_id=replica.asked_rack()))
             check_error(getattr(resp, "error_code", 0), f"fetching {topic}-{partition}")
             for t in resp.responses:
                 for p in t.partitions:
                     if p.partition_index == partition:
+                        preferred = getattr(p, "preferred_read_replica", -1)
+                        if preferred >= 0 and not follower:
+                            log.info("%s-%d: reading from broker %d, in rack %s", topic, partition,
+                                     preferred, replica.rack)
+                            replica.broker = preferred
+                            raise _Again()
+                        if p.error_code and follower:
+                            replica.failed()
+                            raise _Again()
                         if p.error_code in RETRIABLE and not last:
                             raise _Retry()
                         check_error(p.error_code, f"fetching {topic}-{partition} at offset "
@@ -84,10 +126,15 @@ def _fetch(view: BrokerView, topic: str, partition: int, offset: int, max_bytes:
             raise UnknownTopicOrPartitionError(
                 f"{topic}-{partition}: the broker at {view.bootstrap} did not answer for it")
         except (KafkaConnectionError, LeaderNotAvailableError) as e:
+            if follower:
+                replica.failed()
+                continue
             if last:
                 raise BrokerUnreachableError(
                     f"kafka.bootstrap.servers={view.bootstrap}: cannot fetch {topic}-{partition} "
                     f"after {attempts} attempts in {retry_s:g} s ({e})") from None
+        except _Again:
+            continue
         except _Retry:
             pass
         view.cluster.invalidate(topic)
@@ -99,10 +146,14 @@ class _Retry(Exception):
     pass
 
 
+class _Again(Exception):
+    """Fetch again at once, from the replica now chosen."""
+
+
 def fetch_range(view: BrokerView, topic: str, partition: int, start: int, end: int, *,
                 include_headers: bool = False, fail_on_data_loss: bool = True,
                 chunk_bytes: int = 8 << 20, schema: pa.Schema | None = None,
-                stats: ReadStats | None = None) -> Iterator[pa.RecordBatch]:
+                stats: ReadStats | None = None, rack: str = "") -> Iterator[pa.RecordBatch]:
     """Yield Arrow batches of the records with ``start <= offset < end`` fetched from the broker.
 
     ``end`` is the planned bound (at most the high watermark at planning); the high watermark
@@ -118,9 +169,10 @@ def fetch_range(view: BrokerView, topic: str, partition: int, start: int, end: i
     where = f"{topic}-{partition} fetched from {view.bootstrap}"
     behind_since = None
     pool = OutputPool()  # decode outputs, reused once the batch made of them is gone
+    replica = ReadReplica(rack)
     while offset < end:
         try:
-            data, hw = _fetch(view, topic, partition, offset, chunk_bytes, retry_s)
+            data, hw = _fetch(view, topic, partition, offset, chunk_bytes, retry_s, replica)
         except OffsetOutOfRangeError:
             oldest = view.list_offsets([(topic, partition, -2)])[(topic, partition)]
             msg = (f"{topic}-{partition}: offset {offset} is no longer at the broker (the log "

@@ -95,8 +95,9 @@ def _decode_mixed(topic: str, partition: int, buf: bytes, scan: Any, from_offset
 
 
 def fetch_body(positions: Iterable[tuple[str, int, int]], *, max_wait_ms: int, min_bytes: int,
-               max_bytes: int, partition_max_bytes: int) -> dict:
-    """A sessionless Fetch request for (topic, partition, offset) triples."""
+               max_bytes: int, partition_max_bytes: int, rack_id: str = "") -> dict:
+    """A sessionless Fetch request for (topic, partition, offset) triples; ``rack_id``: the
+    consumer's rack (v11+, KIP-392: the leader may name a replica in it to fetch from)."""
     topics: dict[str, list[dict]] = {}
     for topic, partition, offset in positions:
         topics.setdefault(topic, []).append({"partition": partition, "fetch_offset": offset,
@@ -105,7 +106,7 @@ def fetch_body(positions: Iterable[tuple[str, int, int]], *, max_wait_ms: int, m
     return {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes, "max_bytes": max_bytes,
             "isolation_level": 0, "session_id": 0, "session_epoch": -1,
             "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-            "forgotten_topics_data": [], "rack_id": ""}
+            "forgotten_topics_data": [], "rack_id": rack_id}
 
 
 def list_offsets_body(requests: Iterable[tuple[str, int, int]]) -> dict:

@@ -146,3 +146,42 @@ def test_a_broker_without_a_rack_follows_kafkas_rule(racks):
         assert _assignment(boot, "auto-made")
     finally:
         seventh.kill()
+
+
+def test_the_spark_sources_remote_read_goes_to_its_racks_replica(racks):
+    """The Spark source's read of a partition it has no local replica of (spark/remote_reader.py,
+    as a task runs it) with the ``kafka.client.rack`` option: the leader names the in-sync
+    follower in that rack, which serves the whole range; the rows are the leader's."""
+    from spark.broker_catalog import BrokerView
+    from spark.remote_reader import fetch_range
+
+    brokers, _, _ = racks
+    boot = _boot(brokers)
+    admin = AdminClient({"bootstrap.servers": boot})  # kept alive while its future is awaited
+    admin.create_topics([NewTopic("near-spark", 1, 3)])["near-spark"].result(60)
+    md = admin.list_topics("near-spark", timeout=10).topics["near-spark"].partitions[0]
+    leader, replicas = md.leader, list(md.replicas)
+    near = next(r for r in replicas if RACK[r] != RACK[leader])
+    p = Producer({"bootstrap.servers": boot, "acks": "all", "linger.ms": 5})
+    values = [f"spark-{n}".encode() * 10 for n in range(3000)]
+    for v in values:
+        p.produce("near-spark", v, partition=0)
+    assert p.flush(60) == 0
+    for b in brokers.values():
+        wait_for_endpoint(b.metrics_port)
+    wait_for(lambda: sorted(AdminClient({"bootstrap.servers": boot}).list_topics("near-spark", timeout=10)
+                            .topics["near-spark"].partitions[0].isrs) == sorted(replicas), 30, "a full ISR")
+    before = {i: _bytes_out(b, "near-spark") for i, b in brokers.items()}
+    view = BrokerView(boot, 30000)
+    try:
+        batches = list(fetch_range(view, "near-spark", 0, 0, len(values), chunk_bytes=16384,
+                                   rack=RACK[near]))
+    finally:
+        view.close()
+    rows = [(o, v) for rb in batches
+            for o, v in zip(rb.column("offset").to_pylist(), rb.column("value").to_pylist(), strict=True)]
+    assert rows == list(enumerate(values))
+    after = {i: _bytes_out(b, "near-spark") for i, b in brokers.items()}
+    size = sum(len(v) for v in values)
+    assert after[near] - before[near] >= size, (near, before, after)  # several fetches, all to the follower
+    assert after[leader] - before[leader] < size

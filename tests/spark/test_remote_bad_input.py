@@ -59,3 +59,12 @@ def test_log_dirs_of_another_broker_are_refused(spark, broker, tmp_path):
               .load())
         with pytest.raises(Exception, match=r"belong to broker id 0 .*broker id\(s\) 7"):
             df.collect()
+
+
+def test_client_rack_option():
+    opts = _opts(**{"kafka.bootstrap.servers": "127.0.0.1:9092", "kafka.client.rack": " rack-1 "})
+    assert opts.client_rack == "rack-1"
+    assert _opts(**{"kafka.bootstrap.servers": "127.0.0.1:9092"}).client_rack == ""
+    for bad in ("r" * 256, "rack\n1"):
+        with pytest.raises(Exception, match=r"kafka.client.rack"):
+            _opts(**{"kafka.bootstrap.servers": "127.0.0.1:9092", "kafka.client.rack": bad})
