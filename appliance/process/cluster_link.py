@@ -13,6 +13,10 @@ ZooKeeper holds. ``{"op": "write", "entity_type": "topics"|"brokers", "entity_na
 "config": {..}}`` carries a validated change, which the cluster worker writes for every broker;
 ``{"op": "read", "entity_type": "topics", "entity_name": ..}`` asks for a topic's overrides.
 The answer: ``{"error_code": .., "error_message": .., "config": {..} or null}``.
+:data:`PRODUCER_ID_BLOCK_REQUEST` (key -3), JSON both ways too, asks for the next block of
+producer ids from ZooKeeper (``{"timeout_ms": ..}``, how long the asker waits; the answer:
+``{"error_code": 0, "block_start": .., "block_end": ..}``, both inclusive, or an error code and
+message when none could be had in time).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import struct
 from typing import NamedTuple
 
 __all__ = ["ClusterLink", "ClusterUnavailable", "Forwarded", "FORWARD_HEAD", "LENGTH", "CONFIG_REQUEST",
-           "forward_frame", "read_forwarded"]
+           "PRODUCER_ID_BLOCK_REQUEST", "forward_frame", "read_forwarded"]
 
 LENGTH = struct.Struct(">I")
 FORWARD_HEAD = struct.Struct(">hhB")  # api key, api version, the listener name's length
@@ -51,6 +55,7 @@ def read_forwarded(frame: bytes) -> Forwarded:
     return Forwarded(api_key, api_version, frame[start:start + n].decode(errors="replace"), start + n)
 _TIMEOUT_S = 60.0  # CreateTopics waits for the controller's elections
 CONFIG_REQUEST = -2  # not a Kafka API key: configs in ZooKeeper (see the module doc)
+PRODUCER_ID_BLOCK_REQUEST = -3  # not a Kafka API key: the next producer id block (module doc)
 
 
 class ClusterUnavailable(Exception):
@@ -77,16 +82,18 @@ class ClusterLink:
             raise
         return await asyncio.open_unix_connection(sock=sock)
 
-    async def call(self, api_key: int, api_version: int, body: bytes, listener: str = "") -> bytes:
+    async def call(self, api_key: int, api_version: int, body: bytes, listener: str = "",
+                   timeout_s: float = _TIMEOUT_S) -> bytes:
         """The encoded response body; ``listener``: the one the client's request came in on.
-        Raises ClusterUnavailable."""
+        Raises ClusterUnavailable (also when no answer came within ``timeout_s``: the
+        connection is closed, so a late answer is never read as another call's)."""
         conn = None
         try:
             conn = self._idle.pop() if self._idle else await self._connect()
             reader, writer = conn
             writer.write(forward_frame(api_key, api_version, listener, body))
-            (n,) = LENGTH.unpack(await asyncio.wait_for(reader.readexactly(4), _TIMEOUT_S))
-            answer = await asyncio.wait_for(reader.readexactly(n), _TIMEOUT_S)
+            (n,) = LENGTH.unpack(await asyncio.wait_for(reader.readexactly(4), timeout_s))
+            answer = await asyncio.wait_for(reader.readexactly(n), timeout_s)
         except (OSError, asyncio.IncompleteReadError, TimeoutError) as e:
             if conn is not None:
                 conn[1].close()
@@ -107,6 +114,16 @@ class ClusterLink:
         ClusterUnavailable."""
         answer = await self._config({"op": "read", "entity_type": "topics", "entity_name": topic})
         return answer.get("config")
+
+    async def producer_id_block(self, timeout_s: float) -> tuple[int, int]:
+        """(first, last), both inclusive: a block of producer ids allocated in ZooKeeper for this
+        broker, for its network workers to hand out. Raises ClusterUnavailable (the cluster
+        worker is away, or could not allocate within ``timeout_s``: ZooKeeper out of reach)."""
+        ask = json.dumps({"timeout_ms": int(timeout_s * 1000)}).encode()
+        answer = json.loads(await self.call(PRODUCER_ID_BLOCK_REQUEST, 0, ask, timeout_s=timeout_s))
+        if answer["error_code"]:
+            raise ClusterUnavailable(answer.get("error_message") or f"error {answer['error_code']}")
+        return int(answer["block_start"]), int(answer["block_end"])
 
     async def _config(self, request: dict) -> dict:
         return json.loads(await self.call(CONFIG_REQUEST, 0, json.dumps(request).encode()))

@@ -31,8 +31,9 @@ __all__ = [
 # 3: partition slots carry the topic id; 4: RING_HEADER.waiting; 5: REPLICA_APPEND_HEADER carries
 # the leader's log start offset; 6: FOLLOWER_FETCH_BODY carries the follower's log start offset;
 # 7: TRUNCATE carries the leader's epoch answer (TRUNCATE_BODY), LATEST_EPOCH, EPOCH_RESULT;
-# 8: LEADERSHIP_SLOT carries where the leader's epoch starts (epoch_start_offset, KIP-207)
-LAYOUT_VERSION = 8
+# 8: LEADERSHIP_SLOT carries where the leader's epoch starts (epoch_start_offset, KIP-207);
+# 9: TABLE_HEADER holds the broker's producer id block (producer_id_next/_last, its refill claim)
+LAYOUT_VERSION = 9
 TABLE_MAGIC = 0x41504C54  # "APLT"
 RING_MAGIC = 0x41504C52  # "APLR"
 MAX_WORKERS = 64  # disk + network workers per broker; far above what a box has disks/cores for
@@ -81,13 +82,17 @@ TABLE_HEADER = Layout("table_header", (
     ("broker_id", "i"),
     ("supervisor_pid", "q"),      # who created it: a later broker reclaims it only if this is dead
     ("generation", "q"),          # bumped on every slot allocation or release: readers re-index
-    ("next_producer_id", "q"),    # InitProducerId counter (allocated under the table lock)
     ("controller_id", "i"),
     ("num_disks", "i"),
     ("started_ms", "q"),
     ("port", "i"),                # the listener port: local producers find their broker by it
     ("pad", "4x"),
-    ("reserved", "32x"),
+    # InitProducerId's current block (ids next..last; next > last: used up) and the monotonic
+    # time until which one worker's refill of it holds the others off: all under the table lock
+    ("producer_id_next", "q"),
+    ("producer_id_last", "q"),
+    ("producer_id_refill_until", "d"),
+    ("reserved", "16x"),
 ))
 
 WORKER_SLOT = Layout("worker_slot", (

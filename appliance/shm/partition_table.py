@@ -51,6 +51,7 @@ _Q = struct.Struct("=Q")
 # the broker's user writes it; its group (local producers, Spark tasks on the host) reads it
 TABLE_MODE = 0o640
 _q = struct.Struct("=q")
+_d = struct.Struct("=d")
 _i = struct.Struct("=i")
 _OFFSETS = struct.Struct("=qqq")  # log_end_offset, high_watermark, log_start_offset: contiguous
 _P = PARTITION_SLOT.offsets  # type: ignore[attr-defined]
@@ -117,9 +118,12 @@ class PartitionTable:
         shm = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=TABLE_MODE, size=size)
         os.fchmod(shm.fd, TABLE_MODE)  # shm_open applies the umask; the mode is the access policy
         buf = mmap.mmap(shm.fd, size)
-        TABLE_HEADER.struct.pack_into(  # type: ignore[attr-defined]
-            buf, 0, TABLE_MAGIC, LAYOUT_VERSION, capacity, broker_id, os.getpid(), 0,
-            int(time.time() * 1000) << 8, broker_id, num_disks, int(time.time() * 1000), port)
+        TABLE_HEADER.pack_into(
+            buf, 0, magic=TABLE_MAGIC, version=LAYOUT_VERSION, capacity=capacity,
+            broker_id=broker_id, supervisor_pid=os.getpid(), controller_id=broker_id,
+            num_disks=num_disks, started_ms=int(time.time() * 1000), port=port,
+            # no block yet: the first InitProducerId fetches one (a restart never reuses ids)
+            producer_id_next=0, producer_id_last=-1)
         return cls(shm, buf, owner=True)
 
     @classmethod
@@ -222,16 +226,40 @@ class PartitionTable:
         finally:
             fcntl.flock(self._shm.fd, fcntl.LOCK_UN)
 
-    def next_producer_id(self) -> int:
-        """A producer id unique on this broker (seeded from the clock so restarts don't reuse ids)."""
-        with self.locked():
-            return self.take_producer_id()
-
-    def take_producer_id(self) -> int:
-        """:meth:`next_producer_id` for a caller that holds the lock."""
-        pid = _q.unpack_from(self._buf, _H["next_producer_id"])[0]
-        _q.pack_into(self._buf, _H["next_producer_id"], pid + 1)
+    # -- the producer id block (process/producer_ids.py): every method under the table lock --
+    def take_producer_id(self) -> int | None:
+        """The next id of the broker's current block, None when the block is used up (then
+        refill it: :meth:`claim_producer_id_refill`). The caller holds the lock."""
+        pid = _q.unpack_from(self._buf, _H["producer_id_next"])[0]
+        if pid > _q.unpack_from(self._buf, _H["producer_id_last"])[0]:
+            return None
+        _q.pack_into(self._buf, _H["producer_id_next"], pid + 1)
         return pid
+
+    def claim_producer_id_refill(self, until: float) -> bool:
+        """Whether the caller is now the one worker fetching the next block, until
+        ``until`` (``time.monotonic()``, one clock for the host); False while another's claim
+        runs. A claim that lapses (its worker died mid-fetch) is taken over. The caller holds
+        the lock."""
+        if _d.unpack_from(self._buf, _H["producer_id_refill_until"])[0] > time.monotonic():
+            return False
+        _d.pack_into(self._buf, _H["producer_id_refill_until"], until)
+        return True
+
+    def end_producer_id_refill(self, block: tuple[int, int] | None) -> None:
+        """Drop the refill claim, making ``block`` (first, last: inclusive; None: the fetch
+        failed) the current block. Any freshly allocated block may replace the current one,
+        even after a lapsed claim: its ids were never handed out, so at worst the rest of the
+        replaced block is skipped. The caller holds the lock."""
+        if block is not None:
+            _q.pack_into(self._buf, _H["producer_id_next"], block[0])
+            _q.pack_into(self._buf, _H["producer_id_last"], block[1])
+        _d.pack_into(self._buf, _H["producer_id_refill_until"], 0.0)
+
+    def producer_id_block(self) -> tuple[int, int]:
+        """(next id, last id) of the current block, for tools and tests."""
+        return (_q.unpack_from(self._buf, _H["producer_id_next"])[0],
+                _q.unpack_from(self._buf, _H["producer_id_last"])[0])
 
     # -- worker slots ---------------------------------------------------------------------
     def _wpos(self, index: int) -> int:

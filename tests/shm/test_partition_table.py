@@ -49,22 +49,53 @@ def test_full_table_and_bad_names(table):
             table.allocate("x" * 250, 0, 1, disk=0)
 
 
+def _take(t: PartitionTable) -> int | None:
+    with t.locked():
+        return t.take_producer_id()
+
+
 def test_producer_ids_unique_across_processes(table):
+    """Two processes taking ids from one block under the table lock never get the same one,
+    and the block runs out at its last id."""
+    assert _take(table) is None  # a new table has no block: the first taker fetches one
+    with table.locked():
+        table.end_producer_id_refill((5000, 5999))
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         t = PartitionTable.attach(table.name)
-        ids = [t.next_producer_id() for _ in range(500)]
+        ids = [_take(t) for _ in range(500)]
         os.write(w, ",".join(map(str, ids)).encode())
         os._exit(0)
     os.close(w)
-    mine = [table.next_producer_id() for _ in range(500)]
+    mine = [_take(table) for _ in range(500)]
     os.waitpid(pid, 0)
     theirs = b""
     while chunk := os.read(r, 65536):
         theirs += chunk
     all_ids = mine + [int(x) for x in theirs.decode().split(",")]
-    assert len(set(all_ids)) == 1000
+    assert sorted(all_ids) == list(range(5000, 6000))
+    assert _take(table) is None and table.producer_id_block() == (6000, 5999)
+
+
+def test_one_refill_claim_at_a_time(table):
+    """One worker fetches the next block; the others see its claim until it ends or lapses."""
+    import time
+
+    other = PartitionTable.attach(table.name)
+    with table.locked():
+        assert table.claim_producer_id_refill(time.monotonic() + 60)
+    with other.locked():
+        assert not other.claim_producer_id_refill(time.monotonic() + 60)
+        other.end_producer_id_refill((0, 999))  # a fetch that started before: installed
+        assert other.take_producer_id() == 0
+    with table.locked():  # the claim ended with the install
+        assert table.claim_producer_id_refill(time.monotonic() - 1)  # lapses at once
+    with other.locked():  # a lapsed claim (its worker died mid-fetch) is taken over
+        assert other.claim_producer_id_refill(time.monotonic() + 60)
+        other.end_producer_id_refill(None)  # the fetch failed: the block stays as it was
+        assert other.take_producer_id() == 1
+    other.close()
 
 
 def test_attach_refuses_other_layouts():
@@ -128,6 +159,9 @@ def test_locked_async_waits_for_the_lock_without_blocking_the_loop(table):
 
     other = PartitionTable.attach(table.name)  # its own descriptor: flock excludes it
 
+    with table.locked():
+        table.end_producer_id_refill((0, 999))
+
     async def take() -> int:
         async with other.locked_async():
             return other.take_producer_id()
@@ -140,7 +174,7 @@ def test_locked_async_waits_for_the_lock_without_blocking_the_loop(table):
                 await asyncio.sleep(0.005)
                 ticks += 1
             assert not task.done()
-        first = table.next_producer_id()  # unlocked again: both get distinct ids
+        first = _take(table)  # unlocked again: both get distinct ids
         return ticks, first, await asyncio.wait_for(task, 5)
 
     ticks, a, b = asyncio.run(main())

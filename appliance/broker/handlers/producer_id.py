@@ -1,10 +1,23 @@
-"""InitProducerId: producer ids for idempotent producers (transactions are not supported)."""
+"""InitProducerId: producer ids for idempotent producers (transactions are not supported).
+
+Ids come from the broker's current block (:mod:`appliance.process.producer_ids`): blocks are
+allocated in ZooKeeper in cluster mode, in the first log dir standalone, so no two producers of
+the cluster, nor of a restarted broker, get the same id.
+"""
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import TYPE_CHECKING
 
 from appliance.errors import ErrorCode
+from appliance.process.producer_ids import (
+    ProducerIdUnavailable,
+    file_blocks,
+    link_blocks,
+    new_producer_id,
+)
 
 if TYPE_CHECKING:
     from appliance.broker.broker_context import BrokerContext
@@ -12,13 +25,37 @@ if TYPE_CHECKING:
 
 __all__ = ["handle"]
 
+log = logging.getLogger(__name__)
+
+_WARN_EVERY_S = 10.0  # producers retry every 100 ms or so through an outage: one line is enough
+_warned = 0.0
+
 
 async def handle(ctx: BrokerContext, request: Request) -> dict:
     if request.body.transactional_id is not None:
         # no transaction coordinator: say so with the error Kafka gives when the coordinator
         # for a transactional id cannot be found
-        return {"throttle_time_ms": 0, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                "producer_id": -1, "producer_epoch": -1}
-    async with ctx.table.locked_async():  # never block the event loop on the table lock
-        producer_id = ctx.table.take_producer_id()
-    return {"throttle_time_ms": 0, "error_code": 0, "producer_id": producer_id, "producer_epoch": 0}
+        return _answer(-1, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    fetch = (link_blocks(ctx.cluster_link) if ctx.cluster_link is not None
+             else file_blocks(ctx.log_dirs[0], ctx.broker_id))
+    try:
+        return _answer(await new_producer_id(ctx.table, fetch), 0)
+    except ProducerIdUnavailable as e:
+        _warn(e)
+        # Kafka's answer when a broker's next block does not come in time
+        # (RPCProducerIdManager): retriable for every client, where COORDINATOR_NOT_AVAILABLE
+        # sends the Java producer looking for a transaction coordinator of a null id
+        return _answer(-1, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+
+
+def _answer(producer_id: int, error_code: int) -> dict:
+    return {"throttle_time_ms": 0, "error_code": error_code, "producer_id": producer_id,
+            "producer_epoch": 0 if producer_id >= 0 else -1}
+
+
+def _warn(e: ProducerIdUnavailable) -> None:
+    global _warned
+    now = time.monotonic()
+    if now - _warned >= _WARN_EVERY_S:
+        _warned = now
+        log.warning("no producer id block to hand out ids from (answering COORDINATOR_LOAD_IN_PROGRESS): %s", e)
