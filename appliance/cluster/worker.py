@@ -11,6 +11,7 @@ The network workers hand it, over an abstract Unix stream socket
 UpdateMetadata and the clients' Metadata, CreateTopics, ElectLeaders and the reassignment APIs
 (45, 46); it answers with encoded bodies. Config changes of this broker's clients come the same
 way and go to ZooKeeper; every broker applies them from /config/changes (:mod:`config_changes`).
+So do the network workers' asks for a block of producer ids (:mod:`producer_id_blocks`).
 
 Exit codes: 3 when the broker cannot join (broker.id registered by another live broker,
 ZooKeeper unreachable past zookeeper.connection.timeout.ms, or the id taken while this
@@ -55,6 +56,7 @@ from appliance.cluster.leadership import partition_states
 from appliance.cluster.local_replicas import LocalReplicas
 from appliance.cluster.member import ClusterMember
 from appliance.cluster.previous_session import close_previous_session, save_session
+from appliance.cluster.producer_id_blocks import BlockAllocator
 from appliance.cluster.reassignment_api import answer_alter_reassignments, answer_list_reassignments
 from appliance.cluster.registry import BrokerIdInUse
 from appliance.cluster.replication_throttle import ThrottleSettings, publish_leader_throttles
@@ -66,11 +68,18 @@ from appliance.cluster.zk_session import ZooKeeperUnreachable, open_session
 from appliance.cluster.zk_store import ZkStore
 from appliance.config import BrokerConfig
 from appliance.metrics.recorder import Recorder, attach_recorder
-from appliance.process.cluster_link import CONFIG_REQUEST, LENGTH, Forwarded, read_forwarded
+from appliance.process.cluster_link import (
+    CONFIG_REQUEST,
+    LENGTH,
+    PRODUCER_ID_BLOCK_REQUEST,
+    Forwarded,
+    read_forwarded,
+)
 from appliance.process.disk_client import DiskClient
 from appliance.process.event_loop import run_event_loop
 from appliance.process.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.process.plumbing import Plumbing
+from appliance.process.producer_ids import ProducerIdUnavailable, fill_block
 from appliance.process.ring_context import RingContext
 from appliance.protocol.messages import (
     AlterPartitionReassignments,
@@ -148,6 +157,7 @@ class ClusterWorker:
         self.replicas: LocalReplicas | None = None
         self.answers = self._answers()
         self.configs: ConfigChanges | None = None
+        self.producer_ids: BlockAllocator | None = None  # once joined
         # bound here: uvloop takes no abstract address (a leading NUL) as a path
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(cluster_address(p.base))
@@ -186,6 +196,8 @@ class ClusterWorker:
         config_task = asyncio.ensure_future(self.configs.run())
         acl_task = asyncio.ensure_future(AclMirror(self.member.client, self.log_dirs[0]).run())
         throttle_task = asyncio.ensure_future(self._publish_leader_throttles(area))
+        self.producer_ids = BlockAllocator(self.member.client, self.broker_id)
+        producer_ids_task = asyncio.ensure_future(self._first_producer_ids(table))
         table.set_worker_state(self.slot, WorkerState.READY)
         log.info("broker %d joined the cluster", self.broker_id)
         code = EXIT_OK
@@ -214,6 +226,7 @@ class ClusterWorker:
         config_task.cancel()
         acl_task.cancel()
         throttle_task.cancel()
+        producer_ids_task.cancel()
         server.close()
         try:
             await loop.run_in_executor(None, self.member.stop)
@@ -269,6 +282,15 @@ class ClusterWorker:
                 log.exception("publishing the leader replication throttles failed")
             await asyncio.sleep(_THROTTLE_PUBLISH_S)
 
+    async def _first_producer_ids(self, table: PartitionTable) -> None:
+        """Take this broker's first producer id block now, as Kafka's broker does at start: a
+        broker that has served no producer yet can then still give ids while ZooKeeper is out
+        of reach. Failing here is no harm: the network workers ask again when they need one."""
+        try:
+            await fill_block(table, self.producer_ids.allocate)
+        except ProducerIdUnavailable as e:
+            log.warning("no first producer id block yet: %s", e)
+
     def _registration(self) -> tuple[str, int] | None:
         client = open_session(self.member.settings)
         try:
@@ -295,6 +317,10 @@ class ClusterWorker:
                 head = read_forwarded(frame)
                 if head.api_key == CONFIG_REQUEST:
                     body = await self._config_request(frame[head.body_at:])
+                elif head.api_key == PRODUCER_ID_BLOCK_REQUEST:
+                    if self.producer_ids is None:  # not joined yet: a closed link, retriable
+                        raise ConnectionError("not joined yet")
+                    body = await self.producer_ids.answer(frame[head.body_at:])
                 else:
                     body = await self._answer(head, frame)
                 writer.write(LENGTH.pack(len(body)) + body)

@@ -24,6 +24,9 @@ Formats (Kafka: core/src/main/scala/kafka/zk/ZkData.scala):
   ``{"version":1,"partitions":[{"topic":..,"partition":..,"replicas":[..]}]}``;
   ``/admin/preferred_replica_election`` and ``/isr_change_notification/isr_change_<seq>``:
   ``{"version":1,"partitions":[{"topic":..,"partition":..}]}``
+- ``/latest_producer_id_block``: ``{"version":1,"broker":..,"block_start":"<first>",
+  "block_end":"<last>"}`` (empty until a broker takes the first block; the codec is
+  :mod:`appliance.storage.producer_id_block`, shared with a standalone broker's file)
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ __all__ = [
     "BROKER_IDS", "BROKER_TOPICS", "CONTROLLER", "CONTROLLER_EPOCH", "CONFIG_TOPICS", "CONFIG_BROKERS",
     "CONFIG_CHANGES", "CONFIG_CHANGE_PREFIX", "DELETE_TOPICS", "REASSIGN_PARTITIONS",
     "PREFERRED_REPLICA_ELECTION", "ISR_CHANGE_NOTIFICATION", "ISR_CHANGE_PREFIX", "CLUSTER_ID",
+    "PRODUCER_ID_BLOCK",
     "PERSISTENT_PATHS", "ZnodeFormatError", "BrokerInfo", "LeaderIsr", "TopicAssignment",
     "TopicPartition", "broker_path", "topic_path", "partitions_path", "partition_state_path",
     "topic_config_path", "broker_config_path", "decode_config", "delete_topic_path", "encode_broker", "decode_broker", "encode_topic",
@@ -66,12 +70,13 @@ PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 ISR_CHANGE_PREFIX = ISR_CHANGE_NOTIFICATION + "/isr_change_"
 CLUSTER_ID = "/cluster/id"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 
 # What a Kafka broker creates at start (KafkaZkClient.createTopLevelPaths).
 PERSISTENT_PATHS = (
     "/consumers", BROKER_IDS, BROKER_TOPICS, CONFIG_CHANGES, CONFIG_TOPICS, "/config/clients",
     "/config/users", CONFIG_BROKERS, DELETE_TOPICS, "/brokers/seqid", ISR_CHANGE_NOTIFICATION,
-    "/latest_producer_id_block", "/log_dir_event_notification",
+    PRODUCER_ID_BLOCK, "/log_dir_event_notification",
 )
 
 
