@@ -10,9 +10,9 @@ meanwhile; none blocks its event loop. The cluster worker fills the block the sa
 joins (Kafka's broker takes its first block at start), so a broker that served no producer yet
 still has ids to give while ZooKeeper is out of reach.
 
-Every wait is bounded by :data:`WAIT_S`: past it, :class:`ProducerIdUnavailable`, which
-InitProducerId answers with a retriable error. A claim lapses after the same time, so a worker
-that died mid-fetch holds up no one for longer.
+Every wait is bounded by :data:`WAIT_S` (and a fetch's grace): past it,
+:class:`ProducerIdUnavailable`, which InitProducerId answers with a retriable error. A claim
+lapses after the same time, so a worker that died mid-fetch holds up no one for longer.
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ __all__ = ["WAIT_S", "FetchBlock", "ProducerIdUnavailable", "new_producer_id", "
 # error rather than its own timeout; far above a ZooKeeper round trip or an fsync.
 WAIT_S = 5.0
 _POLL_S = 0.005  # a waiting worker's look at the table: the fetching one takes milliseconds
+# past a fetch's own timeout, for a fetch that keeps none (the file's fsync): the cluster link
+# gives up first, closing its connection cleanly rather than being cancelled mid-read
+_GRACE_S = 0.5
 
 # (timeout in seconds) -> (first, last) of a newly allocated block, both inclusive
 FetchBlock = Callable[[float], Awaitable[tuple[int, int]]]
@@ -49,7 +52,7 @@ async def new_producer_id(table: PartitionTable, fetch: FetchBlock, wait_s: floa
     while True:
         async with table.locked_async():
             pid = table.take_producer_id()
-            claimed = pid is None and table.claim_producer_id_refill(time.monotonic() + wait_s)
+            claimed = pid is None and table.claim_producer_id_refill(time.monotonic() + wait_s + _GRACE_S)
         if pid is not None:
             return pid
         if claimed:
@@ -67,7 +70,7 @@ async def fill_block(table: PartitionTable, fetch: FetchBlock, wait_s: float = W
     worker's first block). True when a block was installed here. Raises ProducerIdUnavailable."""
     async with table.locked_async():
         first, last = table.producer_id_block()
-        claimed = first > last and table.claim_producer_id_refill(time.monotonic() + wait_s)
+        claimed = first > last and table.claim_producer_id_refill(time.monotonic() + wait_s + _GRACE_S)
     if claimed:
         await _refill(table, fetch, wait_s, take=False)
     return claimed
@@ -76,7 +79,8 @@ async def fill_block(table: PartitionTable, fetch: FetchBlock, wait_s: float = W
 async def _refill(table: PartitionTable, fetch: FetchBlock, timeout_s: float, take: bool) -> int | None:
     """Fetch a block under the claim and install it; with ``take``, the first id of it."""
     try:
-        first, last = await asyncio.wait_for(fetch(max(timeout_s, 0.0)), max(timeout_s, 0.0))
+        timeout_s = max(timeout_s, 0.0)
+        first, last = await asyncio.wait_for(fetch(timeout_s), timeout_s + _GRACE_S)
         if not 0 <= first <= last:
             raise ValueError(f"not a block of producer ids: {first}..{last}")
     except Exception as e:  # a cancellation leaves the claim to lapse by itself
