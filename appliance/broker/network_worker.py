@@ -46,6 +46,7 @@ from appliance.process.event_loop import run_event_loop
 from appliance.process.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.process.gc_policy import freeze_startup_objects
 from appliance.process.plumbing import Plumbing
+from appliance.process.producer_ids import file_blocks, take_first_block
 from appliance.protocol.frames import SIZE
 from appliance.protocol.types import FileSlice
 from appliance.security.sasl import AUTHENTICATE as SASL_AUTHENTICATE
@@ -762,12 +763,18 @@ class NetworkWorker:
         freeze_startup_objects()
         table.set_worker_state(self.slot, WorkerState.READY)
         beat = asyncio.ensure_future(self._heartbeat(table, ctx, ctx.metrics))
+        # standalone, the broker's first producer id block now (the cluster worker takes it
+        # when it joins): the first InitProducerId waits on no fsync
+        first_ids = None if self.plumbing.cluster else asyncio.ensure_future(
+            take_first_block(table, file_blocks(self.log_dirs[0], ctx.broker_id)))
         idle_ms = int(self.config["connections.max.idle.ms"])
         reaper = asyncio.ensure_future(reap_idle_connections(ctx.connections, idle_ms)) \
             if idle_ms > 0 else None
         await stop.wait()
         if reaper is not None:
             reaper.cancel()
+        if first_ids is not None:
+            first_ids.cancel()
         # graceful: no new connections, finish what is in flight, then go
         for acceptor in ctx.acceptors:
             acceptor.close()

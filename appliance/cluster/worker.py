@@ -79,7 +79,7 @@ from appliance.process.disk_client import DiskClient
 from appliance.process.event_loop import run_event_loop
 from appliance.process.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.process.plumbing import Plumbing
-from appliance.process.producer_ids import ProducerIdUnavailable, fill_block
+from appliance.process.producer_ids import take_first_block
 from appliance.process.ring_context import RingContext
 from appliance.protocol.messages import (
     AlterPartitionReassignments,
@@ -197,7 +197,8 @@ class ClusterWorker:
         acl_task = asyncio.ensure_future(AclMirror(self.member.client, self.log_dirs[0]).run())
         throttle_task = asyncio.ensure_future(self._publish_leader_throttles(area))
         self.producer_ids = BlockAllocator(self.member.client, self.broker_id)
-        producer_ids_task = asyncio.ensure_future(self._first_producer_ids(table))
+        # Kafka's broker takes its first block at start: ids even while ZooKeeper is away
+        producer_ids_task = asyncio.ensure_future(take_first_block(table, self.producer_ids.allocate))
         table.set_worker_state(self.slot, WorkerState.READY)
         log.info("broker %d joined the cluster", self.broker_id)
         code = EXIT_OK
@@ -281,15 +282,6 @@ class ClusterWorker:
             except Exception:
                 log.exception("publishing the leader replication throttles failed")
             await asyncio.sleep(_THROTTLE_PUBLISH_S)
-
-    async def _first_producer_ids(self, table: PartitionTable) -> None:
-        """Take this broker's first producer id block now, as Kafka's broker does at start: a
-        broker that has served no producer yet can then still give ids while ZooKeeper is out
-        of reach. Failing here is no harm: the network workers ask again when they need one."""
-        try:
-            await fill_block(table, self.producer_ids.allocate)
-        except ProducerIdUnavailable as e:
-            log.warning("no first producer id block yet: %s", e)
 
     def _registration(self) -> tuple[str, int] | None:
         client = open_session(self.member.settings)

@@ -6,9 +6,9 @@ workers hand out the same id. When the block is used up, the first worker to not
 refill (:meth:`PartitionTable.claim_producer_id_refill`) and fetches the next block without the
 lock held: from ZooKeeper through the cluster worker (:func:`link_blocks`) or from the first log
 dir's ``producer-id-block`` file standalone (:func:`file_blocks`). The others poll the table
-meanwhile; none blocks its event loop. The cluster worker fills the block the same way when it
-joins (Kafka's broker takes its first block at start), so a broker that served no producer yet
-still has ids to give while ZooKeeper is out of reach.
+meanwhile; none blocks its event loop. The block is filled the same way when the broker starts
+(:func:`take_first_block`: the cluster worker when it joins, the network workers standalone),
+so a broker that served no producer yet still has ids to give while ZooKeeper is out of reach.
 
 Every wait is bounded by :data:`WAIT_S` (and a fetch's grace): past it,
 :class:`ProducerIdUnavailable`, which InitProducerId answers with a retriable error. A claim
@@ -18,6 +18,7 @@ lapses after the same time, so a worker that died mid-fetch holds up no one for 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 
@@ -26,7 +27,9 @@ from appliance.shm.partition_table import PartitionTable
 from appliance.storage.producer_id_block_file import allocate_block
 
 __all__ = ["WAIT_S", "FetchBlock", "ProducerIdUnavailable", "new_producer_id", "fill_block",
-           "file_blocks", "link_blocks"]
+           "take_first_block", "file_blocks", "link_blocks"]
+
+log = logging.getLogger(__name__)
 
 # Well under a client's request timeout (30 s in Kafka's producer), so it sees our retriable
 # error rather than its own timeout; far above a ZooKeeper round trip or an fsync.
@@ -74,6 +77,16 @@ async def fill_block(table: PartitionTable, fetch: FetchBlock, wait_s: float = W
     if claimed:
         await _refill(table, fetch, wait_s, take=False)
     return claimed
+
+
+async def take_first_block(table: PartitionTable, fetch: FetchBlock) -> None:
+    """:func:`fill_block` at a worker's start (Kafka's broker takes its first block at start):
+    the first InitProducerId then waits on no fetch, and a cluster broker has ids while
+    ZooKeeper is away. A failure is only logged: InitProducerId asks again when it needs one."""
+    try:
+        await fill_block(table, fetch)
+    except ProducerIdUnavailable as e:
+        log.warning("no first producer id block yet: %s", e)
 
 
 async def _refill(table: PartitionTable, fetch: FetchBlock, timeout_s: float, take: bool) -> int | None:

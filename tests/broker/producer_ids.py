@@ -3,6 +3,8 @@ broker's network workers."""
 
 from __future__ import annotations
 
+import time
+
 import psutil
 
 import appliance.protocol as proto
@@ -43,14 +45,18 @@ def ids_of(answers: list[tuple[int, int]]) -> list[int]:
     return [pid for _, pid in answers]
 
 
-def serving_worker(broker: BrokerProcess, conn: RawConnection) -> int:
-    """The pid of the network worker that accepted ``conn``."""
+def serving_worker(broker: BrokerProcess, conn: RawConnection, timeout: float = 10.0) -> int:
+    """The pid of the network worker that accepted ``conn`` (waiting for the accept: until
+    then the connection sits in the listening socket's queue, held by no worker)."""
     port = conn.sock.getsockname()[1]
-    for pid in broker.worker_pids("network worker"):
-        for c in psutil.Process(pid).net_connections(kind="tcp"):
-            if c.raddr and c.raddr.port == port:
-                return pid
-    raise AssertionError(f"no network worker holds the connection from port {port}")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in broker.worker_pids("network worker"):
+            for c in psutil.Process(pid).net_connections(kind="tcp"):
+                if c.raddr and c.raddr.port == port:
+                    return pid
+        time.sleep(0.02)
+    raise AssertionError(f"no network worker accepted the connection from port {port} in {timeout} s")
 
 
 def connections_on_every_worker(broker: BrokerProcess, workers: int) -> list[RawConnection]:

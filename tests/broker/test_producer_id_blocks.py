@@ -44,13 +44,14 @@ def test_a_restarted_broker_never_hands_out_an_id_again(tmp_path):
     with second:
         with RawConnection(second.port) as c:
             after_stop = ids_of(init_producer_ids(c, 1200))
-        assert after_stop[0] == 2000 and min(after_stop) > max(before)
+        # requests on a connection run at once, so ids come in any order: compare as sets
+        assert sorted(after_stop) == list(range(2000, 3200))
         second.kill()  # SIGKILL supervisor and workers: block 3000-3999 is recorded, half used
     third = BrokerProcess(tmp_path, port=first.port)
     with third:
         with RawConnection(third.port) as c:
             after_kill = ids_of(init_producer_ids(c, 10))
-    assert after_kill[0] == 4000
+    assert sorted(after_kill) == list(range(4000, 4010))
     assert not set(after_kill) & (set(before) | set(after_stop))
 
 
@@ -60,10 +61,10 @@ def test_no_block_to_be_had_answers_a_retriable_error_then_ids_again(tmp_path):
     an idempotent confluent-kafka producer waiting meanwhile delivers once it is fixed."""
     from confluent_kafka import Producer
 
+    blocker = tmp_path / "disk0" / (BLOCK_FILE + ".tmp")
+    blocker.mkdir(parents=True)  # before the start: the broker takes its first block then
     with BrokerProcess(tmp_path) as b:
         create_topic(b.bootstrap, "pid-fault")
-        blocker = Path(b.log_dirs[0]) / (BLOCK_FILE + ".tmp")
-        blocker.mkdir()
         with RawConnection(b.port) as c:
             started = time.monotonic()
             answers = init_producer_ids(c, 3)
@@ -75,8 +76,8 @@ def test_no_block_to_be_had_answers_a_retriable_error_then_ids_again(tmp_path):
             assert p.flush(3) == 1  # no producer id yet: the record waits, the producer retries
             blocker.rmdir()
             assert p.flush(30) == 0
-            assert ids_of(init_producer_ids(c, 2)) == [1, 2]
-        assert "no producer id block" in b.log()
+            assert sorted(ids_of(init_producer_ids(c, 2))) == [1, 2]
+        assert "no first producer id block yet" in b.log() and "no producer id block" in b.log()
 
 
 def test_a_block_file_not_ours_is_refused_until_the_operator_decides(tmp_path):
