@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from appliance.client.connection import BrokerConnection, ConnectionFailed, parse_bootstrap
 from appliance.client.partitioner import StickyPartitioner, partition_for
+from appliance.client.producer_id import init_producer_id
 from appliance.errors import (
     ErrorCode,
     InvalidConfigError,
@@ -141,12 +142,10 @@ class Producer:
             self._sticky.next(topic, n)
 
     def _init_producer_id(self) -> None:
-        resp = self._bootstrap().request(22, {"transactional_id": None,
-                                              "transaction_timeout_ms": self.timeout_ms})
-        if resp.error_code:
-            raise error_for_code(resp.error_code)(
-                f"InitProducerId: {ErrorCode(resp.error_code).name}")
-        self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
+        conn = self._bootstrap()
+        self.producer_id, self.producer_epoch = init_producer_id(
+            lambda: conn.request(22, {"transactional_id": None, "transaction_timeout_ms": self.timeout_ms}),
+            self.timeout_ms / 1000)
 
     def flush(self) -> None:
         """Send everything queued and wait for the acknowledgements (acks option).

@@ -44,15 +44,14 @@ from appliance.client.delivery import (
 from appliance.client.errors import ClientClosedError, KafkaConnectionError, QueueFull
 from appliance.client.java_names import encoder_named, partitioner_named
 from appliance.client.partitioner import StickyPartitioner, partition_for
+from appliance.client.producer_id import init_producer_id
 from appliance.client.serialization import DefaultEncoder, as_encoder
 from appliance.client.transport import open_transport
 from appliance.errors import (
     DuplicateSequenceError,
-    ErrorCode,
     KafkaError,
     MessageTooLargeError,
     UnknownTopicOrPartitionError,
-    error_for_code,
 )
 from appliance.records import Compression, Record, build_batch
 from native.batch_build import build_batch_columns, max_batch_size
@@ -1081,10 +1080,9 @@ class Producer(Send):
     # ------------------------------------------------------------------ idempotence
     def _init_producer_id(self) -> None:
         conn = self.cluster.any_connection()
-        resp = conn.request(22, {"transactional_id": None, "transaction_timeout_ms": 60000})
-        if resp.error_code:
-            raise error_for_code(resp.error_code)(f"InitProducerId failed: {ErrorCode(resp.error_code).name}")
-        self._producer_id, self._epoch = resp.producer_id, resp.producer_epoch
+        self._producer_id, self._epoch = init_producer_id(
+            lambda: conn.request(22, {"transactional_id": None, "transaction_timeout_ms": 60000}),
+            self.request_timeout_ms / 1000)
         self._sequences.clear()
 
     def _reset_idempotence(self, b: _Batch) -> None:
