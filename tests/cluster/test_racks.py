@@ -124,30 +124,6 @@ def test_a_consumer_reads_from_the_follower_in_its_rack(racks):
     assert after[leader] - before[leader] < size  # not by the leader (it sends followers nothing new)
 
 
-def test_a_broker_without_a_rack_follows_kafkas_rule(racks):
-    brokers, connect, root = racks
-    seventh = cluster_broker(root / "b7", connect, 7, overrides={"offsets.topic.replication.factor": "3"})
-    try:
-        seventh.start()
-        everyone = {**brokers, 7: seventh}
-        wait_joined(everyone.values(), 7)
-        boot = _boot(everyone)
-        admin = AdminClient({"bootstrap.servers": boot})
-        with pytest.raises(KafkaException, match="Not all brokers have rack information"):
-            admin.create_topics([NewTopic("mixed", 3, 2)])["mixed"].result(60)
-        r = appliance("topics", "--bootstrap-server", seventh.bootstrap, "--create", "--topic", "mixed",
-                      "--partitions", "7", "--replication-factor", "2", "--disable-rack-aware")
-        assert r.returncode == 0, r.stderr
-        assert len(_assignment(boot, "mixed")) == 7
-        # a topic the broker creates itself (auto-creation) ignores the racks, as Kafka's Safe mode
-        p = Producer({"bootstrap.servers": boot})
-        p.produce("auto-made", b"x")
-        assert p.flush(30) == 0
-        assert _assignment(boot, "auto-made")
-    finally:
-        seventh.kill()
-
-
 def test_the_spark_sources_remote_read_goes_to_its_racks_replica(racks):
     """The Spark source's read of a partition it has no local replica of (spark/remote_reader.py,
     as a task runs it) with the ``kafka.client.rack`` option: the leader names the in-sync
@@ -185,3 +161,27 @@ def test_the_spark_sources_remote_read_goes_to_its_racks_replica(racks):
     size = sum(len(v) for v in values)
     assert after[near] - before[near] >= size, (near, before, after)  # several fetches, all to the follower
     assert after[leader] - before[leader] < size
+
+
+def test_a_broker_without_a_rack_follows_kafkas_rule(racks):
+    brokers, connect, root = racks
+    seventh = cluster_broker(root / "b7", connect, 7, overrides={"offsets.topic.replication.factor": "3"})
+    try:
+        seventh.start()
+        everyone = {**brokers, 7: seventh}
+        wait_joined(everyone.values(), 7)
+        boot = _boot(everyone)
+        admin = AdminClient({"bootstrap.servers": boot})
+        with pytest.raises(KafkaException, match="Not all brokers have rack information"):
+            admin.create_topics([NewTopic("mixed", 3, 2)])["mixed"].result(60)
+        r = appliance("topics", "--bootstrap-server", seventh.bootstrap, "--create", "--topic", "mixed",
+                      "--partitions", "7", "--replication-factor", "2", "--disable-rack-aware")
+        assert r.returncode == 0, r.stderr
+        assert len(_assignment(boot, "mixed")) == 7
+        # a topic the broker creates itself (auto-creation) ignores the racks, as Kafka's Safe mode
+        p = Producer({"bootstrap.servers": boot})
+        p.produce("auto-made", b"x")
+        assert p.flush(30) == 0
+        assert _assignment(boot, "auto-made")
+    finally:
+        seventh.kill()
