@@ -84,24 +84,31 @@ def _bytes_out(b, topic: str) -> float:
     return value(scrape(b.metrics_port), "kafka_server_brokertopicmetrics_bytesout_total", topic=topic)
 
 
-def test_a_consumer_reads_from_the_follower_in_its_rack(racks):
-    brokers, _, _ = racks
+def _rack_topic(brokers, topic: str, values: list[bytes]) -> tuple[int, int]:
+    """A one-partition RF 3 topic holding ``values``, every replica in the ISR; (its leader, an
+    in-sync follower in another rack)."""
     boot = _boot(brokers)
     admin = AdminClient({"bootstrap.servers": boot})  # kept alive while its future is awaited
-    admin.create_topics([NewTopic("near", 1, 3)])["near"].result(60)
-    md = AdminClient({"bootstrap.servers": boot}).list_topics("near", timeout=10).topics["near"].partitions[0]
+    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(60)
+    md = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
     leader, replicas = md.leader, list(md.replicas)
-    near = next(r for r in replicas if RACK[r] != RACK[leader])  # a follower in another rack
     p = Producer({"bootstrap.servers": boot, "acks": "all", "linger.ms": 5})
-    values = [f"near-{n}".encode() * 10 for n in range(2000)]
     for v in values:
-        p.produce("near", v, partition=0)
+        p.produce(topic, v, partition=0)
     assert p.flush(60) == 0
     for b in brokers.values():
         wait_for_endpoint(b.metrics_port)
-    # the follower's copy complete and in the ISR before the consumer comes
-    wait_for(lambda: sorted(AdminClient({"bootstrap.servers": boot}).list_topics("near", timeout=10)
-                            .topics["near"].partitions[0].isrs) == sorted(replicas), 30, "a full ISR")
+    # the follower's copy complete and in the ISR before the reader comes
+    wait_for(lambda: sorted(AdminClient({"bootstrap.servers": boot}).list_topics(topic, timeout=10)
+                            .topics[topic].partitions[0].isrs) == sorted(replicas), 30, "a full ISR")
+    return leader, next(r for r in replicas if RACK[r] != RACK[leader])
+
+
+def test_a_consumer_reads_from_the_follower_in_its_rack(racks):
+    brokers, _, _ = racks
+    boot = _boot(brokers)
+    values = [f"near-{n}".encode() * 10 for n in range(2000)]
+    leader, near = _rack_topic(brokers, "near", values)
     before = {i: _bytes_out(b, "near") for i, b in brokers.items()}
     c = Consumer({"bootstrap.servers": boot, "group.id": f"g-{uuid.uuid4().hex}", "client.rack": RACK[near],
                   "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100})
@@ -133,20 +140,8 @@ def test_the_spark_sources_remote_read_goes_to_its_racks_replica(racks):
 
     brokers, _, _ = racks
     boot = _boot(brokers)
-    admin = AdminClient({"bootstrap.servers": boot})  # kept alive while its future is awaited
-    admin.create_topics([NewTopic("near-spark", 1, 3)])["near-spark"].result(60)
-    md = admin.list_topics("near-spark", timeout=10).topics["near-spark"].partitions[0]
-    leader, replicas = md.leader, list(md.replicas)
-    near = next(r for r in replicas if RACK[r] != RACK[leader])
-    p = Producer({"bootstrap.servers": boot, "acks": "all", "linger.ms": 5})
     values = [f"spark-{n}".encode() * 10 for n in range(3000)]
-    for v in values:
-        p.produce("near-spark", v, partition=0)
-    assert p.flush(60) == 0
-    for b in brokers.values():
-        wait_for_endpoint(b.metrics_port)
-    wait_for(lambda: sorted(AdminClient({"bootstrap.servers": boot}).list_topics("near-spark", timeout=10)
-                            .topics["near-spark"].partitions[0].isrs) == sorted(replicas), 30, "a full ISR")
+    leader, near = _rack_topic(brokers, "near-spark", values)
     before = {i: _bytes_out(b, "near-spark") for i, b in brokers.items()}
     view = BrokerView(boot, 30000)
     try:

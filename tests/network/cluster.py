@@ -108,21 +108,15 @@ class Report:
                 f"rewound {self.offsets_rewound}; {r}; problems {len(self.problems)}")
 
 
-class _Stream:
-    """The producer process in the client host and what it reported."""
+class _ClientProcess:
+    """A client process of the client host (``python -m <module>``) that takes commands on
+    stdin and reports on stdout, one line each; :meth:`_line` takes each report's fields."""
 
-    def __init__(self, host: Host, bootstrap: str, workdir: Path) -> None:
-        self.acked: dict[tuple[int, int], int] = {}  # (partition, offset) -> seq
-        self.unplaced: set[tuple[int, int]] = set()  # (partition, seq) acknowledged with no offset
-        self.failed: set[tuple[int, int]] = set()
-        self.twice: list[tuple[int, int]] = []
-        self.lock = threading.Lock()
-        self._paused = threading.Event()
-        self._paused_left = 0
-        self.stderr = open(workdir / "producer.err", "ab")
+    def __init__(self, host: Host, module: str, args: list[str], workdir: Path, name: str) -> None:
+        self.lock = threading.Lock()  # held around _line
+        self.stderr = open(workdir / f"{name}.err", "ab")
         self.proc = subprocess.Popen(
-            host.command([sys.executable, "-m", "tests.network.producer", "--bootstrap", bootstrap,
-                          "--topic", TOPIC, "--partitions", str(PARTITIONS)]),
+            host.command([sys.executable, "-m", module, *args]),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True,
             start_new_session=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -131,25 +125,56 @@ class _Stream:
     def _read(self) -> None:
         for line in self.proc.stdout:
             f = line.split(maxsplit=3)
-            if not f:
-                continue
-            with self.lock:
-                if f[0] == "a":
-                    key, seq = (int(f[1]), int(f[2])), int(f[3])
-                    if key in self.acked:
-                        self.twice.append(key)
-                    self.acked[key] = seq
-                elif f[0] == "u":
-                    self.unplaced.add((int(f[1]), int(f[2])))
-                elif f[0] == "f":
-                    self.failed.add((int(f[1]), int(f[2])))
-                elif f[0] == "paused":
-                    self._paused_left = int(f[1])
-                    self._paused.set()
+            if f:
+                with self.lock:
+                    self._line(f)
+
+    def _line(self, f: list[str]) -> None:
+        raise NotImplementedError
 
     def _send(self, cmd: str) -> None:
         self.proc.stdin.write(cmd + "\n")
         self.proc.stdin.flush()
+
+    def resume(self) -> None:
+        self._send("resume")
+
+    def close(self) -> None:
+        try:
+            self._send("stop")
+            self.proc.wait(40)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait(10)
+        self.stderr.close()
+
+
+class _Stream(_ClientProcess):
+    """The producer process (producer.py) in the client host and what it reported."""
+
+    def __init__(self, host: Host, bootstrap: str, workdir: Path) -> None:
+        self.acked: dict[tuple[int, int], int] = {}  # (partition, offset) -> seq
+        self.unplaced: set[tuple[int, int]] = set()  # (partition, seq) acknowledged with no offset
+        self.failed: set[tuple[int, int]] = set()
+        self.twice: list[tuple[int, int]] = []
+        self._paused = threading.Event()
+        self._paused_left = 0
+        super().__init__(host, "tests.network.producer", ["--bootstrap", bootstrap, "--topic", TOPIC,
+                                                          "--partitions", str(PARTITIONS)], workdir, "producer")
+
+    def _line(self, f: list[str]) -> None:
+        if f[0] == "a":
+            key, seq = (int(f[1]), int(f[2])), int(f[3])
+            if key in self.acked:
+                self.twice.append(key)
+            self.acked[key] = seq
+        elif f[0] == "u":
+            self.unplaced.add((int(f[1]), int(f[2])))
+        elif f[0] == "f":
+            self.failed.add((int(f[1]), int(f[2])))
+        elif f[0] == "paused":
+            self._paused_left = int(f[1])
+            self._paused.set()
 
     def pause(self, timeout: float = 150.0) -> int:
         """Stop producing and wait for every delivery report; how many are still unreported."""
@@ -159,73 +184,34 @@ class _Stream:
             raise AssertionError(f"the producer did not flush within {timeout} s")
         return self._paused_left
 
-    def resume(self) -> None:
-        self._send("resume")
 
-    def close(self) -> None:
-        try:
-            self._send("stop")
-            self.proc.wait(40)
-        except (OSError, subprocess.TimeoutExpired):
-            self.proc.kill()
-            self.proc.wait(10)
-        self.stderr.close()
-
-
-class _Committer:
+class _Committer(_ClientProcess):
     """The group offsets client (committer.py) in the client host and what it reported."""
 
     def __init__(self, host: Host, bootstrap: str, workdir: Path) -> None:
         self.acked = [0] * PARTITIONS  # the last acknowledged commit of each partition
         self.tried = [0] * PARTITIONS  # the last commit tried
         self.failed = 0
-        self.lock = threading.Lock()
         self._paused = threading.Event()
-        self.stderr = open(workdir / "committer.err", "ab")
-        self.proc = subprocess.Popen(
-            host.command([sys.executable, "-m", "tests.network.committer", "--bootstrap", bootstrap,
-                          "--group", GROUP, "--topic", TOPIC, "--partitions", str(PARTITIONS)]),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True,
-            start_new_session=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
+        super().__init__(host, "tests.network.committer", ["--bootstrap", bootstrap, "--group", GROUP,
+                                                           "--topic", TOPIC, "--partitions", str(PARTITIONS)],
+                         workdir, "committer")
 
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            f = line.split(maxsplit=3)
-            if not f:
-                continue
-            with self.lock:
-                if f[0] == "t":
-                    self.tried[int(f[1])] = int(f[2])
-                elif f[0] == "c":
-                    self.acked[int(f[1])] = int(f[2])
-                elif f[0] == "f":
-                    self.failed += 1
-                elif f[0] == "paused":
-                    self._paused.set()
-
-    def _send(self, cmd: str) -> None:
-        self.proc.stdin.write(cmd + "\n")
-        self.proc.stdin.flush()
+    def _line(self, f: list[str]) -> None:
+        if f[0] == "t":
+            self.tried[int(f[1])] = int(f[2])
+        elif f[0] == "c":
+            self.acked[int(f[1])] = int(f[2])
+        elif f[0] == "f":
+            self.failed += 1
+        elif f[0] == "paused":
+            self._paused.set()
 
     def pause(self, timeout: float = 60.0) -> bool:
         """Let the commit in flight finish and start no other; False if it did not in time."""
         self._paused.clear()
         self._send("pause")
         return self._paused.wait(timeout)
-
-    def resume(self) -> None:
-        self._send("resume")
-
-    def close(self) -> None:
-        try:
-            self._send("stop")
-            self.proc.wait(40)
-        except (OSError, subprocess.TimeoutExpired):
-            self.proc.kill()
-            self.proc.wait(10)
-        self.stderr.close()
 
 
 class _Relay:
