@@ -14,6 +14,8 @@ import logging
 import time
 from typing import Any
 
+from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpiredError
+
 from appliance.cluster.isr import (
     IsrChangePropagator,
     caught_up_replicas,
@@ -50,6 +52,9 @@ class IsrManager:
             try:
                 async with self.lock:
                     await self.tick()
+            except (ConnectionLoss, OperationTimeoutError, SessionExpiredError) as e:
+                # ZooKeeper out of reach for now: the next tick proposes the change again
+                log.warning("ISR upkeep: ZooKeeper unavailable (%s); trying again", type(e).__name__)
             except Exception:
                 log.exception("ISR upkeep failed")
 
