@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # the network worker builds these and sets them; the handlers
     from appliance.broker.request_queue import RequestQueue
     from appliance.metrics.recorder import Recorder
     from appliance.process.cluster_link import ClusterLink
+    from appliance.process.producer_ids import FetchBlock
     from appliance.protocol.schema import ApiMessage
     from appliance.shm.leadership_area import LeadershipArea
 
@@ -92,6 +93,8 @@ class BrokerContext(RingContext):
         self.leader_quota: LeaderQuota | None = None  # the leader side of the replication throttle
         self.cluster_link: ClusterLink | None = None
         self.extra_apis: dict[int, type[ApiMessage]] | None = None
+        # where InitProducerId's blocks of ids come from (process/producer_ids.py), chosen once
+        self.producer_id_blocks: FetchBlock | None = None
 
     def leads(self, slot: int) -> bool:
         """Whether this broker leads the partition in ``slot`` (standalone: every partition)."""

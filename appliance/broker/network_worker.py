@@ -46,7 +46,7 @@ from appliance.process.event_loop import run_event_loop
 from appliance.process.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.process.gc_policy import freeze_startup_objects
 from appliance.process.plumbing import Plumbing
-from appliance.process.producer_ids import file_blocks, take_first_block
+from appliance.process.producer_ids import block_source, take_first_block
 from appliance.protocol.frames import SIZE
 from appliance.protocol.types import FileSlice
 from appliance.security.sasl import AUTHENTICATE as SASL_AUTHENTICATE
@@ -722,6 +722,7 @@ class NetworkWorker:
         ctx.limits = ConnectionLimits(counts, self.index, self.plumbing.num_net, self.config)
         if self.plumbing.cluster:
             _join_cluster(ctx, self.plumbing)
+        ctx.producer_id_blocks = block_source(ctx.cluster_link, self.log_dirs[0], ctx.broker_id)
         ctx.door = Door(ctx.metrics)
         socks: list[socket.socket] = []
         try:
@@ -766,7 +767,7 @@ class NetworkWorker:
         # standalone, the broker's first producer id block now (the cluster worker takes it
         # when it joins): the first InitProducerId waits on no fsync
         first_ids = None if self.plumbing.cluster else asyncio.ensure_future(
-            take_first_block(table, file_blocks(self.log_dirs[0], ctx.broker_id)))
+            take_first_block(table, ctx.producer_id_blocks))
         idle_ms = int(self.config["connections.max.idle.ms"])
         reaper = asyncio.ensure_future(reap_idle_connections(ctx.connections, idle_ms)) \
             if idle_ms > 0 else None

@@ -27,7 +27,7 @@ from appliance.shm.partition_table import PartitionTable
 from appliance.storage.producer_id_block_file import allocate_block
 
 __all__ = ["WAIT_S", "FetchBlock", "ProducerIdUnavailable", "new_producer_id", "fill_block",
-           "take_first_block", "file_blocks", "link_blocks"]
+           "take_first_block", "file_blocks", "link_blocks", "block_source"]
 
 log = logging.getLogger(__name__)
 
@@ -117,3 +117,8 @@ def file_blocks(log_dir: str, broker_id: int) -> FetchBlock:
 def link_blocks(link: ClusterLink) -> FetchBlock:
     """Cluster mode: blocks from ZooKeeper, through the cluster worker."""
     return link.producer_id_block
+
+
+def block_source(link: ClusterLink | None, log_dir: str, broker_id: int) -> FetchBlock:
+    """The broker's source of blocks: the cluster worker's, else the first log dir's file."""
+    return link_blocks(link) if link is not None else file_blocks(log_dir, broker_id)

@@ -12,12 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from appliance.errors import ErrorCode
-from appliance.process.producer_ids import (
-    ProducerIdUnavailable,
-    file_blocks,
-    link_blocks,
-    new_producer_id,
-)
+from appliance.process.producer_ids import ProducerIdUnavailable, new_producer_id
 
 if TYPE_CHECKING:
     from appliance.broker.broker_context import BrokerContext
@@ -36,10 +31,8 @@ async def handle(ctx: BrokerContext, request: Request) -> dict:
         # no transaction coordinator: say so with the error Kafka gives when the coordinator
         # for a transactional id cannot be found
         return _answer(-1, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    fetch = (link_blocks(ctx.cluster_link) if ctx.cluster_link is not None
-             else file_blocks(ctx.log_dirs[0], ctx.broker_id))
     try:
-        return _answer(await new_producer_id(ctx.table, fetch), 0)
+        return _answer(await new_producer_id(ctx.table, ctx.producer_id_blocks), 0)
     except ProducerIdUnavailable as e:
         _warn(e)
         # Kafka's answer when a broker's next block does not come in time
