@@ -47,7 +47,7 @@ from appliance.records.batch_layout import (
 from appliance.shm.layout import COMPLETION, GROUP_HEADER, Role
 from appliance.shm.partition_index import PartitionIndex
 
-__all__ = ["CoordinatorHost", "LEADERSHIP_CHECK_S"]
+__all__ = ["CoordinatorHost", "LEADERSHIP_CHECK_S", "partition_records", "next_offset"]
 
 log = logging.getLogger("appliance.coordinator")
 
@@ -116,7 +116,7 @@ class CoordinatorHost:
             return
         for (topic, partition), plog in self.partitions.log_dir.partitions.items():
             if topic == OFFSETS_TOPIC:
-                self.coordinator.load(partition, _records(plog))
+                self.coordinator.load(partition, partition_records(plog))
 
     def poll(self) -> int:
         """Run due timers (session expiry, rebalance deadlines) and, in cluster mode, follow
@@ -194,7 +194,7 @@ class CoordinatorHost:
                     break
                 budget -= len(data)
                 self.coordinator.load_records(partition, decode_records(data))
-                offset = max(offset + 1, _next_offset(data))
+                offset = max(offset + 1, next_offset(data))
             if offset >= plog.log_end_offset:
                 del self.loads[partition]
                 self.coordinator.finish_load(partition)
@@ -347,7 +347,7 @@ class CoordinatorHost:
             self._flush_step()
 
 
-def _records(plog):
+def partition_records(plog):
     """Every record of a partition, oldest first."""
     offset = plog.log_start_offset
     while offset < plog.log_end_offset:
@@ -355,10 +355,10 @@ def _records(plog):
         if not data:
             break
         yield from decode_records(data)
-        offset = max(offset + 1, _next_offset(data))
+        offset = max(offset + 1, next_offset(data))
 
 
-def _next_offset(data: bytes) -> int:
+def next_offset(data: bytes) -> int:
     """The offset after the last batch of ``data`` (whole batches), from the batch headers:
     a batch the cleaner emptied of records still moves the position on."""
     pos, nxt = 0, -1

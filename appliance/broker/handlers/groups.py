@@ -15,6 +15,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from appliance.broker.door import RequestContext
+from appliance.broker.handlers import transactions
 from appliance.broker.handlers.answer import RawBody
 from appliance.broker.topic_admin import create_topic
 from appliance.coordinator.batched_lookup import batched_coordinators
@@ -75,8 +76,10 @@ async def _find_one(ctx: BrokerContext, key: str, key_type: int, version: int,
         return {"throttle_time_ms": 0, "error_code": code, "error_message": msg,
                 "node_id": ctx.broker_id if ok else -1, "host": host if ok else "", "port": port if ok else -1}
 
+    if version >= 1 and key_type == transactions.KEY_TYPE_TRANSACTION:
+        return answer(*await transactions.find_txn_coordinator(ctx, key))
     if version >= 1 and key_type != KEY_TYPE_GROUP:
-        return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported")
+        return answer(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}")
     if not key:
         return answer(ErrorCode.INVALID_GROUP_ID, "empty group id")
     if not ctx.index.partitions(OFFSETS_TOPIC):

@@ -49,6 +49,7 @@ from appliance.protocol.messages.security import (
     SaslAuthenticate,
     SaslHandshake,
 )
+from appliance.protocol.messages.transactions import AddOffsetsToTxn, AddPartitionsToTxn, EndTxn
 
 __all__ = [
     "ApiVersions", "Metadata", "Produce", "Fetch", "ListOffsets", "InitProducerId",
@@ -60,4 +61,5 @@ __all__ = [
     "AlterPartitionReassignments", "ListPartitionReassignments",
     "SaslHandshake", "SaslAuthenticate", "DescribeUserScramCredentials", "AlterUserScramCredentials",
     "DescribeAcls", "CreateAcls", "DeleteAcls",
+    "AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn",
 ]
