@@ -297,6 +297,27 @@ class CoordinatorHost:
         for fn in pending:
             fn()
 
+    # -- a step of the transaction coordinator beside it (txn_host.py), cluster mode ---------
+    def open_step(self) -> None:
+        """Collect the writes the answers of this step wait for (as a group request does)."""
+        self._step = {}
+
+    def wait_for(self, slot: int, needed: int) -> None:
+        """An answer of this step waits until ``slot``'s high watermark reaches ``needed``."""
+        if self._step is not None:
+            self._step[slot] = max(self._step.get(slot, 0), needed)
+
+    def answer_step(self, n: int | None, request_id: int, data: bytes) -> tuple | None:
+        """The completion now (no write to wait for), or None: held until this step's writes
+        are replicated (offsets.commit.timeout.ms, the same rule as a group write)."""
+        if not self._step:
+            return -1, -1, -1, data
+        self._hold_or_send(n, request_id, data)  # type: ignore[arg-type]
+        return None
+
+    def close_step(self) -> None:
+        self._flush_step()
+
     def _respond_later(self, token: tuple, body: dict) -> None:
         """Answer a group request the coordinator held (a JoinGroup waiting for a rebalance)."""
         n, request_id, api_key, api_version = token

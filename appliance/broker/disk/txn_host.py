@@ -10,8 +10,17 @@ its refill (a blocking fetch from ZooKeeper or an fsync, which a disk worker's l
 wait on); an id taken and not used is skipped, as Kafka skips the rest of a block.
 
 Standalone: every ``__transaction_state`` partition of the disk is loaded at start (and a new one
-when it is created); a write is durable once appended. Cluster mode is not hosted yet: a request
-is answered NOT_COORDINATOR (see docs/architecture.md, "Transactions").
+when it is created); a write is durable once appended.
+
+Cluster mode, as the group coordinator (``coordinator_host.py``): a partition is loaded when this
+broker leads it (read from the leadership area on each request and every
+``LEADERSHIP_CHECK_S``), whole, at once (the topic is compacted and holds one small record per
+transactional id), with its leader epoch as the coordinator epoch of its markers; it is unloaded
+when the leadership goes. Every write is a leader append, and the answer given with it is held
+until the high watermark passes it (the group host's held answers: acks=all, past
+offsets.commit.timeout.ms COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR if the leadership moved).
+The coordinator's memory moves with the append, before it is replicated (Kafka waits); a lost
+leadership unloads it, and the next leader reloads what was replicated.
 
 Markers go through :class:`~appliance.broker.disk.txn_markers.MarkerSender` (a thread, started
 with the first decided transaction); the jobs it finishes come back through a queue, and the
@@ -23,11 +32,17 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import time
 from typing import Any
 
 from appliance.broker.cluster_view import ClusterView
-from appliance.broker.disk.coordinator_host import partition_records
+from appliance.broker.disk.coordinator_host import (
+    LEADERSHIP_CHECK_S,
+    CoordinatorHost,
+    partition_records,
+)
 from appliance.broker.disk.partitions import Partitions
+from appliance.broker.disk.requests import NotHere
 from appliance.broker.disk.ring_intake import RingIntake
 from appliance.broker.disk.txn_markers import MarkerSender, security_of
 from appliance.config import BrokerConfig
@@ -37,10 +52,10 @@ from appliance.coordinator.txn_coordinator import (
     MarkerJob,
     TransactionCoordinator,
 )
-from appliance.errors import ErrorCode, error_for_code
+from appliance.errors import ErrorCode, KafkaError, error_for_code
 from appliance.protocol.messages.core import InitProducerId
 from appliance.protocol.messages.transactions import AddOffsetsToTxn, AddPartitionsToTxn, EndTxn
-from appliance.shm.layout import GROUP_HEADER
+from appliance.shm.layout import GROUP_HEADER, Role
 from appliance.shm.partition_index import PartitionIndex
 
 __all__ = ["TxnCoordinatorHost", "SPARE_ID", "TXN_API_CLASSES"]
@@ -66,6 +81,18 @@ class TxnCoordinatorHost:
             partition_exists=lambda t, p: self.view.has_partition(t, p))
         self.markers: MarkerSender | None = None
         partitions.created_hooks.append(self._partition_created)
+        # cluster mode (attach_cluster)
+        self.area: Any = None
+        self.replication: Any = None
+        self.groups: CoordinatorHost | None = None  # whose held answers ours join
+        self.epochs: dict[int, int] = {}  # transaction state partition -> leader epoch loaded
+        self._next_check = 0.0
+
+    def attach_cluster(self, area: Any, replication: Any, metadata: Any, groups: CoordinatorHost) -> None:
+        """Cluster mode: the leadership area, the leader's append path, the cluster's metadata
+        (which partitions exist), and the group host whose held answers ours join."""
+        self.view = ClusterView(self.view.index, metadata)
+        self.area, self.replication, self.groups = area, replication, groups
 
     # -- loading --------------------------------------------------------------------------
     def load(self) -> None:
@@ -92,8 +119,15 @@ class TxnCoordinatorHost:
 
     # -- the loop's side ------------------------------------------------------------------
     def poll(self) -> int:
-        """Complete the transactions whose markers are written; run the timers. When to run
-        next (epoch ms)."""
+        """Follow the leadership (cluster mode); complete the transactions whose markers are
+        written; run the timers. When to run next (epoch ms)."""
+        if self.area is not None:
+            now = time.monotonic()
+            if now >= self._next_check:
+                self._next_check = now + LEADERSHIP_CHECK_S
+                for (topic, partition), slot in list(self.partitions.slot_of.items()):
+                    if topic == TXN_TOPIC:
+                        self._follow(slot, partition)
         if self.markers is not None:
             while True:
                 try:
@@ -107,30 +141,62 @@ class TxnCoordinatorHost:
         if self.markers is not None:
             self.markers.close()
 
+    def _follow(self, slot: int, partition: int) -> None:
+        """Load or unload ``partition`` as the leadership area says (cluster mode)."""
+        lead = self.area.read(slot)
+        mine = self.epochs.get(partition)
+        if lead.role == Role.LEADER and mine == lead.leader_epoch:
+            return
+        if mine is not None:
+            self.coordinator.unload(partition)
+            del self.epochs[partition]
+        p = self.partitions.partitions.get(slot)
+        if lead.role == Role.LEADER and p is not None:
+            self.epochs[partition] = lead.leader_epoch
+            self._count_from(partition)
+            # the leader's whole log: what is above the HW is the leader's and stays
+            self.coordinator.load(partition, partition_records(p.log), coordinator_epoch=lead.leader_epoch)
+            log.info("leading %s-%d (epoch %d): its transactions loaded", TXN_TOPIC, partition, lead.leader_epoch)
+
     # -- writes and markers ---------------------------------------------------------------
     def _append(self, partition: int, batch: bytes) -> None:
         parts = self.partitions
         slot = parts.slot_of.get((TXN_TOPIC, partition))
         if slot is None or slot not in parts.partitions:
             raise error_for_code(ErrorCode.NOT_COORDINATOR)(f"{TXN_TOPIC}-{partition} is not here")
+        if self.area is not None:
+            self._leader_append(slot, partition, batch)
+            return
         p = parts.partitions[slot]
         p.log.append(batch)
         p.advance_alone()
         parts.publish(slot, p.log)
 
+    def _leader_append(self, slot: int, partition: int, batch: bytes) -> None:
+        if self.area.read(slot).leader_epoch != self.epochs.get(partition):
+            raise error_for_code(ErrorCode.NOT_COORDINATOR)(f"{TXN_TOPIC}-{partition}: leadership moved")
+        try:
+            needed = self.replication.leader_append(slot, batch)
+        except NotHere:
+            raise error_for_code(ErrorCode.NOT_COORDINATOR)(f"{TXN_TOPIC}-{partition} is not led here") from None
+        except KafkaError as e:
+            if e.code == ErrorCode.KAFKA_STORAGE_ERROR:
+                raise error_for_code(ErrorCode.NOT_COORDINATOR)(str(e)) from None
+            # Kafka's mapping for a failed transaction log write: retriable, look again
+            raise error_for_code(ErrorCode.COORDINATOR_NOT_AVAILABLE)(str(e)) from None
+        if self.partitions.partitions[slot].high_watermark < needed and self.groups is not None:
+            self.groups.wait_for(slot, needed)
+
     def _send_markers(self, job: MarkerJob) -> None:
         if self.markers is None:
-            self.markers = MarkerSender(self._resolve, lambda t, p: self.view.has_partition(t, p),
-                                        self._wake, security_of(self.config),
+            self.markers = MarkerSender(self._home(), self._wake, security_of(self.config),
                                         client_id=f"txn-coordinator-{self.config['broker.id']}")
         self.markers.submit(job)
 
-    def _resolve(self, topic: str, partition: int) -> tuple[str, int] | None:
-        """Standalone: every partition's leader is this broker, at its inter-broker listener."""
+    def _home(self) -> tuple[str, int]:
+        """This broker's inter-broker listener: the marker sender asks it for the leaders."""
         inter = self.config.inter_broker_listener
-        ep = next((e for e in self.config.listener_endpoints if e.listener == inter), None)
-        if ep is None:
-            return None
+        ep = next(e for e in self.config.listener_endpoints if e.listener == inter)
         return (ep.host if ep.host not in ("", "0.0.0.0", "::") else "127.0.0.1"), ep.port
 
     def _wake(self) -> None:
@@ -141,9 +207,9 @@ class TxnCoordinatorHost:
 
     # -- requests -------------------------------------------------------------------------
     def handle(self, n: int | None, request_id: int, slot: int, body: memoryview,
-               acks: int, timeout_ms: int) -> tuple:
+               acks: int, timeout_ms: int) -> tuple | None:
         """A transaction API request (a MsgType.GROUP message whose API key is one of them);
-        its encoded answer rides after the completion."""
+        its encoded answer rides after the completion (None: held until replicated)."""
         api_key, api_version, cid_len, host_len = _GROUP.unpack_from(body, 0)
         pos = GROUP_HEADER.size + cid_len + host_len
         spare = -1
@@ -152,10 +218,20 @@ class TxnCoordinatorHost:
             pos += SPARE_ID.size
         api = TXN_API_CLASSES[api_key]
         request = api.decode_request(api_version, bytes(body[pos:]))
-        if self.cluster:
-            raise error_for_code(ErrorCode.NOT_COORDINATOR)("transactions are not hosted in cluster mode yet")
         info = self.partitions.table.read(slot)
         if info.topic != TXN_TOPIC or self.partitions.partitions.get(slot) is None:
             raise error_for_code(ErrorCode.NOT_COORDINATOR)("not a transaction state partition of this disk")
-        answer: Any = self.coordinator.handle(api_key, api_version, request, spare)
-        return -1, -1, -1, api.encode_response(api_version, answer)
+        if self.area is None:
+            answer: Any = self.coordinator.handle(api_key, api_version, request, spare)
+            return -1, -1, -1, api.encode_response(api_version, answer)
+        self._follow(slot, info.partition)
+        if not self.view.cache.published:
+            # just started: the controller's first UpdateMetadata has not come (retriable)
+            raise error_for_code(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)("the cluster's metadata has not arrived yet")
+        assert self.groups is not None
+        self.groups.open_step()
+        try:
+            answer = self.coordinator.handle(api_key, api_version, request, spare)
+            return self.groups.answer_step(n, request_id, api.encode_response(api_version, answer))
+        finally:
+            self.groups.close_step()

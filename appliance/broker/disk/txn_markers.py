@@ -2,10 +2,10 @@
 disk worker hosting a transaction coordinator.
 
 The coordinator hands it a decided transaction (:class:`MarkerJob`); the thread sends
-WriteTxnMarkers to the leader of each of its partitions (grouped per leader, one marker per
-request), retries the partitions whose answer is retriable (leader moved, not yet there, the
-connection failed) after re-resolving their leaders, drops those whose topic is gone (Kafka
-does too: no marker can be written on a deleted partition), and when every partition is done
+WriteTxnMarkers to the leader of each of its partitions (one request per leader and pass),
+retries the partitions whose answer is retriable (leader moved, not yet there, the connection
+failed) after re-resolving their leaders, drops those whose topic is gone (Kafka does too: no
+marker can be written on a deleted partition), and when every partition is done
 puts the job on :attr:`MarkerSender.done` and wakes the disk worker's loop, which completes the
 transaction (CompleteCommit / CompleteAbort is a write of the coordinator, made on its thread).
 
@@ -13,9 +13,10 @@ Why a thread: a broker it sends to may be slow or down, and sending is blocking 
 timeouts; the disk worker's loop must keep serving its partitions meanwhile. The thread touches
 no coordinator state: jobs in, finished jobs out, both through queues.
 
-Leaders: ``resolve(topic, partition)`` gives the (host, port) of the partition's leader on the
-inter-broker listener, or None while there is none (standalone: this broker's own listener).
-The connection is secured as the inter-broker listener says (TLS, SASL), as
+Leaders: each pass asks this broker's own inter-broker listener (``home``) for the Metadata of
+the topics concerned, so the leaders and their addresses on that listener are this broker's
+metadata (the cluster worker's cache; standalone, itself), re-resolved on every retry. The
+connections are secured as the inter-broker listener says (TLS, SASL), as
 ``cluster/broker_connection.py`` does for the other inter-broker connections.
 
 Thread-safety: :meth:`submit` and :attr:`done` may be used from any thread; the rest runs on
@@ -37,7 +38,7 @@ from appliance.client.connection import BrokerConnection, ConnectionFailed
 from appliance.client.security import Security
 from appliance.config import BrokerConfig
 from appliance.coordinator.txn_coordinator import MarkerJob
-from appliance.errors import ErrorCode
+from appliance.errors import ErrorCode, KafkaError
 from appliance.protocol.frames import REQUEST_HEADER, response_body_offset
 from appliance.protocol.messages.transactions import WriteTxnMarkers
 from appliance.protocol.types import write_nullable_string
@@ -45,12 +46,10 @@ from appliance.security.sasl import uses_sasl
 from appliance.security.sasl_client import login_of
 from appliance.security.tls import client_context, uses_tls
 
-__all__ = ["MarkerSender", "Resolve", "RETRY_BACKOFF_S", "security_of", "RETRIABLE"]
+__all__ = ["MarkerSender", "RETRY_BACKOFF_S", "security_of", "RETRIABLE"]
 
 log = logging.getLogger("appliance.coordinator.txn")
 
-# (topic, partition) -> (host, port) of its leader on the inter-broker listener, or None
-Resolve = Callable[[str, int], "tuple[str, int] | None"]
 RETRY_BACKOFF_S = 0.1  # Kafka retries a marker at once on its next send pass; a short pause here
 NOT_SERVED_BACKOFF_S = 2.0  # a leader that does not serve WriteTxnMarkers yet (an older build)
 REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms for inter-broker requests
@@ -89,10 +88,9 @@ class _Pending:
 
 
 class MarkerSender:
-    def __init__(self, resolve: Resolve, exists: Callable[[str, int], bool], wake: Callable[[], None],
+    def __init__(self, home: tuple[str, int], wake: Callable[[], None],
                  security: Security | None = None, client_id: str = "txn-marker-sender") -> None:
-        self.resolve = resolve
-        self.exists = exists
+        self.home = home
         self.wake = wake
         self.security = security
         self.client_id = client_id
@@ -135,13 +133,19 @@ class MarkerSender:
 
     def _send_pass(self, pending: list[_Pending]) -> list[_Pending]:
         """One request per leader for every marker still owed; the jobs finished are reported."""
+        try:
+            leaders, known, gone = self._leaders({t for p in pending for t, _ in p.left})
+        except (OSError, ConnectionFailed, KafkaError) as e:
+            log.info("no metadata for the transaction markers from %s:%d: %s; retrying", *self.home, e)
+            self._drop(self.home)
+            return pending
         by_leader: dict[tuple[str, int], list[tuple[_Pending, str, int]]] = {}
         for p in pending:
             for tp in list(p.left):
-                if not self.exists(*tp):
+                if tp[0] in gone or (tp[0] in known and tp not in leaders):
                     p.left.discard(tp)  # deleted: no marker can be written there
                     continue
-                leader = self.resolve(*tp)
+                leader = leaders.get(tp)
                 if leader is not None:
                     by_leader.setdefault(leader, []).append((p, *tp))
         for leader, items in by_leader.items():
@@ -194,6 +198,26 @@ class MarkerSender:
                     codes[(m.producer_id, t.name, part.partition_index)] = part.error_code
         return [(p, t, part, codes.get((p.job.producer_id, t, part), ErrorCode.UNKNOWN_SERVER_ERROR))
                 for p, t, part in items]
+
+    def _leaders(self, topics: set[str]) -> tuple[dict[tuple[str, int], tuple[str, int] | None],
+                                                  set[str], set[str]]:
+        """From this broker's Metadata: (topic, partition) -> its leader's (host, port) or None
+        (no leader now); the topics whose partitions are listed; the topics that do not exist."""
+        answer = self._connection(self.home).request(
+            3, {"topics": [{"name": t} for t in sorted(topics)], "allow_auto_topic_creation": False})
+        brokers = {b.node_id: (b.host, b.port) for b in answer.brokers}
+        out: dict[tuple[str, int], tuple[str, int] | None] = {}
+        known, gone = set(), set()
+        for t in answer.topics:
+            if t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                gone.add(t.name)
+                continue
+            if t.error_code:
+                continue  # LEADER_NOT_AVAILABLE and the like: ask again next pass
+            known.add(t.name)
+            for part in t.partitions:
+                out[(t.name, part.partition_index)] = brokers.get(part.leader_id)
+        return out, known, gone
 
     def _connection(self, leader: tuple[str, int]) -> BrokerConnection:
         conn = self._conns.get(leader)

@@ -135,7 +135,9 @@ class DiskWorker:
                         int(self.config["broker.id"]), self.admin)
         # groups follow the offsets partitions' leadership; commits are judged by the cluster's
         # metadata
-        self.coordinator.attach_cluster(area, r, MetadataCache.attach(metadata_name(self.plumbing.base)))
+        metadata = MetadataCache.attach(metadata_name(self.plumbing.base))
+        self.coordinator.attach_cluster(area, r, metadata)
+        self.txn.attach_cluster(area, r, metadata, self.coordinator)
         return r
 
     def _handlers(self) -> dict[int, Handler]:

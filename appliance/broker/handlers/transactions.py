@@ -8,8 +8,10 @@ AddOffsetsToTxn and EndTxn travel there through the ring as their encoded bodies
 (``MsgType.GROUP``) and come back as encoded answers. An InitProducerId carries a producer id
 taken here from the broker's block, for the coordinator to use if it needs a new one.
 
-Standalone only for now: in cluster mode FindCoordinator for a transactional id is answered
-COORDINATOR_NOT_AVAILABLE by the cluster worker, and these APIs NOT_COORDINATOR.
+FindCoordinator with key_type=1 is answered here standalone (``groups.find_coordinator``) and by
+the cluster worker in cluster mode (``cluster/broker_answers.coordinator_body``), which names the
+partition's leader on every broker; a request for an id whose partition is led elsewhere is
+answered NOT_COORDINATOR, and the client looks the coordinator up again.
 """
 
 from __future__ import annotations
@@ -38,9 +40,19 @@ _API_INIT_PRODUCER_ID = 22
 
 def _coordinator_slot(ctx: BrokerContext, transactional_id: str) -> tuple[Any, int]:
     """(PartitionInfo of the id's transaction state partition, error code)."""
-    if ctx.leaders is not None:
-        return None, ErrorCode.NOT_COORDINATOR  # cluster mode: not hosted yet
     parts = ctx.index.partitions(TXN_TOPIC)
+    if ctx.leaders is not None:
+        # cluster mode: this broker holds some replicas of the topic (its partition count is
+        # the topic's); the coordinator is the partition's leader, which the disk worker checks
+        # again (and loads the partition) before it answers
+        if not parts:
+            return None, ErrorCode.NOT_COORDINATOR
+        info = ctx.index.lookup(TXN_TOPIC, txn_partition_for(transactional_id, parts[0].num_partitions))
+        if info is None or not ctx.leads(info.slot):
+            return None, ErrorCode.NOT_COORDINATOR
+        if ctx.table.state(info.slot) != SlotState.ONLINE:
+            return None, ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return info, 0
     if not parts:
         return None, ErrorCode.COORDINATOR_NOT_AVAILABLE
     info = ctx.index.lookup(TXN_TOPIC, txn_partition_for(transactional_id, len(parts)))
@@ -53,8 +65,6 @@ async def find_txn_coordinator(ctx: BrokerContext, key: str) -> tuple[int, str |
     """FindCoordinator key_type=1 (standalone): (error code, message); 0 = this broker. Kafka
     creates ``__transaction_state`` on the first such lookup; while its partitions come online
     the answer is COORDINATOR_NOT_AVAILABLE, which every client retries."""
-    if ctx.leaders is not None:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not hosted in cluster mode yet"
     if not key:
         return ErrorCode.INVALID_REQUEST, "empty transactional id"
     if not ctx.index.partitions(TXN_TOPIC):
