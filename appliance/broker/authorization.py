@@ -178,6 +178,9 @@ _RULES: dict[int, tuple[Callable[[Any, RequestContext, Any], bool], Callable[[An
     25: (lambda ctx, rc, b: allowed(ctx, rc, WRITE, TRANSACTIONAL_ID, b.transactional_id)
          and allowed(ctx, rc, READ, GROUP, b.group_id), _top(), TXN_DENIED),
     26: (lambda ctx, rc, b: allowed(ctx, rc, WRITE, TRANSACTIONAL_ID, b.transactional_id), _top(), TXN_DENIED),
+    28: (lambda ctx, rc, b: allowed(ctx, rc, WRITE, TRANSACTIONAL_ID, b.transactional_id)
+         and allowed(ctx, rc, READ, GROUP, b.group_id)
+         and _topics_ok(ctx, rc, READ, [t.name for t in b.topics]), _offset_commit_answer, TXN_DENIED),
     32: (lambda ctx, rc, b: _config_resources(ctx, rc, b, DESCRIBE_CONFIGS), _configs_answer, TOPIC_DENIED),
     33: (lambda ctx, rc, b: _config_resources(ctx, rc, b, ALTER_CONFIGS), _configs_answer, TOPIC_DENIED),
     44: (lambda ctx, rc, b: _config_resources(ctx, rc, b, ALTER_CONFIGS), _configs_answer, TOPIC_DENIED),

@@ -37,7 +37,7 @@ from appliance.coordinator.coordinator import GroupCoordinator
 from appliance.coordinator.routing import OFFSETS_TOPIC
 from appliance.errors import ErrorCode, KafkaError, error_for_code
 from appliance.protocol.registry import API_BY_KEY
-from appliance.records.batch import decode_records
+from appliance.records.batch import decode_batch, decode_records, iter_batches
 from appliance.records.batch_layout import (
     BASE_OFFSET_OFFSET,
     BATCH_LENGTH_OFFSET,
@@ -57,6 +57,7 @@ _GROUP = GROUP_HEADER.struct  # type: ignore[attr-defined]
 # magic, crc, attributes)
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
+_CONTROL_KEY = struct.Struct(">hh")  # a control record's key: version, type (0 ABORT, 1 COMMIT)
 
 LEADERSHIP_CHECK_S = 0.1  # how late a leadership change may be noticed with no group request
 
@@ -116,7 +117,10 @@ class CoordinatorHost:
             return
         for (topic, partition), plog in self.partitions.log_dir.partitions.items():
             if topic == OFFSETS_TOPIC:
-                self.coordinator.load(partition, partition_records(plog))
+                self.coordinator.begin_load(partition)
+                for data in partition_chunks(plog):
+                    replay(self.coordinator, partition, data)
+                self.coordinator.finish_load(partition)
 
     def poll(self) -> int:
         """Run due timers (session expiry, rebalance deadlines) and, in cluster mode, follow
@@ -193,7 +197,7 @@ class CoordinatorHost:
                     offset = plog.log_end_offset
                     break
                 budget -= len(data)
-                self.coordinator.load_records(partition, decode_records(data))
+                replay(self.coordinator, partition, data)
                 offset = max(offset + 1, next_offset(data))
             if offset >= plog.log_end_offset:
                 del self.loads[partition]
@@ -318,6 +322,14 @@ class CoordinatorHost:
     def close_step(self) -> None:
         self._flush_step()
 
+    def on_txn_marker(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A transaction marker was written on ``__consumer_offsets``-``partition`` (by the
+        leader's WriteTxnMarkers handler): the producer's pending offsets there become the
+        groups' committed offsets, or are dropped. Not while the partition is being loaded: the
+        load replays the marker from the log."""
+        if partition in self.coordinator.owned:
+            self.coordinator.on_txn_marker(partition, producer_id, commit)
+
     def _respond_later(self, token: tuple, body: dict) -> None:
         """Answer a group request the coordinator held (a JoinGroup waiting for a rebalance)."""
         n, request_id, api_key, api_version = token
@@ -368,15 +380,36 @@ class CoordinatorHost:
             self._flush_step()
 
 
-def partition_records(plog):
-    """Every record of a partition, oldest first."""
+def partition_chunks(plog):
+    """A partition's whole batches, oldest first, a few MiB at a time."""
     offset = plog.log_start_offset
     while offset < plog.log_end_offset:
         data = plog.read_bytes(offset, 4 << 20, max_offset=plog.log_end_offset)
         if not data:
             break
-        yield from decode_records(data)
+        yield data
         offset = max(offset + 1, next_offset(data))
+
+
+def partition_records(plog):
+    """Every record of a partition, oldest first."""
+    for data in partition_chunks(plog):
+        yield from decode_records(data)
+
+
+def replay(coordinator: GroupCoordinator, partition: int, data: bytes) -> None:
+    """Apply whole batches of ``__consumer_offsets`` to a coordinator loading ``partition``: a
+    transactional batch's offsets wait for their marker, a control batch is that marker."""
+    for pos, _ in iter_batches(data):
+        h, records = decode_batch(data, pos)
+        if h.is_control:
+            for r in records:
+                if r.key is not None and len(r.key) >= _CONTROL_KEY.size:
+                    coordinator.on_txn_marker(partition, h.producer_id, _CONTROL_KEY.unpack_from(r.key)[1] == 1)
+        elif h.is_transactional:
+            coordinator.load_txn_records(partition, h.producer_id, h.producer_epoch, records)
+        else:
+            coordinator.load_records(partition, records)
 
 
 def next_offset(data: bytes) -> int:

@@ -92,6 +92,7 @@ from appliance.protocol.messages import (
     OffsetFetch,
     Produce,
     SyncGroup,
+    TxnOffsetCommit,
 )
 from appliance.protocol.messages.security import (
     AlterUserScramCredentials,
@@ -161,6 +162,7 @@ ROUTES: dict[int, Route] = {
     OffsetCommit.API_KEY: _group(groups.route),
     OffsetFetch.API_KEY: _group(groups.route),
     OffsetDelete.API_KEY: _group(groups.route),
+    TxnOffsetCommit.API_KEY: _group(groups.route),  # to the group coordinator (KIP-98)
     ListGroups.API_KEY: _group(groups.list_groups),
     DescribeGroups.API_KEY: _group(groups.describe_groups),
     DeleteGroups.API_KEY: _group(groups.delete_groups),

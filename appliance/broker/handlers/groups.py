@@ -116,7 +116,7 @@ def _error_body(api_key: int, code: int, request: Request) -> dict:
         return {"error_code": code, "assignment": b""}
     if api_key in (12, 13):
         return {"error_code": code}
-    if api_key == 8:
+    if api_key in (8, 28):  # OffsetCommit, TxnOffsetCommit
         return {"topics": [{"name": t.name, "partitions": [
             {"partition_index": p.partition_index, "error_code": code} for p in t.partitions]}
             for t in b.topics]}
@@ -130,8 +130,8 @@ def _error_body(api_key: int, code: int, request: Request) -> dict:
 
 
 async def route(ctx: BrokerContext, request: Request, rc: RequestContext | None) -> Any:
-    """JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch: one coordinator
-    (OffsetFetch v8+: one per group, asked concurrently)."""
+    """JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, TxnOffsetCommit:
+    one coordinator (OffsetFetch v8+: one per group, asked concurrently)."""
     client_host = rc.client_host if rc is not None else ""  # None: the broker itself asks
     if request.api_key == OffsetFetch.API_KEY and request.api_version >= FIRST_MULTI_GROUP_VERSION:
         return await _offset_fetch_groups(ctx, request, client_host)
