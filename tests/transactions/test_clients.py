@@ -8,6 +8,8 @@ PrepareCommit / PrepareAbort and the next one waits (CONCURRENT_TRANSACTIONS).""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from kafka import KafkaProducer
@@ -171,3 +173,68 @@ def test_new_instance_after_an_open_transaction(broker):
     new.begin_transaction()
     new.produce(TOPIC, b"next", partition=0)
     new.commit_transaction(10)
+
+
+def _offsets_of(b: BrokerProcess, group: str, stable: bool) -> dict[int, tuple[int, int]]:
+    """partition -> (committed offset, error code) of ``group`` on TOPIC, by OffsetFetch v7."""
+    conn = RawConnection(b.port)
+    try:
+        r = conn.request(9, 7, {"group_id": group, "topics": [{"name": TOPIC, "partition_indexes": [0, 1]}],
+                                "require_stable": stable})
+        return {p.partition_index: (p.committed_offset, p.error_code) for t in r.topics for p in t.partitions}
+    finally:
+        conn.sock.close()
+
+
+def test_confluent_send_offsets_to_transaction(broker):
+    """AddOffsetsToTxn, then TxnOffsetCommit to the group coordinator: the offsets wait for the
+    transaction's marker (require_stable: UNSTABLE_OFFSET_COMMIT), invisible as committed."""
+    from confluent_kafka import TopicPartition
+
+    p = _producer(broker, "cf-offsets")
+    p.init_transactions(20)
+    p.begin_transaction()
+    p.produce(TOPIC, b"x", partition=0)
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "eos-group"})
+    try:
+        p.send_offsets_to_transaction([TopicPartition(TOPIC, 0, 42)], c.consumer_group_metadata(), 20)
+    finally:
+        c.close()
+    p.commit_transaction(20)
+    assert _offsets_of(broker, "eos-group", stable=True)[0] == (-1, 88)  # UNSTABLE_OFFSET_COMMIT
+    assert _offsets_of(broker, "eos-group", stable=False)[0] == (-1, 0)
+
+
+def test_kafka_python_send_offsets_to_transaction(broker):
+    from kafka import OffsetAndMetadata, TopicPartition
+
+    p = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="kp-offsets")
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send(TOPIC, b"kp", partition=1)
+        p.send_offsets_to_transaction({TopicPartition(TOPIC, 1): OffsetAndMetadata(7, "", -1)}, "kp-eos-group")
+        p.commit_transaction()
+    finally:
+        p.close(timeout=5)
+    assert _offsets_of(broker, "kp-eos-group", stable=True)[1] == (-1, 88)
+
+
+@NEEDS_MARKERS
+def test_committed_offsets_after_the_marker(broker):
+    from confluent_kafka import TopicPartition
+
+    p = _producer(broker, "cf-offsets-marked")
+    p.init_transactions(20)
+    p.begin_transaction()
+    p.produce(TOPIC, b"y", partition=1)
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "eos-marked"})
+    try:
+        p.send_offsets_to_transaction([TopicPartition(TOPIC, 1, 77)], c.consumer_group_metadata(), 20)
+    finally:
+        c.close()
+    p.commit_transaction(20)
+    deadline = time.monotonic() + 10
+    while _offsets_of(broker, "eos-marked", stable=True)[1] != (77, 0):
+        assert time.monotonic() < deadline, "the offset never became committed"
+        time.sleep(0.2)
