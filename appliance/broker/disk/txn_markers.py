@@ -52,7 +52,7 @@ log = logging.getLogger("appliance.coordinator.txn")
 
 RETRY_BACKOFF_S = 0.1  # Kafka retries a marker at once on its next send pass; a short pause here
 NOT_SERVED_BACKOFF_S = 2.0  # a leader that does not serve WriteTxnMarkers yet (an older build)
-REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms for inter-broker requests
+REQUEST_TIMEOUT_S = 10.0  # connect and answer (Kafka: socket.connection.setup.timeout.ms, 10 s): a dead leader holds the other markers no longer
 _SIZE = struct.Struct(">i")
 _CORRELATION = struct.Struct(">i")
 # the answers after which the marker is sent again (Kafka's TransactionMarkerRequestCompletionHandler)
