@@ -130,3 +130,30 @@ def test_confluent_producer_in_the_cluster(cluster):
         zombie.commit_transaction(30)
     assert info.value.args[0].code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                                          KafkaError.INVALID_PRODUCER_EPOCH)
+
+
+def test_txn_offset_commit_through_every_broker(cluster):
+    """TxnOffsetCommit goes to the group's coordinator; any other broker answers NOT_COORDINATOR."""
+    group = "cl-eos-group"
+    coordinators = set()
+    for b in cluster["brokers"].values():
+        c = RawConnection(b.port)
+        try:
+            r = wait_for(lambda c=c: (r := c.request(10, 3, {"key": group, "key_type": 0})).error_code == 0 and r,
+                         30, "a group coordinator")
+            coordinators.add(r.node_id)
+        finally:
+            c.sock.close()
+    (node,) = coordinators
+    body = {"transactional_id": "cl-eos", "group_id": group, "producer_id": 9, "producer_epoch": 0,
+            "generation_id": -1, "member_id": "", "group_instance_id": None,
+            "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0, "committed_offset": 5,
+                                                       "committed_leader_epoch": -1, "committed_metadata": ""}]}]}
+    for bid, b in cluster["brokers"].items():
+        c = RawConnection(b.port)
+        try:
+            r = c.request(28, 3, body)
+            code = r.topics[0].partitions[0].error_code
+            assert code == (0 if bid == node else NOT_COORDINATOR), (bid, node, code)
+        finally:
+            c.sock.close()
