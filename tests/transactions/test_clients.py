@@ -238,3 +238,32 @@ def test_committed_offsets_after_the_marker(broker):
     while _offsets_of(broker, "eos-marked", stable=True)[1] != (77, 0):
         assert time.monotonic() < deadline, "the offset never became committed"
         time.sleep(0.2)
+
+
+def test_coordinator_aborts_a_transaction_past_its_timeout(tmp_path):
+    """transaction.timeout.ms passes with the transaction open: the coordinator aborts it with a
+    bumped epoch (Kafka's rule), so the producer's commit is fenced; the id serves a new instance."""
+    b = BrokerProcess(tmp_path, overrides={
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"}).start()
+    try:
+        create_topic(b.bootstrap, TOPIC, 1)
+        p = _producer(b, "cf-timeout", **{"transaction.timeout.ms": 1500})
+        p.init_transactions(20)
+        p.begin_transaction()
+        p.produce(TOPIC, b"late", partition=0)
+        p.flush(10)
+        time.sleep(3)
+        with pytest.raises(KafkaException) as info:
+            p.commit_transaction(10)
+        assert info.value.args[0].code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                                             KafkaError.INVALID_PRODUCER_EPOCH), info.value
+        conn = RawConnection(b.port)
+        try:
+            r = conn.request(22, 4, {"transactional_id": "cf-timeout", "transaction_timeout_ms": 60000,
+                                     "producer_id": -1, "producer_epoch": -1})
+            # its abort's markers wait for the leader's WriteTxnMarkers (branch txn-log)
+            assert r.error_code in (0, 51)
+        finally:
+            conn.sock.close()
+    finally:
+        b.stop()
