@@ -157,3 +157,41 @@ def test_txn_offset_commit_through_every_broker(cluster):
             assert code == (0 if bid == node else NOT_COORDINATOR), (bid, node, code)
         finally:
             c.sock.close()
+
+
+def test_coordinator_moves_with_the_leadership(cluster):
+    """SIGKILL the coordinator's broker: the new leader of the id's partition loads its state from
+    the replicated log, and the next instance gets the next epoch of the same producer id."""
+    tid = "cl-failover"
+    (node,) = _coordinator_through_each(cluster, tid)
+    c = RawConnection(cluster["brokers"][node].port)
+    try:
+        first = init_pid(c, tid)
+        assert first.error_code == 0
+    finally:
+        c.sock.close()
+    victim = cluster["brokers"][node]
+    victim.kill()
+    try:
+        others = [b for bid, b in cluster["brokers"].items() if bid != node]
+
+        def served():
+            for b in others:
+                conn = RawConnection(b.port)
+                try:
+                    r = conn.request(10, 3, {"key": tid, "key_type": 1})
+                    if r.error_code or r.node_id == node:
+                        return None
+                    if r.port != b.port:
+                        continue
+                    r = init_pid(conn, tid, retry_concurrent=False)
+                    return r if r.error_code == 0 else None
+                finally:
+                    conn.sock.close()
+            return None
+
+        r = wait_for(served, 90, "the transaction coordinator on a new leader", step=0.5)
+        assert (r.producer_id, r.producer_epoch) == (first.producer_id, first.producer_epoch + 1)
+    finally:
+        victim.start()
+        wait_joined(cluster["brokers"].values(), 3)
