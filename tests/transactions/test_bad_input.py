@@ -163,3 +163,11 @@ def test_empty_transactional_id(broker, conn):
 
 def test_unknown_coordinator_key_type(broker, conn):
     assert conn.request(10, 3, {"key": "k", "key_type": 7}).error_code == 42
+
+
+def test_producer_id_without_epoch(broker, conn):
+    """KIP-360's pair comes whole or not at all (Kafka: INVALID_REQUEST)."""
+    assert find_txn_coordinator(conn, "half-pair").error_code == 0
+    assert init_pid(conn, "half-pair", pid=5, epoch=-1).error_code == 42
+    assert init_pid(conn, "half-pair", pid=-1, epoch=2).error_code == 42
+    assert init_pid(conn, "half-pair").producer_epoch == 0  # nothing was made before

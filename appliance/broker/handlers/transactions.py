@@ -94,9 +94,19 @@ def _error_body(request: Request, code: int) -> dict:
     return {"throttle_time_ms": 0, "error_code": code}
 
 
-async def _route(ctx: BrokerContext, request: Request, prefix: bytes = b"") -> Any:
+async def _route(ctx: BrokerContext, request: Request, spare_id: bool = False) -> Any:
+    """To the id's coordinator; ``spare_id``: with a producer id from the broker's block before
+    the body (taken only when there is a coordinator here to use it)."""
     info, code = _coordinator_slot(ctx, request.body.transactional_id or "")
     if info is not None:
+        prefix = b""
+        if spare_id:
+            try:
+                spare = await new_producer_id(ctx.table, ctx.producer_id_blocks)
+            except ProducerIdUnavailable:
+                # as producer_id.py: retriable for every client
+                return _error_body(request, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+            prefix = spare.to_bytes(SPARE_ID_SIZE, "big", signed=True)
         comp = await _submit(ctx, request, info, prefix)
         if comp.body:
             return RawBody(comp.body)
@@ -112,11 +122,7 @@ async def init_producer_id(ctx: BrokerContext, request: Request) -> Any:
         return await producer_id.handle(ctx, request)
     if (getattr(body, "producer_id", -1) == -1) != (getattr(body, "producer_epoch", -1) == -1):
         return _error_body(request, ErrorCode.INVALID_REQUEST)  # Kafka: both given or neither
-    try:
-        spare = await new_producer_id(ctx.table, ctx.producer_id_blocks)
-    except ProducerIdUnavailable:
-        return _error_body(request, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)  # as producer_id.py
-    return await _route(ctx, request, spare.to_bytes(SPARE_ID_SIZE, "big", signed=True))
+    return await _route(ctx, request, spare_id=True)
 
 
 async def route(ctx: BrokerContext, request: Request) -> Any:
