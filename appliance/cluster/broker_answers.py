@@ -406,14 +406,15 @@ class _CoordinatorTopic(NamedTuple):
     topic: str
     partitions_key: str
     replication_key: str
-    topic_config: Callable[[Any], dict[str, str]]
+    topic_config: Callable[[Any, int], dict[str, str]]  # (broker config, replication factor)
     partition_for: Callable[[str, int], int]
     empty_key_error: int
 
 
 _COORDINATOR_TOPICS = {
     KEY_TYPE_GROUP: _CoordinatorTopic(OFFSETS_TOPIC, "offsets.topic.num.partitions",
-                                      "offsets.topic.replication.factor", offsets_topic_config,
+                                      "offsets.topic.replication.factor",
+                                      lambda config, rf: offsets_topic_config(config),
                                       offsets_partition_for, ErrorCode.INVALID_GROUP_ID),
     KEY_TYPE_TRANSACTION: _CoordinatorTopic(TXN_TOPIC, "transaction.state.log.num.partitions",
                                             "transaction.state.log.replication.factor", txn_topic_config,
@@ -451,7 +452,7 @@ async def coordinator_body(table: LeadershipTable, store: ZkStore, config: Any, 
         rf = min(int(config[kind.replication_key]), live)
         code, msg = await create_topic(table, store, config, kind.topic,
                                        int(config[kind.partitions_key]), rf,
-                                       kind.topic_config(config), rack_mode=SAFE)
+                                       kind.topic_config(config, rf), rack_mode=SAFE)
         if code not in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
             return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, msg)
         deadline = time.monotonic() + OFFSETS_TOPIC_ELECTION_WAIT_S

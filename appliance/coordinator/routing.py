@@ -45,10 +45,14 @@ def txn_partition_for(transactional_id: str, num_partitions: int) -> int:
     return (0 if h == -(1 << 31) else abs(h)) % num_partitions
 
 
-def txn_topic_config(broker_config: Mapping[str, Any] | Any) -> dict[str, str]:
+def txn_topic_config(broker_config: Mapping[str, Any] | Any, replication_factor: int = 1) -> dict[str, str]:
     """``__transaction_state``'s own configuration, as Kafka creates it: compacted,
-    transaction.state.log.segment.bytes segments, transaction.state.log.min.isr."""
+    transaction.state.log.segment.bytes segments, transaction.state.log.min.isr. The min ISR is
+    capped at the replication factor, which is capped at the live brokers (as for the offsets
+    topic): Kafka would refuse to create the topic on fewer brokers than
+    transaction.state.log.replication.factor, and with a smaller one no write could succeed."""
+    min_isr = min(int(broker_config["transaction.state.log.min.isr"]), max(replication_factor, 1))
     return {"cleanup.policy": "compact",
             "segment.bytes": str(int(broker_config["transaction.state.log.segment.bytes"])),
-            "min.insync.replicas": str(int(broker_config["transaction.state.log.min.isr"])),
+            "min.insync.replicas": str(min_isr),
             "unclean.leader.election.enable": "false"}

@@ -115,3 +115,14 @@ def test_routing_uses_utils_abs():
     assert java_string_hash("polygenelubricants") == -2**31
     assert txn_partition_for("polygenelubricants", 50) == 0
     assert txn_partition_for("hello", 50) == 99162322 % 50
+
+
+def test_topic_config_caps_the_min_isr_at_the_replication_factor():
+    from appliance.config import BrokerConfig
+    from appliance.coordinator.routing import txn_topic_config
+
+    cfg = BrokerConfig.load(None, {"transaction.state.log.min.isr": "2",
+                                   "transaction.state.log.segment.bytes": "1048576"}, warn=False)
+    assert txn_topic_config(cfg, 3) == {"cleanup.policy": "compact", "segment.bytes": "1048576",
+                                        "min.insync.replicas": "2", "unclean.leader.election.enable": "false"}
+    assert txn_topic_config(cfg, 1)["min.insync.replicas"] == "1"  # one broker: writes stay possible
