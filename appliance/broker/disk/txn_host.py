@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
+import queue
 import time
 from typing import Any
 
@@ -43,7 +43,6 @@ from appliance.broker.disk.coordinator_host import (
 )
 from appliance.broker.disk.partitions import Partitions
 from appliance.broker.disk.requests import NotHere
-from appliance.broker.disk.ring_intake import RingIntake
 from appliance.broker.disk.txn_markers import MarkerSender, security_of
 from appliance.config import BrokerConfig
 from appliance.coordinator.routing import TXN_TOPIC
@@ -55,23 +54,22 @@ from appliance.coordinator.txn_coordinator import (
 from appliance.errors import ErrorCode, KafkaError, error_for_code
 from appliance.protocol.messages.core import InitProducerId
 from appliance.protocol.messages.transactions import AddOffsetsToTxn, AddPartitionsToTxn, EndTxn
-from appliance.shm.layout import GROUP_HEADER, Role
+from appliance.shm.layout import GROUP_HEADER, SPARE_PRODUCER_ID, Role
 from appliance.shm.partition_index import PartitionIndex
 
-__all__ = ["TxnCoordinatorHost", "SPARE_ID", "TXN_API_CLASSES"]
+__all__ = ["TxnCoordinatorHost", "TXN_API_CLASSES"]
 
 log = logging.getLogger("appliance.coordinator.txn")
 
 _GROUP = GROUP_HEADER.struct  # type: ignore[attr-defined]
-SPARE_ID = struct.Struct(">q")  # before a forwarded InitProducerId's body
+_SPARE = SPARE_PRODUCER_ID.struct  # type: ignore[attr-defined]
 TXN_API_CLASSES = {c.API_KEY: c for c in (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn)}
 
 
 class TxnCoordinatorHost:
-    def __init__(self, config: BrokerConfig, partitions: Partitions, rings: RingIntake, bell: int) -> None:
+    def __init__(self, config: BrokerConfig, partitions: Partitions, bell: int) -> None:
         self.config = config
         self.partitions = partitions
-        self.rings = rings
         self.bell = bell  # this disk worker's doorbell: the marker thread wakes the loop with it
         self.view = ClusterView(PartitionIndex(partitions.table))
         self.cluster = bool(config["zookeeper.connect"])
@@ -128,11 +126,14 @@ class TxnCoordinatorHost:
                 for (topic, partition), slot in list(self.partitions.slot_of.items()):
                     if topic == TXN_TOPIC:
                         self._follow(slot, partition)
+                for partition in [p for p in self.epochs if (TXN_TOPIC, p) not in self.partitions.slot_of]:
+                    self.coordinator.unload(partition)  # gone from this disk (deleted, dir failed)
+                    del self.epochs[partition]
         if self.markers is not None:
             while True:
                 try:
                     job = self.markers.done.get_nowait()
-                except Exception:  # queue.Empty
+                except queue.Empty:
                     break
                 self.coordinator.markers_written(job.transactional_id, job.producer_id, job.epoch)
         return self.coordinator.poll()
@@ -214,8 +215,8 @@ class TxnCoordinatorHost:
         pos = GROUP_HEADER.size + cid_len + host_len
         spare = -1
         if api_key == API_INIT_PRODUCER_ID:
-            spare = SPARE_ID.unpack_from(body, pos)[0]
-            pos += SPARE_ID.size
+            spare = _SPARE.unpack_from(body, pos)[0]
+            pos += SPARE_PRODUCER_ID.size
         api = TXN_API_CLASSES[api_key]
         request = api.decode_request(api_version, bytes(body[pos:]))
         info = self.partitions.table.read(slot)

@@ -117,7 +117,7 @@ class DiskWorker:
         parts.open()
         self.coordinator = CoordinatorHost(self.config, parts, self.rings)
         self.coordinator.load()
-        self.txn = TxnCoordinatorHost(self.config, parts, self.rings, self.plumbing.disk_bells[self.index])
+        self.txn = TxnCoordinatorHost(self.config, parts, self.plumbing.disk_bells[self.index])
         self.txn.load()
         self.maintenance = Maintenance(parts)
         self.mover = ReplicaMover(self.index, parts)

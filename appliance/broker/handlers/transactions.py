@@ -24,17 +24,17 @@ from appliance.broker.topic_admin import create_topic
 from appliance.coordinator.routing import TXN_TOPIC, txn_partition_for, txn_topic_config
 from appliance.errors import ErrorCode
 from appliance.process.producer_ids import ProducerIdUnavailable, new_producer_id
-from appliance.shm.layout import GROUP_HEADER, MsgType, SlotState
+from appliance.shm.layout import GROUP_HEADER, SPARE_PRODUCER_ID, MsgType, SlotState
 
 if TYPE_CHECKING:
     from appliance.broker.broker_context import BrokerContext
     from appliance.protocol.connection import Request
 
-__all__ = ["find_txn_coordinator", "init_producer_id", "route", "KEY_TYPE_TRANSACTION", "SPARE_ID_SIZE"]
+__all__ = ["find_txn_coordinator", "init_producer_id", "route", "KEY_TYPE_TRANSACTION"]
 
 _GROUP = GROUP_HEADER.struct  # type: ignore[attr-defined]
 KEY_TYPE_TRANSACTION = 1
-SPARE_ID_SIZE = 8  # the producer id before a forwarded InitProducerId (txn_host.SPARE_ID)
+_SPARE = SPARE_PRODUCER_ID.struct  # type: ignore[attr-defined]
 _API_INIT_PRODUCER_ID = 22
 
 
@@ -106,7 +106,7 @@ async def _route(ctx: BrokerContext, request: Request, spare_id: bool = False) -
             except ProducerIdUnavailable:
                 # as producer_id.py: retriable for every client
                 return _error_body(request, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
-            prefix = spare.to_bytes(SPARE_ID_SIZE, "big", signed=True)
+            prefix = _SPARE.pack(spare)
         comp = await _submit(ctx, request, info, prefix)
         if comp.body:
             return RawBody(comp.body)
