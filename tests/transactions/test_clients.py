@@ -267,3 +267,23 @@ def test_coordinator_aborts_a_transaction_past_its_timeout(tmp_path):
             conn.sock.close()
     finally:
         b.stop()
+
+
+@NEEDS_MARKERS
+def test_markers_resume_after_sigkill(tmp_path):
+    """A commit decided (PrepareCommit in the log) when the broker is SIGKILLed: the restarted
+    coordinator resumes its markers, and the next instance of the id initialises."""
+    b = BrokerProcess(tmp_path).start()
+    try:
+        create_topic(b.bootstrap, TOPIC, 1)
+        p = _producer(b, "cf-resume")
+        p.init_transactions(20)
+        p.begin_transaction()
+        p.produce(TOPIC, b"decided", partition=0)
+        p.commit_transaction(20)
+        b.kill()
+        b.start()
+        again = _producer(b, "cf-resume")
+        again.init_transactions(20)
+    finally:
+        b.stop()

@@ -36,6 +36,7 @@ class FakeLeader:
         self.markers: list[dict] = []  # every marker received
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
+        self.leader_port = self.port  # the leader its Metadata names (another FakeLeader's port)
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -77,7 +78,7 @@ class FakeLeader:
                 topics.append({"error_code": 0, "name": t.name, "is_internal": False, "partitions": [
                     {"error_code": 0, "partition_index": p, "leader_id": 0, "replica_nodes": [0], "isr_nodes": [0]}
                     for p in range(2)]})
-        return {"brokers": [{"node_id": 0, "host": "127.0.0.1", "port": self.port, "rack": None}],
+        return {"brokers": [{"node_id": 0, "host": "127.0.0.1", "port": self.leader_port, "rack": None}],
                 "controller_id": 0, "topics": topics}
 
     def _api_27(self, body) -> dict:
@@ -181,3 +182,30 @@ def test_an_unreachable_home_is_retried():
         sender.close()
 
 
+
+
+def test_leaders_are_resolved_again_after_not_leader():
+    """The leader moves: the old one answers NOT_LEADER_OR_FOLLOWER, this broker's metadata
+    names the new one, and the marker goes there."""
+    home, new = FakeLeader(), FakeLeader()
+    home.script = {("t", 0): [NOT_LEADER] * 100}
+    moved = threading.Event()
+
+    def answer_then_move(body, original=home._api_27):
+        out = original(body)
+        home.leader_port = new.port  # the leadership moved; the next Metadata says so
+        moved.set()
+        return out
+
+    home._api_27 = answer_then_move
+    sender = MarkerSender(("127.0.0.1", home.port), lambda: None)
+    try:
+        job = MarkerJob("a", 1, 0, True, (("t", 0),), 0)
+        sender.submit(job)
+        assert _wait_done(sender) == job
+        assert moved.is_set() and len(home.markers) == 1
+        assert [m["partitions"] for m in new.markers] == [[("t", 0)]]
+    finally:
+        sender.close()
+        home.close()
+        new.close()
