@@ -20,7 +20,9 @@ when the leadership goes. Every write is a leader append, and the answer given w
 until the high watermark passes it (the group host's held answers: acks=all, past
 offsets.commit.timeout.ms COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR if the leadership moved).
 The coordinator's memory moves with the append, before it is replicated (Kafka waits); a lost
-leadership unloads it, and the next leader reloads what was replicated.
+leadership unloads it, and the next leader reloads what was replicated. The markers of a decision
+wait until the decision itself is replicated (:meth:`TxnCoordinatorHost._release_markers`): a
+marker is never written for a decision a new leader might not find.
 
 Markers go through :class:`~appliance.broker.disk.txn_markers.MarkerSender` (a thread, started
 with the first decided transaction); the jobs it finishes come back through a queue, and the
@@ -85,6 +87,10 @@ class TxnCoordinatorHost:
         self.groups: CoordinatorHost | None = None  # whose held answers ours join
         self.epochs: dict[int, int] = {}  # transaction state partition -> leader epoch loaded
         self._next_check = 0.0
+        # the last write (slot, offset the HW must reach, leader epoch): a decision's markers
+        # wait for it; while a partition loads, its log end
+        self._last_write: tuple[int, int, int] | None = None
+        self._gated: list[tuple[MarkerJob, tuple[int, int, int]]] = []  # markers waiting for the HW
 
     def attach_cluster(self, area: Any, replication: Any, metadata: Any, groups: CoordinatorHost) -> None:
         """Cluster mode: the leadership area, the leader's append path, the cluster's metadata
@@ -129,6 +135,8 @@ class TxnCoordinatorHost:
                 for partition in [p for p in self.epochs if (TXN_TOPIC, p) not in self.partitions.slot_of]:
                     self.coordinator.unload(partition)  # gone from this disk (deleted, dir failed)
                     del self.epochs[partition]
+        if self._gated:
+            self._release_markers()
         if self.markers is not None:
             while True:
                 try:
@@ -155,6 +163,8 @@ class TxnCoordinatorHost:
         if lead.role == Role.LEADER and p is not None:
             self.epochs[partition] = lead.leader_epoch
             self._count_from(partition)
+            # what is loaded may be above the HW: resumed markers wait until it is replicated
+            self._last_write = (slot, p.log.log_end_offset, lead.leader_epoch)
             # the leader's whole log: what is above the HW is the leader's and stays
             self.coordinator.load(partition, partition_records(p.log), coordinator_epoch=lead.leader_epoch)
             log.info("leading %s-%d (epoch %d): its transactions loaded", TXN_TOPIC, partition, lead.leader_epoch)
@@ -178,6 +188,7 @@ class TxnCoordinatorHost:
             raise error_for_code(ErrorCode.NOT_COORDINATOR)(f"{TXN_TOPIC}-{partition}: leadership moved")
         try:
             needed = self.replication.leader_append(slot, batch)
+            self._last_write = (slot, needed, self.epochs[partition])
         except NotHere:
             raise error_for_code(ErrorCode.NOT_COORDINATOR)(f"{TXN_TOPIC}-{partition} is not led here") from None
         except KafkaError as e:
@@ -189,6 +200,30 @@ class TxnCoordinatorHost:
             self.groups.wait_for(slot, needed)
 
     def _send_markers(self, job: MarkerJob) -> None:
+        """Standalone: to the sender now. Cluster mode: once the decision (the last write) is
+        replicated."""
+        if self.area is not None and self._last_write is not None:
+            self._gated.append((job, self._last_write))
+            self._release_markers()
+            return
+        self._submit(job)
+
+    def _release_markers(self) -> None:
+        """Hand the gated markers whose decision the high watermark passed to the sender; drop
+        those whose partition is no longer led in that epoch (its next leader resumes them)."""
+        keep = []
+        for job, (slot, needed, epoch) in self._gated:
+            lead = self.area.read(slot)
+            p = self.partitions.partitions.get(slot)
+            if p is None or lead.role != Role.LEADER or lead.leader_epoch != epoch:
+                continue
+            if p.high_watermark >= needed:
+                self._submit(job)
+            else:
+                keep.append((job, (slot, needed, epoch)))
+        self._gated = keep
+
+    def _submit(self, job: MarkerJob) -> None:
         if self.markers is None:
             self.markers = MarkerSender(self._home(), self._wake, security_of(self.config),
                                         client_id=f"txn-coordinator-{self.config['broker.id']}")
