@@ -18,7 +18,12 @@ from appliance.broker.disk.dir_health import FULL_DISK_ERRNOS, ThrottledLog, io_
 from appliance.broker.disk.partition import Partition
 from appliance.broker.disk.requests import NOTHING, NotHere
 from appliance.config import BrokerConfig, ConfigError, TopicConfig
-from appliance.coordinator.routing import OFFSETS_TOPIC, offsets_topic_config
+from appliance.coordinator.routing import (
+    OFFSETS_TOPIC,
+    TXN_TOPIC,
+    offsets_topic_config,
+    txn_topic_config,
+)
 from appliance.errors import ErrorCode, InvalidRequestError, KafkaStorageError
 from appliance.shm.layout import COUNTER_PARTITIONS, DataWanted, SlotState, WorkerState
 from appliance.shm.partition_table import ZERO_TOPIC_ID, PartitionTable
@@ -232,6 +237,8 @@ class Partitions:
     def _creation_config(self, topic: str) -> TopicConfig:
         if topic == OFFSETS_TOPIC:
             return TopicConfig.from_overrides(self.config, offsets_topic_config(self.config))
+        if topic == TXN_TOPIC:
+            return TopicConfig.from_overrides(self.config, txn_topic_config(self.config))
         return self.config.topic_defaults()
 
     def _num_partitions(self, topic: str) -> int:

@@ -49,6 +49,12 @@ from appliance.protocol.messages.security import (
     SaslAuthenticate,
     SaslHandshake,
 )
+from appliance.protocol.messages.transactions import (
+    AddOffsetsToTxn,
+    AddPartitionsToTxn,
+    EndTxn,
+    TxnOffsetCommit,
+)
 
 __all__ = [
     "ApiVersions", "Metadata", "Produce", "Fetch", "ListOffsets", "InitProducerId",
@@ -60,4 +66,5 @@ __all__ = [
     "AlterPartitionReassignments", "ListPartitionReassignments",
     "SaslHandshake", "SaslAuthenticate", "DescribeUserScramCredentials", "AlterUserScramCredentials",
     "DescribeAcls", "CreateAcls", "DeleteAcls",
+    "AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn", "TxnOffsetCommit",
 ]
