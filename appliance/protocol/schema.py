@@ -8,9 +8,14 @@ A message is declared once, the way Kafka's ``*Request.json`` files do it::
         RESPONSE = (Field("throttle_time_ms", Int32, versions="1+"), Field("error_code", Int16))
 
 Defining the class checks the declaration (field version ranges must meet the message's
-range, nullable ranges must lie inside the field's, no duplicate names) and compiles, for
-every version, a decoder and an encoder as generated Python functions: runs of fixed-size
-fields become one ``struct.unpack_from``/``pack`` call on a memoryview, no BytesIO.
+range, nullable ranges must lie inside the field's and have a nullable type, no duplicate
+names or tags, tagged fields only in flexible versions) and builds the data classes. The
+codecs are compiled lazily: each (message, version, request/response) gets its decoder and
+its encoder as generated Python functions on its first decode or encode, then cached, so an
+import compiles none of the ~1,000 and a process pays only for what it speaks
+(``ApiMessage.compile_codecs`` compiles them all; the schema tests do, so a declaration that
+cannot compile still fails the suite). Runs of fixed-size fields become one
+``struct.unpack_from``/``pack`` call on a memoryview, no BytesIO.
 
 Decoded values are instances of generated slotted classes (``Heartbeat.Request``,
 ``Fetch.Response.Responses.Partitions`` ...) holding every field of every version; fields
@@ -19,7 +24,9 @@ object with the attributes, or plain dicts; missing fields take their defaults, 
 that names no field of the message (in any version) is refused with a ProtocolEncodeError
 naming the key, the struct and the version, so a misspelling cannot silently send a default.
 
-Everything compiled here is immutable after import and safe to use from many threads.
+Everything built here is immutable once built and safe to use from many threads: a codec is
+published in its cache only whole (a reader sees no entry or a finished function); two threads
+missing the same one both compile it, and the later store replaces an identical function.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from appliance.protocol.errors import ProtocolDecodeError, ProtocolEncodeError
 from appliance.protocol.types import (
     Array,
     CompactArray,
+    WireType,
     compact,
     encode_uvarint,
     truncated,
@@ -101,6 +109,11 @@ class Field:
                 raise SchemaError(f"field {name}: nullable versions {nullable!r} outside its versions")
         else:
             self.nullable_versions = None
+        if self.nullable_versions is not None and not isinstance(type, Struct):
+            try:  # checked here, not first when a codec compiles (type_for)
+                type.as_nullable()
+            except (TypeError, AttributeError):
+                raise SchemaError(f"field {name}: {type!r} has no nullable variant") from None
         if default is _MISSING:
             default = None if isinstance(type, Struct) else type.default
         self.default = default
@@ -138,8 +151,9 @@ class Struct:
         self.name: str | None = None  # the qualified name, set when its message compiles
         self.data_class: type[Data] | None = None
         self.flex_lo = _MAX_VERSION + 1  # first flexible version, set when its message compiles
-        self._decoders: dict[int, Any] = {}
-        self._encoders: dict[int, Any] = {}
+        self.versions = (0, -1)  # the versions it has codecs in (top level), set when it compiles
+        self._decoders = _Codecs(self, _gen_decoder)  # version -> decoder, built on first use
+        self._encoders = _Codecs(self, _gen_encoder)
         self._min_sizes: dict[int, int] = {}
 
     def __repr__(self) -> str:
@@ -149,12 +163,14 @@ class Struct:
 
     def _compile(self, qualname: str, lo: int, hi: int, top: bool = True,
                  flex_lo: int = _MAX_VERSION + 1) -> None:
-        """Check versions and build the data classes; for the top-level struct also one
-        encoder and decoder per version in lo..hi (nested structs are inlined into them)."""
+        """Check the declaration and build the data classes. The top-level struct's codecs,
+        one encoder and one decoder per version in lo..hi (nested structs are inlined into
+        them), are compiled on first use (``decoder``, ``encoder``)."""
         tags: set[int] = set()
         for f in self.fields:
             if f.versions[1] < lo or f.versions[0] > hi:
                 raise SchemaError(f"{qualname}.{f.name}: versions {f.versions} outside {lo}-{hi}")
+            _check_type(f.type, f"{qualname}.{f.name}")
             if f.tag is not None:
                 if f.versions[0] < flex_lo:
                     raise SchemaError(f"{qualname}.{f.name}: tagged in non-flexible versions")
@@ -170,11 +186,16 @@ class Struct:
                 sub._compile(f"{qualname}.{_camel(f.name)}", max(lo, f.versions[0]),
                              min(hi, f.versions[1]), top=False, flex_lo=flex_lo)
                 setattr(self.data_class, _camel(f.name), sub.data_class)
-        if not top:
-            return
-        for v in range(lo, hi + 1):
-            self._decoders[v] = _gen_decoder(self, v)
-            self._encoders[v] = _gen_encoder(self, v)
+        if top:
+            self.versions = (lo, hi)
+
+    def decoder(self, v: int) -> Any:
+        """The decoder of version v, ``(buf, pos) -> (value, end)``, compiled on first use."""
+        return self._decoders[v]
+
+    def encoder(self, v: int) -> Any:
+        """The encoder of version v, ``(value, out, parts) -> None``, compiled on first use."""
+        return self._encoders[v]
 
     def flexible(self, v: int) -> bool:
         return v >= self.flex_lo
@@ -189,6 +210,40 @@ class Struct:
                     total += t.min_size(v) if isinstance(t, Struct) else t.min_size
             self._min_sizes[v] = total
         return self._min_sizes[v]
+
+
+class _Codecs(dict):
+    """One struct's codecs of one direction, version -> generated function, each compiled
+    on its first lookup (``__missing__``), so the hot path stays one dict subscript.
+
+    A codec is stored only once whole: a reader sees no entry or a finished function. Two
+    threads missing the same version both compile it; the later store replaces an identical
+    function, which is harmless."""
+
+    __slots__ = ("_struct", "_gen")
+
+    def __init__(self, s: Struct, gen: Any) -> None:
+        super().__init__()
+        self._struct = s
+        self._gen = gen
+
+    def __missing__(self, v: int) -> Any:
+        s = self._struct
+        lo, hi = s.versions
+        if not lo <= v <= hi:  # also nested structs: their code is inlined in their message's
+            raise KeyError(f"{s.name}: no codec for version {v} (has {lo}-{hi})")
+        fn = self._gen(s, v)
+        self[v] = fn
+        return fn
+
+
+def _check_type(t: Any, label: str) -> None:
+    """A field's type must be a wire type, a Struct, or an Array of either (cheap, at import,
+    so a slip fails there and not first when a codec compiles)."""
+    if isinstance(t, Array):
+        _check_type(t.element, label)
+    elif not isinstance(t, WireType | Struct):
+        raise SchemaError(f"{label}: {t!r} is neither a wire type nor a Struct")
 
 
 def _struct_of(t: Any) -> Struct | None:
@@ -615,8 +670,8 @@ def _gen_encoder(s: Struct, v: int, nested: bool = False) -> Any:
 class ApiMessage:
     """Base for one Kafka API: declare API_KEY, MIN_VERSION, MAX_VERSION (the range we
     advertise), FLEXIBLE (Kafka's flexibleVersions, e.g. "9+"; None = none), REQUEST and
-    RESPONSE field tuples. Subclassing compiles both for every version in range; ``cls.Request``
-    and ``cls.Response`` are then the generated value classes.
+    RESPONSE field tuples. Subclassing checks both and builds the generated value classes,
+    ``cls.Request`` and ``cls.Response``; each version's codecs compile on first use.
 
     In flexible versions the same declarations encode compactly with tagged-field sections,
     and the frames use request header v2 / response header v1 (``FLEXIBLE_RESPONSE_HEADER``
@@ -653,6 +708,16 @@ class ApiMessage:
         cls.Response = cls._response_struct.data_class
 
     @classmethod
+    def compile_codecs(cls) -> None:
+        """Compile now every codec first use would (every version, request and response).
+        The schema tests call it for every message, so a declaration that cannot compile
+        fails the suite; a process that wants no first-use latency may call it too."""
+        for s in (cls._request_struct, cls._response_struct):
+            for v in range(cls.MIN_VERSION, cls.MAX_VERSION + 1):
+                s.decoder(v)
+                s.encoder(v)
+
+    @classmethod
     def is_flexible(cls, version: int) -> bool:
         """Whether ``version`` uses the flexible encodings and request header v2."""
         return version >= cls.FLEX_LO
@@ -672,8 +737,9 @@ class ApiMessage:
     def _decode(cls, s: Struct, what: str, version: int, data: Any, pos: int, whole: bool) -> Any:
         cls._check_version(version)
         buf = data if isinstance(data, memoryview) else memoryview(data)
+        dec = s._decoders[version]  # outside the try: a codec that cannot compile is no decode error
         try:
-            value, end = s._decoders[version](buf, pos)
+            value, end = dec(buf, pos)
         except (struct.error, IndexError):  # IndexError: a varint read past the end
             raise truncated(f"{cls.__name__} {what} v{version}", pos) from None
         except UnicodeDecodeError as e:
@@ -704,8 +770,9 @@ class ApiMessage:
     @classmethod
     def _write(cls, s: Struct, what: str, version: int, body: Any, out: bytearray, parts: list) -> None:
         cls._check_version(version)
+        enc = s._encoders[version]
         try:
-            s._encoders[version](body, out, parts)
+            enc(body, out, parts)
         except (struct.error, TypeError) as e:
             raise ProtocolEncodeError(f"{cls.__name__} {what} v{version}: {e}") from None
 

@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
+import os
+import pkgutil
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -90,6 +98,88 @@ def test_flexible_versions_are_kafkas():
     for key, api in API_BY_KEY.items():
         lo = FLEXIBLE_FROM[key]
         assert api.FLEX_LO == (0x8000 if lo is None else lo), api.__name__
+
+
+def _every_message() -> list[type[ApiMessage]]:
+    """Every ApiMessage declared in appliance.protocol.messages, inter-broker ones included."""
+    found: dict[str, type[ApiMessage]] = {}
+    for mod in pkgutil.iter_modules(M.__path__, M.__name__ + "."):
+        for obj in vars(importlib.import_module(mod.name)).values():
+            if isinstance(obj, type) and issubclass(obj, ApiMessage) and obj is not ApiMessage:
+                found[obj.__qualname__] = obj
+    return sorted(found.values(), key=lambda c: (c.API_KEY, c.__name__))
+
+
+@pytest.mark.parametrize("api", _every_message(), ids=lambda c: c.__name__)
+def test_every_codec_of_every_message_compiles(api):
+    # codecs compile on first use: a declaration the compiler cannot handle fails here, not
+    # first in a broker the day a client speaks that version
+    api.compile_codecs()
+    for s in (api._request_struct, api._response_struct):
+        assert sorted(s._decoders) == sorted(s._encoders) == list(range(api.MIN_VERSION, api.MAX_VERSION + 1))
+
+
+def test_importing_the_messages_compiles_no_codec():
+    code = ("import appliance.protocol.messages.cluster, appliance.protocol.registry\n"
+            "from appliance.protocol.schema import ApiMessage\n"
+            "def subs(c):\n"
+            "    for s in c.__subclasses__():\n"
+            "        yield s\n"
+            "        yield from subs(s)\n"
+            "print(sum(len(x._decoders) + len(x._encoders) for a in subs(ApiMessage)\n"
+            "          for x in (a._request_struct, a._response_struct)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.stdout.strip() == "0"
+
+
+def test_a_codec_compiles_once_on_first_use_and_is_reused():
+    class Lazy(ApiMessage):
+        API_KEY, MIN_VERSION, MAX_VERSION = 999, 0, 3
+        REQUEST = (Field("a", Int32), Field("b", String, versions="2+"))
+
+    s = Lazy._request_struct
+    assert s._decoders == {} and s._encoders == {}
+    wire = Lazy.encode_request(2, {"a": 1, "b": "x"})
+    assert list(s._encoders) == [2] and s._decoders == {}
+    enc = s.encoder(2)
+    assert Lazy.decode_request(2, wire) == Lazy.Request(a=1, b="x")
+    assert list(s._decoders) == [2] and s.encoder(2) is enc
+    with pytest.raises(KeyError):
+        s.decoder(4)  # outside the declared range: nothing is compiled for it
+    assert list(s._decoders) == [2]
+
+
+def test_threads_racing_to_a_cold_codec_all_decode_correctly():
+    class Raced(ApiMessage):
+        API_KEY, MIN_VERSION, MAX_VERSION = 999, 0, 0
+        REQUEST = (Field("a", Int32), Field("b", Array(Struct(Field("c", String)))))
+
+    wire = b"\x00\x00\x00\x07\x00\x00\x00\x01\x00\x01z"
+    start = threading.Barrier(8)
+
+    def work() -> object:
+        start.wait()
+        return Raced.decode_request(0, wire)
+
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda _: work(), range(8)))
+    assert all(g == got[0] for g in got) and got[0].a == 7 and got[0].b[0].c == "z"
+
+
+def test_declaration_slips_a_codec_would_meet_are_refused_at_import():
+    with pytest.raises(SchemaError, match="nullable variant"):
+        Field("a", Int32, nullable=True)
+    with pytest.raises(SchemaError, match="nullable variant"):
+        Field("a", Int16, versions="1+", nullable="2+")
+    with pytest.raises(SchemaError, match="neither a wire type nor a Struct"):
+        class Bad(ApiMessage):
+            API_KEY, MIN_VERSION, MAX_VERSION = 999, 0, 1
+            REQUEST = (Field("a", Array(int), default=()),)
+    with pytest.raises(SchemaError, match="tagged in non-flexible"):
+        class Bad2(ApiMessage):
+            API_KEY, MIN_VERSION, MAX_VERSION, FLEXIBLE = 999, 0, 3, "2+"
+            REQUEST = (Field("a", Int32, versions="1+", tag=0),)
 
 
 def test_unsupported_version_raises():
