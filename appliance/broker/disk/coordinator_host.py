@@ -306,6 +306,13 @@ class CoordinatorHost:
         else:
             self._hold_or_send(n, request_id, data)
 
+    def on_txn_marker(self, partition: Any, producer_id: int, commit: bool) -> None:
+        """A transaction marker was appended on one of this worker's __consumer_offsets
+        partitions (``Partitions.marker_written``): the place where the producer's pending
+        transactional offsets (TxnOffsetCommit) are to be materialised (COMMIT) or dropped
+        (ABORT). No pending offsets exist yet, so nothing to do (issue 46: the transaction
+        coordinator's side fills this in)."""
+
     def handle_group(self, n: int | None, request_id: int, slot: int, body: memoryview,
             acks: int, timeout_ms: int) -> tuple | None:
         """A group request (the handler of MsgType.GROUP): its encoded answer rides after the

@@ -52,6 +52,7 @@ from appliance.broker.handlers import (
     producer_id,
     sasl,
     topics,
+    write_txn_markers,
 )
 from appliance.broker.handlers.answer import CloseConnection, RawBody, api_name, encode
 from appliance.metrics.recorder import AnswerTiming
@@ -89,6 +90,7 @@ from appliance.protocol.messages import (
     OffsetFetch,
     Produce,
     SyncGroup,
+    WriteTxnMarkers,
 )
 from appliance.protocol.messages.security import (
     AlterUserScramCredentials,
@@ -170,6 +172,7 @@ ROUTES: dict[int, Route] = {
     UPDATE_METADATA: Route(None, inter_broker.forward),
     CONTROLLED_SHUTDOWN: Route(None, inter_broker.forward),
     inter_broker.OFFSETS_FOR_LEADER_EPOCH: Route(None, inter_broker.offsets_for_leader_epoch),
+    WriteTxnMarkers.API_KEY: _both(write_txn_markers.handle),
 }
 
 

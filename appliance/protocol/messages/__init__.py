@@ -49,6 +49,7 @@ from appliance.protocol.messages.security import (
     SaslAuthenticate,
     SaslHandshake,
 )
+from appliance.protocol.messages.transactions import WriteTxnMarkers
 
 __all__ = [
     "ApiVersions", "Metadata", "Produce", "Fetch", "ListOffsets", "InitProducerId",
@@ -59,5 +60,5 @@ __all__ = [
     "DescribeLogDirs", "DescribeCluster", "DescribeProducers", "ElectLeaders",
     "AlterPartitionReassignments", "ListPartitionReassignments",
     "SaslHandshake", "SaslAuthenticate", "DescribeUserScramCredentials", "AlterUserScramCredentials",
-    "DescribeAcls", "CreateAcls", "DeleteAcls",
+    "DescribeAcls", "CreateAcls", "DeleteAcls", "WriteTxnMarkers",
 ]
