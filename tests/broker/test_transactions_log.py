@@ -4,6 +4,18 @@ read_committed and read_uncommitted, across a SIGKILL and restarts."""
 
 from __future__ import annotations
 
+import threading
+import time
+
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
+
 from appliance.errors import ErrorCode
 from tests.broker.clients import create_topic
 from tests.broker.txn_wire import (
@@ -13,7 +25,7 @@ from tests.broker.txn_wire import (
     values_kafka_python,
     values_kcat,
 )
-from tests.broker.wire import RawConnection
+from tests.broker.wire import RawConnection, fetch_body
 
 TOPIC = "txn"
 COMMITTED_SO_FAR = [b"p0", b"p1", b"c0", b"c1", b"p2"]
@@ -92,3 +104,46 @@ def test_bad_input(broker):
         assert anon.send([b"y"])[0] == ErrorCode.INVALID_RECORD
         assert t.end(commit=False) == 0
         assert list_latest(conn, TOPIC, committed=True) == 2
+
+
+def test_read_committed_long_poll_wakes_when_the_lso_moves(broker):
+    broker.start()
+    create_topic(broker.bootstrap, TOPIC)
+    with RawConnection(broker.port) as conn, RawConnection(broker.port) as poller:
+        t = _scene(conn)
+        body = fetch_body(TOPIC, 0, 9, max_wait_ms=8000)
+        body["isolation_level"] = 1
+        answer: list = []
+        thread = threading.Thread(target=lambda: answer.append(poller.request(1, 11, body)))
+        started = time.monotonic()
+        thread.start()
+        time.sleep(1.0)
+        assert not answer                                  # waiting at the LSO
+        assert t.end(commit=False) == 0
+        thread.join(10)
+        assert time.monotonic() - started < 5              # woken, not timed out
+        p = answer[0].responses[0].partitions[0]
+        assert p.error_code == 0 and p.last_stable_offset == 12 and p.high_watermark == 12
+        assert [(a.producer_id, a.first_offset) for a in p.aborted_transactions] == [(t.pid, 9)]
+        assert p.records
+
+
+def test_markers_need_cluster_action(broker_factory):
+    """With ACLs on, a principal without CLUSTER_ACTION on the cluster (here User:ANONYMOUS,
+    once an ACL names the cluster) is refused, and no marker is written."""
+    b = broker_factory(overrides={"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                                  "allow.everyone.if.no.acl.found": "true"}).start()
+    create_topic(b.bootstrap, TOPIC)
+    with RawConnection(b.port) as conn:
+        t = TxnDriver(conn, TOPIC)
+        assert t.send([b"x"]) == (0, 0)
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        fut = admin.create_acls([AclBinding(ResourceType.BROKER, "kafka-cluster",
+                                            ResourcePatternType.LITERAL, "User:broker", "*",
+                                            AclOperation.CLUSTER_ACTION, AclPermissionType.ALLOW)])
+        for f in fut.values():
+            f.result(30)
+        time.sleep(0.5)                                    # every network worker re-reads the ACLs
+        assert t.end(commit=False) == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        assert list_latest(conn, TOPIC, committed=False) == 1
+        assert list_latest(conn, TOPIC, committed=True) == 0  # still open: nothing ended it
