@@ -177,3 +177,25 @@ def test_index_goes_with_its_segment(log_path):
     seg.delete_files()
     assert not os.path.exists(seg.txn_index_path)
     lg.close()
+
+
+def test_dump_log_prints_markers_and_the_txn_index(log_path, capsys):
+    import argparse
+
+    from appliance.cli import dump_log
+    lg = open_log(log_path)
+    lg.append(txb(0))
+    lg.append_marker(PID, 0, False, 7)
+    lg.append(txb(2))
+    lg.append_marker(PID, 0, True, 8)
+    seg = lg.active_segment
+    lg.close()
+    args = argparse.Namespace(files=f"{seg.log_path},{seg.txn_index_path}", verify_crc=True,
+                              print_data_log=False, verify_index_only=False,
+                              index_sanity_check=False)
+    assert dump_log.run(args) == 0
+    out = capsys.readouterr().out
+    assert "isTransactional: true isControl: true" in out
+    assert "| offset: 2 " in out and "endTxnMarker: ABORT coordinatorEpoch: 7" in out
+    assert "| offset: 5 " in out and "endTxnMarker: COMMIT coordinatorEpoch: 8" in out
+    assert f"version: 0 producerId: {PID} firstOffset: 0 lastOffset: 2 lastStableOffset: 3" in out
