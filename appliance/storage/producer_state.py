@@ -46,7 +46,7 @@ from appliance.storage.txn_index import AbortedTxn
 __all__ = [
     "BatchMetadata", "ProducerEntry", "ProducerStateManager", "ProducerAppend",
     "UnknownProducerIdError", "SNAPSHOT_SUFFIX", "NUM_BATCHES_TO_RETAIN", "NO_TXN",
-    "TransactionCoordinatorFencedError",
+    "TransactionCoordinatorFencedError", "InvalidTxnStateError",
 ]
 
 NUM_BATCHES_TO_RETAIN = 5
@@ -54,6 +54,7 @@ SNAPSHOT_SUFFIX = ".snapshot"
 INT32_MAX = 0x7FFFFFFF
 UnknownProducerIdError = error_for_code(int(ErrorCode.UNKNOWN_PRODUCER_ID))
 TransactionCoordinatorFencedError = error_for_code(int(ErrorCode.TRANSACTION_COORDINATOR_FENCED))
+InvalidTxnStateError = error_for_code(int(ErrorCode.INVALID_TXN_STATE))
 NO_TXN = -1  # current_txn_first_offset of a producer with no open transaction
 
 
@@ -116,11 +117,21 @@ class ProducerAppend:
         REPLICATION), which only records them: the leader checked them, and a follower that
         started at the leader's log start has not seen the producer's earlier batches.
 
-        Raises InvalidProducerEpochError, OutOfOrderSequenceError, UnknownProducerIdError.
+        A non-transactional batch from a producer with a transaction open is refused (Kafka's
+        INVALID_TXN_STATE: it must go through the transaction).
+
+        Raises InvalidProducerEpochError, OutOfOrderSequenceError, UnknownProducerIdError,
+        InvalidTxnStateError.
         """
         first_seq = base_seq
         last_seq = _last_seq(base_seq, last_offset_delta)
         entry = self._entry(pid)
+        if validate and not transactional:
+            current = self._mgr.producers.get(pid)
+            if current is not None and current.current_txn_first_offset != NO_TXN:
+                raise InvalidTxnStateError(
+                    f"producer {pid} has a transaction open at offset "
+                    f"{current.current_txn_first_offset}: a non-transactional batch is refused")
         if not validate:
             pass
         elif entry is not None:

@@ -199,3 +199,14 @@ def test_dump_log_prints_markers_and_the_txn_index(log_path, capsys):
     assert "| offset: 2 " in out and "endTxnMarker: ABORT coordinatorEpoch: 7" in out
     assert "| offset: 5 " in out and "endTxnMarker: COMMIT coordinatorEpoch: 8" in out
     assert f"version: 0 producerId: {PID} firstOffset: 0 lastOffset: 2 lastStableOffset: 3" in out
+
+
+def test_a_plain_batch_inside_an_open_transaction_is_refused(log_path):
+    from appliance.storage.producer_state import InvalidTxnStateError
+    lg = open_log(log_path)
+    lg.append(txb(0))
+    with pytest.raises(InvalidTxnStateError):
+        lg.append(batch(1, producer_id=PID, producer_epoch=0, base_sequence=2))
+    lg.append_marker(PID, 0, True, 0)
+    assert lg.append(batch(1, producer_id=PID, producer_epoch=0, base_sequence=2)).first_offset == 3
+    lg.close()

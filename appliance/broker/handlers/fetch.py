@@ -158,13 +158,19 @@ def _read_all(ctx: BrokerContext, body: Any, names: list[str | None], replica_id
                 continue
             if sl is None or sl.length == 0:
                 continue
+            if committed:
+                try:
+                    aborted = reader.aborted_transactions(offset, end)
+                except OSError:  # an unreadable .txnindex: no records rather than aborted ones
+                    r.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+                    any_error = True
+                    continue
+                r.aborted_transactions = [_Aborted(producer_id=a.producer_id, first_offset=a.first_offset)
+                                          for a in aborted]
             # the reader's descriptor, not the path: positions refer to this very inode even if
             # the cleaner swaps a new file in under the same name before we send
             r.records = FileSlice(sl.fd if sl.fd is not None else sl.path, sl.position, sl.length)
             total += sl.length
-            if committed:
-                r.aborted_transactions = [_Aborted(producer_id=a.producer_id, first_offset=a.first_offset)
-                                          for a in reader.aborted_transactions(offset, end)]
             if throttle:
                 ctx.leader_quota.record(sl.length)
         responses.append(_Topic(topic=name or "", topic_id=t.topic_id, partitions=parts))
