@@ -505,17 +505,10 @@ class PartitionLog:
         batch = build_marker(producer_id, producer_epoch, commit, coordinator_epoch,
                              base_offset=self.log_end_offset, partition_leader_epoch=leader_epoch,
                              timestamp=self._now_ms())
-        mv = memoryview(bytearray(batch))
         self.txns_ended = []
-        before = self.producers.transactional
-        try:
-            info = self.append(mv, markers_ok=True)
-        except BaseException:
-            self.producers.transactional = before
-            raise
+        info = self.append(memoryview(bytearray(batch)), markers_ok=True)
         ended = self.txns_ended
-        aborted = ended[0][1] if ended else None
-        return info, aborted
+        return info, (ended[0][1] if ended else None)
 
     def _append_legacy(self, mv: memoryview, heads: list, log_append_time_ms: int | None) -> AppendInfo:
         """:meth:`append` for a topic stored in a pre-0.11 message format: the validated v2

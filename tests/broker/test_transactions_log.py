@@ -55,6 +55,13 @@ def test_read_committed_clients_and_the_lso(broker):
         t = _scene(conn)
         assert list_latest(conn, TOPIC, committed=True) == 9
         assert list_latest(conn, TOPIC, committed=False) == 11
+        # read_uncommitted: the records to the HW, the real LSO beside it, no aborted list
+        p = conn.request(1, 11, fetch_body(TOPIC, 0, 0)).responses[0].partitions[0]
+        assert (p.high_watermark, p.last_stable_offset, p.aborted_transactions) == (11, 9, None)
+        committed = {**fetch_body(TOPIC, 0, 0), "isolation_level": 1}
+        p = conn.request(1, 11, committed).responses[0].partitions[0]
+        assert (p.high_watermark, p.last_stable_offset) == (11, 9)
+        assert [(a.producer_id, a.first_offset) for a in p.aborted_transactions] == [(t.pid, 2)]
         bs = broker.bootstrap
         # stopped at the LSO while o0's transaction is open; the abort never shows
         assert values_confluent(bs, TOPIC, committed=True) == COMMITTED_SO_FAR
