@@ -60,16 +60,19 @@ def read_entries(path: str) -> list[AbortedTxn]:
 
 
 def append_entry(path: str, txn: AbortedTxn, *, sync: bool = False) -> bool:
-    """Append ``txn`` unless an entry at or after its last offset is already there (a recovery
-    replaying markers the file already holds); True if written. Raises OSError."""
-    existing = read_entries(path)
-    if existing and existing[-1].last_offset >= txn.last_offset:
-        return False
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    """Append ``txn`` unless the last entry is at or after its last offset (a recovery
+    replaying markers the file already holds); True if written. Only the last whole entry is
+    read. Raises OSError."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         size = os.fstat(fd).st_size
-        if size % ENTRY.size:  # a torn entry from a crash: cut before appending after it
-            os.ftruncate(fd, size - size % ENTRY.size)
+        whole = size - size % ENTRY.size
+        if whole:
+            last = AbortedTxn(*ENTRY.unpack(os.pread(fd, ENTRY.size, whole - ENTRY.size))[1:])
+            if last.last_offset >= txn.last_offset:
+                return False
+        if whole != size:  # a torn entry from a crash: cut before appending after it
+            os.ftruncate(fd, whole)
         os.write(fd, ENTRY.pack(_VERSION, *txn))
         if sync:
             os.fsync(fd)
