@@ -119,6 +119,10 @@ def test_read_committed_long_poll_wakes_when_the_lso_moves(broker):
     create_topic(broker.bootstrap, TOPIC)
     with RawConnection(broker.port) as conn, RawConnection(broker.port) as poller:
         t = _scene(conn)
+        r = conn.request(61, 0, {"topics": [{"name": TOPIC, "partition_indexes": [0]}]})
+        producers = {a.producer_id: a for a in r.topics[0].partitions[0].active_producers}
+        assert producers[t.pid].current_txn_start_offset == 9  # DescribeProducers: o0's
+        assert producers[t.pid].coordinator_epoch == 0
         body = fetch_body(TOPIC, 0, 9, max_wait_ms=8000)
         body["isolation_level"] = 1
         answer: list = []
