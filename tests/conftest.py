@@ -50,11 +50,22 @@ def broker_factory(tmp_path):
 # waits on the processes it starts (brokers, ZooKeeper, JVMs), about one CPU busy of the two.
 # Each module is one unit of work, so its module fixtures (a 3-broker cluster, a stream) are
 # made once and its tests run in their order; the Spark modules are one unit, so one Spark
-# session and standalone cluster serve them all. They go first: they are the longest unit, and
-# started last they would run alone at the end; the network nemeses (one ~3.5 minute module)
-# follow them for the same reason.
+# session and standalone cluster serve them all. The longest units go first, longest first: a
+# worker takes the next unit in this order whenever it runs low, so a long unit started last
+# would run alone at the end while the other worker idles; started first, the short modules
+# fill in behind it. The Spark unit leads, the network nemeses follow (as before), then the
+# other modules that took longest in a loaded run of the suite (its worker-seconds below).
 _FIRST = "tests/spark/"
-_EARLY = "tests/network/test_nemeses.py"
+_LONG = (
+    "tests/network/test_nemeses.py",  # 179 s
+    "tests/ops/test_documented_commands.py",  # 216 s
+    "tests/cluster/test_kill_campaign.py",  # the kill campaigns: 231 s together
+    "tests/cluster/test_kill_campaign_fewer_replicas.py",
+    "tests/cluster/test_admin_tools.py",  # 145 s
+    "tests/cluster/test_replication.py",  # 144 s
+    "tests/faults/test_kill_campaign.py",
+    "tests/ipc/test_ipc.py",  # 109 s
+)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
@@ -70,5 +81,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
-        return 0 if item.nodeid.startswith(_FIRST) else 1 if item.nodeid.startswith(_EARLY) else 2
+        if item.nodeid.startswith(_FIRST):
+            return 0
+        module = item.nodeid.split("::", 1)[0]
+        return 1 + _LONG.index(module) if module in _LONG else 1 + len(_LONG)
     items.sort(key=rank)  # stable: each keeps its order

@@ -47,6 +47,7 @@ _LOGGED_MAX = 10_000
 TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 GROUP_DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED
 CLUSTER_DENIED = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+TXN_DENIED = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
 
 def allowed(ctx: Any, rc: RequestContext, operation: int, resource_type: int, name: str) -> bool:
@@ -168,6 +169,18 @@ _RULES: dict[int, tuple[Callable[[Any, RequestContext, Any], bool], Callable[[An
     22: (lambda ctx, rc, b: allowed(ctx, rc, WRITE, TRANSACTIONAL_ID, b.transactional_id)
          if b.transactional_id else _cluster(ctx, rc, IDEMPOTENT_WRITE),
          _top(producer_id=-1, producer_epoch=-1), CLUSTER_DENIED),
+    # the transaction APIs (Kafka: Write on the transactional id, and on each topic added)
+    24: (lambda ctx, rc, b: allowed(ctx, rc, WRITE, TRANSACTIONAL_ID, b.transactional_id)
+         and _topics_ok(ctx, rc, WRITE, [t.name for t in b.topics]),
+         lambda b, code: {"throttle_time_ms": 0, "results_by_topic_v3_and_below": [
+             {"name": t.name, "results_by_partition": [{"partition_index": p, "partition_error_code": code}
+                                                       for p in t.partitions]} for t in b.topics]}, TXN_DENIED),
+    25: (lambda ctx, rc, b: allowed(ctx, rc, WRITE, TRANSACTIONAL_ID, b.transactional_id)
+         and allowed(ctx, rc, READ, GROUP, b.group_id), _top(), TXN_DENIED),
+    26: (lambda ctx, rc, b: allowed(ctx, rc, WRITE, TRANSACTIONAL_ID, b.transactional_id), _top(), TXN_DENIED),
+    28: (lambda ctx, rc, b: allowed(ctx, rc, WRITE, TRANSACTIONAL_ID, b.transactional_id)
+         and allowed(ctx, rc, READ, GROUP, b.group_id)
+         and _topics_ok(ctx, rc, READ, [t.name for t in b.topics]), _offset_commit_answer, TXN_DENIED),
     32: (lambda ctx, rc, b: _config_resources(ctx, rc, b, DESCRIBE_CONFIGS), _configs_answer, TOPIC_DENIED),
     33: (lambda ctx, rc, b: _config_resources(ctx, rc, b, ALTER_CONFIGS), _configs_answer, TOPIC_DENIED),
     44: (lambda ctx, rc, b: _config_resources(ctx, rc, b, ALTER_CONFIGS), _configs_answer, TOPIC_DENIED),

@@ -139,7 +139,9 @@ class AclMirror:
         loop = asyncio.get_running_loop()
         for path in CHANGES.values():
             await loop.run_in_executor(None, self.client.ensure_path, path)
-            self.client.ChildrenWatch(path, lambda _c: loop.call_soon_threadsafe(self._wake.set))
+            # a watch's set-up reads ZooKeeper (with kazoo's retries): not on the event loop
+            await loop.run_in_executor(None, lambda p=path: self.client.ChildrenWatch(
+                p, lambda _c: loop.call_soon_threadsafe(self._wake.set)))
         while True:
             try:
                 acls = await loop.run_in_executor(None, read_acls, self.client)

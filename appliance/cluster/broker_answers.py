@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 
 from kazoo.exceptions import KazooException
 
@@ -28,7 +29,14 @@ from appliance.cluster.zk_paths import BrokerInfo, TopicAssignment
 from appliance.cluster.zk_store import TopicCollision, TopicExists, ZkStore
 from appliance.config import ConfigError, TopicConfig, validate_topic_name
 from appliance.coordinator.batched_lookup import FIRST_BATCHED_VERSION, batched_coordinators
-from appliance.coordinator.routing import OFFSETS_TOPIC, offsets_partition_for, offsets_topic_config
+from appliance.coordinator.routing import (
+    OFFSETS_TOPIC,
+    TXN_TOPIC,
+    offsets_partition_for,
+    offsets_topic_config,
+    txn_partition_for,
+    txn_topic_config,
+)
 from appliance.errors import ErrorCode, KafkaError, error_for_code
 from appliance.protocol.replica_assignment import requested_assignment
 
@@ -52,7 +60,7 @@ def _topic_entry(table: LeadershipTable, name: str, parts: dict[int, Any]) -> di
                     "leader_epoch": s.leader_epoch,
                     "replica_nodes": list(s.replicas), "isr_nodes": list(s.isr),
                     "offline_replicas": [r for r in s.replicas if r not in table.live_brokers]})
-    return {"error_code": 0, "name": name, "is_internal": name == OFFSETS_TOPIC, "partitions": out}
+    return {"error_code": 0, "name": name, "is_internal": name in (OFFSETS_TOPIC, TXN_TOPIC), "partitions": out}
 
 
 def _by_topic(table: LeadershipTable) -> dict[str, dict[int, Any]]:
@@ -77,7 +85,7 @@ async def metadata_body(table: LeadershipTable, store: ZkStore, config: Any, req
             names += [name_of[i] for i in asked_ids if i in name_of]
             by_id = [i for i in asked_ids if i not in name_of]
         auto = bool(config["auto.create.topics.enable"]) and (version < 4 or request.allow_auto_topic_creation)
-        missing = [n for n in names if n not in topics and n != OFFSETS_TOPIC]
+        missing = [n for n in names if n not in topics and n not in (OFFSETS_TOPIC, TXN_TOPIC)]
         if auto and missing:
             rf = min(int(config["default.replication.factor"]), max(len(table.live_brokers), 1))
             for n in missing:
@@ -388,14 +396,40 @@ async def delete_topics_body(store: ZkStore, config: Any, request: Any) -> dict:
 
 OFFSETS_TOPIC_ELECTION_WAIT_S = 5.0  # a first FindCoordinator waits this long for the new topic's leaders
 KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+
+
+class _CoordinatorTopic(NamedTuple):
+    """What FindCoordinator looks up for one key type: the topic whose partition leader
+    coordinates the key, how it is created, and which partition a key maps to."""
+
+    topic: str
+    partitions_key: str
+    replication_key: str
+    topic_config: Callable[[Any, int], dict[str, str]]  # (broker config, replication factor)
+    partition_for: Callable[[str, int], int]
+    empty_key_error: int
+
+
+_COORDINATOR_TOPICS = {
+    KEY_TYPE_GROUP: _CoordinatorTopic(OFFSETS_TOPIC, "offsets.topic.num.partitions",
+                                      "offsets.topic.replication.factor",
+                                      lambda config, rf: offsets_topic_config(config),
+                                      offsets_partition_for, ErrorCode.INVALID_GROUP_ID),
+    KEY_TYPE_TRANSACTION: _CoordinatorTopic(TXN_TOPIC, "transaction.state.log.num.partitions",
+                                            "transaction.state.log.replication.factor", txn_topic_config,
+                                            txn_partition_for, ErrorCode.INVALID_REQUEST),
+}
 
 
 async def coordinator_body(table: LeadershipTable, store: ZkStore, config: Any, request: Any,
                            version: int, listener: str = "") -> dict:
     """FindCoordinator, Kafka's rule: the leader of the group's ``__consumer_offsets``
-    partition (COORDINATOR_NOT_AVAILABLE while it has none). The first one creates the topic
-    through ZooKeeper, with ``offsets.topic.num.partitions`` partitions and a replication factor
-    of min(``offsets.topic.replication.factor``, live brokers). v4+: several keys at once."""
+    partition (key type 1: the transactional id's ``__transaction_state`` partition;
+    COORDINATOR_NOT_AVAILABLE while it has none). The first one creates the topic through
+    ZooKeeper, with ``offsets.topic.num.partitions`` (``transaction.state.log.num.partitions``)
+    partitions and a replication factor of min(``offsets.topic.replication.factor``
+    (``transaction.state.log.replication.factor``), live brokers). v4+: several keys at once."""
     if version >= FIRST_BATCHED_VERSION:
         return await batched_coordinators(
             lambda key: coordinator_body(table, store, config,
@@ -407,31 +441,32 @@ async def coordinator_body(table: LeadershipTable, store: ZkStore, config: Any, 
         return {"throttle_time_ms": 0, "error_code": int(code), "error_message": msg,
                 "node_id": node, "host": host, "port": port}
 
-    if version >= 1 and request.key_type != KEY_TYPE_GROUP:
-        return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported")
+    kind = _COORDINATOR_TOPICS.get(request.key_type if version >= 1 else KEY_TYPE_GROUP)
+    if kind is None:
+        return answer(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {request.key_type}")
     if not request.key:
-        return answer(ErrorCode.INVALID_GROUP_ID, "empty group id")
-    parts = _by_topic(table).get(OFFSETS_TOPIC)
+        return answer(kind.empty_key_error, "empty key")
+    parts = _by_topic(table).get(kind.topic)
     if not parts:
         live = max(len(table.live_brokers), 1)
-        rf = min(int(config["offsets.topic.replication.factor"]), live)
-        code, msg = await create_topic(table, store, config, OFFSETS_TOPIC,
-                                       int(config["offsets.topic.num.partitions"]), rf,
-                                       offsets_topic_config(config), rack_mode=SAFE)
+        rf = min(int(config[kind.replication_key]), live)
+        code, msg = await create_topic(table, store, config, kind.topic,
+                                       int(config[kind.partitions_key]), rf,
+                                       kind.topic_config(config, rf), rack_mode=SAFE)
         if code not in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
             return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, msg)
         deadline = time.monotonic() + OFFSETS_TOPIC_ELECTION_WAIT_S
         while not parts and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-            parts = _by_topic(table).get(OFFSETS_TOPIC)
+            parts = _by_topic(table).get(kind.topic)
         if not parts:
-            return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} is being created")
+            return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{kind.topic} is being created")
     count = len(parts)
-    if count != int(config["offsets.topic.num.partitions"]):
+    if count != int(config[kind.partitions_key]):
         # created with another count, or the metadata is not complete yet: ZooKeeper knows
-        assignment = await asyncio.get_running_loop().run_in_executor(None, store.assignment, OFFSETS_TOPIC)
+        assignment = await asyncio.get_running_loop().run_in_executor(None, store.assignment, kind.topic)
         count = len(assignment.partitions) if assignment is not None else count
-    state = parts.get(offsets_partition_for(request.key, count))
+    state = parts.get(kind.partition_for(request.key, count))
     if state is None or state.leader not in table.live_brokers:
-        return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group's offsets partition has no leader")
+        return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"the key's {kind.topic} partition has no leader")
     return answer(0, None, state.leader)

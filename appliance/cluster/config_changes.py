@@ -81,7 +81,9 @@ class ConfigChanges:
         names = await self._zk(self.store.config_changes)
         self.last_seq = max((_seq(n) for n in names), default=-1)
         await self.apply_all()  # what changed while this broker was down
-        self.store.client.ChildrenWatch(CONFIG_CHANGES, lambda _c: loop.call_soon_threadsafe(self._wake.set))
+        # a watch's set-up reads ZooKeeper (with kazoo's retries): not on the event loop
+        await self._zk(self.store.client.ChildrenWatch, CONFIG_CHANGES,
+                       lambda _c: loop.call_soon_threadsafe(self._wake.set))
         while True:
             await self._wake.wait()
             self._wake.clear()

@@ -107,12 +107,13 @@ class Controller:
         self.events.start()
         self.events.put(ev.Startup())
 
-    def stop(self) -> None:
-        """Resign (if active) and end the event thread."""
+    def stop(self, wait: bool = True) -> None:
+        """Resign (if active) and end the event thread; ``wait`` False: do not wait for it (an
+        event stuck on an unreachable ZooKeeper; the thread is a daemon)."""
         self._stopped.set()
         self.client.remove_listener(self._on_session_state)
         self.events.put(_Resign())
-        self.events.close()
+        self.events.close(timeout=30.0 if wait else 0.0)
 
     def put(self, event: ev.ControllerEvent) -> None:
         self.events.put(event)

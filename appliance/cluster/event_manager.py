@@ -44,7 +44,7 @@ class EventManager:
 
     def close(self, timeout: float = 30.0) -> None:
         self._queue.put(_STOP)
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+        if timeout > 0 and self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout)
 
     def _run(self) -> None:

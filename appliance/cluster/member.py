@@ -125,8 +125,16 @@ class ClusterMember:
         self.fatal_error = e
         self.fatal.set()
 
-    def stop(self) -> None:
+    def stop(self, reachable: bool = True) -> None:
+        """Resign, unregister and close the session. ``reachable`` False (ZooKeeper out of
+        reach at the stop): nothing is asked of ZooKeeper — the session's expiry removes the
+        registration and the controller's znode, and kazoo's own stop would wait out its whole
+        connection retry policy (~30 s) — and the process's exit ends kazoo's threads."""
         if self.client is None:
+            return
+        if not reachable:
+            if self.controller is not None:
+                self.controller.stop(wait=False)
             return
         try:
             if self.controller is not None:

@@ -97,7 +97,9 @@ class ThrottleSettings:
         self._leader_replicas: dict[str, frozenset[tuple[int, int]] | str] = {}
         self._watched: set[str] = set()
         self._lock = threading.Lock()
-        client.DataWatch(broker_config_path(broker_id), self._on_broker)
+        # a watch's set-up reads ZooKeeper, retrying while it is out of reach: on a thread of
+        # its own, so no caller (the cluster worker's event loop) waits on it
+        client.handler.spawn(client.DataWatch, broker_config_path(broker_id), self._on_broker)
 
     def _on_broker(self, data: bytes | None, _stat: Any) -> None:
         cfg = _config_of(data)
@@ -117,7 +119,7 @@ class ThrottleSettings:
             self._replicas[topic] = parse_replicas(cfg.get(FOLLOWER_REPLICAS))
             self._leader_replicas[topic] = parse_replicas(cfg.get(LEADER_REPLICAS))
 
-        self.client.DataWatch(topic_config_path(topic), on_topic)
+        self.client.handler.spawn(self.client.DataWatch, topic_config_path(topic), on_topic)
 
     def throttled(self, tp: TopicPartition) -> bool:
         """Whether this broker's replica of ``tp`` is a throttled follower (a rate is set and

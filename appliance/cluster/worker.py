@@ -81,6 +81,7 @@ from appliance.process.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.process.plumbing import Plumbing
 from appliance.process.producer_ids import take_first_block
 from appliance.process.ring_context import RingContext
+from appliance.process.stop_deadlines import CLUSTER_LEAVE_S
 from appliance.protocol.messages import (
     AlterPartitionReassignments,
     CreatePartitions,
@@ -140,10 +141,10 @@ class ClusterWorker:
     async def _main(self) -> int:
         loop = asyncio.get_running_loop()
         self.stop = asyncio.Event()
-        loop.add_signal_handler(signal.SIGTERM, self.stop.set)
+        loop.add_signal_handler(signal.SIGTERM, lambda: self._on_sigterm(loop))
         loop.add_signal_handler(signal.SIGQUIT, lambda: os._exit(0))
         p = self.plumbing
-        table = PartitionTable.attach(p.table_name)
+        self.table = table = PartitionTable.attach(p.table_name)
         area = LeadershipArea.attach(leaders_name(p.base))
         self.metadata = MetadataCache.attach(metadata_name(p.base))
         disks = DiskClient(p.cluster_index, p, table)
@@ -216,7 +217,11 @@ class ClusterWorker:
                 await asyncio.wait_for(self.stop.wait(), 0.25)
             except TimeoutError:
                 pass
-        if code == EXIT_OK and bool(self.config["controlled.shutdown.enable"]):
+        reachable = self.member.client.connected
+        if code == EXIT_OK and bool(self.config["controlled.shutdown.enable"]) and not reachable:
+            # the controller is found through ZooKeeper and must write there: no try can succeed
+            log.warning("controlled shutdown skipped: ZooKeeper is out of reach")
+        elif code == EXIT_OK and bool(self.config["controlled.shutdown.enable"]):
             # leadership moves while this broker still serves: producers see retriable errors only
             await loop.run_in_executor(None, lambda: request_shutdown(
                 self.member, store, self.broker_id, self.connector,
@@ -229,14 +234,38 @@ class ClusterWorker:
         throttle_task.cancel()
         producer_ids_task.cancel()
         server.close()
+        reachable = reachable and self.member.client.connected
         try:
-            await loop.run_in_executor(None, self.member.stop)
+            if reachable:
+                await loop.run_in_executor(None, self.member.stop)
+            else:  # asks nothing of ZooKeeper; the executor's threads may all be blocked in kazoo
+                self.member.stop(reachable=False)
         except Exception as e:  # ZooKeeper gone meanwhile: the session expires by itself
             log.warning("leaving ZooKeeper failed: %s", str(e) or type(e).__name__)
         self.member.channel.close()
         beat.cancel()
         table.set_worker_state(self.slot, WorkerState.DEAD)
+        if not reachable:
+            # threads still blocked in kazoo calls (ISR upkeep, a producer id block) would hold
+            # the event loop's end until kazoo's retries ran out: nothing of theirs is owed
+            logging.shutdown()
+            os._exit(code)
         return code
+
+    def _on_sigterm(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Stop; and leave by itself CLUSTER_LEAVE_S after the SIGTERM, whatever still waits on
+        ZooKeeper or a peer (a frozen ensemble, a dead controller), before the supervisor's
+        SIGKILL at CLUSTER_STOP_BY_S: the exit is its own, logged, and clean for the supervisor."""
+        if not self.stop.is_set():
+            loop.call_later(CLUSTER_LEAVE_S, self._leave_now)
+        self.stop.set()
+
+    def _leave_now(self) -> None:
+        log.warning("leaving: ZooKeeper or a peer did not answer within %.0f s of the stop; the "
+                    "session expires by itself", CLUSTER_LEAVE_S)
+        self.table.set_worker_state(self.slot, WorkerState.DEAD)
+        logging.shutdown()
+        os._exit(EXIT_OK)
 
     async def _join(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the membership. The session of this broker's previous life (a SIGKILL, a

@@ -15,6 +15,12 @@ Driven by the disk worker's loop, single-threaded:
 Commits and group metadata are appended to the offsets partition (``append(partition, batch)``)
 before they are acknowledged; a commit enters the cache through ``on_durable``, which the
 cluster-mode host runs only once the append is replicated.
+
+TxnOffsetCommit (KIP-98, KIP-447) appends its offsets as a transactional batch of the producer's
+id and epoch; they wait in :class:`~.txn_offsets.PendingTxnOffsets` until the transaction's
+marker lands on the partition (``on_txn_marker``: COMMIT makes them committed, ABORT drops
+them). A partition being loaded replays the same from its batches (``load_txn_records`` and
+``on_txn_marker`` in log order).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from appliance.coordinator import offsets_schema as schema
 from appliance.coordinator.consumer_protocol import decode_assignment
 from appliance.coordinator.group import Group, GroupState, Member
 from appliance.coordinator.routing import offsets_partition_for
+from appliance.coordinator.txn_offsets import PendingTxnOffsets
 from appliance.errors import ErrorCode, KafkaError
 from appliance.records.batch import build_batch
 
@@ -41,6 +48,7 @@ S = GroupState
 API_OFFSET_COMMIT, API_OFFSET_FETCH, API_JOIN, API_HEARTBEAT = 8, 9, 11, 12
 API_LEAVE, API_SYNC, API_DESCRIBE, API_LIST, API_DELETE_GROUPS = 13, 14, 15, 16, 42
 API_OFFSET_DELETE = 47
+API_TXN_OFFSET_COMMIT = 28
 
 
 class GroupCoordinator:
@@ -71,6 +79,7 @@ class GroupCoordinator:
         # walks every group, so not on every poll)
         self.expiry_check_ms = int(config["offsets.retention.check.interval.ms"])
         self._next_expiry_check = 0
+        self.txn_offsets = PendingTxnOffsets()
 
     # -- ownership and loading ------------------------------------------------------------
     def partition_for(self, group_id: str) -> int:
@@ -149,6 +158,7 @@ class GroupCoordinator:
         self.owned.discard(partition)
         self.loading.discard(partition)
         self._loaded.pop(partition, None)
+        self.txn_offsets.drop(lambda gid: self.partition_for(gid) == partition)
         for gid in [gid for gid in self.groups if self.partition_for(gid) == partition]:
             group = self.groups.pop(gid)
             for m in group.members.values():
@@ -185,7 +195,7 @@ class GroupCoordinator:
             API_JOIN: self._join, API_SYNC: self._sync, API_HEARTBEAT: self._heartbeat,
             API_LEAVE: self._leave, API_OFFSET_COMMIT: self._commit, API_OFFSET_FETCH: self._fetch,
             API_DESCRIBE: self._describe, API_LIST: self._list, API_DELETE_GROUPS: self._delete,
-            API_OFFSET_DELETE: self._offset_delete,
+            API_OFFSET_DELETE: self._offset_delete, API_TXN_OFFSET_COMMIT: self._txn_commit,
         }[api_key]
         return handler(body, version, token, client_id, client_host)
 
@@ -482,6 +492,87 @@ class GroupCoordinator:
             self._on_durable(cache)  # Kafka's pendingOffsetCommits: cached once replicated
         return {"throttle_time_ms": 0, "topics": results}
 
+    # -- transactional offsets (TxnOffsetCommit, KIP-98 / KIP-447) ------------------------
+    def _txn_commit(self, body: Any, version: int, token: Any, client_id: str, client_host: str) -> dict:
+        def all_with(code: int) -> dict:
+            return {"throttle_time_ms": 0, "topics": [
+                {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code}
+                                                for p in t.partitions]} for t in body.topics]}
+        gid = body.group_id
+        if not gid:
+            return all_with(E.INVALID_GROUP_ID)
+        if not self.owns_group(gid):
+            return all_with(self.not_owned_error(gid))
+        if self.txn_offsets.stale(body.producer_id, body.producer_epoch):
+            return all_with(E.INVALID_PRODUCER_EPOCH)  # Kafka's log refuses the older epoch
+        group = self.groups.get(gid)
+        if group is not None and group.is_(S.DEAD):
+            return all_with(E.COORDINATOR_NOT_AVAILABLE)
+        # KIP-447: a producer committing for a consumer of the group is fenced by the group's
+        # generation, as the consumer's own commit would be
+        member_id, gen = getattr(body, "member_id", ""), getattr(body, "generation_id", -1)
+        instance = getattr(body, "group_instance_id", None)
+        members = group.members if group is not None else {}
+        if instance is not None and any(m.group_instance_id == instance and m.member_id != member_id
+                                        for m in members.values()):
+            return all_with(E.FENCED_INSTANCE_ID)
+        if member_id and member_id not in members:
+            return all_with(E.UNKNOWN_MEMBER_ID)
+        if gen >= 0 and (group is None or gen != group.generation):
+            return all_with(E.ILLEGAL_GENERATION)
+        now = self._now()
+        results, records, values = [], [], {}
+        for t in body.topics:
+            parts = []
+            for p in t.partitions:
+                code = 0
+                meta = p.committed_metadata or ""
+                if len(meta.encode()) > self.max_metadata:
+                    code = E.OFFSET_METADATA_TOO_LARGE
+                elif not self._partition_exists(t.name, p.partition_index):
+                    code = E.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    val = schema.OffsetValue(p.committed_offset, getattr(p, "committed_leader_epoch", -1), meta, now)
+                    records.append((schema.encode_offset_key(schema.OffsetKey(gid, t.name, p.partition_index)),
+                                    schema.encode_offset_value(val)))
+                    values[(t.name, p.partition_index)] = val
+                parts.append({"partition_index": p.partition_index, "error_code": code})
+            results.append({"name": t.name, "partitions": parts})
+        if records:
+            try:
+                self._append(self.partition_for(gid), build_batch(
+                    records, producer_id=body.producer_id, producer_epoch=body.producer_epoch,
+                    is_transactional=True))
+            except KafkaError as e:
+                return all_with(e.code)
+            pid, epoch = body.producer_id, body.producer_epoch
+            self._on_durable(lambda: self.txn_offsets.add(pid, epoch, gid, values))
+        return {"throttle_time_ms": 0, "topics": results}
+
+    def on_txn_marker(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A transaction marker of ``producer_id`` is in offsets partition ``partition``: its
+        offsets for the groups there become committed (COMMIT) or are dropped (ABORT)."""
+        taken = self.txn_offsets.complete(producer_id, lambda gid: self.partition_for(gid) == partition)
+        if not commit:
+            return
+        for gid, offsets in taken.items():
+            group = self.groups.get(gid) or self._new_group(gid)
+            group.offsets.update(offsets)
+
+    def load_txn_records(self, partition: int, producer_id: int, epoch: int, records: Iterable[Any]) -> None:
+        """Replay a transactional batch of a partition being loaded: its offsets wait for the
+        marker that follows them in the log."""
+        for rec in records:
+            if rec.key is None or rec.value is None:
+                continue
+            try:
+                key = schema.decode_key(rec.key)
+                if isinstance(key, schema.OffsetKey):
+                    self.txn_offsets.add(producer_id, epoch, key.group,
+                                         {(key.topic, key.partition): schema.decode_offset_value(rec.value)})
+            except (schema.SchemaError, UnicodeDecodeError) as e:
+                log.warning("skipping unreadable transactional __consumer_offsets record: %s", e)
+
     def _fetch(self, body: Any, version: int, token: Any, client_id: str, client_host: str) -> dict:
         gid = body.group_id
         if not self.owns_group(gid):
@@ -494,13 +585,17 @@ class GroupCoordinator:
                 wanted.setdefault(topic, []).append(part)
         else:
             wanted = {t.name: list(t.partition_indexes) for t in body.topics}
+        # KIP-447: with require_stable, a partition whose offset waits for a transaction's
+        # marker is UNSTABLE_OFFSET_COMMIT (retriable), not the older committed offset
+        unstable = self.txn_offsets.pending(gid) if getattr(body, "require_stable", False) else set()
         topics = []
         for name, parts in wanted.items():
             out = []
             for p in parts:
                 v = offsets.get((name, p))
-                out.append({"partition_index": p, "committed_offset": v.offset if v else -1,
-                            "metadata": v.metadata if v else "", "error_code": 0})
+                code = E.UNSTABLE_OFFSET_COMMIT if (name, p) in unstable else 0
+                out.append({"partition_index": p, "committed_offset": -1 if code else (v.offset if v else -1),
+                            "metadata": "" if code or not v else v.metadata, "error_code": code})
             topics.append({"name": name, "partitions": out})
         return {"throttle_time_ms": 0, "topics": topics, "error_code": 0}
 

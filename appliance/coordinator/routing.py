@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["java_string_hash", "offsets_partition_for", "OFFSETS_TOPIC", "offsets_topic_config"]
+__all__ = ["java_string_hash", "offsets_partition_for", "OFFSETS_TOPIC", "offsets_topic_config",
+           "TXN_TOPIC", "txn_partition_for", "txn_topic_config"]
 
 OFFSETS_TOPIC = "__consumer_offsets"
+TXN_TOPIC = "__transaction_state"
 
 
 def offsets_topic_config(broker_config: Mapping[str, Any] | Any) -> dict[str, str]:
@@ -32,3 +34,25 @@ def java_string_hash(s: str) -> int:
 
 def offsets_partition_for(group_id: str, num_partitions: int) -> int:
     return (java_string_hash(group_id) & 0x7FFFFFFF) % num_partitions
+
+
+def txn_partition_for(transactional_id: str, num_partitions: int) -> int:
+    """The ``__transaction_state`` partition of a transactional id, as Kafka's
+    TransactionStateManager.partitionFor: ``Utils.abs(hash) % n``, where ``Utils.abs`` is
+    Math.abs with Integer.MIN_VALUE mapped to 0 (for a negative hash it differs from
+    ``& 0x7fffffff``: -5 gives 5, not 2147483643)."""
+    h = java_string_hash(transactional_id)
+    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
+
+
+def txn_topic_config(broker_config: Mapping[str, Any] | Any, replication_factor: int = 1) -> dict[str, str]:
+    """``__transaction_state``'s own configuration, as Kafka creates it: compacted,
+    transaction.state.log.segment.bytes segments, transaction.state.log.min.isr. The min ISR is
+    capped at the replication factor, which is capped at the live brokers (as for the offsets
+    topic): Kafka would refuse to create the topic on fewer brokers than
+    transaction.state.log.replication.factor, and with a smaller one no write could succeed."""
+    min_isr = min(int(broker_config["transaction.state.log.min.isr"]), max(replication_factor, 1))
+    return {"cleanup.policy": "compact",
+            "segment.bytes": str(int(broker_config["transaction.state.log.segment.bytes"])),
+            "min.insync.replicas": str(min_isr),
+            "unclean.leader.election.enable": "false"}

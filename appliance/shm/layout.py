@@ -19,7 +19,7 @@ from typing import Any
 
 __all__ = [
     "LAYOUT_VERSION", "NO_COMPLETION_AT_ACKS_0", "Layout", "TABLE_HEADER", "WORKER_SLOT", "PARTITION_SLOT", "RING_HEADER",
-    "RING_MESSAGE", "REQUEST", "COMPLETION", "GROUP_HEADER", "TXN_MARKER_BODY", "DELETE_RECORDS_BODY", "TRUNCATE_BODY", "TRUNCATE_FULLY_BODY", "EPOCH_BODY", "EPOCH_RESULT", "HANDOFF_RESULT", "MAX_WORKERS", "TOPIC_NAME_MAX", "SlotState",
+    "RING_MESSAGE", "REQUEST", "COMPLETION", "GROUP_HEADER", "SPARE_PRODUCER_ID", "TXN_MARKER_BODY", "DELETE_RECORDS_BODY", "TRUNCATE_BODY", "TRUNCATE_FULLY_BODY", "EPOCH_BODY", "EPOCH_RESULT", "HANDOFF_RESULT", "MAX_WORKERS", "TOPIC_NAME_MAX", "SlotState",
     "WorkerState", "MsgType", "TABLE_MAGIC", "RING_MAGIC", "table_size", "shm_names",
     "IPC_CHANNELS", "IPC_DIR_HEADER", "IPC_SLOT", "IPC_MAGIC", "ipc_dir_name", "ipc_channel_name",
     "disk_wake_address", "LEADERSHIP_SLOT", "MAX_REPLICAS", "Role", "leaders_name", "cluster_address",
@@ -231,6 +231,12 @@ GROUP_HEADER = Layout("group_header", (
     ("api_version", "h"),
     ("client_id_len", "H"),
     ("client_host_len", "H"),
+))
+
+# In a GROUP message carrying InitProducerId, before the encoded body: an id the network worker
+# took from the broker's block for the transaction coordinator (broker/disk/txn_host.py).
+SPARE_PRODUCER_ID = Layout("spare_producer_id", (
+    ("producer_id", "q"),
 ))
 
 # Follows REQUEST in a WRITE_TXN_MARKER message: the marker ending one producer's transaction

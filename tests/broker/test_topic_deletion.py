@@ -30,7 +30,8 @@ def _watch(port: int, stop: threading.Event, seen: list[tuple[str, int, int]]) -
                             else (how, -1, 0))
 
 
-def test_metadata_never_lists_part_of_a_topic_being_deleted(broker):
+def test_metadata_never_lists_part_of_a_topic_being_deleted(module_broker):
+    broker = module_broker  # the two tests delete topics of different names
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(120)
     stop = threading.Event()
@@ -59,9 +60,10 @@ def test_metadata_never_lists_part_of_a_topic_being_deleted(broker):
     assert seen[0] in whole and seen[-1] in gone, (seen[0], seen[-1])
 
 
-def test_deleted_topics_files_go_after_the_answer_and_its_name_is_free_at_once(broker):
+def test_deleted_topics_files_go_after_the_answer_and_its_name_is_free_at_once(module_broker):
     """The disk worker renames the partition's dir and answers; its remover thread removes the
     files (storage/file_remover.py). A topic made again under the name starts empty."""
+    broker = module_broker
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic("gone", 2, 1)])["gone"].result(60)
     p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})

@@ -10,8 +10,8 @@ killed, so leadership moves onto replicas that are still catching up), or one wo
 broker is registered and in every ISR again. At the end the replicas of every partition must be
 byte-identical.
 
-Shared by tests/cluster/test_kill_campaign.py (one round of each kind) and
-scripts/kill_campaign.py --cluster (as many as asked)."""
+Shared by tests/cluster/test_kill_campaign.py (one round of each kind), its
+test_kill_campaign_fewer_replicas.py and scripts/kill_campaign.py --cluster (as many as asked)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from tests.cluster.harness import (
 from tests.faults.kill_campaign import TOPIC, Campaign
 from tests.faults.procs import wait_workers
 
-__all__ = ["ClusterCampaign", "KINDS"]
+__all__ = ["ClusterCampaign", "KINDS", "run_bounded"]
 
 BROKERS = 3
 KINDS = ("broker", "two brokers", "one by one", "disk worker", "network worker", "cluster worker")
@@ -140,3 +140,24 @@ class ClusterCampaign(Campaign):
         while (left := differing()) and time.monotonic() < deadline:
             time.sleep(0.5)
         return left
+
+
+def run_bounded(camp: ClusterCampaign, rounds: int, label: str, capsys) -> None:
+    """The tests' bounded campaign: start, ``rounds`` rounds, then the checks of the module
+    docstring, asserted (``capsys``: pytest's, to print the report line past the capture)."""
+    try:
+        camp.start()
+        victims = [camp.round() for _ in range(rounds)]
+        camp.check_group_caught_up()
+        differing = camp.differing_replicas()
+    finally:
+        camp.close()
+    rep = camp.report
+    with capsys.disabled():
+        print(f"\n{label}: {rep.line()}; victims {victims}; back in every ISR after "
+              f"max {max(rep.restart_seconds):.1f} s")
+    assert not rep.problems, rep.problems[:10]
+    assert rep.rounds == rounds
+    assert rep.acked > 1000 and rep.consumed > 0 and rep.commits > 0
+    assert rep.crc_errors == 0
+    assert not differing, f"partitions whose replicas differ: {differing}"

@@ -146,3 +146,66 @@ def test_sigterm_during_start_up_stops_every_process_and_frees_shared_memory(poi
         b.kill()
         b.release_shm()
         b._log.close()
+
+
+def _joined(tmp_path: Path, session_ms: int) -> tuple[BrokerProcess, ZooKeeperServer]:
+    server = ZooKeeperServer(tmp_path / "zk").start()
+    (tmp_path / "b").mkdir()
+    b = BrokerProcess(tmp_path / "b", overrides={
+        "zookeeper.connect": server.connect, "broker.id": "0", "num.network.threads": "1",
+        "zookeeper.session.timeout.ms": str(session_ms)})
+    try:
+        b.launch()
+        wait_for(lambda: "joined the cluster" in b.log() or b.proc.poll() is not None, 90, "the broker to join")
+        assert b.proc.poll() is None, b.log()
+    except BaseException:
+        b.kill()
+        b.release_shm()
+        server.kill()
+        raise
+    return b, server
+
+
+def _stop_and_check(b: BrokerProcess, within: float) -> tuple[float, str]:
+    procs = [psutil.Process(b.proc.pid), *psutil.Process(b.proc.pid).children(recursive=True)]
+    t0 = time.monotonic()
+    b.proc.send_signal(signal.SIGTERM)
+    code = b.proc.wait(STOP_DEADLINE_S + 10)
+    took, log = time.monotonic() - t0, b.log()
+    assert took < within, f"the stop took {took:.1f} s\n{log}"
+    assert code == 0, log
+    _, alive = psutil.wait_procs(procs, timeout=2)
+    assert alive == [] and session_pids(b.proc.pid) == [], f"still running: {alive}\n{log}"
+    assert _shm_objects(b) == [], log
+    assert "SIGKILL" not in log and "Traceback" not in log, log
+    return took, log
+
+
+@pytest.mark.parametrize("noticed", [False, True], ids=["just-frozen", "frozen-and-noticed"])
+def test_sigterm_with_zookeeper_frozen_after_join(noticed, tmp_path):
+    """ZooKeeper SIGSTOPped after the broker joined, then SIGTERM. Just frozen (kazoo has not
+    noticed yet): the controlled shutdown and leaving ZooKeeper wait on it, and the cluster
+    worker leaves by itself at CLUSTER_LEAVE_S — its own logged exit, no SIGKILL from the
+    supervisor, whose mark is CLUSTER_STOP_BY_S. Frozen long enough for kazoo to see the
+    silence (2/3 of the session timeout): no controlled shutdown is tried, and the stop is
+    prompt."""
+    from appliance.process.stop_deadlines import CLUSTER_LEAVE_S, CLUSTER_STOP_BY_S
+
+    b, server = _joined(tmp_path, session_ms=6000)
+    try:
+        os.killpg(server.proc.pid, signal.SIGSTOP)
+        if noticed:
+            wait_for(lambda: "Connection dropped" in b.log() or "suspended" in b.log().lower(), 30,
+                     "kazoo to notice the silence")
+            took, log = _stop_and_check(b, PROMPT_S)
+            assert "controlled shutdown skipped: ZooKeeper is out of reach" in log, log
+        else:
+            took, log = _stop_and_check(b, CLUSTER_STOP_BY_S)
+            if took > CLUSTER_LEAVE_S - 1:  # it waited: then it left by itself, and said why
+                assert "did not answer within" in log, log
+    finally:
+        os.killpg(server.proc.pid, signal.SIGCONT)
+        b.kill()
+        b.release_shm()
+        b._log.close()
+        server.kill()

@@ -19,6 +19,7 @@ from appliance.errors import KafkaError, NotLeaderOrFollowerError
 from appliance.records.batch import build_batch, decode_records, iter_batches
 from appliance.shm.layout import REQUEST, MsgType
 from native.scan import SCAN_END, scan_batches
+from tests.broker_process import BrokerProcess
 
 
 def _create(b, topic, partitions=1):
@@ -67,8 +68,18 @@ def _segments_valid(b, topic, partition=0):
                 assert scan_batches(data).stop_reason == SCAN_END, name
 
 
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    """One broker for the tests that only produce and read, each on topics of its own (a start
+    is ~1.6 s, ten of them a third of this module). Killed producers and garbage in a ring are
+    what it must shrug off anyway: a later test meeting it broken fails too."""
+    with BrokerProcess(tmp_path_factory.mktemp("ipc")) as b:
+        yield b
+
+
 @pytest.fixture
-def broker(broker_factory):
+def fresh_broker(broker_factory):
+    """A broker of the test's own: for the tests that SIGKILL its disk worker."""
     return broker_factory().start()
 
 
@@ -206,9 +217,9 @@ def test_garbage_in_a_ring_is_refused_and_disturbs_nobody(broker):
     assert REQUEST.size == 24
 
 
-def test_sigkill_of_the_disk_worker_fails_or_keeps_every_pending_send(broker):
-    _create(broker, "ipc-d")
-    base = find_broker_base(log_dir=broker.log_dirs[0])
+def test_sigkill_of_the_disk_worker_fails_or_keeps_every_pending_send(fresh_broker):
+    _create(fresh_broker, "ipc-d")
+    base = find_broker_base(log_dir=fresh_broker.log_dirs[0])
     t = IpcTransport(base)
     batch = build_batch([(None, b"y" * 100)] * 200)
     acked, failed = [], 0
@@ -223,7 +234,7 @@ def test_sigkill_of_the_disk_worker_fails_or_keeps_every_pending_send(broker):
             time.sleep(0.05)
         if len(futs) > 8 or not killed and len(acked) > 50:
             if not killed and len(acked) > 50:
-                os.kill(broker.worker_pids("disk worker 0")[0], signal.SIGKILL)
+                os.kill(fresh_broker.worker_pids("disk worker 0")[0], signal.SIGKILL)
                 killed = True
             while futs:
                 f = futs.pop(0)
@@ -238,11 +249,11 @@ def test_sigkill_of_the_disk_worker_fails_or_keeps_every_pending_send(broker):
             failed += 1
     t.close()
     assert killed and failed > 0  # some sends saw the worker die, with an error, not silence
-    recs = _read_all(broker, "ipc-d")
+    recs = _read_all(fresh_broker, "ipc-d")
     offsets = {r.offset for r in recs}
     for base_offset in acked:  # every acknowledged batch is in the log at its offset
         assert all(o in offsets for o in range(base_offset, base_offset + 200))
-    _segments_valid(broker, "ipc-d")
+    _segments_valid(fresh_broker, "ipc-d")
 
 
 @pytest.mark.parametrize("transport", ["ipc", "tcp"])
@@ -342,7 +353,7 @@ def test_a_batch_whose_bound_is_over_the_ring_limit_but_itself_fits_still_lands(
     _segments_valid(b, "bound")
 
 
-def test_an_idempotent_producer_rebuilds_in_place_what_a_killed_disk_worker_lost(broker):
+def test_an_idempotent_producer_rebuilds_in_place_what_a_killed_disk_worker_lost(fresh_broker):
     """Batches are built straight into the ring; one the disk worker took down with it (SIGKILL)
     is built again for the retry, the same bytes and sequence: every row lands exactly once,
     in order."""
@@ -350,26 +361,26 @@ def test_an_idempotent_producer_rebuilds_in_place_what_a_killed_disk_worker_lost
 
     from appliance.client.producer import Producer
 
-    _create(broker, "rebuild")
-    base = find_broker_base(log_dir=broker.log_dirs[0])
+    _create(fresh_broker, "rebuild")
+    base = find_broker_base(log_dir=fresh_broker.log_dirs[0])
     rows = np.random.default_rng(4).integers(0, 256, (2_000, 100), dtype=np.uint8)
-    p = Producer(bootstrap_servers=broker.bootstrap, transport="ipc", shm_name=base, acks=-1,
+    p = Producer(bootstrap_servers=fresh_broker.bootstrap, transport="ipc", shm_name=base, acks=-1,
                  enable_idempotence=True, retries=1000, retry_backoff_ms=50, batch_size=16384,
                  max_request_size=64 << 10)
     sent = 0
     try:
         for k in range(40):
             if k == 10:
-                os.kill(broker.worker_pids("disk worker 0")[0], signal.SIGKILL)
+                os.kill(fresh_broker.worker_pids("disk worker 0")[0], signal.SIGKILL)
             p.send_many("rebuild", rows, partition=0)
             sent += len(rows)
         assert p.flush(120)
     finally:
         p.close()
-    recs = _read_all(broker, "rebuild")
+    recs = _read_all(fresh_broker, "rebuild")
     assert [r.offset for r in recs] == list(range(sent))
     assert all(r.value == rows[r.offset % len(rows)].tobytes() for r in recs)
-    _segments_valid(broker, "rebuild")
+    _segments_valid(fresh_broker, "rebuild")
 
 
 def test_looking_past_stale_tables_of_other_layouts_leaks_no_descriptor():

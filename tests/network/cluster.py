@@ -281,6 +281,25 @@ def nemesis_leader_split(c: NetCluster) -> str:
     return f"leader split: b{victim} cut from brokers and ZooKeeper, not from the client"
 
 
+def nemesis_client_loss(c: NetCluster, percent: int = 10) -> str:
+    """The client host's own link lossy both ways (its produce requests, the answers, the
+    group's commits): librdkafka retries, and an idempotent retry is never stored twice."""
+    brokers = [f"b{b}" for b in c.brokers]
+    c.net.loss(["client"], percent, peers=brokers)
+    for b in brokers:
+        c.net.loss([b], percent, peers=["client"])
+    return f"client loss: {percent} % each way between the client and every broker"
+
+
+def nemesis_client_cut(c: NetCluster) -> str:
+    """The client cut off from one partition leader only; the brokers still reach each other
+    and ZooKeeper, so nothing moves: that leader's partitions wait in the producer (their
+    records acknowledged after the heal) while the others' flow through the other brokers."""
+    victim = c.leader(c.rng.randrange(PARTITIONS))
+    c.net.partition(["client"], [f"b{victim}"])
+    return f"client cut: the client cannot reach b{victim}"
+
+
 def nemesis_delay(c: NetCluster, ms: float = 100, jitter_ms: float = 50) -> str:
     """Every inter-broker connection slowed: each chunk held ``ms`` +- ``jitter_ms`` in the
     relay of the broker it goes to or comes from (replica fetches, controller requests)."""
@@ -381,10 +400,11 @@ NEMESES: dict[str, Callable[[NetCluster], str]] = {
     "one-way": nemesis_one_way, "loss": nemesis_loss, "delay": nemesis_delay, "zk-host": nemesis_zk_host,
     "zk-minority": nemesis_zk_minority, "leader-split": nemesis_leader_split,
     "sigkill": nemesis_sigkill, "sigstop": nemesis_sigstop, "zk-kill": nemesis_zk_kill,
+    "client-loss": nemesis_client_loss, "client-cut": nemesis_client_cut,
 }
 # the nemeses of tests/network/test_nemeses.py (the script draws from all of NEMESES)
 SUITE_NEMESES = ("leader", "follower", "controller", "one-way", "loss", "delay", "zk-host",
-                   "zk-minority", "leader-split", "zk-kill")
+                   "zk-minority", "leader-split", "zk-kill", "client-loss", "client-cut")
 
 
 class NetCluster:
@@ -471,7 +491,10 @@ class NetCluster:
 
     # -- what the cluster looks like ------------------------------------------------------
     def _state(self, p: int) -> dict:
-        data, _ = self.zk.get(f"/brokers/topics/{TOPIC}/partitions/{p}/state")
+        return self._state_of(TOPIC, p)
+
+    def _state_of(self, topic: str, p: int) -> dict:
+        data, _ = self.zk.get(f"/brokers/topics/{topic}/partitions/{p}/state")
         return json.loads(data)
 
     def leader(self, p: int) -> int:

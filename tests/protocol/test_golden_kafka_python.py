@@ -64,7 +64,13 @@ def _from_bits(bits: set[int] | None) -> int:
 
 # fields Kafka has renamed since kafka-python's copy of the JSON: ours -> theirs
 _RENAMED = {"cluster_authorized_operations": "authorized_operations",
-            "topic_authorized_operations": "authorized_operations"}
+            "topic_authorized_operations": "authorized_operations",
+            # AddPartitionsToTxn v0-3's fields, named for the versions before KIP-890's batch
+            # (only looked up where a class lacks our name: InitProducerId keeps its own)
+            "transactional_id": "v3_and_below_transactional_id",
+            "producer_id": "v3_and_below_producer_id",
+            "producer_epoch": "v3_and_below_producer_epoch",
+            "topics": "v3_and_below_topics"}
 
 
 def _is_uuid(field) -> bool:

@@ -37,17 +37,18 @@ from appliance.coordinator.coordinator import GroupCoordinator
 from appliance.coordinator.routing import OFFSETS_TOPIC
 from appliance.errors import ErrorCode, KafkaError, error_for_code
 from appliance.protocol.registry import API_BY_KEY
-from appliance.records.batch import decode_records
+from appliance.records.batch import decode_batch, decode_records, iter_batches
 from appliance.records.batch_layout import (
     BASE_OFFSET_OFFSET,
     BATCH_LENGTH_OFFSET,
     LAST_OFFSET_DELTA_OFFSET,
     LOG_OVERHEAD,
 )
+from appliance.records.control import marker_of_record
 from appliance.shm.layout import COMPLETION, GROUP_HEADER, Role
 from appliance.shm.partition_index import PartitionIndex
 
-__all__ = ["CoordinatorHost", "LEADERSHIP_CHECK_S"]
+__all__ = ["CoordinatorHost", "LEADERSHIP_CHECK_S", "partition_records", "next_offset"]
 
 log = logging.getLogger("appliance.coordinator")
 
@@ -116,7 +117,10 @@ class CoordinatorHost:
             return
         for (topic, partition), plog in self.partitions.log_dir.partitions.items():
             if topic == OFFSETS_TOPIC:
-                self.coordinator.load(partition, _records(plog))
+                self.coordinator.begin_load(partition)
+                for data in partition_chunks(plog):
+                    replay(self.coordinator, partition, data)
+                self.coordinator.finish_load(partition)
 
     def poll(self) -> int:
         """Run due timers (session expiry, rebalance deadlines) and, in cluster mode, follow
@@ -193,8 +197,8 @@ class CoordinatorHost:
                     offset = plog.log_end_offset
                     break
                 budget -= len(data)
-                self.coordinator.load_records(partition, decode_records(data))
-                offset = max(offset + 1, _next_offset(data))
+                replay(self.coordinator, partition, data)
+                offset = max(offset + 1, next_offset(data))
             if offset >= plog.log_end_offset:
                 del self.loads[partition]
                 self.coordinator.finish_load(partition)
@@ -297,6 +301,35 @@ class CoordinatorHost:
         for fn in pending:
             fn()
 
+    # -- a step of the transaction coordinator beside it (txn_host.py), cluster mode ---------
+    def open_step(self) -> None:
+        """Collect the writes the answers of this step wait for (as a group request does)."""
+        self._step = {}
+
+    def wait_for(self, slot: int, needed: int) -> None:
+        """An answer of this step waits until ``slot``'s high watermark reaches ``needed``."""
+        if self._step is not None:
+            self._step[slot] = max(self._step.get(slot, 0), needed)
+
+    def answer_step(self, n: int | None, request_id: int, data: bytes) -> tuple | None:
+        """The completion now (no write to wait for), or None: held until this step's writes
+        are replicated (offsets.commit.timeout.ms, the same rule as a group write)."""
+        if not self._step:
+            return -1, -1, -1, data
+        self._hold_or_send(n, request_id, data)  # type: ignore[arg-type]
+        return None
+
+    def close_step(self) -> None:
+        self._flush_step()
+
+    def on_txn_marker(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A transaction marker was written on ``__consumer_offsets``-``partition`` (by the
+        leader's WriteTxnMarkers handler): the producer's pending offsets there become the
+        groups' committed offsets, or are dropped. Not while the partition is being loaded: the
+        load replays the marker from the log."""
+        if partition in self.coordinator.owned:
+            self.coordinator.on_txn_marker(partition, producer_id, commit)
+
     def _respond_later(self, token: tuple, body: dict) -> None:
         """Answer a group request the coordinator held (a JoinGroup waiting for a rebalance)."""
         n, request_id, api_key, api_version = token
@@ -305,13 +338,6 @@ class CoordinatorHost:
             self._send(n, request_id, data)
         else:
             self._hold_or_send(n, request_id, data)
-
-    def on_txn_marker(self, partition: Any, producer_id: int, commit: bool) -> None:
-        """A transaction marker was appended on one of this worker's __consumer_offsets
-        partitions (``Partitions.marker_written``): the place where the producer's pending
-        transactional offsets (TxnOffsetCommit) are to be materialised (COMMIT) or dropped
-        (ABORT). No pending offsets exist yet, so nothing to do (issue 46: the transaction
-        coordinator's side fills this in)."""
 
     def handle_group(self, n: int | None, request_id: int, slot: int, body: memoryview,
             acks: int, timeout_ms: int) -> tuple | None:
@@ -354,18 +380,43 @@ class CoordinatorHost:
             self._flush_step()
 
 
-def _records(plog):
-    """Every record of a partition, oldest first."""
+def partition_chunks(plog):
+    """A partition's whole batches, oldest first, a few MiB at a time."""
     offset = plog.log_start_offset
     while offset < plog.log_end_offset:
         data = plog.read_bytes(offset, 4 << 20, max_offset=plog.log_end_offset)
         if not data:
             break
+        yield data
+        offset = max(offset + 1, next_offset(data))
+
+
+def partition_records(plog):
+    """Every record of a partition, oldest first."""
+    for data in partition_chunks(plog):
         yield from decode_records(data)
-        offset = max(offset + 1, _next_offset(data))
 
 
-def _next_offset(data: bytes) -> int:
+def replay(coordinator: GroupCoordinator, partition: int, data: bytes) -> None:
+    """Apply whole batches of ``__consumer_offsets`` to a coordinator loading ``partition``: a
+    transactional batch's offsets wait for their marker, a control batch is that marker."""
+    for pos, _ in iter_batches(data):
+        h, records = decode_batch(data, pos)
+        if h.is_control:
+            for r in records:
+                try:
+                    marker = marker_of_record(h, r.key, r.value)
+                except KafkaError:  # an unreadable control record: no marker to replay
+                    marker = None
+                if marker is not None:
+                    coordinator.on_txn_marker(partition, h.producer_id, marker.commit)
+        elif h.is_transactional:
+            coordinator.load_txn_records(partition, h.producer_id, h.producer_epoch, records)
+        else:
+            coordinator.load_records(partition, records)
+
+
+def next_offset(data: bytes) -> int:
     """The offset after the last batch of ``data`` (whole batches), from the batch headers:
     a batch the cleaner emptied of records still moves the position on."""
     pos, nxt = 0, -1

@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from appliance.coordinator.routing import OFFSETS_TOPIC
+from appliance.coordinator.routing import OFFSETS_TOPIC, TXN_TOPIC
 from appliance.errors import InvalidTopicError
 from appliance.records.batch_layout import (
     BASE_OFFSET_OFFSET,
@@ -98,7 +98,7 @@ class Partition:
         self.log = log
         self.broker_id = broker_id
         # an internal topic is written by its coordinator only: a client's produce is refused
-        self.internal = log.topic == OFFSETS_TOPIC
+        self.internal = log.topic in (OFFSETS_TOPIC, TXN_TOPIC)
         self.follower_ends: dict[int, int] = {}    # follower id -> its log end offset (leader)
         self.follower_starts: dict[int, int] = {}  # follower id -> its log start offset (leader)
         self.held_produces: list[HeldProduce] = []  # in append order

@@ -18,7 +18,12 @@ from appliance.broker.disk.dir_health import FULL_DISK_ERRNOS, ThrottledLog, io_
 from appliance.broker.disk.partition import Partition
 from appliance.broker.disk.requests import NOTHING, NotHere
 from appliance.config import BrokerConfig, ConfigError, TopicConfig
-from appliance.coordinator.routing import OFFSETS_TOPIC, offsets_topic_config
+from appliance.coordinator.routing import (
+    OFFSETS_TOPIC,
+    TXN_TOPIC,
+    offsets_topic_config,
+    txn_topic_config,
+)
 from appliance.errors import ErrorCode, InvalidRequestError, KafkaStorageError
 from appliance.shm.layout import (
     COUNTER_PARTITIONS,
@@ -68,8 +73,8 @@ class Partitions:
         self.slot_of: dict[tuple[str, int], int] = {}
         self.log_dir: LogDir | None = None
         self.created_hooks: list[Callable[[str, int], None]] = []  # (topic, partition) once created
-        # (Partition, producer id, commit) after a marker on a __consumer_offsets partition
-        self.on_txn_marker: Callable[[Partition, int, bool], None] | None = None
+        # (partition number, producer id, commit) after a marker on a __consumer_offsets partition
+        self.on_txn_marker: Callable[[int, int, bool], None] | None = None
         self.metrics = None  # a metrics Recorder when metrics are on (see set_metrics)
         # metrics: bytes appended per partition slot not yet added to the shared counters, and
         # the slots that have some (publish_bytes, 4 times a second from the loop). A list item
@@ -247,6 +252,8 @@ class Partitions:
     def _creation_config(self, topic: str) -> TopicConfig:
         if topic == OFFSETS_TOPIC:
             return TopicConfig.from_overrides(self.config, offsets_topic_config(self.config))
+        if topic == TXN_TOPIC:
+            return TopicConfig.from_overrides(self.config, txn_topic_config(self.config))
         return self.config.topic_defaults()
 
     def _num_partitions(self, topic: str) -> int:
@@ -387,7 +394,7 @@ class Partitions:
         """After a marker on ``p``: a partition of __consumer_offsets tells its coordinator,
         which materialises or drops the producer's pending transactional offsets."""
         if p.internal and self.on_txn_marker is not None:
-            self.on_txn_marker(p, producer_id, commit)
+            self.on_txn_marker(p.log.partition, producer_id, commit)
 
     def create(self, n: int | None, request_id: int, slot: int, body: memoryview,
             acks: int, timeout_ms: int) -> tuple:

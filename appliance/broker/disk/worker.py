@@ -31,6 +31,7 @@ from appliance.broker.disk.replica_move import ReplicaMover, sweep_moves
 from appliance.broker.disk.replication import Replication
 from appliance.broker.disk.requests import Handler, Requests
 from appliance.broker.disk.ring_intake import RingIntake
+from appliance.broker.disk.txn_host import TXN_API_CLASSES, TxnCoordinatorHost
 from appliance.config import BrokerConfig, ConfigError
 from appliance.errors import KafkaStorageError
 from appliance.metrics.recorder import attach_recorder
@@ -39,7 +40,7 @@ from appliance.process.exit_codes import EXIT_BOOT_ERROR, EXIT_OK
 from appliance.process.gc_policy import freeze_startup_objects
 from appliance.process.plumbing import Plumbing
 from appliance.security.acl import authorizer_from_config
-from appliance.shm.layout import MsgType, WorkerState
+from appliance.shm.layout import GROUP_HEADER, MsgType, WorkerState
 from appliance.shm.partition_table import PartitionTable
 from appliance.storage.flush import flush_observers
 
@@ -47,6 +48,7 @@ __all__ = ["DiskWorker"]
 
 log = logging.getLogger("appliance.disk")
 
+_GROUP = GROUP_HEADER.struct  # type: ignore[attr-defined]
 IDLE_WAIT_S = 0.1  # the longest the loop sleeps: bounds heartbeat and maintenance latency
 PUBLISH_INTERVAL_S = 0.25  # metrics: bytes-in counts reach the shared counters this often
 # the heartbeat stamp at most this often (the supervisor judges silence in tens of seconds)
@@ -116,6 +118,8 @@ class DiskWorker:
         self.coordinator = CoordinatorHost(self.config, parts, self.rings)
         parts.on_txn_marker = self.coordinator.on_txn_marker
         self.coordinator.load()
+        self.txn = TxnCoordinatorHost(self.config, parts, self.plumbing.disk_bells[self.index])
+        self.txn.load()
         self.maintenance = Maintenance(parts)
         self.mover = ReplicaMover(self.index, parts)
         self.replication = self._join_cluster() if self.plumbing.cluster else None
@@ -132,7 +136,9 @@ class DiskWorker:
                         int(self.config["broker.id"]), self.admin)
         # groups follow the offsets partitions' leadership; commits are judged by the cluster's
         # metadata
-        self.coordinator.attach_cluster(area, r, MetadataCache.attach(metadata_name(self.plumbing.base)))
+        metadata = MetadataCache.attach(metadata_name(self.plumbing.base))
+        self.coordinator.attach_cluster(area, r, metadata)
+        self.txn.attach_cluster(area, r, metadata, self.coordinator)
         return r
 
     def _handlers(self) -> dict[int, Handler]:
@@ -146,7 +152,7 @@ class DiskWorker:
             (MsgType.CREATE_PARTITION,    parts.create,               parts.create),
             (MsgType.DELETE_PARTITION,    parts.delete,               parts.delete),
             (MsgType.ALTER_CONFIG,        parts.alter,                parts.alter),
-            (MsgType.GROUP,               self.coordinator.handle_group, self.coordinator.handle_group),
+            (MsgType.GROUP,               self._coordinator_request,  self._coordinator_request),
             (MsgType.DESCRIBE_PRODUCERS,  admin.describe_producers,   admin.describe_producers),
             (MsgType.TOPIC_ID,            parts.set_topic_id,         parts.set_topic_id),
             (MsgType.ALTER_BROKER_CONFIG, admin.reload_broker_config, admin.reload_broker_config),
@@ -163,6 +169,14 @@ class DiskWorker:
         )
         column = 2 if r is not None else 1
         return {row[0]: row[column] for row in table if row[column] is not None}
+
+    def _coordinator_request(self, n: int | None, request_id: int, slot: int, body: memoryview,
+                             acks: int, timeout_ms: int) -> tuple | None:
+        """A MsgType.GROUP message: the transaction APIs to the transaction coordinator, the
+        group APIs to the group coordinator (the API key leads the message's header)."""
+        if _GROUP.unpack_from(body, 0)[0] in TXN_API_CLASSES:
+            return self.txn.handle(n, request_id, slot, body, acks, timeout_ms)
+        return self.coordinator.handle_group(n, request_id, slot, body, acks, timeout_ms)
 
     # -- loop -----------------------------------------------------------------------------
     def _on_term(self, signum, frame) -> None:
@@ -230,6 +244,10 @@ class DiskWorker:
                 except Exception:  # a coordinator bug must not take the partitions of this disk down
                     log.exception("group coordinator timers failed")
                     next_ms = int(time.time() * 1000) + 100
+                try:
+                    next_ms = min(next_ms, self.txn.poll())
+                except Exception:  # the same for the transaction coordinator
+                    log.exception("transaction coordinator timers failed")
                 if self.rings.rung_later:  # answers the coordinator's timers released
                     self.rings.ring_bells()
                 if not self.requests_left:
@@ -274,6 +292,8 @@ class DiskWorker:
 
     # -- stop -----------------------------------------------------------------------------
     def close(self) -> None:
+        if getattr(self, "txn", None) is not None:
+            self.txn.close()
         self.partitions.close()
         self.table.set_worker_state(self.slot, WorkerState.DEAD)
 

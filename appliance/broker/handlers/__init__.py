@@ -49,9 +49,9 @@ from appliance.broker.handlers import (
     metadata,
     one_broker_controller,
     produce,
-    producer_id,
     sasl,
     topics,
+    transactions,
     write_txn_markers,
 )
 from appliance.broker.handlers.answer import CloseConnection, RawBody, api_name, encode
@@ -59,6 +59,8 @@ from appliance.metrics.recorder import AnswerTiming
 from appliance.metrics.responses import record_response
 from appliance.protocol.connection import Request
 from appliance.protocol.messages import (
+    AddOffsetsToTxn,
+    AddPartitionsToTxn,
     AlterConfigs,
     AlterPartitionReassignments,
     AlterReplicaLogDirs,
@@ -74,6 +76,7 @@ from appliance.protocol.messages import (
     DescribeLogDirs,
     DescribeProducers,
     ElectLeaders,
+    EndTxn,
     Fetch,
     FindCoordinator,
     Heartbeat,
@@ -90,6 +93,7 @@ from appliance.protocol.messages import (
     OffsetFetch,
     Produce,
     SyncGroup,
+    TxnOffsetCommit,
     WriteTxnMarkers,
 )
 from appliance.protocol.messages.security import (
@@ -137,7 +141,10 @@ ROUTES: dict[int, Route] = {
     AlterConfigs.API_KEY: _both(configs.handle_alter),
     IncrementalAlterConfigs.API_KEY: _both(incremental_alter_configs.handle),
     DescribeLogDirs.API_KEY: _both(describe_log_dirs.handle),
-    InitProducerId.API_KEY: _both(producer_id.handle),
+    InitProducerId.API_KEY: _both(transactions.init_producer_id),
+    AddPartitionsToTxn.API_KEY: _both(transactions.route),
+    AddOffsetsToTxn.API_KEY: _both(transactions.route),
+    EndTxn.API_KEY: _both(transactions.route),
     FindCoordinator.API_KEY: Route(groups.find_coordinator, inter_broker.find_coordinator,
                                    with_context=True),
     DeleteRecords.API_KEY: _both(delete_records.handle),
@@ -157,6 +164,7 @@ ROUTES: dict[int, Route] = {
     OffsetCommit.API_KEY: _group(groups.route),
     OffsetFetch.API_KEY: _group(groups.route),
     OffsetDelete.API_KEY: _group(groups.route),
+    TxnOffsetCommit.API_KEY: _group(groups.route),  # to the group coordinator (KIP-98)
     ListGroups.API_KEY: _group(groups.list_groups),
     DescribeGroups.API_KEY: _group(groups.describe_groups),
     DeleteGroups.API_KEY: _group(groups.delete_groups),

@@ -15,6 +15,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from appliance.broker.door import RequestContext
+from appliance.broker.handlers import transactions
 from appliance.broker.handlers.answer import RawBody
 from appliance.broker.topic_admin import create_topic
 from appliance.coordinator.batched_lookup import batched_coordinators
@@ -75,8 +76,10 @@ async def _find_one(ctx: BrokerContext, key: str, key_type: int, version: int,
         return {"throttle_time_ms": 0, "error_code": code, "error_message": msg,
                 "node_id": ctx.broker_id if ok else -1, "host": host if ok else "", "port": port if ok else -1}
 
+    if version >= 1 and key_type == transactions.KEY_TYPE_TRANSACTION:
+        return answer(*await transactions.find_txn_coordinator(ctx, key))
     if version >= 1 and key_type != KEY_TYPE_GROUP:
-        return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported")
+        return answer(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}")
     if not key:
         return answer(ErrorCode.INVALID_GROUP_ID, "empty group id")
     if not ctx.index.partitions(OFFSETS_TOPIC):
@@ -113,7 +116,7 @@ def _error_body(api_key: int, code: int, request: Request) -> dict:
         return {"error_code": code, "assignment": b""}
     if api_key in (12, 13):
         return {"error_code": code}
-    if api_key == 8:
+    if api_key in (8, 28):  # OffsetCommit, TxnOffsetCommit
         return {"topics": [{"name": t.name, "partitions": [
             {"partition_index": p.partition_index, "error_code": code} for p in t.partitions]}
             for t in b.topics]}
@@ -127,8 +130,8 @@ def _error_body(api_key: int, code: int, request: Request) -> dict:
 
 
 async def route(ctx: BrokerContext, request: Request, rc: RequestContext | None) -> Any:
-    """JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch: one coordinator
-    (OffsetFetch v8+: one per group, asked concurrently)."""
+    """JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, TxnOffsetCommit:
+    one coordinator (OffsetFetch v8+: one per group, asked concurrently)."""
     client_host = rc.client_host if rc is not None else ""  # None: the broker itself asks
     if request.api_key == OffsetFetch.API_KEY and request.api_version >= FIRST_MULTI_GROUP_VERSION:
         return await _offset_fetch_groups(ctx, request, client_host)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from appliance.broker.door import RequestContext
 from appliance.broker.topic_admin import create_topic
 from appliance.config import validate_topic_name
-from appliance.coordinator.routing import OFFSETS_TOPIC
+from appliance.coordinator.routing import OFFSETS_TOPIC, TXN_TOPIC
 from appliance.errors import ErrorCode
 from appliance.shm.layout import SlotState
 
@@ -46,7 +46,7 @@ def topic_metadata(ctx: BrokerContext, name: str) -> dict:
             "isr_nodes": me if online else [],
         })
     return {"error_code": 0, "name": name, "topic_id": ctx.index.topic_id(name),
-            "is_internal": name == OFFSETS_TOPIC, "partitions": out}
+            "is_internal": name in (OFFSETS_TOPIC, TXN_TOPIC), "partitions": out}
 
 
 async def handle(ctx: BrokerContext, request: Request, rc: RequestContext) -> dict:
@@ -68,7 +68,7 @@ async def handle(ctx: BrokerContext, request: Request, rc: RequestContext) -> di
         auto = bool(ctx.config["auto.create.topics.enable"]) and (
             request.api_version < 4 or body.allow_auto_topic_creation)
         for name in names:
-            if auto and not ctx.index.partitions(name) and name != OFFSETS_TOPIC:
+            if auto and not ctx.index.partitions(name) and name not in (OFFSETS_TOPIC, TXN_TOPIC):
                 await create_topic(ctx, name)  # errors (bad names) show below as per-topic codes
     topics = []
     for name in names:

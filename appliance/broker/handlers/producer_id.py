@@ -1,4 +1,5 @@
-"""InitProducerId: producer ids for idempotent producers (transactions are not supported).
+"""InitProducerId: producer ids for idempotent producers (a transactional one goes to its
+transaction coordinator: ``handlers/transactions.py``).
 
 Ids come from the broker's current block (:mod:`appliance.process.producer_ids`): blocks are
 allocated in ZooKeeper in cluster mode, in the first log dir standalone, so no two producers of
@@ -27,10 +28,6 @@ _warned = 0.0
 
 
 async def handle(ctx: BrokerContext, request: Request) -> dict:
-    if request.body.transactional_id is not None:
-        # no transaction coordinator: say so with the error Kafka gives when the coordinator
-        # for a transactional id cannot be found
-        return _answer(-1, ErrorCode.COORDINATOR_NOT_AVAILABLE)
     try:
         return _answer(await new_producer_id(ctx.table, ctx.producer_id_blocks), 0)
     except ProducerIdUnavailable as e:

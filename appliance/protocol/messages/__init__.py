@@ -49,7 +49,13 @@ from appliance.protocol.messages.security import (
     SaslAuthenticate,
     SaslHandshake,
 )
-from appliance.protocol.messages.transactions import WriteTxnMarkers
+from appliance.protocol.messages.transactions import (
+    AddOffsetsToTxn,
+    AddPartitionsToTxn,
+    EndTxn,
+    TxnOffsetCommit,
+    WriteTxnMarkers,
+)
 
 __all__ = [
     "ApiVersions", "Metadata", "Produce", "Fetch", "ListOffsets", "InitProducerId",
@@ -60,5 +66,6 @@ __all__ = [
     "DescribeLogDirs", "DescribeCluster", "DescribeProducers", "ElectLeaders",
     "AlterPartitionReassignments", "ListPartitionReassignments",
     "SaslHandshake", "SaslAuthenticate", "DescribeUserScramCredentials", "AlterUserScramCredentials",
-    "DescribeAcls", "CreateAcls", "DeleteAcls", "WriteTxnMarkers",
+    "DescribeAcls", "CreateAcls", "DeleteAcls",
+    "AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn", "TxnOffsetCommit", "WriteTxnMarkers",
 ]
