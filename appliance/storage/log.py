@@ -348,8 +348,8 @@ class PartitionLog:
         and producer ids raise UnsupportedForMessageFormatError); without ``assign_offsets``
         (a follower) legacy entries are appended as they come, CRC-checked.
 
-        Transactions: a transactional batch must carry a producer id and sequence
-        (INVALID_RECORD otherwise) and opens its producer's transaction; a control batch (a
+        Transactions: a transactional batch must carry a producer id (INVALID_RECORD otherwise)
+        and opens its producer's transaction; a control batch (a
         transaction marker) is refused from a client (INVALID_RECORD, as Kafka refuses them),
         taken from a leader's log (``assign_offsets`` False) or :meth:`append_marker`
         (``markers_ok``), and ends its producer's transaction (an ABORT indexed in the active
@@ -393,6 +393,7 @@ class PartitionLog:
         pa = None
         need_offsets = False
         markers: list[int] = []  # indexes of the control batches
+        unsequenced: list[int] = []  # of the transactional batches without a sequence
         for h in heads:
             size = h.batch_length + LOG_OVERHEAD
             if size > max_msg:
@@ -417,10 +418,12 @@ class PartitionLog:
                 if assign_offsets and not markers_ok:
                     raise InvalidRecordError("clients may not write control batches")
                 markers.append(len(bases))
-            elif txn and (h.producer_id < 0 or h.base_sequence < 0):
-                raise InvalidRecordError(
-                    f"transactional batch at byte {pos} without a producer id and sequence "
-                    f"({h.producer_id}, {h.base_sequence})")
+            elif txn and h.producer_id < 0:
+                raise InvalidRecordError(f"transactional batch at byte {pos} without a producer id")
+            elif txn and h.base_sequence < 0:
+                # no sequence: the group coordinator's transactional offset commits (Kafka
+                # writes them as the coordinator, unchecked); they open the transaction too
+                unsequenced.append(len(bases))
             if h.producer_id >= 0 and h.base_sequence >= 0:  # an idempotent producer
                 if pa is None:
                     pa = self.producers.begin()
@@ -465,6 +468,8 @@ class PartitionLog:
         if pa is not None:
             pa.commit([(bases[i], last_offsets[i]) for i in range(nb)
                        if heads[i].producer_id >= 0 and heads[i].base_sequence >= 0])
+        for i in unsequenced:
+            self.producers.open_txn(heads[i].producer_id, bases[i], heads[i].producer_epoch)
         if markers:
             self._end_txns(buf, [(rel_positions[i], last_offsets[i]) for i in markers], active)
         if self.log_end_offset - self.recovery_point >= self._flush_messages:

@@ -75,6 +75,12 @@ def test_bad_transactional_input(log_path):
     with pytest.raises(InvalidRecordError):                # a client may not write markers
         lg.append(build_marker(PID, 0, True, 0))
     assert lg.log_end_offset == 0
+    # the group coordinator's transactional offsets carry no sequence: they open a transaction
+    lg.append(batch(1, producer_id=PID, producer_epoch=0, is_transactional=True))
+    assert lg.producers.first_unstable_offset(1) == 0
+    lg.close()
+    lg = open_log(log_path, clean_shutdown=False)             # and so does the replay
+    assert lg.producers.first_unstable_offset(1) == 0
     lg.close()
 
 
