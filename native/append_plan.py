@@ -31,6 +31,7 @@ from native.batch_layout import (
     BASE_SEQUENCE_OFFSET,
     BASE_TIMESTAMP_OFFSET,
     COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
     CRC_OFFSET,
     CRC_START,
     CURRENT_MAGIC,
@@ -44,6 +45,7 @@ from native.batch_layout import (
     PRODUCER_EPOCH_OFFSET,
     PRODUCER_ID_OFFSET,
     RECORDS_COUNT_OFFSET,
+    TRANSACTIONAL_FLAG_MASK,
 )
 from native.big_endian import be_i16, be_i32, be_i64, be_u32
 from native.buffers import as_u8
@@ -121,6 +123,7 @@ PARAMS_OUT_AT = O_LAST_OFFSET * 8
 ROW = struct.Struct(f"={ROW_FIELDS}q")
 
 _CRC_INIT = np.int64(0xFFFFFFFF)
+_TXN_BITS = TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK
 
 
 @njit(nogil=True, cache=not TABLE_FORCED)
@@ -159,6 +162,8 @@ def _plan_kernel(a, n, params, rows):
         base_in = be_i64(a, pos + BASE_OFFSET_OFFSET)
         delta = be_i32(a, pos + LAST_OFFSET_DELTA_OFFSET)
         count = be_i32(a, pos + RECORDS_COUNT_OFFSET)
+        if be_i16(a, pos + ATTRIBUTES_OFFSET) & _TXN_BITS:
+            return PLAN_SLOW  # transactions and their markers: the general path keeps their state
         if validate:
             if be_i16(a, pos + ATTRIBUTES_OFFSET) & COMPRESSION_CODEC_MASK:
                 return PLAN_SLOW

@@ -213,6 +213,11 @@ _CLUSTER_RULES: dict[int, tuple[int, Callable[[Any, int], dict]]] = {
     # the controller's and the leaders' requests between brokers
     4: (CLUSTER_ACTION, _top()), 5: (CLUSTER_ACTION, _top()), 6: (CLUSTER_ACTION, _top()),
     7: (CLUSTER_ACTION, _top()), 23: (CLUSTER_ACTION, _top(topics=[])),
+    # a transaction coordinator's markers to the partitions' leaders (Kafka: CLUSTER_ACTION)
+    27: (CLUSTER_ACTION, lambda b, code: {"markers": [{"producer_id": m.producer_id, "topics": [
+        {"name": t.name, "partitions": [{"partition_index": p, "error_code": code}
+                                        for p in t.partition_indexes]} for t in m.topics]}
+        for m in b.markers]}),
 }
 
 

@@ -19,7 +19,7 @@ COMMANDS = {
     "topics": ("topics", "create, list, describe, alter and delete topics"),
     "console-producer": ("console_producer", "send lines from stdin as messages"),
     "console-consumer": ("console_consumer", "print messages of a topic"),
-    "dump-log": ("dump_log", "decode segment (.log) and index (.index, .timeindex) files, with --verify-crc "
+    "dump-log": ("dump_log", "decode segment (.log) and index (.index, .timeindex, .txnindex) files, with --verify-crc "
                  "and --verify-index-only"),
     "simple-consumer-shell": ("simple_consumer_shell", "print one partition's messages from an offset "
                               "(Kafka's SimpleConsumerShell)"),

@@ -19,7 +19,7 @@ from typing import Any
 
 __all__ = [
     "LAYOUT_VERSION", "NO_COMPLETION_AT_ACKS_0", "Layout", "TABLE_HEADER", "WORKER_SLOT", "PARTITION_SLOT", "RING_HEADER",
-    "RING_MESSAGE", "REQUEST", "COMPLETION", "GROUP_HEADER", "SPARE_PRODUCER_ID", "DELETE_RECORDS_BODY", "TRUNCATE_BODY", "TRUNCATE_FULLY_BODY", "EPOCH_BODY", "EPOCH_RESULT", "HANDOFF_RESULT", "MAX_WORKERS", "TOPIC_NAME_MAX", "SlotState",
+    "RING_MESSAGE", "REQUEST", "COMPLETION", "GROUP_HEADER", "SPARE_PRODUCER_ID", "TXN_MARKER_BODY", "DELETE_RECORDS_BODY", "TRUNCATE_BODY", "TRUNCATE_FULLY_BODY", "EPOCH_BODY", "EPOCH_RESULT", "HANDOFF_RESULT", "MAX_WORKERS", "TOPIC_NAME_MAX", "SlotState",
     "WorkerState", "MsgType", "TABLE_MAGIC", "RING_MAGIC", "table_size", "shm_names",
     "IPC_CHANNELS", "IPC_DIR_HEADER", "IPC_SLOT", "IPC_MAGIC", "ipc_dir_name", "ipc_channel_name",
     "disk_wake_address", "LEADERSHIP_SLOT", "MAX_REPLICAS", "Role", "leaders_name", "cluster_address",
@@ -32,8 +32,10 @@ __all__ = [
 # the leader's log start offset; 6: FOLLOWER_FETCH_BODY carries the follower's log start offset;
 # 7: TRUNCATE carries the leader's epoch answer (TRUNCATE_BODY), LATEST_EPOCH, EPOCH_RESULT;
 # 8: LEADERSHIP_SLOT carries where the leader's epoch starts (epoch_start_offset, KIP-207);
-# 9: TABLE_HEADER holds the broker's producer id block (producer_id_next/_last, its refill claim)
-LAYOUT_VERSION = 9
+# 9: TABLE_HEADER holds the broker's producer id block (producer_id_next/_last, its refill claim);
+# 10: PARTITION_SLOT carries the last stable offset, MsgType.WRITE_TXN_MARKER (TXN_MARKER_BODY),
+# PRODUCER_ENTRY the producer's open transaction and coordinator epoch
+LAYOUT_VERSION = 10
 TABLE_MAGIC = 0x41504C54  # "APLT"
 RING_MAGIC = 0x41504C52  # "APLR"
 MAX_WORKERS = 64  # disk + network workers per broker; far above what a box has disks/cores for
@@ -112,6 +114,7 @@ PARTITION_SLOT = Layout("partition_slot", (
     ("log_end_offset", "q"),
     ("high_watermark", "q"),
     ("log_start_offset", "q"),
+    ("last_stable_offset", "q"),  # below the first open transaction's first offset, <= the HW
     ("topic_id", "16s"),          # KIP-516 topic id (a UUID's 16 bytes), the same in every slot
     ("topic_len", "H"),
     ("topic", f"{TOPIC_NAME_MAX}s"),
@@ -201,6 +204,7 @@ class MsgType:
     TOPIC_ID = 17        # cluster mode: the partition's topic id from ZooKeeper (16 bytes): slot and partition.metadata
     LATEST_EPOCH = 18    # cluster mode: a follower's latest leader epoch (no body; answer: EPOCH_RESULT)
     ISR_CHANGED = 19     # cluster mode: a led partition's ISR changed in the leadership area (no body): HW rule
+    WRITE_TXN_MARKER = 20  # the leader writes a transaction marker (TXN_MARKER_BODY); answered once replicated
 
 
 # Message types that get no completion when sent with acks=0: an acks=0 produce, and a
@@ -233,6 +237,15 @@ GROUP_HEADER = Layout("group_header", (
 # took from the broker's block for the transaction coordinator (broker/disk/txn_host.py).
 SPARE_PRODUCER_ID = Layout("spare_producer_id", (
     ("producer_id", "q"),
+))
+
+# Follows REQUEST in a WRITE_TXN_MARKER message: the marker ending one producer's transaction
+TXN_MARKER_BODY = Layout("txn_marker_body", (
+    ("producer_id", "q"),
+    ("coordinator_epoch", "i"),
+    ("producer_epoch", "h"),
+    ("commit", "B"),             # 1 COMMIT, 0 ABORT
+    ("pad", "x"),
 ))
 
 # Follows REQUEST in a DELETE_RECORDS message; the answer's log_start_offset is the new one.
@@ -274,6 +287,9 @@ PRODUCER_ENTRY = Layout("producer_entry", (
     ("last_offset", "q"),         # of its last batch in the log (-1: none retained)
     ("producer_epoch", "i"),
     ("last_sequence", "i"),
+    ("current_txn_start_offset", "q"),  # its open transaction's first offset (-1: none)
+    ("coordinator_epoch", "i"),   # of its last marker (-1: none)
+    ("pad", "4x"),
 ))
 __all__ += ["PRODUCER_ENTRY"]
 

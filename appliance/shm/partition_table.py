@@ -54,10 +54,12 @@ _q = struct.Struct("=q")
 _d = struct.Struct("=d")
 _i = struct.Struct("=i")
 _OFFSETS = struct.Struct("=qqq")  # log_end_offset, high_watermark, log_start_offset: contiguous
+_STABLE = struct.Struct("=qqqq")  # the same and last_stable_offset, right after them
 _P = PARTITION_SLOT.offsets  # type: ignore[attr-defined]
 _H = TABLE_HEADER.offsets  # type: ignore[attr-defined]
 _W = WORKER_SLOT.offsets  # type: ignore[attr-defined]
 assert _P["high_watermark"] == _P["log_end_offset"] + 8 == _P["log_start_offset"] - 8
+assert _P["last_stable_offset"] == _P["log_start_offset"] + 8
 # The worker area is also viewed as doubles and int32s, so that a heartbeat or a state is one
 # aligned store: struct.pack_into zero-fills its target before writing (CPython's
 # s_pack_internal memsets it), so a stamp written with it passes through 0.0 in shared memory,
@@ -84,6 +86,7 @@ class PartitionInfo(NamedTuple):
     high_watermark: int
     log_start_offset: int
     topic_id: bytes = ZERO_TOPIC_ID
+    last_stable_offset: int = 0
 
 
 class PartitionTable:
@@ -306,10 +309,11 @@ class PartitionTable:
             s1 = _Q.unpack_from(buf, pos)[0]
             if s1 & 1:
                 continue
-            (_, state, disk, part, nparts, leo, hw, log_start, tid, tlen, topic) = unpack(buf, pos)
+            (_, state, disk, part, nparts, leo, hw, log_start, lso, tid, tlen,
+             topic) = unpack(buf, pos)
             if _Q.unpack_from(buf, pos)[0] == s1:
                 return PartitionInfo(slot, state, disk, topic[:tlen].decode(), part, nparts,
-                                     leo, hw, log_start, tid)
+                                     leo, hw, log_start, tid, lso)
 
     def offsets(self, slot: int) -> tuple[int, int, int]:
         """(log_end_offset, high_watermark, log_start_offset), consistent, without the topic decode."""
@@ -324,18 +328,34 @@ class PartitionTable:
             if _Q.unpack_from(buf, pos)[0] == s1:
                 return vals
 
+    def stable_offsets(self, slot: int) -> tuple[int, int, int, int]:
+        """(log_end_offset, high_watermark, log_start_offset, last_stable_offset), consistent:
+        what a read_committed fetch reads up to (the LSO) beside the rest."""
+        pos = self._spos(slot)
+        buf = self._buf
+        off = pos + _P["log_end_offset"]
+        while True:
+            s1 = _Q.unpack_from(buf, pos)[0]
+            if s1 & 1:
+                continue
+            vals = _STABLE.unpack_from(buf, off)
+            if _Q.unpack_from(buf, pos)[0] == s1:
+                return vals
+
     def state(self, slot: int) -> int:
         return _i.unpack_from(self._buf, self._spos(slot) + _P["state"])[0]
 
     def publish(self, slot: int, log_end_offset: int, high_watermark: int,
-                log_start_offset: int) -> None:
-        """Owner only: publish new offsets under the seqlock."""
+                log_start_offset: int, last_stable_offset: int | None = None) -> None:
+        """Owner only: publish new offsets under the seqlock (the last stable offset is the
+        high watermark when not given: no transaction open)."""
         pos = self._spos(slot)
         buf = self._buf
         seq = _Q.unpack_from(buf, pos)[0]
         _Q.pack_into(buf, pos, seq + 1)
-        _OFFSETS.pack_into(buf, pos + _P["log_end_offset"], log_end_offset, high_watermark,
-                           log_start_offset)
+        _STABLE.pack_into(buf, pos + _P["log_end_offset"], log_end_offset, high_watermark,
+                          log_start_offset,
+                          high_watermark if last_stable_offset is None else last_stable_offset)
         _Q.pack_into(buf, pos, seq + 2)
 
     def set_state(self, slot: int, state: int) -> None:
@@ -405,7 +425,7 @@ class PartitionTable:
                 seq = _Q.unpack_from(self._buf, pos)[0]
                 _Q.pack_into(self._buf, pos, seq + 1)
                 PARTITION_SLOT.struct.pack_into(  # type: ignore[attr-defined]
-                    self._buf, pos, seq + 1, state, disk, partition, num_partitions, 0, 0, 0,
+                    self._buf, pos, seq + 1, state, disk, partition, num_partitions, 0, 0, 0, 0,
                     topic_id, len(raw), raw)
                 _Q.pack_into(self._buf, pos, seq + 2)
                 self._bump_generation()

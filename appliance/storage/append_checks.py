@@ -21,6 +21,7 @@ from native.batch_layout import (
     HEADER_STRUCT,
     LOG_OVERHEAD,
     MIN_BATCH_LENGTH,
+    TRANSACTIONAL_FLAG_MASK,
 )
 
 __all__ = ["headers_unvalidated", "require_keys", "plan_append_twin"]
@@ -78,6 +79,8 @@ def plan_append_twin(buf: object, params: list[int]) -> tuple[int, list[tuple[in
         return P.PLAN_SLOW, [], ()
     if params[P.P_VALIDATE] and any(h.attributes & 7 for h in heads):
         return P.PLAN_SLOW, [], ()  # compressed: valid, but the general path's to take
+    if any(h.attributes & (TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK) for h in heads):
+        return P.PLAN_SLOW, [], ()  # transactional or control: the general path's to take
     nxt, now, diff = params[P.P_NEXT_OFFSET], params[P.P_NOW], params[P.P_TS_DIFF_MAX]
     since, interval = params[P.P_INDEX_SINCE], params[P.P_INDEX_INTERVAL]
     seg_max, seg_off = params[P.P_SEG_MAX_TS], params[P.P_SEG_OFFSET_OF_MAX]

@@ -368,7 +368,7 @@ class CleaningPass:
 
     def _new_output(self, base: int) -> LogSegment:
         d = self.log.path
-        for suffix in (".log", ".index", ".timeindex"):
+        for suffix in (".log", ".index", ".timeindex", ".txnindex"):
             stale = os.path.join(d, segment_file_name(base, suffix) + CLEANED_SUFFIX)
             if os.path.exists(stale):
                 os.unlink(stale)

@@ -5,8 +5,9 @@ ordered list of sound segments: leftover ``.deleted``/``.cleaned``/``.swap``/``.
 (an interrupted cleaner swap is first finished or dropped, see :mod:`appliance.storage.swap`),
 every segment from the one holding the recovery point on is CRC-scanned and cut at the first
 invalid batch (an unclean shutdown; later segments are deleted), missing or insane indexes are
-rebuilt. :func:`replay_producer_state` rebuilds the idempotent producers' state from a
-snapshot and the batches after it; for the segments just recovered it takes their producer
+rebuilt. :func:`replay_producer_state` rebuilds the idempotent producers' state (and their open
+transactions) from a snapshot and the batches after it, and writes back the aborted-transaction
+index entries a recovered segment lacks; for the segments just recovered it takes their producer
 batches as recovery found them (:func:`producer_batches`, read while the segment was mapped):
 walking and mapping them a second time was 38 of 160 ms of an unclean open of 1 GiB
 (perf/README.md, "the recovery scan, regressed and mended").
@@ -27,6 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from appliance.errors import KafkaError
+from appliance.records.control import parse_marker
+from appliance.storage import txn_index
 from appliance.storage.producer_state import NUM_BATCHES_TO_RETAIN, ProducerStateManager
 from appliance.storage.segment import (
     CLEANED_SUFFIX,
@@ -35,16 +39,19 @@ from appliance.storage.segment import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     LogSegment,
     parse_segment_file_name,
 )
 from appliance.storage.swap import complete_interrupted_swaps
 from native.batch_layout import (
+    CONTROL_FLAG_MASK,
     CURRENT_MAGIC,
     HEADER_DTYPE,
     HEADER_SIZE,
     MAGIC_OFFSET,
     PRODUCER_ID_OFFSET,
+    TRANSACTIONAL_FLAG_MASK,
 )
 from native.scan import SCAN_END
 
@@ -77,7 +84,8 @@ def remove_leftovers(path: str) -> list[int]:
             bases.add(parsed[0])
     for name in names:
         parsed = parse_segment_file_name(name)
-        if parsed and parsed[1] in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and parsed[0] not in bases:
+        if (parsed and parsed[1] in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+                and parsed[0] not in bases):
             log.info("%s: removing index %s without a log file", path, name)
             os.unlink(os.path.join(path, name))
     return sorted(bases)
@@ -148,8 +156,10 @@ def replay_producer_state(producers: ProducerStateManager, path: str,
                           log_start_offset: int, log_end_offset: int,
                           recovered: dict[int, np.ndarray] | None = None) -> None:
     """Rebuild ``producers`` from the newest snapshot at or below the log end offset and the
-    idempotent batches after it (from the log start offset without a snapshot). ``recovered``:
-    :func:`producer_batches` already read, by segment base offset (those are not walked)."""
+    idempotent and transactional batches after it (from the log start offset without a
+    snapshot). ``recovered``: :func:`producer_batches` already read, by segment base offset
+    (those are not walked); the ABORT markers replayed in them are written back to their
+    ``.txnindex`` when missing (recovery cut it with the log). Raises OSError."""
     producers.clear()
     start = producers.load_snapshot(path, log_end_offset)
     if start is None:
@@ -159,7 +169,11 @@ def replay_producer_state(producers: ProducerStateManager, path: str,
         if seg.next_offset <= start or seg.size == 0:
             continue
         rows = recovered.get(seg.base_offset) if recovered else None
-        _replay(producers, _segment_producer_batches(seg, start, last) if rows is None else rows, start)
+        if rows is None:
+            _replay(producers, _segment_producer_batches(seg, start, last), start)
+        else:
+            _replay(producers, rows, start,
+                    lambda t, p=seg.txn_index_path: txn_index.append_entry(p, t))
 
 
 def recover_producers(producers: ProducerStateManager, segments: Sequence[LogSegment],
@@ -204,11 +218,13 @@ def producer_batches(buf: Any, positions: np.ndarray, chunk: int = 1 << 16) -> n
     NUM_BATCHES_TO_RETAIN batches of each idempotent producer among the batches at
     ``positions``: v2, producer id and base sequence >= 0. A producer's replayed state is made
     of those alone (its epoch is its last batch's), so however many batches a segment holds the
-    rows stay few. Read with numpy gathers ``chunk`` batches at a time (the gather's index
-    arrays are 8 bytes per byte read): the magic and the producer id's sign first, so every
-    other batch costs two bytes read."""
+    rows stay few. Transactions add the batches that open or end one (:func:`_txn_rows`); in a
+    marker's row (a copy) the ``crc`` field carries the marker's control type, read from its
+    record (recovery has checked the CRC, and the replay needs the type). Read with numpy
+    gathers ``chunk`` batches at a time (the gather's index arrays are 8 bytes per byte read):
+    the magic and the producer id's sign first, so every other batch costs two bytes read."""
     a = np.frombuffer(buf, dtype=np.uint8)
-    parts = []
+    parts, txn_parts = [], []
     try:
         for i in range(0, len(positions), chunk):
             pos = positions[i:i + chunk]
@@ -218,11 +234,49 @@ def producer_batches(buf: Any, positions: np.ndarray, chunk: int = 1 << 16) -> n
             pos = pos[a[pos + PRODUCER_ID_OFFSET] < 0x80]
             rows = a[pos[:, None] + np.arange(HEADER_SIZE)].view(HEADER_DTYPE)[:, 0]
             parts.append(_last_per_producer(rows[rows["base_sequence"] >= 0]))
+            txn = (rows["attributes"] & _TXN_BITS) != 0
+            if txn.any():
+                trows, tpos = rows[txn], pos[txn]
+                for j in np.flatnonzero(trows["attributes"] & CONTROL_FLAG_MASK).tolist():
+                    trows["crc"][j] = _control_type(buf, int(tpos[j]))
+                txn_parts.append(_txn_rows(trows))
     finally:
         del a  # the buffer's export, released before the segment unmaps it
     if not parts:
         return np.empty(0, HEADER_DTYPE)
-    return _last_per_producer(np.concatenate(parts)) if len(parts) > 1 else parts[0]
+    out = _last_per_producer(np.concatenate(parts)) if len(parts) > 1 else parts[0]
+    if txn_parts:
+        both = np.concatenate([out, _txn_rows(np.concatenate(txn_parts))])
+        _, first = np.unique(both["base_offset"], return_index=True)  # log order, once each
+        out = both[first]
+    return out
+
+
+_TXN_BITS = TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK
+_NO_CONTROL_TYPE = 0xFFFF  # a control batch whose type could not be read: the replay skips it
+
+
+def _control_type(buf: Any, pos: int) -> int:
+    try:
+        marker = parse_marker(memoryview(buf), pos)
+    except KafkaError:
+        return _NO_CONTROL_TYPE
+    return _NO_CONTROL_TYPE if marker is None else int(marker.commit)
+
+
+def _txn_rows(rows: np.ndarray) -> np.ndarray:
+    """Of transactional and control ``rows`` (log order), those the replay of transactions
+    needs: every marker, and each producer's first transactional batch after a marker (or its
+    first): the one that opens a transaction. The others only continue one."""
+    if len(rows) <= 1:
+        return rows
+    order = np.argsort(rows["producer_id"], kind="stable")
+    pid = rows["producer_id"][order]
+    control = (rows["attributes"][order] & CONTROL_FLAG_MASK) != 0
+    keep = control.copy()
+    keep[0] = True
+    keep[1:] |= (pid[1:] != pid[:-1]) | control[:-1]
+    return rows[np.sort(order[keep])]
 
 
 def _last_per_producer(rows: np.ndarray) -> np.ndarray:
@@ -237,11 +291,20 @@ def _last_per_producer(rows: np.ndarray) -> np.ndarray:
     return rows[np.sort(keep)]
 
 
-def _replay(producers: ProducerStateManager, rows: np.ndarray, start: int) -> None:
-    """Feed the batches of ``rows`` whose last offset is at or past ``start``, in log order."""
+def _replay(producers: ProducerStateManager, rows: np.ndarray, start: int,
+            on_abort: Callable[[txn_index.AbortedTxn], Any] | None = None) -> None:
+    """Feed the batches of ``rows`` whose last offset is at or past ``start``, in log order;
+    ``on_abort`` gets each transaction an ABORT marker ends."""
     rows = rows[rows["base_offset"] + rows["last_offset_delta"] >= start]
-    for pid, epoch, seq, delta, base in zip(
+    for pid, epoch, seq, delta, base, attrs, crc in zip(
             rows["producer_id"].tolist(), rows["producer_epoch"].tolist(),
             rows["base_sequence"].tolist(), rows["last_offset_delta"].tolist(),
-            rows["base_offset"].tolist(), strict=True):
-        producers.load_batch(pid, epoch, seq, delta, base)
+            rows["base_offset"].tolist(), rows["attributes"].tolist(), rows["crc"].tolist(),
+            strict=True):
+        if attrs & CONTROL_FLAG_MASK:
+            aborted = producers.load_batch(pid, epoch, seq, delta, base, attrs,
+                                           -1 if crc == _NO_CONTROL_TYPE else crc)
+            if aborted is not None and on_abort is not None:
+                on_abort(aborted)
+        else:
+            producers.load_batch(pid, epoch, seq, delta, base, attrs)

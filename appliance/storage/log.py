@@ -34,7 +34,10 @@ from appliance.errors import (
     OffsetOutOfRangeError,
 )
 from appliance.records.batch import set_log_append_time, validate_records
+from appliance.records.batch_layout import CONTROL_BIT, TRANSACTIONAL_BIT
+from appliance.records.control import build_marker, parse_marker
 from appliance.records.stored import decode_stored, has_legacy_entry, stored_legacy_magic
+from appliance.storage import txn_index
 from appliance.storage.append_checks import headers_unvalidated, require_keys
 from appliance.storage.checkpoint import fsync_dir
 from appliance.storage.file_remover import remove_now
@@ -163,6 +166,8 @@ class PartitionLog:
         self._kernel_clock = now_ms is wall_ms
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self.producers = ProducerStateManager()
+        # the markers of the last append that had any, and the AbortedTxn each indexed (or None)
+        self.txns_ended: list = []
         self.log_start_offset = 0
         self.log_end_offset = 0
         self.recovery_point = 0
@@ -329,7 +334,8 @@ class PartitionLog:
     # -- append -----------------------------------------------------------------------------
 
     def append(self, records: bytes | bytearray | memoryview, *, assign_offsets: bool = True,
-               log_append_time_ms: int | None = None, validate: bool = True) -> AppendInfo:
+               log_append_time_ms: int | None = None, validate: bool = True,
+               markers_ok: bool = False) -> AppendInfo:
         """Append one or more v2 record batches (a Produce request's records for this partition).
 
         Validates (``validate``: full record walk and CRC; else header sanity only), checks
@@ -341,6 +347,13 @@ class PartitionLog:
         ``message.format.version`` stores them as magic 0/1 entries (legacy_append.py; headers
         and producer ids raise UnsupportedForMessageFormatError); without ``assign_offsets``
         (a follower) legacy entries are appended as they come, CRC-checked.
+
+        Transactions: a transactional batch must carry a producer id (INVALID_RECORD otherwise)
+        and opens its producer's transaction; a control batch (a
+        transaction marker) is refused from a client (INVALID_RECORD, as Kafka refuses them),
+        taken from a leader's log (``assign_offsets`` False) or :meth:`append_marker`
+        (``markers_ok``), and ends its producer's transaction (an ABORT indexed in the active
+        segment's ``.txnindex``).
 
         Raises CorruptRecordError, InvalidRecordError, MessageTooLargeError,
         UnsupportedCompressionTypeError, InvalidTimestampError, OutOfOrderSequenceError,
@@ -379,6 +392,8 @@ class PartitionLog:
         num_records = 0
         pa = None
         need_offsets = False
+        markers: list[int] = []  # indexes of the control batches
+        unsequenced: list[int] = []  # of the transactional batches without a sequence
         for h in heads:
             size = h.batch_length + LOG_OVERHEAD
             if size > max_msg:
@@ -398,11 +413,22 @@ class PartitionLog:
                         f"batch at byte {pos}: base offset {base} is below the next offset {nxt}")
             if base != h.base_offset:
                 need_offsets = True
+            txn = h.attributes & TRANSACTIONAL_BIT
+            if h.attributes & CONTROL_BIT:
+                if assign_offsets and not markers_ok:
+                    raise InvalidRecordError("clients may not write control batches")
+                markers.append(len(bases))
+            elif txn and h.producer_id < 0:
+                raise InvalidRecordError(f"transactional batch at byte {pos} without a producer id")
+            elif txn and h.base_sequence < 0:
+                # no sequence: the group coordinator's transactional offset commits (Kafka
+                # writes them as the coordinator, unchecked); they open the transaction too
+                unsequenced.append(len(bases))
             if h.producer_id >= 0 and h.base_sequence >= 0:  # an idempotent producer
                 if pa is None:
                     pa = self.producers.begin()
                 dup = pa.check(h.producer_id, h.producer_epoch, h.base_sequence,
-                               h.last_offset_delta, assign_offsets)
+                               h.last_offset_delta, assign_offsets, bool(txn))
                 if dup is not None:
                     return AppendInfo(dup.first_offset, dup.last_offset, -1, -1,
                                       self.log_start_offset, nb,
@@ -442,10 +468,52 @@ class PartitionLog:
         if pa is not None:
             pa.commit([(bases[i], last_offsets[i]) for i in range(nb)
                        if heads[i].producer_id >= 0 and heads[i].base_sequence >= 0])
+        for i in unsequenced:
+            self.producers.open_txn(heads[i].producer_id, bases[i], heads[i].producer_epoch)
+        if markers:
+            self._end_txns(buf, [(rel_positions[i], last_offsets[i]) for i in markers], active)
         if self.log_end_offset - self.recovery_point >= self._flush_messages:
             self.flush()
         return AppendInfo(first_offset, last_offset, max(max_ts), lat_ts, self.log_start_offset,
                           nb, num_records, False)
+
+    def _end_txns(self, buf: memoryview, at: list[tuple[int, int]], seg: LogSegment) -> list:
+        """The markers just appended (each a control batch's position in ``buf`` and offset)
+        end their producers' transactions; an aborted one goes into ``seg``'s ``.txnindex``.
+        Returns [(TxnMarker, AbortedTxn or None)] in order."""
+        out = []
+        for pos, offset in at:
+            marker = parse_marker(buf, pos)
+            if marker is None:
+                continue  # a control type other than a marker: nothing to end
+            aborted = self.producers.complete_txn(marker.producer_id, marker.producer_epoch,
+                                                  marker.commit, marker.coordinator_epoch,
+                                                  offset, check=False)
+            if aborted is not None:
+                try:
+                    txn_index.append_entry(seg.txn_index_path, aborted)
+                except OSError as e:
+                    raise KafkaStorageError(f"cannot write {seg.txn_index_path}: {e}") from e
+            out.append((marker, aborted))
+        self.txns_ended = out
+        return out
+
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                      coordinator_epoch: int, leader_epoch: int = -1) -> tuple[AppendInfo, Any]:
+        """Write the marker ending ``producer_id``'s transaction (WriteTxnMarkers on the
+        leader) and end it. Kafka's checks first: an epoch older than the producer's raises
+        InvalidProducerEpochError, an older coordinator's TransactionCoordinatorFencedError;
+        a producer with no open transaction still gets its marker, which changes nothing.
+        Returns (the append's info, the AbortedTxn indexed or None)."""
+        self._check_open()
+        self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        batch = build_marker(producer_id, producer_epoch, commit, coordinator_epoch,
+                             base_offset=self.log_end_offset, partition_leader_epoch=leader_epoch,
+                             timestamp=self._now_ms())
+        self.txns_ended = []
+        info = self.append(memoryview(bytearray(batch)), markers_ok=True)
+        ended = self.txns_ended
+        return info, (ended[0][1] if ended else None)
 
     def _append_legacy(self, mv: memoryview, heads: list, log_append_time_ms: int | None) -> AppendInfo:
         """:meth:`append` for a topic stored in a pre-0.11 message format: the validated v2
@@ -730,9 +798,17 @@ class PartitionLog:
         self.log_end_offset = active.next_offset
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self._hw = min(self._hw, self.log_end_offset)
-        earlier = self.producers.truncate_after(self.log_end_offset)
-        if earlier:
-            recover_producers(self.producers, self._segs, earlier, self.log_start_offset)
+        if self.producers.transactional:
+            # a cut marker reopens its transaction: the state is read back from the log (a
+            # snapshot at or below the new end, else the log start), as Kafka reloads it
+            self.producers.truncate_after(self.log_end_offset)
+            replay_producer_state(self.producers, self.path, self._segs, self.log_start_offset,
+                                  self.log_end_offset)
+            self.producers.transactional = True
+        else:
+            earlier = self.producers.truncate_after(self.log_end_offset)
+            if earlier:
+                recover_producers(self.producers, self._segs, earlier, self.log_start_offset)
         log.info("%s: truncated to offset %d", self.path, self.log_end_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -748,6 +824,7 @@ class PartitionLog:
         self._schedule_delete(old, renamed=True)
         self.log_start_offset = self.log_end_offset = self.recovery_point = self._hw = offset
         self.producers.clear()
+        self.producers.transactional = False
 
     def maybe_increment_log_start_offset(self, offset: int) -> None:
         """Raise the log start offset (DeleteRecords). Raises OffsetOutOfRangeError when

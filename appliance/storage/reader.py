@@ -33,6 +33,7 @@ from appliance.storage.segment import (
     parse_segment_file_name,
 )
 from appliance.storage.segment_list import FetchSlice, SegmentList, SegmentVanished
+from appliance.storage.txn_index import AbortedTxn, collect_aborted
 
 __all__ = ["LogReader"]
 
@@ -168,6 +169,19 @@ class LogReader:
                 return None
             listed = True
         return None
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper_bound) (a read_committed
+        fetch's answer), from the ``.txnindex`` files of the segments from the one holding
+        ``fetch_offset`` on. The directory is listed again first: a marker may sit in a
+        segment rolled since the last listing. Raises OSError."""
+        self.refresh()
+        segs = self._list
+        if not len(segs):
+            return []
+        first = max(segs.floor_index(fetch_offset), 0)
+        return collect_aborted((segs[i].txn_index_path for i in range(first, len(segs))),
+                               fetch_offset, upper_bound)
 
     def offset_for_timestamp(self, ts: int, log_start: int = 0,
                              bound: int | None = None) -> tuple[int, int] | None:

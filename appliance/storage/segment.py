@@ -1,4 +1,6 @@
-"""One log segment: the ``.log`` file of record batches plus its offset and time indexes.
+"""One log segment: the ``.log`` file of record batches plus its offset and time indexes, and
+its aborted-transaction index (``.txnindex``, :mod:`appliance.storage.txn_index`) once a
+transaction was aborted in it: renamed, truncated and deleted with the rest.
 
 The log file holds RecordBatch v2 batches and, for a topic stored in a pre-0.11 message format
 (``message.format.version``), legacy magic 0/1 entries, possibly both after a format change: the
@@ -46,6 +48,8 @@ from appliance.storage.preallocate import (
     reserve,
 )
 from appliance.storage.time_index import NO_TIMESTAMP, TimeIndex
+from appliance.storage.txn_index import TXN_INDEX_SUFFIX
+from appliance.storage.txn_index import truncate_to as truncate_txn_index
 from native.append_commit import (
     NO_FIRST_APPEND,
     S_BASE_OFFSET,
@@ -70,7 +74,7 @@ from native.scan import SCAN_LIMIT, ScanResult, scan_batches
 __all__ = [
     "LogSegment", "SegmentOpenError", "BatchLocation", "RecoveryResult", "segment_file_name", "parse_segment_file_name",
     "LOG_SUFFIX", "INDEX_SUFFIX", "TIME_INDEX_SUFFIX", "DELETED_SUFFIX", "CLEANED_SUFFIX",
-    "SWAP_SUFFIX", "SEGMENT_SUFFIXES",
+    "SWAP_SUFFIX", "SEGMENT_SUFFIXES", "TXN_INDEX_SUFFIX",
 ]
 
 LOG_SUFFIX = ".log"
@@ -79,7 +83,7 @@ TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 INT32_MAX = 0x7FFFFFFF
 
 # Batches walked per native call while looking for an offset: enough to cover an index interval
@@ -799,6 +803,12 @@ class LogSegment:
             self.next_offset = int(r.last_offsets[n - 1]) + 1
         else:
             self.next_offset = self.base_offset
+        # markers cut with the log leave the index; the producer-state replay of this segment
+        # (storage/loader.py) writes back any entry the index lacks
+        try:
+            truncate_txn_index(self.txn_index_path, self.next_offset)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot truncate {self.txn_index_path}: {e}") from e
         self.index_problem = None
         if self.writeback is not None:
             self.writeback.reset(valid)
@@ -815,6 +825,10 @@ class LogSegment:
         self._read_hints.clear()
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        try:
+            truncate_txn_index(self.txn_index_path, offset)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot truncate {self.txn_index_path}: {e}") from e
         removed = self.size - loc.position
         self.unmap_data()
         try:
@@ -847,22 +861,31 @@ class LogSegment:
                     idx.flush()
                 elif self.writable:
                     _fsync_path(self._path(ext), missing_ok=True)
+            if self.writable:
+                _fsync_path(self.txn_index_path, missing_ok=True)
         except OSError as e:
             raise KafkaStorageError(f"flush of {self.log_path} failed: {e}") from e
 
     # -- lifecycle --------------------------------------------------------------------------
 
+    @property
+    def txn_index_path(self) -> str:
+        """The segment's ``.txnindex`` (it exists once a transaction was aborted in it)."""
+        return self._path(TXN_INDEX_SUFFIX)
+
     def paths(self) -> list[str]:
-        return [self.log_path, self._path(INDEX_SUFFIX), self._path(TIME_INDEX_SUFFIX)]
+        return [self.log_path, self._path(INDEX_SUFFIX), self._path(TIME_INDEX_SUFFIX),
+                self.txn_index_path]
 
     def _rename_files(self, change: Any) -> None:
         """Rename the indexes (those that exist), then the log file, after ``change()`` has
         set the new name parts; open descriptors keep working."""
-        exts = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+        exts = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
         old = [self._path(e) for e in exts]
         change()
         new = [self._path(e) for e in exts]
-        for idx, a, b in ((self._oi, old[1], new[1]), (self._ti, old[2], new[2])):
+        for idx, a, b in ((self._oi, old[1], new[1]), (self._ti, old[2], new[2]),
+                          (None, old[3], new[3])):
             if os.path.exists(a):
                 os.rename(a, b)
             if idx is not None:
@@ -871,7 +894,7 @@ class LogSegment:
         self.log_path = new[0]
 
     def rename_to_deleted(self) -> None:
-        """Add ``.deleted`` to all three file names; open descriptors keep working."""
+        """Add ``.deleted`` to every file's name; open descriptors keep working."""
         if not self.deleted:
             self._rename_files(lambda: setattr(self, "deleted", True))
 
@@ -883,7 +906,7 @@ class LogSegment:
         self._rename_files(lambda: setattr(self, "suffix", new_suffix))
 
     def delete_files(self) -> None:
-        """Close and unlink all three files (missing ones are fine)."""
+        """Close and unlink every file of the segment (missing ones are fine)."""
         self.close(trim=False)
         for p in self.paths():
             try:

@@ -42,6 +42,7 @@ from appliance.storage.segment import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     LogSegment,
     parse_segment_file_name,
     segment_file_name,
@@ -104,7 +105,8 @@ def complete_interrupted_swaps(dir_: str) -> int:
             swap_logs.append(parsed[0])
     for name in names:
         parsed = parse_segment_file_name(name)
-        if (parsed and parsed[1] in (INDEX_SUFFIX + SWAP_SUFFIX, TIME_INDEX_SUFFIX + SWAP_SUFFIX)
+        if (parsed and parsed[1] in (INDEX_SUFFIX + SWAP_SUFFIX, TIME_INDEX_SUFFIX + SWAP_SUFFIX,
+                                     TXN_INDEX_SUFFIX + SWAP_SUFFIX)
                 and parsed[0] not in swap_logs):
             log.info("%s: removing swap index %s without its log", dir_, name)
             os.unlink(os.path.join(dir_, name))
@@ -114,11 +116,11 @@ def complete_interrupted_swaps(dir_: str) -> int:
         end = next_offset_of_log_file(swap_path, base)
         for name in os.listdir(dir_):
             parsed = parse_segment_file_name(name)
-            if parsed and parsed[1] in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX) \
+            if parsed and parsed[1] in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX) \
                     and base < parsed[0] < end:
                 log.info("%s: removing %s, replaced by the cleaned segment %d", dir_, name, base)
                 os.unlink(os.path.join(dir_, name))
-        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX):  # the log last
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LOG_SUFFIX):  # the log last
             final = os.path.join(dir_, segment_file_name(base, suffix))
             swap = final + SWAP_SUFFIX
             if os.path.exists(swap):

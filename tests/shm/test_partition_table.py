@@ -29,6 +29,10 @@ def test_allocate_publish_read(table):
     assert (info.topic, info.partition, info.num_partitions, info.disk) == ("orders", 1, 2, 1)
     assert (info.log_end_offset, info.high_watermark, info.log_start_offset) == (100, 90, 5)
     assert other.offsets(s1) == (100, 90, 5)
+    assert other.stable_offsets(s1) == (100, 90, 5, 90)   # no LSO given: the high watermark
+    table.publish(s1, 100, 90, 5, 42)
+    assert other.stable_offsets(s1) == (100, 90, 5, 42) and other.read(s1).last_stable_offset == 42
+    assert other.read(s1).topic == "orders"
     assert other.find("orders", 0) == s0 and other.find("orders", 9) == -1
     assert other.broker_id == 7
     assert table.partitions_per_disk() == [1, 1]

@@ -2,9 +2,8 @@
 kafka-python's transactional producers initialise, a second instance fences the first, a
 transaction commits or aborts (EndTxn answered), and the coordinator's state survives a SIGKILL.
 
-The tests marked xfail need the partition leaders' side (WriteTxnMarkers, API 27, on branch
-txn-log): until it is merged no marker is written, so a decided transaction stays in
-PrepareCommit / PrepareAbort and the next one waits (CONCURRENT_TRANSACTIONS)."""
+With the partition leaders' side (WriteTxnMarkers, API 27) the markers are written: read_committed
+sees the committed records only, and transactional offsets become committed at the marker."""
 
 from __future__ import annotations
 
@@ -20,7 +19,6 @@ from tests.broker.wire import RawConnection
 from tests.broker_process import BrokerProcess
 from tests.transactions.helpers import find_txn_coordinator, init_pid
 
-NEEDS_MARKERS = pytest.mark.xfail(reason="needs WriteTxnMarkers handler (branch txn-log)", strict=False)
 TOPIC = "txn-data"
 
 
@@ -134,7 +132,6 @@ def test_state_survives_sigkill(tmp_path):
         b.stop()
 
 
-@NEEDS_MARKERS
 def test_confluent_transactions_in_a_row_and_read_committed(broker):
     topic = "txn-rc"
     create_topic(broker.bootstrap, topic, 1)
@@ -160,7 +157,6 @@ def test_confluent_transactions_in_a_row_and_read_committed(broker):
         c.close()
 
 
-@NEEDS_MARKERS
 def test_new_instance_after_an_open_transaction(broker):
     """The old instance's open transaction is aborted (markers) before the new one is answered."""
     old = _producer(broker, "cf-open")
@@ -186,9 +182,22 @@ def _offsets_of(b: BrokerProcess, group: str, stable: bool) -> dict[int, tuple[i
         conn.sock.close()
 
 
+def _until_committed(broker, group: str, partition: int, offset: int, timeout: float = 20) -> None:
+    """The markers go out after EndTxn's answer: (-1, UNSTABLE_OFFSET_COMMIT) with
+    require_stable until the one on the group's partition is written, then the offset."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = _offsets_of(broker, group, stable=True)[partition]
+        if got == (offset, 0):
+            return
+        assert got == (-1, 88) and time.monotonic() < deadline, got
+        time.sleep(0.1)
+
+
 def test_confluent_send_offsets_to_transaction(broker):
     """AddOffsetsToTxn, then TxnOffsetCommit to the group coordinator: the offsets wait for the
-    transaction's marker (require_stable: UNSTABLE_OFFSET_COMMIT), invisible as committed."""
+    transaction's marker (until then require_stable answers UNSTABLE_OFFSET_COMMIT), then are
+    committed."""
     from confluent_kafka import TopicPartition
 
     p = _producer(broker, "cf-offsets")
@@ -201,8 +210,7 @@ def test_confluent_send_offsets_to_transaction(broker):
     finally:
         c.close()
     p.commit_transaction(20)
-    assert _offsets_of(broker, "eos-group", stable=True)[0] == (-1, 88)  # UNSTABLE_OFFSET_COMMIT
-    assert _offsets_of(broker, "eos-group", stable=False)[0] == (-1, 0)
+    _until_committed(broker, "eos-group", 0, 42)
 
 
 def test_kafka_python_send_offsets_to_transaction(broker):
@@ -217,10 +225,9 @@ def test_kafka_python_send_offsets_to_transaction(broker):
         p.commit_transaction()
     finally:
         p.close(timeout=5)
-    assert _offsets_of(broker, "kp-eos-group", stable=True)[1] == (-1, 88)
+    _until_committed(broker, "kp-eos-group", 1, 7)
 
 
-@NEEDS_MARKERS
 def test_committed_offsets_after_the_marker(broker):
     from confluent_kafka import TopicPartition
 
@@ -269,7 +276,6 @@ def test_coordinator_aborts_a_transaction_past_its_timeout(tmp_path):
         b.stop()
 
 
-@NEEDS_MARKERS
 def test_markers_resume_after_sigkill(tmp_path):
     """A commit decided (PrepareCommit in the log) when the broker is SIGKILLed: the restarted
     coordinator resumes its markers, and the next instance of the id initialises."""

@@ -44,6 +44,7 @@ from appliance.records.batch_layout import (
     LAST_OFFSET_DELTA_OFFSET,
     LOG_OVERHEAD,
 )
+from appliance.records.control import marker_of_record
 from appliance.shm.layout import COMPLETION, GROUP_HEADER, Role
 from appliance.shm.partition_index import PartitionIndex
 
@@ -57,7 +58,6 @@ _GROUP = GROUP_HEADER.struct  # type: ignore[attr-defined]
 # magic, crc, attributes)
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-_CONTROL_KEY = struct.Struct(">hh")  # a control record's key: version, type (0 ABORT, 1 COMMIT)
 
 LEADERSHIP_CHECK_S = 0.1  # how late a leadership change may be noticed with no group request
 
@@ -404,8 +404,12 @@ def replay(coordinator: GroupCoordinator, partition: int, data: bytes) -> None:
         h, records = decode_batch(data, pos)
         if h.is_control:
             for r in records:
-                if r.key is not None and len(r.key) >= _CONTROL_KEY.size:
-                    coordinator.on_txn_marker(partition, h.producer_id, _CONTROL_KEY.unpack_from(r.key)[1] == 1)
+                try:
+                    marker = marker_of_record(h, r.key, r.value)
+                except KafkaError:  # an unreadable control record: no marker to replay
+                    marker = None
+                if marker is not None:
+                    coordinator.on_txn_marker(partition, h.producer_id, marker.commit)
         elif h.is_transactional:
             coordinator.load_txn_records(partition, h.producer_id, h.producer_epoch, records)
         else:

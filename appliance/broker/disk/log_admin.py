@@ -54,7 +54,8 @@ class LogAdmin:
         out = bytearray()
         for entry in plog.producers.producers.values():
             last = entry.batches[-1].last_offset if entry.batches else -1
-            out += _PRODUCER.pack(entry.producer_id, last, entry.epoch, entry.last_seq)
+            out += _PRODUCER.pack(entry.producer_id, last, entry.epoch, entry.last_seq,
+                                  entry.current_txn_first_offset, entry.coordinator_epoch)
         return -1, -1, plog.log_start_offset, bytes(out)
 
     def reload_broker_config(self, n: int | None, request_id: int, slot: int, body: memoryview,

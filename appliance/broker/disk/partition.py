@@ -112,9 +112,13 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        """Kafka's LSO: below the first offset of a transaction still open. No transactions
-        yet (issue 46), so the high watermark; read_committed fetches will stop here."""
-        return self.log.high_watermark
+        """Kafka's LSO: min(the first offset of the earliest transaction not yet decided, the
+        high watermark). A transaction is undecided while open, and until the high watermark
+        passes its marker (so the LSO never moves back when a new leader takes over);
+        read_committed fetches stop here."""
+        hw = self.log.high_watermark
+        first = self.log.producers.first_unstable_offset(hw)
+        return hw if first is None or first > hw else first
 
     def maybe_increment_hw(self, isr: Collection[int]) -> bool:
         """The high watermark rule: the least log end offset over the leader and its in-sync
@@ -235,6 +239,16 @@ class Partition:
             records = memoryview(bytearray(records))
         stamp_epoch(records, epoch)
         return self.log.append(records)
+
+    def write_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                     coordinator_epoch: int, epoch: int) -> AppendInfo:
+        """WriteTxnMarkers on the leader of ``epoch``: the marker appended at that epoch and
+        the producer's transaction ended (an ABORT indexed). Raises as
+        ``PartitionLog.append_marker`` does (a stale producer epoch: INVALID_PRODUCER_EPOCH)."""
+        self.stamp_leadership(epoch)
+        info, _ = self.log.append_marker(producer_id, producer_epoch, commit, coordinator_epoch,
+                                         epoch)
+        return info
 
     def append_as_follower(self, records: memoryview, leader_hw: int, leader_start: int) -> int:
         """Append the leader's batches with their offsets; take the high watermark

@@ -25,7 +25,13 @@ from appliance.coordinator.routing import (
     txn_topic_config,
 )
 from appliance.errors import ErrorCode, InvalidRequestError, KafkaStorageError
-from appliance.shm.layout import COUNTER_PARTITIONS, DataWanted, SlotState, WorkerState
+from appliance.shm.layout import (
+    COUNTER_PARTITIONS,
+    TXN_MARKER_BODY,
+    DataWanted,
+    SlotState,
+    WorkerState,
+)
 from appliance.shm.partition_table import ZERO_TOPIC_ID, PartitionTable
 from appliance.storage.checkpoint import fsync_dir
 from appliance.storage.log_dir import LogDir
@@ -40,11 +46,18 @@ from appliance.storage.partition_metadata import (
 if TYPE_CHECKING:
     from appliance.storage.log import PartitionLog
 
-__all__ = ["Partitions", "WAKE_ALL"]
+__all__ = ["Partitions", "WAKE_ALL", "unpack_marker"]
 
 log = logging.getLogger("appliance.disk")
 
 WAKE_ALL = DataWanted.LOG_END | DataWanted.ANY  # a log end offset grew: every kind of long poll
+_TXN_MARKER = TXN_MARKER_BODY.struct  # type: ignore[attr-defined]
+
+
+def unpack_marker(body: memoryview) -> tuple[int, int, int, bool]:
+    """(producer id, coordinator epoch, producer epoch, commit) of a WRITE_TXN_MARKER body."""
+    pid, coordinator_epoch, epoch, commit = _TXN_MARKER.unpack_from(body, 0)
+    return pid, coordinator_epoch, epoch, bool(commit)
 
 
 class Partitions:
@@ -60,6 +73,8 @@ class Partitions:
         self.slot_of: dict[tuple[str, int], int] = {}
         self.log_dir: LogDir | None = None
         self.created_hooks: list[Callable[[str, int], None]] = []  # (topic, partition) once created
+        # (partition number, producer id, commit) after a marker on a __consumer_offsets partition
+        self.on_txn_marker: Callable[[int, int, bool], None] | None = None
         self.metrics = None  # a metrics Recorder when metrics are on (see set_metrics)
         # metrics: bytes appended per partition slot not yet added to the shared counters, and
         # the slots that have some (publish_bytes, 4 times a second from the loop). A list item
@@ -295,7 +310,10 @@ class Partitions:
         that may be waiting on what moved (every kind by default; DataWanted.ANY when only the
         high watermark moved, which answers no follower's fetch, and a follower's replica,
         whose high watermark answers consumers fetching from it: KIP-392)."""
-        self.table.publish(slot, plog.log_end_offset, plog.high_watermark, plog.log_start_offset)
+        p = self.partitions.get(slot)
+        lso = p.last_stable_offset if p is not None and p.log is plog else plog.high_watermark
+        self.table.publish(slot, plog.log_end_offset, plog.high_watermark, plog.log_start_offset,
+                           lso)
         if wake:
             self.grew |= wake
 
@@ -352,9 +370,31 @@ class Partitions:
             log.debug("duplicate batch for slot %d at offset %d", slot, info.first_offset)
         leo = p.advance_alone()
         log_start = plog.log_start_offset
-        self.table.publish(slot, leo, leo, log_start)
+        self.table.publish(slot, leo, leo, log_start, p.last_stable_offset)
         self.grew |= WAKE_ALL
         return info.first_offset, info.log_append_time, log_start, b""
+
+    def write_txn_marker(self, n: int | None, request_id: int, slot: int, body: memoryview,
+                         acks: int, timeout_ms: int) -> tuple:
+        """WriteTxnMarkers on a standalone broker (the leader is the whole ISR): the marker
+        appended, the LSO published, the coordinator told when it is an offsets partition."""
+        if self.failed:
+            raise KafkaStorageError(f"log dir {self.path} is offline")
+        p = self.partitions.get(slot)
+        if p is None:
+            raise NotHere()
+        pid, coordinator_epoch, epoch, commit = unpack_marker(body)
+        info = p.write_marker(pid, epoch, commit, coordinator_epoch, -1)
+        p.advance_alone()
+        self.publish(slot, p.log)
+        self.marker_written(p, pid, commit)
+        return info.first_offset, -1, p.log.log_start_offset, b""
+
+    def marker_written(self, p: Partition, producer_id: int, commit: bool) -> None:
+        """After a marker on ``p``: a partition of __consumer_offsets tells its coordinator,
+        which materialises or drops the producer's pending transactional offsets."""
+        if p.internal and self.on_txn_marker is not None:
+            self.on_txn_marker(p.log.partition, producer_id, commit)
 
     def create(self, n: int | None, request_id: int, slot: int, body: memoryview,
             acks: int, timeout_ms: int) -> tuple:

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from appliance.broker.disk.partition import HeldDelete, HeldProduce, Partition
-from appliance.broker.disk.partitions import WAKE_ALL, Partitions
+from appliance.broker.disk.partitions import WAKE_ALL, Partitions, unpack_marker
 from appliance.broker.disk.requests import NOTHING, NotHere
 from appliance.errors import ErrorCode, KafkaError
 from appliance.shm.layout import (
@@ -124,6 +124,27 @@ class Replication:
             return answer
         p.hold_produce(HeldProduce(info.last_offset + 1, time.monotonic() + max(timeout_ms, 0) / 1000,
                                    n, request_id, info.first_offset, info.log_append_time))
+        self.holding_produces.add(p)
+        return None
+
+    def write_txn_marker(self, n: int | None, request_id: int, slot: int, body: memoryview,
+                         acks: int, timeout_ms: int) -> tuple | None:
+        """WriteTxnMarkers on the leader: the marker appended at the leader's epoch (Kafka
+        appends it with acks=-1), answered once the high watermark passes it, as an acks=all
+        produce is (held until then, or its timeout)."""
+        p, lead = self._leader(slot)
+        min_isr = int(p.log.config.min_insync_replicas)
+        if len(lead.isr) < min_isr:
+            raise _NotEnoughReplicas(f"ISR {lead.isr} is smaller than min.insync.replicas {min_isr}")
+        pid, coordinator_epoch, epoch, commit = unpack_marker(body)
+        info = p.write_marker(pid, epoch, commit, coordinator_epoch, lead.leader_epoch)
+        self._appended(p, lead.isr)
+        self.parts.marker_written(p, pid, commit)
+        answer = (info.first_offset, -1, p.log.log_start_offset, b"")
+        if n is None or p.high_watermark > info.last_offset:
+            return answer
+        p.hold_produce(HeldProduce(info.last_offset + 1, time.monotonic() + max(timeout_ms, 0) / 1000,
+                                   n, request_id, info.first_offset, -1))
         self.holding_produces.add(p)
         return None
 

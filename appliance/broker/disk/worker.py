@@ -116,6 +116,7 @@ class DiskWorker:
         sweep_moves(self.path, self.config.log_dirs)  # a move between log dirs cut by a crash
         parts.open()
         self.coordinator = CoordinatorHost(self.config, parts, self.rings)
+        parts.on_txn_marker = self.coordinator.on_txn_marker
         self.coordinator.load()
         self.txn = TxnCoordinatorHost(self.config, parts, self.plumbing.disk_bells[self.index])
         self.txn.load()
@@ -164,6 +165,7 @@ class DiskWorker:
             (MsgType.LATEST_EPOCH,        None,                       r and r.latest_epoch),
             (MsgType.BECOME_LEADER,       None,                       r and r.become_leader),
             (MsgType.ISR_CHANGED,         None,                       r and r.isr_changed),
+            (MsgType.WRITE_TXN_MARKER,    parts.write_txn_marker,     r and r.write_txn_marker),  # held for the ISR
         )
         column = 2 if r is not None else 1
         return {row[0]: row[column] for row in table if row[column] is not None}

@@ -52,6 +52,7 @@ from appliance.broker.handlers import (
     sasl,
     topics,
     transactions,
+    write_txn_markers,
 )
 from appliance.broker.handlers.answer import CloseConnection, RawBody, api_name, encode
 from appliance.metrics.recorder import AnswerTiming
@@ -93,6 +94,7 @@ from appliance.protocol.messages import (
     Produce,
     SyncGroup,
     TxnOffsetCommit,
+    WriteTxnMarkers,
 )
 from appliance.protocol.messages.security import (
     AlterUserScramCredentials,
@@ -178,6 +180,7 @@ ROUTES: dict[int, Route] = {
     UPDATE_METADATA: Route(None, inter_broker.forward),
     CONTROLLED_SHUTDOWN: Route(None, inter_broker.forward),
     inter_broker.OFFSETS_FOR_LEADER_EPOCH: Route(None, inter_broker.offsets_for_leader_epoch),
+    WriteTxnMarkers.API_KEY: _both(write_txn_markers.handle),
 }
 
 

@@ -60,11 +60,11 @@ async def _one(ctx: BrokerContext, topic: str, partition: int) -> dict:
     leo = ctx.table.offsets(info.slot)[0]
     body = comp.body
     for pos in range(0, len(body) - len(body) % _ENTRY.size, _ENTRY.size):
-        pid, last_offset, epoch, last_seq = _ENTRY.unpack_from(body, pos)
+        pid, last_offset, epoch, last_seq, txn_start, coordinator_epoch = _ENTRY.unpack_from(body, pos)
         r["active_producers"].append({
             "producer_id": pid, "producer_epoch": epoch, "last_sequence": last_seq,
             "last_timestamp": _batch_timestamp(ctx, info, topic, partition, last_offset, leo),
-            "coordinator_epoch": -1, "current_txn_start_offset": -1})
+            "coordinator_epoch": coordinator_epoch, "current_txn_start_offset": txn_start})
     return r
 
 

@@ -7,6 +7,12 @@ watermark) moved for one of them, or one left the ONLINE state or this broker's 
 (Kafka's DelayedFetch cases): a follower's fetch is not re-read for every high watermark move.
 Only the first partition with data may exceed the byte limits (KIP-74: at least one whole batch, so a consumer always progresses).
 Fetch sessions (v7+) are answered sessionless (session id 0): clients then send full requests.
+
+Transactions (v4+, KIP-98): every answer carries the partition's last stable offset; a
+read_committed consumer (isolation_level 1) reads up to it, not to the high watermark, and gets
+the aborted transactions overlapping what it may read (producer id, first offset), from the
+segments' ``.txnindex`` files (``LogReader.aborted_transactions``); its long poll waits on the
+LSO. The consumer drops the aborted producers' batches itself.
 """
 
 from __future__ import annotations
@@ -33,11 +39,17 @@ __all__ = ["handle", "replica_id_of", "topic_names", "FIRST_TOPIC_ID_VERSION",
 FIRST_TOPIC_ID_VERSION = 13  # topics named by id (KIP-516)
 FIRST_REPLICA_STATE_VERSION = 15  # the replica id moves into ReplicaState (KIP-903)
 FIRST_RACK_VERSION = 11  # the consumer's rack, and the preferred read replica (KIP-392)
+FIRST_ISOLATION_VERSION = 4  # isolation_level, last_stable_offset, aborted_transactions (KIP-98)
+READ_COMMITTED = 1
+# the index of what a long poll waits on in PartitionTable.stable_offsets: a follower the log end
+# offset, a read_uncommitted consumer the high watermark, a read_committed one the LSO
+_LEO, _HW, _LSO = 0, 1, 3
 
 # generated data classes, not dicts: the encoder's fast path, and a misspelled field fails here
 _Response = Fetch.Response
 _Topic = _Response.Responses
 _Partition = _Topic.Partitions
+_Aborted = _Partition.AbortedTransactions
 _FF = FOLLOWER_FETCH_BODY.struct  # type: ignore[attr-defined]
 
 
@@ -63,6 +75,8 @@ def _read_all(ctx: BrokerContext, body: Any, names: list[str | None], replica_id
     has an error, or a preferred read replica). ``watch`` gets (slot, offset read up to, whether
     this broker leads it) of each partition read: what a long poll waits on."""
     total = 0
+    committed = (replica_id < 0 and version >= FIRST_ISOLATION_VERSION
+                 and body.isolation_level == READ_COMMITTED)
     # the broker's fetch.max.bytes bounds what any request may ask for (Kafka's KIP-541)
     max_bytes = min(body.max_bytes if body.max_bytes > 0 else 2**31 - 1, ctx.fetch_max_bytes)
     any_error = False
@@ -108,8 +122,9 @@ def _read_all(ctx: BrokerContext, body: Any, names: list[str | None], replica_id
                     any_error = True
                     continue
                 throttle = ctx.leader_quota.throttled(info.slot, replica_id, lead.isr)
-            leo, hw, log_start = ctx.table.offsets(info.slot)
-            r.high_watermark = r.last_stable_offset = hw
+            leo, hw, log_start, lso = ctx.table.stable_offsets(info.slot)
+            r.high_watermark = hw
+            r.last_stable_offset = lso
             r.log_start_offset = log_start
             offset = p.fetch_offset
             if offset < log_start or offset > leo:
@@ -123,7 +138,7 @@ def _read_all(ctx: BrokerContext, body: Any, names: list[str | None], replica_id
                     r.preferred_read_replica = preferred
                     any_error = True
                     continue
-            end = leo if replica else hw
+            end = leo if replica else lso if committed else hw
             watch.append((info.slot, end, leading))
             if offset >= end:
                 continue
@@ -143,6 +158,15 @@ def _read_all(ctx: BrokerContext, body: Any, names: list[str | None], replica_id
                 continue
             if sl is None or sl.length == 0:
                 continue
+            if committed:
+                try:
+                    aborted = reader.aborted_transactions(offset, end)
+                except OSError:  # an unreadable .txnindex: no records rather than aborted ones
+                    r.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+                    any_error = True
+                    continue
+                r.aborted_transactions = [_Aborted(producer_id=a.producer_id, first_offset=a.first_offset)
+                                          for a in aborted]
             # the reader's descriptor, not the path: positions refer to this very inode even if
             # the cleaner swaps a new file in under the same name before we send
             r.records = FileSlice(sl.fd if sl.fd is not None else sl.path, sl.position, sl.length)
@@ -166,13 +190,13 @@ def _record_follower(ctx: BrokerContext, body: Any, names: list[str | None], rep
                                  _FF.pack(p.fetch_offset, replica_id, p.log_start_offset), acks=0)
 
 
-def _moved(ctx: BrokerContext, watch: list, replica: bool) -> bool:
-    """Whether a watched partition's end (log end offset for a follower, high watermark for a
-    consumer) moved since it was read, or it left the ONLINE state or this broker's leadership."""
+def _moved(ctx: BrokerContext, watch: list, which: int) -> bool:
+    """Whether a watched partition's end (``which`` of PartitionTable.stable_offsets: the log
+    end offset for a follower, the high watermark or the LSO for a consumer) moved since it was
+    read, or it left the ONLINE state or this broker's leadership."""
     table = ctx.table
-    which = 0 if replica else 1
     for slot, end, leading in watch:
-        if table.offsets(slot)[which] != end or table.state(slot) != SlotState.ONLINE:
+        if table.stable_offsets(slot)[which] != end or table.state(slot) != SlotState.ONLINE:
             return True
         if ctx.leads(slot) != leading:  # became or stopped being the leader
             return True
@@ -187,6 +211,9 @@ async def handle(ctx: BrokerContext, request: Request) -> Any:
     if replica:
         _record_follower(ctx, body, names, replica_id)
     kind = DataWanted.LOG_END if replica else DataWanted.ANY
+    which = _LEO if replica else (
+        _LSO if request.api_version >= FIRST_ISOLATION_VERSION
+        and body.isolation_level == READ_COMMITTED else _HW)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(body.max_wait_ms, 0) / 1000
     waited = 0.0
@@ -208,5 +235,5 @@ async def handle(ctx: BrokerContext, request: Request) -> Any:
             now = loop.time()
             waited += now - before
             remaining = deadline - now
-            if _moved(ctx, watch, replica):
+            if _moved(ctx, watch, which):
                 break

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 __all__ = ["handle"]
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
+FIRST_ISOLATION_VERSION = 2  # isolation_level (KIP-98)
+READ_COMMITTED = 1
 CONSUMER_REPLICA_ID = -1
 # the first version that may ask each special timestamp (an older one asking it is refused)
 _FIRST_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8}
@@ -37,15 +39,22 @@ def _hw_behind_epoch_start(ctx: BrokerContext, slot: int, hw: int) -> bool:
     return start < 0 or hw < start
 
 
-def _one(ctx: BrokerContext, topic: str, partition: int, ts: int, version: int, client: bool) -> dict:
+def _one(ctx: BrokerContext, topic: str, partition: int, ts: int, version: int, client: bool,
+         committed: bool = False) -> dict:
+    """One partition's answer; ``committed``: a read_committed client's (v2+, KIP-98), whose
+    fetchable end is the last stable offset, not the high watermark (Kafka's
+    lastFetchableOffset): LATEST is the LSO, and time lookups stop there."""
     r = {"partition_index": partition, "error_code": 0, "timestamp": -1, "offset": -1}
     info, r["error_code"] = led_here(ctx, topic, partition)
     if info is None:
         return r
-    leo, hw, log_start = ctx.table.offsets(info.slot)
+    leo, hw, log_start, lso = ctx.table.stable_offsets(info.slot)
     if client and _hw_behind_epoch_start(ctx, info.slot, hw):
         r["error_code"] = ErrorCode.OFFSET_NOT_AVAILABLE
-    elif ts < 0 and version < _FIRST_VERSION.get(ts, 0):
+        return r
+    if committed:
+        hw = lso
+    if ts < 0 and version < _FIRST_VERSION.get(ts, 0):
         r["error_code"] = ErrorCode.INVALID_REQUEST  # a version that cannot ask for it
     elif ts == LATEST:
         r["offset"] = hw
@@ -89,7 +98,10 @@ async def handle(ctx: BrokerContext, request: Request) -> dict:
                 for p in t.partitions]}
             for t in request.body.topics]}
     client = request.body.replica_id == CONSUMER_REPLICA_ID  # not a follower or a debugging tool
+    committed = (request.api_version >= FIRST_ISOLATION_VERSION
+                 and request.body.isolation_level == READ_COMMITTED)
     return {"throttle_time_ms": 0, "topics": [
         {"name": t.name, "partitions": [_one(ctx, t.name, p.partition_index, p.timestamp,
-                                             request.api_version, client) for p in t.partitions]}
+                                             request.api_version, client, committed)
+                                        for p in t.partitions]}
         for t in request.body.topics]}

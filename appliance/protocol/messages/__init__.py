@@ -54,6 +54,7 @@ from appliance.protocol.messages.transactions import (
     AddPartitionsToTxn,
     EndTxn,
     TxnOffsetCommit,
+    WriteTxnMarkers,
 )
 
 __all__ = [
@@ -66,5 +67,5 @@ __all__ = [
     "AlterPartitionReassignments", "ListPartitionReassignments",
     "SaslHandshake", "SaslAuthenticate", "DescribeUserScramCredentials", "AlterUserScramCredentials",
     "DescribeAcls", "CreateAcls", "DeleteAcls",
-    "AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn", "TxnOffsetCommit",
+    "AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn", "TxnOffsetCommit", "WriteTxnMarkers",
 ]

@@ -84,7 +84,8 @@ def test_the_table_names_every_request_type(disk):
                                            MsgType.DELETE_PARTITION, MsgType.ALTER_CONFIG,
                                            MsgType.GROUP, MsgType.DELETE_RECORDS,
                                            MsgType.ALTER_BROKER_CONFIG, MsgType.REPLICA_MOVE,
-                                           MsgType.DESCRIBE_PRODUCERS, MsgType.TOPIC_ID}
+                                           MsgType.DESCRIBE_PRODUCERS, MsgType.TOPIC_ID,
+                                           MsgType.WRITE_TXN_MARKER}
 
 
 def test_topic_id_message_sets_the_slot_and_partition_metadata(disk, senders):
@@ -118,8 +119,9 @@ def test_describe_producers_lists_each_producer_state(disk, senders):
     assert comps[missing][5] == ErrorCode.NOT_LEADER_OR_FOLLOWER
     body = comps[rid][6]
     entries = sorted(PRODUCER_ENTRY.struct.iter_unpack(body))
-    # (producer id, offset of its last batch's last record, epoch, last sequence)
-    assert entries == [(7, 5, 2, 5), (9, 8, 2, 2)]
+    # (producer id, offset of its last batch's last record, epoch, last sequence, open
+    # transaction's first offset, coordinator epoch)
+    assert entries == [(7, 5, 2, 5, -1, -1), (9, 8, 2, 2, -1, -1)]
 
 
 def test_an_idle_round_handles_nothing(disk, senders):

@@ -40,7 +40,7 @@ def ctx():
 
 def _ask(ctx, timestamp: int = -1, version: int = 5, replica_id: int = -1) -> tuple[int, int]:
     part = SimpleNamespace(partition_index=0, timestamp=timestamp, max_num_offsets=1)
-    body = SimpleNamespace(replica_id=replica_id, topics=[SimpleNamespace(name="orders", partitions=[part])])
+    body = SimpleNamespace(replica_id=replica_id, isolation_level=0, topics=[SimpleNamespace(name="orders", partitions=[part])])
     resp = asyncio.run(list_offsets.handle(ctx, SimpleNamespace(api_version=version, body=body)))
     (p,) = resp["topics"][0]["partitions"]
     return p["error_code"], p.get("offset", p.get("old_style_offsets"))

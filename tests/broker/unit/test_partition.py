@@ -246,3 +246,27 @@ def test_a_clients_produce_to_an_internal_topic_is_refused(tmp_path, part):
     with pytest.raises(InvalidTopicError):
         offsets.check_client_produce()
     offsets.log.close()
+
+
+def _txn_batch(seq: int, pid: int = 5) -> memoryview:
+    return memoryview(bytearray(build_batch([(b"k", b"v")] * 2, producer_id=pid, producer_epoch=0,
+                                            base_sequence=seq, is_transactional=True)))
+
+
+def test_last_stable_offset_follows_open_transactions_and_the_hw(part):
+    """LSO = min(first offset of the earliest undecided transaction, HW); a transaction ended
+    stays undecided until the HW passes its marker."""
+    part.append_as_leader(_batch(), 1)                    # 0-1
+    part.append_as_leader(_txn_batch(0), 1)               # 2-3 opens at 2
+    part.append_as_leader(_batch(), 1)                    # 4-5
+    assert part.last_stable_offset == 0                   # HW still 0
+    part.maybe_increment_hw((LEADER, F1))
+    assert part.high_watermark == 0                       # F1 has nothing yet
+    part.update_follower(F1, 6, 0)
+    part.maybe_increment_hw((LEADER, F1))
+    assert (part.high_watermark, part.last_stable_offset) == (6, 2)
+    info = part.write_marker(5, 0, False, 0, 1)           # marker at 6
+    assert info.first_offset == 6 and part.last_stable_offset == 2  # not replicated yet
+    part.update_follower(F1, 7, 0)
+    part.maybe_increment_hw((LEADER, F1))
+    assert (part.high_watermark, part.last_stable_offset) == (7, 7)
