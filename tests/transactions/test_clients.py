@@ -17,6 +17,7 @@ from kafka.errors import KafkaError as KpError
 from tests.broker.clients import create_topic
 from tests.broker.wire import RawConnection
 from tests.broker_process import BrokerProcess
+from tests.cluster.harness import wait_for
 from tests.transactions.helpers import find_txn_coordinator, init_pid
 
 TOPIC = "txn-data"
@@ -266,10 +267,13 @@ def test_coordinator_aborts_a_transaction_past_its_timeout(tmp_path):
                                              KafkaError.INVALID_PRODUCER_EPOCH), info.value
         conn = RawConnection(b.port)
         try:
-            r = conn.request(22, 4, {"transactional_id": "cf-timeout", "transaction_timeout_ms": 60000,
-                                     "producer_id": -1, "producer_epoch": -1})
-            # its abort's markers wait for the leader's WriteTxnMarkers (branch txn-log)
-            assert r.error_code in (0, 51)
+            def initialised() -> bool:
+                r = conn.request(22, 4, {"transactional_id": "cf-timeout", "transaction_timeout_ms": 60000,
+                                         "producer_id": -1, "producer_epoch": -1})
+                # CONCURRENT_TRANSACTIONS while the timeout abort's markers are being written
+                assert r.error_code in (0, 51), r
+                return r.error_code == 0
+            wait_for(initialised, 30, "a new instance after the coordinator's abort completed", step=0.5)
         finally:
             conn.sock.close()
     finally:

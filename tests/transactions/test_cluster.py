@@ -114,14 +114,11 @@ def test_confluent_producer_in_the_cluster(cluster):
     first.begin_transaction()
     first.produce(TOPIC, b"committed", partition=1)
     first.commit_transaction(30)
-    # the decision replicated, its markers went to the sender: the leaders took them (after the
-    # merge of branch txn-log: the next instance initialises) or said they do not serve them yet
+    # the decision replicated, its markers written by the leaders: the next instance initialises
     (node,) = _coordinator_through_each(cluster, "cl-cf")
     coordinator = cluster["brokers"][node]
 
     def markers_sent() -> bool:
-        if "does not serve WriteTxnMarkers" in coordinator.log():
-            return True
         c = RawConnection(coordinator.port)
         try:
             return init_pid(c, "cl-cf", retry_concurrent=False).error_code == 0
