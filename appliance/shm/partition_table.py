@@ -317,20 +317,16 @@ class PartitionTable:
 
     def offsets(self, slot: int) -> tuple[int, int, int]:
         """(log_end_offset, high_watermark, log_start_offset), consistent, without the topic decode."""
-        pos = self._spos(slot)
-        buf = self._buf
-        off = pos + _P["log_end_offset"]
-        while True:
-            s1 = _Q.unpack_from(buf, pos)[0]
-            if s1 & 1:
-                continue
-            vals = _OFFSETS.unpack_from(buf, off)
-            if _Q.unpack_from(buf, pos)[0] == s1:
-                return vals
+        return self._consistent(slot, _OFFSETS)
 
     def stable_offsets(self, slot: int) -> tuple[int, int, int, int]:
         """(log_end_offset, high_watermark, log_start_offset, last_stable_offset), consistent:
         what a read_committed fetch reads up to (the LSO) beside the rest."""
+        return self._consistent(slot, _STABLE)
+
+    def _consistent(self, slot: int, fields: struct.Struct) -> tuple:
+        """``fields`` from the slot's log end offset on, read under its seqlock (again while a
+        writer is in, or wrote meanwhile)."""
         pos = self._spos(slot)
         buf = self._buf
         off = pos + _P["log_end_offset"]
@@ -338,7 +334,7 @@ class PartitionTable:
             s1 = _Q.unpack_from(buf, pos)[0]
             if s1 & 1:
                 continue
-            vals = _STABLE.unpack_from(buf, off)
+            vals = fields.unpack_from(buf, off)
             if _Q.unpack_from(buf, pos)[0] == s1:
                 return vals
 

@@ -29,8 +29,8 @@ import time
 from typing import Any
 
 from appliance.broker.cluster_view import ClusterView
+from appliance.broker.disk.coordinator_append import coordinator_append
 from appliance.broker.disk.partitions import Partitions
-from appliance.broker.disk.requests import NotHere
 from appliance.broker.disk.ring_intake import RingIntake
 from appliance.config import BrokerConfig
 from appliance.coordinator.coordinator import GroupCoordinator
@@ -213,30 +213,11 @@ class CoordinatorHost:
             self.coordinator.load(partition, ())
 
     def _append_offsets(self, partition: int, batch: bytes) -> None:
-        parts = self.partitions
-        slot = parts.slot_of.get((OFFSETS_TOPIC, partition))
-        if slot is None:
-            raise error_for_code(ErrorCode.NOT_COORDINATOR)(f"{OFFSETS_TOPIC}-{partition} is not here")
-        if self.area is not None:
-            self._leader_append(slot, partition, batch)
+        written = coordinator_append(self.partitions, self.area, self.replication, self.epochs,
+                                     OFFSETS_TOPIC, partition, batch)
+        if written is None:
             return
-        p = parts.partitions[slot]
-        p.log.append(batch)
-        p.advance_alone()
-        parts.publish(slot, p.log)
-
-    def _leader_append(self, slot: int, partition: int, batch: bytes) -> None:
-        if self.area.read(slot).leader_epoch != self.epochs.get(partition):
-            raise error_for_code(ErrorCode.NOT_COORDINATOR)(f"{OFFSETS_TOPIC}-{partition}: leadership moved")
-        try:
-            needed = self.replication.leader_append(slot, batch)
-        except NotHere:
-            raise error_for_code(ErrorCode.NOT_COORDINATOR)(f"{OFFSETS_TOPIC}-{partition} is not led here") from None
-        except KafkaError as e:
-            if e.code == ErrorCode.KAFKA_STORAGE_ERROR:
-                raise error_for_code(ErrorCode.NOT_COORDINATOR)(str(e)) from None
-            # Kafka's mapping for a failed offsets write: retriable, look the coordinator up again
-            raise error_for_code(ErrorCode.COORDINATOR_NOT_AVAILABLE)(str(e)) from None
+        slot, needed = written
         if self.partitions.partitions[slot].high_watermark < needed and self._step is not None:
             self._step[slot] = max(self._step.get(slot, 0), needed)
 

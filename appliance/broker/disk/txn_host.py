@@ -38,13 +38,13 @@ import time
 from typing import Any
 
 from appliance.broker.cluster_view import ClusterView
+from appliance.broker.disk.coordinator_append import coordinator_append
 from appliance.broker.disk.coordinator_host import (
     LEADERSHIP_CHECK_S,
     CoordinatorHost,
     partition_records,
 )
 from appliance.broker.disk.partitions import Partitions
-from appliance.broker.disk.requests import NotHere
 from appliance.broker.disk.txn_markers import MarkerSender, security_of
 from appliance.config import BrokerConfig
 from appliance.coordinator.routing import TXN_TOPIC
@@ -53,7 +53,7 @@ from appliance.coordinator.txn_coordinator import (
     MarkerJob,
     TransactionCoordinator,
 )
-from appliance.errors import ErrorCode, KafkaError, error_for_code
+from appliance.errors import ErrorCode, error_for_code
 from appliance.protocol.messages.core import InitProducerId
 from appliance.protocol.messages.transactions import AddOffsetsToTxn, AddPartitionsToTxn, EndTxn
 from appliance.shm.layout import GROUP_HEADER, SPARE_PRODUCER_ID, Role
@@ -171,31 +171,12 @@ class TxnCoordinatorHost:
 
     # -- writes and markers ---------------------------------------------------------------
     def _append(self, partition: int, batch: bytes) -> None:
-        parts = self.partitions
-        slot = parts.slot_of.get((TXN_TOPIC, partition))
-        if slot is None or slot not in parts.partitions:
-            raise error_for_code(ErrorCode.NOT_COORDINATOR)(f"{TXN_TOPIC}-{partition} is not here")
-        if self.area is not None:
-            self._leader_append(slot, partition, batch)
+        written = coordinator_append(self.partitions, self.area, self.replication, self.epochs,
+                                     TXN_TOPIC, partition, batch)
+        if written is None:
             return
-        p = parts.partitions[slot]
-        p.log.append(batch)
-        p.advance_alone()
-        parts.publish(slot, p.log)
-
-    def _leader_append(self, slot: int, partition: int, batch: bytes) -> None:
-        if self.area.read(slot).leader_epoch != self.epochs.get(partition):
-            raise error_for_code(ErrorCode.NOT_COORDINATOR)(f"{TXN_TOPIC}-{partition}: leadership moved")
-        try:
-            needed = self.replication.leader_append(slot, batch)
-            self._last_write = (slot, needed, self.epochs[partition])
-        except NotHere:
-            raise error_for_code(ErrorCode.NOT_COORDINATOR)(f"{TXN_TOPIC}-{partition} is not led here") from None
-        except KafkaError as e:
-            if e.code == ErrorCode.KAFKA_STORAGE_ERROR:
-                raise error_for_code(ErrorCode.NOT_COORDINATOR)(str(e)) from None
-            # Kafka's mapping for a failed transaction log write: retriable, look again
-            raise error_for_code(ErrorCode.COORDINATOR_NOT_AVAILABLE)(str(e)) from None
+        slot, needed = written
+        self._last_write = (slot, needed, self.epochs[partition])
         if self.partitions.partitions[slot].high_watermark < needed and self.groups is not None:
             self.groups.wait_for(slot, needed)
 

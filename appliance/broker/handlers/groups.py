@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from appliance.broker.door import RequestContext
 from appliance.broker.handlers import transactions
 from appliance.broker.handlers.answer import RawBody
+from appliance.broker.handlers.coordinator_slot import coordinator_slot
 from appliance.broker.topic_admin import create_topic
 from appliance.coordinator.batched_lookup import batched_coordinators
 from appliance.coordinator.routing import OFFSETS_TOPIC, offsets_partition_for, offsets_topic_config
@@ -38,26 +39,7 @@ _SINGLE_GROUP_VERSION = 7  # the newest OffsetFetch of one group: what a coordin
 
 
 def _coordinator_slot(ctx: BrokerContext, group_id: str) -> tuple[Any, int]:
-    """(PartitionInfo of the group's offsets partition, error code)."""
-    parts = ctx.index.partitions(OFFSETS_TOPIC)
-    if ctx.leaders is not None:
-        # cluster mode: this broker holds some replicas of the topic (its partition count is
-        # the topic's); the coordinator is the partition's leader, which the disk worker checks
-        # again (and loads the groups) before it answers
-        if not parts:
-            return None, ErrorCode.NOT_COORDINATOR
-        info = ctx.index.lookup(OFFSETS_TOPIC, offsets_partition_for(group_id, parts[0].num_partitions))
-        if info is None or not ctx.leads(info.slot):
-            return None, ErrorCode.NOT_COORDINATOR
-        if ctx.table.state(info.slot) != SlotState.ONLINE:
-            return None, ErrorCode.COORDINATOR_NOT_AVAILABLE
-        return info, 0
-    if not parts:
-        return None, ErrorCode.COORDINATOR_NOT_AVAILABLE
-    info = ctx.index.lookup(OFFSETS_TOPIC, offsets_partition_for(group_id, len(parts)))
-    if info is None or ctx.table.state(info.slot) != SlotState.ONLINE:
-        return None, ErrorCode.COORDINATOR_NOT_AVAILABLE
-    return info, 0
+    return coordinator_slot(ctx, OFFSETS_TOPIC, offsets_partition_for, group_id)
 
 
 async def find_coordinator(ctx: BrokerContext, request: Request, rc: RequestContext) -> dict:

@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from appliance.broker.handlers import producer_id
 from appliance.broker.handlers.answer import RawBody
+from appliance.broker.handlers.coordinator_slot import coordinator_slot
 from appliance.broker.topic_admin import create_topic
 from appliance.coordinator.routing import TXN_TOPIC, txn_partition_for, txn_topic_config
 from appliance.errors import ErrorCode
 from appliance.process.producer_ids import ProducerIdUnavailable, new_producer_id
-from appliance.shm.layout import GROUP_HEADER, SPARE_PRODUCER_ID, MsgType, SlotState
+from appliance.shm.layout import GROUP_HEADER, SPARE_PRODUCER_ID, MsgType
 
 if TYPE_CHECKING:
     from appliance.broker.broker_context import BrokerContext
@@ -39,26 +40,7 @@ _API_INIT_PRODUCER_ID = 22
 
 
 def _coordinator_slot(ctx: BrokerContext, transactional_id: str) -> tuple[Any, int]:
-    """(PartitionInfo of the id's transaction state partition, error code)."""
-    parts = ctx.index.partitions(TXN_TOPIC)
-    if ctx.leaders is not None:
-        # cluster mode: this broker holds some replicas of the topic (its partition count is
-        # the topic's); the coordinator is the partition's leader, which the disk worker checks
-        # again (and loads the partition) before it answers
-        if not parts:
-            return None, ErrorCode.NOT_COORDINATOR
-        info = ctx.index.lookup(TXN_TOPIC, txn_partition_for(transactional_id, parts[0].num_partitions))
-        if info is None or not ctx.leads(info.slot):
-            return None, ErrorCode.NOT_COORDINATOR
-        if ctx.table.state(info.slot) != SlotState.ONLINE:
-            return None, ErrorCode.COORDINATOR_NOT_AVAILABLE
-        return info, 0
-    if not parts:
-        return None, ErrorCode.COORDINATOR_NOT_AVAILABLE
-    info = ctx.index.lookup(TXN_TOPIC, txn_partition_for(transactional_id, len(parts)))
-    if info is None or ctx.table.state(info.slot) != SlotState.ONLINE:
-        return None, ErrorCode.COORDINATOR_NOT_AVAILABLE
-    return info, 0
+    return coordinator_slot(ctx, TXN_TOPIC, txn_partition_for, transactional_id)
 
 
 async def find_txn_coordinator(ctx: BrokerContext, key: str) -> tuple[int, str | None]:
