@@ -51,6 +51,13 @@ API_OFFSET_DELETE = 47
 API_TXN_OFFSET_COMMIT = 28
 
 
+def _every_partition(body: Any, code: int) -> dict:
+    """An OffsetCommit / TxnOffsetCommit answer giving ``code`` for every partition asked."""
+    return {"throttle_time_ms": 0, "topics": [
+        {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code}
+                                        for p in t.partitions]} for t in body.topics]}
+
+
 class GroupCoordinator:
     def __init__(self, config: Any, partitions: int,
                  append: Callable[[int, bytes], None],
@@ -438,9 +445,7 @@ class GroupCoordinator:
     # -- offsets --------------------------------------------------------------------------
     def _commit(self, body: Any, version: int, token: Any, client_id: str, client_host: str) -> dict:
         def all_with(code: int) -> dict:
-            return {"throttle_time_ms": 0, "topics": [
-                {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code}
-                                                for p in t.partitions]} for t in body.topics]}
+            return _every_partition(body, code)
         gid = body.group_id
         if not gid:
             return all_with(E.INVALID_GROUP_ID)
@@ -495,9 +500,7 @@ class GroupCoordinator:
     # -- transactional offsets (TxnOffsetCommit, KIP-98 / KIP-447) ------------------------
     def _txn_commit(self, body: Any, version: int, token: Any, client_id: str, client_host: str) -> dict:
         def all_with(code: int) -> dict:
-            return {"throttle_time_ms": 0, "topics": [
-                {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code}
-                                                for p in t.partitions]} for t in body.topics]}
+            return _every_partition(body, code)
         gid = body.group_id
         if not gid:
             return all_with(E.INVALID_GROUP_ID)

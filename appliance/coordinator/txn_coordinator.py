@@ -223,6 +223,17 @@ class TransactionCoordinator:
                          tuple(sorted(m.partitions)),
                          self.coordinator_epochs.get(self.partition_for(m.transactional_id), 0))
 
+    def _fence_and_abort(self, m: TxnMetadata) -> None:
+        """Abort ``m``'s ongoing transaction with the epoch bumped (PrepareEpochFence), fencing
+        the instance that opened it; on a failed write the transaction stays ongoing."""
+        check_transition(m.state, S.PREPARE_EPOCH_FENCE)
+        m.state = S.PREPARE_EPOCH_FENCE
+        try:
+            self._decide(m, commit=False, epoch=min(m.epoch + 1, MAX_EPOCH + 1))
+        except KafkaError:
+            m.state = S.ONGOING
+            raise
+
     def _decide(self, m: TxnMetadata, commit: bool, epoch: int | None = None) -> TxnMetadata:
         """Write PrepareCommit / PrepareAbort, then hand the markers to the sender."""
         state = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
@@ -280,13 +291,7 @@ class TransactionCoordinator:
             if m.state == S.ONGOING:
                 # a new instance (or the producer itself, KIP-360) takes over: the open transaction
                 # is aborted with a bumped epoch, which fences the old instance's writes
-                check_transition(m.state, S.PREPARE_EPOCH_FENCE)
-                m.state = S.PREPARE_EPOCH_FENCE
-                try:
-                    self._decide(m, commit=False, epoch=min(m.epoch + 1, MAX_EPOCH + 1))
-                except KafkaError:
-                    m.state = S.ONGOING
-                    raise
+                self._fence_and_abort(m)
                 return answer(E.CONCURRENT_TRANSACTIONS)
             if m.state == S.DEAD:
                 return answer(E.CONCURRENT_TRANSACTIONS)
@@ -380,14 +385,7 @@ class TransactionCoordinator:
             try:
                 if m.state == S.ONGOING and now > m.start_ms + m.timeout_ms:
                     log.info("aborting the transaction of %r: past its %d ms timeout", tid, m.timeout_ms)
-                    check_transition(m.state, S.PREPARE_EPOCH_FENCE)
-                    m.state = S.PREPARE_EPOCH_FENCE
-                    try:
-                        # Kafka bumps the epoch: the producer that let it time out is fenced
-                        self._decide(m, commit=False, epoch=min(m.epoch + 1, MAX_EPOCH + 1))
-                    except KafkaError:
-                        m.state = S.ONGOING
-                        raise
+                    self._fence_and_abort(m)  # Kafka bumps the epoch: the producer that let it time out is fenced
                 elif m.state in COMPLETE and now - m.last_update_ms > self.expiration_ms:
                     self._expire(m)
             except KafkaError as e:
