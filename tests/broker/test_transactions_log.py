@@ -49,7 +49,6 @@ def _scene(conn: RawConnection) -> TxnDriver:
 
 
 def test_read_committed_clients_and_the_lso(broker):
-    broker.start()
     create_topic(broker.bootstrap, TOPIC)
     with RawConnection(broker.port) as conn:
         t = _scene(conn)
@@ -78,7 +77,6 @@ def test_read_committed_clients_and_the_lso(broker):
 
 
 def test_open_transaction_survives_sigkill_and_the_index_restarts(broker):
-    broker.start()
     create_topic(broker.bootstrap, TOPIC)
     with RawConnection(broker.port) as conn:
         t = _scene(conn)
@@ -97,7 +95,6 @@ def test_open_transaction_survives_sigkill_and_the_index_restarts(broker):
 
 
 def test_bad_input(broker):
-    broker.start()
     create_topic(broker.bootstrap, TOPIC)
     with RawConnection(broker.port) as conn:
         t = TxnDriver(conn, TOPIC)
@@ -115,7 +112,6 @@ def test_bad_input(broker):
 
 
 def test_read_committed_long_poll_wakes_when_the_lso_moves(broker):
-    broker.start()
     create_topic(broker.bootstrap, TOPIC)
     with RawConnection(broker.port) as conn, RawConnection(broker.port) as poller:
         t = _scene(conn)
