@@ -26,7 +26,10 @@ TOPIC = "txn-replicated"
 
 
 def _leader(boot: str) -> int:
-    return cluster_metadata(boot).topics[TOPIC].partitions[0].leader
+    """The partition's leader in ``boot``'s metadata; -1 while that broker does not know the
+    topic yet (UpdateMetadata still on its way)."""
+    topic = cluster_metadata(boot).topics.get(TOPIC)
+    return topic.partitions[0].leader if topic is not None else -1
 
 
 def test_aborted_records_stay_hidden_after_the_leader_dies(tmp_path, zk_connect):
