@@ -472,13 +472,9 @@ class GroupCoordinator:
         for t in body.topics:
             parts = []
             for p in t.partitions:
-                code = 0
                 meta = p.committed_metadata or ""
-                if len(meta.encode()) > self.max_metadata:
-                    code = E.OFFSET_METADATA_TOO_LARGE
-                elif not self._partition_exists(t.name, p.partition_index):
-                    code = E.UNKNOWN_TOPIC_OR_PARTITION
-                else:
+                code = self._offset_error(t.name, p.partition_index, meta)
+                if not code:
                     key = schema.OffsetKey(gid, t.name, p.partition_index)
                     val = schema.OffsetValue(p.committed_offset, -1, meta, now)
                     records.append((schema.encode_offset_key(key), schema.encode_offset_value(val)))
@@ -496,6 +492,14 @@ class GroupCoordinator:
                     group.offsets[k] = v
             self._on_durable(cache)  # Kafka's pendingOffsetCommits: cached once replicated
         return {"throttle_time_ms": 0, "topics": results}
+
+    def _offset_error(self, topic: str, partition: int, metadata: str) -> int:
+        """Why one partition's offset of an OffsetCommit / TxnOffsetCommit is refused, or 0."""
+        if len(metadata.encode()) > self.max_metadata:
+            return E.OFFSET_METADATA_TOO_LARGE
+        if not self._partition_exists(topic, partition):
+            return E.UNKNOWN_TOPIC_OR_PARTITION
+        return 0
 
     # -- transactional offsets (TxnOffsetCommit, KIP-98 / KIP-447) ------------------------
     def _txn_commit(self, body: Any, version: int, token: Any, client_id: str, client_host: str) -> dict:
@@ -528,13 +532,9 @@ class GroupCoordinator:
         for t in body.topics:
             parts = []
             for p in t.partitions:
-                code = 0
                 meta = p.committed_metadata or ""
-                if len(meta.encode()) > self.max_metadata:
-                    code = E.OFFSET_METADATA_TOO_LARGE
-                elif not self._partition_exists(t.name, p.partition_index):
-                    code = E.UNKNOWN_TOPIC_OR_PARTITION
-                else:
+                code = self._offset_error(t.name, p.partition_index, meta)
+                if not code:
                     val = schema.OffsetValue(p.committed_offset, getattr(p, "committed_leader_epoch", -1), meta, now)
                     records.append((schema.encode_offset_key(schema.OffsetKey(gid, t.name, p.partition_index)),
                                     schema.encode_offset_value(val)))
