@@ -42,6 +42,7 @@ from appliance.broker.disk.coordinator_append import coordinator_append
 from appliance.broker.disk.coordinator_host import (
     LEADERSHIP_CHECK_S,
     CoordinatorHost,
+    check_answerable,
     partition_records,
 )
 from appliance.broker.disk.partitions import Partitions
@@ -242,9 +243,7 @@ class TxnCoordinatorHost:
             answer: Any = self.coordinator.handle(api_key, api_version, request, spare)
             return -1, -1, -1, api.encode_response(api_version, answer)
         self._follow(slot, info.partition)
-        if not self.view.cache.published:
-            # just started: the controller's first UpdateMetadata has not come (retriable)
-            raise error_for_code(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)("the cluster's metadata has not arrived yet")
+        check_answerable(self.view.cache)
         assert self.groups is not None
         self.groups.open_step()
         try:
