@@ -141,8 +141,8 @@ def load_catalog(log_dirs: tuple[str, ...] | list[str], shm_name: str | None,
     High watermarks come from the shared partition table named ``shm_name`` (default: the name
     the broker wrote into the log dirs) when it can be attached, else from the checkpoints.
     ``read_committed``: the range ends at the last stable offset, which the table publishes
-    beside the high watermark; the checkpoints have none, so a read with no broker running
-    ends at the checkpointed high watermark (see spark/README.md).
+    beside the high watermark; with no broker running, rebuilt from the producer snapshot and
+    the batch headers after it (:mod:`spark.stable_offset`).
 
     Raises KafkaStorageError when a log dir is missing, unreadable or not a log dir, or when a
     checkpoint file is malformed.
@@ -178,8 +178,12 @@ def load_catalog(log_dirs: tuple[str, ...] | list[str], shm_name: str | None,
         earliest = max(starts.get(tp, 0), bases[0] if bases else 0)
         hw = max(hw, earliest)
         lso = None
-        if read_committed:
+        if read_committed and table is not None:
             lso = min(hw, max(lsos.get(tp, hw), earliest))
+        elif read_committed:
+            from spark.stable_offset import offline_stable_offset
+
+            lso = offline_stable_offset(path, earliest, hw)
         out[tp] = PartitionState(tp[0], tp[1], path, earliest, hw, last_stable_offset=lso)
     return Catalog(out, source)
 
