@@ -36,6 +36,7 @@ READ_OPTIONS = frozenset({
     "minpartitions", "failondataloss", "includeheaders", "log.dirs", "shm.name", "broker.id",
     "broker.port", "read.chunk.bytes", "path", "kafka.bootstrap.servers",
     "kafka.request.timeout.ms", "progress.interval.ms", "kafka.client.rack",
+    "kafka.isolation.level",
 })
 WRITE_OPTIONS = frozenset({
     "topic", "kafka.bootstrap.servers", "includeheaders", "kafka.acks", "kafka.compression.type",
@@ -85,6 +86,9 @@ class ReadOptions:
     request_timeout_ms: int = 30000
     progress_interval_ms: int = 10000  # a long task logs its progress this often
     client_rack: str = ""  # a remote read asks for a replica in this rack (KIP-392)
+    # kafka.isolation.level: read_committed (default) reads below the LSO and skips aborted
+    # transactions; read_uncommitted reads up to the HW, every data batch
+    read_committed: bool = True
 
     @property
     def remote(self) -> bool:
@@ -293,7 +297,17 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         request_timeout_ms=_int_option(opts, "kafka.request.timeout.ms", 1) or 30000,
         progress_interval_ms=_int_option(opts, "progress.interval.ms", 1) or 10000,
         client_rack=_rack(opts.get("kafka.client.rack", "")),
+        read_committed=_isolation(opts.get("kafka.isolation.level", "read_committed")),
     )
+
+
+def _isolation(raw: str) -> bool:
+    """kafka.isolation.level (the consumer's isolation.level, which Spark's Kafka source passes
+    through with the ``kafka.`` prefix): True for read_committed."""
+    level = raw.strip().lower()
+    if level not in ("read_committed", "read_uncommitted"):
+        raise _bad("kafka.isolation.level", raw, "expected read_committed or read_uncommitted")
+    return level == "read_committed"
 
 
 def _rack(raw: str) -> str:

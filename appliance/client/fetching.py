@@ -95,24 +95,27 @@ def _decode_mixed(topic: str, partition: int, buf: bytes, scan: Any, from_offset
 
 
 def fetch_body(positions: Iterable[tuple[str, int, int]], *, max_wait_ms: int, min_bytes: int,
-               max_bytes: int, partition_max_bytes: int, rack_id: str = "") -> dict:
+               max_bytes: int, partition_max_bytes: int, rack_id: str = "",
+               isolation_level: int = 0) -> dict:
     """A sessionless Fetch request for (topic, partition, offset) triples; ``rack_id``: the
-    consumer's rack (v11+, KIP-392: the leader may name a replica in it to fetch from)."""
+    consumer's rack (v11+, KIP-392: the leader may name a replica in it to fetch from);
+    ``isolation_level`` 1: read_committed (v4+, KIP-98)."""
     topics: dict[str, list[dict]] = {}
     for topic, partition, offset in positions:
         topics.setdefault(topic, []).append({"partition": partition, "fetch_offset": offset,
                                              "log_start_offset": -1, "partition_max_bytes": partition_max_bytes,
                                              "current_leader_epoch": -1})
     return {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes, "max_bytes": max_bytes,
-            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "isolation_level": isolation_level, "session_id": 0, "session_epoch": -1,
             "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
             "forgotten_topics_data": [], "rack_id": rack_id}
 
 
-def list_offsets_body(requests: Iterable[tuple[str, int, int]]) -> dict:
-    """A ListOffsets request for (topic, partition, timestamp) triples (-1 latest, -2 earliest)."""
+def list_offsets_body(requests: Iterable[tuple[str, int, int]], isolation_level: int = 0) -> dict:
+    """A ListOffsets request for (topic, partition, timestamp) triples (-1 latest, -2 earliest);
+    ``isolation_level`` 1: read_committed, where latest is the last stable offset (v2+)."""
     topics: dict[str, list[dict]] = {}
     for topic, partition, ts in requests:
         topics.setdefault(topic, []).append({"partition_index": partition, "timestamp": ts})
-    return {"replica_id": -1, "isolation_level": 0,
+    return {"replica_id": -1, "isolation_level": isolation_level,
             "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
