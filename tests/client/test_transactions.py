@@ -15,9 +15,13 @@ import pytest
 from confluent_kafka import Consumer as CfConsumer
 from confluent_kafka import Producer as CfProducer
 
-from appliance.client import Consumer, Producer, TopicPartition
-from appliance.client.transactions import ProducerFencedError, TransactionStateError
-from appliance.errors import InvalidConfigError
+from appliance.client import AdminClient, Consumer, Producer, TopicPartition
+from appliance.client.transactions import (
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionStateError,
+)
+from appliance.errors import InvalidConfigError, MessageTooLargeError
 from tests.broker.clients import create_topic
 
 
@@ -220,6 +224,41 @@ def test_read_committed_against_confluent_interleaved(module_broker, topic):
     assert sorted(got) == sorted(committed + [b"open", b"behind-open"])
     uncommitted = _read(module_broker, topic, "read_uncommitted")
     assert len(uncommitted) == 4 * 6 + 2
+
+
+def test_a_failed_record_makes_the_transaction_abortable(module_broker, topic_name):
+    """A batch the broker refuses for good (MESSAGE_TOO_LARGE: larger than the topic's
+    max.message.bytes) fails the transaction: commit refuses, abort works, and the next
+    transaction commits (the epoch is bumped after the abort, so the sequence numbers restart
+    without a gap the broker would refuse)."""
+    create_topic(module_broker.bootstrap, topic_name, 2, {"max.message.bytes": "2000"})
+    tid = f"tx-abortable-{topic_name}"
+    p = _producer(module_broker, tid)
+    admin = AdminClient(module_broker.bootstrap)
+    try:
+        p.init_transactions(20)
+        epoch = admin.describe_transactions([tid])[tid].producer_epoch
+        p.begin_transaction()
+        ok = p.send(topic_name, b"small", partition=0)
+        big = p.send(topic_name, b"x" * 5000, partition=1)
+        p.flush(20)
+        assert ok.exception(0) is None
+        assert isinstance(big.exception(0), MessageTooLargeError)
+        with pytest.raises(TransactionAbortableError):
+            p.commit_transaction(20)
+        with pytest.raises(TransactionAbortableError):
+            p.send(topic_name, b"more", partition=0)
+        p.abort_transaction(20)
+        # bumped: partition 1's sequence 0 went with the refused batch
+        assert admin.describe_transactions([tid])[tid].producer_epoch == epoch + 1
+        p.begin_transaction()
+        p.send(topic_name, b"next", partition=1)
+        p.send(topic_name, b"next0", partition=0)
+        p.commit_transaction(20)
+    finally:
+        p.close()
+        admin.close()
+    assert sorted(_read(module_broker, topic_name, "read_committed")) == [b"next", b"next0"]
 
 
 def test_calls_out_of_order(module_broker, topic):
