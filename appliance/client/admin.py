@@ -22,11 +22,11 @@ from appliance.coordinator.consumer_protocol import decode_assignment
 from appliance.errors import ErrorCode
 
 __all__ = ["AdminClient", "NewTopic", "TopicDescription", "GroupDescription", "MemberDescription",
-           "TransactionListing", "TransactionDescription"]
+           "TransactionListing", "TransactionDescription", "ProducerState"]
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, DESCRIBE_CONFIGS = 19, 20, 37, 32
 LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS = 16, 15, 42
-DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
+DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 RESOURCE_TOPIC = 2
 
 
@@ -81,6 +81,18 @@ class TransactionDescription:
     timeout_ms: int
     start_time_ms: int  # -1: no transaction open
     partitions: list[tuple[str, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerState:
+    """One active producer of a partition, as its leader keeps it (DescribeProducers)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int  # -1: no transaction open
 
 
 class AdminClient:
@@ -236,6 +248,25 @@ class AdminClient:
             out += [TransactionListing(t.transactional_id, node, t.producer_id, t.transaction_state)
                     for t in resp.transaction_states]
         return sorted(out, key=lambda t: t.transactional_id)
+
+    def describe_producers(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], list[ProducerState]]:
+        """Each partition's active producers, asked of its leader (KIP-664). Raises
+        UnknownTopicOrPartitionError, the leader's error."""
+        by_leader: dict[int, dict[str, list[int]]] = {}
+        for topic, partition in partitions:
+            by_leader.setdefault(self.cluster.leader_of(topic, partition), {}).setdefault(topic, []).append(partition)
+        out: dict[tuple[str, int], list[ProducerState]] = {}
+        for node, topics in by_leader.items():
+            resp = self.cluster.node_connection(node).request(DESCRIBE_PRODUCERS, {"topics": [
+                {"name": t, "partition_indexes": ps} for t, ps in topics.items()]})
+            for t in resp.topics:
+                for p in t.partitions:
+                    check_error(p.error_code, f"describing the producers of {t.name}-{p.partition_index}",
+                                p.error_message)
+                    out[(t.name, p.partition_index)] = [
+                        ProducerState(a.producer_id, a.producer_epoch, a.last_sequence, a.last_timestamp,
+                                      a.coordinator_epoch, a.current_txn_start_offset) for a in p.active_producers]
+        return out
 
     def describe_transactions(self, transactional_ids: Iterable[str]) -> dict[str, TransactionDescription]:
         """Each id's state as its coordinator holds it. Raises TransactionalIdNotFound (error

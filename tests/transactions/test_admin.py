@@ -2,7 +2,8 @@
 confluent-kafka transactional producer's id listed Ongoing mid-transaction then CompleteCommit,
 described with its partitions; the filters (state, producer id, duration, an unknown state);
 unknown and empty ids get Kafka's errors on the wire; ``appliance transactions`` prints Kafka's
-tables and fails with one line (no traceback) for a bad bootstrap or an unknown id."""
+tables and fails with one line (no traceback) for a bad bootstrap or an unknown id;
+``find-hanging`` finds a transaction no coordinator will end."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from confluent_kafka import Producer
 
 from appliance.client.admin import AdminClient
 from appliance.errors import ErrorCode
+from appliance.records.batch import build_batch
 from tests.broker.clients import create_topic
-from tests.broker.wire import RawConnection
+from tests.broker.wire import RawConnection, produce_body
 from tests.broker_process import BrokerProcess, free_port
 from tests.cluster.harness import wait_for
 
@@ -149,3 +151,37 @@ def test_cli_errors_without_traceback(broker):
     assert out.returncode == 2 and "--transactional-id" in out.stderr
     out = _cli("--bootstrap-server", "nonsense", "--list")
     assert out.returncode == 2 and "Traceback" not in out.stderr and "--bootstrap-server" in out.stderr
+
+
+def test_find_hanging(broker, open_txn):
+    """A transactional batch no coordinator knows of (a plain idempotent producer id, written
+    straight to the partition an hour ago by its timestamp) hangs; the confluent producer's
+    open transaction, which its coordinator holds, does not, however old it is allowed to be."""
+    c = RawConnection(broker.port)
+    try:
+        r = c.request(22, 1, {"transactional_id": None, "transaction_timeout_ms": 60000})
+        pid, epoch = r.producer_id, r.producer_epoch
+        batch = build_batch([(None, b"orphan")], base_timestamp=int(time.time() * 1000) - 3_600_000,
+                            producer_id=pid, producer_epoch=epoch, base_sequence=0, is_transactional=True)
+        r = c.request(0, 8, produce_body(TOPIC, 1, batch, acks=-1))
+        p = r.responses[0].partition_responses[0]
+        assert p.error_code == 0
+        orphan_offset = p.base_offset
+    finally:
+        c.sock.close()
+    out = _cli("--bootstrap-server", broker.bootstrap, "find-hanging", "--topic", TOPIC)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].split() == ["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch",
+                                "StartOffset", "LastTimestamp", "Duration(min)"]
+    rows = [line.split() for line in lines[1:]]
+    assert len(rows) == 1
+    assert rows[0][:4] == [TOPIC, "1", str(pid), str(epoch)] and rows[0][5] == str(orphan_offset)
+    assert 59 <= int(rows[0][7]) <= 61
+    # every open transaction older than 0 minutes: the coordinator's own is still not hanging
+    out = _cli("--bootstrap-server", broker.bootstrap, "find-hanging", "--broker-id", "0",
+               "--max-transaction-timeout", "0")
+    assert out.returncode == 0, out.stderr
+    assert [line.split()[2] for line in out.stdout.splitlines()[1:]] == [str(pid)]
+    out = _cli("--bootstrap-server", broker.bootstrap, "find-hanging")
+    assert out.returncode == 2 and "--topic or --broker-id" in out.stderr
