@@ -19,6 +19,7 @@ Not built: kafka-transactions.sh's ``abort`` and ``describe-producers``.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Sequence
 
@@ -73,6 +74,11 @@ def _admin(args: argparse.Namespace):
 
 
 def _list(args: argparse.Namespace) -> None:
+    from appliance.coordinator.txn_coordinator import STATE_NAMES
+    unknown = [s for s in args.state if s not in STATE_NAMES]
+    if unknown:  # the brokers answer them back as unknown (Kafka's rule): they match nothing
+        print(f"warning: unknown transaction state(s) {', '.join(unknown)}: they match nothing "
+              f"(known: {', '.join(sorted(STATE_NAMES))})", file=sys.stderr)
     with _admin(args) as admin:
         found = admin.list_transactions(args.state, args.producer_id, args.duration_filter)
     print(table(LIST_HEADERS, [(t.transactional_id, str(t.coordinator_id), str(t.producer_id), t.state)

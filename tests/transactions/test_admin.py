@@ -137,6 +137,9 @@ def test_cli_list_table(broker, open_txn):
     # the list action (Kafka's spelling) with a filter
     out = _cli("--bootstrap-server", broker.bootstrap, "list", "--state", "CompleteAbort")
     assert out.returncode == 0 and "adm-open" not in out.stdout
+    out = _cli("--bootstrap-server", broker.bootstrap, "list", "--state", "Bogus", "--state", "Ongoing")
+    assert out.returncode == 0 and "adm-open" in out.stdout
+    assert "unknown transaction state(s) Bogus" in out.stderr
 
 
 def test_cli_errors_without_traceback(broker):
