@@ -3,8 +3,9 @@ appliance.client's transactional producer commits (read_committed consumers, our
 confluent-kafka's, see the records once) and aborts (read_committed sees none,
 read_uncommitted sees them); a second instance fences the first (ProducerFencedError);
 send_offsets_to_transaction commits the group's offset only with the commit; our read_committed
-consumer reads confluent-kafka's interleaved committed and aborted transactions; and the
-client-side errors for calls out of order."""
+consumer reads confluent-kafka's interleaved committed and aborted transactions; a refused batch
+makes the transaction abortable; the coordinator's timeout fences; and the client-side errors
+for calls out of order."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from appliance.client.transactions import (
 )
 from appliance.errors import InvalidConfigError, MessageTooLargeError
 from tests.broker.clients import create_topic
+from tests.broker_process import BrokerProcess
 
 
 @pytest.fixture
@@ -297,3 +299,28 @@ def test_calls_out_of_order(module_broker, topic):
         _producer(module_broker, "x", acks=1)
     with pytest.raises(InvalidConfigError):
         Consumer({"bootstrap.servers": module_broker.bootstrap, "isolation.level": "read_dirty"})
+
+
+def test_transaction_past_its_timeout_is_aborted_and_the_producer_fenced(tmp_path):
+    """The coordinator aborts a transaction open past transaction.timeout.ms (bumping the
+    epoch, as Kafka's): its records never show to read_committed, and the producer that let it
+    time out is fenced."""
+    overrides = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"}
+    with BrokerProcess(tmp_path, overrides=overrides) as b:
+        create_topic(b.bootstrap, "slow", 2)
+        p = _producer(b, "tx-slow", **{"transaction.timeout.ms": 1000})
+        try:
+            p.init_transactions(20)
+            p.begin_transaction()
+            p.send("slow", b"late", partition=0)
+            p.flush(20)
+            with AdminClient(b.bootstrap) as admin:
+                deadline = time.monotonic() + 20
+                while admin.describe_transactions(["tx-slow"])["tx-slow"].state != "CompleteAbort":
+                    assert time.monotonic() < deadline, "the coordinator did not abort the timed-out transaction"
+                    time.sleep(0.2)
+            with pytest.raises(ProducerFencedError):
+                p.commit_transaction(20)
+        finally:
+            p.close(5)
+        assert _read(b, "slow", "read_committed") == []
