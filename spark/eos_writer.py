@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -105,8 +106,10 @@ def _check_broker(client: TxnClient, opts: WriteOptions, prefix: str) -> None:
             f"transaction.max.timeout.ms at {opts.bootstrap_servers}") from None
 
 
-def _commit_all(client: TxnClient, batch_id: int, txns) -> None:
-    for tid, pid, epoch in txns:
+def _commit_all(client: TxnClient, batch_id: int, txns, pause_ms: int = 0) -> None:
+    for i, (tid, pid, epoch) in enumerate(txns):
+        if i == 1 and pause_ms:  # tests: a window where the batch is committed in part
+            time.sleep(pause_ms / 1000)
         try:
             client.end_txn(tid, pid, epoch, commit=True)
         except KafkaError as e:
@@ -163,6 +166,8 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
             producer.begin()
             send_batches(producer, opts, iterator)
             producer.flush()
+            if opts.task_pause_ms:  # tests: a window with the transaction open
+                time.sleep(opts.task_pause_ms / 1000)
             if opts.fail_task_once == (part, batch_id) and ctx.attemptNumber() == 0:
                 raise InjectedTaskFailure(f"test.failTaskOnce: task {part} of micro-batch "
                                           f"{batch_id}, attempt 0, after writing "
@@ -201,7 +206,7 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
             decision = Decision(batchId, tuple((m.transactional_id, m.producer_id, m.epoch)
                                                for m in txns))
             DecisionLog(self.checkpoint).write(decision)
-            _commit_all(client, batchId, decision.txns)
+            _commit_all(client, batchId, decision.txns, self.opts.commit_pause_ms)
             DecisionLog(self.checkpoint).mark_done(batchId)
         finally:
             client.close()

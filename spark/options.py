@@ -42,10 +42,12 @@ WRITE_OPTIONS = frozenset({
     "topic", "kafka.bootstrap.servers", "includeheaders", "kafka.acks", "kafka.compression.type",
     "batch.records", "kafka.request.timeout.ms", "path", "checkpointlocation",
     "exactlyonce", "kafka.transaction.timeout.ms", "transactionalidprefix", "test.failtaskonce",
+    "test.commitpausems", "test.taskpausems",
 })
 #: Kafka's producer default for transaction.timeout.ms
 DEFAULT_TXN_TIMEOUT_MS = 60000
-_EOS_ONLY = ("kafka.transaction.timeout.ms", "transactionalidprefix", "test.failtaskonce")
+_EOS_ONLY = ("kafka.transaction.timeout.ms", "transactionalidprefix", "test.failtaskonce",
+             "test.commitpausems", "test.taskpausems")
 
 # Set by Spark itself, not by users: accepted but not listed in error messages.
 _IMPLICIT = frozenset({"path", "checkpointlocation"})
@@ -122,6 +124,8 @@ class WriteOptions:
     txn_id_prefix: str | None = None  # None: derived from the streaming query's id
     checkpoint: str | None = None  # Spark's checkpointLocation, when given as an option
     fail_task_once: tuple[int, int] | None = None  # tests: (partition id, batch id) to fail
+    commit_pause_ms: int = 0  # tests: the driver pauses after the first of a batch's EndTxn
+    task_pause_ms: int = 0  # tests: a task pauses with its transaction open, records written
 
 
 def _bad(name: str, value: object, why: str) -> InvalidConfigError:
@@ -364,6 +368,8 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         txn_id_prefix=prefix.strip() if prefix else None,
         checkpoint=opts.get("checkpointlocation"),
         fail_task_once=_task_and_batch(opts.get("test.failtaskonce")),
+        commit_pause_ms=_int_option(opts, "test.commitPauseMs", 0) or 0,
+        task_pause_ms=_int_option(opts, "test.taskPauseMs", 0) or 0,
     )
 
 
