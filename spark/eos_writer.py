@@ -46,6 +46,10 @@ from spark.writer import check_write_schema, send_batches
 __all__ = ["ExactlyOnceStreamWriter", "TxnTaskResult", "InjectedTaskFailure"]
 
 log = logging.getLogger(__name__)
+# EndTxn answers meaning the transaction is no longer the one decided (the coordinator aborted
+# it at its timeout, bumping the epoch, or someone took its id over)
+_GONE = (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH,
+         ErrorCode.INVALID_PRODUCER_ID_MAPPING, ErrorCode.INVALID_TXN_STATE)
 
 
 class InjectedTaskFailure(RuntimeError):
@@ -113,10 +117,15 @@ def _commit_all(client: TxnClient, batch_id: int, txns, pause_ms: int = 0) -> No
         try:
             client.end_txn(tid, pid, epoch, commit=True)
         except KafkaError as e:
-            raise KafkaError(
-                f"micro-batch {batch_id} was decided but transaction {tid!r} could not be "
-                f"committed ({e}): its records are lost. Was the driver down for longer than "
-                "kafka.transaction.timeout.ms?") from e
+            if e.code in _GONE:
+                raise KafkaError(
+                    f"micro-batch {batch_id} was decided but transaction {tid!r} was aborted "
+                    f"before its commit ({e}): its records are lost. Was the driver down for "
+                    "longer than kafka.transaction.timeout.ms? To go on without them, create "
+                    f"{batch_id:020d}.json.done beside the decision in the checkpoint's "
+                    "appliance-eos directory") from e
+            raise KafkaError(f"micro-batch {batch_id} was decided but transaction {tid!r} is not "
+                             f"committed yet ({e}); restarting the query completes it") from e
 
 
 class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):

@@ -246,3 +246,35 @@ def test_exactly_once_options_misused(spark, broker, tmp_path):
     _fails(_rate_query(spark, tmp_path, **{"kafka.bootstrap.servers": broker.bootstrap,
                                            "topic": "eos-misuse", "kafka.acks": "1"}),
            "option kafka.acks='1': exactlyOnce=true needs acks=all")
+
+
+def test_decided_batch_whose_transaction_was_aborted_fails_loudly(broker, tmp_path):
+    """A decision whose transaction the coordinator no longer has (aborted at its timeout, epoch
+    bumped) cannot be completed: the writer refuses to start, naming batch and transaction."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from appliance.errors import KafkaError
+    from spark.eos_log import Decision
+    from spark.eos_writer import ExactlyOnceStreamWriter
+    from spark.options import parse_write_options
+    from spark.txn_client import TxnClient
+
+    create_topic(broker, "eos-lost", 1)
+    tid = "eos-lost-0-0"
+    client = TxnClient(broker.bootstrap)
+    try:
+        pid, epoch = client.init_producer(tid, 60000)
+        client.add_partitions(tid, pid, epoch, [("eos-lost", 0)])
+        client.init_producer(tid, 60000)  # what a timeout abort does: the epoch moves on
+    finally:
+        client.close()
+    ckpt = tmp_path / "ckpt"
+    DecisionLog(str(ckpt)).write(Decision(7, ((tid, pid, epoch),)))
+    opts = parse_write_options({"kafka.bootstrap.servers": broker.bootstrap, "topic": "eos-lost",
+                                "exactlyOnce": "true", "checkpointLocation": str(ckpt),
+                                "transactionalIdPrefix": "eos-lost"})
+    schema = StructType([StructField("value", StringType())])
+    with pytest.raises(KafkaError, match="micro-batch 7 was decided but transaction "
+                                         "'eos-lost-0-0' was aborted before its commit"):
+        ExactlyOnceStreamWriter(opts, schema)
+    assert not DecisionLog(str(ckpt)).latest().done
