@@ -24,7 +24,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -110,7 +110,8 @@ def _check_broker(client: TxnClient, opts: WriteOptions, prefix: str) -> None:
             f"transaction.max.timeout.ms at {opts.bootstrap_servers}") from None
 
 
-def _commit_all(client: TxnClient, batch_id: int, txns, pause_ms: int = 0) -> None:
+def _commit_all(client: TxnClient, batch_id: int, txns: Sequence[tuple[str, int, int]],
+                pause_ms: int = 0) -> None:
     for i, (tid, pid, epoch) in enumerate(txns):
         if i == 1 and pause_ms:  # tests: a window where the batch is committed in part
             time.sleep(pause_ms / 1000)
