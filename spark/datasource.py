@@ -42,7 +42,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from appliance.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from appliance.errors import InvalidConfigError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from spark.arrow_reader import read_range
 from spark.catalog import Catalog, load_catalog
 from spark.options import (
@@ -196,12 +196,21 @@ class ApplianceDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool):
         from spark.writer import ApplianceWriter
 
-        return ApplianceWriter(parse_write_options(self.options), schema)
+        opts = parse_write_options(self.options)
+        if opts.exactly_once:
+            raise InvalidConfigError("option exactlyOnce=true is for streaming writes "
+                                     "(writeStream); a batch write has no micro-batch to commit")
+        return ApplianceWriter(opts, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool):
+        opts = parse_write_options(self.options)
+        if opts.exactly_once:
+            from spark.eos_writer import ExactlyOnceStreamWriter
+
+            return ExactlyOnceStreamWriter(opts, schema)
         from spark.writer import ApplianceStreamWriter
 
-        return ApplianceStreamWriter(parse_write_options(self.options), schema)
+        return ApplianceStreamWriter(opts, schema)
 
 
 class ApplianceBatchReader(DataSourceReader):
