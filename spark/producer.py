@@ -24,7 +24,12 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from appliance.client.connection import BrokerConnection, ConnectionFailed, parse_bootstrap
+from appliance.client.connection import (
+    BrokerConnection,
+    ConnectionFailed,
+    connect_first,
+    parse_bootstrap,
+)
 from appliance.client.partitioner import StickyPartitioner, partition_for
 from appliance.client.producer_id import init_producer_id
 from appliance.errors import (
@@ -96,16 +101,7 @@ class Producer:
 
     def _bootstrap(self) -> BrokerConnection:
         if self._boot is None:
-            errors = []
-            for host, port in self._servers:
-                try:
-                    self._boot = BrokerConnection(host, port, timeout=self.timeout_ms / 1000,
-                                                  client_id="appliance-spark")
-                    break
-                except ConnectionFailed as e:
-                    errors.append(str(e))
-            else:
-                raise ConnectionFailed("; ".join(errors))
+            self._boot = connect_first(self._servers, self.timeout_ms / 1000, "appliance-spark")
         return self._boot
 
     def _metadata(self, topic: str) -> list[int]:

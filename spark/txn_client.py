@@ -17,7 +17,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from appliance.client.cluster import RETRIABLE
-from appliance.client.connection import BrokerConnection, ConnectionFailed, parse_bootstrap
+from appliance.client.connection import (
+    BrokerConnection,
+    ConnectionFailed,
+    connect_first,
+    parse_bootstrap,
+)
 from appliance.errors import ErrorCode, InvalidConfigError, error_for_code
 
 __all__ = ["TxnClient", "TXN_RETRIABLE"]
@@ -43,16 +48,7 @@ class TxnClient:
     # -- connections ----------------------------------------------------------------------
     def bootstrap(self) -> BrokerConnection:
         if self._boot is None:
-            errors = []
-            for host, port in self._servers:
-                try:
-                    self._boot = BrokerConnection(host, port, timeout=self.timeout_ms / 1000,
-                                                  client_id=self.client_id)
-                    break
-                except ConnectionFailed as e:
-                    errors.append(str(e))
-            else:
-                raise ConnectionFailed("; ".join(errors))
+            self._boot = connect_first(self._servers, self.timeout_ms / 1000, self.client_id)
         return self._boot
 
     def _coordinator(self, tid: str) -> BrokerConnection:

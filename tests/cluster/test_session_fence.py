@@ -12,16 +12,15 @@ from appliance.cluster.zk_paths import BrokerInfo
 from appliance.cluster.zk_session import ZkSettings, open_session
 from appliance.cluster.zk_store import ZkStore
 from appliance.shm.metadata_cache import MetadataCache
+from tests.cluster.harness import wait_for
 from tests.cluster.zk import expire_session
 
 
-def _wait(pred, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
+def _wait(pred, timeout=30.0) -> bool:
+    try:
+        return bool(wait_for(pred, timeout))
+    except AssertionError:
+        return False
 
 
 @pytest.fixture
@@ -33,23 +32,8 @@ def cache():
     posix_ipc.unlink_shared_memory(f"/appliance-test-fence-{os.getpid()}")
 
 
-@pytest.fixture
-def session(zk_connect):
-    made = []
-
-    def make(**kw):
-        c = open_session(ZkSettings(zk_connect, connection_timeout_ms=30000, **kw))
-        made.append(c)
-        return c
-
-    yield make
-    for c in made:
-        c.stop()
-        c.close()
-
-
-def test_broker_epoch_is_the_registrations_czxid_and_moves_on_expiry(zk_server, session):
-    client, watcher = session(session_timeout_ms=2000), session()
+def test_broker_epoch_is_the_registrations_czxid_and_moves_on_expiry(zk_server, sessions):
+    client, watcher = sessions(session_timeout_ms=2000), sessions()
     reg = BrokerRegistry(client, BrokerInfo(5, "127.0.0.1", 9092))
     reg.register()
     first = reg.epoch
@@ -64,8 +48,8 @@ def test_broker_epoch_is_the_registrations_czxid_and_moves_on_expiry(zk_server, 
     assert (again.host, again.port) == ("127.0.0.1", 9092)
 
 
-def test_fence_after_expiry_lifts_only_for_the_new_registration(zk_server, session, cache):
-    client = session(session_timeout_ms=2000)
+def test_fence_after_expiry_lifts_only_for_the_new_registration(zk_server, sessions, cache):
+    client = sessions(session_timeout_ms=2000)
     reg = BrokerRegistry(client, BrokerInfo(6, "127.0.0.1", 9092))
     reg.register()
     fence = SessionFence(client, reg, cache)
