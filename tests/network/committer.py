@@ -5,9 +5,14 @@ It commits, one partition at a time round-robin, an offset one higher than the l
 for that partition (a standalone commit: generation -1, no member, as a consumer that assigns
 its partitions itself commits), synchronously, and reports each on stdout: ``t <partition>
 <offset>`` before the try, ``c <partition> <offset>`` once acknowledged, ``f <partition>
-<offset> <error>`` when it failed (a failed commit may still have been applied). So the
-committed offset of a partition must never be below its last acknowledged commit (lost or
-rewound), nor above its last try. Commands on stdin, one a line: ``pause`` (finish the commit
+<offset> <error>`` when it failed, and ``i <partition> <offset>`` when it is indeterminate: it
+failed, or took longer than socket.timeout.ms (a request of it timed out and librdkafka sent it
+again on a new connection). An indeterminate commit may be applied at any later time, after later
+commits were acknowledged too: the client closed the old connection, but TCP retransmits the
+request after a heal and the broker reads it then for the first time — as on Kafka (nothing
+orders requests across connections; a standalone commit is fenced by nothing). So the committed
+offset of a partition must never be below its last acknowledged commit unless it is an
+indeterminate one (counted apart), nor above its last try. Commands on stdin, one a line: ``pause`` (finish the commit
 in flight, then print ``paused``), ``resume``, ``stop``."""
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 __all__ = ["COMMITTER_CONFIG"]
 
 # Short timeouts, so a commit into a dead link fails or moves on within seconds
+SOCKET_TIMEOUT_S = 5.0
 COMMITTER_CONFIG = {
-    "enable.auto.commit": False, "socket.timeout.ms": 5000, "retry.backoff.ms": 100,
+    "enable.auto.commit": False, "socket.timeout.ms": int(SOCKET_TIMEOUT_S * 1000), "retry.backoff.ms": 100,
     "reconnect.backoff.max.ms": 500, "socket.connection.setup.timeout.ms": 3000,
     "topic.metadata.refresh.interval.ms": 1000,
 }
@@ -77,10 +83,14 @@ def main() -> int:
         i += 1
         tried[p] += 1
         emit(f"t {p} {tried[p]}")
+        started = time.monotonic()
         try:
             consumer.commit(offsets=[TopicPartition(args.topic, p, tried[p])], asynchronous=False)
+            if time.monotonic() - started >= SOCKET_TIMEOUT_S:
+                emit(f"i {p} {tried[p]}")
             emit(f"c {p} {tried[p]}")
         except KafkaException as e:
+            emit(f"i {p} {tried[p]}")
             emit(f"f {p} {tried[p]} {str(e).replace(chr(10), ' ')}")
         time.sleep(1.0 / args.rate)
     idle.set()
