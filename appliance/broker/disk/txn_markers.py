@@ -17,9 +17,10 @@ and a connection of its own, one request in flight), whose answer comes back thr
 queue: a leader that hangs (SIGSTOPped, a stalled disk) holds up only the markers it owes, as
 Kafka's per-broker queues do, not every transaction of the coordinator.
 
-Leaders: each pass asks this broker's own inter-broker listener (``home``) for the Metadata of
+Leaders: the sender asks this broker's own inter-broker listener (``home``) for the Metadata of
 the topics concerned, so the leaders and their addresses on that listener are this broker's
-metadata (the cluster worker's cache; standalone, itself), re-resolved on every retry. The
+metadata (the cluster worker's cache; standalone, itself); a leader is kept until a marker sent
+to it fails, and asked again for every retry. The
 connections are secured as the inter-broker listener says (TLS, SASL), as
 ``cluster/broker_connection.py`` does for the other inter-broker connections.
 
@@ -204,6 +205,13 @@ class MarkerSender:
         self._home_conn: BrokerConnection | None = None
         self._channels: dict[tuple[str, int], _Channel] = {}
         self._in_flight: set[tuple[int, tuple[str, int]]] = set()  # (id(pending), partition)
+        # leaders as last resolved, used until a marker sent there fails: the Metadata round trip
+        # is paid once per leader change, not once per transaction (Kafka reads its metadata
+        # cache). It is one hop through the network worker less before a transaction completes
+        # (until then the producer's next AddPartitionsToTxn is answered CONCURRENT_TRANSACTIONS
+        # and librdkafka backs off 20 ms); the time saved was lost in the noise of the shared
+        # machine (perf/README.md, bench_transactions.py)
+        self._cached: dict[tuple[str, int], tuple[str, int]] = {}
         self._warned_not_served = 0.0
         self._warn_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="txn-markers", daemon=True)
@@ -260,14 +268,21 @@ class MarkerSender:
         idle = [(p, tp) for p in pending for tp in p.left if (id(p), tp) not in self._in_flight]
         if not idle:
             return
-        try:
-            leaders, known, gone = self._leaders({tp[0] for _, tp in idle})
-        except (OSError, ConnectionFailed, KafkaError) as e:
-            log.info("no metadata for the transaction markers from %s:%d: %s; retrying", *self.home, e)
-            if self._home_conn is not None:
-                self._home_conn.close()
-                self._home_conn = None
-            return
+        leaders: dict[tuple[str, int], tuple[str, int] | None] = self._cached
+        known: set[str] = set()
+        gone: set[str] = set()
+        unknown = {tp[0] for _, tp in idle if tp not in self._cached}
+        if unknown:
+            try:
+                found, known, gone = self._leaders(unknown)
+            except (OSError, ConnectionFailed, KafkaError) as e:
+                log.info("no metadata for the transaction markers from %s:%d: %s; retrying", *self.home, e)
+                if self._home_conn is not None:
+                    self._home_conn.close()
+                    self._home_conn = None
+                return
+            self._cached.update((tp, leader) for tp, leader in found.items() if leader is not None)
+            leaders = {**self._cached, **found}
         by_leader: dict[tuple[str, int], list[tuple[_Pending, str, int]]] = {}
         for p, tp in idle:
             if tp[0] in gone or (tp[0] in known and tp not in leaders):
@@ -290,7 +305,9 @@ class MarkerSender:
             self._in_flight.discard((id(p), (topic, partition)))
             if code == ErrorCode.NONE:
                 p.left.discard((topic, partition))
-            elif code not in RETRIABLE:
+                continue
+            self._cached.pop((topic, partition), None)  # the leader is asked again
+            if code not in RETRIABLE:
                 # Kafka: any other error is a bug here or there; it keeps the marker pending.
                 log.warning("WriteTxnMarkers for %s-%d (transactional id %r): %s; retrying",
                             topic, partition, p.job.transactional_id, _name(code))
