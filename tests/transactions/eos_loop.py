@@ -1,14 +1,16 @@
 """A consume-transform-produce loop with exactly-once output, run as its own process by the
 SIGKILL campaigns (test_eos_loop_sigkill.py).
 
-    python -m tests.transactions.eos_loop BOOTSTRAP INPUT OUTPUT GROUP TXN_ID END0,END1,...
+    python -m tests.transactions.eos_loop BOOTSTRAP INPUT OUTPUT GROUP TXN_ID END0,END1,... [WORK_MS]
 
 A confluent-kafka consumer (read_committed, group GROUP, no auto commit) reads INPUT's
 partitions from the group's committed offsets; a transactional producer (transactional.id
 TXN_ID, fixed: a restarted instance fences the last one and aborts its open transaction) writes
 each record's transform (``b"out-" + value``) to the same partition of OUTPUT, then
 ``send_offsets_to_transaction(consumer.position(...), consumer_group_metadata())`` and commits.
-It exits 0 once its positions reach END0,END1,... (the input's end offsets) with everything
+With WORK_MS, each transaction's records are flushed to the broker and the loop works
+WORK_MS more before it commits (a transform that takes time): a kill then most often meets an
+open transaction whose records are written. It exits 0 once its positions reach END0,END1,... (the input's end offsets) with everything
 committed, and with 1 on any error: the campaign restarts it, as a supervisor restarts a crashed
 service, and the new instance's init_transactions aborts whatever the old one left open.
 
@@ -21,6 +23,7 @@ commit (flushed: the campaign reads them).
 from __future__ import annotations
 
 import sys
+import time
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
@@ -40,7 +43,8 @@ def _say(line: str) -> None:
     sys.stdout.flush()
 
 
-def run(bootstrap: str, source: str, sink: str, group: str, txn_id: str, ends: list[int]) -> None:
+def run(bootstrap: str, source: str, sink: str, group: str, txn_id: str, ends: list[int],
+        work_ms: int = 0) -> None:
     # no re-bootstrap when every broker is down (the broker campaign's single broker):
     # librdkafka 2.16's re-bootstrap decommissions the broker handles, and a
     # send_offsets_to_transaction then waits forever (past its timeout) on the decommissioned
@@ -74,6 +78,9 @@ def run(bootstrap: str, source: str, sink: str, group: str, txn_id: str, ends: l
                 if m.error() is not None:
                     raise RuntimeError(f"consume: {m.error()}")
                 producer.produce(sink, transform(m.value()), m.key(), partition=m.partition())
+            if work_ms:
+                producer.flush(TIMEOUT_S)
+                time.sleep(work_ms / 1000)
             producer.send_offsets_to_transaction(consumer.position(parts), consumer.consumer_group_metadata(),
                                                  TIMEOUT_S)
             producer.commit_transaction(TIMEOUT_S)
@@ -86,9 +93,9 @@ def run(bootstrap: str, source: str, sink: str, group: str, txn_id: str, ends: l
 
 
 def main(argv: list[str]) -> int:
-    bootstrap, source, sink, group, txn_id, ends = argv
+    bootstrap, source, sink, group, txn_id, ends, *work = argv
     try:
-        run(bootstrap, source, sink, group, txn_id, [int(e) for e in ends.split(",")])
+        run(bootstrap, source, sink, group, txn_id, [int(e) for e in ends.split(",")], int(work[0]) if work else 0)
     except Exception as e:  # crash-only: the campaign restarts the process
         _say(f"error {type(e).__name__}: {e}")
         return 1

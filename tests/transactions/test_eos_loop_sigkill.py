@@ -27,7 +27,8 @@ from tests.transactions.eos_loop import transform
 
 SOURCE, SINK, GROUP, TXN_ID = "eos-in", "eos-out", "eos-group", "eos-loop"
 PARTITIONS = 3
-PER_PARTITION = 4000
+PER_PARTITION = 3000
+WORK_MS = 10  # each transaction's records written, then 10 ms of work before its commit
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -50,12 +51,11 @@ class Loop:
     def __init__(self, bootstrap: str, ends: list[int]) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.transactions.eos_loop", bootstrap, SOURCE, SINK, GROUP, TXN_ID,
-             ",".join(map(str, ends))],
+             ",".join(map(str, ends)), str(WORK_MS)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT)})
         self.lines: list[str] = []
         self.ready = threading.Event()
-        self.first_commit = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -65,8 +65,6 @@ class Loop:
             self.lines.append(line)
             if line == "ready":
                 self.ready.set()
-            elif line.startswith("committed"):
-                self.first_commit.set()
 
     def commits(self) -> int:
         return sum(1 for line in self.lines if line.startswith("committed"))
@@ -159,9 +157,14 @@ def test_loop_sigkilled_20_times(broker):
     while kills < 20:
         loop = Loop(broker.bootstrap, ends)
         try:
-            # killed at a random moment of its steady state: after its first commit
-            assert loop.first_commit.wait(60), loop.lines
-            time.sleep(rnd.uniform(0.0, 0.15))
+            # killed at a random moment of its steady state: a random number of commits in,
+            # then a random part of a transaction's time (a few ms each)
+            after = rnd.randint(1, 3)
+            deadline = time.monotonic() + 60
+            while loop.commits() < after and loop.proc.poll() is None:
+                assert time.monotonic() < deadline, loop.lines[-5:]
+                time.sleep(0.002)
+            time.sleep(rnd.uniform(0.0, 0.03))
             assert loop.proc.poll() is None, f"the loop ended before kill {kills + 1}: {loop.lines[-5:]}"
         finally:
             loop.kill()
