@@ -119,6 +119,7 @@ class ErrorCode(IntEnum):
     UNACCEPTABLE_CREDENTIAL = 93
     UNKNOWN_TOPIC_ID = 100  # KIP-516: a request names a topic id no topic has
     INCONSISTENT_TOPIC_ID = 103
+    TRANSACTIONAL_ID_NOT_FOUND = 105  # KIP-664: DescribeTransactions of an id its coordinator lacks
     FETCH_SESSION_TOPIC_ID_ERROR = 106
     UNSUPPORTED_ENDPOINT_TYPE = 115  # DescribeCluster asked for KRaft controllers (KIP-919)
 

@@ -104,6 +104,7 @@ def build_batch_columns(values: np.ndarray, value_offsets: np.ndarray, *, timest
                         key_null: np.ndarray | None = None,
                         timestamp_deltas: np.ndarray | None = None, base_offset: int = 0,
                         producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                        is_transactional: bool = False,
                         out: np.ndarray | None = None) -> bytes | memoryview:
     """One uncompressed v2 batch of ``len(value_offsets) - 1`` records.
 
@@ -113,6 +114,7 @@ def build_batch_columns(values: np.ndarray, value_offsets: np.ndarray, *, timest
     (``timestamp`` is the batch's base timestamp; the max timestamp follows the deltas).
     With ``out`` (a uint8 array of at least :func:`max_batch_size` bytes, reused across calls)
     the batch is built there and a memoryview of it is returned: no allocation, no copy.
+    ``is_transactional``: the batch belongs to its producer's open transaction (attributes bit 4).
     Raises ValueError on inconsistent offsets or a too small ``out``.
     """
     values = np.ascontiguousarray(values, dtype=np.uint8)
@@ -155,7 +157,8 @@ def build_batch_columns(values: np.ndarray, value_offsets: np.ndarray, *, timest
         raise ValueError(f"out must be a contiguous 1-D uint8 array of at least {need} bytes")
     # the header first, batchLength and the CRC left for the kernel (its CRC covers the header
     # from CRC_START)
-    L.HEADER_STRUCT.pack_into(out, 0, base_offset, 0, -1, L.CURRENT_MAGIC, 0, 0, n - 1, timestamp,
+    attributes = L.TRANSACTIONAL_FLAG_MASK if is_transactional else 0
+    L.HEADER_STRUCT.pack_into(out, 0, base_offset, 0, -1, L.CURRENT_MAGIC, 0, attributes, n - 1, timestamp,
                               max_ts, producer_id, producer_epoch, base_sequence, n)
     end = _build(values, voff, keys, koff, knull, has_keys, tsd, has_ts, out)
     if end == _BAD_VALUE_OFFSETS:

@@ -7,7 +7,10 @@ splits it into runs of v2 batches and of legacy (magic 0/1) messages (a topic wh
 runs :func:`native.scan_batches` checks every batch's CRC32C, compressed records sections are
 inflated, and :func:`native.decode.decode_records` turns the records into Arrow buffers; legacy
 runs go through :mod:`spark.legacy_entries` into the same rows. Control batches are skipped, as
-Kafka consumers skip them; offset gaps (compacted topics) need no special case.
+Kafka consumers skip them; offset gaps (compacted topics) need no special case. A read_committed
+read (the default; the caller bounds it at the last stable offset) also skips the batches of
+aborted transactions, found in the ``.txnindex`` files of the segments it reads
+(:mod:`spark.aborted`).
 
 A batch that fails its CRC or does not decode raises CorruptRecordError naming the segment file
 and the byte position of the batch. Offsets removed by retention (below the oldest segment, or
@@ -37,6 +40,7 @@ from native.decode import DECODE_ERRORS, DECODE_OK, DecodeOutput, decode_records
 from native.entry_runs import entry_runs
 from native.legacy_decode import LEGACY_ERRORS, LEGACY_OK, LEGACY_PARTIAL, scan_legacy
 from native.out_pool import OutputPool
+from spark.aborted import AbortedRanges
 from spark.legacy_entries import decode_legacy_scanned
 from spark.progress import ReadStats
 from spark.schema import arrow_schema
@@ -103,13 +107,20 @@ def to_record_batch(out: DecodeOutput, topic: str, partition: int, schema: pa.Sc
 
 def decode_scanned(buf: np.ndarray, base_pos: int, scan, path: str, file_pos0: int,
                   lo: int, hi: int, include_headers: bool,
-                  pool: OutputPool | None = None) -> DecodeOutput | None:
-    """Decode the batches ``scan`` found in ``buf``; None when all of them are control batches.
-    ``pool``: where the output arrays come from (see :class:`native.out_pool.OutputPool`)."""
+                  pool: OutputPool | None = None,
+                  aborted: AbortedRanges | None = None) -> DecodeOutput | None:
+    """Decode the batches ``scan`` found in ``buf``; None when all of them are control batches
+    (or of aborted transactions). ``pool``: where the output arrays come from (see
+    :class:`native.out_pool.OutputPool`); ``aborted``: the transactions whose batches are
+    skipped (read_committed)."""
     pos = scan.positions
     attrs = buf[(pos + L.ATTRIBUTES_OFFSET)[:, None] + np.arange(2)].view(_ATTR).ravel()
     attrs = attrs.astype(np.int64)
     data_batches = (attrs & L.CONTROL_BIT) == 0
+    if aborted is not None:
+        gone = aborted.mask(buf, pos, scan.base_offsets, scan.last_offsets, attrs)
+        if gone is not None:
+            data_batches &= ~gone
     if not data_batches.all():
         keep = np.flatnonzero(data_batches)
         if keep.size == 0:
@@ -167,12 +178,14 @@ class Entries(NamedTuple):
 
 
 def decode_entries(buf: np.ndarray, start: int, end: int, path: str, file_pos0: int, lo: int,
-                   hi: int, include_headers: bool, pool: OutputPool | None = None) -> Entries:
+                   hi: int, include_headers: bool, pool: OutputPool | None = None,
+                   aborted: AbortedRanges | None = None) -> Entries:
     """Check and decode the entries of ``buf[start:end]`` (v2 batches and legacy messages in any
     mix) keeping ``lo <= offset < hi``. A bad or partial entry stops the walk (reported, not
     raised: the caller knows whether a partial one is expected); what does not decode once
     checked raises CorruptRecordError naming ``path`` and the byte ``file_pos0 + pos - start``.
-    ``pool``: the v2 decode's output arrays come from it.
+    ``pool``: the v2 decode's output arrays come from it; ``aborted``: skip the batches of
+    these aborted transactions (read_committed).
     """
     outputs: list[DecodeOutput] = []
     count = 0
@@ -199,7 +212,7 @@ def decode_entries(buf: np.ndarray, start: int, end: int, path: str, file_pos0: 
                 return Entries(outputs, count, nxt, stop, why, False)
             last = int(scan.last_offsets[n - 1]) if n else -1
             out = decode_scanned(buf, start, scan, path, file_pos0, lo, hi, include_headers,
-                                 pool) if n else None
+                                 pool, aborted) if n else None
         if out is not None and out.rows:
             outputs.append(out)
         count += n
@@ -221,12 +234,16 @@ def _data_loss(what: str, fail: bool) -> None:
 def read_range(path: str, topic: str, partition: int, start: int, end: int, *,
                include_headers: bool = False, fail_on_data_loss: bool = True,
                chunk_bytes: int = 8 << 20, schema: pa.Schema | None = None,
-               stats: ReadStats | None = None) -> Generator[pa.RecordBatch, None, int]:
+               stats: ReadStats | None = None,
+               read_committed: bool = False) -> Generator[pa.RecordBatch, None, int]:
     """Yield Arrow batches of the records with ``start <= offset < end`` of one partition;
     return the offset the walk reached (``end`` unless the local log ends before it: a
     replica behind the leader, or compaction emptied the tail).
 
-    ``end`` must not exceed the high watermark (the caller's bound). Raises CorruptRecordError
+    ``end`` must not exceed the high watermark (the caller's bound), nor, with
+    ``read_committed``, the last stable offset: then the batches of the aborted transactions
+    overlapping [start, end) are skipped, as the ``.txnindex`` files list them when the read
+    starts (every transaction below the LSO is decided, so its entry is written). Raises CorruptRecordError
     (naming the file and batch position), OffsetOutOfRangeError (data loss with
     ``fail_on_data_loss``), KafkaStorageError (I/O).
     """
@@ -237,6 +254,10 @@ def read_range(path: str, topic: str, partition: int, start: int, end: int, *,
     reader = LogReader(path)
     pool = OutputPool()  # this read's decode outputs, reused once the batch made of them is gone
     try:
+        aborted = None
+        if read_committed:
+            aborted = AbortedRanges((t.producer_id, t.first_offset, t.last_offset)
+                                    for t in reader.aborted_transactions(start, end))
         offset = start
         while offset < end:
             try:
@@ -266,7 +287,7 @@ def read_range(path: str, topic: str, partition: int, start: int, end: int, *,
             if stats is not None:
                 stats.bytes_mapped += sl.length
             got = decode_entries(buf, skew, skew + sl.length, _file_name(sl), sl.position,
-                                 start, end, include_headers, pool)
+                                 start, end, include_headers, pool, aborted)
             if got.stop_why is not None:
                 bad = got.stop_position - skew + sl.position
                 raise CorruptRecordError(

@@ -66,15 +66,17 @@ class BrokerView:
         self.broker_ids = tuple(sorted(b.node_id for b in md.brokers))
         return md
 
-    def list_offsets(self, wanted: list[tuple[str, int, int]]) -> dict[tuple[str, int], int]:
-        """(topic, partition, timestamp or -1/-2) -> offset (-1: no record that recent)."""
+    def list_offsets(self, wanted: list[tuple[str, int, int]],
+                     read_committed: bool = False) -> dict[tuple[str, int], int]:
+        """(topic, partition, timestamp or -1/-2) -> offset (-1: no record that recent);
+        ``read_committed``: latest (-1) is the last stable offset."""
         by_leader: dict[int, list[tuple[str, int, int]]] = {}
         for t, p, ts in wanted:
             by_leader.setdefault(self.cluster.leader_of(t, p), []).append((t, p, ts))
         out: dict[tuple[str, int], int] = {}
         for node, items in by_leader.items():
             resp = self.cluster.node_connection(node).request(LIST_OFFSETS,
-                                                              list_offsets_body(items))
+                                                              list_offsets_body(items, int(read_committed)))
             for t in resp.topics:
                 for p in t.partitions:
                     check_error(p.error_code, f"offsets of {t.name}-{p.partition_index}")
@@ -145,8 +147,9 @@ def _partitions(md) -> list[tuple[str, int]]:
 
 
 def broker_catalog(view: BrokerView, log_dirs: tuple[str, ...] = (),
-                   shm_name: str | None = None) -> Catalog:
-    """Every partition the broker has, with [log start, high watermark) from ListOffsets.
+                   shm_name: str | None = None, read_committed: bool = False) -> Catalog:
+    """Every partition the broker has, with [log start, high watermark) from ListOffsets (and,
+    ``read_committed``, the last stable offset: ListOffsets latest with isolation level 1).
 
     Partitions also present in ``log_dirs`` (on this host) carry their directory as ``path``;
     the others have ``path=""``. Raises BrokerUnreachableError, InvalidConfigError (log dirs of
@@ -164,6 +167,8 @@ def broker_catalog(view: BrokerView, log_dirs: tuple[str, ...] = (),
         try:
             starts = view.list_offsets([(t, p, EARLIEST) for t, p in parts])
             ends = view.list_offsets([(t, p, LATEST) for t, p in parts])
+            stable = (view.list_offsets([(t, p, LATEST) for t, p in parts], read_committed=True)
+                      if read_committed else {})
             break
         except _PLAN_AGAIN:
             # A topic deleted between Metadata and ListOffsets, or leadership moving (cluster
@@ -182,9 +187,10 @@ def broker_catalog(view: BrokerView, log_dirs: tuple[str, ...] = (),
         p = info[tp]
         isr = tuple(p.isr_nodes or ())
         replicas = tuple(p.replica_nodes or ())
+        lso = min(max(a, stable[tp]), max(a, b)) if read_committed else None
         out[tp] = PartitionState(tp[0], tp[1], _driver_path(log_dirs, tp, isr, p.leader_id,
                                                             len(replicas)),
-                                 a, max(a, b), p.leader_id, isr, replicas)
+                                 a, max(a, b), p.leader_id, isr, replicas, lso)
     return Catalog(out, f"broker {view.bootstrap}")
 
 

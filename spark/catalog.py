@@ -37,7 +37,7 @@ _LOG_DIR_MARKERS = (REPLICATION_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
 
 @dataclass(frozen=True)
 class PartitionState:
-    """One partition as seen now: its directory and its readable offset range [earliest, hw)."""
+    """One partition as seen now: its directory and its readable offset range [earliest, end)."""
 
     topic: str
     partition: int
@@ -48,6 +48,14 @@ class PartitionState:
     leader: int = -1
     isr: tuple[int, ...] = ()
     replicas: tuple[int, ...] = ()
+    # Set for a read_committed read: the partition's last stable offset (<= high_watermark)
+    last_stable_offset: int | None = None
+
+    @property
+    def end(self) -> int:
+        """Where a read stops: the last stable offset under read_committed (an open
+        transaction's records are not read yet), else the high watermark."""
+        return self.high_watermark if self.last_stable_offset is None else self.last_stable_offset
 
 
 @dataclass(frozen=True)
@@ -91,8 +99,9 @@ def _scan_log_dir(log_dir: str) -> dict[tuple[str, int], str]:
     return found
 
 
-def _table_offsets(shm_name: str) -> dict[tuple[str, int], tuple[int, int]] | None:
-    """(high watermark, log start offset) per partition from a live broker's table, or None."""
+def _table_offsets(shm_name: str) -> dict[tuple[str, int], tuple[int, int, int]] | None:
+    """(high watermark, log start offset, last stable offset) per partition from a live
+    broker's table, or None."""
     try:
         import posix_ipc
 
@@ -105,7 +114,8 @@ def _table_offsets(shm_name: str) -> dict[tuple[str, int], tuple[int, int]] | No
         log.info("no partition table %s (%s): using the checkpoint files", shm_name, e)
         return None
     try:
-        return {(i.topic, i.partition): (i.high_watermark, i.log_start_offset)
+        return {(i.topic, i.partition): (i.high_watermark, i.log_start_offset,
+                                         i.last_stable_offset)
                 for i in table.slots()}
     finally:
         table.close()
@@ -124,11 +134,15 @@ def _shm_name_from(log_dirs) -> str | None:
     return None
 
 
-def load_catalog(log_dirs: tuple[str, ...] | list[str], shm_name: str | None) -> Catalog:
+def load_catalog(log_dirs: tuple[str, ...] | list[str], shm_name: str | None,
+                 read_committed: bool = False) -> Catalog:
     """Every partition in ``log_dirs`` with its readable range.
 
     High watermarks come from the shared partition table named ``shm_name`` (default: the name
     the broker wrote into the log dirs) when it can be attached, else from the checkpoints.
+    ``read_committed``: the range ends at the last stable offset, which the table publishes
+    beside the high watermark; with no broker running, rebuilt from the producer snapshot and
+    the batch headers after it (:mod:`spark.stable_offset`).
 
     Raises KafkaStorageError when a log dir is missing, unreadable or not a log dir, or when a
     checkpoint file is malformed.
@@ -146,14 +160,15 @@ def load_catalog(log_dirs: tuple[str, ...] | list[str], shm_name: str | None) ->
     table = _table_offsets(shm_name) if shm_name else None
     hws: dict[tuple[str, int], int] = {}
     starts: dict[tuple[str, int], int] = {}
+    lsos: dict[tuple[str, int], int] = {}
     if table is None:
         for d in log_dirs:
             hws.update(read_checkpoint(os.path.join(d, REPLICATION_OFFSET_CHECKPOINT)))
             starts.update(read_checkpoint(os.path.join(d, LOG_START_OFFSET_CHECKPOINT)))
         source = "checkpoints"
     else:
-        for tp, (hw, log_start) in table.items():
-            hws[tp], starts[tp] = hw, log_start
+        for tp, (hw, log_start, lso) in table.items():
+            hws[tp], starts[tp], lsos[tp] = hw, log_start, lso
         source = f"shared memory {shm_name}"
     out = {}
     for tp, path in dirs.items():
@@ -161,7 +176,15 @@ def load_catalog(log_dirs: tuple[str, ...] | list[str], shm_name: str | None) ->
         # Unknown to both the table and the checkpoints: nothing is known to be committed.
         hw = hws.get(tp, 0)
         earliest = max(starts.get(tp, 0), bases[0] if bases else 0)
-        out[tp] = PartitionState(tp[0], tp[1], path, earliest, max(hw, earliest))
+        hw = max(hw, earliest)
+        lso = None
+        if read_committed and table is not None:
+            lso = min(hw, max(lsos.get(tp, hw), earliest))
+        elif read_committed:
+            from spark.stable_offset import offline_stable_offset
+
+            lso = offline_stable_offset(path, earliest, hw)
+        out[tp] = PartitionState(tp[0], tp[1], path, earliest, hw, last_stable_offset=lso)
     return Catalog(out, source)
 
 

@@ -42,7 +42,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from appliance.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from appliance.errors import InvalidConfigError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from spark.arrow_reader import read_range
 from spark.catalog import Catalog, load_catalog
 from spark.options import (
@@ -74,13 +74,13 @@ _MAX_FETCH_BYTES = 4 << 20
 def _load_catalog(opts: ReadOptions) -> tuple[Catalog, tuple[int, ...]]:
     """The catalog the driver plans from, and the broker ids at the bootstrap server (if any)."""
     if not opts.remote:
-        return load_catalog(opts.log_dirs, opts.shm_name), ()
+        return load_catalog(opts.log_dirs, opts.shm_name, opts.read_committed), ()
     # Imported here: Python workers that only read in place skip the client's import time.
     from spark.broker_catalog import BrokerView, broker_catalog
 
     view = BrokerView(opts.bootstrap_servers, opts.request_timeout_ms)
     try:
-        catalog = broker_catalog(view, opts.log_dirs, opts.shm_name)
+        catalog = broker_catalog(view, opts.log_dirs, opts.shm_name, opts.read_committed)
         return catalog, view.broker_ids
     finally:
         view.close()
@@ -144,7 +144,8 @@ def _read_range(opts: ReadOptions, r: TopicRange) -> Iterator[pa.RecordBatch]:
         start = yield from read_range(path, r.topic, r.partition, r.start, r.end,
                                       include_headers=opts.include_headers,
                                       fail_on_data_loss=opts.fail_on_data_loss,
-                                      chunk_bytes=opts.chunk_bytes, schema=schema, stats=stats)
+                                      chunk_bytes=opts.chunk_bytes, schema=schema, stats=stats,
+                                      read_committed=opts.read_committed)
         if start < r.end and opts.remote:
             progress_log.info("appliance read %s-%d: %s ends at offset %d, below the planned "
                               "end %d: fetching the rest from %s", r.topic, r.partition, path,
@@ -160,7 +161,8 @@ def _read_range(opts: ReadOptions, r: TopicRange) -> Iterator[pa.RecordBatch]:
                                    include_headers=opts.include_headers,
                                    fail_on_data_loss=opts.fail_on_data_loss,
                                    chunk_bytes=min(opts.chunk_bytes, _MAX_FETCH_BYTES),
-                                   schema=schema, stats=stats, rack=opts.client_rack)
+                                   schema=schema, stats=stats, rack=opts.client_rack,
+                                   read_committed=opts.read_committed)
         finally:
             view.close()
     stats.done()
@@ -194,12 +196,21 @@ class ApplianceDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool):
         from spark.writer import ApplianceWriter
 
-        return ApplianceWriter(parse_write_options(self.options), schema)
+        opts = parse_write_options(self.options)
+        if opts.exactly_once:
+            raise InvalidConfigError("option exactlyOnce=true is for streaming writes "
+                                     "(writeStream); a batch write has no micro-batch to commit")
+        return ApplianceWriter(opts, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool):
+        opts = parse_write_options(self.options)
+        if opts.exactly_once:
+            from spark.eos_writer import ExactlyOnceStreamWriter
+
+            return ExactlyOnceStreamWriter(opts, schema)
         from spark.writer import ApplianceStreamWriter
 
-        return ApplianceStreamWriter(parse_write_options(self.options), schema)
+        return ApplianceStreamWriter(opts, schema)
 
 
 class ApplianceBatchReader(DataSourceReader):
@@ -252,14 +263,14 @@ class ApplianceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return ReadAllAvailable() if n is None else ReadMaxRows(n)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._cap = {tp: s.high_watermark for tp, s in self._states().items()}
+        self._cap = {tp: s.end for tp, s in self._states().items()}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         states = self._states()
         begin = _parse_offsets(start or {})
         latest: dict[tuple[str, int], int] = {}
         for tp, s in states.items():
-            hw = s.high_watermark
+            hw = s.end
             if self._cap is not None:
                 hw = min(hw, self._cap.get(tp, s.earliest))
             a = begin.get(tp, s.earliest)
@@ -272,7 +283,7 @@ class ApplianceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return offsets_json(latest)
 
     def reportLatestOffset(self) -> dict | None:
-        return offsets_json({tp: s.high_watermark for tp, s in self._states().items()})
+        return offsets_json({tp: s.end for tp, s in self._states().items()})
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         """Raises OffsetOutOfRangeError on data loss with failOnDataLoss."""

@@ -36,11 +36,18 @@ READ_OPTIONS = frozenset({
     "minpartitions", "failondataloss", "includeheaders", "log.dirs", "shm.name", "broker.id",
     "broker.port", "read.chunk.bytes", "path", "kafka.bootstrap.servers",
     "kafka.request.timeout.ms", "progress.interval.ms", "kafka.client.rack",
+    "kafka.isolation.level",
 })
 WRITE_OPTIONS = frozenset({
     "topic", "kafka.bootstrap.servers", "includeheaders", "kafka.acks", "kafka.compression.type",
     "batch.records", "kafka.request.timeout.ms", "path", "checkpointlocation",
+    "exactlyonce", "kafka.transaction.timeout.ms", "transactionalidprefix", "test.failtaskonce",
+    "test.commitpausems", "test.taskpausems",
 })
+#: Kafka's producer default for transaction.timeout.ms
+DEFAULT_TXN_TIMEOUT_MS = 60000
+_EOS_ONLY = ("kafka.transaction.timeout.ms", "transactionalidprefix", "test.failtaskonce",
+             "test.commitpausems", "test.taskpausems")
 
 # Set by Spark itself, not by users: accepted but not listed in error messages.
 _IMPLICIT = frozenset({"path", "checkpointlocation"})
@@ -85,6 +92,9 @@ class ReadOptions:
     request_timeout_ms: int = 30000
     progress_interval_ms: int = 10000  # a long task logs its progress this often
     client_rack: str = ""  # a remote read asks for a replica in this rack (KIP-392)
+    # kafka.isolation.level: read_committed (default) reads below the LSO and skips aborted
+    # transactions; read_uncommitted reads up to the HW, every data batch
+    read_committed: bool = True
 
     @property
     def remote(self) -> bool:
@@ -109,6 +119,13 @@ class WriteOptions:
     compression: str
     batch_records: int
     timeout_ms: int
+    exactly_once: bool = False
+    txn_timeout_ms: int = DEFAULT_TXN_TIMEOUT_MS
+    txn_id_prefix: str | None = None  # None: derived from the streaming query's id
+    checkpoint: str | None = None  # Spark's checkpointLocation, when given as an option
+    fail_task_once: tuple[int, int] | None = None  # tests: (partition id, batch id) to fail
+    commit_pause_ms: int = 0  # tests: the driver pauses after the first of a batch's EndTxn
+    task_pause_ms: int = 0  # tests: a task pauses with its transaction open, records written
 
 
 def _bad(name: str, value: object, why: str) -> InvalidConfigError:
@@ -293,7 +310,17 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         request_timeout_ms=_int_option(opts, "kafka.request.timeout.ms", 1) or 30000,
         progress_interval_ms=_int_option(opts, "progress.interval.ms", 1) or 10000,
         client_rack=_rack(opts.get("kafka.client.rack", "")),
+        read_committed=_isolation(opts.get("kafka.isolation.level", "read_committed")),
     )
+
+
+def _isolation(raw: str) -> bool:
+    """kafka.isolation.level (the consumer's isolation.level, which Spark's Kafka source passes
+    through with the ``kafka.`` prefix): True for read_committed."""
+    level = raw.strip().lower()
+    if level not in ("read_committed", "read_uncommitted"):
+        raise _bad("kafka.isolation.level", raw, "expected read_committed or read_uncommitted")
+    return level == "read_committed"
 
 
 def _rack(raw: str) -> str:
@@ -319,8 +346,37 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     topic = opts.get("topic")
     if topic is not None and not topic.strip():
         raise _bad("topic", topic, "empty topic name")
+    eos = bool_option(opts, "exactlyOnce", False)
+    if not eos:
+        given = [k for k in _EOS_ONLY if k in opts]
+        if given:
+            raise InvalidConfigError(f"option(s) {', '.join(given)} only apply with "
+                                     "exactlyOnce=true")
+    elif acks != -1:
+        raise _bad("kafka.acks", acks_raw, "exactlyOnce=true needs acks=all (transactions "
+                   "are idempotent, which needs acks=all)")
+    prefix = opts.get("transactionalidprefix")
+    if prefix is not None and not re.fullmatch(r"[A-Za-z0-9_.-]{1,200}", prefix.strip()):
+        raise _bad("transactionalIdPrefix", prefix, "use 1-200 of [A-Za-z0-9_.-]")
     return WriteOptions(
         bootstrap_servers=servers, topic=topic.strip() if topic else None, acks=acks,
         compression=comp, batch_records=_int_option(opts, "batch.records", 1) or 4096,
         timeout_ms=_int_option(opts, "kafka.request.timeout.ms", 1) or 30000,
+        exactly_once=eos,
+        txn_timeout_ms=(_int_option(opts, "kafka.transaction.timeout.ms", 1)
+                        or DEFAULT_TXN_TIMEOUT_MS),
+        txn_id_prefix=prefix.strip() if prefix else None,
+        checkpoint=opts.get("checkpointlocation"),
+        fail_task_once=_task_and_batch(opts.get("test.failtaskonce")),
+        commit_pause_ms=_int_option(opts, "test.commitPauseMs", 0) or 0,
+        task_pause_ms=_int_option(opts, "test.taskPauseMs", 0) or 0,
     )
+
+
+def _task_and_batch(raw: str | None) -> tuple[int, int] | None:
+    if raw is None:
+        return None
+    part, sep, batch = raw.strip().partition(":")
+    if not sep or not part.isdigit() or not batch.isdigit():
+        raise _bad("test.failTaskOnce", raw, "expected <partition id>:<batch id>")
+    return int(part), int(batch)

@@ -2,7 +2,8 @@
 
 Resolution follows Spark's Kafka source: earliest/latest/JSON offsets (-2 earliest, -1 latest),
 timestamps (the first offset whose record timestamp is >= the given one), and JSON offsets must
-name every selected partition. Ranges never reach the high watermark. ``minPartitions`` splits
+name every selected partition. Ranges never reach the high watermark (the last stable offset
+under read_committed). ``minPartitions`` splits
 large ranges, cutting at segment base offsets where one is near the ideal cut so that each task
 walks whole segment files.
 
@@ -106,7 +107,7 @@ def _resolve(spec: OffsetSpec, s: PartitionState, *, starting: bool, opts: ReadO
     if spec.kind == "earliest":
         return s.earliest
     if spec.kind == "latest":
-        return s.high_watermark
+        return s.end
     if spec.kind in ("timestamp", "timestamps"):
         ts = spec.timestamp if spec.kind == "timestamp" else spec.lookup(s.topic, s.partition)
         assert ts is not None
@@ -116,24 +117,26 @@ def _resolve(spec: OffsetSpec, s: PartitionState, *, starting: bool, opts: ReadO
                 raise OffsetOutOfRangeError(
                     f"{s.topic}-{s.partition}: no record has a timestamp >= {ts} (the {what} "
                     "timestamp); set startingOffsetsByTimestampStrategy=latest to start at the end")
-            return s.high_watermark
+            return s.end
         return off
     v = spec.lookup(s.topic, s.partition)
     assert v is not None
     if v == EARLIEST:
         return s.earliest
     if v == LATEST:
-        return s.high_watermark
-    if v > s.high_watermark:
+        return s.end
+    if v > s.end:
+        bound = (f"the high watermark {s.end}" if s.end == s.high_watermark else
+                 f"the last stable offset {s.end} (read_committed; the high watermark is "
+                 f"{s.high_watermark})")
         raise OffsetOutOfRangeError(
-            f"{s.topic}-{s.partition}: {what} offset {v} is beyond the high watermark "
-            f"{s.high_watermark}")
+            f"{s.topic}-{s.partition}: {what} offset {v} is beyond {bound}")
     return v
 
 
 def _offset_for_timestamp(s: PartitionState, ts: int, opts: ReadOptions) -> int | None:
     if s.path:
-        return offset_for_timestamp(s.path, ts, s.earliest, s.high_watermark)
+        return offset_for_timestamp(s.path, ts, s.earliest, s.end)
     # Not on this host: ask the broker (ListOffsets by time), bounded by the planned watermark.
     from spark.broker_catalog import BrokerView
 
@@ -142,7 +145,7 @@ def _offset_for_timestamp(s: PartitionState, ts: int, opts: ReadOptions) -> int 
         off = view.offset_for_timestamp(s.topic, s.partition, ts)
     finally:
         view.close()
-    return None if off is None or off >= s.high_watermark else max(off, s.earliest)
+    return None if off is None or off >= s.end else max(off, s.earliest)
 
 
 def resolve_start(spec: OffsetSpec, s: PartitionState, opts: ReadOptions) -> int:

@@ -10,6 +10,12 @@ numbers each partition's batches, so a Produce retried after a timeout, a droppe
 a retriable error is written once — the broker answers DUPLICATE_SEQUENCE_NUMBER (or the
 original offset) for a batch it already has. Retries resend the very same bytes.
 
+Transactional (``txn`` given, for the exactly-once sink): the producer id comes from
+InitProducerId with the transactional id (:class:`spark.txn_client.TxnClient`), each partition
+joins the transaction (AddPartitionsToTxn) before its first batch is sent, batches carry the
+transactional flag, and the transaction is left open: whoever holds (transactional id,
+producer id, epoch) ends it.
+
 Not thread-safe: one producer per task.
 """
 
@@ -18,7 +24,12 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from appliance.client.connection import BrokerConnection, ConnectionFailed, parse_bootstrap
+from appliance.client.connection import (
+    BrokerConnection,
+    ConnectionFailed,
+    connect_first,
+    parse_bootstrap,
+)
 from appliance.client.partitioner import StickyPartitioner, partition_for
 from appliance.client.producer_id import init_producer_id
 from appliance.errors import (
@@ -30,6 +41,7 @@ from appliance.errors import (
 )
 from appliance.records.batch import build_batch
 from appliance.records.record_types import Compression
+from spark.txn_client import TxnClient
 
 __all__ = ["Producer"]
 
@@ -55,7 +67,9 @@ class Producer:
 
     def __init__(self, bootstrap_servers: str, *, acks: int = -1, compression: str = "none",
                  batch_records: int = 4096, timeout_ms: int = 30000,
-                 idempotent: bool = True, retries: int = PRODUCE_RETRIES) -> None:
+                 idempotent: bool = True, retries: int = PRODUCE_RETRIES,
+                 txn: TxnClient | None = None, transactional_id: str | None = None,
+                 txn_timeout_ms: int = 60000) -> None:
         try:
             self._servers = parse_bootstrap(bootstrap_servers)
         except ValueError as e:
@@ -78,19 +92,16 @@ class Producer:
         self.producer_id, self.producer_epoch = -1, -1
         self._sequences: dict[tuple[str, int], int] = {}
         self.retried = 0  # Produce requests sent again (for tests and logs)
+        self.txn, self.transactional_id, self.txn_timeout_ms = txn, transactional_id, txn_timeout_ms
+        if txn is not None:
+            if acks != -1 or not idempotent or not transactional_id:
+                raise InvalidConfigError("a transactional producer needs acks=all, idempotence "
+                                         "and a transactional id")
+        self._in_txn: set[tuple[str, int]] = set()  # partitions added to the transaction
 
     def _bootstrap(self) -> BrokerConnection:
         if self._boot is None:
-            errors = []
-            for host, port in self._servers:
-                try:
-                    self._boot = BrokerConnection(host, port, timeout=self.timeout_ms / 1000,
-                                                  client_id="appliance-spark")
-                    break
-                except ConnectionFailed as e:
-                    errors.append(str(e))
-            else:
-                raise ConnectionFailed("; ".join(errors))
+            self._boot = connect_first(self._servers, self.timeout_ms / 1000, "appliance-spark")
         return self._boot
 
     def _metadata(self, topic: str) -> list[int]:
@@ -141,7 +152,21 @@ class Producer:
             self.flush()
             self._sticky.next(topic, n)
 
+    @property
+    def partitions(self) -> set[tuple[str, int]]:
+        """The partitions this transactional producer added to its transaction."""
+        return set(self._in_txn)
+
+    def begin(self) -> None:
+        """Take the producer id now (a transactional one aborts what its id left open)."""
+        if self.idempotent and self.producer_id < 0:
+            self._init_producer_id()
+
     def _init_producer_id(self) -> None:
+        if self.txn is not None:
+            self.producer_id, self.producer_epoch = self.txn.init_producer(
+                self.transactional_id, self.txn_timeout_ms)
+            return
         conn = self._bootstrap()
         self.producer_id, self.producer_epoch = init_producer_id(
             lambda: conn.request(22, {"transactional_id": None, "transaction_timeout_ms": self.timeout_ms}),
@@ -154,6 +179,12 @@ class Producer:
         codes, resending the same batches (idempotent: written once)."""
         if self.idempotent and self.producer_id < 0:
             self._init_producer_id()
+        if self.txn is not None:
+            new = [tp for tp, recs in self._pending.items() if recs and tp not in self._in_txn]
+            if new:
+                self.txn.add_partitions(self.transactional_id, self.producer_id,
+                                        self.producer_epoch, new)
+                self._in_txn.update(new)
         by_leader: dict[int, dict[str, list]] = {}
         for (topic, part), recs in self._pending.items():
             if not recs:
@@ -163,7 +194,7 @@ class Producer:
             if self.idempotent:
                 seq = self._sequences.get((topic, part), 0)
                 kw = {"producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
-                      "base_sequence": seq}
+                      "base_sequence": seq, "is_transactional": self.txn is not None}
                 self._sequences[(topic, part)] = (seq + len(recs)) % (1 << 31)
             by_leader.setdefault(leader, {}).setdefault(topic, []).append(
                 {"index": part, "records": build_batch(recs, compression=self.codec, **kw)})
@@ -173,7 +204,7 @@ class Producer:
             self._produce(leader, topics)
 
     def _produce(self, leader: int, topics: dict[str, list]) -> None:
-        body = {"transactional_id": None, "acks": self.acks, "timeout_ms": self.timeout_ms,
+        body = {"transactional_id": self.transactional_id, "acks": self.acks, "timeout_ms": self.timeout_ms,
                 "topic_data": [{"name": t, "partition_data": d} for t, d in topics.items()]}
         delay = 0.1
         for attempt in range(self.retries + 1):

@@ -1,10 +1,13 @@
 """Read one partition's offset range [start, end) over the Kafka protocol into Arrow batches.
 
-For tasks whose partition has no local log: Fetch requests (sessionless, isolation
-READ_UNCOMMITTED, as Spark's Kafka source reads) to the partition's leader from ``start`` on
+For tasks whose partition has no local log: Fetch requests (sessionless; isolation level
+READ_COMMITTED by default, READ_UNCOMMITTED with kafka.isolation.level=read_uncommitted) to the
+partition's leader from ``start`` on
 (or, with the ``kafka.client.rack`` option, to the replica in that rack the leader names: a
 follower serves up to its own high watermark, KIP-392),
-never keeping a record at or above ``min(end, high watermark)``; the fetched bytes go through
+never keeping a record at or above ``min(end, high watermark)`` (read_committed: the answer's
+last stable offset, and the batches of the answer's aborted transactions are skipped:
+:mod:`spark.aborted`); the fetched bytes go through
 the same native scans (CRC32C for v2 batches, CRC32 for legacy magic 0/1 messages, which a
 pre-0.11 topic's answer holds as stored) and decode kernels as the in-place path, so both give
 identical rows. Control batches are skipped; a compressed batch that starts before ``start``
@@ -37,6 +40,7 @@ from appliance.errors import (
     UnknownTopicOrPartitionError,
 )
 from native.out_pool import OutputPool
+from spark.aborted import OPEN_END, AbortedRanges
 from spark.arrow_reader import decode_entries, to_record_batch
 from spark.broker_catalog import BrokerUnreachableError, BrokerView
 from spark.progress import ReadStats
@@ -82,9 +86,10 @@ class ReadReplica:
 
 
 def _fetch(view: BrokerView, topic: str, partition: int, offset: int, max_bytes: int,
-           retry_s: float, replica: ReadReplica | None = None):
-    """(records bytes, high watermark) of one Fetch to the partition's current leader, or to
-    the replica the leader named for ``replica.rack``.
+           retry_s: float, replica: ReadReplica | None = None, read_committed: bool = False):
+    """(records bytes, bound, aborted transactions) of one Fetch to the partition's current
+    leader, or to the replica the leader named for ``replica.rack``; the bound is the high
+    watermark, or with ``read_committed`` the last stable offset (isolation level 1).
 
     Retriable errors (NOT_LEADER_OR_FOLLOWER while leadership moves, a leader that died, no
     leader yet) drop the cached metadata and try again with backoff for up to ``retry_s``
@@ -104,7 +109,8 @@ def _fetch(view: BrokerView, topic: str, partition: int, offset: int, max_bytes:
             conn = replica.connection(view, topic, partition)
             resp = conn.request(FETCH, fetch_body([(topic, partition, offset)], max_wait_ms=0,
                                                   min_bytes=0, max_bytes=max_bytes,
-                                                  partition_max_bytes=max_bytes, rack_id=replica.asked_rack()))
+                                                  partition_max_bytes=max_bytes, rack_id=replica.asked_rack(),
+                                                  isolation_level=int(read_committed)))
             check_error(getattr(resp, "error_code", 0), f"fetching {topic}-{partition}")
             for t in resp.responses:
                 for p in t.partitions:
@@ -122,7 +128,13 @@ def _fetch(view: BrokerView, topic: str, partition: int, offset: int, max_bytes:
                             raise _Retry()
                         check_error(p.error_code, f"fetching {topic}-{partition} at offset "
                                     f"{offset} from {view.bootstrap}")
-                        return bytes(p.records or b""), p.high_watermark
+                        if not read_committed:
+                            return bytes(p.records or b""), p.high_watermark, None
+                        lso = p.last_stable_offset
+                        bound = p.high_watermark if lso < 0 else min(lso, p.high_watermark)
+                        return bytes(p.records or b""), bound, AbortedRanges(
+                            (t.producer_id, t.first_offset, OPEN_END)
+                            for t in p.aborted_transactions or ())
             raise UnknownTopicOrPartitionError(
                 f"{topic}-{partition}: the broker at {view.bootstrap} did not answer for it")
         except (KafkaConnectionError, LeaderNotAvailableError) as e:
@@ -153,7 +165,8 @@ class _Again(Exception):
 def fetch_range(view: BrokerView, topic: str, partition: int, start: int, end: int, *,
                 include_headers: bool = False, fail_on_data_loss: bool = True,
                 chunk_bytes: int = 8 << 20, schema: pa.Schema | None = None,
-                stats: ReadStats | None = None, rack: str = "") -> Iterator[pa.RecordBatch]:
+                stats: ReadStats | None = None, rack: str = "",
+                read_committed: bool = False) -> Iterator[pa.RecordBatch]:
     """Yield Arrow batches of the records with ``start <= offset < end`` fetched from the broker.
 
     ``end`` is the planned bound (at most the high watermark at planning); the high watermark
@@ -172,7 +185,8 @@ def fetch_range(view: BrokerView, topic: str, partition: int, start: int, end: i
     replica = ReadReplica(rack)
     while offset < end:
         try:
-            data, hw = _fetch(view, topic, partition, offset, chunk_bytes, retry_s, replica)
+            data, hw, aborted = _fetch(view, topic, partition, offset, chunk_bytes, retry_s,
+                                       replica, read_committed)
         except OffsetOutOfRangeError:
             oldest = view.list_offsets([(topic, partition, -2)])[(topic, partition)]
             msg = (f"{topic}-{partition}: offset {offset} is no longer at the broker (the log "
@@ -209,7 +223,8 @@ def fetch_range(view: BrokerView, topic: str, partition: int, start: int, end: i
         behind_since = None
         buf = np.frombuffer(data, np.uint8)
         # A partial last entry is the answer's byte limit cutting it: the next Fetch gets it.
-        got = decode_entries(buf, 0, len(data), where, 0, offset, hi, include_headers, pool)
+        got = decode_entries(buf, 0, len(data), where, 0, offset, hi, include_headers, pool,
+                             aborted)
         if (got.stop_why is not None and not got.partial) or got.count == 0:
             raise CorruptRecordError(f"{where}: corrupt batch at byte {got.stop_position} of "
                                      f"the answer for offset {offset}: {got.stop_why}")

@@ -4,7 +4,8 @@ Columns: ``value`` (binary or string, required), ``key`` (binary or string, opti
 ``topic`` (string; required unless the ``topic`` option is set, which then wins), ``partition``
 (int, optional) and ``headers`` (array<struct<key: string, value: binary>>, optional). Other
 columns are ignored, as Spark's Kafka sink ignores them. Delivery is at least once: a task that
-is retried may write its records again, exactly as with Spark's Kafka sink.
+is retried may write its records again, exactly as with Spark's Kafka sink. Streaming writes
+with ``exactlyOnce=true`` go through :mod:`spark.eos_writer` instead.
 
 One writer object per task (Spark pickles it to each executor).
 """
@@ -32,7 +33,8 @@ from appliance.errors import InvalidConfigError
 from spark.options import WriteOptions
 from spark.producer import Producer
 
-__all__ = ["ApplianceWriter", "ApplianceStreamWriter", "WriteResult", "check_write_schema"]
+__all__ = ["ApplianceWriter", "ApplianceStreamWriter", "WriteResult", "check_write_schema",
+           "send_batches"]
 
 _BYTES = (BinaryType, StringType)
 
@@ -79,28 +81,33 @@ def _as_bytes(v):
     return v.encode() if isinstance(v, str) else v
 
 
+def send_batches(producer: Producer, opts: WriteOptions, batches: Iterator[pa.RecordBatch]) -> None:
+    """Queue every row of ``batches`` on ``producer`` (the caller flushes)."""
+    for rb in batches:
+        names = {n.lower(): i for i, n in enumerate(rb.schema.names)}
+        n = rb.num_rows
+
+        def col(name, names=names, rb=rb, n=n):
+            i = names.get(name)
+            return rb.column(i).to_pylist() if i is not None else [None] * n
+
+        values, keys = col("value"), col("key")
+        topics = [opts.topic] * n if opts.topic else col("topic")
+        parts, headers = col("partition"), col("headers")
+        for i in range(n):
+            topic = topics[i]
+            if not topic:
+                raise InvalidConfigError(f"row {i} of a batch has a null or empty topic")
+            hs = headers[i] or ()
+            producer.send(topic, _as_bytes(keys[i]), _as_bytes(values[i]),
+                          [(h["key"], _as_bytes(h["value"])) for h in hs], parts[i])
+
+
 def _write_batches(opts: WriteOptions, batches: Iterator[pa.RecordBatch]) -> int:
     producer = Producer(opts.bootstrap_servers, acks=opts.acks, compression=opts.compression,
                         batch_records=opts.batch_records, timeout_ms=opts.timeout_ms)
     try:
-        for rb in batches:
-            names = {n.lower(): i for i, n in enumerate(rb.schema.names)}
-            n = rb.num_rows
-
-            def col(name, names=names, rb=rb, n=n):
-                i = names.get(name)
-                return rb.column(i).to_pylist() if i is not None else [None] * n
-
-            values, keys = col("value"), col("key")
-            topics = [opts.topic] * n if opts.topic else col("topic")
-            parts, headers = col("partition"), col("headers")
-            for i in range(n):
-                topic = topics[i]
-                if not topic:
-                    raise InvalidConfigError(f"row {i} of a batch has a null or empty topic")
-                hs = headers[i] or ()
-                producer.send(topic, _as_bytes(keys[i]), _as_bytes(values[i]),
-                              [(h["key"], _as_bytes(h["value"])) for h in hs], parts[i])
+        send_batches(producer, opts, batches)
         producer.flush()
         return producer.sent
     finally:

@@ -6,7 +6,9 @@ request's error answer (Kafka's TOPIC_ / GROUP_ / CLUSTER_AUTHORIZATION_FAILED i
 own fields). Departure: a request naming several topics is refused whole when any of them is
 not allowed (Kafka serves the allowed ones and fails the others); clients keep a request's topics
 to the ones they were given. Metadata is the exception: :func:`filter_metadata` leaves out the
-topics the principal may not Describe, as Kafka does. Produce is checked where it starts
+topics the principal may not Describe, as Kafka does; so are DescribeTransactions and
+ListTransactions, which check each transactional id (and topic) in their handler
+(``handlers/txn_queries.py``), as Kafka's KafkaApis does. Produce is checked where it starts
 (``handlers/produce.py``, and its fast path declines what is not allowed).
 """
 
@@ -149,7 +151,7 @@ _RULES: dict[int, tuple[Callable[[Any, RequestContext, Any], bool], Callable[[An
         lambda b, code: {"error_code": code, "groups": [{"group_id": g, "error_code": code, "topics": []}
                                                           for g in _offset_fetch_groups(b)]}, GROUP_DENIED),
     10: (lambda ctx, rc, b: allowed(ctx, rc, DESCRIBE, TRANSACTIONAL_ID if b.key_type == 1 else GROUP, b.key),
-         _top(), GROUP_DENIED),
+         lambda b, code: {"error_code": TXN_DENIED if b.key_type == 1 else code}, GROUP_DENIED),
     11: (lambda ctx, rc, b: allowed(ctx, rc, READ, GROUP, b.group_id), _top(), GROUP_DENIED),
     12: (lambda ctx, rc, b: allowed(ctx, rc, READ, GROUP, b.group_id), _top(), GROUP_DENIED),
     13: (lambda ctx, rc, b: allowed(ctx, rc, READ, GROUP, b.group_id), _top(), GROUP_DENIED),

@@ -38,6 +38,8 @@ COMMANDS = {
                                    "0.8's tool: move leadership back to each partition's first replica"),
     "acls": ("acls", "add, list and remove ACLs (kafka-acls)"),
     "log-dirs": ("log_dirs", "each log dir's state and partition sizes (--describe, as kafka-log-dirs)"),
+    "transactions": ("transactions", "list transactional ids and describe their transactions "
+                     "(kafka-transactions)"),
 }
 
 

@@ -25,6 +25,8 @@ _EXPORTS = {
     "SimpleConsumer": "simple_consumer",
     "ConsumerConnector": "zk_consumer", "create_java_consumer_connector": "zk_consumer",
     "Whitelist": "zk_consumer", "Blacklist": "zk_consumer", "ConsumerTimeout": "zk_consumer",
+    "ConsumerGroupMetadata": "transactions", "ProducerFencedError": "transactions",
+    "TransactionStateError": "transactions", "TransactionAbortableError": "transactions",
     "SendFuture": "transport", "SendResult": "transport", "TcpTransport": "transport", "Transport": "transport",
 }
 

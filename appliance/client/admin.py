@@ -1,5 +1,5 @@
-"""Admin operations: topics (create, delete, describe with configs, add partitions) and consumer
-groups (list, describe, delete).
+"""Admin operations: topics (create, delete, describe with configs, add partitions), consumer
+groups (list, describe, delete) and transactions (list, describe: KIP-664).
 
 Every method raises the KafkaError subclass of the broker's error code, with the broker's
 message when it sent one, and KafkaConnectionError naming the address when nothing answers.
@@ -14,16 +14,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from appliance.client import config as cfg
-from appliance.client.cluster import Cluster, check_error
+from appliance.client.cluster import RETRIABLE, Cluster, check_error
+from appliance.client.coordinator_lookup import find_txn_coordinator
 from appliance.client.membership import GroupMembership
 from appliance.client.subscription import decode_subscription
 from appliance.coordinator.consumer_protocol import decode_assignment
 from appliance.errors import ErrorCode
 
-__all__ = ["AdminClient", "NewTopic", "TopicDescription", "GroupDescription", "MemberDescription"]
+__all__ = ["AdminClient", "NewTopic", "TopicDescription", "GroupDescription", "MemberDescription",
+           "TransactionListing", "TransactionDescription", "ProducerState"]
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, DESCRIBE_CONFIGS = 19, 20, 37, 32
 LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS = 16, 15, 42
+DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 RESOURCE_TOPIC = 2
 
 
@@ -58,6 +61,38 @@ class GroupDescription:
     protocol_type: str
     protocol: str
     members: list[MemberDescription]
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionListing:
+    transactional_id: str
+    coordinator_id: int  # the broker that answered for it
+    producer_id: int
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    coordinator_id: int
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    state: str
+    timeout_ms: int
+    start_time_ms: int  # -1: no transaction open
+    partitions: list[tuple[str, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerState:
+    """One active producer of a partition, as its leader keeps it (DescribeProducers)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int  # -1: no transaction open
 
 
 class AdminClient:
@@ -189,6 +224,69 @@ class AdminClient:
             resp = self._group_connection(gid).request(DELETE_GROUPS, {"groups_names": [gid]})
             for r in resp.results:
                 check_error(r.error_code, f"deleting group {r.group_id!r}")
+
+    # transactions ---------------------------------------------------------------------------
+    def list_transactions(self, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
+                          duration_ms: int = -1) -> list[TransactionListing]:
+        """Every transactional id the cluster coordinates (as Kafka's admin: ListTransactions to
+        each broker, which answers for the coordinators it hosts), filtered to ``states`` and
+        ``producer_ids`` when given, and with ``duration_ms`` >= 0 to the transactions open
+        longer than it. A state name Kafka does not know matches nothing. Raises the first
+        broker's error."""
+        self.cluster.refresh([])
+        body = {"state_filters": list(states), "producer_id_filters": list(producer_ids),
+                "duration_filter": duration_ms}
+        out = []
+        for node in self.cluster.node_ids():
+            deadline = time.monotonic() + self.timeout_ms / 1000
+            while True:
+                resp = self.cluster.node_connection(node).request(LIST_TRANSACTIONS, body)
+                if resp.error_code not in RETRIABLE or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            check_error(resp.error_code, f"listing the transactions of broker {node}")
+            out += [TransactionListing(t.transactional_id, node, t.producer_id, t.transaction_state)
+                    for t in resp.transaction_states]
+        return sorted(out, key=lambda t: t.transactional_id)
+
+    def describe_producers(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], list[ProducerState]]:
+        """Each partition's active producers, asked of its leader (KIP-664). Raises
+        UnknownTopicOrPartitionError, the leader's error."""
+        by_leader: dict[int, dict[str, list[int]]] = {}
+        for topic, partition in partitions:
+            by_leader.setdefault(self.cluster.leader_of(topic, partition), {}).setdefault(topic, []).append(partition)
+        out: dict[tuple[str, int], list[ProducerState]] = {}
+        for node, topics in by_leader.items():
+            resp = self.cluster.node_connection(node).request(DESCRIBE_PRODUCERS, {"topics": [
+                {"name": t, "partition_indexes": ps} for t, ps in topics.items()]})
+            for t in resp.topics:
+                for p in t.partitions:
+                    check_error(p.error_code, f"describing the producers of {t.name}-{p.partition_index}",
+                                p.error_message)
+                    out[(t.name, p.partition_index)] = [
+                        ProducerState(a.producer_id, a.producer_epoch, a.last_sequence, a.last_timestamp,
+                                      a.coordinator_epoch, a.current_txn_start_offset) for a in p.active_producers]
+        return out
+
+    def describe_transactions(self, transactional_ids: Iterable[str]) -> dict[str, TransactionDescription]:
+        """Each id's state as its coordinator holds it. Raises TransactionalIdNotFound (error
+        105) for an id no coordinator knows, the authorization error for one the principal may
+        not Describe."""
+        out = {}
+        for tid in transactional_ids:
+            deadline = time.monotonic() + self.timeout_ms / 1000
+            while True:
+                node, host, port = find_txn_coordinator(self.cluster, tid, self.timeout_ms / 1000)
+                resp = self.cluster.connection(host, port).request(DESCRIBE_TRANSACTIONS, {"transactional_ids": [tid]})
+                s = resp.transaction_states[0]
+                if s.error_code not in RETRIABLE or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)  # the coordinator moved or is loading: find it again
+            check_error(s.error_code, f"describing transactional id {tid!r}")
+            out[tid] = TransactionDescription(node, tid, s.producer_id, s.producer_epoch, s.transaction_state,
+                                              s.transaction_timeout_ms, s.transaction_start_time_ms,
+                                              [(t.topic, p) for t in s.topics for p in t.partitions])
+        return out
 
     def close(self) -> None:
         self.cluster.close()

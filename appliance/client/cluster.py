@@ -171,6 +171,11 @@ class Cluster:
             self._fetched_at = time.monotonic()
         return resp
 
+    def node_ids(self) -> list[int]:
+        """The brokers the last metadata named."""
+        with self._lock:
+            return sorted(self._nodes)
+
     def topic(self, name: str, *, timeout: float = 60.0, auto_create: bool | None = None) -> TopicInfo:
         """The topic's partitions and leaders, from the cache or the broker.
 

@@ -122,6 +122,9 @@ PRODUCER_KEYS: tuple[Key, ...] = (
     _no_effect("metrics.num.samples", "int"),
     _no_effect("metrics.sample.window.ms", "int"),
     Key("enable.idempotence", "bool", False, "InitProducerId + sequence numbers: retries never duplicate"),
+    Key("transactional.id", "str", None, "transactions (KIP-98): init_transactions(), begin/commit/abort; "
+        "implies enable.idempotence; a new instance with the same id fences the old one"),
+    _i("transaction.timeout.ms", 60000, "the coordinator aborts a transaction open longer than this", 1),
     _i("max.in.flight.requests.per.connection", 5, "batches in flight per partition (1 when idempotent)", 1),
     _i("max.request.size", 1048576, "largest record batch the producer builds", 1024),
     _i("max.block.ms", 60000, "how long send() waits for metadata of a new topic", 0,
@@ -164,6 +167,9 @@ CONSUMER_KEYS: tuple[Key, ...] = _COMMON + (
     _i("max.partition.fetch.bytes", 1048576, "bytes per partition per fetch", 1),
     _i("max.poll.records", 500, "records one poll() returns at most", 1),
     Key("check.crcs", "bool", True, "verify batch CRCs"),
+    Key("isolation.level", "choice", "read_uncommitted", "read_committed: only committed transactions' "
+        "records, up to the last stable offset; read_uncommitted: everything written",
+        choices=("read_uncommitted", "read_committed")),
     Key("key.deserializer", "object", None, "Decoder for keys (from_bytes(bytes) -> obj)"),
     Key("value.deserializer", "object", None, "Decoder for values"),
 )

@@ -16,7 +16,7 @@ import appliance.protocol as proto
 from appliance.client.security import Security, secure
 from appliance.errors import ErrorCode, KafkaError, UnsupportedVersionError
 
-__all__ = ["BrokerConnection", "ConnectionFailed", "KafkaConnectionError", "parse_bootstrap"]
+__all__ = ["BrokerConnection", "ConnectionFailed", "KafkaConnectionError", "connect_first", "parse_bootstrap"]
 
 
 class KafkaConnectionError(KafkaError):
@@ -140,3 +140,15 @@ class BrokerConnection:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def connect_first(servers: list[tuple[str, int]], timeout: float, client_id: str) -> BrokerConnection:
+    """A connection to the first of ``servers`` that answers, in order; ConnectionFailed naming
+    every one's failure when none does."""
+    errors = []
+    for host, port in servers:
+        try:
+            return BrokerConnection(host, port, timeout=timeout, client_id=client_id)
+        except ConnectionFailed as e:
+            errors.append(str(e))
+    raise ConnectionFailed("; ".join(errors))

@@ -43,6 +43,7 @@ from appliance.client.fetching import (
 )
 from appliance.client.membership import OFFSET_COMMIT, GroupMembership
 from appliance.client.serialization import as_decoder
+from appliance.client.transactions import ConsumerGroupMetadata
 from appliance.errors import ErrorCode, InvalidConfigError, KafkaError, OffsetOutOfRangeError
 
 __all__ = ["Consumer", "ConsumerRecord", "TopicPartition", "ConsumerRebalanceListener"]
@@ -71,6 +72,9 @@ class Consumer:
                                      f"below session.timeout.ms={c['session.timeout.ms']}")
         self.assignors = [make_assignor(n) for n in c["partition.assignment.strategy"]]
         self.cluster = Cluster.for_consumer(c)
+        # 1: read_committed (Fetch and ListOffsets stop at the last stable offset; records of
+        # aborted transactions are dropped)
+        self._isolation = 1 if c["isolation.level"] == "read_committed" else 0
         self.key_decoder = as_decoder(c["key.deserializer"])
         self.value_decoder = as_decoder(c["value.deserializer"])
         self.group: GroupMembership | None = None
@@ -176,6 +180,14 @@ class Consumer:
             self._resolve_positions()
         return self._positions[tp]  # type: ignore[return-value]
 
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The group, generation and member id, for a transactional producer's
+        send_offsets_to_transaction (KIP-447: offsets of a member the group has moved past are
+        refused). Needs group.id."""
+        if self.group is None:
+            raise InvalidConfigError("config group.id=None: group_metadata() needs a group.id")
+        return ConsumerGroupMetadata(self.group.group_id, self.group.generation, self.group.member_id, None)
+
     def committed(self, tp: TopicPartition | tuple[str, int]) -> int | None:
         """The group's committed offset for ``tp`` (None if none). Needs group.id."""
         if self.group is None:
@@ -202,7 +214,7 @@ class Consumer:
             todo = []
             for node, group in by_leader.items():
                 resp = self.cluster.node_connection(node).request(
-                    LIST_OFFSETS, list_offsets_body([(tp.topic, tp.partition, ts) for tp in group]))
+                    LIST_OFFSETS, list_offsets_body([(tp.topic, tp.partition, ts) for tp in group], self._isolation))
                 for t in resp.topics:
                     for p in t.partitions:
                         tp = TopicPartition(t.name, p.partition_index)
@@ -362,7 +374,7 @@ class Consumer:
         for node, tps in by_leader.items():
             body = fetch_body([(tp.topic, tp.partition, self._positions[tp]) for tp in tps],
                               max_wait_ms=max_wait, min_bytes=c["fetch.min.bytes"], max_bytes=c["fetch.max.bytes"],
-                              partition_max_bytes=c["max.partition.fetch.bytes"])
+                              partition_max_bytes=c["max.partition.fetch.bytes"], isolation_level=self._isolation)
             try:
                 conn = self.cluster.node_connection(node, "fetch")
                 futures.append(conn.send(FETCH, body, timeout=self.cluster.request_timeout + max_wait / 1000))
@@ -400,9 +412,13 @@ class Consumer:
                     self.cluster.invalidate(tp.topic)
                     continue
                 check_error(code, f"fetching {tp.topic}-{tp.partition}")
-                recs, _ = decode_records(tp.topic, tp.partition, p.records, pos, self.key_decoder, self.value_decoder)
+                recs, after = decode_records(tp.topic, tp.partition, p.records, pos, self.key_decoder,
+                                             self.value_decoder, p.aborted_transactions if self._isolation else None)
                 if recs:
                     self._buffer[tp] = recs
+                elif after is not None and after > pos:
+                    # only control batches or aborted records: past them, as Kafka's consumer
+                    self._positions[tp] = after
         if reset:
             for tp in reset:
                 self._positions[tp] = None

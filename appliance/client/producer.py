@@ -10,7 +10,13 @@ completes the records' futures.
 
 Ordering: with ``enable.idempotence`` a partition has one batch in flight at a time and every
 batch carries the producer id and its sequence number, so a retried batch the broker already
-wrote is recognised and never written twice. Without it, up to
+wrote is recognised and never written twice.
+
+Transactions (``transactional.id``, KIP-98): ``init_transactions()``, then ``begin_transaction()``,
+sends, ``send_offsets_to_transaction()``, ``commit_transaction()`` / ``abort_transaction()``. The
+sender thread adds each partition to the transaction (AddPartitionsToTxn) before its first
+batch goes out; every batch carries the transactional bit. The state and the coordinator's
+requests are :mod:`appliance.client.transactions`'. Without it, up to
 ``max.in.flight.requests.per.connection`` batches per partition are in flight and a retry may
 reorder them (as in Kafka).
 
@@ -46,11 +52,18 @@ from appliance.client.java_names import encoder_named, partitioner_named
 from appliance.client.partitioner import StickyPartitioner, partition_for
 from appliance.client.producer_id import init_producer_id
 from appliance.client.serialization import DefaultEncoder, as_encoder
+from appliance.client.transactions import (
+    ABORTABLE,
+    IN_TRANSACTION,
+    TransactionManager,
+    TransactionStateError,
+)
 from appliance.client.transport import open_transport
 from appliance.errors import (
     DuplicateSequenceError,
     KafkaError,
     MessageTooLargeError,
+    RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
 from appliance.records import Compression, Record, build_batch
@@ -282,6 +295,15 @@ class Producer(Send):
         self.sync = c["producer.type"] == "sync"
         self.acks = c["acks"]
         self.idempotent = c["enable.idempotence"]
+        self._txn: TransactionManager | None = None
+        self._transactional = c["transactional.id"] is not None
+        if self._transactional:
+            if not c["transactional.id"]:
+                raise cfg.InvalidConfigError("config transactional.id='': an id must not be empty")
+            if c["transport"] == "ipc":  # the transactional path is the TCP one (AddPartitionsToTxn first)
+                raise cfg.InvalidConfigError("config transport=ipc: a transactional producer uses tcp")
+            c["transport"] = "tcp"
+            self.idempotent = True  # Kafka: transactional.id implies enable.idempotence
         if self.idempotent and self.acks != -1:
             raise cfg.InvalidConfigError(f"config acks={self.acks}: enable.idempotence needs acks=all")
         self.codec = CODECS[c["compression.type"]]
@@ -363,7 +385,10 @@ class Producer(Send):
         # the bulk producer's CPU over IPC.
         self._out_pool = OutputPool(depth=self.max_in_flight + 3)
         self._sequences: dict[tuple[str, int], int] = {}
-        if self.idempotent:
+        if self._transactional:  # its producer id comes with init_transactions()
+            self._txn = TransactionManager(self.cluster, c["transactional.id"], c["transaction.timeout.ms"],
+                                           self.backoff)
+        elif self.idempotent:
             self._init_producer_id()
         self._sender = threading.Thread(target=self._send_loop, name="appliance-producer-sender", daemon=True)
         self._completer = threading.Thread(target=self._complete_loop, name="appliance-producer-acks", daemon=True)
@@ -405,6 +430,8 @@ class Producer(Send):
         RecordMetadata has the batch's first offset. Sync producers wait for every batch.
         Raises as :meth:`send`."""
         self._check_open()
+        if self._txn is not None:
+            self._txn.check_sendable()
         info = self.cluster.topic(topic, timeout=self.config["max.block.ms"] / 1000)
         n = len(info.leaders)
         if partition is not None and partition not in info.leaders:
@@ -540,6 +567,8 @@ class Producer(Send):
 
     def _enqueue(self, topic: str, record: Any, partition: int | None) -> ProducerFuture:
         self._check_open()
+        if self._txn is not None:
+            self._txn.check_sendable()
         if type(record) is bytes and self._plain_values:
             # the common record, a bytes value: what _normalize and the default encoder give
             key, kb, vb, headers, ts, rec_partition = None, None, record, (), None, None
@@ -774,6 +803,8 @@ class Producer(Send):
                     batches.append(self._build(topic, part, items))
                 except Exception as e:  # a record the batch builder refuses fails alone
                     self._finish(_Batch(topic, part, items, b"", len(items)), None, e)
+            if batches and self._txn is not None:
+                batches = self._admit(batches)
             if batches:
                 self._transmit(batches)
                 if self._failed is not None:  # the acknowledgement thread died meanwhile
@@ -807,13 +838,13 @@ class Producer(Send):
                     buf, offsets, ts, kw = data
                     data = self._columns_batch(len(items), len(kw.get("keys", ())), len(buf), True, buf, offsets,
                                                timestamp=ts, producer_id=self._producer_id,
-                                               producer_epoch=self._epoch, base_sequence=seq, **kw)
+                                               producer_epoch=self._epoch, is_transactional=self._transactional, base_sequence=seq, **kw)
                     return _Batch(topic, part, items, data, len(items), producer_id=self._producer_id,
                                   sequence=seq)
             recs = [Record(i, it.timestamp, it.key, it.value, it.headers) for i, it in enumerate(items)]
         seq = self._batch_ready(topic, part, len(recs))
         data = build_batch(recs, compression=codec, producer_id=self._producer_id,
-                           producer_epoch=self._epoch, base_sequence=seq)
+                           producer_epoch=self._epoch, is_transactional=self._transactional, base_sequence=seq)
         return _Batch(topic, part, items, data, len(recs), producer_id=self._producer_id, sequence=seq)
 
     def _codec_for(self, topic: str) -> Compression:
@@ -837,12 +868,12 @@ class Producer(Send):
             base = int(ts[0])
             data = self._columns_batch(n, 0, len(buf), True, buf, np.frombuffer(ends, np.int64), timestamp=base,
                                        timestamp_deltas=ts - base, producer_id=self._producer_id,
-                                       producer_epoch=self._epoch, base_sequence=seq)
+                                       producer_epoch=self._epoch, is_transactional=self._transactional, base_sequence=seq)
         else:
             stamps = ts.tolist()
             data = build_batch([Record(i, stamps[i], None, v) for i, v in enumerate(values)],
                                compression=codec, producer_id=self._producer_id,
-                               producer_epoch=self._epoch, base_sequence=seq)
+                               producer_epoch=self._epoch, is_transactional=self._transactional, base_sequence=seq)
         return _Batch(topic, part, items, data, n, producer_id=self._producer_id, sequence=seq)
 
     def _batch_ready(self, topic: str, part: int, count: int) -> int:
@@ -913,7 +944,7 @@ class Producer(Send):
             buf = np.frombuffer(b"".join(values), np.uint8) if offsets[-1] else np.zeros(0, np.uint8)
         seq = self._batch_ready(topic, part, len(values))
         data = self._columns_batch(len(values), 0, int(offsets[-1] - offsets[0]), False, buf, offsets,
-                                   timestamp=ts, producer_id=self._producer_id, producer_epoch=self._epoch,
+                                   timestamp=ts, producer_id=self._producer_id, producer_epoch=self._epoch, is_transactional=self._transactional,
                                    base_sequence=seq)
         return _Batch(topic, part, items, data, len(values), producer_id=self._producer_id, sequence=seq)
 
@@ -1000,7 +1031,9 @@ class Producer(Send):
                 return
             except KafkaError as e:
                 if not self._retriable(e) or b.attempts > self.retries or self._closed:
-                    if self.idempotent:
+                    if self._txn is not None:
+                        self._txn.fail(e)  # the transaction cannot commit; fenced: nothing can
+                    elif self.idempotent:
                         self._reset_idempotence(b)
                     self._finish(b, None, e)
                     return
@@ -1076,6 +1109,84 @@ class Producer(Send):
                 q.in_flight -= 1
             self._outstanding -= 1
             self._cond.notify_all()
+
+    # ------------------------------------------------------------------ transactions
+    def _transaction(self, action: str) -> TransactionManager:
+        if self._txn is None:
+            raise TransactionStateError(f"{action}: the producer has no transactional.id")
+        self._check_open()
+        return self._txn
+
+    def _timeout(self, timeout: float | None) -> float:
+        return self._max_block_s if timeout is None else timeout
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Register transactional.id with its coordinator and take its producer id and epoch;
+        an earlier instance with the same id is fenced, its open transaction aborted. Once,
+        before the first transaction. ``timeout`` (s, default max.block.ms). Raises
+        TransactionStateError (not transactional, or called twice), the coordinator's error."""
+        txn = self._transaction("init_transactions")
+        txn.init(self._timeout(timeout))
+        self._producer_id, self._epoch = txn.producer_id, txn.epoch
+        self._sequences.clear()
+
+    def begin_transaction(self) -> None:
+        """Open a transaction: the records sent until commit or abort belong to it. Raises
+        TransactionStateError before init_transactions or while one is open."""
+        self._transaction("begin_transaction").begin()
+
+    def send_offsets_to_transaction(self, offsets: Mapping[Any, int], group_metadata: Any,
+                                    timeout: float | None = None) -> None:
+        """Commit a consumer group's offsets ({TopicPartition: next offset to read}) with the
+        transaction (KIP-447): ``group_metadata`` is the consumer's ``group_metadata()`` (a
+        bare group id also works, unfenced). They become the group's committed offsets only if
+        the transaction commits."""
+        self._transaction("send_offsets_to_transaction").send_offsets(offsets, group_metadata,
+                                                                      self._timeout(timeout))
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Send what is queued, then commit (EndTxn). Raises TransactionStateError without an
+        open transaction, TransactionAbortableError when a record or request of it failed
+        (abort_transaction() then), ProducerFencedError when a newer instance took over,
+        RequestTimedOutError when the records are not acknowledged in ``timeout`` (s, default
+        max.block.ms; the transaction stays open: commit or abort again)."""
+        txn = self._transaction("commit_transaction")
+        if txn.state not in (IN_TRANSACTION, ABORTABLE):
+            txn.end(True, 0)  # raises the state error
+        deadline = time.monotonic() + self._timeout(timeout)
+        if not self.flush(self._timeout(timeout)):
+            self._check_open()
+            raise RequestTimedOutError("commit_transaction: the transaction's records were not acknowledged "
+                                       f"within {self._timeout(timeout):g} s")
+        txn.end(True, max(0.0, deadline - time.monotonic()))
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the open transaction: its records are never seen by read_committed consumers,
+        its offsets never committed. Works after a failed record or request (not once fenced).
+        What is still queued is sent first (its outcome does not matter: it is aborted)."""
+        txn = self._transaction("abort_transaction")
+        if txn.state not in (IN_TRANSACTION, ABORTABLE):
+            txn.end(False, 0)  # raises the state error
+        deadline = time.monotonic() + self._timeout(timeout)
+        self.flush(self._timeout(timeout))
+        txn.end(False, max(0.0, deadline - time.monotonic()))
+        if (txn.producer_id, txn.epoch) != (self._producer_id, self._epoch):  # bumped: sequences restart
+            self._producer_id, self._epoch = txn.producer_id, txn.epoch
+            self._sequences.clear()
+
+    def _admit(self, batches: list[_Batch]) -> list[_Batch]:
+        """Sender thread: add the batches' partitions to the transaction before they go out;
+        when that fails, they fail (and the transaction with them)."""
+        assert self._txn is not None
+        try:
+            self._txn.add_partitions({(b.topic, b.partition) for b in batches}, self.request_timeout_ms / 1000)
+            return batches
+        except KafkaError as e:
+            self._txn.fail(e)
+            err = self._txn.error or e
+            for b in batches:
+                self._finish(b, None, err)
+            return []
 
     # ------------------------------------------------------------------ idempotence
     def _init_producer_id(self) -> None:

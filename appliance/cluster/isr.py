@@ -49,12 +49,24 @@ def propose_isr(store: ZkStore, tp: TopicPartition, held: PartitionLeadership,
                 new_isr: tuple[int, ...]) -> PartitionLeadership | None:
     """The leader writes a new ISR, conditional on the zkVersion it holds. Returns the new state
     (with the new zkVersion), or None when the znode moved on: the controller changed the
-    partition and its LeaderAndIsr is on its way; the leader keeps its old ISR until then."""
+    partition and its LeaderAndIsr is on its way; the leader keeps its old ISR until then.
+
+    A version conflict on a znode still at this leader's epoch is not the controller's (every
+    controller write bumps the leader epoch): it is this leader's own earlier write whose answer
+    was lost with its connection (kazoo raised; the write had landed). Waiting for a LeaderAndIsr
+    then waits forever — no ISR change of this partition would ever be written again (Kafka's
+    stuck "cached zkVersion" ISR). So the znode's state is taken as the one held: the new ISR
+    when it is that (Kafka's checkLeaderAndIsrZkData), else the ISR it records, from which the
+    next round decides again."""
     written = store.update_partition_state(
         tp, LeaderIsr(held.leader, held.leader_epoch, tuple(new_isr), held.controller_epoch, held.zk_version),
         None)
     if written is None:
-        return None
+        now = store.partition_state(tp)
+        if now is None or (now.leader, now.leader_epoch) != (held.leader, held.leader_epoch):
+            return None
+        return PartitionLeadership(held.leader, held.leader_epoch, tuple(now.isr), held.replicas,
+                                   now.zk_version, now.controller_epoch, held.offline)
     return PartitionLeadership(held.leader, held.leader_epoch, tuple(new_isr), held.replicas,
                                written.zk_version, held.controller_epoch, held.offline)
 

@@ -86,9 +86,13 @@ class IsrManager:
             written = await loop.run_in_executor(None, propose_isr, self.store, tp, held, new_isr)
             if written is None:
                 continue  # the controller moved the partition: its LeaderAndIsr is on its way
-            log.info("%s: ISR %s -> %s", tp, list(held.isr), list(new_isr))
+            if written.isr == held.isr:  # only the zkVersion was stale (see propose_isr)
+                self.table.local[tp] = written
+                continue
+            log.info("%s: ISR %s -> %s", tp, list(held.isr), list(written.isr))
             if self.metrics is not None:
-                self.metrics.isr_changed(bool(out), bool(joining))
+                self.metrics.isr_changed(bool(set(held.isr) - set(written.isr)),
+                                         bool(set(written.isr) - set(held.isr)))
             self.table.local[tp] = written
             self.area.write(info.slot, Role.LEADER, written.leader, written.leader_epoch,
                             written.replicas, written.isr)

@@ -61,6 +61,8 @@ class BrokerRegistry:
         self._lock = threading.Lock()
         self._expired = False
         self._registered = False
+        # KIP-380: this registration's broker epoch (its znode's czxid); -1 before the first
+        self.epoch = -1
         client.add_listener(self._on_state)
 
     @property
@@ -81,7 +83,8 @@ class BrokerRegistry:
     def _create(self) -> None:
         data = encode_broker(self.info)
         try:
-            self.client.create(self.path, data, ephemeral=True, makepath=True)
+            _, stat = self.client.create(self.path, data, ephemeral=True, makepath=True, include_data=True)
+            self.epoch = stat.czxid
             return
         except NodeExistsError:
             pass
@@ -89,10 +92,12 @@ class BrokerRegistry:
         try:
             _, stat = self.client.get(self.path)
         except NoNodeError:
-            self.client.create(self.path, data, ephemeral=True, makepath=True)
+            _, stat = self.client.create(self.path, data, ephemeral=True, makepath=True, include_data=True)
+            self.epoch = stat.czxid
             return
         if stat.ephemeralOwner != self.client.client_id[0]:
             raise BrokerIdInUse(self.info.broker_id)
+        self.epoch = stat.czxid
 
     def unregister(self) -> None:
         """Delete the znode (controlled shutdown's last step); the session may stay open."""

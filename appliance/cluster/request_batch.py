@@ -107,7 +107,7 @@ class RequestBatch:
             for b, parts in sorted(self._lai.items()):
                 if b in live:
                     channel.send(b, LEADER_AND_ISR, LEADER_AND_ISR_VERSION,
-                                 self._leader_and_isr(epoch, parts, live))
+                                 self._leader_and_isr(epoch, parts, live, live[b].epoch))
             if self._um_parts and not self._um_brokers:
                 self._um_brokers = set(live)
             if self._um_brokers:
@@ -115,12 +115,13 @@ class RequestBatch:
                 body = self._update_metadata(epoch, parts, live)
                 for b in sorted(self._um_brokers):
                     if b in live:
-                        channel.send(b, UPDATE_METADATA, UPDATE_METADATA_VERSION, body)
+                        channel.send(b, UPDATE_METADATA, UPDATE_METADATA_VERSION,
+                                     {**body, "broker_epoch": live[b].epoch})
             for (b, delete), tps in sorted(self._stop.items()):
                 if b in live:
                     cb = on_stop_response(b, delete) if on_stop_response else None
                     channel.send(b, STOP_REPLICA, STOP_REPLICA_VERSION,
-                                 self._stop_replica(epoch, delete, tps), cb)
+                                 self._stop_replica(epoch, delete, tps, live[b].epoch), cb)
         finally:
             self.__init__(self.controller_id)  # type: ignore[misc]
 
@@ -134,10 +135,11 @@ class RequestBatch:
         return out
 
     def _leader_and_isr(self, epoch: int, parts: dict[TopicPartition, tuple[PartitionInfo, bool]],
-                        live: dict[int, BrokerInfo]) -> dict[str, Any]:
+                        live: dict[int, BrokerInfo], broker_epoch: int) -> dict[str, Any]:
         leaders = {info.state.leader for info, _ in parts.values()}
         return {
-            "controller_id": self.controller_id, "controller_epoch": epoch, "broker_epoch": -1,
+            # KIP-380: the registration of the broker this is meant for (its znode's czxid)
+            "controller_id": self.controller_id, "controller_epoch": epoch, "broker_epoch": broker_epoch,
             "topic_states": [{"topic_name": t, "partition_states": [
                 {"partition_index": tp.partition, "controller_epoch": info.state.controller_epoch,
                  "leader": info.state.leader, "leader_epoch": info.state.leader_epoch,
@@ -168,9 +170,10 @@ class RequestBatch:
                 "rack": b.rack} for _, b in sorted(live.items())],
         }
 
-    def _stop_replica(self, epoch: int, delete: bool, tps: set[TopicPartition]) -> dict[str, Any]:
+    def _stop_replica(self, epoch: int, delete: bool, tps: set[TopicPartition],
+                      broker_epoch: int) -> dict[str, Any]:
         return {
-            "controller_id": self.controller_id, "controller_epoch": epoch, "broker_epoch": -1,
+            "controller_id": self.controller_id, "controller_epoch": epoch, "broker_epoch": broker_epoch,
             "delete_partitions": delete,
             "topics": [{"name": t, "partition_indexes": [tp.partition for tp in group]}
                        for t, group in self._by_topic(tps).items()],

@@ -61,12 +61,14 @@ from appliance.cluster.reassignment_api import answer_alter_reassignments, answe
 from appliance.cluster.registry import BrokerIdInUse
 from appliance.cluster.replication_throttle import ThrottleSettings, publish_leader_throttles
 from appliance.cluster.scram_users import alter_scram_body, describe_scram_body
+from appliance.cluster.session_fence import SessionFence
 from appliance.cluster.topic_ids import TopicIds
 from appliance.cluster.wire_channel import WireChannel
 from appliance.cluster.zk_paths import split_chroot
 from appliance.cluster.zk_session import ZooKeeperUnreachable, open_session
 from appliance.cluster.zk_store import ZkStore
 from appliance.config import BrokerConfig
+from appliance.errors import ErrorCode
 from appliance.metrics.recorder import Recorder, attach_recorder
 from appliance.process.cluster_link import (
     CONFIG_REQUEST,
@@ -159,6 +161,7 @@ class ClusterWorker:
         self.answers = self._answers()
         self.configs: ConfigChanges | None = None
         self.producer_ids: BlockAllocator | None = None  # once joined
+        self.session_fence: SessionFence | None = None  # once joined
         # bound here: uvloop takes no abstract address (a leading NUL) as a path
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(cluster_address(p.base))
@@ -185,6 +188,7 @@ class ClusterWorker:
             return EXIT_BOOT_ERROR
         store = ZkStore(self.member.client)
         self.store = store
+        self.session_fence = SessionFence(self.member.client, self.member.registry, self.metadata)
         self.throttle = ThrottleSettings(self.member.client, self.broker_id)
         self.fetcher = ReplicaFetcher(ctx, store, self.broker_id, self.throttle, self.connector)
         self.topic_ids = TopicIds(store)
@@ -403,21 +407,39 @@ class ClusterWorker:
         req = api.decode_request(head.api_version, frame, head.body_at)
         return api.encode_response(head.api_version, await answer(req, head))
 
+    def _stale(self, req: Any) -> dict | None:
+        """KIP-380: a controller request meant for an older registration of this broker (its
+        session has expired since) changes nothing."""
+        epoch = getattr(req, "broker_epoch", -1)
+        if self.session_fence is None or not self.session_fence.stale(epoch):
+            return None
+        log.info("refused a controller request for broker epoch %d (this registration's is %d)",
+                 epoch, self.member.registry.epoch)
+        return {"error_code": int(ErrorCode.STALE_BROKER_EPOCH), "partition_errors": []}
+
     async def _leader_and_isr(self, req: Any, head: Forwarded) -> dict:
+        if (stale := self._stale(req)) is not None:
+            return stale
         async with self.replicas.lock:
             resp, changes = self.member.leadership.apply_leader_and_isr(req)
             touched = [tp for tp, _ in partition_states(req, "topic_states", "ungrouped_partition_states")]
             if not resp["error_code"]:
                 await self.replicas.apply(changes, touched)
+                if self.session_fence is not None:
+                    self.session_fence.confirmed(getattr(req, "broker_epoch", -1))
         return resp
 
     async def _stop_replica(self, req: Any, head: Forwarded) -> dict:
+        if (stale := self._stale(req)) is not None:
+            return stale
         async with self.replicas.lock:
             resp, changes = self.member.leadership.apply_stop_replica(req)
             await self.replicas.stop(changes)
         return resp
 
     async def _update_metadata(self, req: Any, head: Forwarded) -> dict:
+        if (stale := self._stale(req)) is not None:
+            return {"error_code": stale["error_code"]}
         lt = self.member.leadership
         resp = lt.apply_update_metadata(req)
         if not resp["error_code"]:

@@ -105,6 +105,11 @@ class BrokerInfo:
     rack: str | None = None
     timestamp_ms: int = 0
     jmx_port: int = -1
+    # KIP-380's broker epoch: the registration znode's czxid (-1: not read from ZooKeeper). A
+    # broker whose session expired registers again with a new one, so the controller tells a
+    # re-registration from the same broker staying, and its requests name the registration they
+    # were meant for.
+    epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)

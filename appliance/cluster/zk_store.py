@@ -14,6 +14,7 @@ Methods block on ZooKeeper; call them from the controller's thread (or a tool's)
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
@@ -62,10 +63,10 @@ class ZkStore:
         out = {}
         for b in self.broker_ids(watch):
             try:
-                data, _ = self.client.get(zp.broker_path(b))
+                data, stat = self.client.get(zp.broker_path(b))
             except NoNodeError:
                 continue  # went away between the listing and the read
-            out[b] = zp.decode_broker(b, data)
+            out[b] = replace(zp.decode_broker(b, data), epoch=stat.czxid)
         return out
 
     # -- topics ------------------------------------------------------------------------------

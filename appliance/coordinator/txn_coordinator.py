@@ -15,7 +15,8 @@ Sans-I/O, driven by its host's loop, single-threaded:
 - ``poll()`` aborts transactions past their timeout and removes ids idle past
   transactional.id.expiration.ms, every transaction.abort.timed.out.transaction.cleanup.interval.ms;
 - ``load`` / ``begin_load`` / ``load_records`` / ``finish_load`` / ``unload``, as the group
-  coordinator: a loaded PrepareCommit / PrepareAbort resumes its markers.
+  coordinator: a loaded PrepareCommit / PrepareAbort resumes its markers;
+- ``describe(id)`` and ``list_transactions(...)`` (KIP-664) read the state, writing nothing.
 
 The states and their moves are the table of :mod:`.txn_state`.
 """
@@ -42,7 +43,7 @@ from appliance.errors import ErrorCode, KafkaError
 from appliance.records.batch import build_batch
 
 __all__ = ["TransactionCoordinator", "TxnMetadata", "MarkerJob", "TXN_APIS", "API_INIT_PRODUCER_ID",
-           "API_ADD_PARTITIONS", "API_ADD_OFFSETS", "API_END_TXN", "MAX_EPOCH"]
+           "API_ADD_PARTITIONS", "API_ADD_OFFSETS", "API_END_TXN", "MAX_EPOCH", "STATE_NAMES"]
 
 log = logging.getLogger("appliance.coordinator.txn")
 
@@ -56,6 +57,8 @@ MAX_EPOCH = 32767 - 1
 # the first version of each API whose clients know PRODUCER_FENCED (KIP-588); older ones get
 # INVALID_PRODUCER_EPOCH, as Kafka's KafkaApis maps it
 _FENCED_FROM = {API_INIT_PRODUCER_ID: 4, API_ADD_PARTITIONS: 2, API_ADD_OFFSETS: 2, API_END_TXN: 2}
+# the names ListTransactions' state filter knows (Kafka's TransactionState.name)
+STATE_NAMES = frozenset(v for k, v in vars(TxnState).items() if not k.startswith("_"))
 
 
 @dataclass
@@ -371,6 +374,58 @@ class TransactionCoordinator:
         except KafkaError as e:
             code = e.code
         return {"throttle_time_ms": 0, "error_code": code}
+
+    # -- queries (KIP-664) -----------------------------------------------------------------
+    def describe(self, transactional_id: str) -> dict:
+        """DescribeTransactions' entry for one id: NOT_COORDINATOR where its partition is not
+        served here, COORDINATOR_LOAD_IN_PROGRESS while it loads, TRANSACTIONAL_ID_NOT_FOUND
+        for an id unknown (or Dead: being expired), as Kafka's."""
+        out: dict[str, Any] = {"error_code": 0, "transactional_id": transactional_id, "transaction_state": "",
+                               "transaction_timeout_ms": 0, "transaction_start_time_ms": -1,
+                               "producer_id": -1, "producer_epoch": -1, "topics": []}
+        if not transactional_id:
+            out["error_code"] = E.INVALID_REQUEST
+            return out
+        if self.partition_for(transactional_id) not in self.owned:
+            out["error_code"] = self.not_owned_error(transactional_id)
+            return out
+        m = self.txns.get(transactional_id)
+        if m is None or m.state == S.DEAD:
+            out["error_code"] = E.TRANSACTIONAL_ID_NOT_FOUND
+            return out
+        topics: dict[str, list[int]] = {}
+        for t, p in sorted(m.partitions):
+            topics.setdefault(t, []).append(p)
+        out.update(transaction_state=m.state, transaction_timeout_ms=m.timeout_ms,
+                   transaction_start_time_ms=m.start_ms, producer_id=m.producer_id, producer_epoch=m.epoch,
+                   topics=[{"topic": t, "partitions": ps} for t, ps in topics.items()])
+        return out
+
+    def list_transactions(self, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
+                          duration_ms: int = -1) -> dict:
+        """ListTransactions' answer for the ids of the partitions served here (Kafka's
+        TransactionStateManager.listTransactionStates): a state name Kafka does not know is
+        returned in ``unknown_state_filters`` (and matches nothing); Dead ids are left out;
+        ``duration_ms`` >= 0 keeps the transactions open longer than it. Any partition still
+        loading: COORDINATOR_LOAD_IN_PROGRESS, nothing listed."""
+        states, producer_ids = set(states), set(producer_ids)
+        if self.loading:
+            return {"throttle_time_ms": 0, "error_code": E.COORDINATOR_LOAD_IN_PROGRESS,
+                    "unknown_state_filters": [], "transaction_states": []}
+        now = self._now()
+        found = []
+        for tid, m in self.txns.items():
+            if self.partition_for(tid) not in self.owned or m.state == S.DEAD:
+                continue
+            if producer_ids and m.producer_id not in producer_ids:
+                continue
+            if states and m.state not in states:
+                continue
+            if duration_ms >= 0 and now - m.start_ms <= duration_ms:
+                continue
+            found.append({"transactional_id": tid, "producer_id": m.producer_id, "transaction_state": m.state})
+        return {"throttle_time_ms": 0, "error_code": 0,
+                "unknown_state_filters": sorted(states - STATE_NAMES), "transaction_states": found}
 
     # -- timers ---------------------------------------------------------------------------
     def poll(self) -> int:

@@ -271,6 +271,12 @@ class BrokerCollector(Collector):
                                 value=under_min)
         yield GaugeMetricFamily("kafka_server_replicamanager_partitioncount",
                                 "Partitions on this broker.", value=len(parts))
+        yield GaugeMetricFamily("appliance_coordinators_fenced",
+                                "1 while this broker's ZooKeeper session is in doubt and its group "
+                                "and transaction coordinators answer NOT_COORDINATOR (lost connection, "
+                                "or expired session not yet confirmed by the controller); 0 otherwise "
+                                "and standalone.",
+                                value=int(self.metadata is not None and self.metadata.fenced))
         labels = ["topic", "partition"]
         size = GaugeMetricFamily("kafka_log_log_size", "Bytes of the partition's segments.",
                                  labels=labels)

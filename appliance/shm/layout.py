@@ -501,13 +501,16 @@ def leaders_name(base: str) -> str:
 # the name's bytes, then `partition_count` METADATA_PARTITION records.
 
 METADATA_MAGIC = 0x41504D44  # "APMD"
-METADATA_VERSION = 1
+METADATA_VERSION = 2  # 2: the fenced word
 METADATA_BYTES = 64 << 20  # pages are touched only as far as the body reaches (tmpfs)
 
 METADATA_HEADER = Layout("metadata_header", (
     ("magic", "I"),
     ("version", "I"),
     ("seq", "Q"),                 # seqlock: odd while the cluster worker rewrites the body
+    # 1 while this broker's ZooKeeper session is in doubt (cluster/session_fence.py): what it
+    # believes it leads may have moved, so its coordinators answer nothing from memory
+    ("fenced", "Q"),
     ("body_bytes", "Q"),
     ("topic_count", "Q"),
 ))

@@ -34,7 +34,8 @@ _TOPIC = METADATA_TOPIC.struct  # type: ignore[attr-defined]
 _PART = METADATA_PARTITION.struct  # type: ignore[attr-defined]
 _BODY = METADATA_HEADER.size
 _SEQ_WORD = METADATA_HEADER.offset("seq") // 8
-assert METADATA_HEADER.offset("seq") % 8 == 0
+_FENCED_WORD = METADATA_HEADER.offset("fenced") // 8
+assert METADATA_HEADER.offset("seq") % 8 == 0 and METADATA_HEADER.offset("fenced") % 8 == 0
 # body_bytes and topic_count, written together after the body (never the seq word with them)
 _COUNTS_AT = METADATA_HEADER.offset("body_bytes")
 _COUNTS = struct.Struct("=QQ")
@@ -89,7 +90,7 @@ class MetadataCache:
     @classmethod
     def create(cls, name: str, size: int = METADATA_BYTES) -> MetadataCache:
         cache = cls(*create_mapped(name, size))
-        _HEAD.pack_into(cache._buf, 0, METADATA_MAGIC, METADATA_VERSION, 0, 0, 0)
+        _HEAD.pack_into(cache._buf, 0, METADATA_MAGIC, METADATA_VERSION, 0, 0, 0, 0)
         return cache
 
     @classmethod
@@ -120,7 +121,16 @@ class MetadataCache:
         _COUNTS.pack_into(self._buf, _COUNTS_AT, len(body), len(topics))
         self._words[_SEQ_WORD] = seq + 2
 
+    def set_fenced(self, fenced: bool) -> None:
+        """One aligned 8-byte store, outside the seqlock: it is a word of its own."""
+        self._words[_FENCED_WORD] = 1 if fenced else 0
+
     # -- readers -------------------------------------------------------------------------------
+
+    @property
+    def fenced(self) -> bool:
+        """Whether this broker's ZooKeeper session is in doubt (see cluster/session_fence.py)."""
+        return self._words[_FENCED_WORD] != 0
 
     def topics(self) -> dict[str, dict[int, PartitionLeader]]:
         """The cluster's topics now (decoded once per change; callers must not modify it)."""
@@ -132,7 +142,7 @@ class MetadataCache:
             if seq & 1:
                 time.sleep(0)
                 continue
-            _, _, _, body_bytes, topic_count = _HEAD.unpack_from(self._buf, 0)
+            _, _, _, _, body_bytes, topic_count = _HEAD.unpack_from(self._buf, 0)
             body = self._buf[_BODY:_BODY + min(body_bytes, len(self._buf) - _BODY)]
             if self._words[_SEQ_WORD] != seq:
                 continue

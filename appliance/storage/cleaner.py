@@ -18,7 +18,13 @@ What a pass guarantees (Kafka's semantics):
   (16-byte MD5 of the key + 8-byte offset) and log.cleaner.io.buffer.load.factor (0.9); when the dirty section has more
   keys, only the prefix that fits is mapped and the pass ends there (the rest goes next round);
 - an idempotent producer's last batch is kept whole, so its sequence state survives a reload;
-- records without a key are dropped (Kafka's rule; appends to compacted topics refuse them).
+- records without a key are dropped (Kafka's rule; appends to compacted topics refuse them);
+- transactions (:mod:`appliance.storage.cleaner_txn`): the cleaner never maps past the first
+  offset of a transaction not yet decided (the LSO bound, in the manager); batches of aborted
+  transactions (by the ``.txnindex`` entries overlapping the cleaned range) are removed and
+  their keys never enter the offset map; a marker goes once a pass met no batch of its
+  transaction and its segment is past ``delete.retention.ms`` (the tombstone rule); every ABORT
+  marker kept gets its entry in the cleaned segment's ``.txnindex``.
 
 Why bounded steps, not a thread: the disk worker is single-threaded and owns the partition's
 segment tuple (log.py's single-writer rule). A cleaner thread would need a lock the append path
@@ -54,11 +60,14 @@ from typing import Any
 
 from appliance.errors import CorruptRecordError, InvalidRecordError, KafkaStorageError
 from appliance.records import batch_layout as L
-from appliance.records.batch import build_batch, decode_batch, read_header
+from appliance.records.batch import BatchHeader, build_batch, decode_batch, read_header
+from appliance.records.control import marker_of_record
 from appliance.records.legacy import build_message_set, iter_entries
 from appliance.records.record_types import Compression, Record, TimestampType
 from appliance.records.stored import decode_stored
+from appliance.storage import txn_index
 from appliance.storage.cleaner_manager import CleanableLog, LogCleanerManager, is_compacted
+from appliance.storage.cleaner_txn import CleanedTxns
 from appliance.storage.log import PartitionLog
 from appliance.storage.segment import CLEANED_SUFFIX, INT32_MAX, LogSegment, segment_file_name
 from native.scan import scan_batches
@@ -159,6 +168,8 @@ class CleanerStats:
         self.records_removed = 0
         self.tombstones_removed = 0
         self.segments_swapped = 0
+        self.aborted_removed = 0  # records of aborted transactions
+        self.markers_removed = 0
 
     @property
     def io_bytes(self) -> int:
@@ -250,6 +261,10 @@ class CleaningPass:
             loc = dirty[0].translate_offset(self.first_dirty)
             start = loc.position if loc is not None else dirty[0].size
         self._cursor = _Cursor(dirty, start, self.read_bytes)
+        # the map phase keeps aborted records out of the offset map
+        self._txns = CleanedTxns(self._aborted_from(dirty[0] if dirty else None,
+                                                    self.first_dirty, self.uncleanable))
+        self._entries: list[txn_index.AbortedTxn] = []  # of markers kept, for self._out
         self._groups: list[list[LogSegment]] = []
         self._out: LogSegment | None = None
         self._carried: list[LogSegment] = []  # groups whose survivors go into self._out
@@ -258,6 +273,16 @@ class CleaningPass:
     @property
     def finished(self) -> bool:
         return self.phase == FINISHED
+
+    def _aborted_from(self, first: LogSegment | None, lo: int,
+                      hi: int) -> list[txn_index.AbortedTxn]:
+        """The aborted transactions overlapping [lo, hi), from the ``.txnindex`` files of the
+        log's segments from ``first`` on (a marker may sit past ``hi``). Raises OSError."""
+        if first is None or hi <= lo:
+            return []
+        segs = [s.segment for s in self.log.segments()]
+        i = next((i for i, s in enumerate(segs) if s is first), len(segs))
+        return txn_index.collect_aborted((s.txn_index_path for s in segs[i:]), lo, hi)
 
     # -- safety between steps ---------------------------------------------------------------
 
@@ -322,7 +347,12 @@ class CleaningPass:
             else:
                 h, recs = decode_batch(data, pos)
                 if h.attributes & L.CONTROL_BIT:
+                    self._txns.on_marker(h.producer_id, h.base_offset + h.last_offset_delta,
+                                         _marker_commit(h, recs))
                     continue
+                if self._txns.on_batch(h.producer_id, h.base_offset + h.last_offset_delta,
+                                       bool(h.attributes & L.TRANSACTIONAL_BIT)):
+                    continue  # aborted: its keys must not shadow committed records
             nrec += len(recs)
             for rec in recs:
                 if rec.key is None or not lo <= rec.offset < hi:
@@ -364,6 +394,10 @@ class CleaningPass:
         self._last_batches = {(pid, e.batches[-1].last_offset)
                               for pid, e in self.log.producers.producers.items() if e.batches}
         self._cursor = _Cursor(groups[0] if groups else [], 0, self.read_bytes)
+        # One walk over every group (see cleaner_txn): up to the sources' end, so that the
+        # aborted batches kept at or past end_offset are known, and their markers kept.
+        self._txns = CleanedTxns(self._aborted_from(
+            groups[0][0], groups[0][0].base_offset, groups[-1][-1].next_offset) if groups else [])
         self.phase = CLEAN if groups else FINISHED
 
     def _new_output(self, base: int) -> LogSegment:
@@ -401,6 +435,9 @@ class CleaningPass:
         if out:
             self._out.append(memoryview(out), rel, sizes, lasts, maxts, self.now_ms)
             self.hook("cleaning")
+        for e in self._entries:
+            txn_index.append_entry(self._out.txn_index_path, e)
+        self._entries.clear()
         self.stats.bytes_read += len(data)
         self.stats.bytes_written += len(out)
         return len(data) + len(out)
@@ -412,11 +449,25 @@ class CleaningPass:
             return self._clean_legacy(data, pos, size, drop_tombstones)
         h, recs = decode_batch(data, pos)
         self.stats.records_read += len(recs)
-        whole = (bytes(data[pos:pos + size]), h.base_offset + h.last_offset_delta, h.max_timestamp)
+        last = h.base_offset + h.last_offset_delta
+        whole = (bytes(data[pos:pos + size]), last, h.max_timestamp)
         if h.attributes & L.CONTROL_BIT:
+            may_go, entry = self._txns.on_marker(h.producer_id, last, _marker_commit(h, recs))
+            if may_go and drop_tombstones and last < self.end_offset:
+                self.stats.markers_removed += 1
+                return None
+            if entry is not None:
+                self._entries.append(entry)
             return whole
-        if h.producer_id >= 0 and (h.producer_id, h.base_offset + h.last_offset_delta) in self._last_batches:
-            return whole  # the producer's last batch carries its sequence state
+        aborted = self._txns.on_batch(h.producer_id, last, bool(h.attributes & L.TRANSACTIONAL_BIT))
+        if h.producer_id >= 0 and (h.producer_id, last) in self._last_batches:
+            # the producer's last batch carries its sequence state (an aborted one stays whole:
+            # its marker and index entry stay with it, so read_committed readers skip it)
+            return whole
+        if aborted and last < self.end_offset:
+            self.stats.aborted_removed += len(recs)
+            self.stats.records_removed += len(recs)
+            return None
         keep = self._survivors(recs, drop_tombstones)
         if len(keep) == len(recs):
             return whole
@@ -498,6 +549,14 @@ class CleaningPass:
             self._cursor = _Cursor(self._groups[0], 0, self.read_bytes)
         else:
             self.phase = FINISHED
+
+
+def _marker_commit(h: BatchHeader, recs: list[Record]) -> bool | None:
+    """COMMIT (True) or ABORT (False) of a control batch; None: another control type."""
+    if not recs:
+        return None
+    m = marker_of_record(h, recs[0].key, recs[0].value)
+    return None if m is None else m.commit
 
 
 class LogCleaner:

@@ -7,7 +7,9 @@ Kafka's LogCleanerManager, for one log dir and one cleaner:
   below it has been cleaned at least once;
 - a log's cleanable range ends at the first *uncleanable* offset: the active segment's base (the
   active segment is never cleaned), or earlier, the base of the first segment holding a record
-  younger than ``min.compaction.lag.ms``;
+  younger than ``min.compaction.lag.ms``, or earlier still, the first offset of the earliest
+  transaction not yet decided (open, or its marker not yet below the high watermark): Kafka's
+  bound at the last stable offset, so an open transaction's records are never compacted;
 - its dirty ratio is dirty bytes / (clean + dirty bytes), counting whole segments below the
   uncleanable offset; a log is cleaned when it has dirty bytes and its ratio reaches
   ``min.cleanable.dirty.ratio``; the dirtiest such log goes first.
@@ -100,6 +102,11 @@ class LogCleanerManager:
                 if s.segment.largest_timestamp > now_ms - lag:
                     uncleanable = s.base_offset
                     break
+        unstable = plog.producers.first_unstable_offset(plog.high_watermark)
+        if unstable is not None:
+            # Kafka bounds at the LSO, which is also <= the HW; non-transactional data above
+            # the HW was cleanable before transactions and stays so (a truncation aborts a pass)
+            uncleanable = max(start, min(uncleanable, unstable))
         first_dirty = self.checkpoints.get(key, start)
         if first_dirty < start or first_dirty > uncleanable:
             # Below the log start (retention moved it) or past what is cleanable (the log was

@@ -46,7 +46,7 @@ from appliance.storage.txn_index import AbortedTxn
 __all__ = [
     "BatchMetadata", "ProducerEntry", "ProducerStateManager", "ProducerAppend",
     "UnknownProducerIdError", "SNAPSHOT_SUFFIX", "NUM_BATCHES_TO_RETAIN", "NO_TXN",
-    "TransactionCoordinatorFencedError", "InvalidTxnStateError",
+    "TransactionCoordinatorFencedError", "InvalidTxnStateError", "read_open_txns",
 ]
 
 NUM_BATCHES_TO_RETAIN = 5
@@ -374,3 +374,28 @@ class ProducerStateManager:
             else:
                 e.batches = deque(kept, maxlen=NUM_BATCHES_TO_RETAIN)
         return earlier
+
+
+def read_open_txns(dir_: str, max_offset: int) -> tuple[int, dict[int, int]] | None:
+    """(offset, producer id -> first offset of its open transaction) from the newest snapshot
+    in ``dir_`` at or below ``max_offset``, read only (nothing is deleted: the caller is a
+    reader beside the broker, e.g. the Spark source with no broker running). None when there is
+    no readable one."""
+    snaps = []
+    try:
+        names = os.listdir(dir_)
+    except OSError:
+        return None
+    for name in names:
+        if name.endswith(SNAPSHOT_SUFFIX) and name[:20].isdigit() and int(name[:20]) <= max_offset:
+            snaps.append((int(name[:20]), os.path.join(dir_, name)))
+    for off, path in sorted(snaps, reverse=True):
+        try:
+            with open(path) as f:
+                data = json.load(f)
+            return off, {int(p["pid"]): int(p.get("txn_first_offset", NO_TXN))
+                         for p in data["producers"]
+                         if int(p.get("txn_first_offset", NO_TXN)) != NO_TXN}
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None

@@ -39,8 +39,8 @@ def read_frame(sock: socket.socket) -> bytes:
 class RawConnection:
     """A plain socket to the broker plus a protocol ClientConnection to decode answers."""
 
-    def __init__(self, port: int, timeout: float = 10.0) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    def __init__(self, port: int, timeout: float = 10.0, host: str = "127.0.0.1") -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.conn = proto.ClientConnection("raw-test")
 

@@ -30,3 +30,20 @@ def private_zk(tmp_path):
     server.start()
     yield server
     server.kill()
+
+
+@pytest.fixture
+def sessions(zk_connect):
+    """Open kazoo sessions in the test's chroot (settings as keywords); all closed at the end."""
+    made = []
+
+    def make(**kw):
+        kw.setdefault("connection_timeout_ms", 30000)
+        c = open_session(ZkSettings(zk_connect, **kw))
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.stop()
+        c.close()

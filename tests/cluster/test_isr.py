@@ -11,7 +11,7 @@ from appliance.cluster.isr import (
 )
 from appliance.cluster.leadership import LeadershipTable
 from appliance.cluster.request_batch import UPDATE_METADATA
-from appliance.cluster.zk_paths import TopicPartition
+from appliance.cluster.zk_paths import LeaderIsr, TopicPartition, encode_partition_state
 from appliance.cluster.zk_session import ZkSettings, open_session
 from appliance.cluster.zk_store import ZkStore
 from tests.cluster.harness import FakeBroker, settled_controller, wait_for
@@ -64,8 +64,12 @@ def test_leader_isr_change_reaches_every_broker(zk_connect):
         # follower 2 fell behind: the leader shrinks the ISR and announces it
         shrunk = propose_isr(admin, tp, held, (0, 1))
         assert shrunk is not None and shrunk.zk_version == held.zk_version + 1
-        assert propose_isr(admin, tp, held, (0,)) is None  # a stale zkVersion changes nothing
+        # a stale zkVersion writes nothing: at this leader's epoch the conflict is its own
+        # earlier write (whose answer may have been lost), so the znode's state is taken up
+        again = propose_isr(admin, tp, held, (0,))
+        assert again is not None and again.isr == (0, 1) and again.zk_version == shrunk.zk_version
         assert admin.partition_state(tp).isr == (0, 1)
+        assert propose_isr(admin, tp, held, (0, 1)) == shrunk  # it had landed: as written
         ctrl.channel.clear()
         p = IsrChangePropagator(admin)
         p.record(tp)
@@ -74,6 +78,12 @@ def test_leader_isr_change_reaches_every_broker(zk_connect):
             um = wait_for(lambda b=b: [ps for r in ctrl.channel.requests(UPDATE_METADATA, b)
                                        for ts in r.topic_states for ps in ts.partition_states])
             assert um[-1].isr == [0, 1] and um[-1].zk_version == shrunk.zk_version
+        # a write of the controller bumps the leader epoch: then the leader waits for its word
+        cur = admin.partition_state(tp)
+        admin.client.set("/brokers/topics/i/partitions/0/state", encode_partition_state(
+            LeaderIsr(cur.leader, cur.leader_epoch + 1, cur.isr, cur.controller_epoch, cur.zk_version)))
+        assert propose_isr(admin, tp, shrunk, (0,)) is None
+        assert admin.partition_state(tp).isr == (0, 1)
     finally:
         client.stop()
         client.close()

@@ -19,21 +19,6 @@ from appliance.cluster.zk_session import ZkSettings, open_session
 from appliance.storage.producer_id_block import ProducerIdBlock
 
 
-@pytest.fixture
-def sessions(zk_connect):
-    """Sessions of their own, as each broker's cluster worker has."""
-    made = []
-
-    def make():
-        client = open_session(ZkSettings(zk_connect, 30000, 30000))
-        made.append(client)
-        return client
-    yield make
-    for c in made:
-        c.stop()
-        c.close()
-
-
 def test_first_block_creates_the_znode_in_kafkas_format(sessions):
     client = sessions()
     assert client.exists(PRODUCER_ID_BLOCK) is None

@@ -22,22 +22,6 @@ def _wait(pred, timeout=30.0):
     return False
 
 
-@pytest.fixture
-def sessions(zk_connect):
-    made = []
-
-    def make(**kw):
-        kw.setdefault("connection_timeout_ms", 30000)
-        c = open_session(ZkSettings(zk_connect, **kw))
-        made.append(c)
-        return c
-
-    yield make
-    for c in made:
-        c.stop()
-        c.close()
-
-
 def test_chroot_created_and_kafka_layout_written(zk_server, zk_connect, sessions):
     client = sessions(session_timeout_ms=6000)
     reg = BrokerRegistry(client, BrokerInfo(7, "127.0.0.1", 9092))

@@ -308,3 +308,53 @@ def test_append_errors_while_completing_resend_the_markers(h):
     h.fail = E.NOT_COORDINATOR
     h.c.markers_written("tx", pid, 0)
     assert h.state() == S.PREPARE_COMMIT and len(h.jobs) == n + 1
+
+
+# -- DescribeTransactions / ListTransactions (KIP-664) ----------------------------------------
+
+def _listed(c: TransactionCoordinator, **filters) -> dict[str, str]:
+    r = c.list_transactions(**filters)
+    assert r["error_code"] == 0
+    return {s["transactional_id"]: s["transaction_state"] for s in r["transaction_states"]}
+
+
+def test_describe_an_open_transaction_and_the_errors(h):
+    a = h.init()
+    h.now += 10
+    assert h.add(a["producer_id"], 0, {"t": [2, 0], OFFSETS_TOPIC: [1]}) == {("t", 2): 0, ("t", 0): 0,
+                                                                          (OFFSETS_TOPIC, 1): 0}
+    d = h.c.describe("tx")
+    assert (d["error_code"], d["transaction_state"], d["producer_id"], d["producer_epoch"]) == (
+        0, S.ONGOING, a["producer_id"], 0)
+    assert d["transaction_timeout_ms"] == 60000 and d["transaction_start_time_ms"] == h.now
+    assert d["topics"] == [{"topic": OFFSETS_TOPIC, "partitions": [1]}, {"topic": "t", "partitions": [0, 2]}]
+    assert h.c.describe("nobody")["error_code"] == E.TRANSACTIONAL_ID_NOT_FOUND
+    assert h.c.describe("")["error_code"] == E.INVALID_REQUEST
+    p = h.c.partition_for("tx")
+    h.c.begin_load(p)
+    assert h.c.describe("tx")["error_code"] == E.COORDINATOR_LOAD_IN_PROGRESS
+    assert h.c.list_transactions()["error_code"] == E.COORDINATOR_LOAD_IN_PROGRESS
+    h.c.unload(p)
+    assert h.c.describe("tx")["error_code"] == E.NOT_COORDINATOR
+    assert "tx" not in _listed(h.c)  # not served here: not listed
+
+
+def test_list_filters(h):
+    a = h.init("open")
+    h.add(a["producer_id"], 0, {"t": [0]}, tid="open")
+    b = h.init("idle")
+    c = h.init("done")
+    h.add(c["producer_id"], 0, {"t": [1]}, tid="done")
+    h.end(c["producer_id"], 0, False, tid="done")
+    h.c.markers_written("done", c["producer_id"], 0)
+    assert _listed(h.c) == {"open": S.ONGOING, "idle": S.EMPTY, "done": S.COMPLETE_ABORT}
+    assert _listed(h.c, states=["Ongoing", "CompleteAbort"]) == {"open": S.ONGOING, "done": S.COMPLETE_ABORT}
+    assert _listed(h.c, producer_ids=[b["producer_id"]]) == {"idle": S.EMPTY}
+    r = h.c.list_transactions(states=["Bogus"])
+    assert r["unknown_state_filters"] == ["Bogus"] and r["transaction_states"] == []
+    h.now += 5000
+    assert "open" in _listed(h.c, states=["Ongoing"], duration_ms=4000)
+    assert _listed(h.c, states=["Ongoing"], duration_ms=6000) == {}
+    h.c.txns["idle"].state = S.DEAD  # being expired: Kafka leaves it out
+    assert "idle" not in _listed(h.c)
+    assert h.c.describe("idle")["error_code"] == E.TRANSACTIONAL_ID_NOT_FOUND

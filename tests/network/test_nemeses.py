@@ -20,12 +20,14 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.broker.wire import RawConnection
 from tests.broker_process import running
 from tests.cluster.harness import log_bytes, wait_for
-from tests.network.cluster import RELAY_PORT, SUITE_NEMESES, NetCluster
+from tests.network.cluster import ISR_BACK_S, RELAY_PORT, SUITE_NEMESES, TOPIC, NetCluster
 from tests.partition_reader import read_partition
 
 HOLD_S = 9.0
+NOT_COORDINATOR = 16
 # Every check bounds a wait (every broker back in every ISR within 30 s): with the machine
 # shared with the parallel pass, CI saw a first round's broker miss it (120 s), so the module
 # runs in the alone pass, as the other tests that bound a wait do.
@@ -205,3 +207,79 @@ def test_heal_during_controlled_shutdown(cluster):
     c.restart_broker(victim)
     c.heal_and_check("controlled-shutdown")
     assert not c.report.problems[before:], "\n".join(c.report.problems[before:])
+
+
+def _find_coordinator(c: NetCluster, at: int, group: str) -> int | None:
+    """The coordinator broker ``at`` names for ``group`` (None: it names none, or is out of reach)."""
+    b = c.brokers[at]
+    try:
+        with RawConnection(b.port, timeout=3, host=b.host.address) as conn:
+            r = conn.request(10, 1, {"key": group, "key_type": 0})
+    except OSError:
+        return None
+    return r.node_id if r.error_code == 0 else None
+
+
+def _commit(c: NetCluster, at: int, group: str, offset: int) -> int:
+    """A standalone OffsetCommit of ``offset`` for partition 0 sent to broker ``at``: its error."""
+    b = c.brokers[at]
+    body = {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "", "retention_time_ms": -1,
+            "topics": [{"name": TOPIC, "partitions": [
+                {"partition_index": 0, "committed_offset": offset, "committed_metadata": ""}]}]}
+    try:
+        with RawConnection(b.port, timeout=10, host=b.host.address) as conn:
+            return conn.request(8, 2, body).topics[0].partitions[0].error_code
+    except OSError:
+        return -1
+
+
+def _fetch_offset(c: NetCluster, at: int, group: str) -> tuple[int, int] | None:
+    """(error, committed offset of partition 0) as broker ``at`` answers OffsetFetch; None when
+    no answer came."""
+    b = c.brokers[at]
+    try:
+        with RawConnection(b.port, timeout=2, host=b.host.address) as conn:
+            r = conn.request(9, 2, {"group_id": group, "topics": [{"name": TOPIC, "partition_indexes": [0]}]})
+    except OSError:
+        return None
+    part = r.topics[0].partitions[0] if r.topics else None
+    code = r.error_code or (part.error_code if part is not None else 0)
+    return code, (part.committed_offset if part is not None else -1)
+
+
+def test_cut_off_coordinator_answers_nothing_from_memory(cluster):
+    """The group's coordinator cut off from ZooKeeper and the other brokers, still reachable
+    by clients: its session expires, another broker becomes the coordinator and acknowledges a
+    later commit. The cut-off broker must not answer OffsetFetch with the older offset it still
+    holds in memory (a consumer starting there would rewind), neither during the cut nor after
+    the heal until the controller has told it what it leads now."""
+    c = cluster
+    group = "zombie-coordinator"
+    first = wait_for(lambda: [x for x in [_find_coordinator(c, 0, group)] if x is not None], 30,
+                     "a coordinator for the group")[0]
+    wait_for(lambda: _commit(c, first, group, 5) == 0, 30, "the first commit acknowledged")
+    rest = [n for n in c.net.hosts if n not in (f"b{first}", "client")]
+    others = [b for b in sorted(c.brokers) if b != first]
+    c.net.partition([f"b{first}"], rest)
+    seen: list[tuple[str, tuple[int, int] | None]] = []
+    try:
+        second = wait_for(lambda: [x for b in others if (x := _find_coordinator(c, b, group)) not in (None, first)],
+                          60, "another coordinator elected")[0]
+        wait_for(lambda: _commit(c, second, group, 9) == 0, 60, "the second commit acknowledged")
+        t_end = time.monotonic() + 4
+        while time.monotonic() < t_end:
+            seen.append(("cut", _fetch_offset(c, first, group)))
+    finally:
+        c.net.heal()
+    t_end = time.monotonic() + 15
+    while time.monotonic() < t_end:
+        seen.append(("healed", _fetch_offset(c, first, group)))
+        time.sleep(0.05)
+    stale = [(when, a) for when, a in seen if a is not None and a[0] == 0 and a[1] < 9]
+    assert not stale, f"the cut-off broker answered the offset it held before the cut: {stale[:5]}"
+    assert any(a is not None and a[0] == NOT_COORDINATOR for when, a in seen if when == "cut"), seen[:10]
+    c.wait_isr_full(ISR_BACK_S)
+    # every broker now names the new coordinator's answer: the acknowledged 9
+    for b in sorted(c.brokers):
+        wait_for(lambda b=b: (at := _find_coordinator(c, b, group)) is not None
+                 and _fetch_offset(c, at, group) == (0, 9), 30, f"offset 9 through broker {b}")

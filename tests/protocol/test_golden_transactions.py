@@ -1,4 +1,4 @@
-"""Golden bytes for the transaction APIs (24-28), written down by hand from Kafka's message JSON:
+"""Golden bytes for the transaction APIs (24-28, 65, 66), written down by hand from Kafka's message JSON:
 our declarations must encode exactly these bytes and decode them back."""
 
 from __future__ import annotations
@@ -51,6 +51,32 @@ GOLDEN = [
            "committed_metadata": ""}]}]},
      "03" "7478" "02" "67" + PID + EPOCH + "00000005" "02" "6d" "00"
      + "02" "0274" "02" "00000000" "000000000000000a" "00000001" "01" "00" "00" "00"),
+    # DescribeTransactions / ListTransactions: flexible from v0 (KIP-664)
+    (M.DescribeTransactions, 0, "request", {"transactional_ids": ["tx"]}, "02" "03" "7478" "00"),
+    (M.DescribeTransactions, 0, "response",
+     {"throttle_time_ms": 0, "transaction_states": [
+         {"error_code": 0, "transactional_id": "tx", "transaction_state": "Ongoing",
+          "transaction_timeout_ms": 60000, "transaction_start_time_ms": 1000, "producer_id": 7,
+          "producer_epoch": 2, "topics": [{"topic": "t", "partitions": [0, 3]}]}]},
+     "00000000" "02" "0000" "03" "7478" "08" + b"Ongoing".hex() + "0000ea60"
+     "00000000000003e8" + PID + EPOCH + "02" "02" "74" "03" "00000000" "00000003" "00" "00" "00"),
+    (M.DescribeTransactions, 0, "response",  # an unknown id: its error, the rest empty
+     {"throttle_time_ms": 0, "transaction_states": [
+         {"error_code": 105, "transactional_id": "x", "transaction_state": "",
+          "transaction_timeout_ms": 0, "transaction_start_time_ms": -1, "producer_id": -1,
+          "producer_epoch": -1, "topics": []}]},
+     "00000000" "02" "0069" "02" "78" "01" "00000000" "ffffffffffffffff" "ffffffffffffffff" "ffff"
+     "01" "00" "00"),
+    (M.ListTransactions, 0, "request", {"state_filters": ["Ongoing"], "producer_id_filters": [7]},
+     "02" "08" + b"Ongoing".hex() + "02" + PID + "00"),
+    (M.ListTransactions, 1, "request",
+     {"state_filters": [], "producer_id_filters": [], "duration_filter": 5000},
+     "01" "01" "0000000000001388" "00"),
+    (M.ListTransactions, 1, "response",
+     {"throttle_time_ms": 0, "error_code": 0, "unknown_state_filters": ["Nope"],
+      "transaction_states": [{"transactional_id": "tx", "producer_id": 7, "transaction_state": "Empty"}]},
+     "00000000" "0000" "02" "05" + b"Nope".hex() + "02" "03" "7478" + PID
+     + "06" + b"Empty".hex() + "00" "00"),
 ]
 
 

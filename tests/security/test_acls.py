@@ -232,3 +232,36 @@ def test_acl_apis_without_an_authorizer_say_security_disabled(tmp_path):
              "host": "*", "operation": 3, "permission_type": 3}]})
         assert [x.error_code for x in r.results] == [54]
         assert [x.error_code for x in c.request(DeleteAcls.API_KEY, 2, {"filters": [flt]}).filter_results] == [54]
+
+
+def test_transactions_described_and_listed_as_the_acls_allow(broker):
+    """KIP-664 as Kafka authorizes it: ListTransactions leaves out the ids the principal may not
+    Describe; DescribeTransactions answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED for them and
+    leaves out the topics it may not Describe."""
+    from appliance.client.admin import AdminClient as OurAdmin
+    from appliance.errors import ErrorCode
+    from appliance.errors import KafkaError as OurError
+
+    _add(broker, AclBinding(ResourceType.TRANSACTIONAL_ID, "bob-tx", ResourcePatternType.LITERAL, "User:bob", "*",
+                            AclOperation.DESCRIBE, AclPermissionType.ALLOW))
+    mine = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "bob-tx"})
+    mine.init_transactions(20)
+    mine.begin_transaction()
+    mine.produce("logs-a", b"v")
+    mine.produce("metrics", b"v")  # a topic bob may not describe
+    assert mine.flush(20) == 0
+    other = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "admin-tx"})
+    other.init_transactions(20)
+    with OurAdmin(config={"bootstrap.servers": f"127.0.0.1:{broker.sasl_port}", "security.protocol": "sasl_plaintext",
+                          "sasl.mechanism": "PLAIN", "sasl.username": "bob", "sasl.password": "bob-pw"}) as bob, \
+            OurAdmin(broker.bootstrap) as admin:
+        assert {t.transactional_id for t in admin.list_transactions()} >= {"bob-tx", "admin-tx"}
+        assert [t.transactional_id for t in bob.list_transactions()] == ["bob-tx"]
+        assert bob.describe_transactions(["bob-tx"])["bob-tx"].partitions == [("logs-a", 0)]
+        assert set(admin.describe_transactions(["bob-tx"])["bob-tx"].partitions) == {("logs-a", 0), ("metrics", 0)}
+        with pytest.raises(OurError) as info:
+            bob.describe_transactions(["admin-tx"])  # FindCoordinator refuses first, as Kafka's
+        assert info.value.code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        r = bob.cluster.any_connection().request(65, {"transactional_ids": ["admin-tx"]})
+        assert r.transaction_states[0].error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    mine.abort_transaction(20)

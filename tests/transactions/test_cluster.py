@@ -7,6 +7,8 @@ initialises, commits and aborts (EndTxn answered)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -169,6 +171,44 @@ def test_txn_offset_commit_through_every_broker(cluster):
             assert code == (0 if bid == node else NOT_COORDINATOR), (bid, node, code)
         finally:
             c.sock.close()
+
+
+def test_list_and_describe_through_the_cluster(cluster):
+    """ListTransactions: each broker answers for the ids whose coordinator it is; the CLI asks
+    every broker and prints them all, each with its coordinator; describe finds the coordinator
+    whichever broker it bootstraps from."""
+    tids = [f"cl-list-{i}" for i in range(6)]
+    for tid in tids:
+        (node,) = _coordinator_through_each(cluster, tid)
+        c = RawConnection(cluster["brokers"][node].port)
+        try:
+            assert init_pid(c, tid).error_code == 0
+        finally:
+            c.sock.close()
+    leaders = {tid: _leader_of(cluster, tid) for tid in tids}
+    assert len(set(leaders.values())) > 1  # the ids are spread: the aggregation is tested
+    for bid, b in cluster["brokers"].items():
+        c = RawConnection(b.port)
+        try:
+            r = c.request(66, 1, {"state_filters": ["Empty"], "producer_id_filters": [], "duration_filter": -1})
+        finally:
+            c.sock.close()
+        assert r.error_code == 0
+        here = {s.transactional_id for s in r.transaction_states} & set(tids)
+        assert here == {t for t, node in leaders.items() if node == bid}
+    for b in cluster["brokers"].values():
+        out = subprocess.run([sys.executable, "-m", "appliance.cli.main", "transactions", "--bootstrap-server",
+                              b.bootstrap, "--list"], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        rows = {cells[0]: cells for cells in (line.split() for line in out.stdout.splitlines()[1:])}
+        assert {tid: int(rows[tid][1]) for tid in tids} == leaders
+        assert all(rows[tid][3] == "Empty" for tid in tids)
+    out = subprocess.run([sys.executable, "-m", "appliance.cli.main", "transactions", "--bootstrap-server",
+                          cluster["brokers"][(leaders[tids[0]] + 1) % 3].bootstrap, "describe",
+                          "--transactional-id", tids[0]], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    cells = out.stdout.splitlines()[1].split()
+    assert cells[0] == str(leaders[tids[0]]) and cells[1] == tids[0] and cells[4] == "Empty"
 
 
 def test_coordinator_moves_with_the_leadership(cluster):

@@ -48,7 +48,7 @@ from appliance.records.control import marker_of_record
 from appliance.shm.layout import COMPLETION, GROUP_HEADER, Role
 from appliance.shm.partition_index import PartitionIndex
 
-__all__ = ["CoordinatorHost", "LEADERSHIP_CHECK_S", "partition_records", "next_offset"]
+__all__ = ["CoordinatorHost", "LEADERSHIP_CHECK_S", "check_answerable", "partition_records", "next_offset"]
 
 log = logging.getLogger("appliance.coordinator")
 
@@ -341,10 +341,7 @@ class CoordinatorHost:
         if info.topic != OFFSETS_TOPIC or self.partitions.partitions.get(slot) is None:
             raise error_for_code(ErrorCode.NOT_COORDINATOR)("not an offsets partition of this disk")
         self._follow(slot, info.partition)
-        if not self.view.cache.published:
-            # a broker just started leads before the controller's first UpdateMetadata reaches
-            # it: no commit can be judged yet (retriable; every group API takes this code)
-            raise error_for_code(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)("the cluster's metadata has not arrived yet")
+        check_answerable(self.view.cache)
         if info.partition in self.loads:
             self._load_step()  # small partitions load at once; large ones answer "loading"
         self._step = {}
@@ -359,6 +356,20 @@ class CoordinatorHost:
             return None
         finally:
             self._flush_step()
+
+
+def check_answerable(cache: Any) -> None:
+    """Raise the retriable error a coordinator of this broker answers with while it must not
+    answer from memory (cluster mode): the cluster's metadata not yet arrived, or this
+    broker's ZooKeeper session in doubt (``cluster/session_fence.py``)."""
+    if not cache.published:
+        # a broker just started leads before the controller's first UpdateMetadata reaches
+        # it: no commit can be judged yet (retriable; every group API takes this code)
+        raise error_for_code(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)("the cluster's metadata has not arrived yet")
+    if cache.fenced:
+        # what it leads may have moved while its session was away: the client finds the
+        # coordinator again (every group and transaction API takes this code)
+        raise error_for_code(ErrorCode.NOT_COORDINATOR)("this broker's ZooKeeper session is in doubt")
 
 
 def partition_chunks(plog):

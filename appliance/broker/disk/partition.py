@@ -115,10 +115,12 @@ class Partition:
         """Kafka's LSO: min(the first offset of the earliest transaction not yet decided, the
         high watermark). A transaction is undecided while open, and until the high watermark
         passes its marker (so the LSO never moves back when a new leader takes over);
-        read_committed fetches stop here."""
+        read_committed fetches stop here. Never below the log start offset: retention or
+        DeleteRecords may delete the start of a transaction still open (Kafka's
+        maybeIncrementFirstUnstableOffset takes max(first unstable offset, log start))."""
         hw = self.log.high_watermark
         first = self.log.producers.first_unstable_offset(hw)
-        return hw if first is None or first > hw else first
+        return hw if first is None or first > hw else max(first, self.log.log_start_offset)
 
     def maybe_increment_hw(self, isr: Collection[int]) -> bool:
         """The high watermark rule: the least log end offset over the leader and its in-sync

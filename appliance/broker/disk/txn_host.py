@@ -43,6 +43,7 @@ from appliance.broker.disk.coordinator_append import coordinator_append
 from appliance.broker.disk.coordinator_host import (
     LEADERSHIP_CHECK_S,
     CoordinatorHost,
+    check_answerable,
     partition_records,
 )
 from appliance.broker.disk.partitions import Partitions
@@ -57,7 +58,13 @@ from appliance.coordinator.txn_coordinator import (
 )
 from appliance.errors import ErrorCode, KafkaError, error_for_code
 from appliance.protocol.messages.core import InitProducerId
-from appliance.protocol.messages.transactions import AddOffsetsToTxn, AddPartitionsToTxn, EndTxn
+from appliance.protocol.messages.transactions import (
+    AddOffsetsToTxn,
+    AddPartitionsToTxn,
+    DescribeTransactions,
+    EndTxn,
+    ListTransactions,
+)
 from appliance.shm.layout import GROUP_HEADER, SPARE_PRODUCER_ID, TXN_MARKER_BODY, Role
 from appliance.shm.partition_index import PartitionIndex
 
@@ -68,7 +75,10 @@ log = logging.getLogger("appliance.coordinator.txn")
 _GROUP = GROUP_HEADER.struct  # type: ignore[attr-defined]
 _SPARE = SPARE_PRODUCER_ID.struct  # type: ignore[attr-defined]
 _MARKER = TXN_MARKER_BODY.struct  # type: ignore[attr-defined]
-TXN_API_CLASSES = {c.API_KEY: c for c in (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn)}
+TXN_API_CLASSES = {c.API_KEY: c for c in (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+                                           DescribeTransactions, ListTransactions)}
+# the read-only ones (KIP-664): answered from memory, nothing written, nothing held
+_QUERIES = frozenset({DescribeTransactions.API_KEY, ListTransactions.API_KEY})
 
 
 class TxnCoordinatorHost:
@@ -283,13 +293,13 @@ class TxnCoordinatorHost:
         info = self.partitions.table.read(slot)
         if info.topic != TXN_TOPIC or self.partitions.partitions.get(slot) is None:
             raise error_for_code(ErrorCode.NOT_COORDINATOR)("not a transaction state partition of this disk")
+        if api_key in _QUERIES:
+            return -1, -1, -1, api.encode_response(api_version, self._query(api_key, request))
         if self.area is None:
             answer: Any = self.coordinator.handle(api_key, api_version, request, spare)
             return -1, -1, -1, api.encode_response(api_version, answer)
         self._follow(slot, info.partition)
-        if not self.view.cache.published:
-            # just started: the controller's first UpdateMetadata has not come (retriable)
-            raise error_for_code(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)("the cluster's metadata has not arrived yet")
+        check_answerable(self.view.cache)
         assert self.groups is not None
         self.groups.open_step()
         try:
@@ -297,3 +307,18 @@ class TxnCoordinatorHost:
             return self.groups.answer_step(n, request_id, api.encode_response(api_version, answer))
         finally:
             self.groups.close_step()
+
+    def _query(self, api_key: int, request: Any) -> dict:
+        """DescribeTransactions (of ids this disk coordinates, as the network worker routed
+        them) or ListTransactions (every id of this disk's partitions). Cluster mode: the
+        leadership of each of the disk's partitions is followed first, so a partition this
+        broker has just come to lead is loaded before it is read."""
+        if self.area is not None:
+            for (topic, partition), slot in list(self.partitions.slot_of.items()):
+                if topic == TXN_TOPIC:
+                    self._follow(slot, partition)
+        if api_key == DescribeTransactions.API_KEY:
+            return {"throttle_time_ms": 0,
+                    "transaction_states": [self.coordinator.describe(t) for t in request.transactional_ids]}
+        return self.coordinator.list_transactions(request.state_filters, request.producer_id_filters,
+                                                  getattr(request, "duration_filter", -1))

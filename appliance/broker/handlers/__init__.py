@@ -52,6 +52,7 @@ from appliance.broker.handlers import (
     sasl,
     topics,
     transactions,
+    txn_queries,
     write_txn_markers,
 )
 from appliance.broker.handlers.answer import CloseConnection, RawBody, api_name, encode
@@ -75,6 +76,7 @@ from appliance.protocol.messages import (
     DescribeGroups,
     DescribeLogDirs,
     DescribeProducers,
+    DescribeTransactions,
     ElectLeaders,
     EndTxn,
     Fetch,
@@ -87,6 +89,7 @@ from appliance.protocol.messages import (
     ListGroups,
     ListOffsets,
     ListPartitionReassignments,
+    ListTransactions,
     Metadata,
     OffsetCommit,
     OffsetDelete,
@@ -145,6 +148,8 @@ ROUTES: dict[int, Route] = {
     AddPartitionsToTxn.API_KEY: _both(transactions.route),
     AddOffsetsToTxn.API_KEY: _both(transactions.route),
     EndTxn.API_KEY: _both(transactions.route),
+    DescribeTransactions.API_KEY: _both(txn_queries.describe_transactions, with_context=True),
+    ListTransactions.API_KEY: _both(txn_queries.list_transactions, with_context=True),
     FindCoordinator.API_KEY: Route(groups.find_coordinator, inter_broker.find_coordinator,
                                    with_context=True),
     DeleteRecords.API_KEY: _both(delete_records.handle),

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from appliance.broker.broker_context import BrokerContext
     from appliance.protocol.connection import Request
 
-__all__ = ["find_txn_coordinator", "init_producer_id", "route", "KEY_TYPE_TRANSACTION"]
+__all__ = ["find_txn_coordinator", "init_producer_id", "route", "coordinator_of", "KEY_TYPE_TRANSACTION"]
 
 _GROUP = GROUP_HEADER.struct  # type: ignore[attr-defined]
 KEY_TYPE_TRANSACTION = 1
@@ -39,7 +39,10 @@ _SPARE = SPARE_PRODUCER_ID.struct  # type: ignore[attr-defined]
 _API_INIT_PRODUCER_ID = 22
 
 
-def _coordinator_slot(ctx: BrokerContext, transactional_id: str) -> tuple[Any, int]:
+def coordinator_of(ctx: BrokerContext, transactional_id: str) -> tuple[Any, int]:
+    """(the index entry of ``transactional_id``'s ``__transaction_state`` partition, 0) when its
+    coordinator is here and online, else (None, the error: NOT_COORDINATOR,
+    COORDINATOR_NOT_AVAILABLE)."""
     return coordinator_slot(ctx, TXN_TOPIC, txn_partition_for, transactional_id)
 
 
@@ -54,7 +57,7 @@ async def find_txn_coordinator(ctx: BrokerContext, key: str) -> tuple[int, str |
                                        -1, txn_topic_config(ctx.config))
         if code not in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, msg
-    _, code = _coordinator_slot(ctx, key)
+    _, code = coordinator_of(ctx, key)
     return code, None
 
 
@@ -79,7 +82,7 @@ def _error_body(request: Request, code: int) -> dict:
 async def _route(ctx: BrokerContext, request: Request, spare_id: bool = False) -> Any:
     """To the id's coordinator; ``spare_id``: with a producer id from the broker's block before
     the body (taken only when there is a coordinator here to use it)."""
-    info, code = _coordinator_slot(ctx, request.body.transactional_id or "")
+    info, code = coordinator_of(ctx, request.body.transactional_id or "")
     if info is not None:
         prefix = b""
         if spare_id:

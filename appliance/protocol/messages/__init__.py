@@ -52,7 +52,9 @@ from appliance.protocol.messages.security import (
 from appliance.protocol.messages.transactions import (
     AddOffsetsToTxn,
     AddPartitionsToTxn,
+    DescribeTransactions,
     EndTxn,
+    ListTransactions,
     TxnOffsetCommit,
     WriteTxnMarkers,
 )
@@ -68,4 +70,5 @@ __all__ = [
     "SaslHandshake", "SaslAuthenticate", "DescribeUserScramCredentials", "AlterUserScramCredentials",
     "DescribeAcls", "CreateAcls", "DeleteAcls",
     "AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn", "TxnOffsetCommit", "WriteTxnMarkers",
+    "DescribeTransactions", "ListTransactions",
 ]

@@ -1,5 +1,6 @@
 """The transaction APIs (KIP-98, KIP-447): AddPartitionsToTxn (24), AddOffsetsToTxn (25),
-EndTxn (26), WriteTxnMarkers (27, broker to broker) and TxnOffsetCommit (28). Field names and
+EndTxn (26), WriteTxnMarkers (27, broker to broker) and TxnOffsetCommit (28); the admin's view
+of them (KIP-664): DescribeTransactions (65) and ListTransactions (66). Field names and
 versions from Kafka's message JSON. We stop before KIP-890's versions (AddPartitionsToTxn v4+
 batches transactions for brokers' verification, EndTxn v4+ / v5+ add TRANSACTION_ABORTABLE and
 the bumped epoch), which need the server-side verification we do not do.
@@ -11,7 +12,8 @@ from __future__ import annotations
 from appliance.protocol.schema import ApiMessage, Field, Struct
 from appliance.protocol.types import Array, Boolean, Int16, Int32, Int64, NullableString, String
 
-__all__ = ["AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn", "WriteTxnMarkers", "TxnOffsetCommit"]
+__all__ = ["AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn", "WriteTxnMarkers", "TxnOffsetCommit",
+           "DescribeTransactions", "ListTransactions"]
 
 
 class AddPartitionsToTxn(ApiMessage):
@@ -141,5 +143,56 @@ class TxnOffsetCommit(ApiMessage):
                 Field("partition_index", Int32),
                 Field("error_code", Int16),
             ))),
+        ))),
+    )
+
+
+class DescribeTransactions(ApiMessage):
+    """DescribeTransactions (key 65, KIP-664), to each id's coordinator; Kafka: valid 0,
+    flexible 0+. ``transaction_start_time_ms`` -1 when no transaction is open."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 65, 0, 0
+    FLEXIBLE = "0+"
+    REQUEST = (
+        Field("transactional_ids", Array(String)),
+    )
+    RESPONSE = (
+        Field("throttle_time_ms", Int32),
+        Field("transaction_states", Array(Struct(
+            Field("error_code", Int16),
+            Field("transactional_id", String),
+            Field("transaction_state", String),
+            Field("transaction_timeout_ms", Int32),
+            Field("transaction_start_time_ms", Int64),
+            Field("producer_id", Int64),
+            Field("producer_epoch", Int16),
+            Field("topics", Array(Struct(
+                Field("topic", String),
+                Field("partitions", Array(Int32)),
+            ))),
+        ))),
+    )
+
+
+class ListTransactions(ApiMessage):
+    """ListTransactions (key 66, KIP-664), to every broker: each lists the ids it coordinates;
+    Kafka: valid 0-1, flexible 0+. v1 adds the duration filter (KIP-994: only transactions
+    open longer than it; -1 none); empty state / producer id filters match all."""
+
+    API_KEY, MIN_VERSION, MAX_VERSION = 66, 0, 1
+    FLEXIBLE = "0+"
+    REQUEST = (
+        Field("state_filters", Array(String)),
+        Field("producer_id_filters", Array(Int64)),
+        Field("duration_filter", Int64, versions="1+", default=-1),
+    )
+    RESPONSE = (
+        Field("throttle_time_ms", Int32),
+        Field("error_code", Int16),
+        Field("unknown_state_filters", Array(String)),
+        Field("transaction_states", Array(Struct(
+            Field("transactional_id", String),
+            Field("producer_id", Int64),
+            Field("transaction_state", String),
         ))),
     )
