@@ -193,7 +193,8 @@ def _same_partition(tid: str, prefix: str) -> str:
                 if txn_partition_for(f"{prefix}-{i}", TXN_PARTITIONS) == txn_partition_for(tid, TXN_PARTITIONS))
 
 
-def _transactions_elsewhere(b, avoid: int, topics, p: Producer, count: int) -> tuple[float, set[bytes]]:
+def _transactions_elsewhere(b, avoid: int, topics, p: Producer, count: int,
+                            tag: str = "elsewhere") -> tuple[float, set[bytes]]:
     """Seconds ``p`` takes for ``count`` transactions on the partitions of which broker ``avoid``
     holds no replica (as broker ``b`` knows them: acks=all would wait for it); the values
     committed."""
@@ -205,7 +206,7 @@ def _transactions_elsewhere(b, avoid: int, topics, p: Producer, count: int) -> t
     for i in range(count):
         p.begin_transaction()
         for t, part in targets:
-            v = f"elsewhere-{t}-{part}-{i}".encode()
+            v = f"{tag}-{t}-{part}-{i}".encode()
             p.produce(t, v, partition=part)
             values.add(v)
         p.commit_transaction(TIMEOUT_S)
@@ -268,11 +269,14 @@ def test_leader_dies_between_the_commit_and_its_marker(cluster):
     led = {t: [part for part, leader in _leaders(cluster[node], t).items() if leader == victim_id] for t in topics}
     assert all(led.values()), led  # new topics: each broker leads one partition of each
     other = _producer(cluster, _same_partition(tid, "leader-kill-other"))
+    # before the stop: the other producer learns the topics' metadata (librdkafka asks a broker
+    # it is connected to, and one that is stopped holds the question for socket.timeout.ms, 60 s)
+    _, warm = _transactions_elsewhere(cluster[node], victim_id, topics, other, 1, tag="warm")
     p = _producer(cluster, tid)
     p.begin_transaction()
     # to the stopped broker's partitions only: the markers it owes are the transaction's only
     # wait (a marker to a partition it follows would wait for it to leave the ISR, in Kafka too)
-    values = _produce(p, topics, "txn", only=led)
+    values = warm | _produce(p, topics, "txn", only=led)
     os.killpg(victim.proc.pid, signal.SIGSTOP)
     stopped = time.monotonic()
     live = [b for i, b in cluster.items() if i != victim_id]
