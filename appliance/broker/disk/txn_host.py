@@ -126,7 +126,7 @@ class TxnCoordinatorHost:
         """The topic's own partition count (the table's), should it differ from the config."""
         slot = self.partitions.slot_of.get((TXN_TOPIC, partition))
         if slot is not None:
-            total = self.partitions.table.read(slot).num_partitions
+            total = self.view.partition_count(TXN_TOPIC, self.partitions.table.read(slot).num_partitions)
             if total > 0:
                 self.coordinator.num_partitions = total
 
@@ -176,7 +176,9 @@ class TxnCoordinatorHost:
             self.coordinator.unload(partition)
             del self.epochs[partition]
         p = self.partitions.partitions.get(slot)
-        if lead.role == Role.LEADER and p is not None:
+        # loaded once the controller's metadata has come: it holds the partition count the ids
+        # are routed by (ClusterView.partition_count); no request is answered before it either
+        if lead.role == Role.LEADER and p is not None and self.view.cache.published:
             self.epochs[partition] = lead.leader_epoch
             self._count_from(partition)
             # what is loaded may be above the HW: resumed markers wait until it is replicated
