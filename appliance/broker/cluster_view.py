@@ -34,6 +34,20 @@ class ClusterView:
         parts = self.cache.topics().get(topic)
         return parts is not None and partition in parts
 
+    def partition_count(self, topic: str, local: int) -> int:
+        """How many partitions ``topic`` has. Cluster mode: the controller's (the metadata
+        cache), once it has named the topic; else ``local``, the partition table's count. That
+        count is made at start-up from this broker's own log dirs (the highest partition held
+        + 1): a broker holding replicas of some partitions only counts too few. Measured: a
+        broker restarted holding __transaction_state-0 and -1 of 3 counted 2, routed ids to the
+        wrong partition, and answered NOT_COORDINATOR to them for minutes
+        (tests/transactions/test_cluster_kills.py)."""
+        if self.cache is not None:
+            parts = self.cache.topics().get(topic)
+            if parts:
+                return len(parts)
+        return local
+
     def not_served(self, topic: str, partition: int) -> int:
         """The error for a partition-level request this broker cannot serve (no local replica,
         or not the leader): retriable NOT_LEADER_OR_FOLLOWER when the partition exists in the

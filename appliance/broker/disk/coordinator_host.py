@@ -166,11 +166,11 @@ class CoordinatorHost:
             del self.epochs[partition]
         if lead.role == Role.LEADER:
             p = self.partitions.partitions.get(slot)
-            if p is None:
-                return
+            if p is None or not self.view.cache.published:
+                return  # loaded once the controller's metadata (the partition count) has come
             self.epochs[partition] = lead.leader_epoch
             # the topic's own partition count (ZooKeeper's), should it differ from the config
-            total = self.partitions.table.read(slot).num_partitions
+            total = self.view.partition_count(p.log.topic, self.partitions.table.read(slot).num_partitions)
             if total > 0:
                 self.coordinator.num_partitions = total
             self.coordinator.begin_load(partition)

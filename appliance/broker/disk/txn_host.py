@@ -31,6 +31,7 @@ loop is woken through the disk's own doorbell.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import queue
@@ -46,6 +47,7 @@ from appliance.broker.disk.coordinator_host import (
     partition_records,
 )
 from appliance.broker.disk.partitions import Partitions
+from appliance.broker.disk.requests import NotHere
 from appliance.broker.disk.txn_markers import MarkerSender, security_of
 from appliance.config import BrokerConfig
 from appliance.coordinator.routing import TXN_TOPIC
@@ -54,7 +56,7 @@ from appliance.coordinator.txn_coordinator import (
     MarkerJob,
     TransactionCoordinator,
 )
-from appliance.errors import ErrorCode, error_for_code
+from appliance.errors import ErrorCode, KafkaError, error_for_code
 from appliance.protocol.messages.core import InitProducerId
 from appliance.protocol.messages.transactions import (
     AddOffsetsToTxn,
@@ -63,7 +65,7 @@ from appliance.protocol.messages.transactions import (
     EndTxn,
     ListTransactions,
 )
-from appliance.shm.layout import GROUP_HEADER, SPARE_PRODUCER_ID, Role
+from appliance.shm.layout import GROUP_HEADER, SPARE_PRODUCER_ID, TXN_MARKER_BODY, Role
 from appliance.shm.partition_index import PartitionIndex
 
 __all__ = ["TxnCoordinatorHost", "TXN_API_CLASSES"]
@@ -72,6 +74,7 @@ log = logging.getLogger("appliance.coordinator.txn")
 
 _GROUP = GROUP_HEADER.struct  # type: ignore[attr-defined]
 _SPARE = SPARE_PRODUCER_ID.struct  # type: ignore[attr-defined]
+_MARKER = TXN_MARKER_BODY.struct  # type: ignore[attr-defined]
 TXN_API_CLASSES = {c.API_KEY: c for c in (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
                                            DescribeTransactions, ListTransactions)}
 # the read-only ones (KIP-664): answered from memory, nothing written, nothing held
@@ -101,6 +104,7 @@ class TxnCoordinatorHost:
         # wait for it; while a partition loads, its log end
         self._last_write: tuple[int, int, int] | None = None
         self._gated: list[tuple[MarkerJob, tuple[int, int, int]]] = []  # markers waiting for the HW
+        self._local: list[MarkerJob] = []  # standalone: written by this loop's next turn
 
     def attach_cluster(self, area: Any, replication: Any, metadata: Any, groups: CoordinatorHost) -> None:
         """Cluster mode: the leadership area, the leader's append path, the cluster's metadata
@@ -122,7 +126,7 @@ class TxnCoordinatorHost:
         """The topic's own partition count (the table's), should it differ from the config."""
         slot = self.partitions.slot_of.get((TXN_TOPIC, partition))
         if slot is not None:
-            total = self.partitions.table.read(slot).num_partitions
+            total = self.view.partition_count(TXN_TOPIC, self.partitions.table.read(slot).num_partitions)
             if total > 0:
                 self.coordinator.num_partitions = total
 
@@ -147,6 +151,8 @@ class TxnCoordinatorHost:
                     del self.epochs[partition]
         if self._gated:
             self._release_markers()
+        if self._local:
+            self._write_local()
         if self.markers is not None:
             while True:
                 try:
@@ -170,7 +176,9 @@ class TxnCoordinatorHost:
             self.coordinator.unload(partition)
             del self.epochs[partition]
         p = self.partitions.partitions.get(slot)
-        if lead.role == Role.LEADER and p is not None:
+        # loaded once the controller's metadata has come: it holds the partition count the ids
+        # are routed by (ClusterView.partition_count); no request is answered before it either
+        if lead.role == Role.LEADER and p is not None and self.view.cache.published:
             self.epochs[partition] = lead.leader_epoch
             self._count_from(partition)
             # what is loaded may be above the HW: resumed markers wait until it is replicated
@@ -215,6 +223,45 @@ class TxnCoordinatorHost:
         self._gated = keep
 
     def _submit(self, job: MarkerJob) -> None:
+        if self.area is None:
+            # standalone: this disk's own partitions get their markers from this loop's next
+            # turn (poll), not through the network worker and back. Measured: a transaction's
+            # markers took a Metadata and a WriteTxnMarkers round trip through the network
+            # worker, and the producer's next AddPartitionsToTxn often came first, was answered
+            # CONCURRENT_TRANSACTIONS and backed off 20 ms (librdkafka): a third of the time of
+            # 1,000-record transactions (perf/README.md, bench_transactions.py)
+            self._local.append(job)
+            self._wake()
+            return
+        self._to_sender(job)
+
+    def _write_local(self) -> None:
+        """Write the markers of the jobs handed over whose partitions are on this disk; the
+        other partitions' go to the sender (another disk of this broker, or a failure here:
+        the sender retries them); a job with no partition left is complete."""
+        jobs, self._local = self._local, []
+        for job in jobs:
+            rest = tuple(tp for tp in job.partitions if not self._write_here(job, tp))
+            if rest:
+                self._to_sender(dataclasses.replace(job, partitions=rest))
+            else:
+                self.coordinator.markers_written(job.transactional_id, job.producer_id, job.epoch)
+
+    def _write_here(self, job: MarkerJob, tp: tuple[str, int]) -> bool:
+        """True if ``tp`` is a partition of this disk and its marker is written."""
+        slot = self.partitions.slot_of.get(tp)
+        if slot is None or slot not in self.partitions.partitions:
+            return False
+        body = _MARKER.pack(job.producer_id, job.coordinator_epoch, job.epoch, 1 if job.commit else 0)
+        try:
+            self.partitions.write_txn_marker(None, 0, slot, memoryview(body), -1, 0)
+        except (KafkaError, NotHere) as e:
+            log.info("marker for %s-%d (transactional id %r) not written here: %s; sending it",
+                     tp[0], tp[1], job.transactional_id, e)
+            return False
+        return True
+
+    def _to_sender(self, job: MarkerJob) -> None:
         if self.markers is None:
             self.markers = MarkerSender(self._home(), self._wake, security_of(self.config),
                                         client_id=f"txn-coordinator-{self.config['broker.id']}")

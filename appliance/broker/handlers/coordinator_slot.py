@@ -28,7 +28,7 @@ def coordinator_slot(ctx: BrokerContext, topic: str, partition_for: Callable[[st
         # again (and loads the partition) before it answers
         if not parts:
             return None, ErrorCode.NOT_COORDINATOR
-        info = ctx.index.lookup(topic, partition_for(key, parts[0].num_partitions))
+        info = ctx.index.lookup(topic, partition_for(key, ctx.view.partition_count(topic, parts[0].num_partitions)))
         if info is None or not ctx.leads(info.slot):
             return None, ErrorCode.NOT_COORDINATOR
         if ctx.table.state(info.slot) != SlotState.ONLINE:

@@ -37,6 +37,7 @@ class FakeLeader:
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
         self.leader_port = self.port  # the leader its Metadata names (another FakeLeader's port)
+        self.topic_ports: dict[str, int] = {}  # a topic led elsewhere: its leader's port
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -75,11 +76,14 @@ class FakeLeader:
             if t.name == "gone":
                 topics.append({"error_code": UNKNOWN, "name": t.name, "is_internal": False, "partitions": []})
             else:
+                node = 1 if t.name in self.topic_ports else 0
                 topics.append({"error_code": 0, "name": t.name, "is_internal": False, "partitions": [
-                    {"error_code": 0, "partition_index": p, "leader_id": 0, "replica_nodes": [0], "isr_nodes": [0]}
-                    for p in range(2)]})
-        return {"brokers": [{"node_id": 0, "host": "127.0.0.1", "port": self.leader_port, "rack": None}],
-                "controller_id": 0, "topics": topics}
+                    {"error_code": 0, "partition_index": p, "leader_id": node, "replica_nodes": [node],
+                     "isr_nodes": [node]} for p in range(2)]})
+        brokers = [{"node_id": 0, "host": "127.0.0.1", "port": self.leader_port, "rack": None}]
+        brokers += [{"node_id": 1, "host": "127.0.0.1", "port": port, "rack": None}
+                    for port in set(self.topic_ports.values())]
+        return {"brokers": brokers, "controller_id": 0, "topics": topics}
 
     def _api_27(self, body) -> dict:
         out = []
@@ -182,8 +186,6 @@ def test_an_unreachable_home_is_retried():
         sender.close()
 
 
-
-
 def test_leaders_are_resolved_again_after_not_leader():
     """The leader moves: the old one answers NOT_LEADER_OR_FOLLOWER, this broker's metadata
     names the new one, and the marker goes there."""
@@ -209,3 +211,24 @@ def test_leaders_are_resolved_again_after_not_leader():
         sender.close()
         home.close()
         new.close()
+
+
+def test_a_hung_leader_holds_only_its_own_markers():
+    """One leader accepts connections and never answers (a SIGSTOPped broker): the job owing it
+    a marker waits, and a job whose partitions are led elsewhere completes meanwhile."""
+    home = FakeLeader()
+    hung = socket.create_server(("127.0.0.1", 0))  # the kernel completes the handshakes; no one reads
+    home.topic_ports = {"s": hung.getsockname()[1]}
+    sender = MarkerSender(("127.0.0.1", home.port), lambda: None)
+    try:
+        stuck = MarkerJob("stuck", 1, 0, True, (("s", 0),), 0)
+        sender.submit(stuck)
+        time.sleep(0.3)  # its request is on its way to the hung leader
+        free = MarkerJob("free", 2, 0, True, (("t", 0),), 0)
+        sender.submit(free)
+        assert _wait_done(sender, timeout=3.0) == free
+        assert [m["pid"] for m in home.markers] == [2]
+    finally:
+        sender.close()
+        home.close()
+        hung.close()
