@@ -18,6 +18,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, NotEmptyError
 
+from appliance.cluster.zk_session import ZK_OUT_OF_REACH
 from appliance.errors import ErrorCode
 from appliance.security.acl import LITERAL, PREFIXED, RESOURCE_TYPES, Acl, AclFile, name_of
 from appliance.security.acl_admin import (
@@ -148,6 +149,8 @@ class AclMirror:
                 self.file.replace(acls)
             except asyncio.CancelledError:
                 raise
+            except ZK_OUT_OF_REACH as e:
+                log.warning("mirroring the ACLs failed (%s); the next change retries", type(e).__name__)
             except Exception:
                 log.exception("mirroring the ACLs failed; the next change retries")
             await self._wake.wait()

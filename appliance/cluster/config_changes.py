@@ -39,6 +39,7 @@ from typing import Any
 from appliance import dynamic_config
 from appliance.cluster.replication_throttle import REPLICATION_KEYS
 from appliance.cluster.zk_paths import BROKER_DEFAULT, CONFIG_CHANGES
+from appliance.cluster.zk_session import ZK_OUT_OF_REACH
 from appliance.cluster.zk_store import ZkStore
 from appliance.config import ConfigError, TopicConfig
 from appliance.errors import ErrorCode
@@ -91,6 +92,8 @@ class ConfigChanges:
                 await self.process(await self._zk(self.store.config_changes))
             except asyncio.CancelledError:
                 raise
+            except ZK_OUT_OF_REACH as e:
+                log.warning("applying config changes failed (%s); next change retries", type(e).__name__)
             except Exception:
                 log.exception("applying config changes failed; next change retries")
 

@@ -14,13 +14,18 @@ import logging
 import time
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpiredError
 from kazoo.retry import KazooRetry
 
 from appliance.cluster.zk_acls import AclKazooClient, auth_data
 from appliance.cluster.zk_paths import split_chroot
 from appliance.security.jaas_file import ZkLogin, broker_zookeeper_login, zookeeper_login
 
-__all__ = ["ZooKeeperUnreachable", "ZkSettings", "open_session"]
+__all__ = ["ZK_OUT_OF_REACH", "ZooKeeperUnreachable", "ZkSettings", "open_session"]
+
+# what a ZooKeeper call raises while the ensemble is out of reach: expected in a cluster, so a
+# task that retries logs it without a traceback
+ZK_OUT_OF_REACH = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
 
 log = logging.getLogger(__name__)
 
