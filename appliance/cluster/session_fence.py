@@ -50,6 +50,7 @@ class SessionFence:
         self.cache = cache
         self._lock = threading.Lock()
         self._expired = False  # the session expired: only the controller's word lifts the fence
+        self._expired_epoch = -1  # the registration that went with it
         self.fenced = False
         cache.set_fenced(False)
         client.add_listener(self._on_state)
@@ -64,6 +65,7 @@ class SessionFence:
                 self._set(True, "the ZooKeeper connection is lost")
             elif state == KazooState.LOST:
                 self._expired = True
+                self._expired_epoch = self.registry.epoch
                 self._set(True, "the ZooKeeper session expired")
             elif state == KazooState.CONNECTED and not self._expired:
                 self._set(False, "the ZooKeeper session is back")
@@ -75,12 +77,14 @@ class SessionFence:
         return broker_epoch != -1 and mine != -1 and broker_epoch < mine
 
     def confirmed(self, broker_epoch: int) -> None:
-        """A LeaderAndIsr for ``broker_epoch`` has been applied: if it is this registration's,
-        what this broker leads is the controller's word again."""
+        """A LeaderAndIsr for ``broker_epoch`` has been applied: if it is meant for a
+        registration newer than the one that expired, what this broker leads is the
+        controller's word again. (Newer, not equal to ``registry.epoch``: the controller can see
+        the new znode and send before the create's answer has set that.)"""
         with self._lock:
             if not self.fenced or not self._expired:
                 return
-            if broker_epoch == -1 or broker_epoch != self.registry.epoch:
+            if broker_epoch == -1 or broker_epoch <= self._expired_epoch:
                 return
             self._expired = False
             self._set(False, f"the controller's LeaderAndIsr for broker epoch {broker_epoch} is applied")

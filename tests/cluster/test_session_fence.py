@@ -66,6 +66,17 @@ def test_fence_after_expiry_lifts_only_for_the_new_registration(zk_server, sessi
     assert cache.fenced
     fence.confirmed(reg.epoch)
     assert not cache.fenced
+    # the controller may send for the new registration before the create's answer set
+    # registry.epoch: a LeaderAndIsr for any registration newer than the expired one lifts it
+    second = reg.epoch
+    expire_session(client, zk_server.connect)
+    assert _wait(lambda: cache.fenced and reg.epoch > second)
+    third = reg.epoch
+    reg.epoch = second  # as if the create's answer had not come back yet
+    fence.confirmed(second)  # the expired registration's
+    assert cache.fenced
+    fence.confirmed(third)
+    assert not cache.fenced
     fence.close()
 
 
