@@ -231,9 +231,11 @@ def _transactions_elsewhere(b, avoid: int, topics, p: Producer, count: int,
     return time.monotonic() - start, values
 
 
-def test_coordinator_killed_mid_transaction(cluster):
-    topics = _topics(cluster, "coord-kill")
-    tid = "coord-kill"
+def _coordinator_killed_mid_transaction(cluster, tid: str):
+    """Topics named after ``tid``, a committed transaction, then one written but not decided
+    when the coordinator's broker is SIGKILLed: (topics, producer, coordinator id, the
+    committed values, the undecided values, the killed broker, the live brokers)."""
+    topics = _topics(cluster, tid)
     node = _coordinator(cluster, tid)
     p = _producer(cluster, tid)
     p.begin_transaction()
@@ -243,7 +245,12 @@ def test_coordinator_killed_mid_transaction(cluster):
     mid = _produce(p, topics, "mid")  # written, not decided
     victim = cluster[node]
     victim.kill()
-    live = [b for i, b in cluster.items() if i != node]
+    return topics, p, node, before, mid, victim, [b for i, b in cluster.items() if i != node]
+
+
+def test_coordinator_killed_mid_transaction(cluster):
+    tid = "coord-kill"
+    topics, p, node, before, mid, victim, live = _coordinator_killed_mid_transaction(cluster, tid)
     try:
         outcome = None
         try:
@@ -282,18 +289,8 @@ def test_coordinator_killed_then_a_new_instance_takes_over(cluster):
     """The coordinator's broker SIGKILLed with a transaction open, and the producer gone with it
     (a new instance starts elsewhere): its init_transactions, served by the new coordinator,
     aborts the open transaction; nothing of it is read committed, the LSO reaches the HW."""
-    topics = _topics(cluster, "coord-new")
     tid = "coord-new"
-    node = _coordinator(cluster, tid)
-    p = _producer(cluster, tid)
-    p.begin_transaction()
-    before = _produce(p, topics, "before")
-    p.commit_transaction(TIMEOUT_S)
-    p.begin_transaction()
-    mid = _produce(p, topics, "mid")
-    victim = cluster[node]
-    victim.kill()
-    live = [b for i, b in cluster.items() if i != node]
+    topics, p, _, before, mid, victim, live = _coordinator_killed_mid_transaction(cluster, tid)
     try:
         fresh = _producer(cluster, tid)  # fences p, aborts its transaction
         fresh.begin_transaction()
